@@ -1,0 +1,82 @@
+//! Embedders: text → dense vectors.
+//!
+//! [`Embedder`] is the one interface the dataflow uses. Two implementations:
+//! - [`minilm::MiniLm`]: all-MiniLM-L6-v2 in-process with candle (the embedded default). Mean pooling over
+//!   the attention mask and L2 normalisation, as sentence-transformers does; inputs longer than 256 word
+//!   pieces are truncated *for the vector only* (the chunk text is stored whole).
+//! - [`http::HttpEmbedder`]: any OpenAI-compatible `/v1/embeddings` server (GPU or production setups).
+//!
+//! Every embedder names a `version` (model + pooling + truncation); the index refuses vectors of another
+//! version or dimension in an existing collection unless told to re-embed.
+
+pub mod http;
+pub mod minilm;
+
+/// Why an embedding call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    /// The model files are missing or unreadable.
+    #[error("model not loadable from {path}: {message}")]
+    Load {
+        /// The model directory.
+        path: String,
+        /// What failed.
+        message: String,
+    },
+    /// The model failed on an input (tokenizer or tensor error).
+    #[error("embedding failed: {0}")]
+    Model(String),
+    /// The embedding server is unreachable or answered 5xx/429: retry with backoff.
+    #[error("embedding server unavailable: {0}")]
+    Unavailable(String),
+    /// The embedding server refused the request (4xx other than 429) or answered nonsense.
+    #[error("embedding server refused the request: {0}")]
+    Refused(String),
+    /// The server returned vectors of the wrong dimension: the batch's records go to the DLQ.
+    #[error("embedding dimension {got} differs from the configured {expected}")]
+    Dimension {
+        /// Configured dimension.
+        expected: usize,
+        /// Dimension received.
+        got: usize,
+    },
+}
+
+impl EmbedError {
+    /// Whether the call should be retried (an outage) rather than the input dead-lettered.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Unavailable(_))
+    }
+}
+
+/// Turns texts into vectors of a fixed dimension.
+pub trait Embedder: Send {
+    /// Model, pooling and truncation, e.g. `all-MiniLM-L6-v2/mean/256`.
+    fn version(&self) -> &str;
+    /// Length of every vector.
+    fn dimension(&self) -> usize;
+    /// Embeds `texts`, one vector per text, in order. Vectors are L2-normalised.
+    fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
+    /// Word pieces the model saw in the last successful `embed` call (for throughput metrics).
+    fn last_token_count(&self) -> usize;
+}
+
+/// Scales `vector` to unit L2 norm (a zero vector stays zero).
+pub fn l2_normalize(vector: &mut [f32]) {
+    let norm = vector.iter().map(|v| v * v).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        vector.iter_mut().for_each(|v| *v /= norm);
+    }
+}
+
+/// Cosine similarity of two vectors.
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let nb = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if na == 0.0 || nb == 0.0 {
+        0.0
+    } else {
+        dot / (na * nb)
+    }
+}

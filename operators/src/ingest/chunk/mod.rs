@@ -1,0 +1,376 @@
+//! Chunk: documents into token-true, structure-aware chunks.
+//!
+//! One chunker per kind, all sharing the same packing core:
+//! - prose and markdown ([`text`]): sentences packed into chunks on paragraph boundaries where possible,
+//!   markdown headings carried as the section path of every chunk below them, a heading never the last
+//!   thing in a chunk (it always travels with the start of its first paragraph), ~12% sentence overlap
+//!   between consecutive chunks of one section;
+//! - code ([`code`]): top-level items (functions, classes, impls, types) with their doc comments and
+//!   attributes, consecutive small items packed together, large items split on blank lines;
+//! - SQL-schema JSON ([`schema`]): one chunk per table, never split (sample rows and distributions are
+//!   trimmed first if a table exceeds its budget).
+//!
+//! Guarantees, checked by tests with the real tokenizer: every chunk's `tokens` is its exact token count
+//! and never exceeds the kind's budget; for prose, markdown and code the chunks' byte ranges cover every
+//! non-whitespace byte of the document, and each chunk's text is exactly that range of the document.
+
+mod code;
+mod schema;
+mod text;
+
+use crate::model::{Chunk, DocKind, Document};
+use crate::tokens::{Encoding, TokenCounter};
+
+/// Chunk sizes, in tokens of the configured encoding.
+#[derive(Debug, Clone)]
+pub struct ChunkerConfig {
+    /// The tokenizer every budget is counted with.
+    pub encoding: Encoding,
+    /// Budget of a prose or markdown chunk.
+    pub prose_tokens: usize,
+    /// Budget of a code chunk.
+    pub code_tokens: usize,
+    /// Budget of a schema (table) chunk.
+    pub schema_tokens: usize,
+    /// Overlap between consecutive prose chunks, as a fraction of `prose_tokens`.
+    pub overlap_ratio: f32,
+}
+
+impl Default for ChunkerConfig {
+    fn default() -> Self {
+        Self {
+            encoding: Encoding::O200kBase,
+            prose_tokens: DEFAULT_PROSE_TOKENS,
+            code_tokens: DEFAULT_CODE_TOKENS,
+            schema_tokens: DEFAULT_SCHEMA_TOKENS,
+            overlap_ratio: DEFAULT_OVERLAP_RATIO,
+        }
+    }
+}
+
+/// Prose chunks of ~200 tokens keep one idea per chunk at MiniLM's 256-word-piece window.
+pub const DEFAULT_PROSE_TOKENS: usize = 200;
+/// Code chunks of ~300 tokens hold one or a few functions.
+pub const DEFAULT_CODE_TOKENS: usize = 300;
+/// A whole table's metadata, up to 1500 tokens.
+pub const DEFAULT_SCHEMA_TOKENS: usize = 1500;
+/// 12% overlap: one or two sentences of context carried into the next chunk.
+pub const DEFAULT_OVERLAP_RATIO: f32 = 0.12;
+
+/// Splits documents into chunks.
+#[derive(Debug, Clone)]
+pub struct Chunker {
+    config: ChunkerConfig,
+    counter: TokenCounter,
+}
+
+/// A chunk before its metadata is filled in: a byte range of the document (or rendered text) and its path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Piece {
+    start: usize,
+    end: usize,
+    section_path: Vec<String>,
+    header: String,
+    /// Text that is not a slice of the document (schema renderings); `None` = `doc.text[start..end]`.
+    rendered: Option<String>,
+}
+
+impl Chunker {
+    /// Builds a chunker; the tokenizer table is loaded once per process.
+    pub fn new(config: ChunkerConfig) -> Self {
+        let counter = TokenCounter::new(config.encoding);
+        Self { config, counter }
+    }
+
+    /// The token counter chunks are measured with.
+    pub fn counter(&self) -> TokenCounter {
+        self.counter
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ChunkerConfig {
+        &self.config
+    }
+
+    /// Chunks one document. An empty or whitespace-only document has no chunks.
+    pub fn chunk(&self, doc: &Document) -> Vec<Chunk> {
+        let kind = resolve_kind(doc);
+        let (kind, pieces) = match kind {
+            DocKind::SqlSchema => {
+                match schema::chunk_schema(&doc.text, self.counter, self.config.schema_tokens) {
+                    Some(pieces) => (DocKind::SqlSchema, pieces),
+                    // Not table metadata after all: index it as prose rather than lose it.
+                    None => (DocKind::Prose, self.chunk_text(&doc.text, false)),
+                }
+            }
+            DocKind::Code => {
+                let language = code::Language::detect(&doc.source, &doc.text);
+                let pieces = code::chunk_code(
+                    &doc.text,
+                    language,
+                    &doc.source,
+                    self.counter,
+                    self.config.code_tokens,
+                );
+                (DocKind::Code, pieces)
+            }
+            DocKind::Markdown => (DocKind::Markdown, self.chunk_text(&doc.text, true)),
+            DocKind::Prose | DocKind::Auto => (DocKind::Prose, self.chunk_text(&doc.text, false)),
+        };
+        self.finish(doc, kind, pieces)
+    }
+
+    fn chunk_text(&self, text: &str, markdown: bool) -> Vec<Piece> {
+        let overlap = (self.config.prose_tokens as f32 * self.config.overlap_ratio) as usize;
+        text::chunk_text(
+            text,
+            markdown,
+            self.counter,
+            self.config.prose_tokens,
+            overlap,
+        )
+    }
+
+    fn finish(&self, doc: &Document, kind: DocKind, pieces: Vec<Piece>) -> Vec<Chunk> {
+        let lines = LineIndex::new(&doc.text);
+        let doc_title = doc
+            .title
+            .clone()
+            .unwrap_or_else(|| default_title(&doc.source));
+        pieces
+            .into_iter()
+            .enumerate()
+            .map(|(order_index, piece)| {
+                let text = piece
+                    .rendered
+                    .unwrap_or_else(|| doc.text[piece.start..piece.end].to_string());
+                let tokens = self.counter.count(&text) as u32;
+                let line_range = (
+                    lines.line_of(piece.start),
+                    lines.line_of(piece.end.saturating_sub(1).max(piece.start)),
+                );
+                let mut chunk = Chunk {
+                    order_index: order_index as u32,
+                    section_path: piece.section_path,
+                    header: piece.header,
+                    doc_title: doc_title.clone(),
+                    source: doc.source.clone(),
+                    kind,
+                    lines: line_range,
+                    char_range: (piece.start as u32, piece.end as u32),
+                    tokens,
+                    content_hash: String::new(),
+                    acl: doc.acl.clone(),
+                    text,
+                };
+                chunk.content_hash = content_hash(&chunk);
+                chunk
+            })
+            .collect()
+    }
+}
+
+/// Hash of a chunk's text and metadata (everything but the hash itself): 128 bits of blake3, hex.
+pub fn content_hash(chunk: &Chunk) -> String {
+    let mut hasher = blake3::Hasher::new();
+    let mut field = |bytes: &[u8]| {
+        hasher.update(&(bytes.len() as u64).to_le_bytes());
+        hasher.update(bytes);
+    };
+    field(chunk.text.as_bytes());
+    field(chunk.section_path.join("\u{1f}").as_bytes());
+    field(chunk.header.as_bytes());
+    field(chunk.doc_title.as_bytes());
+    field(chunk.source.as_bytes());
+    field(chunk.kind.as_str().as_bytes());
+    field(&chunk.order_index.to_le_bytes());
+    field(&chunk.lines.0.to_le_bytes());
+    field(&chunk.lines.1.to_le_bytes());
+    field(&chunk.char_range.0.to_le_bytes());
+    field(&chunk.char_range.1.to_le_bytes());
+    field(chunk.acl.join("\u{1f}").as_bytes());
+    let hash = hasher.finalize();
+    hash.to_hex()[..32].to_string()
+}
+
+/// Resolves `Auto` from the source's extension, then the content.
+pub fn resolve_kind(doc: &Document) -> DocKind {
+    if doc.kind != DocKind::Auto {
+        return doc.kind;
+    }
+    let extension = doc
+        .source
+        .rsplit_once('.')
+        .map(|(_, ext)| ext.to_ascii_lowercase())
+        .unwrap_or_default();
+    match extension.as_str() {
+        "md" | "markdown" | "mdx" => return DocKind::Markdown,
+        ext if code::Language::from_extension(ext).is_some() => return DocKind::Code,
+        _ => {}
+    }
+    let trimmed = doc.text.trim_start();
+    if (trimmed.starts_with('{') || trimmed.starts_with('[')) && schema::looks_like_schema(trimmed)
+    {
+        return DocKind::SqlSchema;
+    }
+    if doc
+        .text
+        .lines()
+        .any(|line| text::heading_level(line).is_some())
+    {
+        return DocKind::Markdown;
+    }
+    DocKind::Prose
+}
+
+fn default_title(source: &str) -> String {
+    source
+        .rsplit(['/', '\\'])
+        .next()
+        .unwrap_or(source)
+        .to_string()
+}
+
+/// Maps byte offsets to 1-based line numbers.
+struct LineIndex {
+    starts: Vec<usize>,
+}
+
+impl LineIndex {
+    fn new(text: &str) -> Self {
+        let mut starts = vec![0];
+        starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        Self { starts }
+    }
+
+    fn line_of(&self, offset: usize) -> u32 {
+        (self.starts.partition_point(|&start| start <= offset)) as u32
+    }
+}
+
+/// A contiguous unit of text that packing never splits: a sentence, a heading, a code line group.
+#[derive(Debug, Clone, Copy)]
+struct Unit {
+    start: usize,
+    end: usize,
+    tokens: usize,
+    /// Starts a paragraph (or item): a preferred place to begin a chunk.
+    boundary: bool,
+    /// Must not end a chunk (a heading): it travels with what follows.
+    sticky: bool,
+}
+
+/// Splits `[start, end)` of `text` into units of at most `budget` tokens, cutting at whitespace where
+/// possible. Used for sentences or lines longer than a whole chunk.
+fn split_oversized(
+    text: &str,
+    start: usize,
+    end: usize,
+    counter: TokenCounter,
+    budget: usize,
+) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut cursor = start;
+    while cursor < end {
+        let rest = &text[cursor..end];
+        let prefix = counter.truncate(rest, budget.max(1));
+        let mut cut = prefix.len();
+        if cut < rest.len() {
+            // Prefer the last whitespace in the second half of the prefix.
+            if let Some(space) = prefix.rfind(char::is_whitespace) {
+                if space > prefix.len() / 2 {
+                    cut = space;
+                }
+            }
+        }
+        if cut == 0 {
+            // A single char longer than the budget (impossible for budget ≥ 1 with byte-level BPE,
+            // but never loop forever): take one char.
+            cut = rest
+                .chars()
+                .next()
+                .map(char::len_utf8)
+                .unwrap_or(rest.len());
+        }
+        out.push((cursor, cursor + cut));
+        cursor += cut;
+        // Skip whitespace between pieces.
+        while cursor < end && text[cursor..].starts_with(char::is_whitespace) {
+            cursor += text[cursor..]
+                .chars()
+                .next()
+                .map(char::len_utf8)
+                .unwrap_or(1);
+        }
+    }
+    out
+}
+
+/// Greedy packing of consecutive units into chunk ranges of at most `budget` tokens (measured on the
+/// exact slice), preferring to end before a boundary unit, never ending on a sticky unit when more
+/// follows, and starting each chunk after the first with up to `overlap` tokens of trailing units.
+fn pack_units(
+    text: &str,
+    units: &[Unit],
+    counter: TokenCounter,
+    budget: usize,
+    overlap: usize,
+) -> Vec<(usize, usize)> {
+    let mut ranges = Vec::new();
+    let mut first = 0;
+    while first < units.len() {
+        // Overlap: trailing units of the previous chunk, while they fit in `overlap` tokens.
+        let mut start_unit = first;
+        if !ranges.is_empty() && overlap > 0 {
+            let mut carried = 0;
+            while start_unit > 0 {
+                let previous = &units[start_unit - 1];
+                if previous.sticky || carried + previous.tokens > overlap {
+                    break;
+                }
+                carried += previous.tokens;
+                start_unit -= 1;
+            }
+        }
+        let mut last = first; // inclusive
+        let mut estimate: usize = units[start_unit..=first].iter().map(|u| u.tokens).sum();
+        while last + 1 < units.len() && estimate + units[last + 1].tokens + 1 <= budget {
+            last += 1;
+            estimate += units[last].tokens + 1;
+        }
+        // Prefer ending before a paragraph boundary if one lies in the last 40% of the chunk.
+        if last + 1 < units.len() && !units[last + 1].boundary {
+            let lower = first + (last - first) * 6 / 10;
+            if let Some(cut) = (lower.max(first)..last)
+                .rev()
+                .find(|&i| units[i + 1].boundary && !units[i].sticky)
+            {
+                last = cut;
+            }
+        }
+        // Never end on a sticky unit when something follows it.
+        while last > first && units[last].sticky && last + 1 < units.len() {
+            last -= 1;
+        }
+        // Verify on the exact slice: joins can change the count; shrink until it fits.
+        loop {
+            let slice = &text[units[start_unit].start..units[last].end];
+            if counter.count(slice) <= budget {
+                break;
+            }
+            if last > first {
+                last -= 1;
+            } else if start_unit < first {
+                start_unit += 1;
+            } else {
+                break; // A single unit is at most `budget` by construction.
+            }
+        }
+        ranges.push((units[start_unit].start, units[last].end));
+        first = last + 1;
+    }
+    ranges
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,320 @@
+use proptest::prelude::*;
+
+use super::*;
+use crate::model::{DocKey, Document};
+
+fn doc(source: &str, kind: DocKind, text: &str) -> Document {
+    Document {
+        key: DocKey::new("t", source),
+        version: 1,
+        source: source.to_string(),
+        kind,
+        title: None,
+        text: text.to_string(),
+        acl: vec![],
+    }
+}
+
+fn chunker(prose: usize, code: usize) -> Chunker {
+    Chunker::new(ChunkerConfig {
+        prose_tokens: prose,
+        code_tokens: code,
+        ..ChunkerConfig::default()
+    })
+}
+
+/// Every non-whitespace byte of the document lies inside some chunk's range, and each chunk's text is
+/// exactly its range.
+fn assert_covers(document: &Document, chunks: &[Chunk]) {
+    let mut covered = vec![false; document.text.len()];
+    for chunk in chunks {
+        let (start, end) = (chunk.char_range.0 as usize, chunk.char_range.1 as usize);
+        assert_eq!(
+            &document.text[start..end],
+            chunk.text,
+            "chunk text is its range"
+        );
+        covered[start..end].iter_mut().for_each(|c| *c = true);
+    }
+    for (index, byte) in document.text.bytes().enumerate() {
+        if !byte.is_ascii_whitespace() && !covered[index] {
+            panic!(
+                "byte {index} not covered in {:?}; chunks {:?}",
+                document.text,
+                chunks.iter().map(|c| c.char_range).collect::<Vec<_>>()
+            );
+        }
+    }
+}
+
+fn assert_budget(chunks: &[Chunk], budget: usize) {
+    let counter = TokenCounter::new(Encoding::O200kBase);
+    for chunk in chunks {
+        let real = counter.count(&chunk.text);
+        assert_eq!(real as u32, chunk.tokens, "token count is exact");
+        assert!(
+            real <= budget,
+            "chunk of {real} tokens over budget {budget}: {:?}",
+            chunk.text
+        );
+    }
+}
+
+const MARKDOWN: &str = "# Guide\n\nIntro paragraph about the system. It has two sentences.\n\n## Install\n\nRun the installer. Then check the version with the tool.\n\n```sh\ncargo install thing\n```\n\n## Usage\n\n### Flags\n\nUse --fast for speed. Use --slow for safety. Both are fine.\n";
+
+#[test]
+fn markdown_carries_heading_paths() {
+    let document = doc("guide.md", DocKind::Auto, MARKDOWN);
+    let chunks = chunker(200, 300).chunk(&document);
+    assert!(chunks.iter().all(|c| c.kind == DocKind::Markdown));
+    let flags = chunks
+        .iter()
+        .find(|c| c.text.contains("--fast"))
+        .expect("flags chunk");
+    assert_eq!(flags.section_path, vec!["Guide", "Usage", "Flags"]);
+    assert_eq!(flags.header, "Flags");
+    let install = chunks
+        .iter()
+        .find(|c| c.text.contains("installer"))
+        .expect("install chunk");
+    assert_eq!(install.section_path, vec!["Guide", "Install"]);
+    assert!(
+        install.text.contains("cargo install thing"),
+        "fence stays with its section"
+    );
+    assert_covers(&document, &chunks);
+    // Orders and lines.
+    for (index, chunk) in chunks.iter().enumerate() {
+        assert_eq!(chunk.order_index as usize, index);
+        assert!(chunk.lines.0 <= chunk.lines.1);
+    }
+    assert_eq!(chunks[0].lines.0, 1);
+}
+
+#[test]
+fn heading_never_ends_a_chunk_alone() {
+    // Small budget: the heading must travel with the start of its first paragraph.
+    let text = "# Title\n\nFirst sentence is here. Second sentence follows it. Third one closes.\n";
+    let chunks = chunker(12, 300).chunk(&doc("a.md", DocKind::Markdown, text));
+    assert!(chunks[0].text.starts_with("# Title"));
+    assert!(
+        chunks[0].text.contains("First sentence"),
+        "{:?}",
+        chunks[0].text
+    );
+    for chunk in &chunks {
+        assert!(!chunk.text.trim_end().ends_with("# Title"));
+    }
+    assert_budget(&chunks, 12);
+}
+
+#[test]
+fn prose_budgets_and_overlap() {
+    let paragraph = "The committee met in March to discuss the budget. Several members raised concerns about costs. \
+                     The chair proposed a review of all contracts. A vote was scheduled for April. ";
+    let text = format!(
+        "{}\n\n{}\n\n{}",
+        paragraph.repeat(4),
+        paragraph.repeat(3),
+        paragraph.repeat(5)
+    );
+    let document = doc("notes.txt", DocKind::Prose, &text);
+    let chunks = chunker(60, 300).chunk(&document);
+    assert!(chunks.len() > 5);
+    assert_budget(&chunks, 60);
+    assert_covers(&document, &chunks);
+    // Consecutive chunks overlap by whole sentences (the next chunk starts before the previous ends).
+    let overlapping = chunks
+        .windows(2)
+        .filter(|w| w[1].char_range.0 < w[0].char_range.1)
+        .count();
+    assert!(overlapping > 0, "expected sentence overlap");
+}
+
+#[test]
+fn very_long_sentence_is_split_within_budget() {
+    let text = "word ".repeat(2000);
+    let document = doc("long.txt", DocKind::Prose, &text);
+    let chunks = chunker(50, 300).chunk(&document);
+    assert_budget(&chunks, 50);
+    assert_covers(&document, &chunks);
+}
+
+const RUST: &str = "//! Module docs.\nuse std::fmt;\n\n/// Adds numbers.\n#[inline]\npub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\nstruct Point {\n    x: f64,\n}\n\nimpl Point {\n    fn norm(&self) -> f64 {\n        self.x.abs()\n    }\n}\n";
+
+#[test]
+fn rust_items_are_boundaries() {
+    let document = doc("src/lib.rs", DocKind::Auto, RUST);
+    let chunks = chunker(200, 40).chunk(&document);
+    assert!(chunks.iter().all(|c| c.kind == DocKind::Code));
+    let add = chunks
+        .iter()
+        .find(|c| c.text.contains("a + b"))
+        .expect("add chunk");
+    assert!(
+        add.text
+            .starts_with("/// Adds numbers.\n#[inline]\npub fn add"),
+        "{:?}",
+        add.text
+    );
+    assert_eq!(add.section_path, vec!["lib.rs", "fn add"]);
+    assert_eq!(add.header, "pub fn add(a: i32, b: i32) -> i32 {");
+    assert_eq!(add.lines, (4, 8));
+    let imp = chunks
+        .iter()
+        .find(|c| c.text.contains("fn norm"))
+        .expect("impl chunk");
+    assert!(
+        imp.text.starts_with("struct Point") || imp.text.starts_with("impl Point"),
+        "{:?}",
+        imp.text
+    );
+    assert_covers(&document, &chunks);
+    assert_budget(&chunks, 40);
+}
+
+#[test]
+fn small_items_pack_together_and_never_split_mid_item() {
+    let document = doc("src/lib.rs", DocKind::Code, RUST);
+    let chunks = chunker(200, 300).chunk(&document);
+    assert_eq!(
+        chunks.len(),
+        2,
+        "the preamble, then every item in one chunk"
+    );
+    assert!(chunks[1].text.starts_with("/// Adds numbers."));
+    let python = "import os\n\n@cache\ndef first(x):\n    return x\n\n\nclass Second:\n    def method(self):\n        pass\n";
+    let document = doc("m.py", DocKind::Auto, python);
+    let chunks = chunker(200, 10).chunk(&document);
+    let first = chunks
+        .iter()
+        .find(|c| c.text.contains("def first"))
+        .expect("first");
+    assert!(first.text.starts_with("@cache"), "decorator attached");
+    assert_eq!(first.section_path[1], "def first");
+    let second = chunks
+        .iter()
+        .find(|c| c.text.contains("class Second"))
+        .expect("second");
+    assert_eq!(second.section_path[1], "class Second");
+    assert_covers(&document, &chunks);
+}
+
+#[test]
+fn go_and_typescript_items() {
+    let go = "package main\n\nimport \"fmt\"\n\n// Hello prints.\nfunc Hello() {\n\tfmt.Println(\"hi\")\n}\n\ntype Server struct {\n\tport int\n}\n";
+    let chunks = chunker(200, 8).chunk(&doc("main.go", DocKind::Auto, go));
+    assert!(chunks
+        .iter()
+        .any(|c| c.section_path[1] == "func Hello" && c.text.starts_with("// Hello prints.")));
+    assert!(chunks.iter().any(|c| c.section_path[1] == "type Server"));
+    let ts = "import x from 'y';\n\nexport function render(a: number): string {\n  return `${a}`;\n}\n\nexport class Widget {\n  draw() {}\n}\n";
+    let chunks = chunker(200, 10).chunk(&doc("w.ts", DocKind::Auto, ts));
+    assert!(chunks
+        .iter()
+        .any(|c| c.section_path[1] == "function render"));
+    assert!(chunks.iter().any(|c| c.section_path[1] == "class Widget"));
+}
+
+#[test]
+fn oversized_function_is_split_on_blank_lines_within_budget() {
+    let body: String = (0..60)
+        .map(|i| {
+            format!(
+                "    let v{i} = compute({i});\n{}",
+                if i % 6 == 5 { "\n" } else { "" }
+            )
+        })
+        .collect();
+    let text = format!("fn big() {{\n{body}}}\n");
+    let document = doc("big.rs", DocKind::Code, &text);
+    let chunks = chunker(200, 80).chunk(&document);
+    assert!(chunks.len() > 1);
+    assert_budget(&chunks, 80);
+    assert_covers(&document, &chunks);
+    assert!(chunks.iter().all(|c| c.section_path[1] == "fn big"));
+}
+
+fn table_json(name: &str, rows: usize) -> String {
+    let sample: Vec<String> = (0..rows)
+        .map(|i| format!("{{\"id\": {i}, \"email\": \"user{i}@example.com\"}}"))
+        .collect();
+    format!(
+        "{{\"database\": \"shop\", \"schema\": \"public\", \"table_name\": \"{name}\", \"row_count\": 1200, \
+         \"columns\": [{{\"name\": \"id\", \"type\": \"bigint\", \"distribution\": {{\"min\": 1, \"max\": 1200}}}}, \
+         {{\"name\": \"email\", \"type\": \"text\", \"distribution\": null}}], \"sample_rows\": [{}]}}",
+        sample.join(", ")
+    )
+}
+
+#[test]
+fn schema_is_one_chunk_per_table() {
+    let text = format!("[{}, {}]", table_json("users", 3), table_json("orders", 2));
+    let document = doc("schema.json", DocKind::Auto, &text);
+    let chunks = chunker(200, 300).chunk(&document);
+    assert_eq!(chunks.len(), 2);
+    assert!(chunks.iter().all(|c| c.kind == DocKind::SqlSchema));
+    assert_eq!(chunks[0].header, "shop.public.users");
+    assert_eq!(chunks[0].section_path, vec!["shop", "public", "users"]);
+    assert!(
+        chunks[0]
+            .text
+            .contains("- id bigint: {\"max\":1200,\"min\":1}")
+            || chunks[0]
+                .text
+                .contains("- id bigint: {\"min\":1,\"max\":1200}")
+    );
+    assert!(chunks[0].text.contains("user2@example.com"));
+}
+
+#[test]
+fn schema_over_budget_drops_samples_but_stays_whole() {
+    let text = table_json("events", 400);
+    let chunker = Chunker::new(ChunkerConfig {
+        schema_tokens: 300,
+        ..ChunkerConfig::default()
+    });
+    let chunks = chunker.chunk(&doc("s.json", DocKind::SqlSchema, &text));
+    assert_eq!(chunks.len(), 1, "a table is never split");
+    assert!(chunks[0].tokens <= 300);
+    assert!(chunks[0].text.contains("- email text"), "columns kept");
+}
+
+#[test]
+fn content_hash_changes_with_text_and_metadata() {
+    let a = chunker(200, 300).chunk(&doc("a.txt", DocKind::Prose, "One sentence here."));
+    let b = chunker(200, 300).chunk(&doc("a.txt", DocKind::Prose, "One sentence there."));
+    let c = chunker(200, 300).chunk(&doc("b.txt", DocKind::Prose, "One sentence here."));
+    assert_ne!(a[0].content_hash, b[0].content_hash);
+    assert_ne!(a[0].content_hash, c[0].content_hash);
+    let again = chunker(200, 300).chunk(&doc("a.txt", DocKind::Prose, "One sentence here."));
+    assert_eq!(a, again, "chunking is deterministic");
+}
+
+#[test]
+fn empty_document_has_no_chunks() {
+    assert!(chunker(200, 300)
+        .chunk(&doc("e.txt", DocKind::Prose, "  \n\n "))
+        .is_empty());
+    assert!(chunker(200, 300)
+        .chunk(&doc("e.rs", DocKind::Code, ""))
+        .is_empty());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Chunks cover the document text and respect the budget, whatever the text and kind.
+    #[test]
+    fn chunks_cover_text_within_budget(
+        words in proptest::collection::vec("[a-zA-Z]{1,12}|[.!?]|\n|\n\n|# |## |```|fn |def |  |é|東京", 0..400),
+        kind in prop_oneof![Just(DocKind::Prose), Just(DocKind::Markdown), Just(DocKind::Code)],
+        budget in 8usize..120,
+    ) {
+        let text: String = words.join(" ");
+        let document = doc("p.txt", kind, &text);
+        let chunks = chunker(budget, budget).chunk(&document);
+        assert_covers(&document, &chunks);
+        assert_budget(&chunks, budget);
+    }
+}

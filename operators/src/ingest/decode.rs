@@ -1,0 +1,395 @@
+//! Decode: raw document events (Kafka key + value bytes) into [`DocOp`]s, or a [`DecodeError`] for the DLQ.
+//!
+//! Wire format (JSON, key = `tenant/doc_id`):
+//! `{"op": "upsert"|"delete", "tenant", "doc_id", "version", "source", "kind", "title"?, "text", "acl"?, "metadata"?}`.
+//! A message with a key and no value (a Kafka tombstone) is a delete of that key.
+//!
+//! Guarantees: decoding never panics and never allocates more than the size limit for a payload it
+//! refuses; every refusal names a [`DecodeReason`] (a bounded set, used as a metric label) and a message.
+
+use serde::Deserialize;
+
+use crate::model::{DocKey, DocKind, DocOp, Document};
+
+/// Limits and checks applied to every event.
+#[derive(Debug, Clone)]
+pub struct DecodeConfig {
+    /// Largest accepted event value in bytes; larger ones go to the DLQ unparsed.
+    pub max_document_bytes: usize,
+    /// When non-empty, events of any other tenant are refused.
+    pub allowed_tenants: Vec<String>,
+}
+
+impl Default for DecodeConfig {
+    fn default() -> Self {
+        Self {
+            max_document_bytes: DEFAULT_MAX_DOCUMENT_BYTES,
+            allowed_tenants: Vec::new(),
+        }
+    }
+}
+
+/// Default size limit of one document event: 8 MiB.
+pub const DEFAULT_MAX_DOCUMENT_BYTES: usize = 8 << 20;
+
+/// Why an event was refused. The set is closed so it can label metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DecodeReason {
+    /// The value is not UTF-8.
+    InvalidUtf8,
+    /// The value is not JSON, or not an object of the expected shape.
+    MalformedJson,
+    /// A required field is missing or empty.
+    MissingField,
+    /// `kind` is not one of the known kinds.
+    UnknownKind,
+    /// `op` is not `upsert` or `delete`.
+    UnknownOp,
+    /// The value is larger than the configured limit.
+    Oversize,
+    /// The message key is not `tenant/doc_id`, or disagrees with the body.
+    BadKey,
+    /// The tenant is not in the configured allow-list.
+    UnknownTenant,
+}
+
+impl DecodeReason {
+    /// Snake-case name used in DLQ headers and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidUtf8 => "invalid_utf8",
+            Self::MalformedJson => "malformed_json",
+            Self::MissingField => "missing_field",
+            Self::UnknownKind => "unknown_kind",
+            Self::UnknownOp => "unknown_op",
+            Self::Oversize => "oversize",
+            Self::BadKey => "bad_key",
+            Self::UnknownTenant => "unknown_tenant",
+        }
+    }
+
+    /// Every reason, for metric initialisation.
+    pub const ALL: [DecodeReason; 8] = [
+        Self::InvalidUtf8,
+        Self::MalformedJson,
+        Self::MissingField,
+        Self::UnknownKind,
+        Self::UnknownOp,
+        Self::Oversize,
+        Self::BadKey,
+        Self::UnknownTenant,
+    ];
+}
+
+/// A refused event: the reason and a human-readable message (never the document text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {message}", reason.as_str())]
+pub struct DecodeError {
+    /// The bounded reason.
+    pub reason: DecodeReason,
+    /// What exactly was wrong.
+    pub message: String,
+}
+
+impl DecodeError {
+    fn new(reason: DecodeReason, message: impl Into<String>) -> Self {
+        Self {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// The JSON body as sent; validated into a [`DocOp`].
+#[derive(Deserialize)]
+struct WireEvent {
+    op: Option<String>,
+    tenant: Option<String>,
+    doc_id: Option<String>,
+    version: Option<u64>,
+    source: Option<String>,
+    kind: Option<String>,
+    title: Option<String>,
+    text: Option<String>,
+    #[serde(default)]
+    acl: Vec<String>,
+    #[allow(dead_code)]
+    metadata: Option<serde_json::Value>,
+}
+
+/// Decodes one event. `key` is the message key (may be absent), `value` the payload (`None` = tombstone).
+pub fn decode_event(
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    config: &DecodeConfig,
+) -> Result<DocOp, DecodeError> {
+    let key = match key {
+        None => None,
+        Some(bytes) => {
+            let text = std::str::from_utf8(bytes)
+                .map_err(|_| DecodeError::new(DecodeReason::BadKey, "message key is not UTF-8"))?;
+            Some(DocKey::parse(text).ok_or_else(|| {
+                DecodeError::new(
+                    DecodeReason::BadKey,
+                    format!("message key {:?} is not tenant/doc_id", prefix(text)),
+                )
+            })?)
+        }
+    };
+    let Some(value) = value else {
+        let key =
+            key.ok_or_else(|| DecodeError::new(DecodeReason::BadKey, "tombstone without a key"))?;
+        check_tenant(&key.tenant, config)?;
+        return Ok(DocOp::Delete { key, version: None });
+    };
+    if value.len() > config.max_document_bytes {
+        return Err(DecodeError::new(
+            DecodeReason::Oversize,
+            format!(
+                "event of {} bytes exceeds the limit of {} bytes",
+                value.len(),
+                config.max_document_bytes
+            ),
+        ));
+    }
+    let text = std::str::from_utf8(value).map_err(|err| {
+        DecodeError::new(
+            DecodeReason::InvalidUtf8,
+            format!("invalid UTF-8 at byte {}", err.valid_up_to()),
+        )
+    })?;
+    let wire: WireEvent = serde_json::from_str(text).map_err(|err| {
+        DecodeError::new(
+            DecodeReason::MalformedJson,
+            format!("malformed JSON: {err}"),
+        )
+    })?;
+    let tenant = required(wire.tenant, "tenant")?;
+    let doc_id = required(wire.doc_id, "doc_id")?;
+    if tenant.contains('/') {
+        return Err(DecodeError::new(
+            DecodeReason::BadKey,
+            "tenant must not contain '/'",
+        ));
+    }
+    let body_key = DocKey::new(tenant, doc_id);
+    if let Some(key) = &key {
+        if *key != body_key {
+            return Err(DecodeError::new(
+                DecodeReason::BadKey,
+                format!(
+                    "message key {} disagrees with body {}",
+                    prefix(&key.to_string()),
+                    prefix(&body_key.to_string())
+                ),
+            ));
+        }
+    }
+    check_tenant(&body_key.tenant, config)?;
+    let op = wire.op.as_deref().unwrap_or("upsert");
+    match op {
+        "delete" => Ok(DocOp::Delete {
+            key: body_key,
+            version: wire.version,
+        }),
+        "upsert" => {
+            let version = wire.version.ok_or_else(|| {
+                DecodeError::new(DecodeReason::MissingField, "missing field `version`")
+            })?;
+            let text = wire.text.ok_or_else(|| {
+                DecodeError::new(DecodeReason::MissingField, "missing field `text`")
+            })?;
+            let kind_name = wire.kind.as_deref().unwrap_or("auto");
+            let kind = DocKind::parse(kind_name).ok_or_else(|| {
+                DecodeError::new(
+                    DecodeReason::UnknownKind,
+                    format!("unknown kind {:?}", prefix(kind_name)),
+                )
+            })?;
+            let source = wire
+                .source
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| body_key.doc_id.clone());
+            Ok(DocOp::Upsert(Document {
+                key: body_key,
+                version,
+                source,
+                kind,
+                title: wire.title,
+                text,
+                acl: wire.acl,
+            }))
+        }
+        other => Err(DecodeError::new(
+            DecodeReason::UnknownOp,
+            format!("unknown op {:?}", prefix(other)),
+        )),
+    }
+}
+
+fn required(field: Option<String>, name: &str) -> Result<String, DecodeError> {
+    match field {
+        Some(value) if !value.is_empty() => Ok(value),
+        _ => Err(DecodeError::new(
+            DecodeReason::MissingField,
+            format!("missing field `{name}`"),
+        )),
+    }
+}
+
+fn check_tenant(tenant: &str, config: &DecodeConfig) -> Result<(), DecodeError> {
+    if config.allowed_tenants.is_empty() || config.allowed_tenants.iter().any(|t| t == tenant) {
+        Ok(())
+    } else {
+        Err(DecodeError::new(
+            DecodeReason::UnknownTenant,
+            format!("tenant {:?} is not allowed", prefix(tenant)),
+        ))
+    }
+}
+
+/// At most 64 bytes of user input in an error message: the DLQ never echoes a document.
+fn prefix(text: &str) -> &str {
+    let mut end = text.len().min(64);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(key: Option<&str>, value: Option<&str>) -> Result<DocOp, DecodeError> {
+        decode_event(
+            key.map(str::as_bytes),
+            value.map(str::as_bytes),
+            &DecodeConfig::default(),
+        )
+    }
+
+    #[test]
+    fn decodes_upsert_with_defaults() {
+        let op = decode(
+            Some("t/d1"),
+            Some(r#"{"tenant":"t","doc_id":"d1","version":3,"text":"hi","acl":["eng"]}"#),
+        )
+        .expect("valid upsert");
+        let DocOp::Upsert(doc) = op else {
+            panic!("expected upsert")
+        };
+        assert_eq!(doc.key, DocKey::new("t", "d1"));
+        assert_eq!(doc.version, 3);
+        assert_eq!(doc.kind, DocKind::Auto);
+        assert_eq!(doc.source, "d1");
+        assert_eq!(doc.acl, vec!["eng".to_string()]);
+    }
+
+    #[test]
+    fn tombstone_is_delete_without_version() {
+        let op = decode(Some("t/d1"), None).expect("tombstone");
+        assert_eq!(
+            op,
+            DocOp::Delete {
+                key: DocKey::new("t", "d1"),
+                version: None
+            }
+        );
+        assert_eq!(decode(None, None).unwrap_err().reason, DecodeReason::BadKey);
+    }
+
+    #[test]
+    fn explicit_delete_carries_version() {
+        let op = decode(
+            None,
+            Some(r#"{"op":"delete","tenant":"t","doc_id":"d","version":9}"#),
+        )
+        .expect("delete");
+        assert_eq!(
+            op,
+            DocOp::Delete {
+                key: DocKey::new("t", "d"),
+                version: Some(9)
+            }
+        );
+    }
+
+    #[test]
+    fn refusals_name_their_reason() {
+        let cases: [(Option<&[u8]>, &[u8], DecodeReason); 8] = [
+            (None, b"{not json", DecodeReason::MalformedJson),
+            (None, b"\xff\xfe{}", DecodeReason::InvalidUtf8),
+            (
+                None,
+                br#"{"tenant":"t","version":1,"text":"x"}"#,
+                DecodeReason::MissingField,
+            ),
+            (
+                None,
+                br#"{"tenant":"t","doc_id":"d","text":"x"}"#,
+                DecodeReason::MissingField,
+            ),
+            (
+                None,
+                br#"{"tenant":"t","doc_id":"d","version":1,"text":"x","kind":"pdf"}"#,
+                DecodeReason::UnknownKind,
+            ),
+            (
+                None,
+                br#"{"op":"merge","tenant":"t","doc_id":"d","version":1}"#,
+                DecodeReason::UnknownOp,
+            ),
+            (
+                Some(b"t/other"),
+                br#"{"tenant":"t","doc_id":"d","version":1,"text":"x"}"#,
+                DecodeReason::BadKey,
+            ),
+            (None, b"[1,2,3]", DecodeReason::MalformedJson),
+        ];
+        for (key, value, reason) in cases {
+            let err =
+                decode_event(key, Some(value), &DecodeConfig::default()).expect_err("must refuse");
+            assert_eq!(err.reason, reason, "{err}");
+        }
+    }
+
+    #[test]
+    fn oversize_is_refused_before_parsing() {
+        let config = DecodeConfig {
+            max_document_bytes: 16,
+            ..DecodeConfig::default()
+        };
+        let err = decode_event(None, Some(&[b'{'; 17]), &config).expect_err("too big");
+        assert_eq!(err.reason, DecodeReason::Oversize);
+    }
+
+    #[test]
+    fn tenant_allow_list() {
+        let config = DecodeConfig {
+            allowed_tenants: vec!["a".into()],
+            ..DecodeConfig::default()
+        };
+        let ok = decode_event(
+            None,
+            Some(br#"{"tenant":"a","doc_id":"d","version":1,"text":"x"}"#),
+            &config,
+        );
+        assert!(ok.is_ok());
+        let err = decode_event(
+            None,
+            Some(br#"{"tenant":"b","doc_id":"d","version":1,"text":"x"}"#),
+            &config,
+        );
+        assert_eq!(err.unwrap_err().reason, DecodeReason::UnknownTenant);
+    }
+
+    #[test]
+    fn messages_never_echo_long_input() {
+        let long_kind = "k".repeat(10_000);
+        let body =
+            format!(r#"{{"tenant":"t","doc_id":"d","version":1,"text":"x","kind":"{long_kind}"}}"#);
+        let err = decode(None, Some(&body)).unwrap_err();
+        assert!(err.message.len() < 100, "{}", err.message);
+    }
+}

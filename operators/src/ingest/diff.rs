@@ -1,0 +1,195 @@
+//! ChunkDiff: consolidated document-level diffs → per-document chunk deltas.
+//!
+//! Input: the differential collection of `(DocKey, ChunkSet)` maintained by `arrange_from_upsert`. At each
+//! completed time a changed document shows up as `-old` and/or `+new`; identical re-upserts cancel out
+//! and never appear. The diff of the two chunk sets, by point id (which covers order index and content
+//! hash), gives the index work: retracted chunks are deleted, new chunks embedded and upserted, and
+//! unchanged chunks are neither re-embedded nor rewritten (only counted).
+//!
+//! Time 0 is the hydration epoch: it loads what the index already holds into the collection and
+//! produces no index work.
+
+use std::collections::{BTreeMap, HashSet};
+
+use timely::container::CapacityContainerBuilder;
+use timely::dataflow::channels::pact::Pipeline;
+use timely::dataflow::operators::{Capability, Operator};
+use timely::dataflow::StreamVec;
+
+use crate::metrics::metrics;
+use crate::model::{point_id, Chunk, ChunkSet, DocKey};
+
+/// The hydration epoch: updates at this time come from the index itself.
+pub const HYDRATION_TIME: u64 = 0;
+
+/// Index work for one document at one time.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct ChunkDelta {
+    /// The document.
+    pub key: DocKey,
+    /// Version of the new chunk set (of the old one for a delete).
+    pub version: u64,
+    /// Point ids to delete.
+    pub deletes: Vec<uuid::Uuid>,
+    /// Chunks to embed and upsert.
+    pub upserts: Vec<Chunk>,
+    /// Chunks present before and after: left alone.
+    pub unchanged: usize,
+    /// The ingestion time of the change (milliseconds since the epoch).
+    pub time: u64,
+}
+
+/// The delta between a document's old and new chunk sets.
+pub fn diff_chunk_sets(
+    key: &DocKey,
+    old: Option<&ChunkSet>,
+    new: Option<&ChunkSet>,
+    time: u64,
+) -> ChunkDelta {
+    let ids = |set: Option<&ChunkSet>| -> HashSet<uuid::Uuid> {
+        set.map(|s| {
+            s.chunks
+                .iter()
+                .map(|c| point_id(key, c.order_index, &c.content_hash))
+                .collect()
+        })
+        .unwrap_or_default()
+    };
+    let old_ids = ids(old);
+    let new_ids = ids(new);
+    let mut deletes: Vec<uuid::Uuid> = old_ids.difference(&new_ids).copied().collect();
+    deletes.sort();
+    let upserts: Vec<Chunk> = new
+        .map(|s| {
+            s.chunks
+                .iter()
+                .filter(|c| !old_ids.contains(&point_id(key, c.order_index, &c.content_hash)))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    let unchanged = new_ids.intersection(&old_ids).count();
+    let version = new.or(old).map(|s| s.version).unwrap_or(0);
+    ChunkDelta {
+        key: key.clone(),
+        version,
+        deletes,
+        upserts,
+        unchanged,
+        time,
+    }
+}
+
+/// Extension trait: turn collection diffs into chunk deltas.
+pub trait DiffChunks<'scope> {
+    /// One [`ChunkDelta`] per changed document and completed time (none for the hydration epoch).
+    fn diff_chunks(self) -> StreamVec<'scope, u64, ChunkDelta>;
+}
+
+impl<'scope> DiffChunks<'scope> for StreamVec<'scope, u64, ((DocKey, ChunkSet), u64, isize)> {
+    fn diff_chunks(self) -> StreamVec<'scope, u64, ChunkDelta> {
+        self.unary_frontier::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
+            Pipeline,
+            "ChunkDiff",
+            move |_cap, _info| {
+                type Changes = BTreeMap<DocKey, (Option<ChunkSet>, Option<ChunkSet>)>;
+                let mut stash: BTreeMap<u64, (Capability<u64>, Changes)> = BTreeMap::new();
+                move |(input, frontier), output| {
+                    input.for_each(|cap, data| {
+                        for ((key, set), time, diff) in data.drain(..) {
+                            let retained = cap.delayed(&time, 0);
+                            let entry = stash
+                                .entry(time)
+                                .or_insert_with(|| (retained, BTreeMap::new()));
+                            let slot = entry.1.entry(key).or_default();
+                            // The upsert emits at most one retraction and one addition per key and time.
+                            if diff < 0 {
+                                slot.0 = Some(set);
+                            } else {
+                                slot.1 = Some(set);
+                            }
+                        }
+                    });
+                    while let Some(entry) = stash.first_entry() {
+                        if frontier.less_equal(entry.key()) {
+                            break;
+                        }
+                        let time = *entry.key();
+                        let (cap, changes) = entry.remove();
+                        if time == HYDRATION_TIME {
+                            let hydrated: usize = changes
+                                .values()
+                                .filter_map(|(_, new)| new.as_ref())
+                                .map(|s| s.chunks.len())
+                                .sum();
+                            metrics().chunks_hydrated.inc_by(hydrated as u64);
+                            continue;
+                        }
+                        let mut session = output.session(&cap);
+                        for (key, (old, new)) in changes {
+                            let delta = diff_chunk_sets(&key, old.as_ref(), new.as_ref(), time);
+                            metrics().chunks_unchanged.inc_by(delta.unchanged as u64);
+                            if !delta.deletes.is_empty() || !delta.upserts.is_empty() {
+                                session.give(delta);
+                            }
+                        }
+                    }
+                }
+            },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::chunk::{Chunker, ChunkerConfig};
+    use crate::model::{DocKind, Document};
+
+    fn chunks(text: &str, version: u64) -> ChunkSet {
+        let chunker = Chunker::new(ChunkerConfig {
+            prose_tokens: 12,
+            ..ChunkerConfig::default()
+        });
+        let doc = Document {
+            key: DocKey::new("t", "d"),
+            version,
+            source: "d.txt".into(),
+            kind: DocKind::Prose,
+            title: None,
+            text: text.into(),
+            acl: vec![],
+        };
+        ChunkSet {
+            version,
+            chunks: chunker.chunk(&doc),
+        }
+    }
+
+    #[test]
+    fn shrink_deletes_tail_and_keeps_prefix() {
+        let key = DocKey::new("t", "d");
+        let long = "Alpha one two three four five six seven.\n\nBravo one two three four five six seven.\n\nCharlie one two three four five six seven.";
+        let short = "Alpha one two three four five six seven.";
+        let old = chunks(long, 1);
+        let new = chunks(short, 2);
+        assert!(old.chunks.len() >= 3);
+        let delta = diff_chunk_sets(&key, Some(&old), Some(&new), 5);
+        assert_eq!(delta.unchanged, 1, "the first chunk is identical");
+        assert!(delta.upserts.is_empty());
+        assert_eq!(delta.deletes.len(), old.chunks.len() - 1);
+        assert_eq!(delta.version, 2);
+    }
+
+    #[test]
+    fn delete_retracts_everything_and_insert_adds_everything() {
+        let key = DocKey::new("t", "d");
+        let set = chunks("Some text. More text here.", 1);
+        let delete = diff_chunk_sets(&key, Some(&set), None, 1);
+        assert_eq!(delete.deletes.len(), set.chunks.len());
+        assert!(delete.upserts.is_empty());
+        let insert = diff_chunk_sets(&key, None, Some(&set), 1);
+        assert_eq!(insert.upserts.len(), set.chunks.len());
+        assert!(insert.deletes.is_empty());
+    }
+}

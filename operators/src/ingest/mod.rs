@@ -1,0 +1,16 @@
+//! Ingest operators: decode, version guard, chunk, diff, embed, index write.
+//!
+//! ```text
+//! source ─► VersionGuard ─► Chunk ─► (differential upsert by DocKey, hydrated at time 0) ─► ChunkDiff ─► Embed ─► IndexWrite ─► ack probe
+//!    └──────────────────────────────────────── DLQ records ──────────────────────────────────────┴──► DlqWrite ─► ack probe
+//! ```
+
+pub mod chunk;
+pub mod chunk_op;
+pub mod decode;
+pub mod diff;
+pub mod dlq;
+pub mod embed;
+pub mod guard;
+pub mod hydrate;
+pub mod index_write;

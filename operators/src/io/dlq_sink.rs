@@ -1,0 +1,243 @@
+//! DLQ sinks: where refused events go, durably, before their offsets are stored.
+//!
+//! - [`KafkaDlq`]: the DLQ topic; the original bytes as value and key, headers `error`, `reason`, `topic`,
+//!   `partition`, `offset`, `tenant`, `truncated`. Idempotent producer; each batch is flushed.
+//! - [`FileDlq`]: a JSONL file (directory and JSONL sources, or when no broker is configured); each batch
+//!   is appended and fsynced.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::ClientConfig;
+use timely::container::CapacityContainerBuilder;
+use timely::dataflow::channels::pact::Pipeline;
+use timely::dataflow::operators::Operator;
+use timely::dataflow::StreamVec;
+
+use crate::ingest::dlq::{DlqRecord, Origin};
+use crate::ingest::embed::with_backoff;
+
+/// A durable destination for DLQ records.
+pub trait DlqSink: Send {
+    /// Writes the records; they are durable when this returns `Ok`.
+    fn write(&mut self, records: &[DlqRecord]) -> Result<(), String>;
+}
+
+/// JSONL file DLQ.
+#[derive(Debug)]
+pub struct FileDlq {
+    path: PathBuf,
+}
+
+impl FileDlq {
+    /// Appends to `path` (created with its parent directories on first write).
+    pub fn new(path: PathBuf) -> Self {
+        Self { path }
+    }
+}
+
+impl DlqSink for FileDlq {
+    fn write(&mut self, records: &[DlqRecord]) -> Result<(), String> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        if let Some(parent) = self.path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .map_err(|e| e.to_string())?;
+        let mut buffer = Vec::new();
+        for record in records {
+            let line = serde_json::json!({
+                "reason": record.reason,
+                "error": record.message,
+                "origin": record.origin.to_string(),
+                "tenant": record.tenant,
+                "key": record.key.as_ref().map(|k| String::from_utf8_lossy(k).into_owned()),
+                "value_prefix": record.value.as_ref().map(|v| String::from_utf8_lossy(&v[..v.len().min(512)]).into_owned()),
+                "value_bytes": record.value.as_ref().map(Vec::len),
+                "truncated": record.truncated,
+            });
+            buffer.extend_from_slice(line.to_string().as_bytes());
+            buffer.push(b'\n');
+        }
+        file.write_all(&buffer).map_err(|e| e.to_string())?;
+        file.sync_data().map_err(|e| e.to_string())
+    }
+}
+
+/// Kafka topic DLQ.
+pub struct KafkaDlq {
+    producer: BaseProducer,
+    topic: String,
+}
+
+impl std::fmt::Debug for KafkaDlq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaDlq")
+            .field("topic", &self.topic)
+            .finish()
+    }
+}
+
+impl KafkaDlq {
+    /// Creates an idempotent producer for `topic` with the given client settings.
+    pub fn new(client: &ClientConfig, topic: &str) -> Result<Self, String> {
+        let producer: BaseProducer = client
+            .clone()
+            // Idempotence: retries never duplicate or reorder a DLQ record.
+            .set("enable.idempotence", "true")
+            .create()
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            producer,
+            topic: topic.to_string(),
+        })
+    }
+}
+
+impl DlqSink for KafkaDlq {
+    fn write(&mut self, records: &[DlqRecord]) -> Result<(), String> {
+        for record in records {
+            let mut headers = OwnedHeaders::new()
+                .insert(Header {
+                    key: "error",
+                    value: Some(record.message.as_bytes()),
+                })
+                .insert(Header {
+                    key: "reason",
+                    value: Some(record.reason.as_bytes()),
+                });
+            if let Origin::Kafka {
+                topic,
+                partition,
+                offset,
+            } = &record.origin
+            {
+                headers = headers
+                    .insert(Header {
+                        key: "topic",
+                        value: Some(topic.as_bytes()),
+                    })
+                    .insert(Header {
+                        key: "partition",
+                        value: Some(partition.to_string().as_bytes()),
+                    })
+                    .insert(Header {
+                        key: "offset",
+                        value: Some(offset.to_string().as_bytes()),
+                    });
+            } else {
+                headers = headers.insert(Header {
+                    key: "origin",
+                    value: Some(record.origin.to_string().as_bytes()),
+                });
+            }
+            if let Some(tenant) = &record.tenant {
+                headers = headers.insert(Header {
+                    key: "tenant",
+                    value: Some(tenant.as_bytes()),
+                });
+            }
+            if record.truncated {
+                headers = headers.insert(Header {
+                    key: "truncated",
+                    value: Some("true".as_bytes()),
+                });
+            }
+            let key = record.key.as_deref();
+            let mut message = BaseRecord::<[u8], [u8]>::to(&self.topic).headers(headers);
+            if let Some(key) = key {
+                message = message.key(key);
+            }
+            if let Some(value) = record.value.as_deref() {
+                message = message.payload(value);
+            }
+            let mut pending = message;
+            loop {
+                match self.producer.send(pending) {
+                    Ok(()) => break,
+                    Err((
+                        rdkafka::error::KafkaError::MessageProduction(
+                            rdkafka::types::RDKafkaErrorCode::QueueFull,
+                        ),
+                        back,
+                    )) => {
+                        self.producer.poll(Duration::from_millis(50));
+                        pending = back;
+                    }
+                    Err((error, _)) => return Err(error.to_string()),
+                }
+            }
+        }
+        self.producer
+            .flush(Duration::from_secs(30))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Extension trait: write DLQ records.
+pub trait WriteDlq<'scope> {
+    /// Writes each batch durably (retrying outages); emits the number written, for the ack probe.
+    fn write_dlq(self, sink: Box<dyn DlqSink>) -> StreamVec<'scope, u64, usize>;
+}
+
+impl<'scope> WriteDlq<'scope> for StreamVec<'scope, u64, DlqRecord> {
+    fn write_dlq(self, mut sink: Box<dyn DlqSink>) -> StreamVec<'scope, u64, usize> {
+        self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(Pipeline, "DlqWrite", move |_cap, _info| {
+            move |input, output| {
+                input.for_each(|cap, data| {
+                    for record in data.iter() {
+                        tracing::warn!(reason = %record.reason, origin = %record.origin, error = %record.message, "dead-lettered");
+                    }
+                    // A DLQ outage is an outage: retry until written; offsets wait for it.
+                    let written = with_backoff("dlq", |_: &String| true, || sink.write(data));
+                    if written.is_ok() {
+                        output.session(&cap).give(data.len());
+                    }
+                    data.clear();
+                });
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_dlq_appends_jsonl_with_reason_and_origin() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("dlq").join("dlq.jsonl");
+        let mut sink = FileDlq::new(path.clone());
+        let record = DlqRecord::new(
+            "malformed_json",
+            "malformed JSON: expected value".into(),
+            Origin::File {
+                path: "events.jsonl".into(),
+                line: Some(3),
+            },
+            None,
+            None,
+            Some(b"{oops"),
+        );
+        sink.write(&[record.clone()]).expect("write");
+        sink.write(&[record]).expect("append");
+        let text = std::fs::read_to_string(path).expect("read");
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["reason"], "malformed_json");
+        assert_eq!(lines[0]["origin"], "events.jsonl:3");
+        assert_eq!(lines[0]["value_prefix"], "{oops");
+    }
+}

@@ -1,0 +1,237 @@
+//! KafkaSource: document events from a Kafka topic, offsets stored only after the index acknowledged.
+//!
+//! Every worker runs one consumer of the same group, so the topic's partitions spread over the workers
+//! (and over processes in a cluster). The source holds one capability; each poll batch is emitted at
+//! time `max(now_ms, previous + 1)` and the capability then moves past it, so times are wall-clock
+//! milliseconds shared by both flows.
+//!
+//! Delivery: `enable.auto.offset.store=false` — an offset is stored only when the ack probe (the frontier
+//! of the index write and DLQ write operators, across all workers) has passed the time of the batch that
+//! carried it. librdkafka then commits stored offsets in the background (`enable.auto.commit`) and on
+//! shutdown we commit synchronously. A crash replays at most the unacknowledged tail: at-least-once into
+//! an idempotent, version-guarded index.
+//!
+//! Flow control: when more than `max_in_flight` messages are unacknowledged, the assigned partitions are
+//! paused (polling continues, so the group membership stays alive) and resumed once the index catches up.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::{ClientConfig, ClientContext, Message, Statistics};
+use timely::container::CapacityContainerBuilder;
+use timely::dataflow::operators::generic::source;
+use timely::dataflow::{ProbeHandle, Scope, StreamVec};
+
+use crate::ingest::decode::{decode_event, DecodeConfig};
+use crate::ingest::dlq::{DlqRecord, Origin};
+use crate::metrics::metrics;
+use crate::model::DocOp;
+
+/// Settings of the Kafka source.
+#[derive(Clone)]
+pub struct KafkaSourceConfig {
+    /// Client settings (bootstrap servers, security) shared with producers.
+    pub client: ClientConfig,
+    /// The documents topic.
+    pub topic: String,
+    /// Consumer group.
+    pub group_id: String,
+    /// Most messages per poll batch.
+    pub max_batch: usize,
+    /// Unacknowledged messages above which partitions are paused.
+    pub max_in_flight: usize,
+    /// Wait between polls when the topic is idle.
+    pub idle_poll: Duration,
+}
+
+impl std::fmt::Debug for KafkaSourceConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The client config may hold credentials: never print it.
+        f.debug_struct("KafkaSourceConfig")
+            .field("topic", &self.topic)
+            .field("group_id", &self.group_id)
+            .finish()
+    }
+}
+
+/// Consumer context: exports consumer lag from librdkafka statistics.
+pub struct LagContext;
+
+impl ClientContext for LagContext {
+    fn stats(&self, statistics: Statistics) {
+        for topic in statistics.topics.values() {
+            for (partition, stats) in &topic.partitions {
+                if *partition >= 0 && stats.consumer_lag >= 0 {
+                    metrics()
+                        .consumer_lag
+                        .with_label_values(&[&partition.to_string()])
+                        .set(stats.consumer_lag);
+                }
+            }
+        }
+    }
+}
+
+impl ConsumerContext for LagContext {}
+
+/// Builds the group consumer (subscribed).
+pub fn consumer(
+    config: &KafkaSourceConfig,
+) -> Result<BaseConsumer<LagContext>, rdkafka::error::KafkaError> {
+    let consumer: BaseConsumer<LagContext> = config
+        .client
+        .clone()
+        .set("group.id", &config.group_id)
+        // Offsets are stored by us after the index acknowledged; librdkafka commits what is stored.
+        .set("enable.auto.offset.store", "false")
+        .set("enable.auto.commit", "true")
+        .set("auto.commit.interval.ms", "1000")
+        // A new group starts from the beginning of the topic: the index must hold every document.
+        .set("auto.offset.reset", "earliest")
+        // Lag per partition for the metrics.
+        .set("statistics.interval.ms", "5000")
+        .create_with_context(LagContext)?;
+    consumer.subscribe(&[&config.topic])?;
+    Ok(consumer)
+}
+
+fn now_after(previous: u64) -> u64 {
+    crate::now_millis().max(previous)
+}
+
+/// The source operator. `acks` is the probe of the index and DLQ writers; `shutdown` stops it gracefully.
+pub fn kafka_source<'scope>(
+    scope: Scope<'scope, u64>,
+    config: KafkaSourceConfig,
+    decode: DecodeConfig,
+    acks: ProbeHandle<u64>,
+    shutdown: Arc<AtomicBool>,
+) -> StreamVec<'scope, u64, Result<DocOp, DlqRecord>> {
+    source::<_, CapacityContainerBuilder<Vec<_>>, _, _>(scope, "KafkaSource", move |cap, info| {
+        let activator = scope.activator_for(info.address.clone());
+        let consumer =
+            consumer(&config).unwrap_or_else(|e| panic!("cannot create the Kafka consumer: {e}"));
+        let mut cap = Some(cap);
+        // time → (partition → last offset) of batches not yet acknowledged.
+        let mut pending: BTreeMap<u64, BTreeMap<i32, i64>> = BTreeMap::new();
+        let mut pending_count: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut paused = false;
+        move |output| {
+            let Some(capability) = cap.as_mut() else {
+                return;
+            };
+            // 1. Store offsets of acknowledged times.
+            while let Some(entry) = pending.first_entry() {
+                if acks.less_equal(entry.key()) {
+                    break;
+                }
+                let time = *entry.key();
+                for (partition, offset) in entry.remove() {
+                    // Stores offset + 1 (the next to consume); fails only if the partition was revoked,
+                    // in which case its new owner replays from the last committed offset.
+                    if let Err(error) = consumer.store_offset(&config.topic, partition, offset) {
+                        tracing::debug!(partition, offset, %error, "offset not stored (partition revoked?)");
+                    }
+                }
+                pending_count.remove(&time);
+            }
+            let in_flight: usize = pending_count.values().sum();
+            metrics().in_flight_messages.set(in_flight as i64);
+            if let Ok(frontier) = acks.with_frontier(|f| f.first().copied().ok_or(())) {
+                let lag = crate::now_millis().saturating_sub(frontier) as f64 / 1000.0;
+                metrics().ingest_frontier_lag_seconds.set(lag);
+            }
+            if shutdown.load(Ordering::SeqCst) {
+                // Graceful stop: poll nothing more, wait for what is in flight, commit, release.
+                if pending.is_empty() {
+                    if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync) {
+                        tracing::debug!(%error, "final commit");
+                    }
+                    cap = None;
+                } else {
+                    activator.activate_after(Duration::from_millis(10));
+                }
+                return;
+            }
+            // 2. Flow control.
+            let over = in_flight > config.max_in_flight;
+            if over != paused {
+                if let Ok(assignment) = consumer.assignment() {
+                    let result = if over {
+                        consumer.pause(&assignment)
+                    } else {
+                        consumer.resume(&assignment)
+                    };
+                    if result.is_ok() {
+                        paused = over;
+                        tracing::info!(paused, in_flight, "flow control");
+                    }
+                }
+            }
+            // 3. Poll a batch.
+            let time = now_after(*capability.time());
+            capability.downgrade(&time);
+            let mut batch = Vec::new();
+            let mut offsets: BTreeMap<i32, i64> = BTreeMap::new();
+            while batch.len() < config.max_batch {
+                let wait = if batch.is_empty() {
+                    Duration::from_millis(1)
+                } else {
+                    Duration::ZERO
+                };
+                match consumer.poll(wait) {
+                    None => break,
+                    Some(Err(error)) => {
+                        tracing::warn!(%error, "kafka poll error");
+                        break;
+                    }
+                    Some(Ok(message)) => {
+                        let origin = Origin::Kafka {
+                            topic: message.topic().to_string(),
+                            partition: message.partition(),
+                            offset: message.offset(),
+                        };
+                        offsets.insert(message.partition(), message.offset());
+                        let decoded = decode_event(message.key(), message.payload(), &decode)
+                            .map_err(|error| {
+                                metrics().record_dlq(error.reason.as_str());
+                                let tenant = message
+                                    .key()
+                                    .and_then(|k| std::str::from_utf8(k).ok())
+                                    .and_then(|k| k.split_once('/'))
+                                    .map(|(t, _)| t.to_string());
+                                DlqRecord::new(
+                                    error.reason.as_str(),
+                                    error.to_string(),
+                                    origin,
+                                    tenant,
+                                    message.key(),
+                                    message.payload(),
+                                )
+                            });
+                        batch.push(decoded);
+                    }
+                }
+            }
+            let polled = batch.len();
+            metrics().source_events.inc_by(polled as u64);
+            if !batch.is_empty() {
+                output
+                    .session(&*capability)
+                    .give_iterator(batch.into_iter());
+                pending.insert(time, offsets);
+                pending_count.insert(time, polled);
+                // The batch's time can now complete.
+                capability.downgrade(&(time + 1));
+            }
+            if polled > 0 {
+                activator.activate();
+            } else {
+                activator.activate_after(config.idle_poll);
+            }
+        }
+    })
+}

@@ -1,0 +1,6 @@
+//! Sources and sinks: Kafka, directories, JSONL files, DLQ sinks.
+
+pub mod dir_source;
+pub mod dlq_sink;
+pub mod kafka_source;
+pub mod local_source;

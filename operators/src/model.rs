@@ -1,0 +1,233 @@
+//! The records that flow through the ingest dataflow.
+//!
+//! A [`DocKey`] (`tenant/doc_id`) identifies a document everywhere: on the Kafka topic (the message key),
+//! in the differential upsert, in the index payload. A [`ChunkSet`] is everything the index holds for one
+//! document; two chunk sets with the same chunk ids differ at most in their version.
+
+use serde::{Deserialize, Serialize};
+
+/// Tenant and document id: the key of every document event.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct DocKey {
+    /// The tenant owning the document (no `/`).
+    pub tenant: String,
+    /// The document id inside the tenant (may contain `/`).
+    pub doc_id: String,
+}
+
+impl DocKey {
+    /// Builds a key.
+    pub fn new(tenant: impl Into<String>, doc_id: impl Into<String>) -> Self {
+        Self {
+            tenant: tenant.into(),
+            doc_id: doc_id.into(),
+        }
+    }
+
+    /// Parses the wire form `tenant/doc_id` (the tenant is everything before the first `/`).
+    pub fn parse(key: &str) -> Option<Self> {
+        let (tenant, doc_id) = key.split_once('/')?;
+        if tenant.is_empty() || doc_id.is_empty() {
+            return None;
+        }
+        Some(Self::new(tenant, doc_id))
+    }
+
+    /// A stable 64-bit hash used to route the key to its owning worker and shard.
+    pub fn route(&self) -> u64 {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(self.tenant.as_bytes());
+        hasher.update(b"/");
+        hasher.update(self.doc_id.as_bytes());
+        let bytes = hasher.finalize();
+        u64::from_le_bytes(bytes.as_bytes()[..8].try_into().expect("8 bytes"))
+    }
+}
+
+impl std::fmt::Display for DocKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.tenant, self.doc_id)
+    }
+}
+
+/// What kind of text a document holds; decides the chunker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DocKind {
+    /// Plain text: paragraphs and sentences.
+    Prose,
+    /// Markdown: headings, paragraphs, fenced code.
+    Markdown,
+    /// Source code: function and class boundaries.
+    Code,
+    /// SQL table metadata as JSON: one chunk per table.
+    SqlSchema,
+    /// Decide from the source's extension and the content.
+    Auto,
+}
+
+impl DocKind {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Prose => "prose",
+            Self::Markdown => "markdown",
+            Self::Code => "code",
+            Self::SqlSchema => "sql_schema",
+            Self::Auto => "auto",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "prose" => Some(Self::Prose),
+            "markdown" => Some(Self::Markdown),
+            "code" => Some(Self::Code),
+            "sql_schema" => Some(Self::SqlSchema),
+            "auto" => Some(Self::Auto),
+            _ => None,
+        }
+    }
+}
+
+/// A validated document to (re)index.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Document {
+    /// Tenant and id.
+    pub key: DocKey,
+    /// Monotonic version chosen by the producer; older versions than the indexed one are ignored.
+    pub version: u64,
+    /// Where the document comes from (a path or URL); shown in every context item.
+    pub source: String,
+    /// The kind as sent (`Auto` is resolved by the chunker).
+    pub kind: DocKind,
+    /// Optional title; defaults to the source's file name.
+    pub title: Option<String>,
+    /// The full text.
+    pub text: String,
+    /// Access-control labels; a query must carry one of them to see the document (empty = tenant-wide).
+    pub acl: Vec<String>,
+}
+
+/// A document event after decoding: an upsert or a delete.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum DocOp {
+    /// Insert or replace the document.
+    Upsert(Document),
+    /// Remove the document. `version` is `None` for a Kafka tombstone (delete whatever is there).
+    Delete {
+        /// The document to remove.
+        key: DocKey,
+        /// The version of the delete, if the event carried one.
+        version: Option<u64>,
+    },
+}
+
+impl DocOp {
+    /// The document key the event is about.
+    pub fn key(&self) -> &DocKey {
+        match self {
+            Self::Upsert(doc) => &doc.key,
+            Self::Delete { key, .. } => key,
+        }
+    }
+}
+
+/// One chunk of a document, with every field the index stores except the versions.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Chunk {
+    /// Position of the chunk in its document, from 0.
+    pub order_index: u32,
+    /// Heading path (markdown), item path (code) or table path (schema) leading to the chunk.
+    pub section_path: Vec<String>,
+    /// A one-line header for the chunk (the innermost heading, the item signature, the table name).
+    pub header: String,
+    /// The document title.
+    pub doc_title: String,
+    /// The document source.
+    pub source: String,
+    /// The resolved kind (never `Auto`).
+    pub kind: DocKind,
+    /// First and last line of the chunk in the document, 1-based and inclusive.
+    pub lines: (u32, u32),
+    /// Byte range of the chunk in the document text, `[start, end)`.
+    pub char_range: (u32, u32),
+    /// Token count of `text`, with the tokenizer named in the ingest config.
+    pub tokens: u32,
+    /// Hash of the text and every metadata field above: equal hashes mean an identical chunk.
+    pub content_hash: String,
+    /// Access-control labels copied from the document.
+    pub acl: Vec<String>,
+    /// The chunk text.
+    pub text: String,
+}
+
+impl Chunk {
+    /// The text handed to the embedder: title and section path give the passage its context.
+    pub fn embedding_input(&self) -> String {
+        let mut input = String::with_capacity(self.text.len() + 64);
+        if !self.doc_title.is_empty() {
+            input.push_str(&self.doc_title);
+            input.push('\n');
+        }
+        if !self.section_path.is_empty() {
+            input.push_str(&self.section_path.join(" > "));
+            input.push('\n');
+        }
+        input.push_str(&self.text);
+        input
+    }
+}
+
+/// Everything the index holds for one document.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ChunkSet {
+    /// Version of the document event that produced these chunks.
+    pub version: u64,
+    /// The chunks, by `order_index`.
+    pub chunks: Vec<Chunk>,
+}
+
+/// Deterministic point id of a chunk: UUIDv5 over tenant, doc id, order index and content hash.
+///
+/// A replayed event produces the same ids, so every index write is idempotent.
+pub fn point_id(key: &DocKey, order_index: u32, content_hash: &str) -> uuid::Uuid {
+    let name = format!(
+        "{}\u{1f}{}\u{1f}{}\u{1f}{}",
+        key.tenant, key.doc_id, order_index, content_hash
+    );
+    uuid::Uuid::new_v5(&POINT_NAMESPACE, name.as_bytes())
+}
+
+/// Namespace of ragstream point ids (a fixed random UUID).
+const POINT_NAMESPACE: uuid::Uuid =
+    uuid::Uuid::from_u128(0x6d1f_0c1e_93b4_4b8e_9a7d_5c2e_1f04_a3b7);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doc_key_parses_first_slash_only() {
+        let key = DocKey::parse("acme/docs/guide.md").expect("valid key");
+        assert_eq!(key.tenant, "acme");
+        assert_eq!(key.doc_id, "docs/guide.md");
+        assert_eq!(key.to_string(), "acme/docs/guide.md");
+        assert!(DocKey::parse("no-slash").is_none());
+        assert!(DocKey::parse("/doc").is_none());
+        assert!(DocKey::parse("tenant/").is_none());
+    }
+
+    #[test]
+    fn point_ids_are_deterministic_and_distinct() {
+        let key = DocKey::new("t", "d");
+        assert_eq!(point_id(&key, 0, "h"), point_id(&key, 0, "h"));
+        assert_ne!(point_id(&key, 0, "h"), point_id(&key, 1, "h"));
+        assert_ne!(point_id(&key, 0, "h"), point_id(&key, 0, "g"));
+        assert_ne!(
+            point_id(&key, 0, "h"),
+            point_id(&DocKey::new("t2", "d"), 0, "h")
+        );
+    }
+}

@@ -1,0 +1,202 @@
+//! BM25 sparse vectors with code-aware terms, identical for both index backends.
+//!
+//! Terms: text is split on non-alphanumeric characters; identifiers are also split into their parts
+//! (`snake_case`, `camelCase`, `kebab-case`, `HTTPServer` → `http`, `server`), keeping the whole
+//! identifier as a term too, so `parse_config` matches `parse_config`, `parseConfig` and `config`.
+//! Terms are lowercased, English stop words dropped, and stemmed with the Snowball English stemmer.
+//!
+//! Document vectors hold BM25 term-frequency weights `tf·(k1+1) / (tf + k1·(1 − b + b·len/avg_len))`;
+//! query vectors hold 1.0 per distinct term. The collection's sparse vector uses Qdrant's IDF modifier,
+//! so the engine multiplies in IDF at query time over the live corpus (deletes included).
+
+use std::collections::BTreeMap;
+
+use rust_stemmers::{Algorithm, Stemmer};
+
+/// BM25 term-saturation parameter.
+pub const BM25_K1: f32 = 1.2;
+/// BM25 length-normalisation parameter.
+pub const BM25_B: f32 = 0.75;
+/// Average chunk length in terms (prose chunks of ~200 tokens hold ~120 terms after stop words).
+pub const BM25_AVG_LEN: f32 = 120.0;
+
+/// A sparse vector: sorted unique indices and their values.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SparseVector {
+    /// Term ids, ascending and unique.
+    pub indices: Vec<u32>,
+    /// Weights, one per index.
+    pub values: Vec<f32>,
+}
+
+/// Turns text into BM25 sparse vectors.
+pub struct Bm25Encoder {
+    stemmer: Stemmer,
+}
+
+impl std::fmt::Debug for Bm25Encoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Bm25Encoder")
+    }
+}
+
+impl Default for Bm25Encoder {
+    fn default() -> Self {
+        Self {
+            stemmer: Stemmer::create(Algorithm::English),
+        }
+    }
+}
+
+const STOP_WORDS: &[&str] = &[
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it",
+    "its", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they",
+    "this", "to", "was", "were", "will", "with", "what", "which", "who", "whom", "how", "when",
+    "where", "why", "did", "does", "do", "has", "have", "had",
+];
+
+/// Splits an identifier into its camelCase / acronym parts (`HTTPServerError` → `HTTP`, `Server`, `Error`).
+fn camel_parts(word: &str) -> Vec<&str> {
+    let chars: Vec<(usize, char)> = word.char_indices().collect();
+    let mut parts = Vec::new();
+    let mut start = 0;
+    for i in 1..chars.len() {
+        let (index, c) = chars[i];
+        let previous = chars[i - 1].1;
+        let next_lower = chars.get(i + 1).is_some_and(|(_, n)| n.is_lowercase());
+        let boundary = (c.is_uppercase() && previous.is_lowercase())
+            || (c.is_uppercase() && previous.is_uppercase() && next_lower)
+            || (c.is_ascii_digit() != previous.is_ascii_digit()
+                && c.is_alphanumeric()
+                && previous.is_alphanumeric());
+        if boundary {
+            parts.push(&word[start..index]);
+            start = index;
+        }
+    }
+    parts.push(&word[start..]);
+    parts
+}
+
+impl Bm25Encoder {
+    /// The analysed terms of `text`, in order (with repeats).
+    pub fn terms(&self, text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let push = |term: &str, out: &mut Vec<String>| {
+            let lower = term.to_lowercase();
+            if lower.is_empty() || STOP_WORDS.contains(&lower.as_str()) {
+                return;
+            }
+            out.push(self.stemmer.stem(&lower).into_owned());
+        };
+        // Identifiers keep `_` and `-` inside them so the whole identifier is a term as well.
+        for identifier in text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-')) {
+            let identifier = identifier.trim_matches(['_', '-']);
+            if identifier.is_empty() {
+                continue;
+            }
+            let pieces: Vec<&str> = identifier
+                .split(['_', '-'])
+                .filter(|p| !p.is_empty())
+                .collect();
+            let mut parts: Vec<&str> = Vec::new();
+            for piece in &pieces {
+                parts.extend(camel_parts(piece));
+            }
+            if parts.len() > 1 {
+                push(identifier, &mut out);
+            }
+            for part in parts {
+                push(part, &mut out);
+            }
+        }
+        out
+    }
+
+    /// Stable term id: the first 4 bytes of the term's blake3 hash.
+    pub fn term_id(term: &str) -> u32 {
+        let hash = blake3::hash(term.as_bytes());
+        u32::from_le_bytes(hash.as_bytes()[..4].try_into().expect("4 bytes"))
+    }
+
+    /// The document-side vector: BM25 term-frequency weights.
+    pub fn encode_document(&self, text: &str) -> SparseVector {
+        let terms = self.terms(text);
+        let length = terms.len() as f32;
+        let mut counts: BTreeMap<u32, f32> = BTreeMap::new();
+        for term in &terms {
+            *counts.entry(Self::term_id(term)).or_default() += 1.0;
+        }
+        let norm = BM25_K1 * (1.0 - BM25_B + BM25_B * length / BM25_AVG_LEN);
+        let (indices, values) = counts
+            .into_iter()
+            .map(|(id, tf)| (id, tf * (BM25_K1 + 1.0) / (tf + norm)))
+            .unzip();
+        SparseVector { indices, values }
+    }
+
+    /// The query-side vector: 1.0 per distinct term.
+    pub fn encode_query(&self, text: &str) -> SparseVector {
+        let mut ids: Vec<u32> = self.terms(text).iter().map(|t| Self::term_id(t)).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let values = vec![1.0; ids.len()];
+        SparseVector {
+            indices: ids,
+            values,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn code_aware_terms() {
+        let encoder = Bm25Encoder::default();
+        let terms = encoder.terms("fn parse_config(HTTPServer) uses parseConfig and kebab-case");
+        for expected in [
+            "parse_config",
+            "pars",
+            "config",
+            "httpserver",
+            "http",
+            "server",
+            "parseconfig",
+            "kebab-cas",
+            "kebab",
+            "case",
+        ] {
+            assert!(
+                terms.iter().any(|t| t == expected),
+                "missing {expected} in {terms:?}"
+            );
+        }
+        assert!(!terms.iter().any(|t| t == "and"), "stop word kept");
+    }
+
+    #[test]
+    fn document_weights_saturate_and_queries_are_binary() {
+        let encoder = Bm25Encoder::default();
+        let doc = encoder.encode_document("error error error error budget");
+        assert_eq!(doc.indices.len(), 2);
+        assert!(doc.indices.windows(2).all(|w| w[0] < w[1]));
+        let error = doc.values[doc
+            .indices
+            .iter()
+            .position(|&i| i == Bm25Encoder::term_id("error"))
+            .unwrap()];
+        let budget = doc.values[doc
+            .indices
+            .iter()
+            .position(|&i| i == Bm25Encoder::term_id("budget"))
+            .unwrap()];
+        assert!(
+            error > budget && error < 4.0 * budget,
+            "tf saturates: {error} vs {budget}"
+        );
+        let query = encoder.encode_query("budget budget errors");
+        assert_eq!(query.values, vec![1.0, 1.0]);
+    }
+}

@@ -1,0 +1,227 @@
+//! The contract every [`VectorStore`] backend must pass (run against qdrant-edge always, and against a
+//! Qdrant server when `QDRANT_URL` is set).
+
+use super::*;
+use crate::ingest::chunk::content_hash;
+
+/// Vector dimension used by the contract.
+pub const DIMENSION: usize = 8;
+
+fn unit(axis: usize) -> Vec<f32> {
+    let mut v = vec![0.01; DIMENSION];
+    v[axis % DIMENSION] = 1.0;
+    super::super::embed::l2_normalize(&mut v);
+    v
+}
+
+/// A point for `tenant/doc_id` with `text`, its dense vector on an axis derived from the text.
+pub fn sample_point(
+    tenant: &str,
+    doc_id: &str,
+    version: u64,
+    text: &str,
+    acl: &[&str],
+) -> PointWrite {
+    let mut chunk = Chunk {
+        order_index: 0,
+        section_path: vec!["Section".into()],
+        header: "Section".into(),
+        doc_title: doc_id.into(),
+        source: format!("docs/{doc_id}"),
+        kind: DocKind::Prose,
+        lines: (1, 1),
+        char_range: (0, text.len() as u32),
+        tokens: 3,
+        content_hash: String::new(),
+        acl: acl.iter().map(|s| s.to_string()).collect(),
+        text: text.into(),
+    };
+    chunk.content_hash = content_hash(&chunk);
+    let axis = text.bytes().map(usize::from).sum::<usize>();
+    PointWrite {
+        key: DocKey::new(tenant, doc_id),
+        version,
+        sparse: Bm25Encoder::default().encode_document(text),
+        dense: unit(axis),
+        chunk,
+        embedder_version: "test-embedder".into(),
+    }
+}
+
+fn ids(hits: &[Hit]) -> Vec<String> {
+    hits.iter()
+        .map(|h| format!("{}/{}", h.stored.key.tenant, h.stored.key.doc_id))
+        .collect()
+}
+
+/// Runs the whole contract. `open` must return a store over the same (initially empty) collection each call.
+pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
+    let store = open();
+    let a1 = sample_point(
+        "a",
+        "one",
+        1,
+        "kafka offsets are committed after the index flush",
+        &[],
+    );
+    let a2 = sample_point(
+        "a",
+        "two",
+        1,
+        "mmr diversifies the packed context",
+        &["eng"],
+    );
+    let a3 = sample_point(
+        "a",
+        "three",
+        1,
+        "token budgets are counted with tiktoken",
+        &["sales"],
+    );
+    let b1 = sample_point(
+        "b",
+        "one",
+        1,
+        "kafka offsets are committed after the index flush",
+        &[],
+    );
+    let all = [a1.clone(), a2.clone(), a3.clone(), b1.clone()];
+    store.upsert(&all).expect("upsert");
+    store.upsert(&all).expect("idempotent upsert");
+    store.flush().expect("flush");
+    assert_eq!(
+        store.count(&SearchFilter::default()).expect("count"),
+        4,
+        "idempotent: same ids"
+    );
+    let tenant_a = SearchFilter {
+        tenant: Some("a".into()),
+        ..SearchFilter::default()
+    };
+    assert_eq!(store.count(&tenant_a).expect("count a"), 3);
+
+    // Scroll returns exactly what was written.
+    let mut scrolled = Vec::new();
+    store
+        .scroll(&tenant_a, &mut |stored| scrolled.push(stored))
+        .expect("scroll");
+    assert_eq!(scrolled.len(), 3);
+    let two = scrolled
+        .iter()
+        .find(|s| s.key.doc_id == "two")
+        .expect("two");
+    assert_eq!(two.chunk, a2.chunk);
+    assert_eq!(two.id, a2.id());
+    assert_eq!(two.embedder_version, "test-embedder");
+
+    // Tenant isolation inside the search: b's identical vector never shows up for tenant a.
+    let hits = store
+        .search(&SearchVector::Dense(a1.dense.clone()), &tenant_a, 10, None)
+        .expect("dense");
+    assert_eq!(ids(&hits)[0], "a/one");
+    assert!(
+        ids(&hits).iter().all(|id| id.starts_with("a/")),
+        "{:?}",
+        ids(&hits)
+    );
+    let tenant_b = SearchFilter {
+        tenant: Some("b".into()),
+        ..SearchFilter::default()
+    };
+    let hits = store
+        .search(&SearchVector::Dense(a2.dense.clone()), &tenant_b, 10, None)
+        .expect("dense b");
+    assert_eq!(ids(&hits), vec!["b/one"]);
+
+    // ACL: public points plus those sharing a label.
+    let eng = SearchFilter {
+        tenant: Some("a".into()),
+        acl: Some(vec!["eng".into()]),
+        ..SearchFilter::default()
+    };
+    let mut seen = ids(&store
+        .search(&SearchVector::Dense(a3.dense.clone()), &eng, 10, None)
+        .expect("acl"));
+    seen.sort();
+    assert_eq!(seen, vec!["a/one", "a/two"]);
+    let nobody = SearchFilter {
+        tenant: Some("a".into()),
+        acl: Some(vec![]),
+        ..SearchFilter::default()
+    };
+    assert_eq!(store.count(&nobody).expect("count public"), 1);
+
+    // Score threshold.
+    let strict = store
+        .search(
+            &SearchVector::Dense(a1.dense.clone()),
+            &tenant_a,
+            10,
+            Some(0.99),
+        )
+        .expect("threshold");
+    assert_eq!(ids(&strict), vec!["a/one"]);
+
+    // BM25 lane (IDF by the engine): the only chunk with "tiktoken".
+    let query = Bm25Encoder::default().encode_query("tiktoken budget");
+    let hits = store
+        .search(&SearchVector::Sparse(query), &tenant_a, 10, None)
+        .expect("sparse");
+    assert_eq!(ids(&hits).first().map(String::as_str), Some("a/three"));
+
+    // Doc-id and kind filters.
+    let only_two = SearchFilter {
+        tenant: Some("a".into()),
+        doc_ids: vec!["two".into()],
+        ..SearchFilter::default()
+    };
+    assert_eq!(store.count(&only_two).expect("doc filter"), 1);
+    let code = SearchFilter {
+        tenant: Some("a".into()),
+        kinds: vec![DocKind::Code],
+        ..SearchFilter::default()
+    };
+    assert_eq!(store.count(&code).expect("kind filter"), 0);
+
+    // Stored vectors come back for MMR.
+    let vectors = store
+        .dense_vectors(&[a2.id(), uuid::Uuid::nil()])
+        .expect("vectors");
+    assert_eq!(vectors.len(), 1);
+    let cosine = crate::embed::cosine(&vectors[0].1, &a2.dense);
+    assert!(cosine > 0.999, "stored vector cosine {cosine}");
+
+    // Deletes; absent ids are fine.
+    store.delete(&[a1.id(), uuid::Uuid::nil()]).expect("delete");
+    store.flush().expect("flush");
+    assert_eq!(store.count(&tenant_a).expect("count after delete"), 2);
+
+    // Embedder guard.
+    assert!(store.check_embedder("test-embedder", DIMENSION).is_ok());
+    assert!(matches!(
+        store.check_embedder("other-model", DIMENSION),
+        Err(StoreError::EmbedderMismatch { .. })
+    ));
+    assert!(matches!(
+        store.check_embedder("test-embedder", DIMENSION + 1),
+        Err(StoreError::EmbedderMismatch { .. })
+    ));
+
+    // Durable across close and reopen.
+    drop(store);
+    let store = open();
+    assert_eq!(
+        store
+            .count(&SearchFilter::default())
+            .expect("count after reopen"),
+        3
+    );
+    let mut after = Vec::new();
+    store
+        .scroll(&SearchFilter::default(), &mut |s| {
+            after.push(s.key.to_string())
+        })
+        .expect("scroll after reopen");
+    after.sort();
+    assert_eq!(after, vec!["a/three", "a/two", "b/one"]);
+}

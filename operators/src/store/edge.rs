@@ -1,0 +1,434 @@
+//! qdrant-edge backend: the Qdrant engine in-process, one shard per directory.
+//!
+//! Durability: qdrant-edge 0.7.2 writes each update to its WAL and applies it to the segments, but
+//! does not replay the WAL on load; data is durable once `flush()` has synced the segments. The store
+//! therefore flushes in [`VectorStore::flush`] and the dataflow acknowledges only after it.
+//! `EdgeShard::flush` panics if it races an update, so writes and flushes take the write side of one
+//! lock and reads the read side.
+
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+
+use qdrant_edge::{
+    Condition, CountRequest, CreateIndex, Distance, EdgeConfig, EdgeShard, EdgeSparseVectorParams,
+    EdgeVectorParams, FieldCondition, FieldIndexOperations, Filter, JsonPath, KeywordIndexParams,
+    Match, Modifier, NamedQuery, PayloadFieldSchema, PayloadSchemaParams, PayloadSchemaType,
+    PointId, PointInsertOperations, PointOperations, PointStruct, QueryEnum, QueryRequest,
+    ScoringQuery, ScrollRequest, UpdateOperation, Vector, VectorInternal, VectorStructInternal,
+    Vectors, WithPayloadInterface, WithVector,
+};
+
+use super::{
+    chunk_from_payload, chunk_payload, Hit, PointWrite, SearchFilter, SearchVector, StoreError,
+    StoredChunk, VectorStore, DENSE_VECTOR, KEYWORD_INDEXES, SPARSE_VECTOR,
+};
+
+/// Points per scroll page.
+const SCROLL_PAGE: usize = 512;
+
+/// A qdrant-edge shard on disk.
+pub struct EdgeStore {
+    shard: EdgeShard,
+    path: PathBuf,
+    dimension: usize,
+    /// Writers (update, flush) exclusive; readers shared. See the module docs.
+    lock: RwLock<()>,
+}
+
+impl std::fmt::Debug for EdgeStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EdgeStore")
+            .field("path", &self.path)
+            .field("dimension", &self.dimension)
+            .finish()
+    }
+}
+
+fn engine_error(error: impl std::fmt::Display) -> StoreError {
+    StoreError::Invalid(error.to_string())
+}
+
+fn io_error(error: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(error.to_string())
+}
+
+fn json_path(name: &str) -> JsonPath {
+    name.parse()
+        .unwrap_or_else(|_| panic!("{name} is a valid payload path"))
+}
+
+fn keyword(field: &str, value: &str) -> Condition {
+    Condition::Field(FieldCondition::new_match(
+        json_path(field),
+        Match::from(value.to_string()),
+    ))
+}
+
+fn any_of(field: &str, values: Vec<String>) -> Condition {
+    Condition::Field(FieldCondition::new_match(
+        json_path(field),
+        Match::from(values),
+    ))
+}
+
+/// The engine filter for a [`SearchFilter`]: tenant, kinds and doc ids as `must`, ACL as "empty or any of".
+fn engine_filter(filter: &SearchFilter) -> Option<Filter> {
+    let mut must = Vec::new();
+    if let Some(tenant) = &filter.tenant {
+        must.push(keyword("tenant", tenant));
+    }
+    if !filter.kinds.is_empty() {
+        must.push(any_of(
+            "kind",
+            filter
+                .kinds
+                .iter()
+                .map(|k| k.as_str().to_string())
+                .collect(),
+        ));
+    }
+    if !filter.doc_ids.is_empty() {
+        must.push(any_of("doc_id", filter.doc_ids.clone()));
+    }
+    if let Some(acl) = &filter.acl {
+        // `PayloadField` is not exported by qdrant-edge; the condition deserialises from its REST form.
+        let is_empty: Condition =
+            serde_json::from_value(serde_json::json!({ "is_empty": { "key": "acl" } }))
+                .expect("is_empty condition deserialises");
+        let mut should = vec![is_empty];
+        if !acl.is_empty() {
+            should.push(any_of("acl", acl.clone()));
+        }
+        must.push(Condition::Filter(Filter {
+            should: Some(should),
+            ..Filter::default()
+        }));
+    }
+    (!must.is_empty()).then(|| Filter {
+        must: Some(must),
+        ..Filter::default()
+    })
+}
+
+fn uuid_of(id: &PointId) -> Option<uuid::Uuid> {
+    match id {
+        PointId::Uuid(uuid) => uuid::Uuid::from_slice(uuid.as_bytes()).ok(),
+        PointId::NumId(_) => None,
+    }
+}
+
+fn point_id(id: uuid::Uuid) -> PointId {
+    PointId::Uuid(qdrant_edge::external::uuid::Uuid::from_bytes(
+        *id.as_bytes(),
+    ))
+}
+
+impl EdgeStore {
+    /// Opens the shard at `path`, creating it (with indexes) if missing.
+    pub fn open(path: &Path, dimension: usize) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(path).map_err(io_error)?;
+        let config = EdgeConfig::builder()
+            .vector(
+                DENSE_VECTOR,
+                EdgeVectorParams::builder(dimension, Distance::Cosine).build(),
+            )
+            .sparse_vector(
+                SPARSE_VECTOR,
+                EdgeSparseVectorParams::builder()
+                    .modifier(Modifier::Idf)
+                    .build(),
+            )
+            .build();
+        let existing = path.join("edge_config.json").exists();
+        let shard = if existing {
+            EdgeShard::load(path, None)
+        } else {
+            EdgeShard::new(path, config)
+        }
+        .map_err(engine_error)?;
+        if existing {
+            let found = shard.config().vectors.get(DENSE_VECTOR).map(|v| v.size);
+            if found != Some(dimension) {
+                return Err(StoreError::EmbedderMismatch {
+                    found: "(existing index)".into(),
+                    found_dimension: found.unwrap_or(0),
+                    expected: "(this job)".into(),
+                    expected_dimension: dimension,
+                });
+            }
+        }
+        let store = Self {
+            shard,
+            path: path.to_path_buf(),
+            dimension,
+            lock: RwLock::new(()),
+        };
+        store.create_indexes()?;
+        Ok(store)
+    }
+
+    /// The shard directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn create_indexes(&self) -> Result<(), StoreError> {
+        // Idempotent: an existing index is accepted. Re-issued on every open (a segment created on load
+        // may start without indexes).
+        let _guard = self.lock.write().expect("store lock");
+        for field in KEYWORD_INDEXES {
+            let schema = if field == "tenant" {
+                PayloadFieldSchema::FieldParams(PayloadSchemaParams::Keyword(KeywordIndexParams {
+                    is_tenant: Some(true),
+                    ..KeywordIndexParams::default()
+                }))
+            } else {
+                PayloadFieldSchema::FieldType(PayloadSchemaType::Keyword)
+            };
+            let operation = UpdateOperation::FieldIndexOperation(
+                FieldIndexOperations::CreateIndex(CreateIndex {
+                    field_name: json_path(field),
+                    field_schema: Some(schema),
+                }),
+            );
+            self.shard.update(operation).map_err(engine_error)?;
+        }
+        Ok(())
+    }
+
+    /// Builds HNSW indexes and vacuums deleted points (synchronous; call off the hot path).
+    pub fn optimize(&self) -> Result<bool, StoreError> {
+        let _guard = self.lock.write().expect("store lock");
+        self.shard.optimize().map_err(engine_error)
+    }
+}
+
+impl VectorStore for EdgeStore {
+    fn backend(&self) -> &'static str {
+        "edge"
+    }
+
+    fn check_embedder(&self, embedder_version: &str, dimension: usize) -> Result<(), StoreError> {
+        let mut found: Option<StoredChunk> = None;
+        let _guard = self.lock.read().expect("store lock");
+        let (page, _) = self
+            .shard
+            .scroll(ScrollRequest {
+                offset: None,
+                limit: Some(1),
+                filter: None,
+                with_payload: Some(WithPayloadInterface::Bool(true)),
+                with_vector: WithVector::Bool(false),
+                order_by: None,
+            })
+            .map_err(engine_error)?;
+        for record in page {
+            if let (Some(id), Some(payload)) = (uuid_of(&record.id), record.payload.as_ref()) {
+                found = chunk_from_payload(id, &payload.0);
+            }
+        }
+        match found {
+            Some(stored)
+                if stored.embedder_version != embedder_version || self.dimension != dimension =>
+            {
+                Err(StoreError::EmbedderMismatch {
+                    found: stored.embedder_version,
+                    found_dimension: self.dimension,
+                    expected: embedder_version.to_string(),
+                    expected_dimension: dimension,
+                })
+            }
+            _ if self.dimension != dimension => Err(StoreError::EmbedderMismatch {
+                found: "(empty index)".into(),
+                found_dimension: self.dimension,
+                expected: embedder_version.to_string(),
+                expected_dimension: dimension,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    fn upsert(&self, points: &[PointWrite]) -> Result<(), StoreError> {
+        if points.is_empty() {
+            return Ok(());
+        }
+        let mut list = Vec::with_capacity(points.len());
+        for point in points {
+            if point.dense.len() != self.dimension {
+                return Err(StoreError::Invalid(format!(
+                    "vector of dimension {} for a {}-d index",
+                    point.dense.len(),
+                    self.dimension
+                )));
+            }
+            let sparse =
+                Vector::new_sparse(point.sparse.indices.clone(), point.sparse.values.clone())
+                    .map_err(engine_error)?;
+            let vectors = Vectors::new_named([
+                (DENSE_VECTOR, Vector::new_dense(point.dense.clone())),
+                (SPARSE_VECTOR, sparse),
+            ]);
+            let payload = serde_json::Value::Object(chunk_payload(point));
+            list.push(PointStruct::new(point_id(point.id()), vectors, payload).into());
+        }
+        let _guard = self.lock.write().expect("store lock");
+        self.shard
+            .update(UpdateOperation::PointOperation(
+                PointOperations::UpsertPoints(PointInsertOperations::PointsList(list)),
+            ))
+            .map_err(engine_error)
+    }
+
+    fn delete(&self, ids: &[uuid::Uuid]) -> Result<(), StoreError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let ids = ids.iter().map(|id| point_id(*id)).collect();
+        let _guard = self.lock.write().expect("store lock");
+        self.shard
+            .update(UpdateOperation::PointOperation(
+                PointOperations::DeletePoints { ids },
+            ))
+            .map_err(engine_error)
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        let _guard = self.lock.write().expect("store lock");
+        // `EdgeShard::flush` panics on I/O errors; contain it so the dataflow retries instead of dying.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.shard.flush())).map_err(
+            |_| StoreError::Unavailable(format!("flush of {} failed", self.path.display())),
+        )
+    }
+
+    fn scroll(
+        &self,
+        filter: &SearchFilter,
+        visit: &mut dyn FnMut(StoredChunk),
+    ) -> Result<(), StoreError> {
+        let filter = engine_filter(filter);
+        let mut offset = None;
+        loop {
+            let (page, next) = {
+                let _guard = self.lock.read().expect("store lock");
+                self.shard
+                    .scroll(ScrollRequest {
+                        offset,
+                        limit: Some(SCROLL_PAGE),
+                        filter: filter.clone(),
+                        with_payload: Some(WithPayloadInterface::Bool(true)),
+                        with_vector: WithVector::Bool(false),
+                        order_by: None,
+                    })
+                    .map_err(engine_error)?
+            };
+            for record in page {
+                if let (Some(id), Some(payload)) = (uuid_of(&record.id), record.payload.as_ref()) {
+                    if let Some(stored) = chunk_from_payload(id, &payload.0) {
+                        visit(stored);
+                    }
+                }
+            }
+            match next {
+                Some(next) => offset = Some(next),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    fn count(&self, filter: &SearchFilter) -> Result<usize, StoreError> {
+        let _guard = self.lock.read().expect("store lock");
+        self.shard
+            .count(CountRequest {
+                filter: engine_filter(filter),
+                exact: true,
+            })
+            .map_err(engine_error)
+    }
+
+    fn search(
+        &self,
+        vector: &SearchVector,
+        filter: &SearchFilter,
+        limit: usize,
+        score_threshold: Option<f32>,
+    ) -> Result<Vec<Hit>, StoreError> {
+        let (query, using) = match vector {
+            SearchVector::Dense(dense) => (VectorInternal::Dense(dense.clone()), DENSE_VECTOR),
+            SearchVector::Sparse(sparse) => {
+                let sparse = qdrant_edge::SparseVector {
+                    indices: sparse.indices.clone(),
+                    values: sparse.values.clone(),
+                };
+                (VectorInternal::from(sparse), SPARSE_VECTOR)
+            }
+        };
+        let request = QueryRequest {
+            prefetches: vec![],
+            query: Some(ScoringQuery::Vector(QueryEnum::Nearest(NamedQuery::new(
+                query, using,
+            )))),
+            filter: engine_filter(filter),
+            score_threshold: score_threshold
+                .map(qdrant_edge::external::ordered_float::OrderedFloat),
+            limit,
+            offset: 0,
+            params: None,
+            with_vector: WithVector::Bool(false),
+            with_payload: WithPayloadInterface::Bool(true),
+        };
+        let _guard = self.lock.read().expect("store lock");
+        let points = self.shard.query(request).map_err(engine_error)?;
+        Ok(points
+            .into_iter()
+            .filter_map(|point| {
+                let id = uuid_of(&point.id)?;
+                let stored = chunk_from_payload(id, &point.payload.as_ref()?.0)?;
+                Some(Hit {
+                    stored,
+                    score: point.score,
+                })
+            })
+            .collect())
+    }
+
+    fn dense_vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, Vec<f32>)>, StoreError> {
+        let ids: Vec<PointId> = ids.iter().map(|id| point_id(*id)).collect();
+        let _guard = self.lock.read().expect("store lock");
+        let records = self
+            .shard
+            .retrieve(
+                &ids,
+                Some(WithPayloadInterface::Bool(false)),
+                Some(WithVector::Bool(true)),
+            )
+            .map_err(engine_error)?;
+        Ok(records
+            .into_iter()
+            .filter_map(|record| {
+                let id = uuid_of(&record.id)?;
+                match record.vector? {
+                    VectorStructInternal::Named(mut vectors) => {
+                        match vectors.remove(DENSE_VECTOR)? {
+                            VectorInternal::Dense(dense) => Some((id, dense)),
+                            _ => None,
+                        }
+                    }
+                    _ => None,
+                }
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edge_store_passes_the_contract() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let open =
+            |path: &Path| EdgeStore::open(path, super::super::contract::DIMENSION).expect("open");
+        super::super::contract::run(&|| Box::new(open(dir.path())) as Box<dyn VectorStore>);
+    }
+}

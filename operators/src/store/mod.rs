@@ -1,0 +1,248 @@
+//! The vector index: one [`VectorStore`] trait, two backends.
+//!
+//! - [`edge::EdgeStore`]: qdrant-edge, the Qdrant engine in-process, on disk (the embedded default).
+//!   Pinned to 0.7.2: 0.8 and 0.9 use `std::debug_assert_matches`, unstable on the stable toolchain.
+//! - `server::ServerStore`: a Qdrant server through qdrant-client (production).
+//!
+//! Both hold the same collection layout: a named dense vector `dense` (cosine, the embedder's dimension)
+//! and a sparse vector `bm25` with the IDF modifier; keyword payload indexes on `tenant` (as the tenant
+//! index), `doc_id`, `source`, `kind`, `acl`. Point ids are deterministic ([`crate::model::point_id`]), so
+//! every write is idempotent. Tenant and ACL filters are part of every search request and are evaluated
+//! by the engine inside the vector search, never after it.
+//!
+//! Durability contract: after [`VectorStore::flush`] returns `Ok`, every earlier write survives a crash
+//! of the process. The dataflow acknowledges (and Kafka offsets advance) only after a flush.
+
+pub mod bm25;
+pub mod edge;
+
+use serde_json::{json, Map, Value};
+
+use crate::model::{Chunk, DocKey, DocKind};
+pub use bm25::{Bm25Encoder, SparseVector};
+
+/// Name of the dense vector in the collection.
+pub const DENSE_VECTOR: &str = "dense";
+/// Name of the sparse BM25 vector in the collection.
+pub const SPARSE_VECTOR: &str = "bm25";
+/// Keyword payload fields with an index (tenant is the tenant index).
+pub const KEYWORD_INDEXES: [&str; 5] = ["tenant", "doc_id", "source", "kind", "acl"];
+
+/// Why an index operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The index is unreachable or failed transiently: retry with backoff, never drop.
+    #[error("index unavailable: {0}")]
+    Unavailable(String),
+    /// The collection holds vectors of another embedder or dimension.
+    #[error("the index holds vectors of embedder {found} (dimension {found_dimension}); this job embeds with {expected} (dimension {expected_dimension}); re-embed to switch")]
+    EmbedderMismatch {
+        /// Embedder version found in the index.
+        found: String,
+        /// Its dimension.
+        found_dimension: usize,
+        /// Embedder version of this job.
+        expected: String,
+        /// Its dimension.
+        expected_dimension: usize,
+    },
+    /// A request the engine refused (a bug or a bad filter): not retryable.
+    #[error("index refused the operation: {0}")]
+    Invalid(String),
+}
+
+/// One point to write: a chunk of a document, its vectors and versions.
+#[derive(Debug, Clone)]
+pub struct PointWrite {
+    /// The document.
+    pub key: DocKey,
+    /// The document version that produced the chunk.
+    pub version: u64,
+    /// The chunk.
+    pub chunk: Chunk,
+    /// Dense embedding.
+    pub dense: Vec<f32>,
+    /// BM25 document vector.
+    pub sparse: SparseVector,
+    /// Embedder version of `dense`.
+    pub embedder_version: String,
+}
+
+impl PointWrite {
+    /// The deterministic point id.
+    pub fn id(&self) -> uuid::Uuid {
+        crate::model::point_id(&self.key, self.chunk.order_index, &self.chunk.content_hash)
+    }
+}
+
+/// A chunk as read back from the index (payload only).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredChunk {
+    /// Point id.
+    pub id: uuid::Uuid,
+    /// The document.
+    pub key: DocKey,
+    /// The document version that wrote the chunk.
+    pub version: u64,
+    /// Embedder version of the stored vector.
+    pub embedder_version: String,
+    /// The chunk.
+    pub chunk: Chunk,
+}
+
+/// Filters applied inside every search (and optionally scroll).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SearchFilter {
+    /// Only this tenant's points (required for searches).
+    pub tenant: Option<String>,
+    /// When set, a point matches if its `acl` is empty or shares a label with these.
+    pub acl: Option<Vec<String>>,
+    /// Only these kinds.
+    pub kinds: Vec<DocKind>,
+    /// Only these documents.
+    pub doc_ids: Vec<String>,
+}
+
+/// A search on one lane.
+#[derive(Debug, Clone)]
+pub enum SearchVector {
+    /// Dense cosine search.
+    Dense(Vec<f32>),
+    /// BM25 search (IDF applied by the engine).
+    Sparse(SparseVector),
+}
+
+/// A search hit.
+#[derive(Debug, Clone)]
+pub struct Hit {
+    /// The chunk.
+    pub stored: StoredChunk,
+    /// Engine score (cosine for dense, BM25 for sparse).
+    pub score: f32,
+}
+
+/// The index contract, implemented by both backends and checked by one contract test suite.
+pub trait VectorStore: Send + Sync {
+    /// Which backend this is (`edge`, `server`), for logs.
+    fn backend(&self) -> &'static str;
+    /// Checks the collection accepts vectors of `embedder_version`/`dimension` (an empty one accepts any).
+    fn check_embedder(&self, embedder_version: &str, dimension: usize) -> Result<(), StoreError>;
+    /// Inserts or replaces points (idempotent: same id, same content).
+    fn upsert(&self, points: &[PointWrite]) -> Result<(), StoreError>;
+    /// Deletes points by id (absent ids are ignored).
+    fn delete(&self, ids: &[uuid::Uuid]) -> Result<(), StoreError>;
+    /// Makes every earlier write durable.
+    fn flush(&self) -> Result<(), StoreError>;
+    /// Visits every stored chunk matching `filter` (payload only, no vectors), in id order.
+    fn scroll(
+        &self,
+        filter: &SearchFilter,
+        visit: &mut dyn FnMut(StoredChunk),
+    ) -> Result<(), StoreError>;
+    /// Number of points matching `filter`.
+    fn count(&self, filter: &SearchFilter) -> Result<usize, StoreError>;
+    /// Top `limit` hits of one lane, filters applied inside the engine's search.
+    fn search(
+        &self,
+        vector: &SearchVector,
+        filter: &SearchFilter,
+        limit: usize,
+        score_threshold: Option<f32>,
+    ) -> Result<Vec<Hit>, StoreError>;
+    /// Dense vectors of the given points (missing ids are skipped).
+    fn dense_vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, Vec<f32>)>, StoreError>;
+}
+
+/// The payload stored with a chunk.
+pub fn chunk_payload(point: &PointWrite) -> Map<String, Value> {
+    let chunk = &point.chunk;
+    let value = json!({
+        "tenant": point.key.tenant,
+        "doc_id": point.key.doc_id,
+        "version": point.version,
+        "order_index": chunk.order_index,
+        "section_path": chunk.section_path,
+        "header": chunk.header,
+        "doc_title": chunk.doc_title,
+        "source": chunk.source,
+        "kind": chunk.kind.as_str(),
+        "lines": [chunk.lines.0, chunk.lines.1],
+        "char_range": [chunk.char_range.0, chunk.char_range.1],
+        "tokens": chunk.tokens,
+        "content_hash": chunk.content_hash,
+        "embedder_version": point.embedder_version,
+        "acl": chunk.acl,
+        "text": chunk.text,
+    });
+    match value {
+        Value::Object(map) => map,
+        _ => unreachable!("json! of an object literal"),
+    }
+}
+
+/// Reads a chunk back from its payload; `None` if a field is missing (not a ragstream point).
+pub fn chunk_from_payload(id: uuid::Uuid, payload: &Map<String, Value>) -> Option<StoredChunk> {
+    let text = |name: &str| {
+        payload
+            .get(name)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let number = |name: &str| payload.get(name).and_then(Value::as_u64);
+    let pair = |name: &str| {
+        let array = payload.get(name)?.as_array()?;
+        Some((
+            array.first()?.as_u64()? as u32,
+            array.get(1)?.as_u64()? as u32,
+        ))
+    };
+    let strings = |name: &str| -> Option<Vec<String>> {
+        payload
+            .get(name)?
+            .as_array()?
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect()
+    };
+    Some(StoredChunk {
+        id,
+        key: DocKey::new(text("tenant")?, text("doc_id")?),
+        version: number("version")?,
+        embedder_version: text("embedder_version")?,
+        chunk: Chunk {
+            order_index: number("order_index")? as u32,
+            section_path: strings("section_path")?,
+            header: text("header")?,
+            doc_title: text("doc_title")?,
+            source: text("source")?,
+            kind: DocKind::parse(&text("kind")?)?,
+            lines: pair("lines")?,
+            char_range: pair("char_range")?,
+            tokens: number("tokens")? as u32,
+            content_hash: text("content_hash")?,
+            acl: strings("acl")?,
+            text: text("text")?,
+        },
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod contract;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_roundtrip() {
+        let point = contract::sample_point("t", "d", 2, "hello world", &["eng"]);
+        let payload = chunk_payload(&point);
+        let stored = chunk_from_payload(point.id(), &payload).expect("roundtrip");
+        assert_eq!(stored.chunk, point.chunk);
+        assert_eq!(stored.key, point.key);
+        assert_eq!(stored.version, 2);
+        let mut broken = payload.clone();
+        broken.remove("content_hash");
+        assert!(chunk_from_payload(point.id(), &broken).is_none());
+    }
+}

@@ -1,0 +1,293 @@
+//! The runtime: opens shards and embedders, starts the timely workers and the HTTP endpoints.
+//!
+//! Shards (edge backend) live at `<index.path>/shard-<i>` for worker `i`; `<index.path>/layout.json`
+//! records the worker count, and a job with another count refuses to start (documents are routed to
+//! shards by key hash modulo the worker count; changing it needs a re-index).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use ragstream_operators::embed::http::{HttpEmbedder, HttpEmbedderConfig};
+use ragstream_operators::embed::minilm::MiniLm;
+use ragstream_operators::embed::Embedder;
+use ragstream_operators::ingest::chunk::{Chunker, ChunkerConfig};
+use ragstream_operators::ingest::decode::DecodeConfig;
+use ragstream_operators::ingest::hydrate::hydrate;
+use ragstream_operators::io::dir_source::{read_jsonl, DirSource};
+use ragstream_operators::io::dlq_sink::{DlqSink, FileDlq, KafkaDlq};
+use ragstream_operators::io::kafka_source::{kafka_source, KafkaSourceConfig};
+use ragstream_operators::io::local_source::{local_source, LocalInput, LocalSourceConfig};
+use ragstream_operators::metrics::metrics;
+use ragstream_operators::store::edge::EdgeStore;
+use ragstream_operators::store::{SearchFilter, VectorStore};
+use ragstream_operators::tokens::Encoding;
+use ragstream_topologies::config::{Config, EmbedderKind, IndexKind, SourceKind};
+use ragstream_topologies::ingest::{ingest, IngestParts};
+use timely::dataflow::ProbeHandle;
+
+use crate::http::{serve, Readiness};
+
+/// Builds the configured embedder.
+pub fn embedder(config: &Config) -> anyhow::Result<Box<dyn Embedder>> {
+    Ok(match config.embedder.kind {
+        EmbedderKind::Minilm => {
+            let dir = config.embedder.model_dir();
+            Box::new(
+                MiniLm::load(&dir, config.embedder.batch_size)
+                    .with_context(|| "run deploy/scripts/fetch-model.sh to fetch the model")?,
+            )
+        }
+        EmbedderKind::Http => Box::new(HttpEmbedder::new(HttpEmbedderConfig {
+            url: config.embedder.url.clone().unwrap_or_default(),
+            model: config.embedder.model.clone(),
+            dimension: config.embedder.dimension,
+            api_key: std::env::var(&config.embedder.api_key_env).ok(),
+            timeout: Duration::from_secs(config.embedder.timeout_secs),
+            batch_size: config.embedder.batch_size,
+        })),
+    })
+}
+
+/// Opens (or creates) every shard of a `workers`-worker job.
+pub fn open_shards(config: &Config, dimension: usize) -> anyhow::Result<Vec<Arc<dyn VectorStore>>> {
+    match config.index.kind {
+        IndexKind::Edge => {
+            let root = &config.index.path;
+            std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+            check_layout(root, config.runtime.workers)?;
+            (0..config.runtime.workers)
+                .map(|i| {
+                    let path = root.join(format!("shard-{i}"));
+                    let store = EdgeStore::open(&path, dimension).with_context(|| format!("opening {}", path.display()))?;
+                    Ok(Arc::new(store) as Arc<dyn VectorStore>)
+                })
+                .collect()
+        }
+        IndexKind::Server => bail!("the Qdrant server backend is not wired into the runtime yet; use index.kind = \"edge\""),
+    }
+}
+
+fn check_layout(root: &Path, workers: usize) -> anyhow::Result<()> {
+    let path = root.join("layout.json");
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let layout: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+        let shards = layout
+            .get("shards")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0) as usize;
+        if shards != workers {
+            bail!("the index at {} has {shards} shards but the job runs {workers} workers; run with --workers {shards} or re-index into a new path", root.display());
+        }
+        return Ok(());
+    }
+    std::fs::write(&path, serde_json::json!({ "shards": workers }).to_string())
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// Runs the job until it is stopped (SIGINT/SIGTERM), its input ends, or it has been idle long enough.
+pub fn run(config: Config) -> anyhow::Result<()> {
+    let workers = config.runtime.workers;
+    let encoding = Encoding::parse(&config.chunking.tokenizer).expect("validated");
+    // Embedders first: their dimension shapes the collection.
+    let mut embedders = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        embedders.push(embedder(&config)?);
+    }
+    let dimension = embedders[0].dimension();
+    let version = embedders[0].version().to_string();
+    let shards = open_shards(&config, dimension)?;
+    if !config.embedder.reembed {
+        for shard in &shards {
+            shard.check_embedder(&version, dimension)?;
+        }
+    }
+    let readiness = Arc::new(Readiness::default());
+    let address = serve(&config.http.listen, readiness.clone())?;
+    tracing::info!(%address, "serving /metrics, /healthz, /readyz");
+
+    let shutdown = Arc::new(AtomicBool::new(false));
+    {
+        let shutdown = shutdown.clone();
+        ctrlc::set_handler(move || {
+            tracing::info!("stopping: finishing in-flight work");
+            shutdown.store(true, Ordering::SeqCst);
+        })
+        .context("installing the signal handler")?;
+    }
+    if config.runtime.exit_when_idle_secs > 0 {
+        spawn_idle_watch(
+            Duration::from_secs(config.runtime.exit_when_idle_secs),
+            shutdown.clone(),
+        );
+    }
+
+    // The directory source deletes documents the index holds but the disk no longer has.
+    let local_input = match config.source.kind {
+        SourceKind::Dir => {
+            let mut known = BTreeMap::new();
+            let tenant = config.source.tenant.clone();
+            for shard in &shards {
+                let filter = SearchFilter {
+                    tenant: Some(tenant.clone()),
+                    ..SearchFilter::default()
+                };
+                shard.scroll(&filter, &mut |stored| {
+                    let version = known.entry(stored.key.doc_id.clone()).or_insert(0u64);
+                    *version = (*version).max(stored.version);
+                })?;
+            }
+            let root = config.source.path.clone().expect("validated");
+            let root = root
+                .canonicalize()
+                .with_context(|| format!("source.path {}", root.display()))?;
+            Some(LocalInput::Dir {
+                source: DirSource::new(root, tenant, config.ingest.max_document_bytes, known),
+                rescan: Duration::from_secs(config.source.rescan_secs.max(1)),
+            })
+        }
+        SourceKind::Jsonl => {
+            let path = config.source.path.clone().expect("validated");
+            let decode = decode_config(&config);
+            Some(LocalInput::Events(
+                read_jsonl(&path, &decode)
+                    .with_context(|| format!("reading {}", path.display()))?,
+            ))
+        }
+        SourceKind::Kafka => None,
+    };
+    let local_input = Arc::new(Mutex::new(local_input));
+    let embedders = Arc::new(Mutex::new(
+        embedders.into_iter().map(Some).collect::<Vec<_>>(),
+    ));
+    let shards = Arc::new(shards);
+    let config = Arc::new(config);
+    let ready_workers = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+
+    let guards = timely::execute(timely::Config::process(workers), move |worker| {
+        let index = worker.index();
+        let peers = worker.peers();
+        let store = shards[index].clone();
+        let owns = move |key: &ragstream_operators::model::DocKey| {
+            (key.route() % peers as u64) as usize == index
+        };
+        let hydrated = hydrate(store.as_ref(), &owns)
+            .unwrap_or_else(|e| panic!("hydrating shard {index}: {e}"));
+        tracing::info!(
+            worker = index,
+            documents = hydrated.chunk_sets.len(),
+            chunks = hydrated.chunk_count(),
+            "hydrated"
+        );
+        let embedder = embedders.lock().expect("embedders")[index]
+            .take()
+            .expect("one embedder per worker");
+        let chunker = Chunker::new(ChunkerConfig {
+            encoding,
+            prose_tokens: config.chunking.prose_tokens,
+            code_tokens: config.chunking.code_tokens,
+            schema_tokens: config.chunking.schema_tokens,
+            overlap_ratio: config.chunking.overlap_ratio,
+        });
+        let dlq: Box<dyn DlqSink> = match config.source.kind {
+            SourceKind::Kafka => Box::new(
+                KafkaDlq::new(&config.kafka.client_config(), &config.kafka.dlq_topic)
+                    .unwrap_or_else(|e| panic!("DLQ producer: {e}")),
+            ),
+            _ => Box::new(FileDlq::new(config.runtime.dlq_path.clone())),
+        };
+        let acks = ProbeHandle::new();
+        let input = if index == 0 {
+            local_input.lock().expect("local input").take()
+        } else {
+            None
+        };
+        let shutdown = shutdown.clone();
+        let config = config.clone();
+        worker.dataflow::<u64, _, _>(|scope| {
+            let events = match config.source.kind {
+                SourceKind::Kafka => {
+                    let source_config = KafkaSourceConfig {
+                        client: config.kafka.client_config(),
+                        topic: config.kafka.documents_topic.clone(),
+                        group_id: config.kafka.group_id.clone(),
+                        max_batch: config.kafka.max_batch,
+                        max_in_flight: config.kafka.max_in_flight,
+                        idle_poll: Duration::from_millis(20),
+                    };
+                    kafka_source(
+                        scope,
+                        source_config,
+                        decode_config(&config),
+                        acks.clone(),
+                        shutdown,
+                    )
+                }
+                _ => local_source(
+                    scope,
+                    input,
+                    LocalSourceConfig {
+                        batch: 256,
+                        max_in_flight: 2048,
+                    },
+                    acks.clone(),
+                    shutdown,
+                ),
+            };
+            ingest(
+                scope,
+                events,
+                IngestParts {
+                    hydrated,
+                    chunker,
+                    embedder,
+                    store,
+                    dlq,
+                },
+                &acks,
+            );
+        });
+        if ready_workers.fetch_add(1, Ordering::SeqCst) + 1 == peers {
+            readiness.ready.store(true, Ordering::SeqCst);
+        }
+    })
+    .map_err(|e| anyhow::anyhow!("starting workers: {e}"))?;
+    for result in guards.join() {
+        result.map_err(|e| anyhow::anyhow!("worker failed: {e}"))?;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn decode_config(config: &Config) -> DecodeConfig {
+    DecodeConfig {
+        max_document_bytes: config.ingest.max_document_bytes,
+        allowed_tenants: config.ingest.allowed_tenants.clone(),
+    }
+}
+
+/// Sets `shutdown` once no document event has been seen for `idle` and nothing is in flight.
+fn spawn_idle_watch(idle: Duration, shutdown: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        let events = || metrics().source_events.get();
+        let mut last = events();
+        let mut since = Instant::now();
+        loop {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = events();
+            if now != last || metrics().in_flight_messages.get() > 0 {
+                last = now;
+                since = Instant::now();
+            } else if since.elapsed() >= idle {
+                tracing::info!(idle_secs = idle.as_secs(), "idle: stopping");
+                shutdown.store(true, Ordering::SeqCst);
+                return;
+            }
+        }
+    });
+}

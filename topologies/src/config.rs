@@ -1,0 +1,573 @@
+//! The job's configuration: TOML files loaded with the `config` crate, `RAGSTREAM_<SECTION>__<KEY>`
+//! environment overrides, unknown keys rejected by name, cross-field checks in [`Config::validate`].
+//!
+//! Secrets never live here: the Kafka SASL password, the Qdrant API key and the embedder API key are
+//! read from environment variables (whose *names* are configurable) and never printed.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// Which input feeds the ingest flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    /// A directory, rescanned on an interval.
+    Dir,
+    /// A JSONL file of document events, read once.
+    Jsonl,
+    /// The Kafka documents topic.
+    Kafka,
+}
+
+/// The ingest input.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// `dir`, `jsonl` or `kafka`.
+    pub kind: SourceKind,
+    /// Directory or JSONL file (for `dir` and `jsonl`).
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// Tenant of documents from a directory.
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
+    /// Seconds between directory rescans.
+    #[serde(default = "default_rescan_secs")]
+    pub rescan_secs: u64,
+}
+
+fn default_tenant() -> String {
+    "local".into()
+}
+fn default_rescan_secs() -> u64 {
+    5
+}
+
+/// Kafka connection and topics.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// Bootstrap servers.
+    #[serde(default = "default_brokers")]
+    pub brokers: String,
+    /// Document events topic.
+    #[serde(default = "default_documents_topic")]
+    pub documents_topic: String,
+    /// Dead-letter topic.
+    #[serde(default = "default_dlq_topic")]
+    pub dlq_topic: String,
+    /// Consumer group of the job.
+    #[serde(default = "default_group")]
+    pub group_id: String,
+    /// `security.protocol` (`plaintext`, `ssl`, `sasl_plaintext`, `sasl_ssl`).
+    #[serde(default)]
+    pub security_protocol: Option<String>,
+    /// `sasl.mechanism` (e.g. `SCRAM-SHA-512`).
+    #[serde(default)]
+    pub sasl_mechanism: Option<String>,
+    /// `sasl.username`.
+    #[serde(default)]
+    pub sasl_username: Option<String>,
+    /// Name of the environment variable holding the SASL password.
+    #[serde(default = "default_sasl_password_env")]
+    pub sasl_password_env: String,
+    /// Most messages per poll batch.
+    #[serde(default = "default_max_batch")]
+    pub max_batch: usize,
+    /// Unacknowledged messages above which consumption pauses.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+}
+
+impl std::fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaConfig")
+            .field("brokers", &self.brokers)
+            .field("documents_topic", &self.documents_topic)
+            .field("dlq_topic", &self.dlq_topic)
+            .field("group_id", &self.group_id)
+            .field("security_protocol", &self.security_protocol)
+            .field("sasl_mechanism", &self.sasl_mechanism)
+            .field("sasl_username", &self.sasl_username)
+            .field("sasl_password_env", &self.sasl_password_env)
+            .finish_non_exhaustive()
+    }
+}
+
+fn default_brokers() -> String {
+    "127.0.0.1:9092".into()
+}
+fn default_documents_topic() -> String {
+    "ragstream.documents".into()
+}
+fn default_dlq_topic() -> String {
+    "ragstream.dlq".into()
+}
+fn default_group() -> String {
+    "ragstream".into()
+}
+fn default_sasl_password_env() -> String {
+    "RAGSTREAM_KAFKA_SASL_PASSWORD".into()
+}
+fn default_max_batch() -> usize {
+    500
+}
+fn default_max_in_flight() -> usize {
+    5000
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        serde_json::from_str("{}").expect("defaults")
+    }
+}
+
+impl KafkaConfig {
+    /// librdkafka client settings, the password taken from the environment.
+    pub fn client_config(&self) -> rdkafka::ClientConfig {
+        let mut client = rdkafka::ClientConfig::new();
+        client.set("bootstrap.servers", &self.brokers);
+        if let Some(protocol) = &self.security_protocol {
+            client.set("security.protocol", protocol);
+        }
+        if let Some(mechanism) = &self.sasl_mechanism {
+            client.set("sasl.mechanism", mechanism);
+        }
+        if let Some(username) = &self.sasl_username {
+            client.set("sasl.username", username);
+        }
+        if let Ok(password) = std::env::var(&self.sasl_password_env) {
+            client.set("sasl.password", password);
+        }
+        client
+    }
+}
+
+/// Ingest limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestConfig {
+    /// Largest accepted document event in bytes.
+    #[serde(default = "default_max_document_bytes")]
+    pub max_document_bytes: usize,
+    /// When non-empty, only these tenants are accepted.
+    #[serde(default)]
+    pub allowed_tenants: Vec<String>,
+}
+
+fn default_max_document_bytes() -> usize {
+    ragstream_operators::ingest::decode::DEFAULT_MAX_DOCUMENT_BYTES
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        Self {
+            max_document_bytes: default_max_document_bytes(),
+            allowed_tenants: Vec::new(),
+        }
+    }
+}
+
+/// Chunk sizes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChunkingConfig {
+    /// `o200k_base` (default) or `cl100k_base`.
+    #[serde(default = "default_tokenizer")]
+    pub tokenizer: String,
+    /// Prose and markdown chunk budget in tokens.
+    #[serde(default = "default_prose_tokens")]
+    pub prose_tokens: usize,
+    /// Code chunk budget in tokens.
+    #[serde(default = "default_code_tokens")]
+    pub code_tokens: usize,
+    /// Schema (table) chunk budget in tokens.
+    #[serde(default = "default_schema_tokens")]
+    pub schema_tokens: usize,
+    /// Overlap between prose chunks, as a fraction of the budget.
+    #[serde(default = "default_overlap")]
+    pub overlap_ratio: f32,
+}
+
+fn default_tokenizer() -> String {
+    "o200k_base".into()
+}
+fn default_prose_tokens() -> usize {
+    ragstream_operators::ingest::chunk::DEFAULT_PROSE_TOKENS
+}
+fn default_code_tokens() -> usize {
+    ragstream_operators::ingest::chunk::DEFAULT_CODE_TOKENS
+}
+fn default_schema_tokens() -> usize {
+    ragstream_operators::ingest::chunk::DEFAULT_SCHEMA_TOKENS
+}
+fn default_overlap() -> f32 {
+    ragstream_operators::ingest::chunk::DEFAULT_OVERLAP_RATIO
+}
+
+impl Default for ChunkingConfig {
+    fn default() -> Self {
+        serde_json::from_str("{}").expect("defaults")
+    }
+}
+
+/// Which embedder runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EmbedderKind {
+    /// all-MiniLM-L6-v2 in-process (candle).
+    Minilm,
+    /// An OpenAI-compatible `/v1/embeddings` server.
+    Http,
+}
+
+/// Embedder settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbedderConfig {
+    /// `minilm` or `http`.
+    #[serde(default = "default_embedder_kind")]
+    pub kind: EmbedderKind,
+    /// Model directory (minilm); default `$RAGSTREAM_MODEL_DIR` or `~/.cache/ragstream/models/all-MiniLM-L6-v2`.
+    #[serde(default)]
+    pub model_dir: Option<PathBuf>,
+    /// Texts per forward pass or request.
+    #[serde(default = "default_embed_batch")]
+    pub batch_size: usize,
+    /// Server base URL (http).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Model name sent to the server (http).
+    #[serde(default = "default_http_model")]
+    pub model: String,
+    /// Vector dimension (http).
+    #[serde(default = "default_dimension")]
+    pub dimension: usize,
+    /// Name of the environment variable holding the server's API key (http).
+    #[serde(default = "default_embedder_key_env")]
+    pub api_key_env: String,
+    /// Request timeout in seconds (http).
+    #[serde(default = "default_embed_timeout")]
+    pub timeout_secs: u64,
+    /// Allow writing vectors of another embedder into an existing index (re-embed).
+    #[serde(default)]
+    pub reembed: bool,
+}
+
+fn default_embedder_kind() -> EmbedderKind {
+    EmbedderKind::Minilm
+}
+fn default_embed_batch() -> usize {
+    32
+}
+fn default_http_model() -> String {
+    "all-MiniLM-L6-v2".into()
+}
+fn default_dimension() -> usize {
+    384
+}
+fn default_embedder_key_env() -> String {
+    "RAGSTREAM_EMBEDDER_API_KEY".into()
+}
+fn default_embed_timeout() -> u64 {
+    30
+}
+
+impl Default for EmbedderConfig {
+    fn default() -> Self {
+        serde_json::from_str("{}").expect("defaults")
+    }
+}
+
+impl EmbedderConfig {
+    /// The model directory, resolved.
+    pub fn model_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.model_dir {
+            return dir.clone();
+        }
+        if let Some(dir) = std::env::var_os("RAGSTREAM_MODEL_DIR") {
+            return PathBuf::from(dir);
+        }
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("."));
+        home.join(".cache/ragstream/models/all-MiniLM-L6-v2")
+    }
+}
+
+/// Which index backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IndexKind {
+    /// qdrant-edge in-process, one shard directory per worker.
+    Edge,
+    /// A Qdrant server.
+    Server,
+}
+
+/// Index settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IndexConfig {
+    /// `edge` or `server`.
+    #[serde(default = "default_index_kind")]
+    pub kind: IndexKind,
+    /// Directory of the shards (edge).
+    #[serde(default = "default_index_path")]
+    pub path: PathBuf,
+    /// Qdrant gRPC URL (server).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Collection name (server).
+    #[serde(default = "default_collection")]
+    pub collection: String,
+    /// Name of the environment variable holding the Qdrant API key (server).
+    #[serde(default = "default_qdrant_key_env")]
+    pub api_key_env: String,
+}
+
+fn default_index_kind() -> IndexKind {
+    IndexKind::Edge
+}
+fn default_index_path() -> PathBuf {
+    PathBuf::from(".ragstream/index")
+}
+fn default_collection() -> String {
+    "ragstream".into()
+}
+fn default_qdrant_key_env() -> String {
+    "QDRANT_API_KEY".into()
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        serde_json::from_str("{}").expect("defaults")
+    }
+}
+
+/// HTTP endpoints (metrics, health).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Listen address; loopback by default.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:9464".into()
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            listen: default_listen(),
+        }
+    }
+}
+
+/// Process and worker settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// Timely worker threads.
+    #[serde(default = "default_workers")]
+    pub workers: usize,
+    /// DLQ file, used when the source is not Kafka.
+    #[serde(default = "default_dlq_path")]
+    pub dlq_path: PathBuf,
+    /// Exit after this many seconds without input and with nothing in flight (0 = never).
+    #[serde(default)]
+    pub exit_when_idle_secs: u64,
+}
+
+fn default_workers() -> usize {
+    1
+}
+fn default_dlq_path() -> PathBuf {
+    PathBuf::from(".ragstream/dlq.jsonl")
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        serde_json::from_str("{}").expect("defaults")
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Ingest input.
+    pub source: SourceConfig,
+    /// Kafka (required when any flow uses it).
+    #[serde(default)]
+    pub kafka: KafkaConfig,
+    /// Ingest limits.
+    #[serde(default)]
+    pub ingest: IngestConfig,
+    /// Chunk sizes.
+    #[serde(default)]
+    pub chunking: ChunkingConfig,
+    /// Embedder.
+    #[serde(default)]
+    pub embedder: EmbedderConfig,
+    /// Index.
+    #[serde(default)]
+    pub index: IndexConfig,
+    /// HTTP endpoints.
+    #[serde(default)]
+    pub http: HttpConfig,
+    /// Runtime.
+    #[serde(default)]
+    pub runtime: RuntimeConfig,
+}
+
+/// A configuration error, naming the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file or environment could not be read or parsed (unknown keys land here, named).
+    #[error("{0}")]
+    Load(String),
+    /// A value is out of range or inconsistent with another.
+    #[error("invalid `{key}`: {message}")]
+    Invalid {
+        /// Dotted key.
+        key: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl Config {
+    /// Loads `path` (TOML), then `RAGSTREAM_<SECTION>__<KEY>` environment overrides, then validates.
+    pub fn load(path: &std::path::Path) -> Result<Self, ConfigError> {
+        let overrides: std::collections::HashMap<String, String> = std::env::vars()
+            .filter(|(name, _)| name.starts_with("RAGSTREAM_") && name.contains("__"))
+            .collect();
+        let loaded = config::Config::builder()
+            .add_source(config::File::from(path).format(config::FileFormat::Toml))
+            .add_source(
+                config::Environment::with_prefix("RAGSTREAM")
+                    .prefix_separator("_")
+                    .separator("__")
+                    .source(Some(overrides))
+                    .try_parsing(true),
+            )
+            .build()
+            .map_err(|e| ConfigError::Load(e.to_string()))?;
+        let config: Config = loaded
+            .try_deserialize()
+            .map_err(|e| ConfigError::Load(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Cross-field checks.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &'static str, message: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                message: message.into(),
+            })
+        };
+        if matches!(self.source.kind, SourceKind::Dir | SourceKind::Jsonl)
+            && self.source.path.is_none()
+        {
+            return invalid("source.path", "required for dir and jsonl sources");
+        }
+        if ragstream_operators::tokens::Encoding::parse(&self.chunking.tokenizer).is_none() {
+            return invalid("chunking.tokenizer", "must be o200k_base or cl100k_base");
+        }
+        for (key, value) in [
+            ("chunking.prose_tokens", self.chunking.prose_tokens),
+            ("chunking.code_tokens", self.chunking.code_tokens),
+            ("chunking.schema_tokens", self.chunking.schema_tokens),
+        ] {
+            if !(16..=8192).contains(&value) {
+                return Err(ConfigError::Invalid {
+                    key,
+                    message: format!("{value} is outside 16..=8192"),
+                });
+            }
+        }
+        if !(0.0..0.5).contains(&self.chunking.overlap_ratio) {
+            return invalid("chunking.overlap_ratio", "must be in [0, 0.5)");
+        }
+        if self.embedder.kind == EmbedderKind::Http && self.embedder.url.is_none() {
+            return invalid("embedder.url", "required for the http embedder");
+        }
+        if self.index.kind == IndexKind::Server && self.index.url.is_none() {
+            return invalid("index.url", "required for the server index");
+        }
+        if self.runtime.workers == 0 || self.runtime.workers > 256 {
+            return invalid("runtime.workers", "must be 1..=256");
+        }
+        if self.kafka.max_batch == 0 || self.kafka.max_in_flight < self.kafka.max_batch {
+            return invalid(
+                "kafka.max_in_flight",
+                "must be at least kafka.max_batch (> 0)",
+            );
+        }
+        if self.ingest.max_document_bytes == 0 {
+            return invalid("ingest.max_document_bytes", "must be positive");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, text).expect("write");
+        (dir, path)
+    }
+
+    #[test]
+    fn presets_load_and_validate() {
+        for preset in ["local.toml", "kafka.toml"] {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("presets")
+                .join(preset);
+            Config::load(&path).unwrap_or_else(|e| panic!("{preset}: {e}"));
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let (_dir, path) = write("[source]\nkind = \"dir\"\npath = \".\"\n[index]\npth = \"x\"\n");
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(err.contains("pth"), "{err}");
+        let (_dir, path) = write("[source]\nkind = \"dir\"\npath = \".\"\n[bogus]\nx = 1\n");
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(err.contains("bogus"), "{err}");
+    }
+
+    #[test]
+    fn cross_field_checks_name_the_key() {
+        let (_dir, path) = write("[source]\nkind = \"dir\"\n");
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(err.contains("source.path"), "{err}");
+        let (_dir, path) = write("[source]\nkind = \"kafka\"\n[chunking]\nprose_tokens = 4\n");
+        assert!(Config::load(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("chunking.prose_tokens"));
+    }
+
+    #[test]
+    fn debug_never_shows_the_password() {
+        std::env::set_var("RAGSTREAM_TEST_SASL_SECRET", "hunter2-secret");
+        let (_dir, path) = write("[source]\nkind = \"kafka\"\n[kafka]\nsasl_username = \"u\"\nsasl_password_env = \"RAGSTREAM_TEST_SASL_SECRET\"\n");
+        let config = Config::load(&path).expect("valid");
+        assert!(!format!("{config:?}").contains("hunter2-secret"));
+        let client = config.kafka.client_config();
+        assert_eq!(client.get("sasl.password"), Some("hunter2-secret"));
+        assert!(!format!("{:?}", config.kafka).contains("hunter2"));
+    }
+}

@@ -1,0 +1,89 @@
+//! The ingest topology: wiring only.
+//!
+//! ```text
+//! source ─ok─► VersionGuard ─► Chunk ─┐
+//!              hydrated chunk sets @0 ─┴► arrange_from_upsert(DocKey → ChunkSet) ─► ChunkDiff ─► Embed ─ok─► IndexWrite ─┐
+//!   └─err──────────────────────────────────────────────────────────────────────────────────────────┴err─► DlqWrite ───┴► acks probe
+//! ```
+
+use std::sync::Arc;
+
+use differential_dataflow::operators::arrange::upsert::arrange_from_upsert;
+use differential_dataflow::trace::implementations::{ValBuilder, ValSpine};
+use timely::dataflow::operators::vec::ToStream;
+use timely::dataflow::operators::{Concat, OkErr, Probe};
+use timely::dataflow::{ProbeHandle, Scope, StreamVec};
+
+use ragstream_operators::embed::Embedder;
+use ragstream_operators::ingest::chunk::Chunker;
+use ragstream_operators::ingest::chunk_op::ChunkDocuments;
+use ragstream_operators::ingest::diff::{DiffChunks, HYDRATION_TIME};
+use ragstream_operators::ingest::dlq::DlqRecord;
+use ragstream_operators::ingest::embed::{EmbedChunks, IndexDelta};
+use ragstream_operators::ingest::guard::GuardVersions;
+use ragstream_operators::ingest::hydrate::Hydrated;
+use ragstream_operators::ingest::index_write::WriteIndex;
+use ragstream_operators::io::dlq_sink::{DlqSink, WriteDlq};
+use ragstream_operators::model::{ChunkSet, DocKey, DocOp};
+use ragstream_operators::store::VectorStore;
+
+/// Everything one worker's ingest flow needs.
+pub struct IngestParts {
+    /// What this worker's shard held at start.
+    pub hydrated: Hydrated,
+    /// The chunker.
+    pub chunker: Chunker,
+    /// This worker's embedder.
+    pub embedder: Box<dyn Embedder>,
+    /// This worker's shard.
+    pub store: Arc<dyn VectorStore>,
+    /// Where refused events go.
+    pub dlq: Box<dyn DlqSink>,
+}
+
+/// Wires the ingest flow behind `events`; the index and DLQ writers report to `acks`.
+pub fn ingest<'scope>(
+    scope: Scope<'scope, u64>,
+    events: StreamVec<'scope, u64, Result<DocOp, DlqRecord>>,
+    parts: IngestParts,
+    acks: &ProbeHandle<u64>,
+) {
+    let IngestParts {
+        hydrated,
+        chunker,
+        embedder,
+        store,
+        dlq,
+    } = parts;
+    let guard = hydrated.guard();
+    let (ops, refused): (
+        StreamVec<'scope, u64, DocOp>,
+        StreamVec<'scope, u64, DlqRecord>,
+    ) = events.ok_err(|event| event);
+    let upserts = ops.guard_versions(guard).chunk_documents(chunker);
+    let hydration = hydrated
+        .chunk_sets
+        .into_iter()
+        .map(|(key, set)| (key, Some(set), HYDRATION_TIME))
+        .collect::<Vec<_>>()
+        .to_stream(scope);
+    let arranged = arrange_from_upsert::<
+        ValBuilder<DocKey, ChunkSet, u64, isize>,
+        ValSpine<DocKey, ChunkSet, u64, isize>,
+        DocKey,
+        ChunkSet,
+    >(hydration.concat(upserts), "DocUpsert");
+    let deltas = arranged
+        .as_collection(|key: &DocKey, set: &ChunkSet| (key.clone(), set.clone()))
+        .inner
+        .diff_chunks();
+    let (work, embed_refused): (
+        StreamVec<'scope, u64, IndexDelta>,
+        StreamVec<'scope, u64, DlqRecord>,
+    ) = deltas.embed_chunks(embedder).ok_err(|result| result);
+    work.write_index(store).probe_with(acks);
+    refused
+        .concat(embed_refused)
+        .write_dlq(dlq)
+        .probe_with(acks);
+}

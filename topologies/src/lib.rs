@@ -1,0 +1,5 @@
+//! ragstream topologies: dataflow wiring (no algorithms) and configuration presets.
+#![forbid(missing_docs)]
+
+pub mod config;
+pub mod ingest;
