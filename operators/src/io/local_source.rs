@@ -88,6 +88,9 @@ pub fn local_source<'scope>(
                 }
             }
             let in_flight: usize = pending.values().sum();
+            crate::metrics::metrics()
+                .in_flight_messages
+                .set((in_flight + queue.len()) as i64);
             let finished_events = matches!(input, Some(LocalInput::Events(_))) && queue.is_empty();
             if shutdown.load(Ordering::SeqCst) || finished_events {
                 if in_flight == 0 {

@@ -1,0 +1,261 @@
+//! A real Kafka-protocol broker (Tansu, SQLite storage) on a free loopback port, plus admin helpers.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+/// The Tansu binary: `$RAGSTREAM_TANSU`, else the cache the test command installs into.
+pub fn tansu_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("RAGSTREAM_TANSU") {
+        return PathBuf::from(path);
+    }
+    let cache = std::env::var_os("RAGSTREAM_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/ragstream")
+        });
+    let path = cache.join("tansu-0.6.0/bin/tansu");
+    assert!(
+        path.is_file(),
+        "Tansu missing at {}: run deploy/scripts/test.sh (it installs it)",
+        path.display()
+    );
+    path
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// A Tansu broker process with its SQLite database in a temporary directory.
+pub struct Broker {
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Broker {
+    /// Starts a broker and waits until it answers metadata requests.
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut broker = Self {
+            child: None,
+            port: free_port(),
+            dir,
+        };
+        broker.spawn();
+        broker
+    }
+
+    fn spawn(&mut self) {
+        let url = format!("tcp://127.0.0.1:{}", self.port);
+        let log = std::fs::File::create(self.dir.path().join("tansu.log")).expect("log file");
+        let child = Command::new(tansu_binary())
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+                "--storage-engine",
+                "sqlite://tansu.db",
+            ])
+            .current_dir(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("tansu starts");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let producer: BaseProducer = self.client().create().expect("producer");
+        while Instant::now() < deadline {
+            if producer
+                .client()
+                .fetch_metadata(None, Duration::from_secs(1))
+                .is_ok()
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "broker on port {} not ready; log: {}",
+            self.port,
+            std::fs::read_to_string(self.dir.path().join("tansu.log")).unwrap_or_default()
+        );
+    }
+
+    /// `host:port` of the broker.
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// A client config pointed at the broker.
+    pub fn client(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", self.bootstrap());
+        config
+    }
+
+    /// Kills the broker (SIGKILL).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Restarts a killed broker on the same port and storage.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// Creates a topic (idempotent).
+    pub fn create_topic(&self, name: &str, partitions: i32) {
+        let admin: AdminClient<DefaultClientContext> = self.client().create().expect("admin");
+        let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        let results = futures_lite::future::block_on(admin.create_topics([&topic], &options))
+            .expect("create topics");
+        for result in results {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((topic, code)) => panic!("creating {topic}: {code}"),
+            }
+        }
+    }
+
+    /// An idempotent producer.
+    pub fn producer(&self) -> BaseProducer {
+        self.client()
+            .set("enable.idempotence", "true")
+            .set("linger.ms", "5")
+            .create()
+            .expect("producer")
+    }
+
+    /// Produces `(key, value)` records (value `None` = tombstone) and flushes.
+    pub fn produce(&self, topic: &str, records: &[(String, Option<Vec<u8>>)]) {
+        let producer = self.producer();
+        for (key, value) in records {
+            let mut record = BaseRecord::<str, [u8]>::to(topic).key(key.as_str());
+            if let Some(value) = value {
+                record = record.payload(value.as_slice());
+            }
+            let mut pending = record;
+            loop {
+                match producer.send(pending) {
+                    Ok(()) => break,
+                    Err((_, back)) => {
+                        producer.poll(Duration::from_millis(20));
+                        pending = back;
+                    }
+                }
+            }
+            producer.poll(Duration::ZERO);
+        }
+        producer.flush(Duration::from_secs(30)).expect("flush");
+    }
+
+    /// High watermark (next offset) of each partition.
+    pub fn high_watermarks(&self, topic: &str, partitions: i32) -> Vec<i64> {
+        let consumer: BaseConsumer = self
+            .client()
+            .set("group.id", "ragstream-test-watermarks")
+            .create()
+            .expect("consumer");
+        (0..partitions)
+            .map(|p| {
+                consumer
+                    .fetch_watermarks(topic, p, Duration::from_secs(5))
+                    .expect("watermarks")
+                    .1
+            })
+            .collect()
+    }
+
+    /// Committed offsets of `group` per partition (`-1` when none).
+    pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
+        let consumer: BaseConsumer = self
+            .client()
+            .set("group.id", group)
+            .create()
+            .expect("consumer");
+        let mut list = TopicPartitionList::new();
+        for p in 0..partitions {
+            list.add_partition(topic, p);
+        }
+        let committed = consumer
+            .committed_offsets(list, Duration::from_secs(10))
+            .expect("committed offsets");
+        (0..partitions)
+            .map(
+                |p| match committed.find_partition(topic, p).map(|e| e.offset()) {
+                    Some(Offset::Offset(offset)) => offset,
+                    _ => -1,
+                },
+            )
+            .collect()
+    }
+
+    /// Every message of a topic (from the beginning), as (key, value, headers).
+    pub fn read_all(
+        &self,
+        topic: &str,
+        expected: usize,
+    ) -> Vec<(Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Vec<u8>)>)> {
+        use rdkafka::message::{Headers, Message};
+        let consumer: BaseConsumer = self
+            .client()
+            .set("group.id", format!("ragstream-test-reader-{}", free_port()))
+            .set("auto.offset.reset", "earliest")
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("consumer");
+        consumer.subscribe(&[topic]).expect("subscribe");
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while out.len() < expected && Instant::now() < deadline {
+            if let Some(Ok(message)) = consumer.poll(Duration::from_millis(200)) {
+                let headers = message
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                out.push((
+                    message.key().map(<[u8]>::to_vec),
+                    message.payload().map(<[u8]>::to_vec),
+                    headers,
+                ));
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,202 @@
+//! The ragstream job as a separate process, as users run it.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use super::broker::free_port;
+
+/// A running `ragstream run` process.
+pub struct Job {
+    child: Option<Child>,
+    /// Port of its HTTP endpoints.
+    pub http_port: u16,
+    /// Its working directory (index, DLQ file, log).
+    pub dir: PathBuf,
+    config: PathBuf,
+}
+
+/// GET `path` on loopback `port`; returns (status, body).
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+/// Sum of all series of metric `name` in a Prometheus text exposition.
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter(|line| line.split(['{', ' ']).next() == Some(name))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The value of one labelled series, e.g. `metric_labeled(text, "ragstream_dlq_records_total", "reason=\"oversize\"")`.
+pub fn metric_labeled(text: &str, name: &str, label: &str) -> f64 {
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{name}{{")) && line.contains(label))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+impl Job {
+    /// Writes `config` (TOML, with `{dir}` and `{http}` placeholders) into `dir` and starts the job there.
+    pub fn start(dir: &Path, config: &str, workers: usize) -> Self {
+        let http_port = free_port();
+        let config_text = config
+            .replace("{dir}", &dir.display().to_string())
+            .replace("{http}", &format!("127.0.0.1:{http_port}"));
+        let config_path = dir.join("ragstream.toml");
+        std::fs::write(&config_path, config_text).expect("config");
+        let mut job = Self {
+            child: None,
+            http_port,
+            dir: dir.to_path_buf(),
+            config: config_path,
+        };
+        job.spawn(workers);
+        job
+    }
+
+    fn spawn(&mut self, workers: usize) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("job.log"))
+            .expect("log");
+        let child = Command::new(env!("CARGO_BIN_EXE_ragstream"))
+            .args(["run", "--config"])
+            .arg(&self.config)
+            .args(["--workers", &workers.to_string()])
+            .env("RAGSTREAM_MODEL_DIR", super::model_dir())
+            .env("RUST_LOG", "info")
+            .current_dir(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("job starts");
+        self.child = Some(child);
+    }
+
+    /// Restarts the job (after a kill) with the same config.
+    pub fn restart(&mut self, workers: usize) {
+        self.kill();
+        self.spawn(workers);
+    }
+
+    /// The job's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("job.log")).unwrap_or_default()
+    }
+
+    /// Waits until `/readyz` answers 200.
+    pub fn wait_ready(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some((200, _)) = http_get(self.http_port, "/readyz") {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("job exited early with {status}; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("job not ready after {timeout:?}; log:\n{}", self.log());
+    }
+
+    /// The current metrics text.
+    pub fn metrics(&self) -> String {
+        http_get(self.http_port, "/metrics")
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    }
+
+    /// Waits until `predicate(metrics)` holds.
+    pub fn wait_for(
+        &mut self,
+        timeout: Duration,
+        what: &str,
+        predicate: impl Fn(&str) -> bool,
+    ) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let text = self.metrics();
+            if predicate(&text) {
+                return text;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "job exited with {status} while waiting for {what}; log:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; log tail:\n{}",
+                tail(&self.log())
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Kills the job with SIGKILL (no graceful anything).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the job with SIGINT and waits for a clean exit.
+    pub fn stop(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let _ = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("job did not stop within 60 s; log:\n{}", tail(&self.log()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
