@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs the main job on its embedded default: fetches the model if missing, then indexes a directory
+# (default: this repository) into the embedded qdrant-edge index and keeps following changes.
+#   ./deploy/scripts/run-local.sh [DIRECTORY]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export RAGSTREAM_MODEL_DIR="${RAGSTREAM_MODEL_DIR:-${RAGSTREAM_CACHE:-$HOME/.cache/ragstream}/models/all-MiniLM-L6-v2}"
+deploy/scripts/fetch-model.sh "$RAGSTREAM_MODEL_DIR" >/dev/null
+if [ $# -gt 0 ]; then
+  export RAGSTREAM_SOURCE__PATH="$1"
+fi
+exec cargo run -- run --config topologies/presets/local.toml

