@@ -170,6 +170,20 @@ impl Job {
         }
     }
 
+    /// Waits for the job to exit by itself.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        let child = self.child.as_mut().expect("running");
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                self.child = None;
+                return status;
+            }
+            assert!(Instant::now() < deadline, "job still running after {timeout:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Stops the job with SIGINT and waits for a clean exit.
     pub fn stop(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("running");

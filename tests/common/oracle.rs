@@ -168,3 +168,14 @@ pub fn compare(expected: &BTreeSet<ChunkId>, actual: &BTreeSet<ChunkId>) -> (usi
     );
     (lost.len(), stale.len(), example)
 }
+
+/// The document keys stored in one shard.
+pub fn shard_keys(path: &Path) -> BTreeSet<String> {
+    let store = EdgeStore::open(path, 384).expect("open shard");
+    let mut keys = BTreeSet::new();
+    store.scroll(&SearchFilter::default(), &mut |stored| {
+        keys.insert(stored.key.to_string());
+    })
+    .expect("scroll");
+    keys
+}
