@@ -3,6 +3,7 @@
 //! `ragstream run --config topologies/presets/local.toml` indexes a directory into the embedded index;
 //! `ragstream validate --config …` checks a configuration without starting anything.
 
+mod bench;
 mod http;
 mod runtime;
 
@@ -46,11 +47,33 @@ enum Command {
         #[arg(long)]
         exit_when_idle: Option<u64>,
     },
+    /// Benchmarks (figures measured in one run on this machine).
+    #[command(subcommand)]
+    Bench(BenchCommand),
     /// Loads and checks a configuration, prints it (secrets redacted) and exits.
     Validate {
         /// Configuration file (TOML).
         #[arg(long, short)]
         config: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Token counting, embedding-only and end-to-end Kafka ingest throughput, freshness, peak RSS.
+    Ingest {
+        /// BEIR-layout corpus.jsonl.
+        #[arg(long)]
+        corpus: PathBuf,
+        /// Kafka bootstrap servers (a fresh topic is created by producing to it).
+        #[arg(long)]
+        brokers: String,
+        /// Use only the first N documents.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Single-document freshness probes.
+        #[arg(long, default_value_t = 20)]
+        probes: usize,
     },
 }
 
@@ -85,6 +108,21 @@ fn main() -> anyhow::Result<()> {
             }
             config.validate()?;
             runtime::run(config)
+        }
+        Command::Bench(BenchCommand::Ingest {
+            corpus,
+            brokers,
+            limit,
+            probes,
+        }) => {
+            let report = bench::ingest(bench::IngestBench {
+                corpus,
+                brokers,
+                limit,
+                probes,
+            })?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
         }
         Command::Validate { config } => {
             let config =

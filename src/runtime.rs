@@ -23,7 +23,8 @@ use ragstream_operators::io::kafka_source::{kafka_source, KafkaSourceConfig};
 use ragstream_operators::io::local_source::{local_source, LocalInput, LocalSourceConfig};
 use ragstream_operators::metrics::metrics;
 use ragstream_operators::store::edge::EdgeStore;
-use ragstream_operators::store::{SearchFilter, VectorStore};
+use ragstream_operators::store::server::ServerStore;
+use ragstream_operators::store::{SearchFilter, StoreError, VectorStore};
 use ragstream_operators::tokens::Encoding;
 use ragstream_topologies::config::{Config, EmbedderKind, IndexKind, SourceKind};
 use ragstream_topologies::ingest::{ingest, IngestParts};
@@ -57,17 +58,27 @@ pub fn open_shards(config: &Config, dimension: usize) -> anyhow::Result<Vec<Arc<
     match config.index.kind {
         IndexKind::Edge => {
             let root = &config.index.path;
-            std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+            std::fs::create_dir_all(root)
+                .with_context(|| format!("creating {}", root.display()))?;
             check_layout(root, config.runtime.workers)?;
             (0..config.runtime.workers)
                 .map(|i| {
                     let path = root.join(format!("shard-{i}"));
-                    let store = EdgeStore::open(&path, dimension).with_context(|| format!("opening {}", path.display()))?;
+                    let store = EdgeStore::open(&path, dimension)
+                        .with_context(|| format!("opening {}", path.display()))?;
                     Ok(Arc::new(store) as Arc<dyn VectorStore>)
                 })
                 .collect()
         }
-        IndexKind::Server => bail!("the Qdrant server backend is not wired into the runtime yet; use index.kind = \"edge\""),
+        IndexKind::Server => {
+            // One shared collection: every worker writes its own documents into it.
+            let url = config.index.url.clone().expect("validated");
+            let api_key = std::env::var(&config.index.api_key_env).ok();
+            let store = ServerStore::connect(&url, api_key, &config.index.collection, dimension)
+                .with_context(|| format!("connecting to Qdrant at {url}"))?;
+            let store: Arc<dyn VectorStore> = Arc::new(store);
+            Ok((0..config.runtime.workers).map(|_| store.clone()).collect())
+        }
     }
 }
 
@@ -90,8 +101,73 @@ fn check_layout(root: &Path, workers: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A started job.
+pub struct Running {
+    /// The open shards (worker `i` writes shard `i`).
+    pub shards: Arc<Vec<Arc<dyn VectorStore>>>,
+    /// Set to stop the job gracefully.
+    pub shutdown: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Running {
+    /// Waits for the job to finish.
+    pub fn join(self) -> anyhow::Result<()> {
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the job thread panicked"))?
+    }
+}
+
 /// Runs the job until it is stopped (SIGINT/SIGTERM), its input ends, or it has been idle long enough.
 pub fn run(config: Config) -> anyhow::Result<()> {
+    start(config)?.join()
+}
+
+/// Re-embeds every chunk of a shard with `embedder` (same ids, new vectors and embedder version).
+fn reembed_shard(shard: &dyn VectorStore, embedder: &mut dyn Embedder) -> anyhow::Result<usize> {
+    let hydrated = hydrate(shard, &|_| true)?;
+    let bm25 = ragstream_operators::store::Bm25Encoder::default();
+    let mut written = 0;
+    let all: Vec<_> = hydrated
+        .chunk_sets
+        .into_iter()
+        .flat_map(|(key, set)| {
+            set.chunks
+                .into_iter()
+                .map(move |c| (key.clone(), set.version, c))
+        })
+        .collect();
+    for batch in all.chunks(256) {
+        let inputs: Vec<String> = batch
+            .iter()
+            .map(|(_, _, chunk)| chunk.embedding_input())
+            .collect();
+        let texts: Vec<&str> = inputs.iter().map(String::as_str).collect();
+        let vectors = embedder.embed(&texts)?;
+        let points: Vec<_> = batch
+            .iter()
+            .zip(vectors)
+            .map(
+                |((key, version, chunk), dense)| ragstream_operators::store::PointWrite {
+                    key: key.clone(),
+                    version: *version,
+                    sparse: bm25.encode_document(&chunk.embedding_input()),
+                    dense,
+                    chunk: chunk.clone(),
+                    embedder_version: embedder.version().to_string(),
+                },
+            )
+            .collect();
+        shard.upsert(&points)?;
+        written += points.len();
+    }
+    shard.flush()?;
+    Ok(written)
+}
+
+/// Starts the job on a background thread.
+pub fn start(config: Config) -> anyhow::Result<Running> {
     let workers = config.runtime.workers;
     let encoding = Encoding::parse(&config.chunking.tokenizer).expect("validated");
     // Embedders first: their dimension shapes the collection.
@@ -102,9 +178,21 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let dimension = embedders[0].dimension();
     let version = embedders[0].version().to_string();
     let shards = open_shards(&config, dimension)?;
-    if !config.embedder.reembed {
-        for shard in &shards {
-            shard.check_embedder(&version, dimension)?;
+    for (index, shard) in shards.iter().enumerate() {
+        match shard.check_embedder(&version, dimension) {
+            Ok(()) => {}
+            Err(StoreError::EmbedderMismatch {
+                found_dimension, ..
+            }) if config.embedder.reembed && found_dimension == dimension => {
+                let written = reembed_shard(shard.as_ref(), embedders[0].as_mut())?;
+                tracing::info!(shard = index, chunks = written, embedder = %version, "re-embedded");
+            }
+            Err(StoreError::EmbedderMismatch {
+                found_dimension, ..
+            }) if config.embedder.reembed => {
+                bail!("re-embedding from dimension {found_dimension} to {dimension} needs a new index: set index.path to an empty directory");
+            }
+            Err(error) => return Err(error.into()),
         }
     }
     let readiness = Arc::new(Readiness::default());
@@ -169,99 +257,110 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let config = Arc::new(config);
     let ready_workers = Arc::new(std::sync::atomic::AtomicUsize::new(0));
 
-    let guards = timely::execute(timely::Config::process(workers), move |worker| {
-        let index = worker.index();
-        let peers = worker.peers();
-        let store = shards[index].clone();
-        let owns = move |key: &ragstream_operators::model::DocKey| {
-            (key.route() % peers as u64) as usize == index
-        };
-        let hydrated = hydrate(store.as_ref(), &owns)
-            .unwrap_or_else(|e| panic!("hydrating shard {index}: {e}"));
-        tracing::info!(
-            worker = index,
-            documents = hydrated.chunk_sets.len(),
-            chunks = hydrated.chunk_count(),
-            "hydrated"
-        );
-        let embedder = embedders.lock().expect("embedders")[index]
-            .take()
-            .expect("one embedder per worker");
-        let chunker = Chunker::new(ChunkerConfig {
-            encoding,
-            prose_tokens: config.chunking.prose_tokens,
-            code_tokens: config.chunking.code_tokens,
-            schema_tokens: config.chunking.schema_tokens,
-            overlap_ratio: config.chunking.overlap_ratio,
-        });
-        let dlq: Box<dyn DlqSink> = match config.source.kind {
-            SourceKind::Kafka => Box::new(
-                KafkaDlq::new(&config.kafka.client_config(), &config.kafka.dlq_topic)
-                    .unwrap_or_else(|e| panic!("DLQ producer: {e}")),
-            ),
-            _ => Box::new(FileDlq::new(config.runtime.dlq_path.clone())),
-        };
-        let acks = ProbeHandle::new();
-        let input = if index == 0 {
-            local_input.lock().expect("local input").take()
-        } else {
-            None
-        };
-        let shutdown = shutdown.clone();
-        let config = config.clone();
-        worker.dataflow::<u64, _, _>(|scope| {
-            let events = match config.source.kind {
-                SourceKind::Kafka => {
-                    let source_config = KafkaSourceConfig {
-                        client: config.kafka.client_config(),
-                        topic: config.kafka.documents_topic.clone(),
-                        group_id: config.kafka.group_id.clone(),
-                        max_batch: config.kafka.max_batch,
-                        max_in_flight: config.kafka.max_in_flight,
-                        idle_poll: Duration::from_millis(20),
+    let job_shards = shards.clone();
+    let job_shutdown = shutdown.clone();
+    let thread = std::thread::Builder::new().name("timely".into()).spawn(
+        move || -> anyhow::Result<()> {
+            let guards = timely::execute(timely::Config::process(workers), move |worker| {
+                let index = worker.index();
+                let peers = worker.peers();
+                let store = shards[index].clone();
+                let owns = move |key: &ragstream_operators::model::DocKey| {
+                    (key.route() % peers as u64) as usize == index
+                };
+                let hydrated = hydrate(store.as_ref(), &owns)
+                    .unwrap_or_else(|e| panic!("hydrating shard {index}: {e}"));
+                tracing::info!(
+                    worker = index,
+                    documents = hydrated.chunk_sets.len(),
+                    chunks = hydrated.chunk_count(),
+                    "hydrated"
+                );
+                let embedder = embedders.lock().expect("embedders")[index]
+                    .take()
+                    .expect("one embedder per worker");
+                let chunker = Chunker::new(ChunkerConfig {
+                    encoding,
+                    prose_tokens: config.chunking.prose_tokens,
+                    code_tokens: config.chunking.code_tokens,
+                    schema_tokens: config.chunking.schema_tokens,
+                    overlap_ratio: config.chunking.overlap_ratio,
+                });
+                let dlq: Box<dyn DlqSink> = match config.source.kind {
+                    SourceKind::Kafka => Box::new(
+                        KafkaDlq::new(&config.kafka.client_config(), &config.kafka.dlq_topic)
+                            .unwrap_or_else(|e| panic!("DLQ producer: {e}")),
+                    ),
+                    _ => Box::new(FileDlq::new(config.runtime.dlq_path.clone())),
+                };
+                let acks = ProbeHandle::new();
+                let input = if index == 0 {
+                    local_input.lock().expect("local input").take()
+                } else {
+                    None
+                };
+                let shutdown = shutdown.clone();
+                let config = config.clone();
+                worker.dataflow::<u64, _, _>(|scope| {
+                    let events = match config.source.kind {
+                        SourceKind::Kafka => {
+                            let source_config = KafkaSourceConfig {
+                                client: config.kafka.client_config(),
+                                topic: config.kafka.documents_topic.clone(),
+                                group_id: config.kafka.group_id.clone(),
+                                max_batch: config.kafka.max_batch,
+                                max_in_flight: config.kafka.max_in_flight,
+                                idle_poll: Duration::from_millis(20),
+                            };
+                            kafka_source(
+                                scope,
+                                source_config,
+                                decode_config(&config),
+                                acks.clone(),
+                                shutdown,
+                            )
+                        }
+                        _ => local_source(
+                            scope,
+                            input,
+                            LocalSourceConfig {
+                                batch: 256,
+                                max_in_flight: 2048,
+                            },
+                            acks.clone(),
+                            shutdown,
+                        ),
                     };
-                    kafka_source(
+                    ingest(
                         scope,
-                        source_config,
-                        decode_config(&config),
-                        acks.clone(),
-                        shutdown,
-                    )
+                        events,
+                        IngestParts {
+                            hydrated,
+                            chunker,
+                            embedder,
+                            store,
+                            dlq,
+                        },
+                        &acks,
+                    );
+                });
+                if ready_workers.fetch_add(1, Ordering::SeqCst) + 1 == peers {
+                    readiness.ready.store(true, Ordering::SeqCst);
                 }
-                _ => local_source(
-                    scope,
-                    input,
-                    LocalSourceConfig {
-                        batch: 256,
-                        max_in_flight: 2048,
-                    },
-                    acks.clone(),
-                    shutdown,
-                ),
-            };
-            ingest(
-                scope,
-                events,
-                IngestParts {
-                    hydrated,
-                    chunker,
-                    embedder,
-                    store,
-                    dlq,
-                },
-                &acks,
-            );
-        });
-        if ready_workers.fetch_add(1, Ordering::SeqCst) + 1 == peers {
-            readiness.ready.store(true, Ordering::SeqCst);
-        }
+            })
+            .map_err(|e| anyhow::anyhow!("starting workers: {e}"))?;
+            for result in guards.join() {
+                result.map_err(|e| anyhow::anyhow!("worker failed: {e}"))?;
+            }
+            tracing::info!("stopped");
+            Ok(())
+        },
+    )?;
+    Ok(Running {
+        shards: job_shards,
+        shutdown: job_shutdown,
+        thread,
     })
-    .map_err(|e| anyhow::anyhow!("starting workers: {e}"))?;
-    for result in guards.join() {
-        result.map_err(|e| anyhow::anyhow!("worker failed: {e}"))?;
-    }
-    tracing::info!("stopped");
-    Ok(())
 }
 
 fn decode_config(config: &Config) -> DecodeConfig {

@@ -27,7 +27,11 @@ fn run(events: &[u8], workers: usize) -> (tempfile::TempDir, f64) {
     let started = Instant::now();
     let mut job = Job::start(dir.path(), CONFIG, workers);
     let status = job.wait_exit(Duration::from_secs(900));
-    assert!(status.success(), "job with {workers} workers failed: {status}; log:\n{}", job.log());
+    assert!(
+        status.success(),
+        "job with {workers} workers failed: {status}; log:\n{}",
+        job.log()
+    );
     (dir, started.elapsed().as_secs_f64())
 }
 
@@ -37,10 +41,26 @@ fn two_workers_index_what_one_worker_indexes() {
     let mut oracle = Oracle::default();
     let mut lines = Vec::new();
     for p in &paragraphs {
-        lines.push(oracle.upsert("squad", &p.id, 1, &p.title, &p.text).1.expect("value"));
+        lines.push(
+            oracle
+                .upsert("squad", &p.id, 1, &p.title, &p.text)
+                .1
+                .expect("value"),
+        );
     }
     for p in &paragraphs[0..40] {
-        lines.push(oracle.upsert("squad", &p.id, 2, &p.title, "A replacement paragraph. It is short.").1.expect("value"));
+        lines.push(
+            oracle
+                .upsert(
+                    "squad",
+                    &p.id,
+                    2,
+                    &p.title,
+                    "A replacement paragraph. It is short.",
+                )
+                .1
+                .expect("value"),
+        );
     }
     for p in &paragraphs[40..60] {
         lines.push(oracle.delete("squad", &p.id, 2).1.expect("value"));
@@ -54,7 +74,11 @@ fn two_workers_index_what_one_worker_indexes() {
     let expected = oracle.expected(&default_chunker());
     let single = index_contents(&one.path().join("index"));
     let double = index_contents(&two.path().join("index"));
-    assert_eq!(compare(&expected, &single).0 + compare(&expected, &single).1, 0, "-w 1 equals the oracle");
+    assert_eq!(
+        compare(&expected, &single).0 + compare(&expected, &single).1,
+        0,
+        "-w 1 equals the oracle"
+    );
     assert_eq!(single, double, "-w 2 holds exactly what -w 1 holds");
     // Each shard of the two-worker index holds only the documents routed to it.
     for shard in 0..2u64 {
@@ -63,9 +87,17 @@ fn two_workers_index_what_one_worker_indexes() {
         assert!(!keys.is_empty(), "shard {shard} is used");
         for key in keys {
             let (tenant, doc_id) = key.split_once('/').expect("key");
-            assert_eq!(DocKey::new(tenant, doc_id).route() % 2, shard, "{key} in shard {shard}");
+            assert_eq!(
+                DocKey::new(tenant, doc_id).route() % 2,
+                shard,
+                "{key} in shard {shard}"
+            );
         }
     }
     let dlq = std::fs::read_to_string(two.path().join("dlq.jsonl")).expect("dlq file");
-    assert_eq!(dlq.lines().count(), 1, "the malformed line is dead-lettered once");
+    assert_eq!(
+        dlq.lines().count(),
+        1,
+        "the malformed line is dead-lettered once"
+    );
 }

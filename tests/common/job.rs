@@ -179,7 +179,10 @@ impl Job {
                 self.child = None;
                 return status;
             }
-            assert!(Instant::now() < deadline, "job still running after {timeout:?}");
+            assert!(
+                Instant::now() < deadline,
+                "job still running after {timeout:?}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }

@@ -173,9 +173,10 @@ pub fn compare(expected: &BTreeSet<ChunkId>, actual: &BTreeSet<ChunkId>) -> (usi
 pub fn shard_keys(path: &Path) -> BTreeSet<String> {
     let store = EdgeStore::open(path, 384).expect("open shard");
     let mut keys = BTreeSet::new();
-    store.scroll(&SearchFilter::default(), &mut |stored| {
-        keys.insert(stored.key.to_string());
-    })
-    .expect("scroll");
+    store
+        .scroll(&SearchFilter::default(), &mut |stored| {
+            keys.insert(stored.key.to_string());
+        })
+        .expect("scroll");
     keys
 }

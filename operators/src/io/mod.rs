@@ -2,5 +2,6 @@
 
 pub mod dir_source;
 pub mod dlq_sink;
+pub mod kafka_admin;
 pub mod kafka_source;
 pub mod local_source;

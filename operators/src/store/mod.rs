@@ -2,7 +2,7 @@
 //!
 //! - [`edge::EdgeStore`]: qdrant-edge, the Qdrant engine in-process, on disk (the embedded default).
 //!   Pinned to 0.7.2: 0.8 and 0.9 use `std::debug_assert_matches`, unstable on the stable toolchain.
-//! - `server::ServerStore`: a Qdrant server through qdrant-client (production).
+//! - [`server::ServerStore`]: a Qdrant server through qdrant-client (production).
 //!
 //! Both hold the same collection layout: a named dense vector `dense` (cosine, the embedder's dimension)
 //! and a sparse vector `bm25` with the IDF modifier; keyword payload indexes on `tenant` (as the tenant
@@ -15,6 +15,7 @@
 
 pub mod bm25;
 pub mod edge;
+pub mod server;
 
 use serde_json::{json, Map, Value};
 

@@ -1,0 +1,637 @@
+//! Qdrant server backend: a collection on a Qdrant server, through qdrant-client (gRPC).
+//!
+//! The client is async; the store owns a current-thread tokio runtime and blocks on every call, so it
+//! implements the synchronous [`VectorStore`] like the embedded backend.
+//!
+//! Semantics mirror [`super::edge::EdgeStore`]: the same collection layout, the same filters (tenant
+//! `must`; kinds and doc ids any-of; ACL as "empty or any of the labels"), scroll in id order with the
+//! payload only, exact counts.
+//!
+//! Durability: every write is sent with `wait=true`, so the server has applied it (and written it to
+//! its WAL, which it replays after a crash) before the call returns. [`VectorStore::flush`] therefore
+//! has nothing left to do.
+//!
+//! Errors: transport failures and the 5xx-like gRPC statuses (the server could not serve the request
+//! now) are [`StoreError::Unavailable`] and retried by the caller; everything else (a bad request, a
+//! missing collection, a refused API key) is [`StoreError::Invalid`].
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use qdrant_client::qdrant::point_id::PointIdOptions;
+use qdrant_client::qdrant::r#match::MatchValue;
+use qdrant_client::qdrant::value::Kind;
+use qdrant_client::qdrant::vector_output::Vector as VectorOutputKind;
+use qdrant_client::qdrant::vectors_config::Config as VectorsConfigKind;
+use qdrant_client::qdrant::{
+    Condition, CountPointsBuilder, CreateCollectionBuilder, CreateFieldIndexCollectionBuilder,
+    DeleteCollectionBuilder, DeletePointsBuilder, Distance, FieldType, Filter, GetPointsBuilder,
+    KeywordIndexParamsBuilder, ListValue, Modifier, NamedVectors, PointId, PointStruct, Query,
+    QueryPointsBuilder, RepeatedStrings, ScrollPointsBuilder, SparseVectorParamsBuilder,
+    SparseVectorsConfigBuilder, Struct, UpsertPointsBuilder, Value, Vector, VectorInput,
+    VectorParamsBuilder, VectorsConfigBuilder, VectorsSelector,
+};
+use qdrant_client::{Payload, Qdrant, QdrantError};
+use serde_json::{Map, Number, Value as JsonValue};
+
+use super::{
+    chunk_from_payload, chunk_payload, Hit, PointWrite, SearchFilter, SearchVector, StoreError,
+    StoredChunk, VectorStore, DENSE_VECTOR, KEYWORD_INDEXES, SPARSE_VECTOR,
+};
+
+/// Points per scroll page.
+const SCROLL_PAGE: u32 = 512;
+
+/// Deadline of one gRPC request. Writes wait for the server to apply them, so this is longer than
+/// the client's default (5 s); a request past it fails as [`StoreError::Unavailable`] and is retried
+/// (writes are idempotent).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// gRPC status codes (as `i32`, see `tonic::Code`) that mean "the server could not serve this now":
+/// the 5xx family (Unknown, Internal, Unavailable, DeadlineExceeded, DataLoss), rate limiting
+/// (ResourceExhausted), and Cancelled / Aborted. qdrant-client reports a failed connection as
+/// Internal. Unimplemented (also 5xx in HTTP terms) is left out: retrying never helps.
+const TRANSIENT_CODES: [i32; 8] = [
+    1,  // Cancelled
+    2,  // Unknown
+    4,  // DeadlineExceeded
+    8,  // ResourceExhausted
+    10, // Aborted
+    13, // Internal
+    14, // Unavailable
+    15, // DataLoss
+];
+
+/// gRPC `AlreadyExists`.
+const ALREADY_EXISTS: i32 = 6;
+
+/// A collection on a Qdrant server.
+pub struct ServerStore {
+    client: Qdrant,
+    runtime: tokio::runtime::Runtime,
+    url: String,
+    has_api_key: bool,
+    collection: String,
+    dimension: usize,
+}
+
+impl std::fmt::Debug for ServerStore {
+    // By hand: the client's configuration holds the API key, which must never reach a log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerStore")
+            .field("url", &self.url)
+            .field(
+                "api_key",
+                &if self.has_api_key {
+                    "<redacted>"
+                } else {
+                    "<none>"
+                },
+            )
+            .field("collection", &self.collection)
+            .field("dimension", &self.dimension)
+            .finish()
+    }
+}
+
+fn store_error(error: QdrantError) -> StoreError {
+    let transient = match &error {
+        QdrantError::ResponseError { status } => {
+            TRANSIENT_CODES.contains(&i32::from(status.code()))
+        }
+        QdrantError::ResourceExhaustedError { .. } | QdrantError::Io(_) => true,
+        _ => false,
+    };
+    if transient {
+        StoreError::Unavailable(error.to_string())
+    } else {
+        StoreError::Invalid(error.to_string())
+    }
+}
+
+/// Whether the server refused to create something because it exists (a collection, a payload index).
+fn already_exists(error: &QdrantError) -> bool {
+    match error {
+        QdrantError::ResponseError { status } => {
+            i32::from(status.code()) == ALREADY_EXISTS
+                || status.message().to_lowercase().contains("already exists")
+        }
+        _ => false,
+    }
+}
+
+fn keyword(field: &str, value: &str) -> Condition {
+    // Explicitly a keyword: `MatchValue::from(String)` turns values with whitespace into full-text.
+    Condition::matches(field, MatchValue::Keyword(value.to_string()))
+}
+
+fn any_of(field: &str, values: Vec<String>) -> Condition {
+    Condition::matches(
+        field,
+        MatchValue::Keywords(RepeatedStrings { strings: values }),
+    )
+}
+
+/// The server filter for a [`SearchFilter`]: tenant, kinds and doc ids as `must`, ACL as "empty or any of".
+fn server_filter(filter: &SearchFilter) -> Option<Filter> {
+    let mut must = Vec::new();
+    if let Some(tenant) = &filter.tenant {
+        must.push(keyword("tenant", tenant));
+    }
+    if !filter.kinds.is_empty() {
+        must.push(any_of(
+            "kind",
+            filter
+                .kinds
+                .iter()
+                .map(|k| k.as_str().to_string())
+                .collect(),
+        ));
+    }
+    if !filter.doc_ids.is_empty() {
+        must.push(any_of("doc_id", filter.doc_ids.clone()));
+    }
+    if let Some(acl) = &filter.acl {
+        let mut should = vec![Condition::is_empty("acl")];
+        if !acl.is_empty() {
+            should.push(any_of("acl", acl.clone()));
+        }
+        must.push(Condition::from(Filter::should(should)));
+    }
+    (!must.is_empty()).then(|| Filter::must(must))
+}
+
+fn point_id(id: uuid::Uuid) -> PointId {
+    PointId::from(id.to_string())
+}
+
+fn uuid_of(id: Option<&PointId>) -> Option<uuid::Uuid> {
+    match id?.point_id_options.as_ref()? {
+        PointIdOptions::Uuid(text) => uuid::Uuid::parse_str(text).ok(),
+        PointIdOptions::Num(_) => None,
+    }
+}
+
+/// A JSON value as a payload value (qdrant-client's serde conversions are behind a feature we do
+/// not enable).
+fn to_value(json: &JsonValue) -> Value {
+    let kind = match json {
+        JsonValue::Null => Kind::NullValue(0),
+        JsonValue::Bool(b) => Kind::BoolValue(*b),
+        JsonValue::Number(n) => match n.as_i64() {
+            Some(i) => Kind::IntegerValue(i),
+            None => Kind::DoubleValue(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        JsonValue::String(s) => Kind::StringValue(s.clone()),
+        JsonValue::Array(items) => Kind::ListValue(ListValue {
+            values: items.iter().map(to_value).collect(),
+        }),
+        JsonValue::Object(map) => Kind::StructValue(Struct {
+            fields: map.iter().map(|(k, v)| (k.clone(), to_value(v))).collect(),
+        }),
+    };
+    Value { kind: Some(kind) }
+}
+
+/// A payload value as JSON.
+fn to_json(value: &Value) -> JsonValue {
+    match &value.kind {
+        None | Some(Kind::NullValue(_)) => JsonValue::Null,
+        Some(Kind::BoolValue(b)) => JsonValue::Bool(*b),
+        Some(Kind::IntegerValue(i)) => JsonValue::Number(Number::from(*i)),
+        Some(Kind::DoubleValue(d)) => Number::from_f64(*d)
+            .map(JsonValue::Number)
+            .unwrap_or(JsonValue::Null),
+        Some(Kind::StringValue(s)) => JsonValue::String(s.clone()),
+        Some(Kind::ListValue(list)) => JsonValue::Array(list.values.iter().map(to_json).collect()),
+        Some(Kind::StructValue(object)) => JsonValue::Object(
+            object
+                .fields
+                .iter()
+                .map(|(k, v)| (k.clone(), to_json(v)))
+                .collect(),
+        ),
+    }
+}
+
+fn to_payload(map: &Map<String, JsonValue>) -> Payload {
+    let fields: HashMap<String, Value> =
+        map.iter().map(|(k, v)| (k.clone(), to_value(v))).collect();
+    Payload::from(fields)
+}
+
+/// A stored chunk from a point's id and payload; `None` if it is not a ragstream point.
+fn stored_chunk(id: Option<&PointId>, payload: &HashMap<String, Value>) -> Option<StoredChunk> {
+    let id = uuid_of(id)?;
+    let payload: Map<String, JsonValue> = payload
+        .iter()
+        .map(|(k, v)| (k.clone(), to_json(v)))
+        .collect();
+    chunk_from_payload(id, &payload)
+}
+
+impl ServerStore {
+    /// Connects to the Qdrant server at `url` (gRPC, e.g. `http://localhost:6334`) and opens
+    /// `collection`, creating it (with payload indexes) if missing.
+    ///
+    /// Fails with [`StoreError::EmbedderMismatch`] if the collection holds dense vectors of another
+    /// dimension.
+    pub fn connect(
+        url: &str,
+        api_key: Option<String>,
+        collection: &str,
+        dimension: usize,
+    ) -> Result<Self, StoreError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                StoreError::Unavailable(format!("starting the Qdrant client runtime: {e}"))
+            })?;
+        let has_api_key = api_key.is_some();
+        let mut config = Qdrant::from_url(url)
+            .skip_compatibility_check()
+            .timeout(REQUEST_TIMEOUT);
+        if let Some(key) = api_key {
+            config = config.api_key(key);
+        }
+        let client = config.build().map_err(store_error)?;
+        let store = Self {
+            client,
+            runtime,
+            url: url.to_string(),
+            has_api_key,
+            collection: collection.to_string(),
+            dimension,
+        };
+        store.ensure_collection()?;
+        Ok(store)
+    }
+
+    /// The collection name.
+    pub fn collection(&self) -> &str {
+        &self.collection
+    }
+
+    /// Deletes the whole collection (tests and explicit re-indexing only).
+    pub fn delete_collection(&self) -> Result<(), StoreError> {
+        self.runtime
+            .block_on(
+                self.client
+                    .delete_collection(DeleteCollectionBuilder::new(&self.collection)),
+            )
+            .map(|_| ())
+            .map_err(store_error)
+    }
+
+    fn ensure_collection(&self) -> Result<(), StoreError> {
+        let exists = self
+            .runtime
+            .block_on(self.client.collection_exists(&self.collection))
+            .map_err(store_error)?;
+        if !exists {
+            let mut vectors = VectorsConfigBuilder::default();
+            vectors.add_named_vector_params(
+                DENSE_VECTOR,
+                VectorParamsBuilder::new(self.dimension as u64, Distance::Cosine),
+            );
+            let mut sparse = SparseVectorsConfigBuilder::default();
+            sparse.add_named_vector_params(
+                SPARSE_VECTOR,
+                SparseVectorParamsBuilder::default().modifier(Modifier::Idf),
+            );
+            let request = CreateCollectionBuilder::new(&self.collection)
+                .vectors_config(vectors)
+                .sparse_vectors_config(sparse);
+            match self
+                .runtime
+                .block_on(self.client.create_collection(request))
+            {
+                Ok(_) => {}
+                // Another process created it between the check and the create: checked below.
+                Err(error) if already_exists(&error) => {}
+                Err(error) => return Err(store_error(error)),
+            }
+        }
+        let found = self.collection_dimension()?;
+        if found != Some(self.dimension) {
+            return Err(StoreError::EmbedderMismatch {
+                found: "(existing index)".into(),
+                found_dimension: found.unwrap_or(0),
+                expected: "(this job)".into(),
+                expected_dimension: self.dimension,
+            });
+        }
+        self.create_indexes()
+    }
+
+    /// Keyword payload indexes, `tenant` as the tenant index. Idempotent: re-issued on every connect
+    /// (the server accepts an identical index again); an "already exists" refusal is accepted too.
+    fn create_indexes(&self) -> Result<(), StoreError> {
+        for field in KEYWORD_INDEXES {
+            let mut request =
+                CreateFieldIndexCollectionBuilder::new(&self.collection, field, FieldType::Keyword)
+                    .wait(true);
+            if field == "tenant" {
+                request = request
+                    .field_index_params(KeywordIndexParamsBuilder::default().is_tenant(true));
+            }
+            match self
+                .runtime
+                .block_on(self.client.create_field_index(request))
+            {
+                Ok(_) => {}
+                Err(error) if already_exists(&error) => {}
+                Err(error) => return Err(store_error(error)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Size of the collection's named dense vector; `None` if it has none.
+    fn collection_dimension(&self) -> Result<Option<usize>, StoreError> {
+        let info = self
+            .runtime
+            .block_on(self.client.collection_info(&self.collection))
+            .map_err(store_error)?;
+        let config = info
+            .result
+            .and_then(|info| info.config)
+            .and_then(|config| config.params)
+            .and_then(|params| params.vectors_config)
+            .and_then(|vectors| vectors.config);
+        Ok(match config {
+            Some(VectorsConfigKind::ParamsMap(map)) => {
+                map.map.get(DENSE_VECTOR).map(|params| params.size as usize)
+            }
+            _ => None,
+        })
+    }
+}
+
+impl VectorStore for ServerStore {
+    fn backend(&self) -> &'static str {
+        "server"
+    }
+
+    fn check_embedder(&self, embedder_version: &str, dimension: usize) -> Result<(), StoreError> {
+        let page = self
+            .runtime
+            .block_on(
+                self.client.scroll(
+                    ScrollPointsBuilder::new(&self.collection)
+                        .limit(1)
+                        .with_payload(true)
+                        .with_vectors(false),
+                ),
+            )
+            .map_err(store_error)?;
+        let found = page
+            .result
+            .first()
+            .and_then(|point| stored_chunk(point.id.as_ref(), &point.payload));
+        let found_dimension = self.collection_dimension()?.unwrap_or(0);
+        match found {
+            Some(stored)
+                if stored.embedder_version != embedder_version || found_dimension != dimension =>
+            {
+                Err(StoreError::EmbedderMismatch {
+                    found: stored.embedder_version,
+                    found_dimension,
+                    expected: embedder_version.to_string(),
+                    expected_dimension: dimension,
+                })
+            }
+            _ if found_dimension != dimension => Err(StoreError::EmbedderMismatch {
+                found: "(empty index)".into(),
+                found_dimension,
+                expected: embedder_version.to_string(),
+                expected_dimension: dimension,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    fn upsert(&self, points: &[PointWrite]) -> Result<(), StoreError> {
+        if points.is_empty() {
+            return Ok(());
+        }
+        let mut list = Vec::with_capacity(points.len());
+        for point in points {
+            if point.dense.len() != self.dimension {
+                return Err(StoreError::Invalid(format!(
+                    "vector of dimension {} for a {}-d index",
+                    point.dense.len(),
+                    self.dimension
+                )));
+            }
+            if point.sparse.indices.len() != point.sparse.values.len() {
+                return Err(StoreError::Invalid(format!(
+                    "sparse vector with {} indices and {} values",
+                    point.sparse.indices.len(),
+                    point.sparse.values.len()
+                )));
+            }
+            let vectors = NamedVectors::default()
+                .add_vector(DENSE_VECTOR, Vector::new_dense(point.dense.clone()))
+                .add_vector(
+                    SPARSE_VECTOR,
+                    Vector::new_sparse(point.sparse.indices.clone(), point.sparse.values.clone()),
+                );
+            list.push(PointStruct::new(
+                point_id(point.id()),
+                vectors,
+                to_payload(&chunk_payload(point)),
+            ));
+        }
+        self.runtime
+            .block_on(
+                self.client
+                    .upsert_points(UpsertPointsBuilder::new(&self.collection, list).wait(true)),
+            )
+            .map(|_| ())
+            .map_err(store_error)
+    }
+
+    fn delete(&self, ids: &[uuid::Uuid]) -> Result<(), StoreError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<PointId> = ids.iter().map(|id| point_id(*id)).collect();
+        self.runtime
+            .block_on(
+                self.client.delete_points(
+                    DeletePointsBuilder::new(&self.collection)
+                        .points(ids)
+                        .wait(true),
+                ),
+            )
+            .map(|_| ())
+            .map_err(store_error)
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        // Nothing to do: every write was sent with `wait=true`, so it returned only after the server
+        // had written it to its WAL and applied it; the server replays its WAL after a crash, so those
+        // writes are already durable. (Unlike qdrant-edge 0.7.2, which does not replay its WAL.)
+        Ok(())
+    }
+
+    fn scroll(
+        &self,
+        filter: &SearchFilter,
+        visit: &mut dyn FnMut(StoredChunk),
+    ) -> Result<(), StoreError> {
+        let filter = server_filter(filter);
+        let mut offset: Option<PointId> = None;
+        loop {
+            // No `order_by`: the server's scroll is in id order, and only then paginates by offset.
+            let mut request = ScrollPointsBuilder::new(&self.collection)
+                .limit(SCROLL_PAGE)
+                .with_payload(true)
+                .with_vectors(false);
+            if let Some(filter) = &filter {
+                request = request.filter(filter.clone());
+            }
+            if let Some(offset) = offset.take() {
+                request = request.offset(offset);
+            }
+            let page = self
+                .runtime
+                .block_on(self.client.scroll(request))
+                .map_err(store_error)?;
+            for point in &page.result {
+                if let Some(stored) = stored_chunk(point.id.as_ref(), &point.payload) {
+                    visit(stored);
+                }
+            }
+            match page.next_page_offset {
+                Some(next) => offset = Some(next),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    fn count(&self, filter: &SearchFilter) -> Result<usize, StoreError> {
+        let mut request = CountPointsBuilder::new(&self.collection).exact(true);
+        if let Some(filter) = server_filter(filter) {
+            request = request.filter(filter);
+        }
+        let response = self
+            .runtime
+            .block_on(self.client.count(request))
+            .map_err(store_error)?;
+        Ok(response.result.map_or(0, |result| result.count as usize))
+    }
+
+    fn search(
+        &self,
+        vector: &SearchVector,
+        filter: &SearchFilter,
+        limit: usize,
+        score_threshold: Option<f32>,
+    ) -> Result<Vec<Hit>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let (query, using) = match vector {
+            SearchVector::Dense(dense) => (Query::new_nearest(dense.clone()), DENSE_VECTOR),
+            SearchVector::Sparse(sparse) => (
+                Query::new_nearest(VectorInput::new_sparse(
+                    sparse.indices.clone(),
+                    sparse.values.clone(),
+                )),
+                SPARSE_VECTOR,
+            ),
+        };
+        let mut request = QueryPointsBuilder::new(&self.collection)
+            .query(query)
+            .using(using)
+            .limit(limit as u64)
+            .with_payload(true)
+            .with_vectors(false);
+        if let Some(filter) = server_filter(filter) {
+            request = request.filter(filter);
+        }
+        if let Some(threshold) = score_threshold {
+            request = request.score_threshold(threshold);
+        }
+        let response = self
+            .runtime
+            .block_on(self.client.query(request))
+            .map_err(store_error)?;
+        Ok(response
+            .result
+            .iter()
+            .filter_map(|point| {
+                let stored = stored_chunk(point.id.as_ref(), &point.payload)?;
+                Some(Hit {
+                    stored,
+                    score: point.score,
+                })
+            })
+            .collect())
+    }
+
+    fn dense_vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, Vec<f32>)>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<PointId> = ids.iter().map(|id| point_id(*id)).collect();
+        let request = GetPointsBuilder::new(&self.collection, ids)
+            .with_payload(false)
+            .with_vectors(VectorsSelector::new(vec![DENSE_VECTOR.to_string()]));
+        let response = self
+            .runtime
+            .block_on(self.client.get_points(request))
+            .map_err(store_error)?;
+        Ok(response
+            .result
+            .iter()
+            .filter_map(|point| {
+                let id = uuid_of(point.id.as_ref())?;
+                match point.vectors.as_ref()?.get_vector_by_name(DENSE_VECTOR)? {
+                    VectorOutputKind::Dense(dense) => Some((id, dense.data)),
+                    _ => None,
+                }
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[ignore = "needs a Qdrant server: set QDRANT_URL and run with --ignored"]
+    fn server_store_passes_the_contract() {
+        let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
+        let api_key = std::env::var("QDRANT_API_KEY").ok();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let collection = format!("ragstream_contract_{}_{nanos}", std::process::id());
+        let open = || {
+            ServerStore::connect(
+                &url,
+                api_key.clone(),
+                &collection,
+                super::super::contract::DIMENSION,
+            )
+            .expect("connect to the Qdrant server")
+        };
+        // Deletes the collection at the end, also when the contract fails.
+        struct Cleanup(ServerStore);
+        impl Drop for Cleanup {
+            fn drop(&mut self) {
+                if let Err(error) = self.0.delete_collection() {
+                    eprintln!("could not delete {}: {error}", self.0.collection());
+                }
+            }
+        }
+        let _cleanup = Cleanup(open());
+        super::super::contract::run(&|| Box::new(open()) as Box<dyn VectorStore>);
+    }
+}

@@ -1,0 +1,229 @@
+//! `ragstream bench ingest`: ingest figures measured in one run, on this machine.
+//!
+//! 1. token counting MB/s (o200k_base, cl100k_base; median of 5 passes over the corpus);
+//! 2. embedding only: the corpus's chunks through the configured embedder, nothing else (chunks/s, tokens/s);
+//! 3. end to end: the corpus produced to a fresh Kafka topic and ingested by the real job in this process
+//!    (consume, guard, chunk, differential upsert, embed, index write + flush, offset store), chunks/s;
+//!    the ratio to (2) is the pipeline overhead;
+//! 4. event-to-searchable at low load: single documents produced one at a time while the job idles, timed
+//!    until their chunks are counted in the index (median, max);
+//! 5. peak RSS of the process (VmHWM).
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use ragstream_operators::ingest::chunk::{Chunker, ChunkerConfig};
+use ragstream_operators::metrics::metrics;
+use ragstream_operators::model::{DocKey, DocKind, Document};
+use ragstream_operators::store::SearchFilter;
+use ragstream_operators::tokens::{Encoding, TokenCounter};
+use ragstream_topologies::config::Config;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::ClientConfig;
+use serde_json::json;
+
+/// Arguments of `bench ingest`.
+pub struct IngestBench {
+    /// BEIR corpus (`{_id, title, text}` per line).
+    pub corpus: PathBuf,
+    /// Kafka bootstrap servers.
+    pub brokers: String,
+    /// Use only the first N documents.
+    pub limit: Option<usize>,
+    /// Single-document probes for event-to-searchable.
+    pub probes: usize,
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values[values.len() / 2]
+}
+
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map(|kib| kib / 1024.0)
+        .unwrap_or(0.0)
+}
+
+/// Runs the benchmark and returns its report as JSON.
+pub fn ingest(args: IngestBench) -> anyhow::Result<serde_json::Value> {
+    let text = std::fs::read_to_string(&args.corpus)
+        .with_context(|| format!("reading {}", args.corpus.display()))?;
+    let mut documents = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let value: serde_json::Value = serde_json::from_str(line)?;
+        let id = value["_id"].as_str().context("_id")?.to_string();
+        documents.push(Document {
+            key: DocKey::new("bench", id.clone()),
+            version: 1,
+            source: id,
+            kind: DocKind::Prose,
+            title: value["title"].as_str().map(str::to_string),
+            text: value["text"].as_str().context("text")?.to_string(),
+            acl: vec![],
+        });
+    }
+    if let Some(limit) = args.limit {
+        documents.truncate(limit);
+    }
+    let bytes: usize = documents.iter().map(|d| d.text.len()).sum();
+    eprintln!(
+        "corpus: {} documents, {:.2} MB",
+        documents.len(),
+        bytes as f64 / 1e6
+    );
+
+    // 1. Token counting.
+    let mut counting = serde_json::Map::new();
+    for encoding in [Encoding::O200kBase, Encoding::Cl100kBase] {
+        let counter = TokenCounter::new(encoding);
+        let mut rates: Vec<f64> = (0..5)
+            .map(|_| {
+                let started = Instant::now();
+                let tokens: usize = documents.iter().map(|d| counter.count(&d.text)).sum();
+                std::hint::black_box(tokens);
+                bytes as f64 / 1e6 / started.elapsed().as_secs_f64()
+            })
+            .collect();
+        counting.insert(encoding.name().to_string(), json!(median(&mut rates)));
+    }
+    eprintln!("token counting MB/s: {counting:?}");
+
+    // 2. Embedding only, on exactly the chunks the pipeline will embed, in pipeline-sized calls.
+    let chunker = Chunker::new(ChunkerConfig::default());
+    let inputs: Vec<String> = documents
+        .iter()
+        .flat_map(|d| chunker.chunk(d))
+        .map(|c| c.embedding_input())
+        .collect();
+    let config_text = format!(
+        "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"{}\"\ndocuments_topic = \"bench-{}\"\ndlq_topic = \"bench-dlq\"\ngroup_id = \"bench-{}\"\n[index]\npath = \"{}\"\n[http]\nlisten = \"127.0.0.1:0\"\n",
+        args.brokers,
+        std::process::id(),
+        std::process::id(),
+        std::env::temp_dir().join(format!("ragstream-bench-{}", std::process::id())).display()
+    );
+    let config_path =
+        std::env::temp_dir().join(format!("ragstream-bench-{}.toml", std::process::id()));
+    std::fs::write(&config_path, config_text)?;
+    let config = Config::load(&config_path)?;
+    let mut embedder = crate::runtime::embedder(&config)?;
+    let started = Instant::now();
+    let mut word_pieces = 0;
+    for batch in inputs.chunks(config.kafka.max_batch) {
+        let texts: Vec<&str> = batch.iter().map(String::as_str).collect();
+        embedder.embed(&texts)?;
+        word_pieces += embedder.last_token_count();
+    }
+    let embed_seconds = started.elapsed().as_secs_f64();
+    let embed_rate = inputs.len() as f64 / embed_seconds;
+    eprintln!("embedding only: {} chunks in {embed_seconds:.1}s = {embed_rate:.1} chunks/s, {:.0} word pieces/s", inputs.len(), word_pieces as f64 / embed_seconds);
+
+    // 3. End to end through Kafka.
+    ragstream_operators::io::kafka_admin::ensure_topics(
+        &config.kafka.client_config(),
+        &[
+            (config.kafka.documents_topic.as_str(), 3),
+            (config.kafka.dlq_topic.as_str(), 1),
+        ],
+    )
+    .map_err(anyhow::Error::msg)?;
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &args.brokers)
+        .set("enable.idempotence", "true")
+        .create()?;
+    for document in &documents {
+        let body = json!({"tenant": "bench", "doc_id": document.key.doc_id, "version": 1, "kind": "prose", "title": document.title, "text": document.text}).to_string();
+        let key = document.key.to_string();
+        let mut record = BaseRecord::to(&config.kafka.documents_topic)
+            .key(&key)
+            .payload(&body);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    producer.poll(Duration::from_millis(10));
+                    record = back;
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(60))?;
+    let started = Instant::now();
+    let running = crate::runtime::start(config.clone())?;
+    let events = documents.len() as u64;
+    while metrics().source_events.get() < events || metrics().in_flight_messages.get() > 0 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pipeline_seconds = started.elapsed().as_secs_f64();
+    let chunks = metrics().chunks_upserted.get();
+    let pipeline_rate = chunks as f64 / pipeline_seconds;
+    eprintln!(
+        "end to end: {chunks} chunks in {pipeline_seconds:.1}s = {pipeline_rate:.1} chunks/s"
+    );
+
+    // 4. Event-to-searchable at low load.
+    let mut latencies = Vec::new();
+    for probe in 0..args.probes {
+        let doc_id = format!("probe-{probe}");
+        let body = json!({"tenant": "bench", "doc_id": doc_id, "version": 1, "kind": "prose", "text": format!("Probe document number {probe}. It checks freshness.")}).to_string();
+        let key = format!("bench/{doc_id}");
+        let sent = Instant::now();
+        producer
+            .send(
+                BaseRecord::to(&config.kafka.documents_topic)
+                    .key(&key)
+                    .payload(&body),
+            )
+            .map_err(|(e, _)| e)?;
+        producer.flush(Duration::from_secs(10))?;
+        let filter = SearchFilter {
+            tenant: Some("bench".into()),
+            doc_ids: vec![doc_id.clone()],
+            ..SearchFilter::default()
+        };
+        loop {
+            let found: usize = running
+                .shards
+                .iter()
+                .map(|s| s.count(&filter).unwrap_or(0))
+                .sum();
+            if found > 0 {
+                break;
+            }
+            anyhow::ensure!(
+                sent.elapsed() < Duration::from_secs(60),
+                "probe {probe} never became searchable"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    running.shutdown.store(true, Ordering::SeqCst);
+    running.join()?;
+    let mut sorted = latencies.clone();
+    let freshness_median = median(&mut sorted);
+    let freshness_max = sorted.last().copied().unwrap_or(0.0);
+    let report = json!({
+        "documents": documents.len(),
+        "corpus_mb": bytes as f64 / 1e6,
+        "token_counting_mb_per_s": counting,
+        "embedding_only": {"chunks": inputs.len(), "seconds": embed_seconds, "chunks_per_s": embed_rate, "word_pieces_per_s": word_pieces as f64 / embed_seconds},
+        "end_to_end_kafka": {"chunks": chunks, "seconds": pipeline_seconds, "chunks_per_s": pipeline_rate},
+        "pipeline_overhead": 1.0 - pipeline_rate / embed_rate,
+        "event_to_searchable_ms": {"median": freshness_median, "max": freshness_max, "probes": latencies.len()},
+        "peak_rss_mib": peak_rss_mib(),
+    });
+    let _ = std::fs::remove_dir_all(&config.index.path);
+    let _ = std::fs::remove_file(&config_path);
+    Ok(report)
+}
