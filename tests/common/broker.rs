@@ -12,6 +12,9 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+/// A message read back: key, value, headers.
+pub type ReadMessage = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Vec<u8>)>);
+
 /// The Tansu binary: `$RAGSTREAM_TANSU`, else the cache the test command installs into.
 pub fn tansu_binary() -> PathBuf {
     if let Some(path) = std::env::var_os("RAGSTREAM_TANSU") {
@@ -217,11 +220,7 @@ impl Broker {
     }
 
     /// Every message of a topic (from the beginning), as (key, value, headers).
-    pub fn read_all(
-        &self,
-        topic: &str,
-        expected: usize,
-    ) -> Vec<(Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Vec<u8>)>)> {
+    pub fn read_all(&self, topic: &str, expected: usize) -> Vec<ReadMessage> {
         use rdkafka::message::{Headers, Message};
         let consumer: BaseConsumer = self
             .client()

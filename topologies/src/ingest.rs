@@ -42,6 +42,8 @@ pub struct IngestParts {
 }
 
 /// Wires the ingest flow behind `events`; the index and DLQ writers report to `acks`.
+// `Result<_, DlqRecord>` streams carry refused events as data to the DLQ, not error paths.
+#[allow(clippy::result_large_err)]
 pub fn ingest<'scope>(
     scope: Scope<'scope, u64>,
     events: StreamVec<'scope, u64, Result<DocOp, DlqRecord>>,

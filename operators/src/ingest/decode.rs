@@ -317,7 +317,8 @@ mod tests {
 
     #[test]
     fn refusals_name_their_reason() {
-        let cases: [(Option<&[u8]>, &[u8], DecodeReason); 8] = [
+        type Case<'a> = (Option<&'a [u8]>, &'a [u8], DecodeReason);
+        let cases: [Case; 8] = [
             (None, b"{not json", DecodeReason::MalformedJson),
             (None, b"\xff\xfe{}", DecodeReason::InvalidUtf8),
             (

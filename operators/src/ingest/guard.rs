@@ -215,7 +215,8 @@ mod tests {
             .guard_versions(VersionGuard::default())
             .capture()
         });
-        let got: Vec<(u64, Vec<(DocKey, Option<Document>, u64)>)> = captured.extract();
+        type Update = (DocKey, Option<Document>, u64);
+        let got: Vec<(u64, Vec<Update>)> = captured.extract();
         assert_eq!(got.len(), 1);
         let updates = &got[0].1;
         assert_eq!(updates.len(), 2);

@@ -228,7 +228,7 @@ mod tests {
             None,
             Some(b"{oops"),
         );
-        sink.write(&[record.clone()]).expect("write");
+        sink.write(std::slice::from_ref(&record)).expect("write");
         sink.write(&[record]).expect("append");
         let text = std::fs::read_to_string(path).expect("read");
         let lines: Vec<serde_json::Value> = text

@@ -334,7 +334,7 @@ fn pack_units(
         }
         let mut last = first; // inclusive
         let mut estimate: usize = units[start_unit..=first].iter().map(|u| u.tokens).sum();
-        while last + 1 < units.len() && estimate + units[last + 1].tokens + 1 <= budget {
+        while last + 1 < units.len() && estimate + units[last + 1].tokens < budget {
             last += 1;
             estimate += units[last].tokens + 1;
         }
