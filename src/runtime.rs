@@ -311,6 +311,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                                 max_batch: config.kafka.max_batch,
                                 max_in_flight: config.kafka.max_in_flight,
                                 idle_poll: Duration::from_millis(20),
+                                instance_id: config.kafka.instance_id.clone(),
                             };
                             kafka_source(
                                 scope,

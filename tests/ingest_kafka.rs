@@ -27,6 +27,7 @@ brokers = "{brokers}"
 documents_topic = "{DOCS}"
 dlq_topic = "{DLQ}"
 group_id = "{GROUP}"
+instance_id = "it-0"
 max_batch = 256
 max_in_flight = 2048
 [ingest]

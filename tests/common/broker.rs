@@ -77,6 +77,7 @@ impl Broker {
                 "sqlite://tansu.db",
             ])
             .current_dir(self.dir.path())
+            .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

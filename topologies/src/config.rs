@@ -72,6 +72,10 @@ pub struct KafkaConfig {
     /// Name of the environment variable holding the SASL password.
     #[serde(default = "default_sasl_password_env")]
     pub sasl_password_env: String,
+    /// Static group membership id (`group.instance.id` prefix; each worker appends `-<index>`). Give each
+    /// job instance its own; a restarted instance then reclaims its partitions at once.
+    #[serde(default)]
+    pub instance_id: Option<String>,
     /// Most messages per poll batch.
     #[serde(default = "default_max_batch")]
     pub max_batch: usize,

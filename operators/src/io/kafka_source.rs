@@ -45,6 +45,9 @@ pub struct KafkaSourceConfig {
     pub max_in_flight: usize,
     /// Wait between polls when the topic is idle.
     pub idle_poll: Duration,
+    /// Static group membership: each worker joins as `<instance_id>-<worker>`, so a restarted job takes
+    /// its predecessor's place at once instead of waiting for the broker to evict a dead member.
+    pub instance_id: Option<String>,
 }
 
 impl std::fmt::Debug for KafkaSourceConfig {
@@ -77,13 +80,16 @@ impl ClientContext for LagContext {
 
 impl ConsumerContext for LagContext {}
 
-/// Builds the group consumer (subscribed).
+/// Builds the group consumer of `worker` (subscribed).
 pub fn consumer(
     config: &KafkaSourceConfig,
+    worker: usize,
 ) -> Result<BaseConsumer<LagContext>, rdkafka::error::KafkaError> {
-    let consumer: BaseConsumer<LagContext> = config
-        .client
-        .clone()
+    let mut client = config.client.clone();
+    if let Some(instance) = &config.instance_id {
+        client.set("group.instance.id", format!("{instance}-{worker}"));
+    }
+    let consumer: BaseConsumer<LagContext> = client
         .set("group.id", &config.group_id)
         // Offsets are stored by us after the index acknowledged; librdkafka commits what is stored.
         .set("enable.auto.offset.store", "false")
@@ -91,6 +97,10 @@ pub fn consumer(
         .set("auto.commit.interval.ms", "1000")
         // A new group starts from the beginning of the topic: the index must hold every document.
         .set("auto.offset.reset", "earliest")
+        // A killed job's member is evicted after 10 s (not the default 45 s), so a restarted job gets its
+        // partitions back quickly; heartbeats every second keep a live member well inside that.
+        .set("session.timeout.ms", "10000")
+        .set("heartbeat.interval.ms", "1000")
         // Lag per partition for the metrics.
         .set("statistics.interval.ms", "5000")
         .create_with_context(LagContext)?;
@@ -112,8 +122,8 @@ pub fn kafka_source<'scope>(
 ) -> StreamVec<'scope, u64, Result<DocOp, DlqRecord>> {
     source::<_, CapacityContainerBuilder<Vec<_>>, _, _>(scope, "KafkaSource", move |cap, info| {
         let activator = scope.activator_for(info.address.clone());
-        let consumer =
-            consumer(&config).unwrap_or_else(|e| panic!("cannot create the Kafka consumer: {e}"));
+        let consumer = consumer(&config, scope.index())
+            .unwrap_or_else(|e| panic!("cannot create the Kafka consumer: {e}"));
         let mut cap = Some(cap);
         // time → (partition → last offset) of batches not yet acknowledged.
         let mut pending: BTreeMap<u64, BTreeMap<i32, i64>> = BTreeMap::new();
