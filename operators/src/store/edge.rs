@@ -57,13 +57,6 @@ fn json_path(name: &str) -> JsonPath {
         .unwrap_or_else(|_| panic!("{name} is a valid payload path"))
 }
 
-fn keyword(field: &str, value: &str) -> Condition {
-    Condition::Field(FieldCondition::new_match(
-        json_path(field),
-        Match::from(value.to_string()),
-    ))
-}
-
 fn any_of(field: &str, values: Vec<String>) -> Condition {
     Condition::Field(FieldCondition::new_match(
         json_path(field),
@@ -71,33 +64,22 @@ fn any_of(field: &str, values: Vec<String>) -> Condition {
     ))
 }
 
-/// The engine filter for a [`SearchFilter`]: tenant, kinds and doc ids as `must`, ACL as "empty or any of".
+/// The engine filter for a [`SearchFilter`] (see [`SearchFilter::conditions`]).
 fn engine_filter(filter: &SearchFilter) -> Option<Filter> {
-    let mut must = Vec::new();
-    if let Some(tenant) = &filter.tenant {
-        must.push(keyword("tenant", tenant));
-    }
-    if !filter.kinds.is_empty() {
-        must.push(any_of(
-            "kind",
-            filter
-                .kinds
-                .iter()
-                .map(|k| k.as_str().to_string())
-                .collect(),
-        ));
-    }
-    if !filter.doc_ids.is_empty() {
-        must.push(any_of("doc_id", filter.doc_ids.clone()));
-    }
-    if let Some(acl) = &filter.acl {
+    let conditions = filter.conditions();
+    let mut must: Vec<Condition> = conditions
+        .must
+        .into_iter()
+        .map(|(field, values)| any_of(field, values))
+        .collect();
+    if let Some(acl) = conditions.acl {
         // `PayloadField` is not exported by qdrant-edge; the condition deserialises from its REST form.
         let is_empty: Condition =
             serde_json::from_value(serde_json::json!({ "is_empty": { "key": "acl" } }))
                 .expect("is_empty condition deserialises");
         let mut should = vec![is_empty];
         if !acl.is_empty() {
-            should.push(any_of("acl", acl.clone()));
+            should.push(any_of("acl", acl));
         }
         must.push(Condition::Filter(Filter {
             should: Some(should),

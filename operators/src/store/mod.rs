@@ -104,6 +104,39 @@ pub struct SearchFilter {
     pub doc_ids: Vec<String>,
 }
 
+/// The conditions of a [`SearchFilter`], independent of the engine: each `must` entry is "the keyword
+/// field holds one of these values"; `acl`, when set, is "the point has no labels or shares one".
+#[derive(Debug, Clone, PartialEq)]
+pub struct FilterConditions {
+    /// `(field, accepted values)`, all required.
+    pub must: Vec<(&'static str, Vec<String>)>,
+    /// The query's ACL labels, if the query is ACL-restricted.
+    pub acl: Option<Vec<String>>,
+}
+
+impl SearchFilter {
+    /// The filter's conditions, in the form both backends translate.
+    pub fn conditions(&self) -> FilterConditions {
+        let mut must = Vec::new();
+        if let Some(tenant) = &self.tenant {
+            must.push(("tenant", vec![tenant.clone()]));
+        }
+        if !self.kinds.is_empty() {
+            must.push((
+                "kind",
+                self.kinds.iter().map(|k| k.as_str().to_string()).collect(),
+            ));
+        }
+        if !self.doc_ids.is_empty() {
+            must.push(("doc_id", self.doc_ids.clone()));
+        }
+        FilterConditions {
+            must,
+            acl: self.acl.clone(),
+        }
+    }
+}
+
 /// A search on one lane.
 #[derive(Debug, Clone)]
 pub enum SearchVector {

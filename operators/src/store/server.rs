@@ -120,41 +120,26 @@ fn already_exists(error: &QdrantError) -> bool {
     }
 }
 
-fn keyword(field: &str, value: &str) -> Condition {
-    // Explicitly a keyword: `MatchValue::from(String)` turns values with whitespace into full-text.
-    Condition::matches(field, MatchValue::Keyword(value.to_string()))
-}
-
 fn any_of(field: &str, values: Vec<String>) -> Condition {
+    // Explicitly keywords: `MatchValue::from(String)` turns values with whitespace into full-text.
     Condition::matches(
         field,
         MatchValue::Keywords(RepeatedStrings { strings: values }),
     )
 }
 
-/// The server filter for a [`SearchFilter`]: tenant, kinds and doc ids as `must`, ACL as "empty or any of".
+/// The server filter for a [`SearchFilter`] (see [`SearchFilter::conditions`]).
 fn server_filter(filter: &SearchFilter) -> Option<Filter> {
-    let mut must = Vec::new();
-    if let Some(tenant) = &filter.tenant {
-        must.push(keyword("tenant", tenant));
-    }
-    if !filter.kinds.is_empty() {
-        must.push(any_of(
-            "kind",
-            filter
-                .kinds
-                .iter()
-                .map(|k| k.as_str().to_string())
-                .collect(),
-        ));
-    }
-    if !filter.doc_ids.is_empty() {
-        must.push(any_of("doc_id", filter.doc_ids.clone()));
-    }
-    if let Some(acl) = &filter.acl {
+    let conditions = filter.conditions();
+    let mut must: Vec<Condition> = conditions
+        .must
+        .into_iter()
+        .map(|(field, values)| any_of(field, values))
+        .collect();
+    if let Some(acl) = conditions.acl {
         let mut should = vec![Condition::is_empty("acl")];
         if !acl.is_empty() {
-            should.push(any_of("acl", acl.clone()));
+            should.push(any_of("acl", acl));
         }
         must.push(Condition::from(Filter::should(should)));
     }
