@@ -19,8 +19,9 @@ use qdrant_edge::{
 };
 
 use super::{
-    chunk_from_payload, chunk_payload, Hit, PointWrite, SearchFilter, SearchVector, StoreError,
-    StoredChunk, VectorStore, DENSE_VECTOR, KEYWORD_INDEXES, SPARSE_VECTOR,
+    check_compatible, chunk_from_payload, chunk_payload, Hit, PointWrite, SearchFilter,
+    SearchVector, StoreError, StoredChunk, VectorStore, DENSE_VECTOR, KEYWORD_INDEXES,
+    SPARSE_VECTOR,
 };
 
 /// Points per scroll page.
@@ -209,25 +210,7 @@ impl VectorStore for EdgeStore {
                 found = chunk_from_payload(id, &payload.0);
             }
         }
-        match found {
-            Some(stored)
-                if stored.embedder_version != embedder_version || self.dimension != dimension =>
-            {
-                Err(StoreError::EmbedderMismatch {
-                    found: stored.embedder_version,
-                    found_dimension: self.dimension,
-                    expected: embedder_version.to_string(),
-                    expected_dimension: dimension,
-                })
-            }
-            _ if self.dimension != dimension => Err(StoreError::EmbedderMismatch {
-                found: "(empty index)".into(),
-                found_dimension: self.dimension,
-                expected: embedder_version.to_string(),
-                expected_dimension: dimension,
-            }),
-            _ => Ok(()),
-        }
+        check_compatible(found.as_ref(), self.dimension, embedder_version, dimension)
     }
 
     fn upsert(&self, points: &[PointWrite]) -> Result<(), StoreError> {

@@ -187,6 +187,28 @@ pub trait VectorStore: Send + Sync {
     fn dense_vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, Vec<f32>)>, StoreError>;
 }
 
+/// The embedder guard shared by the backends: an index whose stored vectors (`found`, any one point) or
+/// dimension differ from this job's embedder refuses it; an empty index only checks the dimension.
+pub fn check_compatible(
+    found: Option<&StoredChunk>,
+    found_dimension: usize,
+    embedder_version: &str,
+    dimension: usize,
+) -> Result<(), StoreError> {
+    let found_version = found.map(|stored| stored.embedder_version.as_str());
+    if found_dimension == dimension
+        && found_version.is_none_or(|version| version == embedder_version)
+    {
+        return Ok(());
+    }
+    Err(StoreError::EmbedderMismatch {
+        found: found_version.unwrap_or("(empty index)").to_string(),
+        found_dimension,
+        expected: embedder_version.to_string(),
+        expected_dimension: dimension,
+    })
+}
+
 /// The payload stored with a chunk.
 pub fn chunk_payload(point: &PointWrite) -> Map<String, Value> {
     let chunk = &point.chunk;

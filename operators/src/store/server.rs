@@ -35,8 +35,9 @@ use qdrant_client::{Payload, Qdrant, QdrantError};
 use serde_json::{Map, Number, Value as JsonValue};
 
 use super::{
-    chunk_from_payload, chunk_payload, Hit, PointWrite, SearchFilter, SearchVector, StoreError,
-    StoredChunk, VectorStore, DENSE_VECTOR, KEYWORD_INDEXES, SPARSE_VECTOR,
+    check_compatible, chunk_from_payload, chunk_payload, Hit, PointWrite, SearchFilter,
+    SearchVector, StoreError, StoredChunk, VectorStore, DENSE_VECTOR, KEYWORD_INDEXES,
+    SPARSE_VECTOR,
 };
 
 /// Points per scroll page.
@@ -376,25 +377,7 @@ impl VectorStore for ServerStore {
             .first()
             .and_then(|point| stored_chunk(point.id.as_ref(), &point.payload));
         let found_dimension = self.collection_dimension()?.unwrap_or(0);
-        match found {
-            Some(stored)
-                if stored.embedder_version != embedder_version || found_dimension != dimension =>
-            {
-                Err(StoreError::EmbedderMismatch {
-                    found: stored.embedder_version,
-                    found_dimension,
-                    expected: embedder_version.to_string(),
-                    expected_dimension: dimension,
-                })
-            }
-            _ if found_dimension != dimension => Err(StoreError::EmbedderMismatch {
-                found: "(empty index)".into(),
-                found_dimension,
-                expected: embedder_version.to_string(),
-                expected_dimension: dimension,
-            }),
-            _ => Ok(()),
-        }
+        check_compatible(found.as_ref(), found_dimension, embedder_version, dimension)
     }
 
     fn upsert(&self, points: &[PointWrite]) -> Result<(), StoreError> {
