@@ -9,6 +9,7 @@ pub mod ingest;
 pub mod io;
 pub mod metrics;
 pub mod model;
+pub mod query;
 pub mod store;
 pub mod tokens;
 

@@ -7,8 +7,8 @@
 use std::sync::OnceLock;
 
 use prometheus::{
-    exponential_buckets, Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter,
+    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// All metrics, registered in one registry.
@@ -48,6 +48,22 @@ pub struct Metrics {
     pub source_events: IntCounter,
     /// Messages consumed and not yet acknowledged by the index.
     pub in_flight_messages: IntGauge,
+    /// Query events received (Kafka and HTTP).
+    pub queries_received: IntCounter,
+    /// Queries answered, by mode and outcome (`ok`, `error`, `refused`, `cached`).
+    pub queries: IntCounterVec,
+    /// Seconds per query stage (`intent`, `embed`, `consistency`, `retrieve`, `fuse`, `rerank`, `dedup`, `mmr`, `pack`).
+    pub query_stage_seconds: HistogramVec,
+    /// Seconds from a query's arrival to its context being published.
+    pub query_seconds: Histogram,
+    /// Tokens of the published contexts.
+    pub context_tokens: Histogram,
+    /// Share of the budget the context used.
+    pub context_budget_used_ratio: Histogram,
+    /// Contexts with something shortened or left out for the budget.
+    pub contexts_truncated: IntCounter,
+    /// Index writes applied (the query cache's generation).
+    pub index_generation: IntCounter,
 }
 
 impl Metrics {
@@ -79,6 +95,64 @@ impl Metrics {
             metric
         };
         let metrics = Self {
+            queries_received: counter(
+                "ragstream_queries_received_total",
+                "Query events received (Kafka and HTTP).",
+            ),
+            queries: counter_vec(
+                "ragstream_queries_total",
+                "Queries answered by mode and outcome.",
+                &["mode", "outcome"],
+            ),
+            query_stage_seconds: {
+                let metric = HistogramVec::new(
+                    HistogramOpts::new("ragstream_query_stage_seconds", "Seconds per query stage.")
+                        .buckets(seconds_buckets.clone()),
+                    &["stage"],
+                )
+                .expect("valid metric");
+                registry
+                    .register(Box::new(metric.clone()))
+                    .expect("unique metric");
+                metric
+            },
+            query_seconds: histogram(
+                "ragstream_query_seconds",
+                "Seconds from a query's arrival to its published context.",
+            ),
+            context_tokens: {
+                let metric = Histogram::with_opts(
+                    HistogramOpts::new("ragstream_context_tokens", "Tokens of published contexts.")
+                        .buckets(exponential_buckets(16.0, 2.0, 12).expect("valid buckets")),
+                )
+                .expect("valid metric");
+                registry
+                    .register(Box::new(metric.clone()))
+                    .expect("unique metric");
+                metric
+            },
+            context_budget_used_ratio: {
+                let metric = Histogram::with_opts(
+                    HistogramOpts::new(
+                        "ragstream_context_budget_used_ratio",
+                        "Tokens used over the token budget, per bounded context.",
+                    )
+                    .buckets(vec![0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0]),
+                )
+                .expect("valid metric");
+                registry
+                    .register(Box::new(metric.clone()))
+                    .expect("unique metric");
+                metric
+            },
+            contexts_truncated: counter(
+                "ragstream_contexts_truncated_total",
+                "Contexts with items shortened or left out for the budget.",
+            ),
+            index_generation: counter(
+                "ragstream_index_generation_total",
+                "Index write batches applied (cached contexts older than this are stale).",
+            ),
             documents: counter_vec(
                 "ragstream_documents_total",
                 "Document events by op and outcome.",

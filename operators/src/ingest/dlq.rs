@@ -21,6 +21,11 @@ pub enum Origin {
         /// 1-based line, for JSONL sources.
         line: Option<u64>,
     },
+    /// A request to the job's HTTP server (`POST /query`).
+    Http {
+        /// The endpoint.
+        endpoint: String,
+    },
 }
 
 impl std::fmt::Display for Origin {
@@ -36,6 +41,7 @@ impl std::fmt::Display for Origin {
                 line: Some(line),
             } => write!(f, "{path}:{line}"),
             Self::File { path, line: None } => write!(f, "{path}"),
+            Self::Http { endpoint } => write!(f, "http {endpoint}"),
         }
     }
 }

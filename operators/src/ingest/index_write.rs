@@ -50,6 +50,9 @@ pub fn write_batch(store: &dyn VectorStore, batch: &[IndexDelta]) -> Result<Inde
         .observe(started.elapsed().as_secs_f64());
     metrics().chunks_upserted.inc_by(points.len() as u64);
     metrics().chunks_deleted.inc_by(deletes.len() as u64);
+    if !deletes.is_empty() || !points.is_empty() {
+        metrics().index_generation.inc();
+    }
     Ok(IndexAck {
         upserted: points.len(),
         deleted: deletes.len(),

@@ -21,7 +21,7 @@ pub const BM25_B: f32 = 0.75;
 pub const BM25_AVG_LEN: f32 = 120.0;
 
 /// A sparse vector: sorted unique indices and their values.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct SparseVector {
     /// Term ids, ascending and unique.
     pub indices: Vec<u32>,

@@ -183,6 +183,30 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
     };
     assert_eq!(store.count(&code).expect("kind filter"), 0);
 
+    // Source-prefix filter, by whole path components, inside the search.
+    let under = |prefix: &str| SearchFilter {
+        tenant: Some("a".into()),
+        source_prefix: Some(prefix.into()),
+        ..SearchFilter::default()
+    };
+    assert_eq!(store.count(&under("docs/")).expect("prefix"), 3);
+    assert_eq!(store.count(&under("docs/two")).expect("prefix"), 1);
+    assert_eq!(store.count(&under("doc")).expect("partial component"), 0);
+    let hits = store
+        .search(
+            &SearchVector::Dense(a1.dense.clone()),
+            &under("docs/three"),
+            10,
+            None,
+        )
+        .expect("prefix search");
+    assert_eq!(ids(&hits), vec!["a/three"]);
+
+    // Chunks by id (read_chunk).
+    let got = store.get(&[a2.id(), uuid::Uuid::nil()]).expect("get");
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].chunk, a2.chunk);
+
     // Stored vectors come back for MMR.
     let vectors = store
         .dense_vectors(&[a2.id(), uuid::Uuid::nil()])

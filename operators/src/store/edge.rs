@@ -356,6 +356,23 @@ impl VectorStore for EdgeStore {
             .collect())
     }
 
+    fn get(&self, ids: &[uuid::Uuid]) -> Result<Vec<StoredChunk>, StoreError> {
+        let ids: Vec<PointId> = ids.iter().map(|id| point_id(*id)).collect();
+        let _guard = self.lock.read().expect("store lock");
+        let records = self
+            .shard
+            .retrieve(
+                &ids,
+                Some(WithPayloadInterface::Bool(true)),
+                Some(WithVector::Bool(false)),
+            )
+            .map_err(engine_error)?;
+        Ok(records
+            .into_iter()
+            .filter_map(|record| chunk_from_payload(uuid_of(&record.id)?, &record.payload?.0))
+            .collect())
+    }
+
     fn dense_vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, Vec<f32>)>, StoreError> {
         let ids: Vec<PointId> = ids.iter().map(|id| point_id(*id)).collect();
         let _guard = self.lock.read().expect("store lock");

@@ -27,7 +27,14 @@ pub const DENSE_VECTOR: &str = "dense";
 /// Name of the sparse BM25 vector in the collection.
 pub const SPARSE_VECTOR: &str = "bm25";
 /// Keyword payload fields with an index (tenant is the tenant index).
-pub const KEYWORD_INDEXES: [&str; 5] = ["tenant", "doc_id", "source", "kind", "acl"];
+pub const KEYWORD_INDEXES: [&str; 6] = [
+    "tenant",
+    "doc_id",
+    "source",
+    "source_prefixes",
+    "kind",
+    "acl",
+];
 
 /// Why an index operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -77,7 +84,7 @@ impl PointWrite {
 }
 
 /// A chunk as read back from the index (payload only).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StoredChunk {
     /// Point id.
     pub id: uuid::Uuid,
@@ -102,6 +109,22 @@ pub struct SearchFilter {
     pub kinds: Vec<DocKind>,
     /// Only these documents.
     pub doc_ids: Vec<String>,
+    /// Only sources under this path prefix (whole components; see [`source_prefixes`]).
+    pub source_prefix: Option<String>,
+}
+
+/// Every path prefix of a source, by whole components (`docs/a/b.md` → `docs`, `docs/a`, `docs/a/b.md`):
+/// stored with each chunk, so a source-prefix filter is a keyword match inside the index query.
+pub fn source_prefixes(source: &str) -> Vec<String> {
+    let trimmed = source.trim_matches('/');
+    let mut out = Vec::new();
+    for (index, _) in trimmed.match_indices('/') {
+        out.push(trimmed[..index].to_string());
+    }
+    if !trimmed.is_empty() {
+        out.push(trimmed.to_string());
+    }
+    out
 }
 
 /// The conditions of a [`SearchFilter`], independent of the engine: each `must` entry is "the keyword
@@ -130,6 +153,12 @@ impl SearchFilter {
         if !self.doc_ids.is_empty() {
             must.push(("doc_id", self.doc_ids.clone()));
         }
+        if let Some(prefix) = &self.source_prefix {
+            let prefix = prefix.trim_matches('/');
+            if !prefix.is_empty() {
+                must.push(("source_prefixes", vec![prefix.to_string()]));
+            }
+        }
         FilterConditions {
             must,
             acl: self.acl.clone(),
@@ -147,7 +176,7 @@ pub enum SearchVector {
 }
 
 /// A search hit.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Hit {
     /// The chunk.
     pub stored: StoredChunk,
@@ -183,6 +212,8 @@ pub trait VectorStore: Send + Sync {
         limit: usize,
         score_threshold: Option<f32>,
     ) -> Result<Vec<Hit>, StoreError>;
+    /// The chunks of the given points, payload only (missing ids are skipped).
+    fn get(&self, ids: &[uuid::Uuid]) -> Result<Vec<StoredChunk>, StoreError>;
     /// Dense vectors of the given points (missing ids are skipped).
     fn dense_vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, Vec<f32>)>, StoreError>;
 }
@@ -221,6 +252,7 @@ pub fn chunk_payload(point: &PointWrite) -> Map<String, Value> {
         "header": chunk.header,
         "doc_title": chunk.doc_title,
         "source": chunk.source,
+        "source_prefixes": source_prefixes(&chunk.source),
         "kind": chunk.kind.as_str(),
         "lines": [chunk.lines.0, chunk.lines.1],
         "char_range": [chunk.char_range.0, chunk.char_range.1],
@@ -300,5 +332,22 @@ mod tests {
         let mut broken = payload.clone();
         broken.remove("content_hash");
         assert!(chunk_from_payload(point.id(), &broken).is_none());
+    }
+
+    #[test]
+    fn source_prefixes_by_component() {
+        assert_eq!(
+            source_prefixes("docs/guide/intro.md"),
+            vec!["docs", "docs/guide", "docs/guide/intro.md"]
+        );
+        assert_eq!(source_prefixes("README.md"), vec!["README.md"]);
+        let filter = SearchFilter {
+            source_prefix: Some("docs/guide/".into()),
+            ..SearchFilter::default()
+        };
+        assert_eq!(
+            filter.conditions().must,
+            vec![("source_prefixes", vec!["docs/guide".to_string()])]
+        );
     }
 }

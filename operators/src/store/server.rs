@@ -541,6 +541,25 @@ impl VectorStore for ServerStore {
             .collect())
     }
 
+    fn get(&self, ids: &[uuid::Uuid]) -> Result<Vec<StoredChunk>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<PointId> = ids.iter().map(|id| point_id(*id)).collect();
+        let request = GetPointsBuilder::new(&self.collection, ids)
+            .with_payload(true)
+            .with_vectors(false);
+        let response = self
+            .runtime
+            .block_on(self.client.get_points(request))
+            .map_err(store_error)?;
+        Ok(response
+            .result
+            .iter()
+            .filter_map(|point| stored_chunk(point.id.as_ref(), &point.payload))
+            .collect())
+    }
+
     fn dense_vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, Vec<f32>)>, StoreError> {
         if ids.is_empty() {
             return Ok(Vec::new());

@@ -1,0 +1,325 @@
+//! QuerySource: query events from the queries topic and from `POST /query`, decoded and timestamped.
+//!
+//! Every worker runs one consumer of the queries group (partitions spread over workers); worker 0 also
+//! drains the HTTP ingress queue. Queries are emitted at time `max(now_ms, previous + 1)`, the same
+//! clock as the document events. A query offset is stored only once the context of every query of its
+//! batch has been published (the `published` probe passed the batch's time).
+//!
+//! Read-your-writes: when a query asks for it and documents come from Kafka, the source records the
+//! documents topic's high watermarks at arrival; the query waits until the index acknowledged every
+//! offset below them (see [`crate::query::ops`]).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{ClientConfig, Message};
+use timely::container::CapacityContainerBuilder;
+use timely::dataflow::operators::generic::source;
+use timely::dataflow::{ProbeHandle, Scope, StreamVec};
+
+use crate::ingest::dlq::{DlqRecord, Origin};
+use crate::metrics::metrics;
+use crate::query::decode::{decode_query, QueryError};
+use crate::query::ops::{QueryJob, Refusal, Reply};
+use crate::query::{Consistency, Context};
+
+/// Requests from the HTTP server waiting for their contexts.
+#[derive(Debug, Default)]
+pub struct HttpIngress {
+    queue: Mutex<VecDeque<(u64, Vec<u8>)>>,
+    replies: Mutex<HashMap<u64, mpsc::Sender<Context>>>,
+    next: AtomicU64,
+}
+
+impl HttpIngress {
+    /// Queues a query body; the receiver gets its context.
+    pub fn submit(&self, body: Vec<u8>) -> (u64, mpsc::Receiver<Context>) {
+        let ticket = self.next.fetch_add(1, Ordering::SeqCst);
+        let (sender, receiver) = mpsc::channel();
+        self.replies.lock().expect("replies").insert(ticket, sender);
+        self.queue.lock().expect("queue").push_back((ticket, body));
+        (ticket, receiver)
+    }
+
+    /// Forgets a request whose caller stopped waiting.
+    pub fn abandon(&self, ticket: u64) {
+        self.replies.lock().expect("replies").remove(&ticket);
+    }
+
+    /// Hands a context to the waiting request, if it still waits.
+    pub fn reply(&self, ticket: u64, context: Context) {
+        if let Some(sender) = self.replies.lock().expect("replies").remove(&ticket) {
+            let _ = sender.send(context);
+        }
+    }
+
+    fn drain(&self) -> Vec<(u64, Vec<u8>)> {
+        self.queue.lock().expect("queue").drain(..).collect()
+    }
+}
+
+/// Ingest progress shared by the document sources and the query flow.
+#[derive(Debug, Default)]
+pub struct IngestProgress {
+    /// Documents-topic partition → next offset not yet acknowledged by the index.
+    pub offsets: Mutex<BTreeMap<i32, i64>>,
+    /// Whether documents come from Kafka (read-your-writes then waits on offsets, else on the frontier).
+    pub kafka: AtomicBool,
+}
+
+impl IngestProgress {
+    /// Whether every offset below `wanted` is acknowledged.
+    pub fn covers(&self, wanted: &BTreeMap<i32, i64>) -> bool {
+        let offsets = self.offsets.lock().expect("progress");
+        wanted.iter().all(|(partition, high)| {
+            *high <= 0 || offsets.get(partition).is_some_and(|o| o >= high)
+        })
+    }
+
+    /// A copy of the acknowledged offsets.
+    pub fn snapshot(&self) -> BTreeMap<i32, i64> {
+        self.offsets.lock().expect("progress").clone()
+    }
+}
+
+/// Settings of the Kafka side of the query source.
+#[derive(Clone)]
+pub struct QueryKafkaConfig {
+    /// Client settings.
+    pub client: ClientConfig,
+    /// The queries topic.
+    pub topic: String,
+    /// The documents topic (for read-your-writes watermarks).
+    pub documents_topic: String,
+    /// Consumer group.
+    pub group_id: String,
+    /// Static membership id prefix.
+    pub instance_id: Option<String>,
+}
+
+/// Documents-topic high watermarks, with the partition list refreshed every 30 s.
+struct Watermarks {
+    consumer: BaseConsumer,
+    topic: String,
+    partitions: Vec<i32>,
+    listed: Option<Instant>,
+}
+
+impl Watermarks {
+    fn fetch(&mut self) -> BTreeMap<i32, i64> {
+        if self
+            .listed
+            .is_none_or(|at| at.elapsed() > Duration::from_secs(30))
+        {
+            if let Ok(metadata) = self
+                .consumer
+                .fetch_metadata(Some(&self.topic), Duration::from_secs(2))
+            {
+                self.partitions = metadata
+                    .topics()
+                    .iter()
+                    .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+                    .collect();
+                self.listed = Some(Instant::now());
+            }
+        }
+        self.partitions
+            .iter()
+            .filter_map(|&p| {
+                self.consumer
+                    .fetch_watermarks(&self.topic, p, Duration::from_secs(2))
+                    .ok()
+                    .map(|(_, high)| (p, high))
+            })
+            .collect()
+    }
+}
+
+fn refusal(
+    error: QueryError,
+    origin: Origin,
+    key: Option<&[u8]>,
+    payload: &[u8],
+    reply: Reply,
+) -> Refusal {
+    metrics().record_dlq(error.reason);
+    Refusal {
+        dlq: DlqRecord::new(
+            error.reason,
+            error.message.clone(),
+            origin,
+            error.tenant.clone(),
+            key,
+            Some(payload),
+        ),
+        error,
+        reply,
+    }
+}
+
+/// The source. `http` is drained by worker 0 only; `kafka` is consumed by every worker.
+#[allow(clippy::too_many_arguments)]
+pub fn query_source<'scope>(
+    scope: Scope<'scope, u64>,
+    kafka: Option<QueryKafkaConfig>,
+    http: Option<Arc<HttpIngress>>,
+    max_bytes: usize,
+    published: ProbeHandle<u64>,
+    shutdown: Arc<AtomicBool>,
+) -> StreamVec<'scope, u64, Result<QueryJob, Refusal>> {
+    source::<_, CapacityContainerBuilder<Vec<_>>, _, _>(scope, "QuerySource", move |cap, info| {
+        let activator = scope.activator_for(info.address.clone());
+        let worker = scope.index();
+        let http = if worker == 0 { http } else { None };
+        let consumer = kafka.as_ref().map(|config| {
+            let mut client = config.client.clone();
+            if let Some(instance) = &config.instance_id {
+                client.set("group.instance.id", format!("{instance}-queries-{worker}"));
+            }
+            let consumer: BaseConsumer = client
+                .set("group.id", &config.group_id)
+                .set("enable.auto.offset.store", "false")
+                .set("enable.auto.commit", "true")
+                .set("auto.commit.interval.ms", "1000")
+                .set("auto.offset.reset", "earliest")
+                .set("session.timeout.ms", "10000")
+                .set("heartbeat.interval.ms", "1000")
+                .create()
+                .unwrap_or_else(|e| panic!("cannot create the queries consumer: {e}"));
+            consumer
+                .subscribe(&[&config.topic])
+                .unwrap_or_else(|e| panic!("cannot subscribe to {}: {e}", config.topic));
+            consumer
+        });
+        let mut watermarks = kafka.as_ref().map(|config| Watermarks {
+            consumer: config
+                .client
+                .clone()
+                .create()
+                .unwrap_or_else(|e| panic!("cannot create the watermark client: {e}")),
+            topic: config.documents_topic.clone(),
+            partitions: Vec::new(),
+            listed: None,
+        });
+        let mut cap = (consumer.is_some() || http.is_some()).then_some(cap);
+        let mut pending: BTreeMap<u64, BTreeMap<i32, i64>> = BTreeMap::new();
+        let mut sequence = 0u64;
+        move |output| {
+            let Some(capability) = cap.as_mut() else {
+                return;
+            };
+            // Store offsets of batches whose contexts are all published.
+            while let Some(entry) = pending.first_entry() {
+                if published.less_equal(entry.key()) {
+                    break;
+                }
+                let (Some(consumer), Some(config)) = (consumer.as_ref(), kafka.as_ref()) else {
+                    entry.remove();
+                    continue;
+                };
+                for (partition, offset) in entry.remove() {
+                    let _ = consumer.store_offset(&config.topic, partition, offset);
+                }
+            }
+            if shutdown.load(Ordering::SeqCst) {
+                if pending.is_empty() {
+                    if let Some(consumer) = consumer.as_ref() {
+                        let _ = consumer.commit_consumer_state(CommitMode::Sync);
+                    }
+                    cap = None;
+                } else {
+                    activator.activate_after(Duration::from_millis(10));
+                }
+                return;
+            }
+            let time = crate::now_millis().max(*capability.time());
+            capability.downgrade(&time);
+            let mut batch: Vec<Result<QueryJob, Refusal>> = Vec::new();
+            let mut offsets: BTreeMap<i32, i64> = BTreeMap::new();
+            let mut job =
+                |query: crate::query::Query, reply: Reply, watermarks: &mut Option<Watermarks>| {
+                    sequence += 1;
+                    let wait_for = if query.consistency == Consistency::ReadYourWrites {
+                        watermarks
+                            .as_mut()
+                            .map(Watermarks::fetch)
+                            .unwrap_or_default()
+                    } else {
+                        BTreeMap::new()
+                    };
+                    QueryJob::new(
+                        query,
+                        time,
+                        worker,
+                        (worker as u64) << 48 | sequence,
+                        reply,
+                        wait_for,
+                    )
+                };
+            if let Some(http) = &http {
+                for (ticket, body) in http.drain() {
+                    let reply = Reply::Http(ticket);
+                    batch.push(match decode_query(&body, max_bytes) {
+                        Ok(query) => Ok(job(query, reply, &mut watermarks)),
+                        Err(error) => Err(refusal(
+                            error,
+                            Origin::Http {
+                                endpoint: "POST /query".into(),
+                            },
+                            None,
+                            &body,
+                            reply,
+                        )),
+                    });
+                }
+            }
+            if let (Some(consumer), Some(config)) = (consumer.as_ref(), kafka.as_ref()) {
+                while batch.len() < 256 {
+                    match consumer.poll(Duration::ZERO) {
+                        None => break,
+                        Some(Err(error)) => {
+                            tracing::warn!(%error, "queries poll error");
+                            break;
+                        }
+                        Some(Ok(message)) => {
+                            offsets.insert(message.partition(), message.offset());
+                            let payload = message.payload().unwrap_or_default();
+                            let origin = Origin::Kafka {
+                                topic: config.topic.clone(),
+                                partition: message.partition(),
+                                offset: message.offset(),
+                            };
+                            batch.push(match decode_query(payload, max_bytes) {
+                                Ok(query) => Ok(job(query, Reply::Kafka, &mut watermarks)),
+                                Err(error) => Err(refusal(
+                                    error,
+                                    origin,
+                                    message.key(),
+                                    payload,
+                                    Reply::Kafka,
+                                )),
+                            });
+                        }
+                    }
+                }
+            }
+            let polled = batch.len();
+            if polled > 0 {
+                metrics().queries_received.inc_by(polled as u64);
+                output
+                    .session(&*capability)
+                    .give_iterator(batch.into_iter());
+                if !offsets.is_empty() {
+                    pending.insert(time, offsets);
+                }
+                capability.downgrade(&(time + 1));
+                activator.activate();
+            } else {
+                activator.activate_after(Duration::from_millis(2));
+            }
+        }
+    })
+}

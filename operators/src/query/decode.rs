@@ -1,0 +1,157 @@
+//! Decode: query bytes → a validated [`Query`], or a clear error for the DLQ (and an error context for
+//! the caller when the query id could be read).
+
+use super::{Mode, Query, DEEP_MAX_K};
+use crate::tokens::Encoding;
+
+/// Why a query was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{reason}: {message}")]
+pub struct QueryError {
+    /// Short machine-readable reason (`malformed_json`, `invalid_utf8`, `invalid_query`, `oversize`).
+    pub reason: &'static str,
+    /// What is wrong.
+    pub message: String,
+    /// The query id, if it could be read: the caller gets an error context under it.
+    pub query_id: Option<String>,
+    /// The tenant, if it could be read.
+    pub tenant: Option<String>,
+}
+
+/// Largest accepted `token_budget` or `context_window`.
+pub const MAX_BUDGET: usize = 1_000_000;
+
+/// Decodes and validates a query; `max_bytes` bounds the whole event.
+pub fn decode_query(bytes: &[u8], max_bytes: usize) -> Result<Query, QueryError> {
+    let refuse = |reason, message: String, value: Option<&serde_json::Value>| {
+        let field = |name: &str| {
+            value
+                .and_then(|v| v.get(name))
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string)
+        };
+        QueryError {
+            reason,
+            message,
+            query_id: field("query_id"),
+            tenant: field("tenant"),
+        }
+    };
+    if bytes.len() > max_bytes {
+        return Err(refuse(
+            "oversize",
+            format!("query of {} bytes exceeds {max_bytes}", bytes.len()),
+            None,
+        ));
+    }
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| refuse("invalid_utf8", format!("query is not UTF-8: {e}"), None))?;
+    let value: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| refuse("malformed_json", format!("query is not JSON: {e}"), None))?;
+    let query: Query = serde_json::from_value(value.clone())
+        .map_err(|e| refuse("invalid_query", e.to_string(), Some(&value)))?;
+    validate(&query).map_err(|message| refuse("invalid_query", message, Some(&value)))?;
+    Ok(query)
+}
+
+/// Checks the fields serde cannot.
+pub fn validate(query: &Query) -> Result<(), String> {
+    if query.query_id.trim().is_empty() {
+        return Err("query_id is empty".into());
+    }
+    if query.tenant.is_empty() || query.tenant.contains('/') {
+        return Err("tenant must be non-empty and contain no '/'".into());
+    }
+    if query.text.trim().is_empty() && query.mode != Mode::ListSources {
+        return Err(format!("text is empty (mode {})", query.mode.as_str()));
+    }
+    if let Some(k) = query.k {
+        if k == 0 || k > DEEP_MAX_K {
+            return Err(format!("k must be in 1..={DEEP_MAX_K}, got {k}"));
+        }
+    }
+    for (name, value) in [
+        ("token_budget", query.token_budget),
+        ("context_window", query.context_window),
+    ] {
+        if let Some(value) = value {
+            if value == 0 || value > MAX_BUDGET {
+                return Err(format!("{name} must be in 1..={MAX_BUDGET}, got {value}"));
+            }
+        }
+    }
+    if let Some(name) = &query.tokenizer {
+        if Encoding::parse(name).is_none() {
+            return Err(format!(
+                "tokenizer {name:?} is unknown (o200k_base or cl100k_base)"
+            ));
+        }
+    }
+    if query.prompt.is_some() && query.context_window.is_none() {
+        return Err("prompt needs context_window".into());
+    }
+    if let Some(threshold) = query.score_threshold {
+        if !threshold.is_finite() {
+            return Err("score_threshold must be a finite number".into());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_errors() {
+        let query = decode_query(
+            br#"{"query_id":"q1","tenant":"t","text":"what is x"}"#,
+            8192,
+        )
+        .expect("valid");
+        assert_eq!(query.mode, Mode::Bounded);
+        assert_eq!(query.token_budget, None);
+        let cases: [(&[u8], &str); 7] = [
+            (b"{not json", "malformed_json"),
+            (b"\xff\xfe", "invalid_utf8"),
+            (br#"{"query_id":"q","text":"x"}"#, "invalid_query"),
+            (
+                br#"{"query_id":"q","tenant":"t","text":"x","mode":"psychic"}"#,
+                "invalid_query",
+            ),
+            (
+                br#"{"query_id":"q","tenant":"t","text":"x","k":0}"#,
+                "invalid_query",
+            ),
+            (
+                br#"{"query_id":"q","tenant":"t","text":"x","surprise":1}"#,
+                "invalid_query",
+            ),
+            (
+                br#"{"query_id":"q","tenant":"t","text":"x","tokenizer":"gpt2"}"#,
+                "invalid_query",
+            ),
+        ];
+        for (bytes, reason) in cases {
+            let error = decode_query(bytes, 8192).expect_err("refused");
+            assert_eq!(error.reason, reason, "{}", String::from_utf8_lossy(bytes));
+        }
+        let error = decode_query(br#"{"query_id":"q9","tenant":"t","text":""}"#, 8192)
+            .expect_err("empty text");
+        assert_eq!(error.query_id.as_deref(), Some("q9"));
+        let big = format!(
+            r#"{{"query_id":"q","tenant":"t","text":"{}"}}"#,
+            "x".repeat(100)
+        );
+        assert_eq!(
+            decode_query(big.as_bytes(), 50).unwrap_err().reason,
+            "oversize"
+        );
+        // list_sources needs no text.
+        decode_query(
+            br#"{"query_id":"q","tenant":"t","mode":"list_sources"}"#,
+            8192,
+        )
+        .expect("list_sources without text");
+    }
+}

@@ -1,0 +1,204 @@
+//! Fuse: weighted reciprocal-rank fusion of the dense and BM25 lanes.
+//!
+//! Each lane is first deduplicated by point id and by document offset (the same document range
+//! returned twice, e.g. from two shards), keeping the best-ranked hit, and re-ranked densely from 1:
+//! one passage cannot be counted twice. A candidate's fused score is
+//! `Σ_lane weight_lane / (rrf_k + rank_lane)`; its lane ranks and raw scores stay on it for the trace.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Candidate, Decision, LaneHit, Weights};
+use crate::store::Hit;
+
+/// Removes repeated points and repeated document offsets from a lane, best rank first.
+fn dedup_lane<'a>(hits: &'a [Hit], lane: &str, decisions: &mut Vec<Decision>) -> Vec<&'a Hit> {
+    let mut ids = BTreeSet::new();
+    let mut offsets = BTreeSet::new();
+    let mut out = Vec::with_capacity(hits.len());
+    for hit in hits {
+        let stored = &hit.stored;
+        let offset = (
+            stored.key.clone(),
+            stored.chunk.char_range.0,
+            stored.chunk.char_range.1,
+        );
+        if !ids.insert(stored.id) || !offsets.insert(offset) {
+            decisions.push(Decision::new(
+                stored.id.to_string(),
+                "fuse",
+                "dropped",
+                format!("duplicate point or document offset on the {lane} lane"),
+            ));
+            continue;
+        }
+        out.push(hit);
+    }
+    out
+}
+
+/// Fuses the lanes (each sorted best first). Returns candidates by fused score (ties by point id).
+pub fn fuse(
+    dense: &[Hit],
+    bm25: &[Hit],
+    weights: Weights,
+    rrf_k: f32,
+) -> (Vec<Candidate>, Vec<Decision>) {
+    let mut decisions = Vec::new();
+    let mut by_id: BTreeMap<uuid::Uuid, Candidate> = BTreeMap::new();
+    for (lane, hits, weight) in [
+        ("dense", dense, weights.dense),
+        ("bm25", bm25, weights.bm25),
+    ] {
+        for (index, hit) in dedup_lane(hits, lane, &mut decisions)
+            .into_iter()
+            .enumerate()
+        {
+            let rank = index + 1;
+            let candidate = by_id
+                .entry(hit.stored.id)
+                .or_insert_with(|| Candidate::new(hit.stored.clone()));
+            let lane_hit = Some(LaneHit {
+                rank,
+                score: hit.score,
+            });
+            if lane == "dense" {
+                candidate.dense = lane_hit;
+            } else {
+                candidate.bm25 = lane_hit;
+            }
+            candidate.fused += weight / (rrf_k + rank as f32);
+        }
+    }
+    let mut candidates: Vec<Candidate> = by_id
+        .into_values()
+        .map(|mut c| {
+            c.score = c.fused;
+            c
+        })
+        .collect();
+    sort_by_score(&mut candidates);
+    (candidates, decisions)
+}
+
+/// Sorts best first; ties by point id, so every run orders identically.
+pub fn sort_by_score(candidates: &mut [Candidate]) {
+    candidates.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| a.stored.id.cmp(&b.stored.id))
+    });
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::model::{Chunk, DocKey, DocKind};
+    use crate::store::StoredChunk;
+
+    /// A stored chunk of `doc` at `order` with `text`.
+    pub fn stored(doc: &str, order: u32, text: &str) -> StoredChunk {
+        let start = order * 1000;
+        StoredChunk {
+            id: uuid::Uuid::new_v5(
+                &uuid::Uuid::NAMESPACE_OID,
+                format!("{doc}#{order}").as_bytes(),
+            ),
+            key: DocKey::new("t", doc),
+            version: 1,
+            embedder_version: "test".into(),
+            chunk: Chunk {
+                order_index: order,
+                section_path: vec![format!("{doc} section {order}")],
+                header: format!("{doc} section {order}"),
+                doc_title: format!("Title of {doc}"),
+                source: format!("src/{doc}.md"),
+                kind: DocKind::Prose,
+                lines: (order * 10 + 1, order * 10 + 9),
+                char_range: (start, start + text.len() as u32),
+                tokens: crate::tokens::TokenCounter::new(crate::tokens::Encoding::O200kBase)
+                    .count(text) as u32,
+                content_hash: blake3::hash(text.as_bytes()).to_hex().to_string(),
+                acl: vec![],
+                text: text.into(),
+            },
+        }
+    }
+
+    fn hit(doc: &str, order: u32, score: f32) -> Hit {
+        Hit {
+            stored: stored(doc, order, &format!("text of {doc} {order}")),
+            score,
+        }
+    }
+
+    #[test]
+    fn weighted_rrf_ranks_and_keeps_lane_scores() {
+        let dense = vec![hit("a", 0, 0.9), hit("b", 0, 0.8), hit("c", 0, 0.7)];
+        let bm25 = vec![hit("c", 0, 12.0), hit("b", 0, 9.0), hit("d", 0, 3.0)];
+        let weights = Weights {
+            dense: 0.5,
+            bm25: 0.5,
+        };
+        let (fused, _) = fuse(&dense, &bm25, weights, 60.0);
+        let order: Vec<&str> = fused.iter().map(|c| c.stored.key.doc_id.as_str()).collect();
+        // c: 1/63 + 1/61 = 0.032266 edges out b: 2/62 = 0.032258; then a: 1/61, d: 1/63.
+        assert_eq!(order, vec!["c", "b", "a", "d"]);
+        let b = &fused[1];
+        assert_eq!(
+            b.dense,
+            Some(LaneHit {
+                rank: 2,
+                score: 0.8
+            })
+        );
+        assert_eq!(
+            b.bm25,
+            Some(LaneHit {
+                rank: 2,
+                score: 9.0
+            })
+        );
+        assert!((b.fused - (0.5 / 62.0 + 0.5 / 62.0)).abs() < 1e-7);
+        // Dense only: dense order; a BM25-heavy preset puts the BM25 winner first.
+        let (fused, _) = fuse(
+            &dense,
+            &bm25,
+            Weights {
+                dense: 1.0,
+                bm25: 0.0,
+            },
+            60.0,
+        );
+        assert_eq!(fused[0].stored.key.doc_id, "a");
+        let (fused, _) = fuse(
+            &dense,
+            &bm25,
+            Weights {
+                dense: 0.2,
+                bm25: 0.8,
+            },
+            60.0,
+        );
+        assert_eq!(fused[0].stored.key.doc_id, "c");
+    }
+
+    #[test]
+    fn duplicates_are_removed_before_fusion() {
+        // "a" appears twice on the dense lane (two shards answered it): counted once, and "b" moves up to rank 2.
+        let dense = vec![hit("a", 0, 0.9), hit("a", 0, 0.9), hit("b", 0, 0.5)];
+        let (fused, decisions) = fuse(
+            &dense,
+            &[],
+            Weights {
+                dense: 1.0,
+                bm25: 0.0,
+            },
+            60.0,
+        );
+        assert_eq!(fused.len(), 2);
+        assert!((fused[0].fused - 1.0 / 61.0).abs() < 1e-7);
+        assert_eq!(fused[1].dense.map(|h| h.rank), Some(2));
+        assert_eq!(decisions.len(), 1);
+        assert_eq!(decisions[0].action, "dropped");
+    }
+}

@@ -1,0 +1,349 @@
+//! Intent: a rule-based query analyzer choosing the fusion weights and the candidate pool.
+//!
+//! Signals are read from the raw text (identifier/code tokens, quoted phrases, SQL words, question
+//! words and cue phrases); the first matching intent in [`PRESETS`] order wins, so the more specific
+//! ones (identifiers, quotes, SQL) beat the generic ones. Exact-match intents lean to BM25, open
+//! questions to the dense lane. The analysis also yields the terms, entities and dates the rerank
+//! scores candidates with.
+
+use super::{Plan, Weights};
+use crate::store::Bm25Encoder;
+
+/// An intent's preset: (name, dense weight, BM25 weight, candidates per lane).
+pub const PRESETS: [(&str, f32, f32, usize); 12] = [
+    ("identifier", 0.3, 0.7, 20),
+    ("quoted_phrase", 0.3, 0.7, 16),
+    ("sql", 0.4, 0.6, 20),
+    ("measurement", 0.45, 0.55, 16),
+    ("date_time", 0.45, 0.55, 16),
+    ("ownership", 0.5, 0.5, 16),
+    ("location", 0.5, 0.5, 16),
+    ("definition", 0.5, 0.5, 16),
+    ("procedure", 0.6, 0.4, 14),
+    ("multi_entity", 0.5, 0.5, 20),
+    ("claim", 0.5, 0.5, 16),
+    ("exploratory", 0.7, 0.3, 12),
+];
+
+const MONTHS: [&str; 12] = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+];
+
+const SQL_WORDS: [&str; 10] = [
+    "select", "table", "tables", "column", "columns", "schema", "join", "sql", "rows", "query",
+];
+
+fn is_identifier(word: &str) -> bool {
+    let inner = word.trim_matches(|c: char| !c.is_alphanumeric());
+    let has_lower_upper =
+        inner.chars().any(char::is_lowercase) && inner.chars().skip(1).any(char::is_uppercase);
+    inner.contains('_')
+        || inner.contains("::")
+        || word.contains("()")
+        || word.starts_with('`')
+        || (has_lower_upper && inner.chars().next().is_some_and(char::is_lowercase))
+        || (inner.contains('.')
+            && inner.rsplit('.').next().is_some_and(|ext| {
+                [
+                    "rs", "py", "go", "ts", "js", "md", "sql", "toml", "json", "yaml",
+                ]
+                .contains(&ext)
+            }))
+}
+
+fn is_year(word: &str) -> bool {
+    let digits = word.trim_matches(|c: char| !c.is_ascii_digit());
+    digits.len() == 4
+        && digits.chars().all(|c| c.is_ascii_digit())
+        && (digits.starts_with("1") || digits.starts_with("20"))
+}
+
+/// Quoted phrases (`"…"` or `“…”`).
+fn quoted(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(['"', '“']) {
+        let open = rest[start..].chars().next().expect("found");
+        let after = &rest[start + open.len_utf8()..];
+        let Some(end) = after.find(['"', '”']) else {
+            break;
+        };
+        let phrase = after[..end].trim();
+        if !phrase.is_empty() {
+            out.push(phrase.to_string());
+        }
+        let close = after[end..].chars().next().expect("found");
+        rest = &after[end + close.len_utf8()..];
+    }
+    out
+}
+
+/// Analyzes a query: intent, weights, pool and rerank features.
+pub fn analyze(text: &str, bm25: &Bm25Encoder) -> Plan {
+    let lower = text.to_lowercase();
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let lower_words: Vec<String> = words
+        .iter()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .collect();
+    let starts = |prefixes: &[&str]| prefixes.iter().any(|p| lower.starts_with(p));
+    let contains = |phrases: &[&str]| phrases.iter().any(|p| lower.contains(p));
+    let has_word = |set: &[&str]| lower_words.iter().any(|w| set.contains(&w.as_str()));
+
+    let phrases = quoted(text);
+    let identifiers: Vec<String> = words
+        .iter()
+        .filter(|w| is_identifier(w))
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric() && c != '_')
+                .to_string()
+        })
+        .collect();
+    let mut dates: Vec<String> = words
+        .iter()
+        .filter(|w| is_year(w))
+        .map(|w| w.trim_matches(|c: char| !c.is_ascii_digit()).to_string())
+        .collect();
+    for (index, word) in lower_words.iter().enumerate() {
+        // "may" is a month only next to a number ("May 2019", "3 May").
+        let numeric = |i: Option<&String>| i.is_some_and(|w| w.chars().any(|c| c.is_ascii_digit()));
+        if MONTHS.contains(&word.as_str())
+            && (word != "may"
+                || numeric(lower_words.get(index + 1))
+                || index
+                    .checked_sub(1)
+                    .is_some_and(|p| numeric(lower_words.get(p))))
+        {
+            dates.push(word.clone());
+        }
+    }
+    // Entities: capitalised words after the first, acronyms, numbers, identifiers, quoted phrases.
+    let mut entities: Vec<String> = Vec::new();
+    for (index, word) in words.iter().enumerate() {
+        let clean = word.trim_matches(|c: char| !c.is_alphanumeric());
+        if clean.is_empty() {
+            continue;
+        }
+        let capitalised = clean.chars().next().is_some_and(char::is_uppercase);
+        let acronym = clean.len() > 1
+            && clean
+                .chars()
+                .all(|c| c.is_uppercase() || c.is_ascii_digit());
+        let number = clean.chars().any(|c| c.is_ascii_digit());
+        if (capitalised && index > 0) || acronym || number {
+            entities.push(clean.to_string());
+        }
+    }
+    entities.extend(identifiers.iter().cloned());
+    entities.extend(phrases.iter().cloned());
+    entities.sort();
+    entities.dedup();
+
+    let mut signals = Vec::new();
+    let mut matched = |name: &str, hit: bool| {
+        if hit {
+            signals.push(name.to_string());
+        }
+    };
+    matched("identifier", !identifiers.is_empty());
+    matched("quoted_phrase", !phrases.is_empty());
+    matched(
+        "sql",
+        has_word(&SQL_WORDS)
+            && (has_word(&["table", "tables", "column", "columns", "schema"])
+                || starts(&["select "])),
+    );
+    matched(
+        "measurement",
+        contains(&[
+            "how many",
+            "how much",
+            "how long",
+            "how far",
+            "how big",
+            "how old",
+            "how tall",
+            "percentage",
+            "what percent",
+            "number of",
+            "amount of",
+        ]),
+    );
+    matched(
+        "date_time",
+        starts(&["when"])
+            || contains(&[
+                "what year",
+                "which year",
+                "what date",
+                "what century",
+                "what time",
+            ])
+            || !dates.is_empty(),
+    );
+    matched(
+        "ownership",
+        contains(&[
+            "who owns",
+            "owner",
+            "owned by",
+            "maintainer",
+            "responsible for",
+            "whose",
+            "belongs to",
+        ]) || starts(&["who "]),
+    );
+    matched(
+        "location",
+        starts(&["where"])
+            || contains(&[
+                "which city",
+                "what city",
+                "which country",
+                "what country",
+                "located",
+                "where is",
+                "which state",
+                "what state",
+            ]),
+    );
+    matched(
+        "definition",
+        starts(&[
+            "what is",
+            "what are",
+            "what does",
+            "define",
+            "definition of",
+            "meaning of",
+            "what's",
+        ]) || contains(&["stand for", "is defined as"]),
+    );
+    matched(
+        "procedure",
+        starts(&["how to", "how do", "how can", "how should", "steps"])
+            || contains(&["step by step", "install", "configure", "set up"]),
+    );
+    let capitalised = entities
+        .iter()
+        .filter(|e| e.chars().next().is_some_and(char::is_uppercase))
+        .count();
+    matched(
+        "multi_entity",
+        capitalised >= 2 || contains(&[" vs ", " versus ", "compare", "difference between"]),
+    );
+    let question = lower.ends_with('?')
+        || lower_words.first().is_some_and(|w| {
+            [
+                "what", "which", "who", "whom", "where", "when", "why", "how", "is", "are", "does",
+                "do", "can", "did",
+            ]
+            .contains(&w.as_str())
+        });
+    matched("claim", !question && words.len() >= 4);
+
+    let (intent, dense, bm25_weight, pool) = PRESETS
+        .iter()
+        .find(|(name, ..)| signals.iter().any(|s| s == name))
+        .copied()
+        .unwrap_or(PRESETS[PRESETS.len() - 1]);
+    let mut terms = bm25.terms(text);
+    terms.sort();
+    terms.dedup();
+    Plan {
+        intent: intent.to_string(),
+        signals,
+        weights: Weights {
+            dense,
+            bm25: bm25_weight,
+        },
+        pool,
+        terms,
+        entities,
+        dates,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn intent(text: &str) -> (String, Weights, usize) {
+        let plan = analyze(text, &Bm25Encoder::default());
+        (plan.intent, plan.weights, plan.pool)
+    }
+
+    #[test]
+    fn each_intent_has_a_trigger() {
+        let cases = [
+            ("where is parse_config called", "identifier"),
+            ("what does HttpServer::bind() return", "identifier"),
+            (
+                "find \"exactly once delivery\" in the docs",
+                "quoted_phrase",
+            ),
+            ("which table has the customer email column", "sql"),
+            ("how many people live in Warsaw", "measurement"),
+            ("when did the war end", "date_time"),
+            ("what happened in 1969", "date_time"),
+            ("who owns the billing service", "ownership"),
+            ("where is the eiffel tower", "location"),
+            ("what is a vector database", "definition"),
+            ("how do I rotate the api key", "procedure"),
+            (
+                "Which NFL team represented the AFC at Super Bowl 50?",
+                "multi_entity",
+            ),
+            (
+                "0-dimensional biomaterials show inductive properties.",
+                "claim",
+            ),
+            ("why is the sky blue", "exploratory"),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(intent(text).0, expected, "{text}");
+        }
+    }
+
+    #[test]
+    fn presets_lean_as_documented() {
+        let (_, identifier, pool) = intent("where is parse_config called");
+        assert!(identifier.bm25 > identifier.dense);
+        assert_eq!(pool, 20);
+        let (_, definition, pool) = intent("what is a vector database");
+        assert_eq!((definition.dense, definition.bm25, pool), (0.5, 0.5, 16));
+        let (_, exploratory, pool) = intent("why is the sky blue");
+        assert_eq!((exploratory.dense, exploratory.bm25, pool), (0.7, 0.3, 12));
+    }
+
+    #[test]
+    fn features_for_the_rerank() {
+        let plan = analyze(
+            "What did Tesla announce in May 2019 about \"Model Y\"?",
+            &Bm25Encoder::default(),
+        );
+        assert!(plan.dates.contains(&"2019".to_string()));
+        assert!(plan.dates.contains(&"may".to_string()));
+        assert!(plan.entities.contains(&"Tesla".to_string()));
+        assert!(plan.entities.contains(&"Model Y".to_string()));
+        assert!(plan.terms.contains(&"tesla".to_string()));
+        // "may" as a verb is not a date.
+        assert!(analyze("it may rain", &Bm25Encoder::default())
+            .dates
+            .is_empty());
+    }
+}

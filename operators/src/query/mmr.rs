@@ -1,0 +1,189 @@
+//! Mmr: maximal marginal relevance over the stored vectors, with per-document and per-section caps.
+//!
+//! Picks, one at a time, the candidate maximising `λ · relevance − (1 − λ) · max cosine to the picked`
+//! (relevance = score rescaled to [0, 1]). A candidate whose document already has `per_document`
+//! picks, or whose section already has `per_section`, is deferred, not dropped: the packer uses
+//! deferred candidates only when the budget would otherwise be left unused.
+
+use std::collections::BTreeMap;
+
+use super::{Candidate, Decision};
+use crate::embed::cosine;
+
+/// MMR settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MmrConfig {
+    /// Relevance (1.0) versus diversity (0.0).
+    pub lambda: f32,
+    /// Most picks per document.
+    pub per_document: usize,
+    /// Most picks per section (document + section path).
+    pub per_section: usize,
+}
+
+/// The MMR outcome.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// Picked, in pick order.
+    pub picked: Vec<Candidate>,
+    /// Held back by a cap, best first.
+    pub deferred: Vec<Candidate>,
+    /// Why candidates were deferred or left out.
+    pub decisions: Vec<Decision>,
+}
+
+fn section(candidate: &Candidate) -> (String, Vec<String>) {
+    (
+        candidate.stored.key.doc_id.clone(),
+        candidate.stored.chunk.section_path.clone(),
+    )
+}
+
+/// Selects up to `k` candidates from `candidates` (best first).
+pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection {
+    let (low, high) = candidates.iter().fold((f32::MAX, f32::MIN), |(lo, hi), c| {
+        (lo.min(c.score), hi.max(c.score))
+    });
+    let span = (high - low).max(f32::EPSILON);
+    let relevance: Vec<f32> = candidates
+        .iter()
+        .map(|c| {
+            if high > low {
+                (c.score - low) / span
+            } else {
+                1.0
+            }
+        })
+        .collect();
+    let mut remaining: Vec<(usize, Candidate)> = candidates.into_iter().enumerate().collect();
+    let mut selection = Selection::default();
+    let mut per_document: BTreeMap<String, usize> = BTreeMap::new();
+    let mut per_section: BTreeMap<(String, Vec<String>), usize> = BTreeMap::new();
+    // Highest similarity of each remaining candidate to anything picked so far.
+    let mut max_similarity: BTreeMap<usize, f32> = BTreeMap::new();
+    while selection.picked.len() < k && !remaining.is_empty() {
+        let best = remaining
+            .iter()
+            .enumerate()
+            .map(|(position, (index, _))| {
+                let similarity = max_similarity.get(index).copied().unwrap_or(0.0);
+                let value = config.lambda * relevance[*index] - (1.0 - config.lambda) * similarity;
+                (position, value)
+            })
+            .max_by(|a, b| a.1.total_cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
+            .map(|(position, _)| position)
+            .expect("non-empty");
+        let (index, candidate) = remaining.remove(best);
+        let document = candidate.stored.key.doc_id.clone();
+        let section_key = section(&candidate);
+        let document_count = per_document.get(&document).copied().unwrap_or(0);
+        let section_count = per_section.get(&section_key).copied().unwrap_or(0);
+        if document_count >= config.per_document || section_count >= config.per_section {
+            let reason = if document_count >= config.per_document {
+                format!("document cap ({}) reached", config.per_document)
+            } else {
+                format!("section cap ({}) reached", config.per_section)
+            };
+            selection
+                .decisions
+                .push(Decision::new(candidate.id(), "mmr", "deferred", reason));
+            selection.deferred.push(candidate);
+            continue;
+        }
+        let _ = index;
+        *per_document.entry(document).or_default() += 1;
+        *per_section.entry(section_key).or_default() += 1;
+        if let Some(vector) = &candidate.vector {
+            for (other_index, other) in &remaining {
+                if let Some(other_vector) = &other.vector {
+                    let similarity = cosine(vector, other_vector);
+                    let entry = max_similarity.entry(*other_index).or_insert(f32::MIN);
+                    *entry = entry.max(similarity);
+                }
+            }
+        }
+        selection.picked.push(candidate);
+    }
+    for (_, candidate) in remaining {
+        selection.decisions.push(Decision::new(
+            candidate.id(),
+            "mmr",
+            "dropped",
+            format!("beyond k = {k}"),
+        ));
+    }
+    selection
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::fuse::tests::stored;
+
+    fn candidate(doc: &str, order: u32, score: f32, vector: Vec<f32>) -> Candidate {
+        let mut c = Candidate::new(stored(doc, order, &format!("{doc} {order}")));
+        c.score = score;
+        c.vector = Some(vector);
+        c
+    }
+
+    const OPEN: MmrConfig = MmrConfig {
+        lambda: 0.6,
+        per_document: 10,
+        per_section: 10,
+    };
+
+    #[test]
+    fn diversity_beats_a_redundant_runner_up() {
+        let candidates = vec![
+            candidate("a", 0, 1.0, vec![1.0, 0.0, 0.0]),
+            candidate("b", 0, 0.95, vec![0.99, 0.14, 0.0]),
+            candidate("c", 0, 0.9, vec![0.0, 0.0, 1.0]),
+        ];
+        let picked = mmr(candidates.clone(), 2, OPEN).picked;
+        let docs: Vec<&str> = picked
+            .iter()
+            .map(|c| c.stored.key.doc_id.as_str())
+            .collect();
+        assert_eq!(docs, vec!["a", "c"]);
+        // λ = 1 is plain relevance order.
+        let relevance = mmr(
+            candidates,
+            2,
+            MmrConfig {
+                lambda: 1.0,
+                ..OPEN
+            },
+        )
+        .picked;
+        let docs: Vec<&str> = relevance
+            .iter()
+            .map(|c| c.stored.key.doc_id.as_str())
+            .collect();
+        assert_eq!(docs, vec!["a", "b"]);
+    }
+
+    #[test]
+    fn caps_defer_instead_of_dropping() {
+        let candidates = vec![
+            candidate("a", 0, 1.0, vec![1.0, 0.0]),
+            candidate("a", 1, 0.9, vec![0.0, 1.0]),
+            candidate("a", 2, 0.8, vec![0.7, 0.7]),
+            candidate("b", 0, 0.1, vec![0.6, 0.8]),
+        ];
+        let config = MmrConfig {
+            lambda: 0.6,
+            per_document: 2,
+            per_section: 1,
+        };
+        let selection = mmr(candidates, 10, config);
+        let picked: Vec<String> = selection
+            .picked
+            .iter()
+            .map(|c| format!("{}{}", c.stored.key.doc_id, c.stored.chunk.order_index))
+            .collect();
+        assert_eq!(picked, vec!["a0", "a1", "b0"]);
+        assert_eq!(selection.deferred.len(), 1);
+        assert!(selection.decisions[0].reason.contains("document cap"));
+    }
+}

@@ -1,0 +1,253 @@
+//! The non-default modes and the budget arithmetic, as pure functions.
+
+use std::collections::BTreeMap;
+
+use super::{Candidate, Query, SourceEntry, DEFAULT_BUDGET};
+use crate::tokens::TokenCounter;
+
+/// Tokens kept free between the context, the prompt and the answer.
+pub const SAFETY_MARGIN: usize = 32;
+/// Share of the window reserved for the answer when the query does not say.
+pub const RESERVE_RATIO: f32 = 0.25;
+/// Least tokens reserved for the answer.
+pub const MIN_RESERVE: usize = 32;
+/// Above this many tokens, `sql_full` suggests `sql_compact`.
+pub const SQL_FULL_HINT_TOKENS: usize = 2000;
+/// Sample rows `sql_full` keeps per table.
+pub const SQL_SAMPLE_ROWS: usize = 5;
+
+/// The context budget and the prompt's size: `window − prompt − reserve − margin` when a context window
+/// is given (and at most `token_budget` if both are), else `token_budget` or the default.
+pub fn budget_for(query: &Query, counter: TokenCounter) -> (usize, Option<(usize, usize)>) {
+    let Some(window) = query.context_window else {
+        return (query.token_budget.unwrap_or(DEFAULT_BUDGET), None);
+    };
+    let prompt = query.prompt.as_ref().map_or(0, |p| {
+        counter.count(&p.system)
+            + counter.count(&p.template)
+            + p.history.iter().map(|h| counter.count(h)).sum::<usize>()
+    });
+    let reserve = query
+        .reserve_output
+        .unwrap_or(((window as f32 * RESERVE_RATIO) as usize).max(MIN_RESERVE));
+    let mut budget = window.saturating_sub(prompt + reserve + SAFETY_MARGIN);
+    if let Some(limit) = query.token_budget {
+        budget = budget.min(limit);
+    }
+    (budget, Some((window, prompt)))
+}
+
+/// Tokens left for the answer once the context is packed.
+pub fn max_new_tokens(window: usize, prompt: usize, tokens_used: usize) -> usize {
+    window.saturating_sub(prompt + tokens_used + SAFETY_MARGIN)
+}
+
+/// Files ranked by the concentration of chunk hits: `Σ score · sqrt(hits / chunks)`.
+pub fn rank_files(candidates: &[Candidate], sources: &[SourceEntry], k: usize) -> Vec<SourceEntry> {
+    let totals: BTreeMap<&str, &SourceEntry> =
+        sources.iter().map(|s| (s.doc_id.as_str(), s)).collect();
+    let mut by_doc: BTreeMap<String, (usize, f32, SourceEntry)> = BTreeMap::new();
+    for candidate in candidates {
+        let stored = &candidate.stored;
+        let entry = by_doc.entry(stored.key.doc_id.clone()).or_insert_with(|| {
+            let chunks = totals
+                .get(stored.key.doc_id.as_str())
+                .map_or(1, |s| s.chunks);
+            (
+                0,
+                0.0,
+                SourceEntry {
+                    doc_id: stored.key.doc_id.clone(),
+                    source: stored.chunk.source.clone(),
+                    title: stored.chunk.doc_title.clone(),
+                    chunks,
+                    hits: None,
+                    score: None,
+                },
+            )
+        });
+        entry.0 += 1;
+        entry.1 += candidate.score.max(0.0);
+    }
+    let mut files: Vec<SourceEntry> = by_doc
+        .into_values()
+        .map(|(hits, sum, mut entry)| {
+            let concentration = (hits as f32 / entry.chunks.max(hits) as f32).sqrt();
+            entry.hits = Some(hits);
+            entry.score = Some(sum * concentration);
+            entry
+        })
+        .collect();
+    files.sort_by(|a, b| {
+        b.score
+            .unwrap_or(0.0)
+            .total_cmp(&a.score.unwrap_or(0.0))
+            .then_with(|| a.doc_id.cmp(&b.doc_id))
+    });
+    files.truncate(k);
+    files
+}
+
+/// `sql_compact`: the table line (qualified name, row count) and `name type` per column.
+pub fn sql_compact(table_text: &str) -> String {
+    let mut out = Vec::new();
+    for line in table_text.lines() {
+        if line.starts_with("Sample rows:") {
+            break;
+        }
+        match line.strip_prefix("- ") {
+            Some(column) => {
+                let column = column.split_once(": ").map_or(column, |(head, _)| head);
+                out.push(format!("- {column}"));
+            }
+            None => out.push(line.to_string()),
+        }
+    }
+    out.join("\n")
+}
+
+/// `sql_full`: the table with distributions and at most 5 sample rows.
+pub fn sql_full(table_text: &str) -> String {
+    let mut out = Vec::new();
+    let mut rows = None;
+    for line in table_text.lines() {
+        if line.starts_with("Sample rows:") {
+            rows = Some(0);
+            out.push(line.to_string());
+            continue;
+        }
+        if let Some(count) = rows.as_mut() {
+            *count += 1;
+            if *count > SQL_SAMPLE_ROWS {
+                continue;
+            }
+        }
+        out.push(line.to_string());
+    }
+    out.join("\n")
+}
+
+/// The error of an unknown `read_chunk` id, listing the documents that exist.
+pub fn unknown_chunk(id: &str, sources: &[SourceEntry]) -> String {
+    let listed: Vec<String> = sources
+        .iter()
+        .take(50)
+        .map(|s| format!("{} ({} chunks)", s.doc_id, s.chunks))
+        .collect();
+    let more = sources.len().saturating_sub(listed.len());
+    let mut message = format!(
+        "no chunk {id:?} for this tenant; read_chunk takes a chunk_id from a context's items. Available documents: {}",
+        if listed.is_empty() { "none".to_string() } else { listed.join(", ") }
+    );
+    if more > 0 {
+        message.push_str(&format!(" and {more} more"));
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::decode::decode_query;
+    use crate::query::fuse::tests::stored;
+    use crate::tokens::Encoding;
+
+    const TABLE: &str = "Table shop.public.orders (1200 rows)\nColumns:\n- id bigint: {\"min\":1,\"max\":1200}\n- email text: {\"distinct\":900}\nSample rows:\n{\"id\":1}\n{\"id\":2}\n{\"id\":3}\n{\"id\":4}\n{\"id\":5}\n{\"id\":6}";
+
+    #[test]
+    fn sql_renderings() {
+        assert_eq!(
+            sql_compact(TABLE),
+            "Table shop.public.orders (1200 rows)\nColumns:\n- id bigint\n- email text"
+        );
+        let full = sql_full(TABLE);
+        assert!(full.contains("\"min\":1"));
+        assert!(full.contains("{\"id\":5}"));
+        assert!(!full.contains("{\"id\":6}"));
+    }
+
+    #[test]
+    fn budget_from_window_and_prompt() {
+        let counter = TokenCounter::new(Encoding::O200kBase);
+        let query = decode_query(
+            br#"{"query_id":"q","tenant":"t","text":"x","context_window":8000,"prompt":{"system":"You are helpful.","template":"Answer: {context}","history":["hi","hello"]}}"#,
+            8192,
+        )
+        .unwrap();
+        let (budget, window) = budget_for(&query, counter);
+        let (w, prompt) = window.unwrap();
+        assert_eq!(w, 8000);
+        assert!(prompt > 5 && prompt < 20);
+        assert_eq!(budget, 8000 - prompt - 2000 - SAFETY_MARGIN);
+        assert_eq!(max_new_tokens(8000, prompt, budget), 2000);
+        // A small window: the reserve is at least 32.
+        let small = decode_query(
+            br#"{"query_id":"q","tenant":"t","text":"x","context_window":100}"#,
+            8192,
+        )
+        .unwrap();
+        assert_eq!(budget_for(&small, counter).0, 100 - 32 - 32);
+        // token_budget caps the derived budget; no window: token_budget or the default.
+        let capped = decode_query(
+            br#"{"query_id":"q","tenant":"t","text":"x","context_window":8000,"token_budget":500}"#,
+            8192,
+        )
+        .unwrap();
+        assert_eq!(budget_for(&capped, counter).0, 500);
+        let plain = decode_query(br#"{"query_id":"q","tenant":"t","text":"x"}"#, 8192).unwrap();
+        assert_eq!(budget_for(&plain, counter), (DEFAULT_BUDGET, None));
+    }
+
+    #[test]
+    fn files_by_concentration() {
+        let candidate = |doc: &str, order: u32, score: f32| {
+            let mut c = Candidate::new(stored(doc, order, doc));
+            c.score = score;
+            c
+        };
+        let sources = vec![
+            SourceEntry {
+                doc_id: "big".into(),
+                source: "big".into(),
+                title: String::new(),
+                chunks: 100,
+                hits: None,
+                score: None,
+            },
+            SourceEntry {
+                doc_id: "small".into(),
+                source: "small".into(),
+                title: String::new(),
+                chunks: 2,
+                hits: None,
+                score: None,
+            },
+        ];
+        // Two hits in a 2-chunk file beat three in a 100-chunk file.
+        let candidates = vec![
+            candidate("big", 0, 1.0),
+            candidate("big", 1, 1.0),
+            candidate("big", 2, 1.0),
+            candidate("small", 0, 0.9),
+            candidate("small", 1, 0.9),
+        ];
+        let files = rank_files(&candidates, &sources, 10);
+        assert_eq!(files[0].doc_id, "small");
+        assert_eq!(files[0].hits, Some(2));
+        assert_eq!(files[1].hits, Some(3));
+    }
+
+    #[test]
+    fn unknown_chunk_lists_documents() {
+        let sources = vec![SourceEntry {
+            doc_id: "a".into(),
+            source: "a".into(),
+            title: String::new(),
+            chunks: 3,
+            hits: None,
+            score: None,
+        }];
+        let message = unknown_chunk("nope", &sources);
+        assert!(message.contains("a (3 chunks)"));
+    }
+}

@@ -1,0 +1,737 @@
+//! Pack: a token-true context in tiers, never over budget.
+//!
+//! Every candidate has forms from richest to smallest:
+//! - the top result **expanded**: its section header line and the chunk merged with its neighbours of
+//!   the same document (overlapping windows merged by byte range, so no text repeats), up to 600 tokens;
+//! - a **snippet**: the whole chunk when it has at most 200 tokens, otherwise the sentence window around
+//!   the sentence holding most query terms, cut on sentence boundaries;
+//! - a **surrogate**: title, section path and first sentence (~60 tokens).
+//!
+//! Each item is rendered as `Source: {source} (lines a–b)` + newline + text; items are joined by the
+//! separator. Planning uses the token counts stored at ingest (parts of a chunk are estimated by their
+//! byte share, rounded up with a margin), so no chunk is re-tokenized per query. While the plan is over
+//! budget, the step with the least value lost per token saved is taken: shrink an item one form or
+//! drop it, where an item's value is its relevance discounted by its redundancy with better items. The
+//! assembled string is then counted with the real tokenizer; if it is still over budget another step
+//! is taken and it is counted again. The top result is never dropped while anything fits: its last
+//! form is its surrogate cut to the budget. Budget left over is filled with deferred candidates.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Candidate, ContextItem, Decision, Tier};
+use crate::embed::cosine;
+use crate::store::StoredChunk;
+use crate::tokens::TokenCounter;
+
+/// Packing tiers (config section `query.pack`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PackConfig {
+    /// Most tokens of the expanded top result.
+    pub expanded_tokens: usize,
+    /// Most tokens of a snippet.
+    pub snippet_tokens: usize,
+    /// Most tokens of a surrogate.
+    pub surrogate_tokens: usize,
+    /// Between items.
+    pub separator: String,
+}
+
+impl Default for PackConfig {
+    fn default() -> Self {
+        Self {
+            expanded_tokens: 600,
+            snippet_tokens: 200,
+            surrogate_tokens: 60,
+            separator: "\n\n".into(),
+        }
+    }
+}
+
+/// What the packer works on.
+#[derive(Debug, Clone, Copy)]
+pub struct PackRequest<'a> {
+    /// Candidates chosen by MMR, best first (the first is the top result).
+    pub picked: &'a [Candidate],
+    /// Candidates held back by a cap, used only if the budget is left unused.
+    pub deferred: &'a [Candidate],
+    /// Chunks of the top result's document (for the expanded tier), any order.
+    pub neighbours: &'a [StoredChunk],
+    /// The token budget of the whole context string.
+    pub budget: usize,
+    /// The tokenizer the budget is counted with.
+    pub counter: TokenCounter,
+    /// Analysed query terms (snippets centre on the sentence holding most of them).
+    pub terms: &'a [String],
+    /// Tiers and separator.
+    pub config: &'a PackConfig,
+}
+
+/// The packed context.
+#[derive(Debug, Clone, Default)]
+pub struct Packed {
+    /// Items in context order.
+    pub items: Vec<ContextItem>,
+    /// The assembled string.
+    pub context: String,
+    /// Its token count (real tokenizer).
+    pub tokens_used: usize,
+    /// Whether anything was shortened or left out.
+    pub truncated: bool,
+    /// What was shortened or left out.
+    pub note: Option<String>,
+    /// Per-candidate decisions.
+    pub decisions: Vec<Decision>,
+    /// How many times the assembled string was counted.
+    pub counts: usize,
+}
+
+/// One way to render a candidate.
+#[derive(Debug, Clone)]
+struct Form {
+    tier: Tier,
+    /// Whole chunk (or more): value factor 1.
+    whole: bool,
+    header: String,
+    text: String,
+    lines: (u32, u32),
+    /// Byte range in the document this form covers.
+    range: (u32, u32),
+    estimate: usize,
+}
+
+impl Form {
+    fn factor(&self) -> f32 {
+        match self.tier {
+            // The neighbours and section header are worth more than the chunk alone.
+            Tier::Expanded => 1.25,
+            Tier::Full => 1.0,
+            Tier::Snippet if self.whole => 1.0,
+            Tier::Snippet => 0.8,
+            Tier::Surrogate => 0.15,
+        }
+    }
+}
+
+struct Entry<'a> {
+    candidate: &'a Candidate,
+    forms: Vec<Form>,
+    /// Index into `forms`, `None` when left out.
+    state: Option<usize>,
+    value: f32,
+    deferred: bool,
+}
+
+/// Sentence byte ranges of `text` (trimmed, non-empty).
+pub fn sentences(text: &str) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let bytes = text.as_bytes();
+    let push = |from: usize, to: usize, out: &mut Vec<(usize, usize)>| {
+        let piece = &text[from..to];
+        let lead = piece.len() - piece.trim_start().len();
+        let trimmed = piece.trim();
+        if !trimmed.is_empty() {
+            out.push((from + lead, from + lead + trimmed.len()));
+        }
+    };
+    let mut index = 0;
+    while index < bytes.len() {
+        let byte = bytes[index];
+        let end_of_sentence = matches!(byte, b'.' | b'?' | b'!')
+            && bytes.get(index + 1).is_none_or(|b| b.is_ascii_whitespace());
+        if byte == b'\n' || end_of_sentence {
+            push(start, index + 1, &mut out);
+            start = index + 1;
+        }
+        index += 1;
+    }
+    if start < text.len() {
+        push(start, text.len(), &mut out);
+    }
+    out
+}
+
+/// Estimated tokens of `bytes` bytes of a chunk with `tokens` tokens over `total` bytes (rounded up,
+/// with a margin for the cut).
+fn estimate(tokens: u32, total: usize, bytes: usize) -> usize {
+    if bytes == 0 {
+        return 0;
+    }
+    if bytes >= total {
+        return tokens as usize;
+    }
+    let share = tokens as f64 * bytes as f64 / total.max(1) as f64;
+    (share * 1.1).ceil() as usize + 2
+}
+
+/// Cuts `text` to at most `max_bytes` at a whitespace boundary (or a char boundary if none).
+fn cut_bytes(text: &str, max_bytes: usize) -> &str {
+    if text.len() <= max_bytes {
+        return text;
+    }
+    let mut end = max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    match text[..end].rfind(char::is_whitespace) {
+        Some(space) if space > 0 => text[..space].trim_end(),
+        _ => &text[..end],
+    }
+}
+
+fn line_of(chunk: &crate::model::Chunk, offset: usize) -> u32 {
+    let offset = offset.min(chunk.text.len());
+    chunk.lines.0
+        + chunk.text.as_bytes()[..offset]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count() as u32
+}
+
+fn header(source: &str, lines: (u32, u32)) -> String {
+    format!("Source: {source} (lines {}–{})\n", lines.0, lines.1)
+}
+
+/// The part of a chunk not covered by `covered` (byte ranges of the same document): its largest
+/// uncovered piece, as offsets into the chunk text.
+fn uncovered(chunk: &crate::model::Chunk, covered: &[(u32, u32)]) -> Option<(usize, usize)> {
+    let (start, end) = chunk.char_range;
+    let mut pieces = vec![(start, end)];
+    for &(c0, c1) in covered {
+        pieces = pieces
+            .into_iter()
+            .flat_map(|(p0, p1)| {
+                if c1 <= p0 || c0 >= p1 {
+                    vec![(p0, p1)]
+                } else {
+                    [(p0, c0.max(p0)), (c1.min(p1), p1)]
+                        .into_iter()
+                        .filter(|(a, b)| b > a)
+                        .collect()
+                }
+            })
+            .collect();
+    }
+    let (p0, p1) = pieces.into_iter().max_by_key(|(a, b)| b - a)?;
+    let (mut from, mut to) = ((p0 - start) as usize, (p1 - start) as usize);
+    let text = &chunk.text;
+    while from < text.len() && !text.is_char_boundary(from) {
+        from += 1;
+    }
+    while to > from && !text.is_char_boundary(to) {
+        to -= 1;
+    }
+    // Skip a piece that is only whitespace or a few characters of a cut word.
+    (text[from..to].trim().len() >= 3).then_some((from, to))
+}
+
+fn term_hits(sentence: &str, terms: &[String]) -> usize {
+    let lower = sentence.to_lowercase();
+    terms.iter().filter(|t| lower.contains(t.as_str())).count()
+}
+
+/// The snippet of `chunk[from..to]`: whole if it fits, else the best sentence window.
+fn snippet(
+    chunk: &crate::model::Chunk,
+    (from, to): (usize, usize),
+    terms: &[String],
+    max_tokens: usize,
+) -> (usize, usize, bool) {
+    let total = chunk.text.len();
+    let whole = from == 0 && to == total;
+    if estimate(chunk.tokens, total, to - from) <= max_tokens {
+        return (from, to, whole);
+    }
+    let part = &chunk.text[from..to];
+    let spans: Vec<(usize, usize)> = sentences(part)
+        .into_iter()
+        .map(|(a, b)| (a + from, b + from))
+        .collect();
+    if spans.is_empty() {
+        return (from, from, false);
+    }
+    let scores: Vec<usize> = spans
+        .iter()
+        .map(|&(a, b)| term_hits(&chunk.text[a..b], terms))
+        .collect();
+    let best = (0..spans.len())
+        .max_by(|&a, &b| scores[a].cmp(&scores[b]).then(b.cmp(&a)))
+        .expect("non-empty");
+    let fits = |a: usize, b: usize| estimate(chunk.tokens, total, b - a) <= max_tokens;
+    let (mut lo, mut hi) = (best, best);
+    if !fits(spans[best].0, spans[best].1) {
+        // One long sentence: cut it at a word boundary.
+        let budget_bytes =
+            (max_tokens as f64 / 1.1 * total as f64 / chunk.tokens.max(1) as f64) as usize;
+        let kept = cut_bytes(
+            &chunk.text[spans[best].0..spans[best].1],
+            budget_bytes.saturating_sub(8),
+        );
+        return (spans[best].0, spans[best].0 + kept.len(), false);
+    }
+    loop {
+        let after =
+            (hi + 1 < spans.len() && fits(spans[lo].0, spans[hi + 1].1)).then(|| scores[hi + 1]);
+        let before = (lo > 0 && fits(spans[lo - 1].0, spans[hi].1)).then(|| scores[lo - 1]);
+        match (before, after) {
+            (Some(b), Some(a)) if b > a => lo -= 1,
+            (_, Some(_)) => hi += 1,
+            (Some(_), None) => lo -= 1,
+            (None, None) => break,
+        }
+    }
+    (spans[lo].0, spans[hi].1, false)
+}
+
+/// The surrogate text of a chunk: title › section path: first sentence (cut to `max_tokens`).
+fn surrogate_text(
+    chunk: &crate::model::Chunk,
+    (from, to): (usize, usize),
+    max_tokens: usize,
+) -> (String, usize, usize) {
+    let mut label = chunk.doc_title.clone();
+    let path: Vec<&str> = chunk
+        .section_path
+        .iter()
+        .map(String::as_str)
+        .filter(|s| *s != chunk.doc_title)
+        .collect();
+    if !path.is_empty() {
+        if !label.is_empty() {
+            label.push_str(" › ");
+        }
+        label.push_str(&path.join(" › "));
+    }
+    let part = &chunk.text[from..to];
+    let first = sentences(part).first().copied().unwrap_or((0, part.len()));
+    let sentence = &part[first.0..first.1];
+    let total = chunk.text.len();
+    // Label and sentence share the surrogate's tokens; the label is short metadata.
+    let label = cut_bytes(&label, 160).to_string();
+    let label_tokens = label.len() / 3 + 1;
+    let room = max_tokens.saturating_sub(label_tokens);
+    let budget_bytes = (room as f64 / 1.1 * total as f64 / chunk.tokens.max(1) as f64) as usize;
+    let kept = cut_bytes(sentence, budget_bytes.saturating_sub(8));
+    let text = if label.is_empty() {
+        kept.to_string()
+    } else if kept.is_empty() {
+        label.clone()
+    } else {
+        format!("{label}: {kept}")
+    };
+    let estimate = estimate(chunk.tokens, total, kept.len()) + label_tokens + 2;
+    (text, from + first.0, estimate)
+}
+
+fn expanded(
+    top: &StoredChunk,
+    neighbours: &[StoredChunk],
+    counter: TokenCounter,
+    max_tokens: usize,
+) -> Option<Form> {
+    let chunk = &top.chunk;
+    let total = chunk.text.len();
+    let section = if chunk.section_path.is_empty() {
+        String::new()
+    } else {
+        format!("§ {}\n", chunk.section_path.join(" › "))
+    };
+    let mut estimate_tokens = counter.count(&section) + chunk.tokens as usize;
+    if estimate_tokens > max_tokens {
+        return None;
+    }
+    let mut by_order: BTreeMap<u32, &StoredChunk> = BTreeMap::new();
+    for neighbour in neighbours {
+        if neighbour.key == top.key && neighbour.id != top.id {
+            by_order.insert(neighbour.chunk.order_index, neighbour);
+        }
+    }
+    let (mut start, mut end) = chunk.char_range;
+    let (mut first_line, mut last_line) = chunk.lines;
+    let mut text = chunk.text.clone();
+    let mut next = chunk.order_index + 1;
+    let mut previous = chunk.order_index.checked_sub(1);
+    let mut grow_next = true;
+    let mut stuck = 0;
+    while stuck < 2 {
+        let order = if grow_next { Some(next) } else { previous };
+        grow_next = !grow_next;
+        let Some(neighbour) = order.and_then(|o| by_order.get(&o)) else {
+            stuck += 1;
+            continue;
+        };
+        let n = &neighbour.chunk;
+        let (n0, n1) = n.char_range;
+        let piece = if n.order_index > chunk.order_index {
+            // Text after `end`.
+            if n1 <= end {
+                String::new()
+            } else if n0 >= end {
+                format!("\n{}", n.text)
+            } else {
+                let at = (end - n0) as usize;
+                if !n.text.is_char_boundary(at) {
+                    stuck += 1;
+                    continue;
+                }
+                n.text[at..].to_string()
+            }
+        } else if n0 >= start {
+            String::new()
+        } else if n1 <= start {
+            format!("{}\n", n.text)
+        } else {
+            let at = (start - n0) as usize;
+            if !n.text.is_char_boundary(at) {
+                stuck += 1;
+                continue;
+            }
+            n.text[..at].to_string()
+        };
+        let cost = estimate(n.tokens, n.text.len(), piece.len());
+        if estimate_tokens + cost > max_tokens {
+            stuck += 1;
+            continue;
+        }
+        stuck = 0;
+        estimate_tokens += cost;
+        if n.order_index > chunk.order_index {
+            text.push_str(&piece);
+            end = end.max(n1);
+            last_line = last_line.max(n.lines.1);
+            next += 1;
+        } else {
+            text.insert_str(0, &piece);
+            start = start.min(n0);
+            first_line = first_line.min(n.lines.0);
+            previous = n.order_index.checked_sub(1);
+        }
+    }
+    let _ = total;
+    let lines = (first_line, last_line);
+    let header = header(&chunk.source, lines);
+    Some(Form {
+        tier: Tier::Expanded,
+        whole: true,
+        estimate: estimate_tokens + counter.count(&header),
+        header,
+        text: format!("{section}{text}"),
+        lines,
+        range: (start, end),
+    })
+}
+
+fn forms(
+    candidate: &Candidate,
+    available: (usize, usize),
+    terms: &[String],
+    config: &PackConfig,
+    counter: TokenCounter,
+    expanded_form: Option<Form>,
+) -> Vec<Form> {
+    let chunk = &candidate.stored.chunk;
+    let base = chunk.char_range.0;
+    let mut out: Vec<Form> = expanded_form.into_iter().collect();
+    let (from, to, whole) = snippet(chunk, available, terms, config.snippet_tokens);
+    if to > from {
+        let lines = if whole {
+            chunk.lines
+        } else {
+            (line_of(chunk, from), line_of(chunk, to))
+        };
+        let header = header(&chunk.source, lines);
+        out.push(Form {
+            tier: Tier::Snippet,
+            whole,
+            estimate: counter.count(&header) + estimate(chunk.tokens, chunk.text.len(), to - from),
+            header,
+            text: chunk.text[from..to].to_string(),
+            lines,
+            range: (base + from as u32, base + to as u32),
+        });
+    }
+    let (text, at, text_estimate) = surrogate_text(chunk, available, config.surrogate_tokens);
+    let line = line_of(chunk, at);
+    let header = header(&chunk.source, (line, line));
+    out.push(Form {
+        tier: Tier::Surrogate,
+        whole: false,
+        estimate: counter.count(&header) + text_estimate,
+        header,
+        text,
+        lines: (line, line),
+        range: (base + at as u32, base + at as u32),
+    });
+    out
+}
+
+fn plan_tokens(entries: &[Entry<'_>], separator: usize) -> usize {
+    let included: Vec<usize> = entries
+        .iter()
+        .filter_map(|e| e.state.map(|s| e.forms[s].estimate))
+        .collect();
+    included.iter().sum::<usize>() + separator * included.len().saturating_sub(1)
+}
+
+/// Takes the cheapest shrink step (least value lost per token saved). Returns false if none is left.
+fn shrink(entries: &mut [Entry<'_>]) -> bool {
+    let mut best: Option<(usize, Option<usize>, f32)> = None;
+    for (index, entry) in entries.iter().enumerate() {
+        let Some(state) = entry.state else { continue };
+        let current = &entry.forms[state];
+        // The next smaller form, or dropping (never for the top result).
+        let mut options: Vec<(Option<usize>, usize, f32)> = (state + 1..entry.forms.len())
+            .map(|s| (Some(s), entry.forms[s].estimate, entry.forms[s].factor()))
+            .collect();
+        if index != 0 || entry.deferred {
+            options.push((None, 0, 0.0));
+        }
+        for (next, size, factor) in options {
+            if size >= current.estimate {
+                continue;
+            }
+            let saved = (current.estimate - size) as f32;
+            let lost = entry.value * (current.factor() - factor).max(0.0);
+            let cost = lost / saved;
+            if best.is_none_or(|(_, _, c)| cost < c) {
+                best = Some((index, next, cost));
+            }
+            break;
+        }
+    }
+    match best {
+        Some((index, next, _)) => {
+            entries[index].state = next;
+            true
+        }
+        None => false,
+    }
+}
+
+fn assemble(entries: &[Entry<'_>], separator: &str) -> String {
+    entries
+        .iter()
+        .filter_map(|e| e.state.map(|s| &e.forms[s]))
+        .map(|f| format!("{}{}", f.header, f.text))
+        .collect::<Vec<_>>()
+        .join(separator)
+}
+
+/// Packs `request` into its budget.
+pub fn pack(request: PackRequest<'_>) -> Packed {
+    let PackRequest {
+        picked,
+        deferred,
+        neighbours,
+        budget,
+        counter,
+        terms,
+        config,
+    } = request;
+    let mut packed = Packed::default();
+    let separator_tokens = counter.count(&config.separator);
+    let all: Vec<(&Candidate, bool)> = picked
+        .iter()
+        .map(|c| (c, false))
+        .chain(deferred.iter().map(|c| (c, true)))
+        .collect();
+    if all.is_empty() {
+        return packed;
+    }
+    let mut covered: BTreeMap<&crate::model::DocKey, Vec<(u32, u32)>> = BTreeMap::new();
+    let mut entries: Vec<Entry<'_>> = Vec::with_capacity(all.len());
+    for (position, (candidate, is_deferred)) in all.iter().enumerate() {
+        let stored = &candidate.stored;
+        let doc_covered = covered.entry(&stored.key).or_default();
+        let Some(available) = uncovered(&stored.chunk, doc_covered) else {
+            packed.decisions.push(Decision::new(
+                candidate.id(),
+                "pack",
+                "dropped",
+                "text already in the context (overlapping window)",
+            ));
+            continue;
+        };
+        let expanded_form = (position == 0)
+            .then(|| expanded(stored, neighbours, counter, config.expanded_tokens))
+            .flatten();
+        let forms = forms(candidate, available, terms, config, counter, expanded_form);
+        doc_covered.push(forms[0].range);
+        if forms[0].tier != Tier::Expanded {
+            doc_covered.push(stored.chunk.char_range);
+        }
+        // Relevance by position (scores of different steps are not on one scale).
+        let relevance = 1.0 / (1.0 + 0.2 * position as f32);
+        let redundancy = candidate.vector.as_ref().map_or(0.0, |v| {
+            all[..position]
+                .iter()
+                .filter_map(|(other, _)| Some(cosine(v, other.vector.as_ref()?)))
+                .fold(0.0f32, f32::max)
+        });
+        let value =
+            relevance * (1.0 - 0.5 * redundancy.max(0.0)) * if *is_deferred { 0.5 } else { 1.0 };
+        entries.push(Entry {
+            candidate,
+            state: (!is_deferred).then_some(0),
+            forms,
+            value,
+            deferred: *is_deferred,
+        });
+    }
+    // Plan on estimates.
+    while plan_tokens(&entries, separator_tokens) > budget && shrink(&mut entries) {}
+    // Fill what is left with items not yet in (deferred first by value), at the largest form that fits.
+    let mut order: Vec<usize> = (0..entries.len())
+        .filter(|&i| entries[i].state.is_none())
+        .collect();
+    order.sort_by(|&a, &b| entries[b].value.total_cmp(&entries[a].value));
+    for index in order {
+        for form in 0..entries[index].forms.len() {
+            entries[index].state = Some(form);
+            if plan_tokens(&entries, separator_tokens) <= budget {
+                break;
+            }
+            entries[index].state = None;
+        }
+    }
+    // Count the real string; shrink until it fits.
+    loop {
+        packed.context = assemble(&entries, &config.separator);
+        packed.tokens_used = counter.count(&packed.context);
+        packed.counts += 1;
+        if packed.tokens_used <= budget || !shrink(&mut entries) {
+            break;
+        }
+    }
+    if packed.tokens_used > budget {
+        // Only the top result's surrogate is left and it is still too long: cut it to the budget.
+        if let Some(entry) = entries.iter_mut().find(|e| e.state.is_some()) {
+            let form = &mut entry.forms[entry.state.expect("found")];
+            let header_tokens = counter.count(&form.header);
+            let room = budget.saturating_sub(header_tokens + 1);
+            if room == 0 {
+                entry.state = None;
+            } else {
+                form.text = counter.truncate(&form.text, room).trim_end().to_string();
+                if form.text.is_empty() {
+                    entry.state = None;
+                }
+            }
+        }
+        packed.context = assemble(&entries, &config.separator);
+        packed.tokens_used = counter.count(&packed.context);
+        packed.counts += 1;
+        if packed.tokens_used > budget {
+            for entry in &mut entries {
+                entry.state = None;
+            }
+            packed.context.clear();
+            packed.tokens_used = 0;
+        }
+    }
+    // Items and decisions.
+    let (mut shortened, mut left_out) = (0, 0);
+    for entry in &entries {
+        let id = entry.candidate.id();
+        match entry.state {
+            Some(state) => {
+                let form = &entry.forms[state];
+                if state > 0 {
+                    shortened += 1;
+                }
+                let action = match form.tier {
+                    Tier::Expanded => "expanded",
+                    Tier::Snippet => "snippet",
+                    Tier::Surrogate => "surrogate",
+                    Tier::Full => "full",
+                };
+                let reason = if state > 0 {
+                    format!(
+                        "shortened from {} to fit the budget",
+                        tier_name(entry.forms[0].tier)
+                    )
+                } else if entry.deferred {
+                    "budget left unused: deferred candidate added".to_string()
+                } else {
+                    "fits".to_string()
+                };
+                packed
+                    .decisions
+                    .push(Decision::new(id, "pack", action, reason));
+                let stored = &entry.candidate.stored;
+                packed.items.push(ContextItem {
+                    chunk_id: entry.candidate.id(),
+                    doc_id: stored.key.doc_id.clone(),
+                    source: stored.chunk.source.clone(),
+                    lines: form.lines,
+                    section_path: stored.chunk.section_path.clone(),
+                    tier: form.tier,
+                    score: entry.candidate.score,
+                    tokens: form.estimate,
+                    text: form.text.clone(),
+                });
+            }
+            None if !entry.deferred => {
+                left_out += 1;
+                packed.decisions.push(Decision::new(
+                    id,
+                    "pack",
+                    "dropped",
+                    "lowest marginal value (score, redundancy) when over budget",
+                ));
+            }
+            None => {}
+        }
+    }
+    packed.truncated = shortened + left_out > 0;
+    if packed.truncated {
+        packed.note = Some(format!(
+            "budget {budget}: {shortened} item(s) shortened, {left_out} left out (lowest marginal value first)"
+        ));
+    }
+    packed
+}
+
+fn tier_name(tier: Tier) -> &'static str {
+    match tier {
+        Tier::Expanded => "expanded",
+        Tier::Snippet => "snippet",
+        Tier::Surrogate => "surrogate",
+        Tier::Full => "full",
+    }
+}
+
+/// Renders whole chunks (deep, read_chunk and SQL modes): no budget.
+pub fn render_full(
+    candidates: &[(Candidate, String)],
+    separator: &str,
+    counter: TokenCounter,
+) -> (Vec<ContextItem>, String, usize) {
+    let mut items = Vec::with_capacity(candidates.len());
+    let mut parts = Vec::with_capacity(candidates.len());
+    for (candidate, text) in candidates {
+        let chunk = &candidate.stored.chunk;
+        let rendered = format!("{}{}", header(&chunk.source, chunk.lines), text);
+        items.push(ContextItem {
+            chunk_id: candidate.id(),
+            doc_id: candidate.stored.key.doc_id.clone(),
+            source: chunk.source.clone(),
+            lines: chunk.lines,
+            section_path: chunk.section_path.clone(),
+            tier: Tier::Full,
+            score: candidate.score,
+            tokens: counter.count(&rendered),
+            text: text.clone(),
+        });
+        parts.push(rendered);
+    }
+    let context = parts.join(separator);
+    let tokens = counter.count(&context);
+    (items, context, tokens)
+}
+
+#[cfg(test)]
+mod tests;

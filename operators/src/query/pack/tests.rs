@@ -1,0 +1,304 @@
+use proptest::prelude::*;
+
+use super::*;
+use crate::model::{Chunk, DocKey, DocKind};
+use crate::tokens::Encoding;
+
+fn counter() -> TokenCounter {
+    TokenCounter::new(Encoding::O200kBase)
+}
+
+/// A document of `sentences` sentences of unique words (`d{doc}w{i}`), cut into chunks of `per_chunk`
+/// sentences overlapping by `overlap` sentences.
+fn document(doc: usize, sentences: usize, per_chunk: usize, overlap: usize) -> Vec<StoredChunk> {
+    let sentence_texts: Vec<String> = (0..sentences)
+        .map(|s| {
+            let words: Vec<String> = (0..8).map(|w| format!("d{doc}w{}", s * 8 + w)).collect();
+            format!("{}.", words.join(" "))
+        })
+        .collect();
+    let full = sentence_texts.join(" ");
+    let mut offsets = Vec::new();
+    let mut at = 0;
+    for text in &sentence_texts {
+        offsets.push((at, at + text.len()));
+        at += text.len() + 1;
+    }
+    let step = per_chunk.saturating_sub(overlap).max(1);
+    let mut chunks = Vec::new();
+    let mut first = 0;
+    let mut order = 0u32;
+    while first < sentences {
+        let last = (first + per_chunk).min(sentences) - 1;
+        let (start, end) = (offsets[first].0, offsets[last].1);
+        let text = full[start..end].to_string();
+        chunks.push(StoredChunk {
+            id: uuid::Uuid::new_v5(
+                &uuid::Uuid::NAMESPACE_OID,
+                format!("{doc}/{order}").as_bytes(),
+            ),
+            key: DocKey::new("t", format!("doc{doc}")),
+            version: 1,
+            embedder_version: "test".into(),
+            chunk: Chunk {
+                order_index: order,
+                section_path: vec![format!("Part {doc}")],
+                header: format!("Part {doc}"),
+                doc_title: format!("Title {doc}"),
+                source: format!("docs/doc{doc}.md"),
+                kind: DocKind::Prose,
+                lines: (first as u32 + 1, last as u32 + 1),
+                char_range: (start as u32, end as u32),
+                tokens: counter().count(&text) as u32,
+                content_hash: blake3::hash(text.as_bytes()).to_hex().to_string(),
+                acl: vec![],
+                text,
+            },
+        });
+        order += 1;
+        if last + 1 >= sentences {
+            break;
+        }
+        first += step;
+    }
+    chunks
+}
+
+fn candidate(stored: &StoredChunk, score: f32, vector: Vec<f32>) -> Candidate {
+    let mut c = Candidate::new(stored.clone());
+    c.score = score;
+    c.vector = Some(vector);
+    c
+}
+
+fn words(context: &str) -> Vec<&str> {
+    context
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.starts_with('d') && w.contains('w') && w.len() > 3)
+        .collect()
+}
+
+fn run(
+    picked: &[Candidate],
+    neighbours: &[StoredChunk],
+    budget: usize,
+    terms: &[String],
+) -> Packed {
+    pack(PackRequest {
+        picked,
+        deferred: &[],
+        neighbours,
+        budget,
+        counter: counter(),
+        terms,
+        config: &PackConfig::default(),
+    })
+}
+
+#[test]
+fn top_result_is_expanded_with_merged_neighbours() {
+    let doc = document(0, 30, 6, 2);
+    let top = candidate(&doc[2], 1.0, vec![1.0, 0.0]);
+    let other = document(1, 6, 6, 0);
+    let second = candidate(&other[0], 0.5, vec![0.0, 1.0]);
+    let packed = run(&[top, second], &doc, 3000, &[]);
+    assert_eq!(packed.items[0].tier, Tier::Expanded);
+    assert!(packed.items[0].text.starts_with("§ Part 0\n"));
+    // Neighbours merged: the window covers more than the chunk, and no word repeats.
+    assert!(
+        packed.items[0].lines.0 < doc[2].chunk.lines.0
+            || packed.items[0].lines.1 > doc[2].chunk.lines.1
+    );
+    let all = words(&packed.context);
+    let mut unique = all.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        all.len(),
+        unique.len(),
+        "text repeated in {}",
+        packed.context
+    );
+    assert!(packed.items[0].tokens <= 600 + 20);
+    assert!(packed.context.starts_with("Source: docs/doc0.md (lines "));
+    assert!(packed
+        .context
+        .contains("\n\nSource: docs/doc1.md (lines 1–6)\n"));
+    assert!(!packed.truncated);
+}
+
+#[test]
+fn snippets_centre_on_query_terms_and_cut_on_sentences() {
+    // One long chunk (40 sentences, ~400 tokens): the snippet holds the sentence with the term.
+    let doc = document(0, 40, 40, 0);
+    let picked = [
+        candidate(&document(1, 2, 2, 0)[0], 1.0, vec![1.0, 0.0]),
+        candidate(&doc[0], 0.9, vec![0.0, 1.0]),
+    ];
+    let packed = run(&picked, &[], 3000, &["d0w200".to_string()]);
+    let snippet = &packed.items[1];
+    assert_eq!(snippet.tier, Tier::Snippet);
+    assert!(snippet.text.contains("d0w200"));
+    assert!(
+        snippet.text.ends_with('.'),
+        "cut on a sentence boundary: {}",
+        snippet.text
+    );
+    assert!(
+        snippet.text.starts_with("d0w"),
+        "starts at a sentence: {}",
+        snippet.text
+    );
+    assert!(snippet.tokens <= 200 + 20);
+    // Lines follow the snippet's sentences (one sentence per line in this fixture is not the case:
+    // the whole document is one line range per chunk).
+    assert!(snippet.lines.0 >= doc[0].chunk.lines.0);
+}
+
+#[test]
+fn tight_budgets_use_surrogates_and_drop_the_redundant_first() {
+    let a = document(0, 12, 12, 0);
+    let b = document(1, 12, 12, 0);
+    let c = document(2, 12, 12, 0);
+    // b is nearly the same as a (cosine 0.99) and scores higher than c.
+    let picked = [
+        candidate(&a[0], 1.0, vec![1.0, 0.0, 0.0]),
+        candidate(&b[0], 0.8, vec![0.99, 0.14, 0.0]),
+        candidate(&c[0], 0.7, vec![0.0, 0.0, 1.0]),
+    ];
+    let full = run(&picked, &[], 100_000, &[]);
+    let needed = full.tokens_used;
+    let packed = run(&picked, &[], needed - 60, &[]);
+    assert!(packed.tokens_used <= needed - 60);
+    assert!(packed.truncated);
+    assert!(packed.note.as_deref().unwrap_or("").contains("shortened"));
+    let tier_of = |doc: &str| {
+        packed
+            .items
+            .iter()
+            .find(|i| i.doc_id == doc)
+            .map(|i| i.tier)
+    };
+    // The redundant runner-up gives way before the distinct, lower-scored item.
+    assert_ne!(tier_of("doc1"), Some(Tier::Snippet));
+    assert_eq!(tier_of("doc2"), Some(Tier::Snippet));
+    assert_eq!(packed.items[0].doc_id, "doc0");
+}
+
+#[test]
+fn separator_is_configurable_and_counted() {
+    let picked = [
+        candidate(&document(0, 2, 2, 0)[0], 1.0, vec![1.0, 0.0]),
+        candidate(&document(1, 2, 2, 0)[0], 0.5, vec![0.0, 1.0]),
+    ];
+    let config = PackConfig {
+        separator: "\n-----\n".into(),
+        ..PackConfig::default()
+    };
+    let packed = pack(PackRequest {
+        picked: &picked,
+        deferred: &[],
+        neighbours: &[],
+        budget: 1000,
+        counter: counter(),
+        terms: &[],
+        config: &config,
+    });
+    assert!(packed.context.contains("\n-----\nSource: docs/doc1.md"));
+    assert_eq!(packed.tokens_used, counter().count(&packed.context));
+}
+
+#[test]
+fn deferred_candidates_fill_an_unused_budget_only() {
+    let a = document(0, 2, 2, 0);
+    let b = document(1, 2, 2, 0);
+    let picked = [candidate(&a[0], 1.0, vec![1.0, 0.0])];
+    let deferred = [candidate(&b[0], 0.5, vec![0.0, 1.0])];
+    let with_room = pack(PackRequest {
+        picked: &picked,
+        deferred: &deferred,
+        neighbours: &[],
+        budget: 2000,
+        counter: counter(),
+        terms: &[],
+        config: &PackConfig::default(),
+    });
+    assert_eq!(with_room.items.len(), 2);
+    let tight = pack(PackRequest {
+        budget: with_room.tokens_used - 5,
+        ..PackRequest {
+            picked: &picked,
+            deferred: &deferred,
+            neighbours: &[],
+            budget: 0,
+            counter: counter(),
+            terms: &[],
+            config: &PackConfig::default(),
+        }
+    });
+    assert_eq!(tight.items[0].doc_id, "doc0");
+    assert!(tight
+        .items
+        .iter()
+        .all(|i| i.doc_id != "doc1" || i.tier == Tier::Surrogate));
+}
+
+#[test]
+fn sentence_splitting() {
+    let text = "First one. Second? Third!\nFourth line without stop\n3.14 is pi.";
+    let spans: Vec<&str> = sentences(text).iter().map(|&(a, b)| &text[a..b]).collect();
+    assert_eq!(
+        spans,
+        vec![
+            "First one.",
+            "Second?",
+            "Third!",
+            "Fourth line without stop",
+            "3.14 is pi."
+        ]
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Never over budget (1..=20000), never repeats text, keeps the top result when anything fits.
+    #[test]
+    fn packing_respects_every_budget(
+        budget in 1usize..=20_000,
+        shapes in proptest::collection::vec((1usize..30, 1usize..12, 0usize..3), 1..10),
+        picks in proptest::collection::vec((0usize..10, 0usize..40, 0.0f32..1.0), 1..16),
+        term in 0usize..100,
+    ) {
+        let docs: Vec<Vec<StoredChunk>> = shapes
+            .iter()
+            .enumerate()
+            .map(|(d, &(sentences, per_chunk, overlap))| document(d, sentences, per_chunk, overlap.min(per_chunk - 1)))
+            .collect();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut picked: Vec<Candidate> = Vec::new();
+        for &(d, c, score) in &picks {
+            let doc = &docs[d % docs.len()];
+            let chunk = &doc[c % doc.len()];
+            if seen.insert(chunk.id) {
+                let vector = vec![score, 1.0 - score, (d % 3) as f32];
+                picked.push(candidate(chunk, score, vector));
+            }
+        }
+        picked.sort_by(|a, b| b.score.total_cmp(&a.score));
+        let top_doc = docs.iter().find(|d| d.iter().any(|c| c.id == picked[0].stored.id)).expect("doc");
+        let terms = vec![format!("d0w{term}")];
+        let packed = run(&picked, top_doc, budget, &terms);
+        prop_assert!(packed.tokens_used <= budget, "{} > {}", packed.tokens_used, budget);
+        prop_assert_eq!(packed.tokens_used, counter().count(&packed.context));
+        let all = words(&packed.context);
+        let mut unique = all.clone();
+        unique.sort();
+        unique.dedup();
+        prop_assert_eq!(all.len(), unique.len(), "text repeated");
+        if budget >= 40 {
+            prop_assert!(!packed.items.is_empty());
+            prop_assert_eq!(&packed.items[0].chunk_id, &picked[0].id());
+        }
+    }
+}

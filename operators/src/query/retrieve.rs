@@ -1,0 +1,277 @@
+//! Retrieve: the dense and BM25 lanes against one shard, with every filter inside the index query.
+//!
+//! A query is broadcast to every worker; each searches its own shard ([`search_shard`]) and the
+//! answers are gathered by query id ([`gather`]). With the Qdrant server backend all workers share one
+//! collection, so only worker 0 searches it. Besides the lanes, a shard answers the non-retrieval modes
+//! (`list_sources`: its documents and chunk counts; `read_chunk`: the chunk if it holds it) and returns
+//! the stored vectors of its hits for dedup and MMR.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Mode, Query, SourceEntry, DEEP_MAX_K, DEFAULT_K};
+use crate::model::DocKind;
+use crate::store::{
+    Hit, SearchFilter, SearchVector, SparseVector, StoreError, StoredChunk, VectorStore,
+};
+
+/// The filter of a query: tenant, ACL, source prefix, kinds and documents, all inside the search.
+pub fn filter_for(query: &Query) -> SearchFilter {
+    let mut kinds = query.filters.kinds.clone();
+    if matches!(query.mode, Mode::SqlCompact | Mode::SqlFull) {
+        kinds = vec![DocKind::SqlSchema];
+    }
+    SearchFilter {
+        tenant: Some(query.tenant.clone()),
+        acl: query.acl.clone(),
+        kinds,
+        doc_ids: query.filters.doc_ids.clone(),
+        source_prefix: query.filters.source_prefix.clone(),
+    }
+}
+
+/// Results asked for: `k`, defaulting to 10, at most 50.
+pub fn results_wanted(query: &Query) -> usize {
+    let default = if query.mode == Mode::Deep {
+        DEEP_MAX_K
+    } else {
+        DEFAULT_K
+    };
+    query.k.unwrap_or(default).clamp(1, DEEP_MAX_K)
+}
+
+/// Candidates per lane: the intent's pool, at least twice the results wanted.
+pub fn pool_size(query: &Query, intent_pool: usize) -> usize {
+    intent_pool
+        .max(2 * results_wanted(query))
+        .min(2 * DEEP_MAX_K)
+}
+
+/// The query's vectors.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueryVectors {
+    /// Dense embedding of the query text (empty for modes that do not retrieve).
+    pub dense: Vec<f32>,
+    /// BM25 query vector.
+    pub sparse: SparseVector,
+}
+
+/// One shard's answer to one query.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShardAnswer {
+    /// Dense lane, best first.
+    pub dense: Vec<Hit>,
+    /// BM25 lane, best first.
+    pub bm25: Vec<Hit>,
+    /// Stored vectors of the hits.
+    pub vectors: Vec<(uuid::Uuid, Vec<f32>)>,
+    /// Documents and chunk counts (`list_sources`, `files`, unknown `read_chunk` ids).
+    pub sources: Vec<SourceEntry>,
+    /// The chunk asked for (`read_chunk`).
+    pub chunk: Option<StoredChunk>,
+    /// Set when the shard failed.
+    pub error: Option<String>,
+}
+
+/// Documents matching `filter` with their chunk counts, by source.
+pub fn list_sources(
+    store: &dyn VectorStore,
+    filter: &SearchFilter,
+) -> Result<Vec<SourceEntry>, StoreError> {
+    let mut by_doc: BTreeMap<String, SourceEntry> = BTreeMap::new();
+    store.scroll(filter, &mut |stored| {
+        let entry = by_doc
+            .entry(stored.key.doc_id.clone())
+            .or_insert_with(|| SourceEntry {
+                doc_id: stored.key.doc_id.clone(),
+                source: stored.chunk.source.clone(),
+                title: stored.chunk.doc_title.clone(),
+                chunks: 0,
+                hits: None,
+                score: None,
+            });
+        entry.chunks += 1;
+    })?;
+    Ok(by_doc.into_values().collect())
+}
+
+/// Runs `query` against one shard.
+pub fn search_shard(
+    store: &dyn VectorStore,
+    query: &Query,
+    vectors: &QueryVectors,
+    pool: usize,
+) -> ShardAnswer {
+    let filter = filter_for(query);
+    let result = (|| -> Result<ShardAnswer, StoreError> {
+        let mut answer = ShardAnswer::default();
+        match query.mode {
+            Mode::ListSources => {
+                answer.sources = list_sources(store, &filter)?;
+            }
+            Mode::ReadChunk => {
+                let id = uuid::Uuid::parse_str(query.text.trim()).ok();
+                let found = match id {
+                    Some(id) => store.get(&[id])?,
+                    None => Vec::new(),
+                };
+                // The chunk must belong to the tenant and pass the ACL like any search result.
+                answer.chunk = found.into_iter().find(|stored| {
+                    stored.key.tenant == query.tenant
+                        && (stored.chunk.acl.is_empty()
+                            || query.acl.as_ref().is_none_or(|labels| {
+                                stored.chunk.acl.iter().any(|l| labels.contains(l))
+                            }))
+                });
+                if answer.chunk.is_none() {
+                    answer.sources = list_sources(store, &filter)?;
+                }
+            }
+            _ => {
+                let threshold = query.score_threshold;
+                if !vectors.dense.is_empty() {
+                    answer.dense = store.search(
+                        &SearchVector::Dense(vectors.dense.clone()),
+                        &filter,
+                        pool,
+                        threshold,
+                    )?;
+                }
+                if !vectors.sparse.indices.is_empty() {
+                    answer.bm25 = store.search(
+                        &SearchVector::Sparse(vectors.sparse.clone()),
+                        &filter,
+                        pool,
+                        threshold,
+                    )?;
+                }
+                let mut ids: Vec<uuid::Uuid> = answer
+                    .dense
+                    .iter()
+                    .chain(&answer.bm25)
+                    .map(|h| h.stored.id)
+                    .collect();
+                ids.sort();
+                ids.dedup();
+                answer.vectors = store.dense_vectors(&ids)?;
+                if query.mode == Mode::Files {
+                    answer.sources = list_sources(store, &filter)?;
+                }
+            }
+        }
+        Ok(answer)
+    })();
+    result.unwrap_or_else(|error| ShardAnswer {
+        error: Some(error.to_string()),
+        ..ShardAnswer::default()
+    })
+}
+
+/// Merges the answers of every shard: lanes re-sorted by score and cut to `pool`, sources summed.
+pub fn gather(answers: Vec<ShardAnswer>, pool: usize) -> ShardAnswer {
+    let mut merged = ShardAnswer::default();
+    let mut sources: BTreeMap<String, SourceEntry> = BTreeMap::new();
+    for answer in answers {
+        merged.dense.extend(answer.dense);
+        merged.bm25.extend(answer.bm25);
+        merged.vectors.extend(answer.vectors);
+        merged.chunk = merged.chunk.or(answer.chunk);
+        if merged.error.is_none() {
+            merged.error = answer.error;
+        }
+        for source in answer.sources {
+            match sources.get_mut(&source.doc_id) {
+                Some(entry) => entry.chunks += source.chunks,
+                None => {
+                    sources.insert(source.doc_id.clone(), source);
+                }
+            }
+        }
+    }
+    for lane in [&mut merged.dense, &mut merged.bm25] {
+        lane.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then_with(|| a.stored.id.cmp(&b.stored.id))
+        });
+        lane.truncate(pool);
+    }
+    merged.sources = sources.into_values().collect();
+    merged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::decode::decode_query;
+    use crate::query::fuse::tests::stored;
+
+    #[test]
+    fn filters_and_sizes() {
+        let query = decode_query(
+            br#"{"query_id":"q","tenant":"acme","text":"x","acl":["eng"],"filters":{"source_prefix":"docs/","kinds":["code"],"doc_ids":["a"]}}"#,
+            8192,
+        )
+        .unwrap();
+        let filter = filter_for(&query);
+        assert_eq!(filter.tenant.as_deref(), Some("acme"));
+        assert_eq!(filter.acl, Some(vec!["eng".to_string()]));
+        assert_eq!(filter.kinds, vec![DocKind::Code]);
+        assert_eq!(filter.source_prefix.as_deref(), Some("docs/"));
+        assert_eq!(results_wanted(&query), 10);
+        assert_eq!(pool_size(&query, 12), 20);
+        let sql = decode_query(
+            br#"{"query_id":"q","tenant":"t","text":"x","mode":"sql_compact"}"#,
+            8192,
+        )
+        .unwrap();
+        assert_eq!(filter_for(&sql).kinds, vec![DocKind::SqlSchema]);
+        let deep = decode_query(
+            br#"{"query_id":"q","tenant":"t","text":"x","mode":"deep"}"#,
+            8192,
+        )
+        .unwrap();
+        assert_eq!(results_wanted(&deep), 50);
+    }
+
+    #[test]
+    fn gather_merges_shards_by_score() {
+        let hit = |doc: &str, score: f32| Hit {
+            stored: stored(doc, 0, doc),
+            score,
+        };
+        let one = ShardAnswer {
+            dense: vec![hit("a", 0.9), hit("c", 0.5)],
+            sources: vec![SourceEntry {
+                doc_id: "a".into(),
+                source: "a".into(),
+                title: String::new(),
+                chunks: 2,
+                hits: None,
+                score: None,
+            }],
+            ..ShardAnswer::default()
+        };
+        let two = ShardAnswer {
+            dense: vec![hit("b", 0.7)],
+            sources: vec![SourceEntry {
+                doc_id: "b".into(),
+                source: "b".into(),
+                title: String::new(),
+                chunks: 1,
+                hits: None,
+                score: None,
+            }],
+            ..ShardAnswer::default()
+        };
+        let merged = gather(vec![one, two], 2);
+        let docs: Vec<&str> = merged
+            .dense
+            .iter()
+            .map(|h| h.stored.key.doc_id.as_str())
+            .collect();
+        assert_eq!(docs, vec!["a", "b"]);
+        assert_eq!(merged.sources.len(), 2);
+    }
+}
