@@ -1,8 +1,14 @@
 //! The job's HTTP endpoints: `/metrics` (Prometheus text), `/healthz` (process up), `/readyz` (index
-//! open, model loaded, source connected). Bound to loopback unless configured otherwise.
+//! open, model loaded, source connected) and `POST /query` (a query event in the body, its context as
+//! the response: the same dataflow as the queries topic). Bound to loopback unless configured otherwise.
 
+use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+
+use ragstream_operators::io::query_source::HttpIngress;
+use ragstream_operators::query::Context;
 
 /// Readiness flags set by the runtime.
 #[derive(Debug, Default)]
@@ -11,38 +17,104 @@ pub struct Readiness {
     pub ready: AtomicBool,
 }
 
+/// Threads answering HTTP requests (a query waits for its context on one of them).
+const HTTP_THREADS: usize = 16;
+/// Longest a `POST /query` waits for its context.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The HTTP status of a context: refused queries are the caller's error, an index outage is ours.
+pub fn status_of(context: &Context) -> u16 {
+    match &context.error {
+        None => 200,
+        Some(_) if context.mode.is_empty() => 400,
+        Some(error) if error.starts_with("index unavailable") => 503,
+        Some(_) => 404,
+    }
+}
+
+fn respond(request: tiny_http::Request, status: u16, body: String, content_type: &str) {
+    let header = tiny_http::Header::from_bytes("Content-Type", content_type).expect("valid header");
+    let response = tiny_http::Response::from_string(body)
+        .with_status_code(status)
+        .with_header(header);
+    let _ = request.respond(response);
+}
+
+fn query(mut request: tiny_http::Request, ingress: &HttpIngress, max_bytes: usize) {
+    let mut body = Vec::new();
+    let limit = (max_bytes as u64).saturating_mul(2);
+    if let Err(error) = request.as_reader().take(limit + 1).read_to_end(&mut body) {
+        respond(
+            request,
+            400,
+            format!("{{\"error\":\"cannot read the body: {error}\"}}"),
+            "application/json",
+        );
+        return;
+    }
+    // Oversized bodies still go through the dataflow, which refuses them with a DLQ record.
+    let (ticket, receiver) = ingress.submit(body);
+    match receiver.recv_timeout(QUERY_TIMEOUT) {
+        Ok(context) => {
+            let status = status_of(&context);
+            let body = serde_json::to_string(&context).expect("contexts serialise");
+            respond(request, status, body, "application/json");
+        }
+        Err(_) => {
+            ingress.abandon(ticket);
+            respond(
+                request,
+                504,
+                "{\"error\":\"no context within 120 s\"}".into(),
+                "application/json",
+            );
+        }
+    }
+}
+
 /// Serves until the process exits. Returns the bound address.
-pub fn serve(listen: &str, readiness: Arc<Readiness>) -> anyhow::Result<std::net::SocketAddr> {
+pub fn serve(
+    listen: &str,
+    readiness: Arc<Readiness>,
+    ingress: Arc<HttpIngress>,
+    max_query_bytes: usize,
+) -> anyhow::Result<std::net::SocketAddr> {
     let server = tiny_http::Server::http(listen)
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
     let address = server
         .server_addr()
         .to_ip()
         .ok_or_else(|| anyhow::anyhow!("{listen} is not an IP address"))?;
-    std::thread::Builder::new()
-        .name("http".into())
-        .spawn(move || {
-            for request in server.incoming_requests() {
-                let (status, body, content_type) = match request.url() {
-                    "/metrics" => (
-                        200,
-                        ragstream_operators::metrics::metrics().render(),
-                        "text/plain; version=0.0.4",
-                    ),
-                    "/healthz" => (200, "ok\n".to_string(), "text/plain"),
-                    "/readyz" if readiness.ready.load(Ordering::SeqCst) => {
-                        (200, "ready\n".to_string(), "text/plain")
+    let server = Arc::new(server);
+    for index in 0..HTTP_THREADS {
+        let server = server.clone();
+        let readiness = readiness.clone();
+        let ingress = ingress.clone();
+        std::thread::Builder::new()
+            .name(format!("http-{index}"))
+            .spawn(move || {
+                while let Ok(request) = server.recv() {
+                    let post = *request.method() == tiny_http::Method::Post;
+                    match request.url() {
+                        "/query" if post => query(request, &ingress, max_query_bytes),
+                        "/query" => {
+                            respond(request, 405, "POST a query event\n".into(), "text/plain")
+                        }
+                        "/metrics" => respond(
+                            request,
+                            200,
+                            ragstream_operators::metrics::metrics().render(),
+                            "text/plain; version=0.0.4",
+                        ),
+                        "/healthz" => respond(request, 200, "ok\n".into(), "text/plain"),
+                        "/readyz" if readiness.ready.load(Ordering::SeqCst) => {
+                            respond(request, 200, "ready\n".into(), "text/plain")
+                        }
+                        "/readyz" => respond(request, 503, "starting\n".into(), "text/plain"),
+                        _ => respond(request, 404, "not found\n".into(), "text/plain"),
                     }
-                    "/readyz" => (503, "starting\n".to_string(), "text/plain"),
-                    _ => (404, "not found\n".to_string(), "text/plain"),
-                };
-                let header = tiny_http::Header::from_bytes("Content-Type", content_type)
-                    .expect("valid header");
-                let response = tiny_http::Response::from_string(body)
-                    .with_status_code(status)
-                    .with_header(header);
-                let _ = request.respond(response);
-            }
-        })?;
+                }
+            })?;
+    }
     Ok(address)
 }

@@ -4,6 +4,8 @@
 //! `ragstream validate --config …` checks a configuration without starting anything.
 
 mod bench;
+mod client;
+mod eval;
 mod http;
 mod runtime;
 
@@ -46,6 +48,63 @@ enum Command {
         /// Exit after this many idle seconds (overrides runtime.exit_when_idle_secs).
         #[arg(long)]
         exit_when_idle: Option<u64>,
+    },
+    /// Sends a query to the running job (`POST /query`) and prints its context.
+    Query {
+        /// The question (the chunk id for `--mode read_chunk`).
+        text: Option<String>,
+        /// The job's HTTP address.
+        #[arg(long, default_value = "http://127.0.0.1:9464", env = "RAGSTREAM_URL")]
+        url: String,
+        /// Tenant.
+        #[arg(long, default_value = "local")]
+        tenant: String,
+        /// bounded, deep, read_chunk, list_sources, files, sql_compact, sql_full.
+        #[arg(long, default_value = "bounded")]
+        mode: String,
+        /// Token budget.
+        #[arg(long)]
+        budget: Option<usize>,
+        /// Results.
+        #[arg(long, short)]
+        k: Option<usize>,
+        /// Only sources under this path prefix.
+        #[arg(long)]
+        source_prefix: Option<String>,
+        /// Wait until every document event written before the query is indexed.
+        #[arg(long)]
+        read_your_writes: bool,
+        /// Include the trace of every decision.
+        #[arg(long)]
+        trace: bool,
+        /// Print the context JSON instead of the readable form.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Retrieval and packing quality on a BEIR-layout dataset, through the real job, against a naive
+    /// baseline measured in the same run.
+    Eval {
+        /// `squad` (Answer Recall@Budget) or `scifact` (nDCG@10 with train qrels).
+        #[arg(long)]
+        dataset: String,
+        /// BEIR data root.
+        #[arg(long, default_value = "../shared/data", env = "RAGSTREAM_DATA")]
+        data: PathBuf,
+        /// Index directory, reused across runs.
+        #[arg(long, default_value = ".ragstream/eval/index")]
+        index: PathBuf,
+        /// Use only the first N queries.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Budgets for Answer Recall@Budget.
+        #[arg(long, value_delimiter = ',', default_value = "500,1000,2000,4000")]
+        budgets: Vec<usize>,
+        /// Queries in flight.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Also write the report here.
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Benchmarks (figures measured in one run on this machine).
     #[command(subcommand)]
@@ -122,6 +181,73 @@ fn main() -> anyhow::Result<()> {
                 probes,
             })?;
             println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
+        }
+        Command::Query {
+            text,
+            url,
+            tenant,
+            mode,
+            budget,
+            k,
+            source_prefix,
+            read_your_writes,
+            trace,
+            json,
+        } => {
+            let mut query = serde_json::json!({
+                "query_id": format!("cli-{}-{}", std::process::id(), ragstream_operators::now_millis()),
+                "tenant": tenant,
+                "text": text.unwrap_or_default(),
+                "mode": mode,
+                "trace": trace,
+            });
+            if let Some(budget) = budget {
+                query["token_budget"] = budget.into();
+            }
+            if let Some(k) = k {
+                query["k"] = k.into();
+            }
+            if let Some(prefix) = source_prefix {
+                query["filters"] = serde_json::json!({ "source_prefix": prefix });
+            }
+            if read_your_writes {
+                query["consistency"] = "read_your_writes".into();
+            }
+            let context = client::query(&url, &query)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&context)?);
+            } else {
+                print!("{}", client::readable(&context));
+            }
+            if context.error.is_some() {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Command::Eval {
+            dataset,
+            data,
+            index,
+            limit,
+            budgets,
+            concurrency,
+            out,
+        } => {
+            let report = eval::eval(eval::EvalArgs {
+                dataset,
+                data,
+                index,
+                limit,
+                budgets,
+                concurrency,
+            })?;
+            let text = serde_json::to_string_pretty(&report)?;
+            if let Some(out) = out {
+                std::fs::write(&out, &text)
+                    .with_context(|| format!("writing {}", out.display()))?;
+            }
+            println!("{text}");
             Ok(())
         }
         Command::Validate { config } => {

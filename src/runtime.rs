@@ -17,17 +17,21 @@ use ragstream_operators::embed::Embedder;
 use ragstream_operators::ingest::chunk::{Chunker, ChunkerConfig};
 use ragstream_operators::ingest::decode::DecodeConfig;
 use ragstream_operators::ingest::hydrate::hydrate;
+use ragstream_operators::io::context_sink::ContextPublisher;
 use ragstream_operators::io::dir_source::{read_jsonl, DirSource};
 use ragstream_operators::io::dlq_sink::{DlqSink, FileDlq, KafkaDlq};
 use ragstream_operators::io::kafka_source::{kafka_source, KafkaSourceConfig};
 use ragstream_operators::io::local_source::{local_source, LocalInput, LocalSourceConfig};
+use ragstream_operators::io::query_source::{HttpIngress, IngestProgress, QueryKafkaConfig};
 use ragstream_operators::metrics::metrics;
+use ragstream_operators::query::ops::QueryServices;
 use ragstream_operators::store::edge::EdgeStore;
 use ragstream_operators::store::server::ServerStore;
 use ragstream_operators::store::{SearchFilter, StoreError, VectorStore};
 use ragstream_operators::tokens::Encoding;
 use ragstream_topologies::config::{Config, EmbedderKind, IndexKind, SourceKind};
 use ragstream_topologies::ingest::{ingest, IngestParts};
+use ragstream_topologies::query::{query, QueryParts};
 use timely::dataflow::ProbeHandle;
 
 use crate::http::{serve, Readiness};
@@ -107,6 +111,10 @@ pub struct Running {
     pub shards: Arc<Vec<Arc<dyn VectorStore>>>,
     /// Set to stop the job gracefully.
     pub shutdown: Arc<AtomicBool>,
+    /// The address the HTTP endpoints (`/metrics`, `/query`, …) listen on.
+    pub address: std::net::SocketAddr,
+    /// Submits queries to the running job (what `POST /query` uses).
+    pub ingress: Arc<HttpIngress>,
     thread: std::thread::JoinHandle<anyhow::Result<()>>,
 }
 
@@ -195,9 +203,30 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
             Err(error) => return Err(error.into()),
         }
     }
+    // One query embedder per process, shared by the workers' query flows (never blocked by ingest).
+    let query_embedder = Arc::new(Mutex::new(embedder(&config)?));
     let readiness = Arc::new(Readiness::default());
-    let address = serve(&config.http.listen, readiness.clone())?;
-    tracing::info!(%address, "serving /metrics, /healthz, /readyz");
+    let ingress = Arc::new(HttpIngress::default());
+    let address = serve(
+        &config.http.listen,
+        readiness.clone(),
+        ingress.clone(),
+        config.query.max_query_bytes,
+    )?;
+    tracing::info!(%address, "serving /metrics, /healthz, /readyz, POST /query");
+    let progress = Arc::new(IngestProgress::default());
+    if config.source.kind == SourceKind::Kafka {
+        progress.kafka.store(true, Ordering::SeqCst);
+        let client = config.kafka.client_config();
+        let topics = [
+            (config.kafka.queries_topic.as_str(), 1),
+            (config.kafka.contexts_topic.as_str(), 1),
+            (config.kafka.dlq_topic.as_str(), 1),
+        ];
+        if let Err(error) = ragstream_operators::io::kafka_admin::ensure_topics(&client, &topics) {
+            tracing::warn!(%error, "could not ensure the queries/contexts/dlq topics exist");
+        }
+    }
 
     let shutdown = Arc::new(AtomicBool::new(false));
     {
@@ -259,6 +288,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
 
     let job_shards = shards.clone();
     let job_shutdown = shutdown.clone();
+    let job_ingress = ingress.clone();
     let thread = std::thread::Builder::new().name("timely".into()).spawn(
         move || -> anyhow::Result<()> {
             let guards = timely::execute(timely::Config::process(workers), move |worker| {
@@ -294,6 +324,38 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                     _ => Box::new(FileDlq::new(config.runtime.dlq_path.clone())),
                 };
                 let acks = ProbeHandle::new();
+                let query_dlq: Box<dyn DlqSink> = match config.source.kind {
+                    SourceKind::Kafka => Box::new(
+                        KafkaDlq::new(&config.kafka.client_config(), &config.kafka.dlq_topic)
+                            .unwrap_or_else(|e| panic!("DLQ producer: {e}")),
+                    ),
+                    _ => Box::new(FileDlq::new(config.runtime.dlq_path.clone())),
+                };
+                let kafka_queries =
+                    (config.source.kind == SourceKind::Kafka).then(|| QueryKafkaConfig {
+                        client: config.kafka.client_config(),
+                        topic: config.kafka.queries_topic.clone(),
+                        documents_topic: config.kafka.documents_topic.clone(),
+                        group_id: format!("{}-queries", config.kafka.group_id),
+                        instance_id: config.kafka.instance_id.clone(),
+                    });
+                let publisher = ContextPublisher::new(
+                    Some(ingress.clone()),
+                    kafka_queries
+                        .as_ref()
+                        .map(|k| (&k.client, config.kafka.contexts_topic.as_str())),
+                )
+                .unwrap_or_else(|e| panic!("contexts producer: {e}"));
+                let services = QueryServices {
+                    shards: shards.clone(),
+                    shared_index: config.index.kind == IndexKind::Server,
+                    embedder: query_embedder.clone(),
+                    config: Arc::new(config.query.clone()),
+                    encoding,
+                    progress: progress.clone(),
+                    acks: acks.clone(),
+                };
+                let finite = config.source.kind == SourceKind::Jsonl && !config.runtime.serve;
                 let input = if index == 0 {
                     local_input.lock().expect("local input").take()
                 } else {
@@ -318,7 +380,8 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                                 source_config,
                                 decode_config(&config),
                                 acks.clone(),
-                                shutdown,
+                                shutdown.clone(),
+                                progress.clone(),
                             )
                         }
                         _ => local_source(
@@ -329,7 +392,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                                 max_in_flight: 2048,
                             },
                             acks.clone(),
-                            shutdown,
+                            shutdown.clone(),
                         ),
                     };
                     ingest(
@@ -343,6 +406,18 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                             dlq,
                         },
                         &acks,
+                    );
+                    query(
+                        scope,
+                        QueryParts {
+                            services,
+                            kafka: kafka_queries,
+                            http: Some(ingress.clone()),
+                            publisher,
+                            dlq: query_dlq,
+                            shutdown,
+                            finite_ingest: finite.then(|| acks.clone()),
+                        },
                     );
                 });
                 if ready_workers.fetch_add(1, Ordering::SeqCst) + 1 == peers {
@@ -360,6 +435,8 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     Ok(Running {
         shards: job_shards,
         shutdown: job_shutdown,
+        address,
+        ingress: job_ingress,
         thread,
     })
 }

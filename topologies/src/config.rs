@@ -54,9 +54,15 @@ pub struct KafkaConfig {
     /// Document events topic.
     #[serde(default = "default_documents_topic")]
     pub documents_topic: String,
-    /// Dead-letter topic.
+    /// Dead-letter topic (refused documents and queries).
     #[serde(default = "default_dlq_topic")]
     pub dlq_topic: String,
+    /// Query events topic.
+    #[serde(default = "default_queries_topic")]
+    pub queries_topic: String,
+    /// Contexts topic (answers, keyed by query id).
+    #[serde(default = "default_contexts_topic")]
+    pub contexts_topic: String,
     /// Consumer group of the job.
     #[serde(default = "default_group")]
     pub group_id: String,
@@ -90,6 +96,8 @@ impl std::fmt::Debug for KafkaConfig {
             .field("brokers", &self.brokers)
             .field("documents_topic", &self.documents_topic)
             .field("dlq_topic", &self.dlq_topic)
+            .field("queries_topic", &self.queries_topic)
+            .field("contexts_topic", &self.contexts_topic)
             .field("group_id", &self.group_id)
             .field("security_protocol", &self.security_protocol)
             .field("sasl_mechanism", &self.sasl_mechanism)
@@ -107,6 +115,12 @@ fn default_documents_topic() -> String {
 }
 fn default_dlq_topic() -> String {
     "ragstream.dlq".into()
+}
+fn default_queries_topic() -> String {
+    "ragstream.queries".into()
+}
+fn default_contexts_topic() -> String {
+    "ragstream.contexts".into()
 }
 fn default_group() -> String {
     "ragstream".into()
@@ -384,6 +398,9 @@ pub struct RuntimeConfig {
     /// Exit after this many seconds without input and with nothing in flight (0 = never).
     #[serde(default)]
     pub exit_when_idle_secs: u64,
+    /// Keep answering queries after a finite (JSONL) input is indexed, until stopped.
+    #[serde(default)]
+    pub serve: bool,
 }
 
 fn default_workers() -> usize {
@@ -426,6 +443,9 @@ pub struct Config {
     /// Runtime.
     #[serde(default)]
     pub runtime: RuntimeConfig,
+    /// Query pipeline tunables.
+    #[serde(default)]
+    pub query: ragstream_operators::query::QueryConfig,
 }
 
 /// A configuration error, naming the key.
@@ -516,6 +536,32 @@ impl Config {
         }
         if self.ingest.max_document_bytes == 0 {
             return invalid("ingest.max_document_bytes", "must be positive");
+        }
+        let query = &self.query;
+        if !(0.0..=1.0).contains(&query.mmr_lambda) {
+            return invalid("query.mmr_lambda", "must be in [0, 1]");
+        }
+        if !(query.near_duplicate > 0.0 && query.near_duplicate <= 1.0) {
+            return invalid("query.near_duplicate", "must be in (0, 1]");
+        }
+        if query.rrf_k <= 0.0 {
+            return invalid("query.rrf_k", "must be positive");
+        }
+        if query.per_document_cap == 0 || query.per_section_cap == 0 {
+            return invalid("query.per_document_cap", "caps must be at least 1");
+        }
+        let pack = &query.pack;
+        if pack.surrogate_tokens == 0
+            || pack.snippet_tokens < pack.surrogate_tokens
+            || pack.expanded_tokens < pack.snippet_tokens
+        {
+            return invalid(
+                "query.pack",
+                "need 0 < surrogate_tokens <= snippet_tokens <= expanded_tokens",
+            );
+        }
+        if query.max_query_bytes < 64 {
+            return invalid("query.max_query_bytes", "must be at least 64");
         }
         Ok(())
     }

@@ -25,6 +25,7 @@ use timely::container::CapacityContainerBuilder;
 use timely::dataflow::operators::generic::source;
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 
+use super::query_source::IngestProgress;
 use crate::ingest::decode::{decode_event, DecodeConfig};
 use crate::ingest::dlq::{DlqRecord, Origin};
 use crate::metrics::metrics;
@@ -122,14 +123,15 @@ pub fn kafka_source<'scope>(
     decode: DecodeConfig,
     acks: ProbeHandle<u64>,
     shutdown: Arc<AtomicBool>,
+    progress: Arc<IngestProgress>,
 ) -> StreamVec<'scope, u64, Result<DocOp, DlqRecord>> {
     source::<_, CapacityContainerBuilder<Vec<_>>, _, _>(scope, "KafkaSource", move |cap, info| {
         let activator = scope.activator_for(info.address.clone());
         let consumer = consumer(&config, scope.index())
             .unwrap_or_else(|e| panic!("cannot create the Kafka consumer: {e}"));
         let mut cap = Some(cap);
-        // time → (partition → last offset) of batches not yet acknowledged.
-        let mut pending: BTreeMap<u64, BTreeMap<i32, i64>> = BTreeMap::new();
+        // time → (partition → (first, last) offset) of batches not yet acknowledged.
+        let mut pending: BTreeMap<u64, BTreeMap<i32, (i64, i64)>> = BTreeMap::new();
         let mut pending_count: BTreeMap<u64, usize> = BTreeMap::new();
         let mut paused = false;
         move |output| {
@@ -142,7 +144,7 @@ pub fn kafka_source<'scope>(
                     break;
                 }
                 let time = *entry.key();
-                for (partition, offset) in entry.remove() {
+                for (partition, (_, offset)) in entry.remove() {
                     // Stores offset + 1 (the next to consume); fails only if the partition was revoked,
                     // in which case its new owner replays from the last committed offset.
                     if let Err(error) = consumer.store_offset(&config.topic, partition, offset) {
@@ -188,7 +190,7 @@ pub fn kafka_source<'scope>(
             let time = now_after(*capability.time());
             capability.downgrade(&time);
             let mut batch = Vec::new();
-            let mut offsets: BTreeMap<i32, i64> = BTreeMap::new();
+            let mut offsets: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
             // Fill the batch for up to `BATCH_LINGER` once a first message arrived: larger batches embed
             // with less padding per forward pass, at a bounded cost in latency.
             let mut first_at: Option<std::time::Instant> = None;
@@ -216,7 +218,10 @@ pub fn kafka_source<'scope>(
                             partition: message.partition(),
                             offset: message.offset(),
                         };
-                        offsets.insert(message.partition(), message.offset());
+                        offsets
+                            .entry(message.partition())
+                            .and_modify(|(_, last)| *last = message.offset())
+                            .or_insert((message.offset(), message.offset()));
                         let decoded = decode_event(message.key(), message.payload(), &decode)
                             .map_err(|error| {
                                 metrics().record_dlq(error.reason.as_str());
@@ -249,6 +254,7 @@ pub fn kafka_source<'scope>(
                 // The batch's time can now complete.
                 capability.downgrade(&(time + 1));
             }
+            publish_progress(&consumer, &pending, &progress);
             if polled > 0 {
                 activator.activate();
             } else {
@@ -256,4 +262,32 @@ pub fn kafka_source<'scope>(
             }
         }
     })
+}
+
+/// Publishes, per assigned partition, the next offset not yet acknowledged by the index: the first
+/// offset of its oldest pending batch, or the consumer's position when nothing of it is pending.
+fn publish_progress<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    pending: &BTreeMap<u64, BTreeMap<i32, (i64, i64)>>,
+    progress: &IngestProgress,
+) {
+    let Ok(positions) = consumer.position() else {
+        return;
+    };
+    let mut acknowledged: BTreeMap<i32, i64> = BTreeMap::new();
+    for element in positions.elements() {
+        if let rdkafka::Offset::Offset(offset) = element.offset() {
+            acknowledged.insert(element.partition(), offset);
+        }
+    }
+    for batch in pending.values() {
+        for (partition, (first, _)) in batch {
+            let entry = acknowledged.entry(*partition).or_insert(*first);
+            *entry = (*entry).min(*first);
+        }
+    }
+    let mut offsets = progress.offsets.lock().expect("progress");
+    for (partition, offset) in acknowledged {
+        offsets.insert(partition, offset);
+    }
 }

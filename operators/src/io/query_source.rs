@@ -160,7 +160,8 @@ fn refusal(
     }
 }
 
-/// The source. `http` is drained by worker 0 only; `kafka` is consumed by every worker.
+/// The source. `http` is drained by worker 0 only; `kafka` is consumed by every worker. With
+/// `finite_ingest`, the source stops once that probe is done (a JSONL input fully indexed).
 #[allow(clippy::too_many_arguments)]
 pub fn query_source<'scope>(
     scope: Scope<'scope, u64>,
@@ -169,6 +170,7 @@ pub fn query_source<'scope>(
     max_bytes: usize,
     published: ProbeHandle<u64>,
     shutdown: Arc<AtomicBool>,
+    finite_ingest: Option<ProbeHandle<u64>>,
 ) -> StreamVec<'scope, u64, Result<QueryJob, Refusal>> {
     source::<_, CapacityContainerBuilder<Vec<_>>, _, _>(scope, "QuerySource", move |cap, info| {
         let activator = scope.activator_for(info.address.clone());
@@ -224,7 +226,8 @@ pub fn query_source<'scope>(
                     let _ = consumer.store_offset(&config.topic, partition, offset);
                 }
             }
-            if shutdown.load(Ordering::SeqCst) {
+            let input_done = finite_ingest.as_ref().is_some_and(ProbeHandle::done);
+            if shutdown.load(Ordering::SeqCst) || input_done {
                 if pending.is_empty() {
                     if let Some(consumer) = consumer.as_ref() {
                         let _ = consumer.commit_consumer_state(CommitMode::Sync);

@@ -1,0 +1,572 @@
+//! `ragstream eval`: retrieval and packing quality on a BEIR-layout dataset, through the real job.
+//!
+//! 1. The corpus is indexed by the real ingest flow (JSONL events → chunk → embed → index), into an
+//!    index directory that later runs reuse: documents already indexed at the same version are skipped
+//!    by the version guard, unchanged chunks are never re-embedded.
+//! 2. Every query goes through the real query flow of the running job (the same ingress as
+//!    `POST /query`): intent, both lanes, fusion, rerank, dedup, MMR, packing.
+//! 3. Reported, side by side with a naive baseline computed in the same run (dense top-k, budget by
+//!    characters ÷ 4, no dedup, MMR or rerank):
+//!    - with qrels: nDCG@10 and Recall@10 / Recall@pool over the ranked documents (the trace's candidates
+//!      after fusion and rerank);
+//!    - with answer strings: Answer Recall@Budget (an answer string occurs in the packed context);
+//!    - redundancy ratio (packed item tokens ÷ tokens of their distinct sentences), garbage fraction
+//!      (share of packed item tokens from non-relevant documents), budget overruns, latency percentiles.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use ragstream_operators::metrics::metrics;
+use ragstream_operators::query::pack::sentences;
+use ragstream_operators::query::Context;
+use ragstream_operators::store::{SearchFilter, SearchVector};
+use ragstream_operators::tokens::{Encoding, TokenCounter};
+use ragstream_topologies::config::{Config, IndexKind, SourceKind};
+use serde_json::{json, Value};
+
+/// Arguments of `ragstream eval`.
+pub struct EvalArgs {
+    /// `squad` or `scifact` (a directory under `data`).
+    pub dataset: String,
+    /// The BEIR data root.
+    pub data: PathBuf,
+    /// Index directory (reused across runs).
+    pub index: PathBuf,
+    /// Use only the first N queries.
+    pub limit: Option<usize>,
+    /// Budgets for Answer Recall@Budget.
+    pub budgets: Vec<usize>,
+    /// Queries in flight at once.
+    pub concurrency: usize,
+}
+
+/// One evaluation query: id, text, answer strings, graded relevant documents.
+type EvalQuery = (String, String, Vec<String>, BTreeMap<String, u32>);
+
+struct Dataset {
+    tenant: String,
+    corpus: PathBuf,
+    queries: Vec<EvalQuery>,
+}
+
+fn read_jsonl(path: &Path) -> anyhow::Result<Vec<Value>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).with_context(|| format!("parsing {}", path.display())))
+        .collect()
+}
+
+fn dataset(args: &EvalArgs) -> anyhow::Result<Dataset> {
+    let str_of = |v: &Value, k: &str| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    match args.dataset.as_str() {
+        "squad" => {
+            let root = args.data.join("squad-v1.1");
+            let queries = read_jsonl(&root.join("questions.jsonl"))?
+                .into_iter()
+                .map(|q| {
+                    let answers = q
+                        .get("answers")
+                        .and_then(Value::as_array)
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(Value::as_str)
+                                .map(str::to_string)
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let relevant = BTreeMap::from([(str_of(&q, "paragraph"), 1)]);
+                    (str_of(&q, "_id"), str_of(&q, "text"), answers, relevant)
+                })
+                .collect();
+            Ok(Dataset {
+                tenant: "squad".into(),
+                corpus: root.join("corpus.jsonl"),
+                queries,
+            })
+        }
+        "scifact" => {
+            let root = args.data.join("scifact");
+            let qrels = std::fs::read_to_string(root.join("qrels/train.tsv"))
+                .context("reading scifact qrels")?;
+            let mut relevant: HashMap<String, BTreeMap<String, u32>> = HashMap::new();
+            for line in qrels.lines().skip(1) {
+                let fields: Vec<&str> = line.split('\t').collect();
+                if fields.len() == 3 {
+                    let score: u32 = fields[2].trim().parse().unwrap_or(0);
+                    if score > 0 {
+                        relevant
+                            .entry(fields[0].to_string())
+                            .or_default()
+                            .insert(fields[1].to_string(), score);
+                    }
+                }
+            }
+            let queries = read_jsonl(&root.join("queries.jsonl"))?
+                .into_iter()
+                .filter_map(|q| {
+                    let id = str_of(&q, "_id");
+                    let judged = relevant.get(&id)?.clone();
+                    Some((id, str_of(&q, "text"), Vec::new(), judged))
+                })
+                .collect();
+            Ok(Dataset {
+                tenant: "scifact".into(),
+                corpus: root.join("corpus.jsonl"),
+                queries,
+            })
+        }
+        other => bail!("unknown dataset {other:?} (squad or scifact)"),
+    }
+}
+
+/// Writes the corpus as document events (tenant = dataset, source = `<tenant>/<_id>`, kind prose).
+fn write_events(corpus: &Path, tenant: &str, out: &Path) -> anyhow::Result<usize> {
+    let docs = read_jsonl(corpus)?;
+    let mut lines = String::new();
+    for doc in &docs {
+        let id = doc.get("_id").and_then(Value::as_str).unwrap_or_default();
+        let event = json!({
+            "op": "upsert",
+            "tenant": tenant,
+            "doc_id": id,
+            "version": 1,
+            "source": format!("{tenant}/{id}"),
+            "kind": "prose",
+            "title": doc.get("title").and_then(Value::as_str).unwrap_or_default(),
+            "text": doc.get("text").and_then(Value::as_str).unwrap_or_default(),
+        });
+        lines.push_str(&event.to_string());
+        lines.push('\n');
+    }
+    std::fs::write(out, lines).with_context(|| format!("writing {}", out.display()))?;
+    Ok(docs.len())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn latency_summary(mut values: Vec<f64>) -> Value {
+    values.sort_by(|a, b| a.total_cmp(b));
+    json!({
+        "p50_ms": percentile(&values, 50.0),
+        "p95_ms": percentile(&values, 95.0),
+        "p99_ms": percentile(&values, 99.0),
+        "max_ms": values.last().copied().unwrap_or(0.0),
+    })
+}
+
+fn ndcg_at(ranked: &[String], relevant: &BTreeMap<String, u32>, k: usize) -> f64 {
+    let dcg: f64 = ranked
+        .iter()
+        .take(k)
+        .enumerate()
+        .map(|(i, doc)| {
+            relevant.get(doc).map_or(0.0, |&g| {
+                (2f64.powi(g as i32) - 1.0) / ((i + 2) as f64).log2()
+            })
+        })
+        .sum();
+    let mut ideal: Vec<u32> = relevant.values().copied().collect();
+    ideal.sort_unstable_by(|a, b| b.cmp(a));
+    let idcg: f64 = ideal
+        .iter()
+        .take(k)
+        .enumerate()
+        .map(|(i, &g)| (2f64.powi(g as i32) - 1.0) / ((i + 2) as f64).log2())
+        .sum();
+    if idcg == 0.0 {
+        0.0
+    } else {
+        dcg / idcg
+    }
+}
+
+fn recall_at(ranked: &[String], relevant: &BTreeMap<String, u32>, k: usize) -> f64 {
+    if relevant.is_empty() {
+        return 0.0;
+    }
+    let found = ranked
+        .iter()
+        .take(k)
+        .filter(|d| relevant.contains_key(*d))
+        .count();
+    found as f64 / relevant.len() as f64
+}
+
+fn normalise(text: &str) -> String {
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
+}
+
+fn answered(context: &str, answers: &[String]) -> bool {
+    let haystack = normalise(context);
+    answers.iter().any(|a| {
+        let needle = normalise(a);
+        !needle.is_empty() && haystack.contains(&needle)
+    })
+}
+
+/// Packed item tokens ÷ tokens of their distinct sentences.
+fn redundancy(items: &[(String, String)], counter: TokenCounter) -> (usize, usize) {
+    let mut seen = BTreeSet::new();
+    let mut distinct = Vec::new();
+    let mut packed = 0;
+    for (_, text) in items {
+        packed += counter.count(text);
+        for (a, b) in sentences(text) {
+            let sentence = normalise(&text[a..b]);
+            if seen.insert(sentence) {
+                distinct.push(&text[a..b]);
+            }
+        }
+    }
+    let distinct_tokens = distinct.iter().map(|s| counter.count(s)).sum();
+    (packed, distinct_tokens)
+}
+
+/// Tokens of items from documents outside `relevant` (and, with answers, holding no answer).
+fn garbage(
+    items: &[(String, String)],
+    relevant: &BTreeMap<String, u32>,
+    answers: &[String],
+    counter: TokenCounter,
+) -> (usize, usize) {
+    let mut bad = 0;
+    let mut total = 0;
+    for (doc, text) in items {
+        let tokens = counter.count(text);
+        total += tokens;
+        if !relevant.contains_key(doc) && !answered(text, answers) {
+            bad += tokens;
+        }
+    }
+    (bad, total)
+}
+
+#[derive(Default)]
+struct Tally {
+    answered: usize,
+    overruns: usize,
+    packed: usize,
+    distinct: usize,
+    garbage: usize,
+    item_tokens: usize,
+    used: usize,
+    contexts: usize,
+}
+
+impl Tally {
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        items: &[(String, String)],
+        context: &str,
+        tokens_used: usize,
+        budget: usize,
+        relevant: &BTreeMap<String, u32>,
+        answers: &[String],
+        counter: TokenCounter,
+    ) {
+        self.contexts += 1;
+        if !answers.is_empty() && answered(context, answers) {
+            self.answered += 1;
+        }
+        if tokens_used > budget || counter.count(context) > budget {
+            self.overruns += 1;
+        }
+        let (packed, distinct) = redundancy(items, counter);
+        self.packed += packed;
+        self.distinct += distinct;
+        let (bad, total) = garbage(items, relevant, answers, counter);
+        self.garbage += bad;
+        self.item_tokens += total;
+        self.used += tokens_used;
+    }
+
+    fn report(&self, with_answers: bool) -> Value {
+        let n = self.contexts.max(1) as f64;
+        let mut out = json!({
+            "contexts": self.contexts,
+            "overruns": self.overruns,
+            "overrun_rate": self.overruns as f64 / n,
+            "redundancy_ratio": self.packed as f64 / self.distinct.max(1) as f64,
+            "garbage_fraction": self.garbage as f64 / self.item_tokens.max(1) as f64,
+            "mean_tokens_used": self.used as f64 / n,
+        });
+        if with_answers {
+            out["answer_recall"] = json!(self.answered as f64 / n);
+        }
+        out
+    }
+}
+
+fn wait_indexed(expected_events: u64, started_events: u64) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(6 * 3600);
+    loop {
+        let seen = metrics().source_events.get().saturating_sub(started_events);
+        if seen >= expected_events && metrics().in_flight_messages.get() == 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("indexing did not finish");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Runs the evaluation; returns the report.
+pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
+    let data = dataset(&args)?;
+    let mut queries = data.queries.clone();
+    if let Some(limit) = args.limit {
+        queries.truncate(limit);
+    }
+    std::fs::create_dir_all(&args.index)
+        .with_context(|| format!("creating {}", args.index.display()))?;
+    let events_path = args
+        .index
+        .with_extension(format!("{}.events.jsonl", data.tenant));
+    let documents = write_events(&data.corpus, &data.tenant, &events_path)?;
+    let config_path = args.index.with_extension("eval.toml");
+    std::fs::write(&config_path, format!(
+        "[source]\nkind = \"jsonl\"\npath = {:?}\n[index]\nkind = \"edge\"\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = 1\nserve = true\ndlq_path = {:?}\n",
+        events_path.display().to_string(),
+        args.index.display().to_string(),
+        args.index.with_extension("dlq.jsonl").display().to_string(),
+    ))?;
+    let config = Config::load(&config_path)?;
+    assert_eq!(config.source.kind, SourceKind::Jsonl);
+    assert_eq!(config.index.kind, IndexKind::Edge);
+    let encoding = Encoding::parse(&config.chunking.tokenizer).expect("validated");
+    let counter = TokenCounter::new(encoding);
+
+    // 1. Index through the real ingest flow.
+    let started_events = metrics().source_events.get();
+    let upserted_before = metrics().chunks_upserted.get();
+    let index_started = Instant::now();
+    let mut baseline_embedder = crate::runtime::embedder(&config)?;
+    let running = crate::runtime::start(config)?;
+    wait_indexed(documents as u64, started_events)?;
+    let index_seconds = index_started.elapsed().as_secs_f64();
+    let chunks_written = metrics().chunks_upserted.get() - upserted_before;
+    eprintln!(
+        "indexed {documents} documents ({chunks_written} chunks written this run) in {index_seconds:.1} s; job at http://{}",
+        running.address
+    );
+
+    // 2. Queries through the real query flow.
+    let mut budgets = args.budgets.clone();
+    let qrels_mode = data.tenant == "scifact";
+    if qrels_mode {
+        budgets = vec![ragstream_operators::query::DEFAULT_BUDGET];
+    }
+    let mut requests: Vec<(usize, usize, Vec<u8>)> = Vec::new();
+    for (qi, (id, text, _, _)) in queries.iter().enumerate() {
+        for (bi, budget) in budgets.iter().enumerate() {
+            let body = json!({
+                "query_id": format!("{id}@{budget}"),
+                "tenant": data.tenant,
+                "text": text,
+                "token_budget": budget,
+                "trace": true,
+            });
+            requests.push((qi, bi, body.to_string().into_bytes()));
+        }
+    }
+    let mut contexts: HashMap<(usize, usize), (Context, f64)> = HashMap::new();
+    let query_started = Instant::now();
+    let mut in_flight = std::collections::VecDeque::new();
+    let mut next = 0;
+    while next < requests.len() || !in_flight.is_empty() {
+        while next < requests.len() && in_flight.len() < args.concurrency {
+            let (qi, bi, body) = requests[next].clone();
+            let (_, receiver) = running.ingress.submit(body);
+            in_flight.push_back((qi, bi, receiver, Instant::now()));
+            next += 1;
+        }
+        let (qi, bi, receiver, sent) = in_flight.pop_front().expect("in flight");
+        let context = receiver
+            .recv_timeout(Duration::from_secs(120))
+            .map_err(|_| anyhow::anyhow!("no context for query {qi} within 120 s"))?;
+        if let Some(error) = &context.error {
+            bail!("query {} failed: {error}", context.query_id);
+        }
+        contexts.insert((qi, bi), (context, sent.elapsed().as_secs_f64() * 1000.0));
+        if contexts.len().is_multiple_of(500) {
+            eprintln!("{} / {} contexts", contexts.len(), requests.len());
+        }
+    }
+    let query_seconds = query_started.elapsed().as_secs_f64();
+
+    // 3. Naive baseline in the same run: dense top-k, chars ÷ 4 budget, nothing else.
+    let shard = running.shards[0].clone();
+    let filter = SearchFilter {
+        tenant: Some(data.tenant.clone()),
+        ..SearchFilter::default()
+    };
+    let mut naive_ranked: Vec<Vec<String>> = Vec::new();
+    let mut naive_items: Vec<Vec<(String, String)>> = Vec::new();
+    let mut naive_latency = Vec::new();
+    for chunk in queries.chunks(64) {
+        let texts: Vec<&str> = chunk.iter().map(|q| q.1.as_str()).collect();
+        let started = Instant::now();
+        let vectors = baseline_embedder.embed(&texts)?;
+        let per_query = started.elapsed().as_secs_f64() * 1000.0 / texts.len() as f64;
+        for vector in vectors {
+            let started = Instant::now();
+            let hits = shard.search(
+                &SearchVector::Dense(vector),
+                &filter,
+                ragstream_operators::query::DEFAULT_K,
+                None,
+            )?;
+            naive_latency.push(per_query + started.elapsed().as_secs_f64() * 1000.0);
+            naive_ranked.push(hits.iter().map(|h| h.stored.key.doc_id.clone()).collect());
+            naive_items.push(
+                hits.iter()
+                    .map(|h| (h.stored.key.doc_id.clone(), h.stored.chunk.text.clone()))
+                    .collect(),
+            );
+        }
+    }
+
+    // 4. Scores.
+    let mut report = json!({
+        "dataset": args.dataset,
+        "documents": documents,
+        "queries": queries.len(),
+        "index_seconds": index_seconds,
+        "chunks_written_this_run": chunks_written,
+        "query_seconds": query_seconds,
+        "queries_per_second": requests.len() as f64 / query_seconds.max(1e-9),
+    });
+    let mut stage_latency: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut round_trip = Vec::new();
+    for ((_, _), (context, latency)) in &contexts {
+        round_trip.push(*latency);
+        for (stage, ms) in &context.latency_ms {
+            stage_latency.entry(stage.clone()).or_default().push(*ms);
+        }
+    }
+    let mut ragstream = json!({
+        "latency_round_trip": latency_summary(round_trip),
+        "latency_stages": stage_latency.into_iter().map(|(k, v)| (k, latency_summary(v))).collect::<serde_json::Map<_, _>>(),
+    });
+    let mut intents: BTreeMap<String, usize> = BTreeMap::new();
+    for (qi, _) in queries.iter().enumerate() {
+        if let Some((context, _)) = contexts.get(&(qi, 0)) {
+            *intents.entry(context.intent.clone()).or_default() += 1;
+        }
+    }
+    ragstream["intents"] = json!(intents);
+    let mut naive = json!({ "latency": latency_summary(naive_latency) });
+    if qrels_mode {
+        let (mut ndcg, mut r10, mut rpool, mut naive_ndcg, mut naive_r10) =
+            (0.0, 0.0, 0.0, 0.0, 0.0);
+        for (qi, (_, _, _, relevant)) in queries.iter().enumerate() {
+            let (context, _) = &contexts[&(qi, 0)];
+            let mut ranked: Vec<String> = Vec::new();
+            for candidate in context
+                .trace
+                .as_ref()
+                .map(|t| t.candidates.as_slice())
+                .unwrap_or_default()
+            {
+                if !ranked.contains(&candidate.doc_id) {
+                    ranked.push(candidate.doc_id.clone());
+                }
+            }
+            ndcg += ndcg_at(&ranked, relevant, 10);
+            r10 += recall_at(&ranked, relevant, 10);
+            rpool += recall_at(&ranked, relevant, ranked.len());
+            let mut naive_docs: Vec<String> = Vec::new();
+            for doc in &naive_ranked[qi] {
+                if !naive_docs.contains(doc) {
+                    naive_docs.push(doc.clone());
+                }
+            }
+            naive_ndcg += ndcg_at(&naive_docs, relevant, 10);
+            naive_r10 += recall_at(&naive_docs, relevant, 10);
+        }
+        let n = queries.len().max(1) as f64;
+        ragstream["ndcg_at_10"] = json!(ndcg / n);
+        ragstream["recall_at_10"] = json!(r10 / n);
+        ragstream["recall_at_pool"] = json!(rpool / n);
+        naive["ndcg_at_10"] = json!(naive_ndcg / n);
+        naive["recall_at_10"] = json!(naive_r10 / n);
+    }
+    let mut by_budget = serde_json::Map::new();
+    let mut naive_by_budget = serde_json::Map::new();
+    for (bi, &budget) in budgets.iter().enumerate() {
+        let (mut ours, mut theirs) = (Tally::default(), Tally::default());
+        for (qi, (_, _, answers, relevant)) in queries.iter().enumerate() {
+            let (context, _) = &contexts[&(qi, bi)];
+            let items: Vec<(String, String)> = context
+                .items
+                .iter()
+                .map(|i| (i.doc_id.clone(), i.text.clone()))
+                .collect();
+            ours.add(
+                &items,
+                &context.context,
+                context.tokens_used,
+                budget,
+                relevant,
+                answers,
+                counter,
+            );
+            // Naive: whole chunks while characters ÷ 4 stay within the budget.
+            let mut chars = 0;
+            let mut kept = Vec::new();
+            for (doc, text) in &naive_items[qi] {
+                if (chars + text.len()) / 4 > budget {
+                    break;
+                }
+                chars += text.len() + 2;
+                kept.push((doc.clone(), text.clone()));
+            }
+            let naive_context = kept
+                .iter()
+                .map(|(_, t)| t.as_str())
+                .collect::<Vec<_>>()
+                .join("\n\n");
+            let naive_tokens = counter.count(&naive_context);
+            theirs.add(
+                &kept,
+                &naive_context,
+                naive_tokens,
+                budget,
+                relevant,
+                answers,
+                counter,
+            );
+        }
+        by_budget.insert(budget.to_string(), ours.report(!qrels_mode));
+        naive_by_budget.insert(budget.to_string(), theirs.report(!qrels_mode));
+    }
+    ragstream["by_budget"] = Value::Object(by_budget);
+    naive["by_budget"] = Value::Object(naive_by_budget);
+    report["ragstream"] = ragstream;
+    report["naive_dense_topk"] = naive;
+    running
+        .shutdown
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    running.join()?;
+    Ok(report)
+}

@@ -1,0 +1,90 @@
+//! The query topology: wiring only.
+//!
+//! ```text
+//! QuerySource ─ok─► AwaitConsistency ─► CacheLookup ─► Intent ─► EmbedQuery ─► Retrieve (broadcast, SearchShard, Gather)
+//!      │                                                        ─► Fuse ─► Rerank ─► Dedup ─► Mmr ─► Pack ─┐
+//!      └─err─► RefuseQueries (DLQ + error context) ─────────────────────────────────────────────────────────┴► Publish ─► probe
+//! ```
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use timely::dataflow::operators::{Concat, OkErr, Probe};
+use timely::dataflow::{ProbeHandle, Scope, StreamVec};
+
+use ragstream_operators::io::context_sink::ContextPublisher;
+use ragstream_operators::io::dlq_sink::DlqSink;
+use ragstream_operators::io::query_source::{query_source, HttpIngress, QueryKafkaConfig};
+use ragstream_operators::query::cache::LruTtl;
+use ragstream_operators::query::ops::{
+    AnswerSteps, PublishContexts, QueryJob, QueryServices, QuerySteps, Refusal, RefuseQueries,
+};
+
+/// Everything one worker's query flow needs.
+pub struct QueryParts {
+    /// Shards, embedder, tunables, ingest progress.
+    pub services: QueryServices,
+    /// The queries topic, when documents come from Kafka.
+    pub kafka: Option<QueryKafkaConfig>,
+    /// `POST /query` requests (drained by worker 0).
+    pub http: Option<Arc<HttpIngress>>,
+    /// Where contexts go.
+    pub publisher: ContextPublisher,
+    /// Where refused queries go.
+    pub dlq: Box<dyn DlqSink>,
+    /// Stops the source.
+    pub shutdown: Arc<AtomicBool>,
+    /// With a finite document input: the ingest probe; the query flow stops once it is done.
+    pub finite_ingest: Option<ProbeHandle<u64>>,
+}
+
+/// Wires the query flow; returns the probe of published contexts.
+// Refused queries travel as data to the DLQ writer, not as error paths.
+#[allow(clippy::result_large_err)]
+pub fn query<'scope>(scope: Scope<'scope, u64>, parts: QueryParts) -> ProbeHandle<u64> {
+    let QueryParts {
+        services,
+        kafka,
+        http,
+        publisher,
+        dlq,
+        shutdown,
+        finite_ingest,
+    } = parts;
+    let config = services.config.clone();
+    let published = ProbeHandle::new();
+    let events = query_source(
+        scope,
+        kafka,
+        http,
+        config.max_query_bytes,
+        published.clone(),
+        shutdown,
+        finite_ingest,
+    );
+    let (jobs, refused): (
+        StreamVec<'scope, u64, QueryJob>,
+        StreamVec<'scope, u64, Refusal>,
+    ) = events.ok_err(|event| event);
+    let cache = Arc::new(Mutex::new(LruTtl::new(
+        config.cache_entries,
+        Duration::from_secs(config.cache_ttl_secs),
+    )));
+    let contexts = jobs
+        .await_consistency(services.clone())
+        .cache_lookup(cache.clone())
+        .intent()
+        .embed_query(services.clone())
+        .retrieve(services.clone())
+        .fuse(config.clone())
+        .rerank(config.clone())
+        .dedup(config.clone())
+        .mmr(config.clone())
+        .pack(services, cache);
+    contexts
+        .concat(refused.refuse(dlq))
+        .publish(publisher)
+        .probe_with(&published);
+    published
+}
