@@ -42,12 +42,14 @@ pub fn max_new_tokens(window: usize, prompt: usize, tokens_used: usize) -> usize
     window.saturating_sub(prompt + tokens_used + SAFETY_MARGIN)
 }
 
-/// Files ranked by the concentration of chunk hits: `Σ score · sqrt(hits / chunks)`.
+/// Files ranked by the concentration of chunk hits: `Σ 1/rank · sqrt(hits / chunks)` over the file's
+/// chunks among the ranked candidates (rank from 1), so a file whose few chunks all rank high beats a
+/// long file with many middling hits.
 pub fn rank_files(candidates: &[Candidate], sources: &[SourceEntry], k: usize) -> Vec<SourceEntry> {
     let totals: BTreeMap<&str, &SourceEntry> =
         sources.iter().map(|s| (s.doc_id.as_str(), s)).collect();
     let mut by_doc: BTreeMap<String, (usize, f32, SourceEntry)> = BTreeMap::new();
-    for candidate in candidates {
+    for (position, candidate) in candidates.iter().enumerate() {
         let stored = &candidate.stored;
         let entry = by_doc.entry(stored.key.doc_id.clone()).or_insert_with(|| {
             let chunks = totals
@@ -67,7 +69,7 @@ pub fn rank_files(candidates: &[Candidate], sources: &[SourceEntry], k: usize) -
             )
         });
         entry.0 += 1;
-        entry.1 += candidate.score.max(0.0);
+        entry.1 += 1.0 / (position + 1) as f32;
     }
     let mut files: Vec<SourceEntry> = by_doc
         .into_values()
