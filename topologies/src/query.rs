@@ -79,7 +79,7 @@ pub fn query<'scope>(scope: Scope<'scope, u64>, parts: QueryParts) -> ProbeHandl
         .retrieve(services.clone())
         .fuse(config.clone())
         .rerank(config.clone())
-        .dedup(config.clone())
+        .dedup()
         .mmr(config.clone())
         .pack(services, cache);
     contexts

@@ -3,12 +3,13 @@
 //! Picks, one at a time, the candidate maximising `λ · relevance − (1 − λ) · max cosine to the picked`
 //! (relevance = score rescaled to [0, 1]). A candidate whose document already has `per_document`
 //! picks, or whose section already has `per_section`, is deferred, not dropped: the packer uses
-//! deferred candidates only when the budget would otherwise be left unused.
+//! deferred candidates only when the budget would otherwise be left unused. A candidate whose cosine to
+//! a pick reaches `near_duplicate` (0.95) is dropped as a near-duplicate of it.
 
 use std::collections::BTreeMap;
 
 use super::{Candidate, Decision};
-use crate::embed::cosine;
+use crate::embed::{dot, unit};
 
 /// MMR settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -19,6 +20,8 @@ pub struct MmrConfig {
     pub per_document: usize,
     /// Most picks per section (document + section path).
     pub per_section: usize,
+    /// Cosine at or above which a candidate is a near-duplicate of a pick and leaves (dedup step).
+    pub near_duplicate: f32,
 }
 
 /// The MMR outcome.
@@ -55,6 +58,10 @@ pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection
             }
         })
         .collect();
+    let units: Vec<Option<Vec<f32>>> = candidates
+        .iter()
+        .map(|c| c.vector.as_deref().map(unit))
+        .collect();
     let mut remaining: Vec<(usize, Candidate)> = candidates.into_iter().enumerate().collect();
     let mut selection = Selection::default();
     let mut per_document: BTreeMap<String, usize> = BTreeMap::new();
@@ -90,17 +97,28 @@ pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection
             selection.deferred.push(candidate);
             continue;
         }
-        let _ = index;
         *per_document.entry(document).or_default() += 1;
         *per_section.entry(section_key).or_default() += 1;
-        if let Some(vector) = &candidate.vector {
-            for (other_index, other) in &remaining {
-                if let Some(other_vector) = &other.vector {
-                    let similarity = cosine(vector, other_vector);
-                    let entry = max_similarity.entry(*other_index).or_insert(f32::MIN);
-                    *entry = entry.max(similarity);
+        if let Some(vector) = &units[index] {
+            let picked_id = candidate.id();
+            remaining.retain(|(other_index, other)| {
+                let Some(other_vector) = &units[*other_index] else {
+                    return true;
+                };
+                let similarity = dot(vector, other_vector);
+                if similarity >= config.near_duplicate {
+                    selection.decisions.push(Decision::new(
+                        other.id(),
+                        "dedup",
+                        "dropped",
+                        format!("near-duplicate of {picked_id} (cosine {similarity:.3})"),
+                    ));
+                    return false;
                 }
-            }
+                let entry = max_similarity.entry(*other_index).or_insert(f32::MIN);
+                *entry = entry.max(similarity);
+                true
+            });
         }
         selection.picked.push(candidate);
     }
@@ -131,7 +149,47 @@ mod tests {
         lambda: 0.6,
         per_document: 10,
         per_section: 10,
+        near_duplicate: 0.999,
     };
+
+    #[test]
+    fn near_duplicates_of_a_pick_leave() {
+        let candidates = vec![
+            candidate("a", 0, 1.0, vec![1.0, 0.0]),
+            candidate("b", 0, 0.9, vec![0.9, 0.436]),
+            candidate("c", 0, 0.8, vec![0.0, 1.0]),
+        ];
+        // cosine(a, b) ≈ 0.9: kept at 0.95, dropped at 0.85.
+        let strict = mmr(
+            candidates.clone(),
+            10,
+            MmrConfig {
+                near_duplicate: 0.95,
+                ..OPEN
+            },
+        );
+        assert_eq!(strict.picked.len(), 3);
+        let loose = mmr(
+            candidates,
+            10,
+            MmrConfig {
+                near_duplicate: 0.85,
+                ..OPEN
+            },
+        );
+        let docs: Vec<&str> = loose
+            .picked
+            .iter()
+            .map(|c| c.stored.key.doc_id.as_str())
+            .collect();
+        assert_eq!(docs, vec!["a", "c"]);
+        let dropped = loose
+            .decisions
+            .iter()
+            .find(|d| d.step == "dedup")
+            .expect("decision");
+        assert!(dropped.reason.contains("near-duplicate"));
+    }
 
     #[test]
     fn diversity_beats_a_redundant_runner_up() {
@@ -175,6 +233,7 @@ mod tests {
             lambda: 0.6,
             per_document: 2,
             per_section: 1,
+            near_duplicate: 0.95,
         };
         let selection = mmr(candidates, 10, config);
         let picked: Vec<String> = selection

@@ -463,8 +463,8 @@ pub trait AnswerSteps<'scope> {
     fn fuse(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working>;
     /// Answer-focused rerank of the top window.
     fn rerank(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working>;
-    /// Exact and near-duplicate removal.
-    fn dedup(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working>;
+    /// Exact-duplicate removal (near-duplicates leave against each MMR pick).
+    fn dedup(self) -> StreamVec<'scope, u64, Working>;
     /// MMR with per-document and per-section caps.
     fn mmr(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working>;
     /// Packs (or renders, for the other modes) the context.
@@ -545,12 +545,9 @@ impl<'scope> AnswerSteps<'scope> for StreamVec<'scope, u64, Working> {
         })
     }
 
-    fn dedup(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working> {
+    fn dedup(self) -> StreamVec<'scope, u64, Working> {
         step(self, "Dedup", move |working| {
-            let (kept, decisions) = dedup(
-                std::mem::take(&mut working.candidates),
-                config.near_duplicate,
-            );
+            let (kept, decisions) = dedup(std::mem::take(&mut working.candidates));
             working.candidates = kept;
             working.trace.decisions.extend(decisions);
         })
@@ -574,6 +571,7 @@ impl<'scope> AnswerSteps<'scope> for StreamVec<'scope, u64, Working> {
                             lambda: config.mmr_lambda,
                             per_document: caps.0,
                             per_section: caps.1,
+                            near_duplicate: config.near_duplicate,
                         },
                     );
                     working.candidates = selection.picked;

@@ -68,25 +68,34 @@ pub const DISTRACTOR_CUES: [&str; 12] = [
 /// The features of one chunk for one query.
 pub fn factors(plan: &Plan, text: &str, bm25: &Bm25Encoder) -> [(&'static str, f32); 5] {
     let lower = text.to_lowercase();
-    let terms = bm25.terms(text);
+    // Only words that could stem to a query term are stemmed (a stem keeps the word's first letters).
+    let prefixes: Vec<&str> = plan
+        .terms
+        .iter()
+        .map(|t| &t[..t.char_indices().nth(3).map_or(t.len(), |(i, _)| i)])
+        .collect();
+    let mut total = 0usize;
+    let mut matching = 0usize;
+    let mut present = vec![false; plan.terms.len()];
+    bm25.visit_words(text, &mut |word| {
+        total += 1;
+        if !prefixes.iter().any(|p| word.starts_with(p)) {
+            return;
+        }
+        if let Ok(index) = plan.terms.binary_search(&bm25.stem(word)) {
+            matching += 1;
+            present[index] = true;
+        }
+    });
     let recall = if plan.terms.is_empty() {
         0.0
     } else {
-        let present = plan
-            .terms
-            .iter()
-            .filter(|t| terms.iter().any(|c| c == *t))
-            .count();
-        present as f32 / plan.terms.len() as f32
+        present.iter().filter(|p| **p).count() as f32 / plan.terms.len() as f32
     };
-    let precision = if terms.is_empty() {
+    let precision = if total == 0 {
         0.0
     } else {
-        let matching = terms
-            .iter()
-            .filter(|t| plan.terms.binary_search(t).is_ok())
-            .count();
-        matching as f32 / terms.len() as f32
+        matching as f32 / total as f32
     };
     let share = |needles: &[String]| {
         if needles.is_empty() {

@@ -48,12 +48,58 @@ impl Default for Bm25Encoder {
     }
 }
 
-const STOP_WORDS: &[&str] = &[
-    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it",
-    "its", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they",
-    "this", "to", "was", "were", "will", "with", "what", "which", "who", "whom", "how", "when",
-    "where", "why", "did", "does", "do", "has", "have", "had",
-];
+/// English stop words (a `match` compiles to a length switch and a few comparisons).
+fn is_stop_word(word: &str) -> bool {
+    matches!(
+        word,
+        "a" | "an"
+            | "and"
+            | "are"
+            | "as"
+            | "at"
+            | "be"
+            | "but"
+            | "by"
+            | "for"
+            | "if"
+            | "in"
+            | "into"
+            | "is"
+            | "it"
+            | "its"
+            | "of"
+            | "on"
+            | "or"
+            | "such"
+            | "that"
+            | "the"
+            | "their"
+            | "then"
+            | "there"
+            | "these"
+            | "they"
+            | "this"
+            | "to"
+            | "was"
+            | "were"
+            | "will"
+            | "with"
+            | "what"
+            | "which"
+            | "who"
+            | "whom"
+            | "how"
+            | "when"
+            | "where"
+            | "why"
+            | "did"
+            | "does"
+            | "do"
+            | "has"
+            | "have"
+            | "had"
+    )
+}
 
 /// Splits an identifier into its camelCase / acronym parts (`HTTPServerError` → `HTTP`, `Server`, `Error`).
 fn camel_parts(word: &str) -> Vec<&str> {
@@ -82,17 +128,38 @@ impl Bm25Encoder {
     /// The analysed terms of `text`, in order (with repeats).
     pub fn terms(&self, text: &str) -> Vec<String> {
         let mut out = Vec::new();
-        let push = |term: &str, out: &mut Vec<String>| {
-            let lower = term.to_lowercase();
-            if lower.is_empty() || STOP_WORDS.contains(&lower.as_str()) {
+        self.visit_words(text, &mut |lower| out.push(self.stem(lower)));
+        out
+    }
+
+    /// Stems one lowercased word.
+    pub fn stem(&self, lower: &str) -> String {
+        self.stemmer.stem(lower).into_owned()
+    }
+
+    /// Visits the lowercased words of `text` that become terms (stop words dropped), before stemming:
+    /// callers that only need some terms stem only those.
+    pub fn visit_words(&self, text: &str, visit: &mut dyn FnMut(&str)) {
+        let mut push = |term: &str| {
+            let lower: std::borrow::Cow<'_, str> = if term.chars().any(char::is_uppercase) {
+                std::borrow::Cow::Owned(term.to_lowercase())
+            } else {
+                std::borrow::Cow::Borrowed(term)
+            };
+            if lower.is_empty() || is_stop_word(&lower) {
                 return;
             }
-            out.push(self.stemmer.stem(&lower).into_owned());
+            visit(&lower);
         };
         // Identifiers keep `_` and `-` inside them so the whole identifier is a term as well.
         for identifier in text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-')) {
             let identifier = identifier.trim_matches(['_', '-']);
             if identifier.is_empty() {
+                continue;
+            }
+            // Plain words (`word`, `Word`) have one part: skip the splitting.
+            if identifier.is_ascii() && identifier.bytes().skip(1).all(|b| b.is_ascii_lowercase()) {
+                push(identifier);
                 continue;
             }
             let pieces: Vec<&str> = identifier
@@ -104,13 +171,12 @@ impl Bm25Encoder {
                 parts.extend(camel_parts(piece));
             }
             if parts.len() > 1 {
-                push(identifier, &mut out);
+                push(identifier);
             }
             for part in parts {
-                push(part, &mut out);
+                push(part);
             }
         }
-        out
     }
 
     /// Stable term id: the first 4 bytes of the term's blake3 hash.
