@@ -4,6 +4,7 @@
 //! `ragstream validate --config …` checks a configuration without starting anything.
 
 mod bench;
+mod bench_query;
 mod client;
 mod eval;
 mod http;
@@ -119,6 +120,24 @@ enum Command {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// Query latency through Kafka at a steady offered rate, with and without query embedding.
+    Query {
+        /// Kafka bootstrap servers.
+        #[arg(long)]
+        brokers: String,
+        /// An index holding the `squad` and `scifact` tenants (built by `ragstream eval`).
+        #[arg(long, default_value = ".ragstream/eval/index")]
+        index: PathBuf,
+        /// BEIR data root.
+        #[arg(long, default_value = "../shared/data", env = "RAGSTREAM_DATA")]
+        data: PathBuf,
+        /// Offered queries per second.
+        #[arg(long, default_value_t = 200.0)]
+        rate: f64,
+        /// Seconds per phase.
+        #[arg(long, default_value_t = 20.0)]
+        seconds: f64,
+    },
     /// Token counting, embedding-only and end-to-end Kafka ingest throughput, freshness, peak RSS.
     Ingest {
         /// BEIR-layout corpus.jsonl.
@@ -248,6 +267,23 @@ fn main() -> anyhow::Result<()> {
                     .with_context(|| format!("writing {}", out.display()))?;
             }
             println!("{text}");
+            Ok(())
+        }
+        Command::Bench(BenchCommand::Query {
+            brokers,
+            index,
+            data,
+            rate,
+            seconds,
+        }) => {
+            let report = bench_query::query(bench_query::QueryBench {
+                brokers,
+                index,
+                data,
+                rate,
+                seconds,
+            })?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }
         Command::Validate { config } => {

@@ -339,7 +339,7 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
 
     fn embed_query(self, services: QueryServices) -> StreamVec<'scope, u64, QueryJob> {
         // Repeated query texts (other budgets, other modes) are embedded once.
-        let mut vectors: LruTtl<String, Vec<f32>> = LruTtl::new(4096, Duration::from_secs(3600));
+        let mut vectors: LruTtl<String, Vec<f32>> = LruTtl::new(16_384, Duration::from_secs(3600));
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
             Pipeline,
             "EmbedQuery",

@@ -1,0 +1,227 @@
+//! `ragstream bench query`: query latency through Kafka at a steady offered rate, on an indexed corpus.
+//!
+//! The job runs in this process on the given index (e.g. the one `ragstream eval` built for SQuAD and
+//! SciFact), with fresh queries/contexts topics. Queries (SQuAD questions and SciFact claims, each to
+//! its tenant) are produced at `rate` per second for `seconds`; a reader on the contexts topic records
+//! when each context arrives. Latency = context received − query produced.
+//!
+//! Phase `with_embedding`: every query text is new to the job, so each is embedded on the query path.
+//! Phase `embedding_cached`: the same texts again (another budget, so no context-cache hit), so the
+//! query vectors come from the embedding cache: the pipeline's latency without the model.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use ragstream_operators::query::Context;
+use ragstream_topologies::config::Config;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use serde_json::{json, Value};
+
+/// Arguments of `bench query`.
+pub struct QueryBench {
+    /// Kafka bootstrap servers.
+    pub brokers: String,
+    /// An index holding the `squad` and `scifact` tenants.
+    pub index: PathBuf,
+    /// BEIR data root (for the query texts).
+    pub data: PathBuf,
+    /// Offered queries per second.
+    pub rate: f64,
+    /// Seconds per phase.
+    pub seconds: f64,
+}
+
+fn texts(data: &std::path::Path) -> anyhow::Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for (tenant, path) in [
+        ("squad", data.join("squad-v1.1/questions.jsonl")),
+        ("scifact", data.join("scifact/queries.jsonl")),
+    ] {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let value: Value = serde_json::from_str(line)?;
+            out.push((
+                tenant.to_string(),
+                value["text"].as_str().unwrap_or_default().to_string(),
+            ));
+        }
+    }
+    // Interleave the tenants deterministically.
+    out.sort_by_key(|(_, text)| {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut hasher);
+        hasher.finish()
+    });
+    Ok(out)
+}
+
+fn summary(mut values: Vec<f64>) -> Value {
+    values.sort_by(|a, b| a.total_cmp(b));
+    let at = |p: f64| {
+        if values.is_empty() {
+            0.0
+        } else {
+            values[((p / 100.0) * (values.len() - 1) as f64).round() as usize]
+        }
+    };
+    json!({"n": values.len(), "p50_ms": at(50.0), "p95_ms": at(95.0), "p99_ms": at(99.0), "max_ms": values.last().copied().unwrap_or(0.0)})
+}
+
+/// Runs the benchmark and returns its report.
+pub fn query(args: QueryBench) -> anyhow::Result<Value> {
+    let run = format!(
+        "{}-{}",
+        std::process::id(),
+        ragstream_operators::now_millis()
+    );
+    let topic = |name: &str| format!("bench-{name}-{run}");
+    let config_path = std::env::temp_dir().join(format!("ragstream-bench-query-{run}.toml"));
+    std::fs::write(
+        &config_path,
+        format!(
+            "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"{}\"\ndocuments_topic = \"{}\"\nqueries_topic = \"{}\"\ncontexts_topic = \"{}\"\ndlq_topic = \"{}\"\ngroup_id = \"bench-{run}\"\n[index]\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = 1\n",
+            args.brokers,
+            topic("docs"),
+            topic("queries"),
+            topic("contexts"),
+            topic("dlq"),
+            args.index.display().to_string(),
+        ),
+    )?;
+    let config = Config::load(&config_path)?;
+    let client = config.kafka.client_config();
+    ragstream_operators::io::kafka_admin::ensure_topics(&client, &[(&topic("docs"), 1)])
+        .map_err(anyhow::Error::msg)?;
+    let running = crate::runtime::start(config)?;
+
+    // The reader of the contexts topic.
+    let received: Arc<Mutex<HashMap<String, (Instant, Context)>>> = Arc::default();
+    let reader = {
+        let received = received.clone();
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &args.brokers)
+            .set("group.id", format!("bench-reader-{run}"))
+            .set("enable.auto.commit", "false")
+            .create()?;
+        let mut assignment = TopicPartitionList::new();
+        // The runtime created the contexts topic (one partition).
+        assignment.add_partition_offset(&topic("contexts"), 0, Offset::Beginning)?;
+        consumer.assign(&assignment)?;
+        std::thread::spawn(move || loop {
+            if let Some(Ok(message)) = consumer.poll(Duration::from_millis(50)) {
+                let now = Instant::now();
+                if let Some(Ok(context)) = message.payload().map(serde_json::from_slice::<Context>)
+                {
+                    received
+                        .lock()
+                        .expect("received")
+                        .insert(context.query_id.clone(), (now, context));
+                }
+            }
+        })
+    };
+    let _ = reader;
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &args.brokers)
+        .set("linger.ms", "0")
+        .create()?;
+    let all = texts(&args.data)?;
+    let per_phase = (args.rate * args.seconds).round() as usize;
+    anyhow::ensure!(
+        all.len() >= per_phase + 20,
+        "not enough query texts for {per_phase} queries"
+    );
+    let queries_topic = topic("queries");
+    let phase = |name: &str, items: &[(String, String)], budget: usize| -> anyhow::Result<Value> {
+        let mut sent: Vec<(String, Instant)> = Vec::with_capacity(items.len());
+        let started = Instant::now();
+        for (i, (tenant, text)) in items.iter().enumerate() {
+            let due = started + Duration::from_secs_f64(i as f64 / args.rate);
+            while Instant::now() < due {
+                producer.poll(Duration::ZERO);
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            let id = format!("{name}-{i}-{run}");
+            let body =
+                json!({"query_id": id, "tenant": tenant, "text": text, "token_budget": budget})
+                    .to_string();
+            let mut record = BaseRecord::to(&queries_topic).key(&id).payload(&body);
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((_, returned)) => {
+                        producer.poll(Duration::from_millis(1));
+                        record = returned;
+                    }
+                }
+            }
+            sent.push((id, Instant::now()));
+        }
+        producer.flush(Duration::from_secs(30))?;
+        let offered_seconds = started.elapsed().as_secs_f64();
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while Instant::now() < deadline {
+            let map = received.lock().expect("received");
+            if sent.iter().all(|(id, _)| map.contains_key(id)) {
+                break;
+            }
+            drop(map);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let map = received.lock().expect("received");
+        let mut latency = Vec::new();
+        let mut without_embed = Vec::new();
+        let mut stages: HashMap<String, Vec<f64>> = HashMap::new();
+        let mut last = started;
+        for (id, at) in &sent {
+            if let Some((got, context)) = map.get(id) {
+                let ms = got.duration_since(*at).as_secs_f64() * 1000.0;
+                latency.push(ms);
+                without_embed.push(ms - context.latency_ms.get("embed").copied().unwrap_or(0.0));
+                for (stage, value) in &context.latency_ms {
+                    stages.entry(stage.clone()).or_default().push(*value);
+                }
+                last = last.max(*got);
+            }
+        }
+        let answered = latency.len();
+        Ok(json!({
+            "offered_rate": args.rate,
+            "sent": sent.len(),
+            "answered": answered,
+            "offered_seconds": offered_seconds,
+            "achieved_rate": answered as f64 / last.duration_since(started).as_secs_f64().max(1e-9),
+            "latency_produce_to_context": summary(latency),
+            "latency_minus_embedding": summary(without_embed),
+            "stages_ms": stages.into_iter().map(|(k, v)| (k, summary(v))).collect::<serde_json::Map<_, _>>(),
+        }))
+    };
+    // Warm up (model, index caches, consumer group join).
+    let warm = phase("warmup", &all[per_phase..per_phase + 20], 3000)?;
+    eprintln!("warm-up: {}", warm["latency_produce_to_context"]);
+    let with_embedding = phase("embed", &all[..per_phase], 3000)?;
+    eprintln!(
+        "with embedding: {}",
+        with_embedding["latency_produce_to_context"]
+    );
+    let cached = phase("cached", &all[..per_phase], 2999)?;
+    eprintln!("embedding cached: {}", cached["latency_produce_to_context"]);
+    running
+        .shutdown
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    running.join()?;
+    let _ = std::fs::remove_file(&config_path);
+    Ok(json!({
+        "rate": args.rate,
+        "seconds_per_phase": args.seconds,
+        "with_embedding": with_embedding,
+        "embedding_cached": cached,
+    }))
+}
