@@ -94,6 +94,8 @@ struct Form {
     tier: Tier,
     /// Whole chunk (or more): value factor 1.
     whole: bool,
+    /// The half-length snippet.
+    short: bool,
     header: String,
     text: String,
     lines: (u32, u32),
@@ -109,6 +111,7 @@ impl Form {
             Tier::Expanded => 1.25,
             Tier::Full => 1.0,
             Tier::Snippet if self.whole => 1.0,
+            Tier::Snippet if self.short => 0.6,
             Tier::Snippet => 0.8,
             Tier::Surrogate => 0.15,
         }
@@ -416,6 +419,7 @@ fn expanded(
     Some(Form {
         tier: Tier::Expanded,
         whole: true,
+        short: false,
         estimate: estimate_tokens + counter.count(&header),
         header,
         text: format!("{section}{text}"),
@@ -435,17 +439,31 @@ fn forms(
     let chunk = &candidate.stored.chunk;
     let base = chunk.char_range.0;
     let mut out: Vec<Form> = expanded_form.into_iter().collect();
-    let (from, to, whole) = snippet(chunk, available, terms, config.snippet_tokens);
-    if to > from {
+    // A snippet, and a shorter one (half the tokens) for tight budgets.
+    let mut limits = vec![config.snippet_tokens];
+    if config.snippet_tokens / 2 > config.surrogate_tokens {
+        limits.push(config.snippet_tokens / 2);
+    }
+    for limit in limits {
+        let (from, to, whole) = snippet(chunk, available, terms, limit);
+        if to <= from
+            || out.iter().any(|f| {
+                f.tier == Tier::Snippet && f.range == (base + from as u32, base + to as u32)
+            })
+        {
+            continue;
+        }
         let lines = if whole {
             chunk.lines
         } else {
             (line_of(chunk, from), line_of(chunk, to))
         };
         let header = header(&chunk.source, lines);
+        let short = limit < config.snippet_tokens;
         out.push(Form {
             tier: Tier::Snippet,
             whole,
+            short,
             estimate: counter.count(&header) + estimate(chunk.tokens, chunk.text.len(), to - from),
             header,
             text: chunk.text[from..to].to_string(),
@@ -459,6 +477,7 @@ fn forms(
     out.push(Form {
         tier: Tier::Surrogate,
         whole: false,
+        short: false,
         estimate: counter.count(&header) + text_estimate,
         header,
         text,
