@@ -479,6 +479,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
     if qrels_mode {
         let (mut ndcg, mut r10, mut rpool, mut naive_ndcg, mut naive_r10) =
             (0.0, 0.0, 0.0, 0.0, 0.0);
+        let mut by_intent: BTreeMap<String, (usize, f64)> = BTreeMap::new();
         for (qi, (_, _, _, relevant)) in queries.iter().enumerate() {
             let (context, _) = &contexts[&(qi, 0)];
             let mut ranked: Vec<String> = Vec::new();
@@ -492,7 +493,11 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
                     ranked.push(candidate.doc_id.clone());
                 }
             }
-            ndcg += ndcg_at(&ranked, relevant, 10);
+            let query_ndcg = ndcg_at(&ranked, relevant, 10);
+            ndcg += query_ndcg;
+            let entry = by_intent.entry(context.intent.clone()).or_default();
+            entry.0 += 1;
+            entry.1 += query_ndcg;
             r10 += recall_at(&ranked, relevant, 10);
             rpool += recall_at(&ranked, relevant, ranked.len());
             let mut naive_docs: Vec<String> = Vec::new();
@@ -508,6 +513,16 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
         ragstream["ndcg_at_10"] = json!(ndcg / n);
         ragstream["recall_at_10"] = json!(r10 / n);
         ragstream["recall_at_pool"] = json!(rpool / n);
+        ragstream["ndcg_at_10_by_intent"] = by_intent
+            .into_iter()
+            .map(|(intent, (count, sum))| {
+                (
+                    intent,
+                    json!({"queries": count, "ndcg_at_10": sum / count as f64}),
+                )
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into();
         naive["ndcg_at_10"] = json!(naive_ndcg / n);
         naive["recall_at_10"] = json!(naive_r10 / n);
     }

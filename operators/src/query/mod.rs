@@ -446,6 +446,8 @@ pub struct Watermark {
 pub struct QueryConfig {
     /// Reciprocal-rank-fusion constant.
     pub rrf_k: f32,
+    /// Fewest candidates fetched per lane (the intent's pool and twice `k` may ask for more).
+    pub min_pool: usize,
     /// Rerank window and factor weights.
     pub rerank: rerank::RerankConfig,
     /// Cosine at or above which two chunks are near-duplicates.
@@ -472,6 +474,7 @@ impl Default for QueryConfig {
     fn default() -> Self {
         Self {
             rrf_k: 60.0,
+            min_pool: 20,
             rerank: rerank::RerankConfig::default(),
             near_duplicate: 0.95,
             mmr_lambda: 0.6,

@@ -404,7 +404,11 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
             let skip = job.cached.is_some() || (search.shared_index && worker != 0);
             let answer = match search.shards.get(worker) {
                 Some(shard) if !skip => {
-                    let pool = pool_size(&job.query, job.plan.as_ref().map_or(16, |p| p.pool));
+                    let pool = pool_size(
+                        &job.query,
+                        job.plan.as_ref().map_or(16, |p| p.pool),
+                        search.config.min_pool,
+                    );
                     search_shard(shard.as_ref(), &job.query, &job.vectors, pool)
                 }
                 _ => ShardAnswer::default(),
@@ -433,8 +437,11 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                             }
                             let (mut job, answers, seconds) =
                                 parts.remove(&id).expect("complete entry");
-                            let pool =
-                                pool_size(&job.query, job.plan.as_ref().map_or(16, |p| p.pool));
+                            let pool = pool_size(
+                                &job.query,
+                                job.plan.as_ref().map_or(16, |p| p.pool),
+                                services.config.min_pool,
+                            );
                             job.watermark = services.watermark();
                             *job.latency.entry("retrieve".into()).or_default() += seconds * 1000.0;
                             metrics()

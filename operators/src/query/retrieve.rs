@@ -41,10 +41,11 @@ pub fn results_wanted(query: &Query) -> usize {
     query.k.unwrap_or(default).clamp(1, DEEP_MAX_K)
 }
 
-/// Candidates per lane: the intent's pool, at least twice the results wanted.
-pub fn pool_size(query: &Query, intent_pool: usize) -> usize {
+/// Candidates per lane: the intent's pool, at least twice the results wanted and `min_pool`.
+pub fn pool_size(query: &Query, intent_pool: usize, min_pool: usize) -> usize {
     intent_pool
         .max(2 * results_wanted(query))
+        .max(min_pool)
         .min(2 * DEEP_MAX_K)
 }
 
@@ -220,7 +221,8 @@ mod tests {
         assert_eq!(filter.kinds, vec![DocKind::Code]);
         assert_eq!(filter.source_prefix.as_deref(), Some("docs/"));
         assert_eq!(results_wanted(&query), 10);
-        assert_eq!(pool_size(&query, 12), 20);
+        assert_eq!(pool_size(&query, 12, 0), 20);
+        assert_eq!(pool_size(&query, 12, 40), 40);
         let sql = decode_query(
             br#"{"query_id":"q","tenant":"t","text":"x","mode":"sql_compact"}"#,
             8192,
