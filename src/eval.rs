@@ -476,9 +476,12 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
     }
     ragstream["intents"] = json!(intents);
     let mut naive = json!({ "latency": latency_summary(naive_latency) });
-    if qrels_mode {
+    // Ranking metrics over the documents in the order the pipeline ranked them (SQuAD: the gold
+    // paragraph is the one relevant document).
+    {
         let (mut ndcg, mut r10, mut rpool, mut naive_ndcg, mut naive_r10) =
             (0.0, 0.0, 0.0, 0.0, 0.0);
+        let (mut r1, mut r3) = (0.0, 0.0);
         let mut by_intent: BTreeMap<String, (usize, f64)> = BTreeMap::new();
         for (qi, (_, _, _, relevant)) in queries.iter().enumerate() {
             let (context, _) = &contexts[&(qi, 0)];
@@ -499,6 +502,8 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
             entry.0 += 1;
             entry.1 += query_ndcg;
             r10 += recall_at(&ranked, relevant, 10);
+            r1 += recall_at(&ranked, relevant, 1);
+            r3 += recall_at(&ranked, relevant, 3);
             rpool += recall_at(&ranked, relevant, ranked.len());
             let mut naive_docs: Vec<String> = Vec::new();
             for doc in &naive_ranked[qi] {
@@ -512,6 +517,8 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
         let n = queries.len().max(1) as f64;
         ragstream["ndcg_at_10"] = json!(ndcg / n);
         ragstream["recall_at_10"] = json!(r10 / n);
+        ragstream["recall_at_1"] = json!(r1 / n);
+        ragstream["recall_at_3"] = json!(r3 / n);
         ragstream["recall_at_pool"] = json!(rpool / n);
         ragstream["ndcg_at_10_by_intent"] = by_intent
             .into_iter()
