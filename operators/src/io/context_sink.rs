@@ -1,8 +1,10 @@
 //! ContextSink: contexts to the HTTP caller waiting for them and to the contexts topic.
 //!
 //! The Kafka producer is idempotent (retries never duplicate or reorder) and keys each context by its
-//! query id; a batch is flushed before the publish operator returns, so a query's offset is stored only
-//! after its context is on the broker.
+//! query id. Publishing does not wait for the broker: the publish operator holds the time of every
+//! batch until the producer has nothing in flight (or flushes once a held time is a second old), so a
+//! query's offset is stored only after its context is on the broker, without a broker round trip per
+//! batch.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,7 +52,24 @@ impl ContextPublisher {
         Ok(Self { http, kafka })
     }
 
-    /// Publishes a batch of contexts; returns once the Kafka ones are acknowledged by the broker.
+    /// Whether contexts sent to Kafka still wait for the broker's acknowledgement.
+    pub fn in_flight(&self) -> bool {
+        self.kafka.as_ref().is_some_and(|(producer, _)| {
+            producer.poll(Duration::ZERO);
+            producer.in_flight_count() > 0
+        })
+    }
+
+    /// Waits until every context sent is acknowledged by the broker (retrying through outages).
+    pub fn flush(&self) {
+        if let Some((producer, _)) = &self.kafka {
+            while let Err(error) = producer.flush(Duration::from_secs(10)) {
+                tracing::warn!(%error, "contexts not yet acknowledged; retrying");
+            }
+        }
+    }
+
+    /// Publishes a batch of contexts (Kafka sends are acknowledged later; see [`Self::in_flight`]).
     pub fn publish(&mut self, contexts: &[(Context, Reply)]) {
         for (context, reply) in contexts {
             if let Some((producer, topic)) = &self.kafka {
@@ -75,9 +94,7 @@ impl ContextPublisher {
             }
         }
         if let Some((producer, _)) = &self.kafka {
-            while let Err(error) = producer.flush(Duration::from_secs(10)) {
-                tracing::warn!(%error, "contexts not yet acknowledged; retrying");
-            }
+            producer.poll(Duration::ZERO);
         }
     }
 }

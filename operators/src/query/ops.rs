@@ -858,40 +858,65 @@ impl<'scope> RefuseQueries<'scope> for StreamVec<'scope, u64, Refusal> {
 
 /// Extension trait: publish contexts.
 pub trait PublishContexts<'scope> {
-    /// Publishes each batch (HTTP replies, contexts topic), then emits one record per batch for the probe.
+    /// Publishes each batch (HTTP replies, contexts topic); a batch's time completes (for the probe
+    /// that gates query offsets) once its contexts are acknowledged by the broker.
     fn publish(self, publisher: ContextPublisher) -> StreamVec<'scope, u64, ()>;
 }
 
 impl<'scope> PublishContexts<'scope> for StreamVec<'scope, u64, (Context, Reply)> {
     fn publish(self, mut publisher: ContextPublisher) -> StreamVec<'scope, u64, ()> {
-        self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(Pipeline, "Publish", move |_, _| {
-            move |input, output| {
-                input.for_each(|cap, data| {
-                    let contexts: Vec<(Context, Reply)> = std::mem::take(data);
-                    publisher.publish(&contexts);
-                    for (context, _) in &contexts {
-                        let outcome = if context.error.is_some() {
-                            "error"
-                        } else {
-                            "ok"
-                        };
-                        if !context.mode.is_empty() {
-                            metrics()
-                                .queries
-                                .with_label_values(&[&context.mode, outcome])
-                                .inc();
+        let scope = self.scope();
+        self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
+            Pipeline,
+            "Publish",
+            move |_, info| {
+                let activator = scope.activator_for(info.address.clone());
+                // Times whose contexts may still be in flight to the broker, and since when.
+                let mut held: Vec<(Capability<u64>, Instant)> = Vec::new();
+                move |input, _output| {
+                    input.for_each(|cap, data| {
+                        let contexts: Vec<(Context, Reply)> = std::mem::take(data);
+                        publisher.publish(&contexts);
+                        for (context, _) in &contexts {
+                            let outcome = if context.error.is_some() {
+                                "error"
+                            } else {
+                                "ok"
+                            };
+                            if !context.mode.is_empty() {
+                                metrics()
+                                    .queries
+                                    .with_label_values(&[&context.mode, outcome])
+                                    .inc();
+                            }
+                            if let Some(total) = context.latency_ms.get("total") {
+                                metrics().query_seconds.observe(total / 1000.0);
+                            }
+                            metrics().context_tokens.observe(context.tokens_used as f64);
+                            if context.truncated {
+                                metrics().contexts_truncated.inc();
+                            }
                         }
-                        if let Some(total) = context.latency_ms.get("total") {
-                            metrics().query_seconds.observe(total / 1000.0);
-                        }
-                        metrics().context_tokens.observe(context.tokens_used as f64);
-                        if context.truncated {
-                            metrics().contexts_truncated.inc();
-                        }
+                        held.push((
+                            cap.retain_least(0).expect("time of the batch"),
+                            Instant::now(),
+                        ));
+                    });
+                    if held.is_empty() {
+                        return;
                     }
-                    output.session(&cap).give(());
-                });
-            }
-        })
+                    let oldest = held.iter().map(|(_, at)| *at).min().expect("held");
+                    if oldest.elapsed() >= Duration::from_secs(1) {
+                        publisher.flush();
+                    }
+                    if !publisher.in_flight() {
+                        // Everything sent so far is on the broker: the held times may complete.
+                        held.clear();
+                    } else {
+                        activator.activate_after(Duration::from_millis(2));
+                    }
+                }
+            },
+        )
     }
 }
