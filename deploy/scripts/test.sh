@@ -21,7 +21,9 @@ echo "== format"
 cargo fmt --all --check
 echo "== tests"
 # Integration tests start brokers and jobs: one test binary at a time, one test at a time inside them.
-cargo test --workspace --all-targets -- --test-threads=1
+cargo test --workspace --lib --bins --tests --examples -- --test-threads=1
+# Criterion benches run once each as smoke tests (their own harness takes no libtest flags).
+cargo test --workspace --benches
 if [ -n "${QDRANT_URL:-}" ]; then
   echo "== index contract suite against the Qdrant server at $QDRANT_URL"
   cargo test -p ragstream-operators server_store_passes_the_contract -- --ignored
