@@ -6,16 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 corpus="$1"
 limit="${2:-}"
-export RAGSTREAM_MODEL_DIR="${RAGSTREAM_MODEL_DIR:-${RAGSTREAM_CACHE:-$HOME/.cache/ragstream}/models/all-MiniLM-L6-v2}"
-deploy/scripts/fetch-model.sh "$RAGSTREAM_MODEL_DIR" >/dev/null
-tansu="$(deploy/scripts/install-tansu.sh)"
-port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-work="$(mktemp -d)"
-trap 'kill "$broker" 2>/dev/null || true; rm -rf "$work"' EXIT
-(cd "$work" && exec "$tansu" broker --listener-url "tcp://127.0.0.1:$port" --advertised-listener-url "tcp://127.0.0.1:$port" --storage-engine sqlite://tansu.db >/dev/null 2>&1) &
-broker=$!
-sleep 2
-cargo build -q
+source deploy/scripts/bench-env.sh
 args=(bench ingest --corpus "$corpus" --brokers "127.0.0.1:$port")
 if [ -n "$limit" ]; then args+=(--limit "$limit"); fi
 RUST_LOG=warn target/debug/ragstream "${args[@]}"
