@@ -84,18 +84,16 @@ impl ClientContext for LagContext {
 
 impl ConsumerContext for LagContext {}
 
-/// Builds the group consumer of `worker` (subscribed).
-pub fn consumer(
-    config: &KafkaSourceConfig,
-    worker: usize,
-) -> Result<BaseConsumer<LagContext>, rdkafka::error::KafkaError> {
-    let mut client = config.client.clone();
-    if let Some(instance) = &config.instance_id {
-        client.set("group.instance.id", format!("{instance}-{worker}"));
+/// Group-consumer settings shared by the documents and queries sources: offsets stored by us only
+/// after the work they carried is acknowledged (librdkafka commits what is stored), new groups start
+/// from the beginning, static membership as `<member>` when given.
+pub fn group_client(client: &ClientConfig, group_id: &str, member: Option<String>) -> ClientConfig {
+    let mut client = client.clone();
+    if let Some(member) = member {
+        client.set("group.instance.id", member);
     }
-    let consumer: BaseConsumer<LagContext> = client
-        .set("group.id", &config.group_id)
-        // Offsets are stored by us after the index acknowledged; librdkafka commits what is stored.
+    client
+        .set("group.id", group_id)
         .set("enable.auto.offset.store", "false")
         .set("enable.auto.commit", "true")
         .set("auto.commit.interval.ms", "1000")
@@ -104,7 +102,20 @@ pub fn consumer(
         // A killed job's member is evicted after 10 s (not the default 45 s), so a restarted job gets its
         // partitions back quickly; heartbeats every second keep a live member well inside that.
         .set("session.timeout.ms", "10000")
-        .set("heartbeat.interval.ms", "1000")
+        .set("heartbeat.interval.ms", "1000");
+    client
+}
+
+/// Builds the group consumer of `worker` (subscribed).
+pub fn consumer(
+    config: &KafkaSourceConfig,
+    worker: usize,
+) -> Result<BaseConsumer<LagContext>, rdkafka::error::KafkaError> {
+    let member = config
+        .instance_id
+        .as_ref()
+        .map(|instance| format!("{instance}-{worker}"));
+    let consumer: BaseConsumer<LagContext> = group_client(&config.client, &config.group_id, member)
         // Lag per partition for the metrics.
         .set("statistics.interval.ms", "5000")
         .create_with_context(LagContext)?;

@@ -177,20 +177,14 @@ pub fn query_source<'scope>(
         let worker = scope.index();
         let http = if worker == 0 { http } else { None };
         let consumer = kafka.as_ref().map(|config| {
-            let mut client = config.client.clone();
-            if let Some(instance) = &config.instance_id {
-                client.set("group.instance.id", format!("{instance}-queries-{worker}"));
-            }
-            let consumer: BaseConsumer = client
-                .set("group.id", &config.group_id)
-                .set("enable.auto.offset.store", "false")
-                .set("enable.auto.commit", "true")
-                .set("auto.commit.interval.ms", "1000")
-                .set("auto.offset.reset", "earliest")
-                .set("session.timeout.ms", "10000")
-                .set("heartbeat.interval.ms", "1000")
-                .create()
-                .unwrap_or_else(|e| panic!("cannot create the queries consumer: {e}"));
+            let member = config
+                .instance_id
+                .as_ref()
+                .map(|instance| format!("{instance}-queries-{worker}"));
+            let consumer: BaseConsumer =
+                super::kafka_source::group_client(&config.client, &config.group_id, member)
+                    .create()
+                    .unwrap_or_else(|e| panic!("cannot create the queries consumer: {e}"));
             consumer
                 .subscribe(&[&config.topic])
                 .unwrap_or_else(|e| panic!("cannot subscribe to {}: {e}", config.topic));
