@@ -40,6 +40,8 @@ pub struct EvalArgs {
     pub budgets: Vec<usize>,
     /// Queries in flight at once.
     pub concurrency: usize,
+    /// Where to write one line per question and budget (JSONL), if anywhere.
+    pub details: Option<PathBuf>,
 }
 
 /// One evaluation query: id, text, answer strings, graded relevant documents.
@@ -316,6 +318,69 @@ impl Tally {
     }
 }
 
+/// One JSONL line per question and budget: answered or not, where the gold document ranked, the
+/// ranked candidates with their lane ranks and rerank factors, what was packed and why.
+fn detail_line(query: &EvalQuery, budget: usize, context: &Context) -> String {
+    let (id, text, answers, relevant) = query;
+    let ranked: Vec<&str> = context
+        .trace
+        .as_ref()
+        .map(|t| t.candidates.iter().map(|c| c.doc_id.as_str()).collect())
+        .unwrap_or_default();
+    let gold_rank = ranked.iter().position(|d| relevant.contains_key(*d));
+    let gold_decisions: Vec<String> = context
+        .trace
+        .as_ref()
+        .map(|t| {
+            t.decisions
+                .iter()
+                .filter(|d| {
+                    t.candidates
+                        .iter()
+                        .any(|c| c.chunk_id == d.chunk_id && relevant.contains_key(&c.doc_id))
+                })
+                .map(|d| format!("{} {}: {}", d.step, d.action, d.reason))
+                .collect()
+        })
+        .unwrap_or_default();
+    let items: Vec<Value> = context
+        .items
+        .iter()
+        .map(|i| {
+            json!({
+                "doc": i.doc_id,
+                "tier": i.tier,
+                "tokens": i.tokens,
+                "gold": relevant.contains_key(&i.doc_id),
+                "text": i.text,
+            })
+        })
+        .collect();
+    let mut line = json!({
+        "id": id,
+        "question": text,
+        "answers": answers,
+        "budget": budget,
+        "intent": context.intent,
+        "gold_rank": gold_rank,
+        "gold_decisions": gold_decisions,
+        "answered": answered(&context.context, answers),
+        "candidates": context.trace.as_ref().map(|t| t.candidates.iter().map(|c| json!({
+            "doc": c.doc_id,
+            "gold": relevant.contains_key(&c.doc_id),
+            "dense": c.dense,
+            "bm25": c.bm25,
+            "fused": c.fused,
+            "factors": c.factors,
+            "score": c.score,
+        })).collect::<Vec<_>>()),
+        "items": items,
+    })
+    .to_string();
+    line.push('\n');
+    line
+}
+
 fn wait_indexed(expected_events: u64, started_events: u64) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(6 * 3600);
     loop {
@@ -535,6 +600,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
     }
     let mut by_budget = serde_json::Map::new();
     let mut naive_by_budget = serde_json::Map::new();
+    let mut details = String::new();
     for (bi, &budget) in budgets.iter().enumerate() {
         let (mut ours, mut theirs) = (Tally::default(), Tally::default());
         for (qi, (_, _, answers, relevant)) in queries.iter().enumerate() {
@@ -553,6 +619,9 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
                 answers,
                 counter,
             );
+            if args.details.is_some() {
+                details.push_str(&detail_line(&queries[qi], budget, context));
+            }
             // Naive: whole chunks while characters ÷ 4 stay within the budget.
             let mut chars = 0;
             let mut kept = Vec::new();
@@ -581,6 +650,9 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
         }
         by_budget.insert(budget.to_string(), ours.report(!qrels_mode));
         naive_by_budget.insert(budget.to_string(), theirs.report(!qrels_mode));
+    }
+    if let Some(path) = &args.details {
+        std::fs::write(path, details).with_context(|| format!("writing {}", path.display()))?;
     }
     ragstream["by_budget"] = Value::Object(by_budget);
     naive["by_budget"] = Value::Object(naive_by_budget);

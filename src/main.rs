@@ -106,6 +106,10 @@ enum Command {
         /// Also write the report here.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Write one line per question and budget here (JSONL): answered or not, the ranked
+        /// candidates with lane ranks and rerank factors, what was packed and why.
+        #[arg(long)]
+        details: Option<PathBuf>,
     },
     /// Benchmarks (figures measured in one run on this machine).
     #[command(subcommand)]
@@ -252,6 +256,7 @@ fn main() -> anyhow::Result<()> {
             budgets,
             concurrency,
             out,
+            details,
         } => {
             let report = eval::eval(eval::EvalArgs {
                 dataset,
@@ -260,6 +265,7 @@ fn main() -> anyhow::Result<()> {
                 limit,
                 budgets,
                 concurrency,
+                details,
             })?;
             let text = serde_json::to_string_pretty(&report)?;
             if let Some(out) = out {

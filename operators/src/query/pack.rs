@@ -33,8 +33,14 @@ pub struct PackConfig {
     pub expanded_tokens: usize,
     /// Most tokens of a snippet.
     pub snippet_tokens: usize,
+    /// Most tokens of the smallest snippet: the sentence holding most query terms.
+    pub sentence_tokens: usize,
     /// Most tokens of a surrogate.
     pub surrogate_tokens: usize,
+    /// Value by rank: `1 / (1 + position_decay · position)`.
+    pub position_decay: f32,
+    /// How much an item's value is discounted by its highest cosine to a better item (0 = none).
+    pub redundancy_weight: f32,
     /// Between items.
     pub separator: String,
 }
@@ -44,7 +50,10 @@ impl Default for PackConfig {
         Self {
             expanded_tokens: 600,
             snippet_tokens: 200,
+            sentence_tokens: 60,
             surrogate_tokens: 60,
+            position_decay: 3.0,
+            redundancy_weight: 0.5,
             separator: "\n\n".into(),
         }
     }
@@ -92,10 +101,8 @@ pub struct Packed {
 #[derive(Debug, Clone)]
 struct Form {
     tier: Tier,
-    /// Whole chunk (or more): value factor 1.
-    whole: bool,
-    /// The half-length snippet.
-    short: bool,
+    /// Share of the candidate's value this form keeps (the expanded form is worth more than the chunk).
+    factor: f32,
     header: String,
     text: String,
     lines: (u32, u32),
@@ -106,15 +113,7 @@ struct Form {
 
 impl Form {
     fn factor(&self) -> f32 {
-        match self.tier {
-            // The neighbours and section header are worth more than the chunk alone.
-            Tier::Expanded => 1.25,
-            Tier::Full => 1.0,
-            Tier::Snippet if self.whole => 1.0,
-            Tier::Snippet if self.short => 0.6,
-            Tier::Snippet => 0.8,
-            Tier::Surrogate => 0.15,
-        }
+        self.factor
     }
 }
 
@@ -418,8 +417,8 @@ fn expanded(
     let header = header(&chunk.source, lines);
     Some(Form {
         tier: Tier::Expanded,
-        whole: true,
-        short: false,
+        // The neighbours and section header are worth more than the chunk alone.
+        factor: 1.25,
         estimate: estimate_tokens + counter.count(&header),
         header,
         text: format!("{section}{text}"),
@@ -439,12 +438,19 @@ fn forms(
     let chunk = &candidate.stored.chunk;
     let base = chunk.char_range.0;
     let mut out: Vec<Form> = expanded_form.into_iter().collect();
-    // A snippet, and a shorter one (half the tokens) for tight budgets.
-    let mut limits = vec![config.snippet_tokens];
-    if config.snippet_tokens / 2 > config.surrogate_tokens {
-        limits.push(config.snippet_tokens / 2);
+    // A snippet, a shorter one (half the tokens) and the sentence holding most query terms, for
+    // tight budgets: each keeps less of the candidate's value.
+    let mut limits = vec![
+        (config.snippet_tokens, 0.8),
+        (config.snippet_tokens / 2, 0.6),
+    ];
+    if config.sentence_tokens < config.snippet_tokens / 2 {
+        limits.push((config.sentence_tokens, 0.45));
     }
-    for limit in limits {
+    for (limit, factor) in limits {
+        if limit == 0 {
+            continue;
+        }
         let (from, to, whole) = snippet(chunk, available, terms, limit);
         if to <= from
             || out.iter().any(|f| {
@@ -459,11 +465,9 @@ fn forms(
             (line_of(chunk, from), line_of(chunk, to))
         };
         let header = header(&chunk.source, lines);
-        let short = limit < config.snippet_tokens;
         out.push(Form {
             tier: Tier::Snippet,
-            whole,
-            short,
+            factor: if whole { 1.0 } else { factor },
             estimate: counter.count(&header) + estimate(chunk.tokens, chunk.text.len(), to - from),
             header,
             text: chunk.text[from..to].to_string(),
@@ -476,8 +480,7 @@ fn forms(
     let header = header(&chunk.source, (line, line));
     out.push(Form {
         tier: Tier::Surrogate,
-        whole: false,
-        short: false,
+        factor: 0.15,
         estimate: counter.count(&header) + text_estimate,
         header,
         text,
@@ -582,16 +585,22 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
         if forms[0].tier != Tier::Expanded {
             doc_covered.push(stored.chunk.char_range);
         }
-        // Relevance by position (scores of different steps are not on one scale).
-        let relevance = 1.0 / (1.0 + 0.2 * position as f32);
+        // Relevance by rank of the score (MMR chose the set; its pick order trades relevance for
+        // diversity, which the redundancy discount below accounts for).
+        let rank = all
+            .iter()
+            .filter(|(other, _)| other.score > candidate.score)
+            .count();
+        let relevance = 1.0 / (1.0 + config.position_decay * rank as f32);
         let redundancy = candidate.vector.as_ref().map_or(0.0, |v| {
             all[..position]
                 .iter()
                 .filter_map(|(other, _)| Some(cosine(v, other.vector.as_ref()?)))
                 .fold(0.0f32, f32::max)
         });
-        let value =
-            relevance * (1.0 - 0.5 * redundancy.max(0.0)) * if *is_deferred { 0.5 } else { 1.0 };
+        let value = relevance
+            * (1.0 - config.redundancy_weight * redundancy.max(0.0))
+            * if *is_deferred { 0.5 } else { 1.0 };
         entries.push(Entry {
             candidate,
             state: (!is_deferred).then_some(0),
@@ -602,18 +611,18 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
     }
     // Plan on estimates.
     while plan_tokens(&entries, separator_tokens) > budget && shrink(&mut entries) {}
-    // Fill what is left with items not yet in (deferred first by value), at the largest form that fits.
-    let mut order: Vec<usize> = (0..entries.len())
-        .filter(|&i| entries[i].state.is_none())
-        .collect();
+    // Greedy shrinking can overshoot: grow items back (best value first, left-out and deferred ones
+    // included) to the largest form that still fits.
+    let mut order: Vec<usize> = (0..entries.len()).collect();
     order.sort_by(|&a, &b| entries[b].value.total_cmp(&entries[a].value));
     for index in order {
-        for form in 0..entries[index].forms.len() {
+        let current = entries[index].state;
+        for form in 0..current.unwrap_or(entries[index].forms.len()) {
             entries[index].state = Some(form);
             if plan_tokens(&entries, separator_tokens) <= budget {
                 break;
             }
-            entries[index].state = None;
+            entries[index].state = current;
         }
     }
     // Count the real string; shrink until it fits.

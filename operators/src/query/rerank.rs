@@ -1,9 +1,13 @@
 //! Rerank: answer-focused features over the top of the fused list.
 //!
 //! Within a window (default the top 12) each candidate gets
-//! `score = w_fused · fused/max_fused + w_recall · term_recall + w_precision · term_precision
-//!        + w_entity · entity_coverage + w_date · date_match − w_distractor · distractor`
-//! where term recall is the share of query terms the chunk holds, term precision the share of the
+//! `score = w_fused · fused/max_fused + w_lanes · lane_scores + w_recall · term_recall
+//!        + w_sentence · sentence_recall + w_precision · term_precision + w_entity · entity_coverage
+//!        + w_date · date_match − w_distractor · distractor`
+//! where lane scores are the engines' raw scores min-max normalised over each lane's hits and
+//! combined with the intent's lane weights (rank fusion keeps only ranks; how far apart the scores are
+//! says how sure a lane is), term recall is the share of query terms the chunk holds, sentence recall
+//! the largest share of them one sentence holds, term precision the share of the
 //! chunk's terms that are query terms, entity coverage the share of query entities it names, date
 //! match the share of the query's years/date literals it contains, and distractor is 1 for tentative,
 //! draft or checklist language. Candidates below the window keep their order, after the window.
@@ -12,6 +16,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::fuse::sort_by_score;
+use super::pack::sentences;
 use super::{Candidate, Plan};
 use crate::store::Bm25Encoder;
 
@@ -23,8 +28,12 @@ pub struct RerankConfig {
     pub window: usize,
     /// Weight of the normalised fused score.
     pub fused: f32,
+    /// Weight of the lanes' normalised raw scores.
+    pub lanes: f32,
     /// Weight of term recall.
     pub term_recall: f32,
+    /// Weight of sentence recall (the most query terms one sentence holds, as a share).
+    pub sentence_recall: f32,
     /// Weight of term precision.
     pub term_precision: f32,
     /// Weight of entity coverage.
@@ -38,9 +47,11 @@ pub struct RerankConfig {
 impl Default for RerankConfig {
     fn default() -> Self {
         Self {
-            window: 12,
-            fused: 1.0,
+            window: 20,
+            fused: 0.5,
+            lanes: 1.0,
             term_recall: 0.3,
+            sentence_recall: 0.3,
             term_precision: 0.1,
             entity: 0.2,
             date: 0.15,
@@ -66,7 +77,7 @@ pub const DISTRACTOR_CUES: [&str; 12] = [
 ];
 
 /// The features of one chunk for one query.
-pub fn factors(plan: &Plan, text: &str, bm25: &Bm25Encoder) -> [(&'static str, f32); 5] {
+pub fn factors(plan: &Plan, text: &str, bm25: &Bm25Encoder) -> [(&'static str, f32); 6] {
     let lower = text.to_lowercase();
     // Only words that could stem to a query term are stemmed (a stem keeps the word's first letters).
     let prefixes: Vec<&str> = plan
@@ -77,16 +88,30 @@ pub fn factors(plan: &Plan, text: &str, bm25: &Bm25Encoder) -> [(&'static str, f
     let mut total = 0usize;
     let mut matching = 0usize;
     let mut present = vec![false; plan.terms.len()];
-    bm25.visit_words(text, &mut |word| {
-        total += 1;
-        if !prefixes.iter().any(|p| word.starts_with(p)) {
-            return;
-        }
-        if let Ok(index) = plan.terms.binary_search(&bm25.stem(word)) {
-            matching += 1;
-            present[index] = true;
-        }
-    });
+    // The most distinct query terms in one sentence (answers sit in the sentence that echoes the
+    // question).
+    let mut best_sentence = 0usize;
+    let mut in_sentence = vec![false; plan.terms.len()];
+    for (from, to) in sentences(text) {
+        in_sentence.iter_mut().for_each(|p| *p = false);
+        bm25.visit_words(&text[from..to], &mut |word| {
+            total += 1;
+            if !prefixes.iter().any(|p| word.starts_with(p)) {
+                return;
+            }
+            if let Ok(index) = plan.terms.binary_search(&bm25.stem(word)) {
+                matching += 1;
+                present[index] = true;
+                in_sentence[index] = true;
+            }
+        });
+        best_sentence = best_sentence.max(in_sentence.iter().filter(|p| **p).count());
+    }
+    let sentence_recall = if plan.terms.is_empty() {
+        0.0
+    } else {
+        best_sentence as f32 / plan.terms.len() as f32
+    };
     let recall = if plan.terms.is_empty() {
         0.0
     } else {
@@ -123,6 +148,7 @@ pub fn factors(plan: &Plan, text: &str, bm25: &Bm25Encoder) -> [(&'static str, f
         ("entity", share(&plan.entities)),
         ("date", share(&plan.dates)),
         ("distractor", distractor),
+        ("sentence_recall", sentence_recall),
     ]
 }
 
@@ -130,6 +156,36 @@ fn is_word_boundary(text: &str, at: usize, len: usize) -> bool {
     let before = text[..at].chars().next_back();
     let after = text[at + len..].chars().next();
     !before.is_some_and(char::is_alphanumeric) && !after.is_some_and(char::is_alphanumeric)
+}
+
+/// Each candidate's lane scores: per lane, `(score − min) / (max − min)` over every candidate that lane
+/// returned (0 when the lane did not return it), weighted by the plan's lane weights.
+fn lane_scores(candidates: &[Candidate], plan: &Plan) -> Vec<f32> {
+    let range = |lane: fn(&Candidate) -> Option<f32>| {
+        candidates
+            .iter()
+            .filter_map(lane)
+            .fold(None, |acc: Option<(f32, f32)>, s| {
+                Some(acc.map_or((s, s), |(lo, hi)| (lo.min(s), hi.max(s))))
+            })
+    };
+    let dense = |c: &Candidate| c.dense.map(|h| h.score);
+    let bm25 = |c: &Candidate| c.bm25.map(|h| h.score);
+    let (dense_range, bm25_range) = (range(dense), range(bm25));
+    let total = (plan.weights.dense + plan.weights.bm25).max(f32::EPSILON);
+    let normalised = |score: Option<f32>, range: Option<(f32, f32)>| match (score, range) {
+        (Some(s), Some((lo, hi))) if hi > lo => (s - lo) / (hi - lo),
+        (Some(_), Some(_)) => 1.0,
+        _ => 0.0,
+    };
+    candidates
+        .iter()
+        .map(|c| {
+            (plan.weights.dense * normalised(dense(c), dense_range)
+                + plan.weights.bm25 * normalised(bm25(c), bm25_range))
+                / total
+        })
+        .collect()
 }
 
 /// Reranks the window of `candidates` (sorted by fused score) in place.
@@ -148,20 +204,23 @@ pub fn rerank(
         .map(|c| c.fused)
         .fold(f32::MIN, f32::max)
         .max(f32::EPSILON);
+    let lanes = lane_scores(candidates, plan);
     let weight = |name: &str| match name {
         "term_recall" => config.term_recall,
+        "sentence_recall" => config.sentence_recall,
         "term_precision" => config.term_precision,
         "entity" => config.entity,
         "date" => config.date,
         _ => -config.distractor,
     };
-    for candidate in &mut candidates[..window] {
+    for (candidate, lane_score) in candidates[..window].iter_mut().zip(lanes) {
         let normalised = candidate.fused / max_fused;
-        let mut score = config.fused * normalised;
+        let mut score = config.fused * normalised + config.lanes * lane_score;
         candidate.factors.clear();
         candidate
             .factors
             .insert("fused_normalised".into(), normalised);
+        candidate.factors.insert("lane_scores".into(), lane_score);
         for (name, value) in factors(plan, &candidate.stored.chunk.embedding_input(), bm25) {
             score += weight(name) * value;
             candidate.factors.insert(name.into(), value);
@@ -277,5 +336,52 @@ mod tests {
         assert_eq!(candidates[4].stored.key.doc_id, "d4");
         assert!(candidates[4].factors.is_empty());
         assert!(candidates.windows(2).all(|w| w[0].score >= w[1].score));
+    }
+
+    #[test]
+    fn sentence_recall_prefers_terms_together() {
+        let bm25 = Bm25Encoder::default();
+        let plan = analyze("Which team won the championship final?", &bm25);
+        let together = factors(
+            &plan,
+            "The season was long. The Broncos team won the championship final. Fans cheered.",
+            &bm25,
+        );
+        let scattered = factors(
+            &plan,
+            "Our team trained hard. Nobody won anything. The championship was cancelled. A final note.",
+            &bm25,
+        );
+        let get = |f: &[(&str, f32)], name: &str| f.iter().find(|(n, _)| *n == name).unwrap().1;
+        assert_eq!(
+            get(&together, "term_recall"),
+            get(&scattered, "term_recall")
+        );
+        assert_eq!(get(&together, "sentence_recall"), 1.0);
+        assert!(get(&scattered, "sentence_recall") <= 0.25);
+    }
+
+    #[test]
+    fn lane_scores_separate_what_ranks_cannot() {
+        use crate::query::LaneHit;
+        let bm25 = Bm25Encoder::default();
+        let plan = analyze("neutral words", &bm25);
+        // Same fused score (mirrored lane ranks), but b's BM25 score is far above the rest while a's
+        // dense lead is marginal.
+        let hit = |rank, score| Some(LaneHit { rank, score });
+        let mut a = candidate("a", "nothing", 0.03);
+        a.dense = hit(1, 0.61);
+        a.bm25 = hit(2, 3.0);
+        let mut b = candidate("b", "nothing", 0.03);
+        b.dense = hit(2, 0.60);
+        b.bm25 = hit(1, 12.0);
+        let mut c = candidate("c", "nothing", 0.02);
+        c.dense = hit(3, 0.30);
+        c.bm25 = hit(3, 1.0);
+        let mut candidates = vec![a, b, c];
+        rerank(&mut candidates, &plan, &RerankConfig::default(), &bm25);
+        assert_eq!(candidates[0].stored.key.doc_id, "b");
+        assert!(candidates[0].factors["lane_scores"] > candidates[1].factors["lane_scores"]);
+        assert_eq!(candidates[2].factors["lane_scores"], 0.0);
     }
 }

@@ -238,10 +238,13 @@ fn deferred_candidates_fill_an_unused_budget_only() {
         }
     });
     assert_eq!(tight.items[0].doc_id, "doc0");
+    // Five tokens short: the deferred candidate is the one shortened (or left out), not the top one.
+    assert_eq!(tight.items[0].text, with_room.items[0].text);
+    let roomy_deferred = &with_room.items[1];
     assert!(tight
         .items
         .iter()
-        .all(|i| i.doc_id != "doc1" || i.tier == Tier::Surrogate));
+        .all(|i| i.doc_id != "doc1" || i.tokens < roomy_deferred.tokens));
 }
 
 #[test]
@@ -302,4 +305,90 @@ proptest! {
             prop_assert_eq!(&packed.items[0].chunk_id, &picked[0].id());
         }
     }
+}
+
+#[test]
+fn tight_budgets_keep_the_sentence_holding_the_query_terms() {
+    // Five candidates of 12 sentences; the answer sits in sentence 9 of each (its words are the
+    // query terms), never in the first sentence a surrogate would show.
+    let docs: Vec<Vec<StoredChunk>> = (0..5).map(|d| document(d, 12, 12, 0)).collect();
+    let picked: Vec<Candidate> = docs
+        .iter()
+        .enumerate()
+        .map(|(d, chunks)| {
+            let mut v = vec![0.0; 5];
+            v[d] = 1.0;
+            candidate(&chunks[0], 1.0 - d as f32 * 0.1, v)
+        })
+        .collect();
+    let terms: Vec<String> = (0..5).map(|d| format!("d{d}w{}", 9 * 8 + 3)).collect();
+    // Equal value per candidate, so the budget is shared rather than spent on the top ones.
+    let equal = PackConfig {
+        position_decay: 0.0,
+        ..PackConfig::default()
+    };
+    let packed = pack(PackRequest {
+        picked: &picked,
+        deferred: &[],
+        neighbours: &[],
+        budget: 300,
+        counter: counter(),
+        terms: &terms,
+        config: &equal,
+    });
+    assert!(packed.tokens_used <= 300);
+    let with_answer = (0..5)
+        .filter(|d| packed.context.contains(&terms[*d]))
+        .count();
+    let without_sentences = pack(PackRequest {
+        picked: &picked,
+        deferred: &[],
+        neighbours: &[],
+        budget: 300,
+        counter: counter(),
+        terms: &terms,
+        config: &PackConfig {
+            sentence_tokens: 0,
+            ..equal.clone()
+        },
+    });
+    let with_answer_before = (0..5)
+        .filter(|d| without_sentences.context.contains(&terms[*d]))
+        .count();
+    assert!(
+        with_answer > with_answer_before,
+        "{with_answer} vs {with_answer_before}: {}\n=====\n{}",
+        packed.context,
+        without_sentences.context
+    );
+}
+
+#[test]
+fn value_follows_the_score_not_the_pick_order() {
+    // MMR picked a diverse low-scoring candidate second; the better-scoring third keeps more room.
+    let docs: Vec<Vec<StoredChunk>> = (0..3).map(|d| document(d, 12, 12, 0)).collect();
+    let picked = [
+        candidate(&docs[0][0], 1.0, vec![1.0, 0.0, 0.0]),
+        candidate(&docs[1][0], 0.2, vec![0.0, 1.0, 0.0]),
+        candidate(&docs[2][0], 0.9, vec![0.0, 0.0, 1.0]),
+    ];
+    let packed = run(&picked, &[], 400, &[]);
+    let tokens = |doc: &str| {
+        packed
+            .items
+            .iter()
+            .find(|i| i.doc_id == doc)
+            .map_or(0, |i| i.tokens)
+    };
+    assert!(
+        tokens("doc2") > tokens("doc1"),
+        "doc2 {} vs doc1 {}: {:?}",
+        tokens("doc2"),
+        tokens("doc1"),
+        packed
+            .items
+            .iter()
+            .map(|i| (&i.doc_id, i.tier, i.tokens))
+            .collect::<Vec<_>>()
+    );
 }
