@@ -1,5 +1,5 @@
 //! The job's HTTP endpoints: `/metrics` (Prometheus text), `/healthz` (process up), `/readyz` (index
-//! open, model loaded, source connected) and `POST /query` (a query event in the body, its context as
+//! open, model loaded, broker reachable) and `POST /query` (a query event in the body, its context as
 //! the response: the same dataflow as the queries topic). Bound to loopback unless configured otherwise.
 
 use std::io::Read;
@@ -11,10 +11,36 @@ use ragstream_operators::io::query_source::HttpIngress;
 use ragstream_operators::query::Context;
 
 /// Readiness flags set by the runtime.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Readiness {
     /// Every worker opened its shard and loaded its embedder.
     pub ready: AtomicBool,
+    /// The Kafka broker answered the last metadata probe (always true without Kafka).
+    pub broker: AtomicBool,
+}
+
+impl Default for Readiness {
+    fn default() -> Self {
+        Self {
+            ready: AtomicBool::new(false),
+            broker: AtomicBool::new(true),
+        }
+    }
+}
+
+impl Readiness {
+    /// `/readyz`: status and a line per check.
+    fn report(&self) -> (u16, String) {
+        let workers = self.ready.load(Ordering::SeqCst);
+        let broker = self.broker.load(Ordering::SeqCst);
+        let status = if workers && broker { 200 } else { 503 };
+        let body = format!(
+            "index and model: {}\nbroker: {}\n",
+            if workers { "ok" } else { "starting" },
+            if broker { "ok" } else { "unreachable" }
+        );
+        (status, body)
+    }
 }
 
 /// Threads answering HTTP requests (a query waits for its context on one of them).
@@ -107,10 +133,10 @@ pub fn serve(
                             "text/plain; version=0.0.4",
                         ),
                         "/healthz" => respond(request, 200, "ok\n".into(), "text/plain"),
-                        "/readyz" if readiness.ready.load(Ordering::SeqCst) => {
-                            respond(request, 200, "ready\n".into(), "text/plain")
+                        "/readyz" => {
+                            let (status, body) = readiness.report();
+                            respond(request, status, body, "text/plain")
                         }
-                        "/readyz" => respond(request, 503, "starting\n".into(), "text/plain"),
                         _ => respond(request, 404, "not found\n".into(), "text/plain"),
                     }
                 }

@@ -229,6 +229,13 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     }
 
     let shutdown = Arc::new(AtomicBool::new(false));
+    if config.source.kind == SourceKind::Kafka {
+        probe_broker(
+            config.kafka.client_config(),
+            readiness.clone(),
+            shutdown.clone(),
+        )?;
+    }
     {
         let shutdown = shutdown.clone();
         ctrlc::set_handler(move || {
@@ -467,4 +474,38 @@ fn spawn_idle_watch(idle: Duration, shutdown: Arc<AtomicBool>) {
             }
         }
     });
+}
+
+/// Probes the broker every 5 s (cluster metadata within 3 s) for `/readyz`.
+fn probe_broker(
+    client: rdkafka::ClientConfig,
+    readiness: Arc<Readiness>,
+    shutdown: Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = client.create().context("creating the broker probe")?;
+    std::thread::Builder::new()
+        .name("broker-probe".into())
+        .spawn(move || {
+            while !shutdown.load(Ordering::SeqCst) {
+                let reachable = consumer
+                    .fetch_metadata(None, std::time::Duration::from_secs(3))
+                    .is_ok();
+                if readiness.broker.swap(reachable, Ordering::SeqCst) != reachable {
+                    if reachable {
+                        tracing::info!("broker reachable again");
+                    } else {
+                        tracing::warn!("broker unreachable: /readyz answers 503");
+                    }
+                }
+                for _ in 0..50 {
+                    if shutdown.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+            }
+        })
+        .context("starting the broker probe")?;
+    Ok(())
 }

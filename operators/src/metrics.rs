@@ -6,6 +6,8 @@
 
 use std::sync::OnceLock;
 
+use crate::query::Tier;
+
 use prometheus::{
     exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter,
     IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
@@ -64,6 +66,34 @@ pub struct Metrics {
     pub contexts_truncated: IntCounter,
     /// Index writes applied (the query cache's generation).
     pub index_generation: IntCounter,
+    /// Queries by intent.
+    pub queries_by_intent: IntCounterVec,
+    /// Fusion weight chosen per lane (`dense`, `bm25`).
+    pub fusion_weight: HistogramVec,
+    /// Token budget of bounded contexts.
+    pub context_budget_tokens: Histogram,
+    /// Chunks (or sources) returned per context.
+    pub context_chunks: Histogram,
+    /// Packed items per context by tier (`expanded`, `snippet`, `surrogate`, `full`).
+    pub context_items: HistogramVec,
+    /// Packed bytes over the bytes of distinct sentences, per context.
+    pub context_redundancy_ratio: Histogram,
+    /// Contexts over their budget (must stay 0).
+    pub budget_overruns: IntCounter,
+    /// Duplicate drops by reason (`exact`, `near_duplicate`, `overlap`).
+    pub dedup_drops: IntCounterVec,
+    /// MMR rejections by reason (`document_cap`, `section_cap`, `beyond_k`).
+    pub mmr_rejections: IntCounterVec,
+    /// Context cache lookups by result (`hit`, `miss`).
+    pub query_cache: IntCounterVec,
+    /// Contexts published by sink (`kafka`, `http`).
+    pub contexts_published: IntCounterVec,
+    /// Seconds read_your_writes queries waited.
+    pub read_your_writes_wait_seconds: Histogram,
+    /// Word pieces per embedding batch.
+    pub embed_batch_tokens: Histogram,
+    /// Build information.
+    pub build_info: IntGaugeVec,
 }
 
 impl Metrics {
@@ -94,7 +124,101 @@ impl Metrics {
                 .expect("unique metric");
             metric
         };
+        let histogram_with = |name: &str, help: &str, buckets: Vec<f64>| {
+            let metric = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
+                .expect("valid metric");
+            registry
+                .register(Box::new(metric.clone()))
+                .expect("unique metric");
+            metric
+        };
+        let histogram_vec = |name: &str, help: &str, labels: &[&str], buckets: Vec<f64>| {
+            let metric = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
+                .expect("valid metric");
+            registry
+                .register(Box::new(metric.clone()))
+                .expect("unique metric");
+            metric
+        };
+        let counts = vec![0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 34.0, 55.0];
+        let tokens = exponential_buckets(16.0, 2.0, 12).expect("valid buckets");
         let metrics = Self {
+            queries_by_intent: counter_vec(
+                "ragstream_queries_by_intent_total",
+                "Queries by the intent the analyzer chose.",
+                &["intent"],
+            ),
+            fusion_weight: histogram_vec(
+                "ragstream_fusion_weight",
+                "Fusion weight chosen per lane.",
+                &["lane"],
+                vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
+            ),
+            context_budget_tokens: histogram_with(
+                "ragstream_context_budget_tokens",
+                "Token budget of bounded contexts.",
+                tokens.clone(),
+            ),
+            context_chunks: histogram_with(
+                "ragstream_context_chunks",
+                "Chunks (or sources) returned per context.",
+                counts.clone(),
+            ),
+            context_items: histogram_vec(
+                "ragstream_context_items",
+                "Packed items per context, by tier.",
+                &["tier"],
+                counts,
+            ),
+            context_redundancy_ratio: histogram_with(
+                "ragstream_context_redundancy_ratio",
+                "Packed item bytes over the bytes of their distinct sentences, per context.",
+                vec![1.0, 1.01, 1.02, 1.05, 1.1, 1.2, 1.5, 2.0, 3.0],
+            ),
+            budget_overruns: counter(
+                "ragstream_context_budget_overruns_total",
+                "Contexts whose token count exceeded their budget (always a bug).",
+            ),
+            dedup_drops: counter_vec(
+                "ragstream_dedup_drops_total",
+                "Candidates dropped as duplicates, by reason.",
+                &["reason"],
+            ),
+            mmr_rejections: counter_vec(
+                "ragstream_mmr_rejections_total",
+                "Candidates MMR deferred or left out, by reason.",
+                &["reason"],
+            ),
+            query_cache: counter_vec(
+                "ragstream_query_cache_total",
+                "Context cache lookups by result.",
+                &["result"],
+            ),
+            contexts_published: counter_vec(
+                "ragstream_contexts_published_total",
+                "Contexts published, by sink.",
+                &["sink"],
+            ),
+            read_your_writes_wait_seconds: histogram(
+                "ragstream_read_your_writes_wait_seconds",
+                "Seconds read_your_writes queries waited for the ingest frontier.",
+            ),
+            embed_batch_tokens: histogram_with(
+                "ragstream_embed_batch_tokens",
+                "Word pieces per embedding batch.",
+                tokens,
+            ),
+            build_info: {
+                let gauge = IntGaugeVec::new(
+                    Opts::new("ragstream_build_info", "Build information (value 1)."),
+                    &["version"],
+                )
+                .expect("valid metric");
+                registry
+                    .register(Box::new(gauge.clone()))
+                    .expect("unique metric");
+                gauge
+            },
             queries_received: counter(
                 "ragstream_queries_received_total",
                 "Query events received (Kafka and HTTP).",
@@ -253,6 +377,34 @@ impl Metrics {
         for reason in crate::ingest::decode::DecodeReason::ALL {
             metrics.dlq_records.with_label_values(&[reason.as_str()]);
         }
+        for stage in QUERY_STAGES {
+            metrics.query_stage_seconds.with_label_values(&[stage]);
+        }
+        for lane in ["dense", "bm25"] {
+            metrics.fusion_weight.with_label_values(&[lane]);
+        }
+        for tier in [Tier::Expanded, Tier::Snippet, Tier::Surrogate, Tier::Full] {
+            metrics.context_items.with_label_values(&[tier.as_str()]);
+        }
+        for (intent, ..) in crate::query::intent::PRESETS {
+            metrics.queries_by_intent.with_label_values(&[intent]);
+        }
+        for reason in DEDUP_REASONS {
+            metrics.dedup_drops.with_label_values(&[reason]);
+        }
+        for reason in MMR_REASONS {
+            metrics.mmr_rejections.with_label_values(&[reason]);
+        }
+        for result in ["hit", "miss"] {
+            metrics.query_cache.with_label_values(&[result]);
+        }
+        for sink in ["kafka", "http"] {
+            metrics.contexts_published.with_label_values(&[sink]);
+        }
+        metrics
+            .build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
         #[cfg(target_os = "linux")]
         {
             let process = prometheus::process_collector::ProcessCollector::for_self();
@@ -280,11 +432,107 @@ impl Metrics {
         self.dlq_records.with_label_values(&[reason]).inc();
     }
 
+    /// Records the pipeline's drop and defer decisions of one query, by bounded reason.
+    pub fn record_decisions(&self, decisions: &[crate::query::Decision]) {
+        for decision in decisions {
+            let (step, action, reason) = (
+                decision.step.as_str(),
+                decision.action.as_str(),
+                decision.reason.as_str(),
+            );
+            match (step, action) {
+                ("dedup", "dropped") if reason.starts_with("exact") => {
+                    self.dedup_drops.with_label_values(&["exact"]).inc()
+                }
+                ("dedup", "dropped") => self
+                    .dedup_drops
+                    .with_label_values(&["near_duplicate"])
+                    .inc(),
+                ("pack", "dropped") if reason.starts_with("text already") => {
+                    self.dedup_drops.with_label_values(&["overlap"]).inc()
+                }
+                ("mmr", "deferred") if reason.starts_with("document") => self
+                    .mmr_rejections
+                    .with_label_values(&["document_cap"])
+                    .inc(),
+                ("mmr", "deferred") => self
+                    .mmr_rejections
+                    .with_label_values(&["section_cap"])
+                    .inc(),
+                ("mmr", "dropped") => self.mmr_rejections.with_label_values(&["beyond_k"]).inc(),
+                _ => {}
+            }
+        }
+    }
+
+    /// Records a published context: tokens, budget use, tiers, redundancy, overruns.
+    pub fn record_context(&self, context: &crate::query::Context) {
+        self.context_tokens.observe(context.tokens_used as f64);
+        self.context_chunks.observe(context.chunks_returned as f64);
+        if context.truncated {
+            self.contexts_truncated.inc();
+        }
+        if let Some(budget) = context.token_budget {
+            self.context_budget_tokens.observe(budget as f64);
+            self.context_budget_used_ratio
+                .observe(context.tokens_used as f64 / budget.max(1) as f64);
+            if context.tokens_used > budget {
+                self.budget_overruns.inc();
+            }
+        }
+        if context.error.is_some() || context.items.is_empty() {
+            return;
+        }
+        for tier in [Tier::Expanded, Tier::Snippet, Tier::Surrogate, Tier::Full] {
+            let count = context.items.iter().filter(|i| i.tier == tier).count();
+            self.context_items
+                .with_label_values(&[tier.as_str()])
+                .observe(count as f64);
+        }
+        let mut seen = std::collections::HashSet::new();
+        let (mut packed, mut distinct) = (0usize, 0usize);
+        for item in &context.items {
+            packed += item.text.len();
+            for (from, to) in crate::query::pack::sentences(&item.text) {
+                let sentence = &item.text[from..to];
+                if seen.insert(sentence) {
+                    distinct += sentence.len();
+                }
+            }
+        }
+        if distinct > 0 {
+            self.context_redundancy_ratio
+                .observe(packed as f64 / distinct as f64);
+        }
+    }
+
     /// Records a document event's outcome.
     pub fn record_document(&self, op: &str, outcome: &str) {
         self.documents.with_label_values(&[op, outcome]).inc();
     }
 }
+
+/// Stages of `ragstream_query_stage_seconds`.
+pub const QUERY_STAGES: [&str; 13] = [
+    "decode",
+    "intent",
+    "embed",
+    "consistency_wait",
+    "retrieve",
+    "retrieve_dense",
+    "retrieve_bm25",
+    "fuse",
+    "rerank",
+    "dedup",
+    "mmr",
+    "pack",
+    "publish",
+];
+
+/// Bounded reasons of `ragstream_dedup_drops_total`.
+pub const DEDUP_REASONS: [&str; 3] = ["exact", "near_duplicate", "overlap"];
+/// Bounded reasons of `ragstream_mmr_rejections_total`.
+pub const MMR_REASONS: [&str; 3] = ["document_cap", "section_cap", "beyond_k"];
 
 /// The process-wide metrics.
 pub fn metrics() -> &'static Metrics {

@@ -80,9 +80,9 @@ pub fn embed_deltas(
             metrics()
                 .embed_seconds
                 .observe(started.elapsed().as_secs_f64());
-            metrics()
-                .embed_tokens
-                .inc_by(embedder.last_token_count() as u64);
+            let tokens = embedder.last_token_count();
+            metrics().embed_tokens.inc_by(tokens as u64);
+            metrics().embed_batch_tokens.observe(tokens as f64);
             metrics().embed_texts.inc_by(texts.len() as u64);
         }
         result

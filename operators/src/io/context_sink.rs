@@ -13,6 +13,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 
 use super::query_source::HttpIngress;
+use crate::metrics::metrics;
 use crate::query::ops::Reply;
 use crate::query::Context;
 
@@ -80,7 +81,13 @@ impl ContextPublisher {
                 // A full local queue is an outage of the broker: wait and retry, never drop.
                 loop {
                     match producer.send(record) {
-                        Ok(()) => break,
+                        Ok(()) => {
+                            metrics()
+                                .contexts_published
+                                .with_label_values(&["kafka"])
+                                .inc();
+                            break;
+                        }
                         Err((error, returned)) => {
                             tracing::warn!(%error, "contexts producer queue full; retrying");
                             producer.poll(Duration::from_millis(100));
@@ -91,6 +98,10 @@ impl ContextPublisher {
             }
             if let (Reply::Http(ticket), Some(http)) = (reply, &self.http) {
                 http.reply(*ticket, context.clone());
+                metrics()
+                    .contexts_published
+                    .with_label_values(&["http"])
+                    .inc();
             }
         }
         if let Some((producer, _)) = &self.kafka {

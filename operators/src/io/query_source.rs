@@ -22,7 +22,7 @@ use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 
 use crate::ingest::dlq::{DlqRecord, Origin};
 use crate::metrics::metrics;
-use crate::query::decode::{decode_query, QueryError};
+use crate::query::decode::QueryError;
 use crate::query::ops::{QueryJob, Refusal, Reply};
 use crate::query::{Consistency, Context};
 
@@ -136,6 +136,17 @@ impl Watermarks {
             })
             .collect()
     }
+}
+
+/// Decodes a query event, recording the `decode` stage's seconds.
+fn decode_timed(payload: &[u8], max_bytes: usize) -> Result<crate::query::Query, QueryError> {
+    let started = Instant::now();
+    let decoded = crate::query::decode::decode_query(payload, max_bytes);
+    metrics()
+        .query_stage_seconds
+        .with_label_values(&["decode"])
+        .observe(started.elapsed().as_secs_f64());
+    decoded
 }
 
 fn refusal(
@@ -259,7 +270,7 @@ pub fn query_source<'scope>(
             if let Some(http) = &http {
                 for (ticket, body) in http.drain() {
                     let reply = Reply::Http(ticket);
-                    batch.push(match decode_query(&body, max_bytes) {
+                    batch.push(match decode_timed(&body, max_bytes) {
                         Ok(query) => Ok(job(query, reply, &mut watermarks)),
                         Err(error) => Err(refusal(
                             error,
@@ -289,7 +300,7 @@ pub fn query_source<'scope>(
                                 partition: message.partition(),
                                 offset: message.offset(),
                             };
-                            batch.push(match decode_query(payload, max_bytes) {
+                            batch.push(match decode_timed(payload, max_bytes) {
                                 Ok(query) => Ok(job(query, Reply::Kafka, &mut watermarks)),
                                 Err(error) => Err(refusal(
                                     error,

@@ -329,6 +329,18 @@ pub enum Tier {
     Full,
 }
 
+impl Tier {
+    /// The tier's name (as serialised).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Expanded => "expanded",
+            Tier::Snippet => "snippet",
+            Tier::Surrogate => "surrogate",
+            Tier::Full => "full",
+        }
+    }
+}
+
 /// One item of a context.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ContextItem {

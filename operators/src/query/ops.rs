@@ -271,9 +271,13 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
             move |input, output| {
                 input.for_each(|cap, data| {
                     for job in data.drain(..) {
-                        if job.query.consistency == Consistency::ReadYourWrites && !services.consistent(&job) {
+                        let read_your_writes = job.query.consistency == Consistency::ReadYourWrites;
+                        if read_your_writes && !services.consistent(&job) {
                             waiting.push((cap.retain_least(0).expect("time of the batch"), job, Instant::now()));
                         } else {
+                            if read_your_writes {
+                                metrics().read_your_writes_wait_seconds.observe(0.0);
+                            }
                             output.session(&cap).give(job);
                         }
                     }
@@ -286,6 +290,9 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                     }
                     let mut job = job.clone();
                     job.record("consistency_wait", *since);
+                    metrics()
+                        .read_your_writes_wait_seconds
+                        .observe(since.elapsed().as_secs_f64());
                     if !ready {
                         job.notes.push(format!(
                             "read_your_writes: the index had not caught up after {} ms; answered from what it holds",
@@ -316,6 +323,9 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                 context.query_id = job.query.query_id.clone();
                 context.latency_ms = BTreeMap::from([("cache".to_string(), 0.0)]);
                 job.cached = Some(Box::new(context));
+                metrics().query_cache.with_label_values(&["hit"]).inc();
+            } else {
+                metrics().query_cache.with_label_values(&["miss"]).inc();
             }
             job
         })
@@ -330,6 +340,16 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                 if job.query.mode.retrieves() {
                     job.vectors.sparse = bm25.encode_query(&job.query.text);
                 }
+                let m = metrics();
+                m.queries_by_intent
+                    .with_label_values(&[plan.intent.as_str()])
+                    .inc();
+                m.fusion_weight
+                    .with_label_values(&["dense"])
+                    .observe(plan.weights.dense as f64);
+                m.fusion_weight
+                    .with_label_values(&["bm25"])
+                    .observe(plan.weights.bm25 as f64);
                 job.plan = Some(plan);
                 job.record("intent", started);
             }
@@ -681,9 +701,6 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
             context.items = packed.items;
             context.context = packed.context;
             working.trace.decisions.extend(packed.decisions);
-            metrics()
-                .context_budget_used_ratio
-                .observe(context.tokens_used as f64 / budget.max(1) as f64);
         }
         Mode::Deep => {
             let items: Vec<(Candidate, String)> = working
@@ -769,6 +786,7 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
 
 fn finish(mut context: Context, notes: Vec<String>, working: &mut Working) -> Context {
     context.chunks_returned = context.items.len().max(context.sources.len());
+    metrics().record_decisions(&working.trace.decisions);
     if !notes.is_empty() {
         context.note = Some(notes.join("; "));
     }
@@ -844,7 +862,12 @@ impl<'scope> RefuseQueries<'scope> for StreamVec<'scope, u64, Refusal> {
                                 .queries
                                 .with_label_values(&["unknown", "refused"])
                                 .inc();
-                            tracing::info!(reason = refusal.error.reason, "query refused");
+                            tracing::warn!(
+                                reason = refusal.error.reason,
+                                origin = %refusal.dlq.origin,
+                                error = %refusal.error.message,
+                                "query refused"
+                            );
                         }
                         output
                             .session(&cap)
@@ -876,7 +899,12 @@ impl<'scope> PublishContexts<'scope> for StreamVec<'scope, u64, (Context, Reply)
                 move |input, _output| {
                     input.for_each(|cap, data| {
                         let contexts: Vec<(Context, Reply)> = std::mem::take(data);
+                        let started = Instant::now();
                         publisher.publish(&contexts);
+                        metrics()
+                            .query_stage_seconds
+                            .with_label_values(&["publish"])
+                            .observe(started.elapsed().as_secs_f64());
                         for (context, _) in &contexts {
                             let outcome = if context.error.is_some() {
                                 "error"
@@ -892,10 +920,7 @@ impl<'scope> PublishContexts<'scope> for StreamVec<'scope, u64, (Context, Reply)
                             if let Some(total) = context.latency_ms.get("total") {
                                 metrics().query_seconds.observe(total / 1000.0);
                             }
-                            metrics().context_tokens.observe(context.tokens_used as f64);
-                            if context.truncated {
-                                metrics().contexts_truncated.inc();
-                            }
+                            metrics().record_context(context);
                         }
                         held.push((
                             cap.retain_least(0).expect("time of the batch"),

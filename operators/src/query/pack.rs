@@ -670,16 +670,11 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
                 if state > 0 {
                     shortened += 1;
                 }
-                let action = match form.tier {
-                    Tier::Expanded => "expanded",
-                    Tier::Snippet => "snippet",
-                    Tier::Surrogate => "surrogate",
-                    Tier::Full => "full",
-                };
+                let action = form.tier.as_str();
                 let reason = if state > 0 {
                     format!(
                         "shortened from {} to fit the budget",
-                        tier_name(entry.forms[0].tier)
+                        entry.forms[0].tier.as_str()
                     )
                 } else if entry.deferred {
                     "budget left unused: deferred candidate added".to_string()
@@ -721,15 +716,6 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
         ));
     }
     packed
-}
-
-fn tier_name(tier: Tier) -> &'static str {
-    match tier {
-        Tier::Expanded => "expanded",
-        Tier::Snippet => "snippet",
-        Tier::Surrogate => "surrogate",
-        Tier::Full => "full",
-    }
 }
 
 /// Renders whole chunks (deep, read_chunk and SQL modes): no budget.

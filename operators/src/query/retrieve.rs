@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{Mode, Query, SourceEntry, DEEP_MAX_K, DEFAULT_K};
+use crate::metrics::metrics;
 use crate::model::DocKind;
 use crate::store::{
     Hit, SearchFilter, SearchVector, SparseVector, StoreError, StoredChunk, VectorStore,
@@ -131,21 +132,31 @@ pub fn search_shard(
             }
             _ => {
                 let threshold = query.score_threshold;
+                let lane_timer = |lane: &str, started: std::time::Instant| {
+                    metrics()
+                        .query_stage_seconds
+                        .with_label_values(&[lane])
+                        .observe(started.elapsed().as_secs_f64());
+                };
                 if !vectors.dense.is_empty() {
+                    let started = std::time::Instant::now();
                     answer.dense = store.search(
                         &SearchVector::Dense(vectors.dense.clone()),
                         &filter,
                         pool,
                         threshold,
                     )?;
+                    lane_timer("retrieve_dense", started);
                 }
                 if !vectors.sparse.indices.is_empty() {
+                    let started = std::time::Instant::now();
                     answer.bm25 = store.search(
                         &SearchVector::Sparse(vectors.sparse.clone()),
                         &filter,
                         pool,
                         threshold,
                     )?;
+                    lane_timer("retrieve_bm25", started);
                 }
                 let mut ids: Vec<uuid::Uuid> = answer
                     .dense
