@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: installs what the tests need (model, Tansu broker) when missing, then runs every test.
+# The test command: installs what the tests need (model, Tansu broker, Prometheus) when missing, then
+# runs every test.
 #   RAGSTREAM_CACHE   cache root for the model, Tansu and (in CI) the cargo target dir (default ~/.cache/ragstream)
 #   QDRANT_URL        when set, the index contract suite also runs against that Qdrant server
 set -euo pipefail
@@ -13,6 +14,9 @@ deploy/scripts/fetch-model.sh "$RAGSTREAM_MODEL_DIR" >/dev/null
 echo "== Tansu broker"
 RAGSTREAM_TANSU="$(deploy/scripts/install-tansu.sh)"
 export RAGSTREAM_TANSU
+echo "== Prometheus (Debian package prometheus)"
+RAGSTREAM_PROMETHEUS_BIN="$(deploy/scripts/install-prometheus.sh)"
+export RAGSTREAM_PROMETHEUS_BIN
 if [ "${CI:-}" = "true" ] && [ -z "${CARGO_TARGET_DIR:-}" ]; then
   # Fresh clones in CI reuse compiled dependencies from the cache.
   export CARGO_TARGET_DIR="$cache/target"
