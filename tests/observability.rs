@@ -11,14 +11,12 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::broker::{free_port, Broker};
-use common::job::{http_get, metric, Job};
+use common::job::{http_get, http_post_json, metric, Job};
 use serde_json::{json, Value};
 
 const DOCS: &str = "docs";
@@ -152,22 +150,9 @@ impl Drop for Prometheus {
     }
 }
 
-/// GET over HTTP/1.0 (so the body is never chunked); returns (status, body).
+/// GET `path` from a local server; panics when it does not answer.
 fn get(port: u16, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").expect("write");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read");
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("status");
-    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (status, body.to_string())
+    http_get(port, path).unwrap_or_else(|| panic!("no answer from 127.0.0.1:{port}{path}"))
 }
 
 fn url_encode(text: &str) -> String {
@@ -355,26 +340,8 @@ fn document(tenant: &str, doc_id: &str, version: u64, text: &str) -> (String, Op
 }
 
 fn post_query(port: u16, body: &Value) -> (u16, Value) {
-    let body = body.to_string();
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .expect("timeout");
-    write!(
-        stream,
-        "POST /query HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("write");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read");
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("status");
-    let body = response.split_once("\r\n\r\n").expect("body").1;
-    (status, serde_json::from_str(body).expect("context JSON"))
+    let (status, body) = http_post_json(port, "/query", &body.to_string()).expect("answer");
+    (status, serde_json::from_str(&body).expect("context JSON"))
 }
 
 /// One wave of work: documents of two tenants, an update that shrinks one, a delete, a stale version

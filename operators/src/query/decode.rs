@@ -48,6 +48,18 @@ pub fn decode_query(bytes: &[u8], max_bytes: usize) -> Result<Query, QueryError>
         .map_err(|e| refuse("invalid_utf8", format!("query is not UTF-8: {e}"), None))?;
     let value: serde_json::Value = serde_json::from_str(text)
         .map_err(|e| refuse("malformed_json", format!("query is not JSON: {e}"), None))?;
+    // Counts first, so a negative or fractional one is named in the error (serde's message is not).
+    for field in ["k", "token_budget", "context_window", "reserve_output"] {
+        if let Some(given) = value.get(field).filter(|v| !v.is_null()) {
+            if given.as_u64().is_none() {
+                return Err(refuse(
+                    "invalid_query",
+                    format!("{field} must be a positive integer, got {given}"),
+                    Some(&value),
+                ));
+            }
+        }
+    }
     let query: Query = serde_json::from_value(value.clone())
         .map_err(|e| refuse("invalid_query", e.to_string(), Some(&value)))?;
     validate(&query).map_err(|message| refuse("invalid_query", message, Some(&value)))?;
@@ -135,6 +147,21 @@ mod tests {
         for (bytes, reason) in cases {
             let error = decode_query(bytes, 8192).expect_err("refused");
             assert_eq!(error.reason, reason, "{}", String::from_utf8_lossy(bytes));
+        }
+        // A negative or fractional count names its field.
+        for (bytes, field) in [
+            (
+                &br#"{"query_id":"q","tenant":"t","text":"x","k":-1}"#[..],
+                "k",
+            ),
+            (
+                br#"{"query_id":"q","tenant":"t","text":"x","token_budget":1.5}"#,
+                "token_budget",
+            ),
+        ] {
+            let error = decode_query(bytes, 8192).expect_err("refused");
+            assert!(error.message.starts_with(field), "{}", error.message);
+            assert_eq!(error.query_id.as_deref(), Some("q"));
         }
         let error = decode_query(br#"{"query_id":"q9","tenant":"t","text":""}"#, 8192)
             .expect_err("empty text");

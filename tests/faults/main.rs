@@ -1,0 +1,6 @@
+//! Fault-injection suite. Each case prints a `FAULT <case>: …` line with its figures.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod queries;
