@@ -3,22 +3,33 @@
 use anyhow::Context as _;
 use ragstream_operators::query::Context;
 
-/// Posts `query` to `<url>/query` and returns the context (error contexts included).
+/// Posts `query` to `<url>/query` and returns the context (error contexts included). The bearer token,
+/// when the job requires one, comes from `RAGSTREAM_QUERY_TOKEN`.
 pub fn query(url: &str, query: &serde_json::Value) -> anyhow::Result<Context> {
     let endpoint = format!("{}/query", url.trim_end_matches('/'));
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
         .into();
-    let mut response = agent
+    let mut request = agent
         .post(&endpoint)
-        .header("Content-Type", "application/json")
+        .header("Content-Type", "application/json");
+    if let Some(token) = std::env::var("RAGSTREAM_QUERY_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty())
+    {
+        request = request.header("Authorization", &format!("Bearer {token}"));
+    }
+    let mut response = request
         .send(query.to_string())
         .with_context(|| format!("is the job running? POST {endpoint} failed"))?;
     let body = response
         .body_mut()
         .read_to_string()
         .context("reading the response")?;
+    if response.status() == 401 {
+        anyhow::bail!("the job requires a bearer token: set RAGSTREAM_QUERY_TOKEN");
+    }
     serde_json::from_str(&body).with_context(|| format!("unexpected response: {body}"))
 }
 

@@ -66,6 +66,27 @@ fn respond(request: tiny_http::Request, status: u16, body: String, content_type:
     let _ = request.respond(response);
 }
 
+/// Whether `request` carries `Authorization: Bearer <token>` (always, when no token is configured).
+/// Compared in constant time.
+fn authorized(request: &tiny_http::Request, token: Option<&str>) -> bool {
+    let Some(token) = token else {
+        return true;
+    };
+    request
+        .headers()
+        .iter()
+        .filter(|h| h.field.equiv("Authorization"))
+        .filter_map(|h| h.value.as_str().strip_prefix("Bearer "))
+        .any(|given| {
+            given.len() == token.len()
+                && given
+                    .bytes()
+                    .zip(token.bytes())
+                    .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+                    == 0
+        })
+}
+
 fn query(mut request: tiny_http::Request, ingress: &HttpIngress, max_bytes: usize) {
     let mut body = Vec::new();
     let limit = (max_bytes as u64).saturating_mul(2);
@@ -104,7 +125,9 @@ pub fn serve(
     readiness: Arc<Readiness>,
     ingress: Arc<HttpIngress>,
     max_query_bytes: usize,
+    query_token: Option<String>,
 ) -> anyhow::Result<std::net::SocketAddr> {
+    let query_token: Option<Arc<str>> = query_token.filter(|t| !t.is_empty()).map(Arc::from);
     let server = tiny_http::Server::http(listen)
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
     let address = server
@@ -116,12 +139,25 @@ pub fn serve(
         let server = server.clone();
         let readiness = readiness.clone();
         let ingress = ingress.clone();
+        let query_token = query_token.clone();
         std::thread::Builder::new()
             .name(format!("http-{index}"))
             .spawn(move || {
                 while let Ok(request) = server.recv() {
                     let post = *request.method() == tiny_http::Method::Post;
                     match request.url() {
+                        "/query" if post && !authorized(&request, query_token.as_deref()) => {
+                            tracing::warn!(
+                                remote = ?request.remote_addr(),
+                                "POST /query refused: missing or wrong bearer token"
+                            );
+                            respond(
+                                request,
+                                401,
+                                "{\"error\":\"missing or wrong bearer token\"}".into(),
+                                "application/json",
+                            )
+                        }
                         "/query" if post => query(request, &ingress, max_query_bytes),
                         "/query" => {
                             respond(request, 405, "POST a query event\n".into(), "text/plain")

@@ -212,6 +212,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         readiness.clone(),
         ingress.clone(),
         config.query.max_query_bytes,
+        std::env::var(&config.http.query_token_env).ok(),
     )?;
     tracing::info!(%address, "serving /metrics, /healthz, /readyz, POST /query");
     let progress = Arc::new(IngestProgress::default());

@@ -16,6 +16,7 @@ pub struct Job {
     /// Its working directory (index, DLQ file, log).
     pub dir: PathBuf,
     config: PathBuf,
+    env: Vec<(String, String)>,
 }
 
 /// GET `path` on loopback `port` over HTTP/1.0 (so the body is never chunked); returns (status, body).
@@ -28,10 +29,24 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 
 /// POST a JSON `body` to `path` on loopback `port`; returns (status, body).
 pub fn http_post_json(port: u16, path: &str, body: &str) -> Option<(u16, String)> {
+    http_post_json_with(port, path, body, &[])
+}
+
+/// [`http_post_json`] with extra request headers.
+pub fn http_post_json_with(
+    port: u16,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> Option<(u16, String)> {
+    let extra: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     http_request(
         port,
         &format!(
-            "POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n{body}",
             body.len()
         ),
     )
@@ -73,6 +88,11 @@ pub fn metric_labeled(text: &str, name: &str, label: &str) -> f64 {
 impl Job {
     /// Writes `config` (TOML, with `{dir}` and `{http}` placeholders) into `dir` and starts the job there.
     pub fn start(dir: &Path, config: &str, workers: usize) -> Self {
+        Self::start_with_env(dir, config, workers, &[])
+    }
+
+    /// [`Self::start`] with extra environment variables for the job.
+    pub fn start_with_env(dir: &Path, config: &str, workers: usize, env: &[(&str, &str)]) -> Self {
         let http_port = free_port();
         let config_text = config
             .replace("{dir}", &dir.display().to_string())
@@ -84,6 +104,10 @@ impl Job {
             http_port,
             dir: dir.to_path_buf(),
             config: config_path,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         job.spawn(workers);
         job
@@ -101,6 +125,7 @@ impl Job {
             .args(["--workers", &workers.to_string()])
             .env("RAGSTREAM_MODEL_DIR", super::model_dir())
             .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&self.dir)
             .stdout(Stdio::null())
             .stderr(log)

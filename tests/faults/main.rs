@@ -4,3 +4,4 @@
 mod common;
 
 mod queries;
+mod security;

@@ -371,6 +371,14 @@ pub struct HttpConfig {
     /// Listen address; loopback by default.
     #[serde(default = "default_listen")]
     pub listen: String,
+    /// Name of the environment variable holding the bearer token `POST /query` requires (no token
+    /// required while it is unset or empty). The token itself never lives in the configuration.
+    #[serde(default = "default_query_token_env")]
+    pub query_token_env: String,
+}
+
+fn default_query_token_env() -> String {
+    "RAGSTREAM_QUERY_TOKEN".into()
 }
 
 fn default_listen() -> String {
@@ -381,6 +389,7 @@ impl Default for HttpConfig {
     fn default() -> Self {
         Self {
             listen: default_listen(),
+            query_token_env: default_query_token_env(),
         }
     }
 }
