@@ -393,4 +393,59 @@ mod tests {
         let err = decode(None, Some(&body)).unwrap_err();
         assert!(err.message.len() < 100, "{}", err.message);
     }
+
+    /// JSON-shaped events with random field values: the building blocks of a hostile producer.
+    fn event_json() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let value = prop_oneof![
+            Just("null".to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+            any::<f64>().prop_map(|f| format!("{f:?}")),
+            "\\PC{0,40}".prop_map(|s| serde_json::to_string(&s).unwrap()),
+            Just("[]".to_string()),
+            Just("{}".to_string()),
+            Just("[\"eng\", 1]".to_string()),
+        ];
+        let field = prop_oneof![
+            Just("op"),
+            Just("tenant"),
+            Just("doc_id"),
+            Just("version"),
+            Just("source"),
+            Just("kind"),
+            Just("title"),
+            Just("text"),
+            Just("acl"),
+            Just("metadata"),
+            Just("x"),
+        ];
+        proptest::collection::vec((field, value), 0..10).prop_map(|pairs| {
+            let body: Vec<String> = pairs.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+            format!("{{{}}}", body.join(","))
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+
+        /// Fuzz: arbitrary key and value bytes decode or refuse with a reason; never a panic.
+        #[test]
+        fn arbitrary_bytes_never_panic(
+            key in proptest::option::of(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)),
+            value in proptest::option::of(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)),
+        ) {
+            if let Err(error) = decode_event(key.as_deref(), value.as_deref(), &DecodeConfig::default()) {
+                proptest::prop_assert!(!error.message.is_empty());
+            }
+        }
+
+        /// Fuzz: JSON events with random fields and values never panic.
+        #[test]
+        fn hostile_json_never_panics(
+            key in "\\PC{0,20}(/\\PC{0,20})?",
+            body in event_json(),
+        ) {
+            let _ = decode_event(Some(key.as_bytes()), Some(body.as_bytes()), &DecodeConfig::default());
+        }
+    }
 }

@@ -113,6 +113,7 @@ pub fn validate(query: &Query) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn defaults_and_errors() {
@@ -180,5 +181,38 @@ mod tests {
             8192,
         )
         .expect("list_sources without text");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+
+        /// Fuzz: arbitrary bytes decode or refuse with a reason; never a panic.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
+            if let Err(error) = decode_query(&bytes, 8192) {
+                proptest::prop_assert!(!error.reason.is_empty());
+            }
+        }
+
+        /// Fuzz: queries with random field values (numbers of every sign and size, strings, arrays).
+        #[test]
+        fn hostile_fields_never_panic(
+            fields in proptest::collection::vec((
+                proptest::sample::select(vec!["query_id", "tenant", "text", "mode", "k", "token_budget",
+                    "context_window", "reserve_output", "acl", "score_threshold", "consistency",
+                    "tokenizer", "trace", "filters"]),
+                proptest::prop_oneof![
+                    proptest::prelude::any::<i64>().prop_map(|n| n.to_string()),
+                    proptest::prelude::any::<f64>().prop_map(|f| format!("{f:?}")),
+                    "\\PC{0,30}".prop_map(|s| serde_json::to_string(&s).unwrap()),
+                    proptest::strategy::Just("[\"a\"]".to_string()),
+                    proptest::strategy::Just("true".to_string()),
+                    proptest::strategy::Just("null".to_string()),
+                ],
+            ), 0..8),
+        ) {
+            let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+            let _ = decode_query(format!("{{{}}}", body.join(",")).as_bytes(), 8192);
+        }
     }
 }

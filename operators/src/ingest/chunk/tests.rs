@@ -317,4 +317,19 @@ proptest! {
         assert_covers(&document, &chunks);
         assert_budget(&chunks, budget);
     }
+
+    /// Fuzz: any Unicode text as any kind (SQL-schema JSON included) chunks without a panic, and every
+    /// chunk's text is its byte range of the document.
+    #[test]
+    fn any_text_any_kind_never_panics(
+        text in "\\PC{0,2000}|\\{\"tables\": \\[\\PC{0,300}",
+        kind in prop_oneof![Just(DocKind::Prose), Just(DocKind::Markdown), Just(DocKind::Code), Just(DocKind::SqlSchema)],
+        budget in 8usize..300,
+    ) {
+        let document = doc("f.sql.json", kind, &text);
+        for chunk in chunker(budget, budget).chunk(&document) {
+            let (from, to) = (chunk.char_range.0 as usize, chunk.char_range.1 as usize);
+            prop_assert_eq!(&document.text[from..to], chunk.text.as_str());
+        }
+    }
 }
