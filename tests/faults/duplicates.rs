@@ -1,0 +1,109 @@
+//! Case 4, duplicate delivery: after everything was indexed and committed, the whole topic is delivered
+//! again (a consumer group starting from the earliest offsets, as after a group reset). The index must be
+//! unchanged: the same points, nothing rewritten, nothing re-embedded, nothing stale or lost.
+
+use std::time::{Duration, Instant};
+
+use super::common::broker::Broker;
+use super::common::job::{metric, Job};
+use super::common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
+
+const DOCS: &str = "docs";
+const DLQ: &str = "dlq";
+const PARTITIONS: i32 = 2;
+
+fn config(broker: &Broker, group: &str) -> String {
+    format!(
+        r#"
+[source]
+kind = "kafka"
+[kafka]
+brokers = "{brokers}"
+documents_topic = "{DOCS}"
+dlq_topic = "{DLQ}"
+group_id = "{group}"
+instance_id = "{group}-0"
+[index]
+path = "{{dir}}/index"
+[http]
+listen = "{{http}}"
+[runtime]
+dlq_path = "{{dir}}/dlq.jsonl"
+"#,
+        brokers = broker.bootstrap()
+    )
+}
+
+fn wait_committed(broker: &Broker, group: &str, job: &Job) -> f64 {
+    let started = Instant::now();
+    let high = broker.high_watermarks(DOCS, PARTITIONS);
+    while broker.committed(group, DOCS, PARTITIONS) != high {
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "{group} never committed the end of the topic; log:\n{}",
+            job.log()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    started.elapsed().as_secs_f64()
+}
+
+#[test]
+fn redelivering_the_whole_topic_leaves_the_index_unchanged() {
+    let broker = Broker::start();
+    broker.create_topic(DOCS, PARTITIONS);
+    broker.create_topic(DLQ, 1);
+    let paragraphs: Vec<_> = squad().into_iter().take(80).collect();
+    let mut oracle = Oracle::default();
+    let mut events: Vec<_> = paragraphs
+        .iter()
+        .map(|p| oracle.upsert("squad", &p.id, 1, &p.title, &p.text))
+        .collect();
+    // Shrinks and deletes, so a replay of the old versions would resurrect stale chunks.
+    for p in &paragraphs[..10] {
+        let short = p.text.split(". ").next().unwrap_or(&p.text).to_string();
+        events.push(oracle.upsert("squad", &p.id, 2, &p.title, &short));
+    }
+    for p in &paragraphs[10..15] {
+        events.push(oracle.delete("squad", &p.id, 2));
+    }
+    broker.produce(DOCS, &events);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut job = Job::start(dir.path(), &config(&broker, "first"), 1);
+    job.wait_ready(Duration::from_secs(60));
+    wait_committed(&broker, "first", &job);
+    assert!(job.stop().success());
+    let before = index_contents(&dir.path().join("index"));
+    let expected = oracle.expected(&default_chunker());
+    assert_eq!(
+        compare(&expected, &before).0 + compare(&expected, &before).1,
+        0
+    );
+
+    // Every event again, to the same index, through a group that starts from the earliest offsets.
+    let mut job = Job::start(dir.path(), &config(&broker, "replay"), 1);
+    job.wait_ready(Duration::from_secs(60));
+    let seconds = wait_committed(&broker, "replay", &job);
+    let metrics = job.metrics();
+    let delivered = metric(&metrics, "ragstream_source_events_total");
+    let upserted = metric(&metrics, "ragstream_chunks_upserted_total");
+    let deleted = metric(&metrics, "ragstream_chunks_deleted_total");
+    let embedded = metric(&metrics, "ragstream_embed_texts_total");
+    assert!(job.stop().success());
+    let after = index_contents(&dir.path().join("index"));
+    let (lost, stale, example) = compare(&expected, &after);
+    println!(
+        "FAULT duplicate delivery: {delivered} events delivered again in {seconds:.1} s; points {} before, {} after; upserted {upserted}, deleted {deleted}, re-embedded {embedded}; lost {lost}, stale {stale}",
+        before.len(),
+        after.len()
+    );
+    assert_eq!(
+        delivered as usize,
+        events.len(),
+        "the whole topic was delivered again"
+    );
+    assert_eq!(after, before, "index changed by duplicates");
+    assert_eq!((lost, stale), (0, 0), "{example}");
+    assert_eq!((upserted, deleted, embedded), (0.0, 0.0, 0.0));
+}
