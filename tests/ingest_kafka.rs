@@ -18,28 +18,12 @@ const PARTITIONS: i32 = 3;
 const GROUP: &str = "ragstream-it";
 
 fn config(broker: &Broker) -> String {
-    format!(
-        r#"
-[source]
-kind = "kafka"
-[kafka]
-brokers = "{brokers}"
-documents_topic = "{DOCS}"
-dlq_topic = "{DLQ}"
-group_id = "{GROUP}"
-instance_id = "it-0"
-max_batch = 256
-max_in_flight = 2048
-[ingest]
-max_document_bytes = 20000
-[index]
-path = "{{dir}}/index"
-[http]
-listen = "{{http}}"
-[runtime]
-dlq_path = "{{dir}}/dlq.jsonl"
-"#,
-        brokers = broker.bootstrap()
+    common::kafka_config(
+        &broker.bootstrap(),
+        &format!(
+            "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{GROUP}\"\ninstance_id = \"it-0\"\nmax_batch = 256\nmax_in_flight = 2048"
+        ),
+        "[ingest]\nmax_document_bytes = 20000",
     )
 }
 

@@ -301,26 +301,12 @@ fn labels(line: &str) -> Vec<(String, String)> {
 }
 
 fn config(broker: &Broker) -> String {
-    format!(
-        r#"
-[source]
-kind = "kafka"
-[kafka]
-brokers = "{brokers}"
-documents_topic = "{DOCS}"
-queries_topic = "{QUERIES}"
-contexts_topic = "{CONTEXTS}"
-dlq_topic = "{DLQ}"
-group_id = "ragstream-observability-it"
-instance_id = "observability-it-0"
-[index]
-path = "{{dir}}/index"
-[http]
-listen = "{{http}}"
-[runtime]
-dlq_path = "{{dir}}/dlq.jsonl"
-"#,
-        brokers = broker.bootstrap()
+    common::kafka_config(
+        &broker.bootstrap(),
+        &format!(
+            "documents_topic = \"{DOCS}\"\nqueries_topic = \"{QUERIES}\"\ncontexts_topic = \"{CONTEXTS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"ragstream-observability-it\"\ninstance_id = \"observability-it-0\""
+        ),
+        "",
     )
 }
 

@@ -19,26 +19,12 @@ const CONTEXTS: &str = "contexts";
 const DLQ: &str = "dlq";
 
 fn config(broker: &Broker) -> String {
-    format!(
-        r#"
-[source]
-kind = "kafka"
-[kafka]
-brokers = "{brokers}"
-documents_topic = "{DOCS}"
-queries_topic = "{QUERIES}"
-contexts_topic = "{CONTEXTS}"
-dlq_topic = "{DLQ}"
-group_id = "ragstream-query-it"
-instance_id = "query-it-0"
-[index]
-path = "{{dir}}/index"
-[http]
-listen = "{{http}}"
-[runtime]
-dlq_path = "{{dir}}/dlq.jsonl"
-"#,
-        brokers = broker.bootstrap()
+    common::kafka_config(
+        &broker.bootstrap(),
+        &format!(
+            "documents_topic = \"{DOCS}\"\nqueries_topic = \"{QUERIES}\"\ncontexts_topic = \"{CONTEXTS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"ragstream-query-it\"\ninstance_id = \"query-it-0\""
+        ),
+        "",
     )
 }
 

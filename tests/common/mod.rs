@@ -36,3 +36,26 @@ pub fn data_dir() -> PathBuf {
     );
     dir
 }
+
+/// A job configuration (with the `{dir}` and `{http}` placeholders [`job::Job::start`] fills) reading
+/// documents from Kafka at `brokers`: `kafka` holds the `[kafka]` lines besides `brokers` (topics, group,
+/// instance id, batching), `sections` any further TOML sections. Index, HTTP and DLQ file live in `{dir}`.
+pub fn kafka_config(brokers: &str, kafka: &str, sections: &str) -> String {
+    format!(
+        "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"{brokers}\"\n{kafka}\n{sections}\n[index]\npath = \"{{dir}}/index\"\n[http]\nlisten = \"{{http}}\"\n[runtime]\ndlq_path = \"{{dir}}/dlq.jsonl\"\n"
+    )
+}
+
+/// A job that indexes `{dir}/events.jsonl` and stays up serving queries.
+pub const JSONL_SERVING: &str = r#"
+[source]
+kind = "jsonl"
+path = "{dir}/events.jsonl"
+[index]
+path = "{dir}/index"
+[http]
+listen = "{http}"
+[runtime]
+serve = true
+dlq_path = "{dir}/dlq.jsonl"
+"#;

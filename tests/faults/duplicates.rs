@@ -13,24 +13,12 @@ const DLQ: &str = "dlq";
 const PARTITIONS: i32 = 2;
 
 fn config(broker: &Broker, group: &str) -> String {
-    format!(
-        r#"
-[source]
-kind = "kafka"
-[kafka]
-brokers = "{brokers}"
-documents_topic = "{DOCS}"
-dlq_topic = "{DLQ}"
-group_id = "{group}"
-instance_id = "{group}-0"
-[index]
-path = "{{dir}}/index"
-[http]
-listen = "{{http}}"
-[runtime]
-dlq_path = "{{dir}}/dlq.jsonl"
-"#,
-        brokers = broker.bootstrap()
+    super::common::kafka_config(
+        &broker.bootstrap(),
+        &format!(
+            "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{group}\"\ninstance_id = \"{group}-0\""
+        ),
+        "",
     )
 }
 

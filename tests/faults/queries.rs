@@ -8,21 +8,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::common::job::{http_get, http_post_json, metric, Job};
+use super::common::JSONL_SERVING;
 use ragstream_operators::query::Context;
 use serde_json::{json, Value};
-
-const CONFIG: &str = r#"
-[source]
-kind = "jsonl"
-path = "{dir}/events.jsonl"
-[index]
-path = "{dir}/index"
-[http]
-listen = "{http}"
-[runtime]
-serve = true
-dlq_path = "{dir}/dlq.jsonl"
-"#;
 
 const TENANTS: [&str; 3] = ["acme", "globex", "initech"];
 /// ACL of document `d` (empty = visible to the whole tenant).
@@ -107,7 +95,7 @@ fn tenant_isolation_under_random_queries_and_clear_errors_for_bad_ones() {
     let (lines, owners) = events();
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("events.jsonl"), lines).expect("events");
-    let mut job = Job::start(dir.path(), CONFIG, 1);
+    let mut job = Job::start(dir.path(), JSONL_SERVING, 1);
     job.wait_ready(Duration::from_secs(120));
     job.wait_for(Duration::from_secs(180), "documents indexed", |m| {
         metric(m, "ragstream_documents_total") >= owners.len() as f64

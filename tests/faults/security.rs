@@ -5,23 +5,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::common::job::{http_get, http_post_json_with, Job};
+use super::common::JSONL_SERVING;
 use serde_json::json;
 
 const TOKEN: &str = "tok-3f9c1d0e7b2a4c58";
 const PASSWORD: &str = "sasl-pw-91b7e2c4d6";
-
-const CONFIG: &str = r#"
-[source]
-kind = "jsonl"
-path = "{dir}/events.jsonl"
-[index]
-path = "{dir}/index"
-[http]
-listen = "{http}"
-[runtime]
-serve = true
-dlq_path = "{dir}/dlq.jsonl"
-"#;
 
 #[test]
 fn bearer_token_guards_queries_and_secrets_stay_out_of_logs() {
@@ -32,7 +20,7 @@ fn bearer_token_guards_queries_and_secrets_stay_out_of_logs() {
     std::fs::write(dir.path().join("events.jsonl"), format!("{event}\n")).expect("events");
     let mut job = Job::start_with_env(
         dir.path(),
-        CONFIG,
+        JSONL_SERVING,
         1,
         &[
             ("RAGSTREAM_QUERY_TOKEN", TOKEN),
