@@ -185,7 +185,10 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     }
     let dimension = embedders[0].dimension();
     let version = embedders[0].version().to_string();
-    let shards = open_shards(&config, dimension)?;
+    let shards: Vec<_> = open_shards(&config, dimension)?
+        .into_iter()
+        .map(ragstream_operators::faults::maybe_faulty)
+        .collect();
     for (index, shard) in shards.iter().enumerate() {
         match shard.check_embedder(&version, dimension) {
             Ok(()) => {}

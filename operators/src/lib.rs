@@ -5,6 +5,7 @@
 #![forbid(missing_docs)]
 
 pub mod embed;
+pub mod faults;
 pub mod ingest;
 pub mod io;
 pub mod metrics;

@@ -2,11 +2,12 @@
 //! again (a consumer group starting from the earliest offsets, as after a group reset). The index must be
 //! unchanged: the same points, nothing rewritten, nothing re-embedded, nothing stale or lost.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::common::broker::Broker;
 use super::common::job::{metric, Job};
 use super::common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
+use super::support::wait_committed;
 
 const DOCS: &str = "docs";
 const DLQ: &str = "dlq";
@@ -20,20 +21,6 @@ fn config(broker: &Broker, group: &str) -> String {
         ),
         "",
     )
-}
-
-fn wait_committed(broker: &Broker, group: &str, job: &Job) -> f64 {
-    let started = Instant::now();
-    let high = broker.high_watermarks(DOCS, PARTITIONS);
-    while broker.committed(group, DOCS, PARTITIONS) != high {
-        assert!(
-            started.elapsed() < Duration::from_secs(600),
-            "{group} never committed the end of the topic; log:\n{}",
-            job.log()
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    started.elapsed().as_secs_f64()
 }
 
 #[test]
@@ -60,7 +47,7 @@ fn redelivering_the_whole_topic_leaves_the_index_unchanged() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut job = Job::start(dir.path(), &config(&broker, "first"), 1);
     job.wait_ready(Duration::from_secs(60));
-    wait_committed(&broker, "first", &job);
+    wait_committed(&broker, "first", DOCS, PARTITIONS, &job);
     assert!(job.stop().success());
     let before = index_contents(&dir.path().join("index"));
     let expected = oracle.expected(&default_chunker());
@@ -72,7 +59,7 @@ fn redelivering_the_whole_topic_leaves_the_index_unchanged() {
     // Every event again, to the same index, through a group that starts from the earliest offsets.
     let mut job = Job::start(dir.path(), &config(&broker, "replay"), 1);
     job.wait_ready(Duration::from_secs(60));
-    let seconds = wait_committed(&broker, "replay", &job);
+    let seconds = wait_committed(&broker, "replay", DOCS, PARTITIONS, &job);
     let metrics = job.metrics();
     let delivered = metric(&metrics, "ragstream_source_events_total");
     let upserted = metric(&metrics, "ragstream_chunks_upserted_total");

@@ -3,6 +3,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod crashes;
 mod duplicates;
 mod queries;
 mod security;
+mod support;

@@ -59,7 +59,7 @@ pub fn diff_chunk_sets(
     let new_ids = ids(new);
     let mut deletes: Vec<uuid::Uuid> = old_ids.difference(&new_ids).copied().collect();
     deletes.sort();
-    let upserts: Vec<Chunk> = new
+    let mut upserts: Vec<Chunk> = new
         .map(|s| {
             s.chunks
                 .iter()
@@ -68,7 +68,19 @@ pub fn diff_chunk_sets(
                 .collect()
         })
         .unwrap_or_default();
-    let unchanged = new_ids.intersection(&old_ids).count();
+    let mut unchanged = new_ids.intersection(&old_ids).count();
+    // The index must carry the new version even when no chunk changed (a same-text update, a shrink
+    // that keeps the prefix): hydration seeds the version guard from the newest stored chunk version,
+    // and a lagging one would let a late older event back in after a restart. Rewriting one unchanged
+    // chunk at the new version is enough.
+    if let (Some(old), Some(new)) = (old, new) {
+        if upserts.is_empty() && new.version != old.version {
+            if let Some(first) = new.chunks.first() {
+                upserts.push(first.clone());
+                unchanged -= 1;
+            }
+        }
+    }
     let version = new.or(old).map(|s| s.version).unwrap_or(0);
     ChunkDelta {
         key: key.clone(),
@@ -175,10 +187,28 @@ mod tests {
         let new = chunks(short, 2);
         assert!(old.chunks.len() >= 3);
         let delta = diff_chunk_sets(&key, Some(&old), Some(&new), 5);
-        assert_eq!(delta.unchanged, 1, "the first chunk is identical");
-        assert!(delta.upserts.is_empty());
+        assert_eq!(delta.unchanged, 0, "the identical first chunk is rewritten");
+        assert_eq!(delta.upserts, new.chunks[..1], "at the new version");
         assert_eq!(delta.deletes.len(), old.chunks.len() - 1);
         assert_eq!(delta.version, 2);
+    }
+
+    #[test]
+    fn a_new_version_with_the_same_text_rewrites_one_chunk_and_a_replay_nothing() {
+        let key = DocKey::new("t", "d");
+        let text =
+            "Alpha one two three four five six seven.\n\nBravo one two three four five six seven.";
+        let (v1, v2) = (chunks(text, 1), chunks(text, 2));
+        let bump = diff_chunk_sets(&key, Some(&v1), Some(&v2), 5);
+        assert!(bump.deletes.is_empty());
+        assert_eq!(
+            bump.upserts,
+            v2.chunks[..1],
+            "one chunk carries version 2 into the index"
+        );
+        assert_eq!(bump.unchanged, v2.chunks.len() - 1);
+        let replay = diff_chunk_sets(&key, Some(&v2), Some(&v2), 6);
+        assert!(replay.upserts.is_empty() && replay.deletes.is_empty());
     }
 
     #[test]

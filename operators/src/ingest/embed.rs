@@ -166,6 +166,9 @@ impl<'scope> EmbedChunks<'scope> for StreamVec<'scope, u64, ChunkDelta> {
                     input.for_each(|cap, data| {
                         let (work, dlq) =
                             embed_deltas(embedder.as_mut(), &bm25, std::mem::take(data));
+                        if work.iter().any(|delta| !delta.points.is_empty()) {
+                            crate::faults::fail_point(crate::faults::AFTER_EMBED);
+                        }
                         let mut session = output.session(&cap);
                         session.give_iterator(work.into_iter().map(Ok));
                         session.give_iterator(dlq.into_iter().map(Err));

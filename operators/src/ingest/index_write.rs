@@ -42,6 +42,9 @@ pub fn write_batch(store: &dyn VectorStore, batch: &[IndexDelta]) -> Result<Inde
     let started = Instant::now();
     with_backoff("index", retryable, || {
         store.delete(&deletes)?;
+        if !deletes.is_empty() {
+            crate::faults::fail_point(crate::faults::AFTER_INDEX_DELETE);
+        }
         store.upsert(&points)?;
         store.flush()
     })?;
@@ -72,6 +75,7 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
                 input.for_each(|cap, data| {
                     match write_batch(store.as_ref(), data) {
                         Ok(ack) => {
+                            crate::faults::fail_point(crate::faults::AFTER_INDEX_WRITE);
                             let now = crate::now_millis();
                             for delta in data.iter() {
                                 let seconds = now.saturating_sub(delta.time) as f64 / 1000.0;

@@ -150,6 +150,7 @@ pub fn kafka_source<'scope>(
                 return;
             };
             // 1. Store offsets of acknowledged times.
+            let mut stored = false;
             while let Some(entry) = pending.first_entry() {
                 if acks.less_equal(entry.key()) {
                     break;
@@ -163,6 +164,10 @@ pub fn kafka_source<'scope>(
                     }
                 }
                 pending_count.remove(&time);
+                stored = true;
+            }
+            if stored {
+                crate::faults::fail_point(crate::faults::AFTER_OFFSET_STORE);
             }
             let in_flight: usize = pending_count.values().sum();
             metrics().in_flight_messages.set(in_flight as i64);
@@ -264,6 +269,7 @@ pub fn kafka_source<'scope>(
                 pending_count.insert(time, polled);
                 // The batch's time can now complete.
                 capability.downgrade(&(time + 1));
+                crate::faults::fail_point(crate::faults::AFTER_CONSUME);
             }
             publish_progress(&consumer, &pending, &progress);
             if polled > 0 {

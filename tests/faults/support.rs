@@ -1,0 +1,183 @@
+//! Shared by the fault cases: a seeded workload of document events folded into the oracle, waiting for
+//! the group to commit the end of the topic, and the figures each case reports.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::common::broker::Broker;
+use super::common::job::Job;
+use super::common::oracle::{compare, default_chunker, index_contents, squad, Oracle, Paragraph};
+
+/// Waits until `group` committed the high watermark of every partition of `topic`; returns seconds.
+pub fn wait_committed(
+    broker: &Broker,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+    job: &Job,
+) -> f64 {
+    let started = Instant::now();
+    let high = broker.high_watermarks(topic, partitions);
+    while broker.committed(group, topic, partitions) != high {
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "{group} never committed the end of {topic}; log tail:\n{}",
+            tail(&job.log())
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    started.elapsed().as_secs_f64()
+}
+
+/// The last 40 lines of a log.
+pub fn tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// Lost and stale chunks of the index under `dir/index` against the oracle, with examples.
+pub fn lost_stale(oracle: &Oracle, dir: &std::path::Path) -> (usize, usize, String) {
+    let expected = oracle.expected(&default_chunker());
+    let actual = index_contents(&dir.join("index"));
+    compare(&expected, &actual)
+}
+
+/// A seeded stream of upserts, updates (grow and shrink), deletes, tombstones and stale
+/// (out-of-order) versions over SQuAD paragraphs; every event is folded into the oracle.
+pub struct Workload {
+    pool: Vec<Paragraph>,
+    next: usize,
+    versions: BTreeMap<String, (u64, bool)>,
+    state: u64,
+    /// The expected index.
+    pub oracle: Oracle,
+    /// Events produced so far.
+    pub produced: usize,
+}
+
+impl Workload {
+    /// A workload over the first `pool` SQuAD paragraphs.
+    pub fn new(seed: u64, pool: usize) -> Self {
+        Self {
+            pool: squad().into_iter().take(pool).collect(),
+            next: 0,
+            versions: BTreeMap::new(),
+            state: seed.max(1),
+            oracle: Oracle::default(),
+            produced: 0,
+        }
+    }
+
+    fn random(&mut self, below: usize) -> usize {
+        // xorshift64*
+        self.state ^= self.state >> 12;
+        self.state ^= self.state << 25;
+        self.state ^= self.state >> 27;
+        (self.state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) as usize % below.max(1)
+    }
+
+    fn existing(&mut self, live: bool) -> Option<String> {
+        let ids: Vec<String> = self
+            .versions
+            .iter()
+            .filter(|(_, (_, l))| *l == live)
+            .map(|(id, _)| id.clone())
+            .collect();
+        if ids.is_empty() {
+            return None;
+        }
+        let pick = self.random(ids.len());
+        Some(ids[pick].clone())
+    }
+
+    /// `n` more events.
+    pub fn batch(&mut self, n: usize) -> Vec<(String, Option<Vec<u8>>)> {
+        let mut events = Vec::with_capacity(n);
+        while events.len() < n {
+            let roll = self.random(100);
+            let event = if roll < 45 && self.next < self.pool.len() {
+                let p = self.pool[self.next].clone();
+                self.next += 1;
+                self.versions.insert(p.id.clone(), (1, true));
+                Some(self.oracle.upsert("squad", &p.id, 1, &p.title, &p.text))
+            } else if roll < 70 {
+                // Update: grow (append another paragraph) or shrink (first sentence only).
+                self.existing(true).map(|id| {
+                    let base = self
+                        .pool
+                        .iter()
+                        .find(|p| p.id == id)
+                        .expect("pooled")
+                        .clone();
+                    let pick = self.random(self.pool.len());
+                    let other = self.pool[pick].text.clone();
+                    let text = if self.random(2) == 0 {
+                        format!("{}\n\n{other}", base.text)
+                    } else {
+                        base.text
+                            .split(". ")
+                            .next()
+                            .unwrap_or(&base.text)
+                            .to_string()
+                    };
+                    let version = self.versions[&id].0 + 1;
+                    self.versions.insert(id.clone(), (version, true));
+                    self.oracle
+                        .upsert("squad", &id, version, &base.title, &text)
+                })
+            } else if roll < 80 {
+                self.existing(true).map(|id| {
+                    let version = self.versions[&id].0 + 1;
+                    self.versions.insert(id.clone(), (version, false));
+                    self.oracle.delete("squad", &id, version)
+                })
+            } else if roll < 85 {
+                self.existing(true).map(|id| {
+                    let version = self.versions[&id].0;
+                    self.versions.insert(id.clone(), (version, false));
+                    self.oracle.tombstone("squad", &id)
+                })
+            } else if roll < 92 {
+                // Re-create a deleted document with a newer version.
+                self.existing(false).map(|id| {
+                    let base = self
+                        .pool
+                        .iter()
+                        .find(|p| p.id == id)
+                        .expect("pooled")
+                        .clone();
+                    let version = self.versions[&id].0 + 1;
+                    self.versions.insert(id.clone(), (version, true));
+                    self.oracle
+                        .upsert("squad", &id, version, &base.title, &base.text)
+                })
+            } else {
+                // A stale version arriving late: older than what the document has, must be ignored.
+                self.existing(true).and_then(|id| {
+                    let version = self.versions[&id].0;
+                    (version > 1).then(|| {
+                        self.oracle.upsert(
+                            "squad",
+                            &id,
+                            version - 1,
+                            "stale",
+                            "A stale version that must never be indexed.",
+                        )
+                    })
+                })
+            };
+            events.extend(event);
+        }
+        self.produced += events.len();
+        events
+    }
+}
+
+/// Median of `values` (0 when empty).
+pub fn median(values: &mut [f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
