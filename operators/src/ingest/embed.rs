@@ -58,62 +58,98 @@ pub fn with_backoff<T, E: std::fmt::Display>(
 }
 
 /// Embeds the upserts of `deltas`; returns index work and, for failed embeddings, DLQ records.
+///
+/// A batch that fails for a reason other than an outage (a wrong vector dimension, a text the server
+/// refuses) is embedded again document by document, so only the documents that fail on their own are
+/// dead-lettered; the retractions of every document still apply.
 pub fn embed_deltas(
     embedder: &mut dyn Embedder,
     bm25: &Bm25Encoder,
     deltas: Vec<ChunkDelta>,
 ) -> (Vec<IndexDelta>, Vec<DlqRecord>) {
+    let error = match embed_all(embedder, &deltas) {
+        Ok(vectors) => {
+            return (
+                index_work(embedder, bm25, deltas, Some(vectors)),
+                Vec::new(),
+            )
+        }
+        Err(error) => error,
+    };
+    if deltas.iter().filter(|d| !d.upserts.is_empty()).count() > 1 {
+        tracing::warn!(%error, documents = deltas.len(), "embedding a batch failed: isolating the failing documents");
+        let mut work = Vec::new();
+        let mut dlq = Vec::new();
+        for delta in deltas {
+            let (one_work, one_dlq) = embed_deltas(embedder, bm25, vec![delta]);
+            work.extend(one_work);
+            dlq.extend(one_dlq);
+        }
+        return (work, dlq);
+    }
+    let reason = if matches!(error, EmbedError::Dimension { .. }) {
+        "embedding_dimension"
+    } else {
+        "embedding_failed"
+    };
+    let dlq = deltas
+        .iter()
+        .filter(|d| !d.upserts.is_empty())
+        .map(|delta| {
+            metrics().record_dlq(reason);
+            DlqRecord::new(
+                reason,
+                error.to_string(),
+                Origin::File {
+                    path: delta.key.to_string(),
+                    line: None,
+                },
+                Some(delta.key.tenant.clone()),
+                Some(delta.key.to_string().as_bytes()),
+                None,
+            )
+        })
+        .collect();
+    (index_work(embedder, bm25, deltas, None), dlq)
+}
+
+/// The vectors of every upsert of `deltas`, in order; outages are retried with backoff.
+fn embed_all(
+    embedder: &mut dyn Embedder,
+    deltas: &[ChunkDelta],
+) -> Result<Vec<Vec<f32>>, EmbedError> {
     let inputs: Vec<String> = deltas
         .iter()
         .flat_map(|d| d.upserts.iter().map(|c| c.embedding_input()))
         .collect();
-    let mut dlq = Vec::new();
-    let vectors: Result<Vec<Vec<f32>>, EmbedError> = if inputs.is_empty() {
-        Ok(Vec::new())
-    } else {
-        let texts: Vec<&str> = inputs.iter().map(String::as_str).collect();
-        let started = Instant::now();
-        let result = with_backoff("embedder", EmbedError::is_retryable, || {
-            embedder.embed(&texts)
-        });
-        if result.is_ok() {
-            metrics()
-                .embed_seconds
-                .observe(started.elapsed().as_secs_f64());
-            let tokens = embedder.last_token_count();
-            metrics().embed_tokens.inc_by(tokens as u64);
-            metrics().embed_batch_tokens.observe(tokens as f64);
-            metrics().embed_texts.inc_by(texts.len() as u64);
-        }
-        result
-    };
+    if inputs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let texts: Vec<&str> = inputs.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let vectors = with_backoff("embedder", EmbedError::is_retryable, || {
+        embedder.embed(&texts)
+    })?;
+    metrics()
+        .embed_seconds
+        .observe(started.elapsed().as_secs_f64());
+    let tokens = embedder.last_token_count();
+    metrics().embed_tokens.inc_by(tokens as u64);
+    metrics().embed_batch_tokens.observe(tokens as f64);
+    metrics().embed_texts.inc_by(texts.len() as u64);
+    Ok(vectors)
+}
+
+/// Index work of `deltas`: their deletes, and their upserts with `vectors` (none: deletes only).
+fn index_work(
+    embedder: &dyn Embedder,
+    bm25: &Bm25Encoder,
+    deltas: Vec<ChunkDelta>,
+    vectors: Option<Vec<Vec<f32>>>,
+) -> Vec<IndexDelta> {
     let version = embedder.version().to_string();
-    let mut vectors = match vectors {
-        Ok(vectors) => Some(vectors.into_iter()),
-        Err(error) => {
-            let reason = if matches!(error, EmbedError::Dimension { .. }) {
-                "embedding_dimension"
-            } else {
-                "embedding_failed"
-            };
-            for delta in deltas.iter().filter(|d| !d.upserts.is_empty()) {
-                metrics().record_dlq(reason);
-                dlq.push(DlqRecord::new(
-                    reason,
-                    error.to_string(),
-                    Origin::File {
-                        path: delta.key.to_string(),
-                        line: None,
-                    },
-                    Some(delta.key.tenant.clone()),
-                    Some(delta.key.to_string().as_bytes()),
-                    None,
-                ));
-            }
-            None
-        }
-    };
-    let out = deltas
+    let mut vectors = vectors.map(Vec::into_iter);
+    deltas
         .into_iter()
         .map(|delta| {
             let points = match vectors.as_mut() {
@@ -138,8 +174,7 @@ pub fn embed_deltas(
                 time: delta.time,
             }
         })
-        .collect();
-    (out, dlq)
+        .collect()
 }
 
 /// Extension trait: embed chunk deltas.
@@ -176,5 +211,72 @@ impl<'scope> EmbedChunks<'scope> for StreamVec<'scope, u64, ChunkDelta> {
                 }
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::chunk::{Chunker, ChunkerConfig};
+    use crate::ingest::diff::diff_chunk_sets;
+    use crate::model::{ChunkSet, DocKind, Document};
+
+    /// Answers 4-d vectors, or 3-d ones for a whole request holding a text with `BAD` in it.
+    struct Picky;
+
+    impl Embedder for Picky {
+        fn version(&self) -> &str {
+            "picky"
+        }
+        fn dimension(&self) -> usize {
+            4
+        }
+        fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            if texts.iter().any(|t| t.contains("BAD")) {
+                return Err(EmbedError::Dimension {
+                    expected: 4,
+                    got: 3,
+                });
+            }
+            Ok(texts.iter().map(|_| vec![0.5; 4]).collect())
+        }
+        fn last_token_count(&self) -> usize {
+            0
+        }
+    }
+
+    fn insert(id: &str, text: &str) -> ChunkDelta {
+        let key = DocKey::new("t", id);
+        let document = Document {
+            key: key.clone(),
+            version: 1,
+            source: id.into(),
+            kind: DocKind::Prose,
+            title: None,
+            text: text.into(),
+            acl: vec![],
+        };
+        let set = ChunkSet {
+            version: 1,
+            chunks: Chunker::new(ChunkerConfig::default()).chunk(&document),
+        };
+        diff_chunk_sets(&key, None, Some(&set), 1)
+    }
+
+    #[test]
+    fn a_failing_document_is_isolated_and_only_it_is_dead_lettered() {
+        let deltas = vec![
+            insert("a", "A good document."),
+            insert("b", "A BAD document."),
+            insert("c", "Another good one."),
+        ];
+        let (work, dlq) = embed_deltas(&mut Picky, &Bm25Encoder::default(), deltas);
+        assert_eq!(dlq.len(), 1);
+        assert_eq!(dlq[0].reason, "embedding_dimension");
+        let written: Vec<(&str, usize)> = work
+            .iter()
+            .map(|d| (d.key.doc_id.as_str(), d.points.len()))
+            .collect();
+        assert_eq!(written, [("a", 1), ("b", 0), ("c", 1)]);
     }
 }
