@@ -149,6 +149,10 @@ impl VectorStore for FaultyStore {
     fn dense_vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, Vec<f32>)>, StoreError> {
         self.inner.dense_vectors(ids)
     }
+    fn optimize(&self) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.optimize()
+    }
 }
 
 #[cfg(test)]

@@ -33,8 +33,11 @@ pub struct ChunkDelta {
     pub deletes: Vec<uuid::Uuid>,
     /// Chunks to embed and upsert.
     pub upserts: Vec<Chunk>,
-    /// Chunks present before and after: left alone.
+    /// Chunks present before and after: never re-embedded (counted, and rewritten only when in `restamp`).
     pub unchanged: usize,
+    /// Unchanged chunks rewritten at the new version with their stored vectors (no embedding), so the
+    /// index carries a version bump that changed no chunk.
+    pub restamp: Vec<Chunk>,
     /// The ingestion time of the change (milliseconds since the epoch).
     pub time: u64,
 }
@@ -59,7 +62,7 @@ pub fn diff_chunk_sets(
     let new_ids = ids(new);
     let mut deletes: Vec<uuid::Uuid> = old_ids.difference(&new_ids).copied().collect();
     deletes.sort();
-    let mut upserts: Vec<Chunk> = new
+    let upserts: Vec<Chunk> = new
         .map(|s| {
             s.chunks
                 .iter()
@@ -68,17 +71,15 @@ pub fn diff_chunk_sets(
                 .collect()
         })
         .unwrap_or_default();
-    let mut unchanged = new_ids.intersection(&old_ids).count();
+    let unchanged = new_ids.intersection(&old_ids).count();
     // The index must carry the new version even when no chunk changed (a same-text update, a shrink
     // that keeps the prefix): hydration seeds the version guard from the newest stored chunk version,
     // and a lagging one would let a late older event back in after a restart. Rewriting one unchanged
-    // chunk at the new version is enough.
+    // chunk at the new version, with the vector the index already holds, is enough and embeds nothing.
+    let mut restamp = Vec::new();
     if let (Some(old), Some(new)) = (old, new) {
         if upserts.is_empty() && new.version != old.version {
-            if let Some(first) = new.chunks.first() {
-                upserts.push(first.clone());
-                unchanged -= 1;
-            }
+            restamp.extend(new.chunks.first().cloned());
         }
     }
     let version = new.or(old).map(|s| s.version).unwrap_or(0);
@@ -88,6 +89,7 @@ pub fn diff_chunk_sets(
         deletes,
         upserts,
         unchanged,
+        restamp,
         time,
     }
 }
@@ -141,7 +143,10 @@ impl<'scope> DiffChunks<'scope> for StreamVec<'scope, u64, ((DocKey, ChunkSet), 
                         for (key, (old, new)) in changes {
                             let delta = diff_chunk_sets(&key, old.as_ref(), new.as_ref(), time);
                             metrics().chunks_unchanged.inc_by(delta.unchanged as u64);
-                            if !delta.deletes.is_empty() || !delta.upserts.is_empty() {
+                            if !delta.deletes.is_empty()
+                                || !delta.upserts.is_empty()
+                                || !delta.restamp.is_empty()
+                            {
                                 session.give(delta);
                             }
                         }
@@ -187,8 +192,13 @@ mod tests {
         let new = chunks(short, 2);
         assert!(old.chunks.len() >= 3);
         let delta = diff_chunk_sets(&key, Some(&old), Some(&new), 5);
-        assert_eq!(delta.unchanged, 0, "the identical first chunk is rewritten");
-        assert_eq!(delta.upserts, new.chunks[..1], "at the new version");
+        assert_eq!(delta.unchanged, 1, "the first chunk is identical");
+        assert!(delta.upserts.is_empty(), "nothing to embed");
+        assert_eq!(
+            delta.restamp,
+            new.chunks[..1],
+            "rewritten at the new version"
+        );
         assert_eq!(delta.deletes.len(), old.chunks.len() - 1);
         assert_eq!(delta.version, 2);
     }
@@ -200,15 +210,17 @@ mod tests {
             "Alpha one two three four five six seven.\n\nBravo one two three four five six seven.";
         let (v1, v2) = (chunks(text, 1), chunks(text, 2));
         let bump = diff_chunk_sets(&key, Some(&v1), Some(&v2), 5);
-        assert!(bump.deletes.is_empty());
+        assert!(bump.deletes.is_empty() && bump.upserts.is_empty());
         assert_eq!(
-            bump.upserts,
+            bump.restamp,
             v2.chunks[..1],
             "one chunk carries version 2 into the index"
         );
-        assert_eq!(bump.unchanged, v2.chunks.len() - 1);
+        assert_eq!(bump.unchanged, v2.chunks.len());
         let replay = diff_chunk_sets(&key, Some(&v2), Some(&v2), 6);
-        assert!(replay.upserts.is_empty() && replay.deletes.is_empty());
+        assert!(
+            replay.upserts.is_empty() && replay.deletes.is_empty() && replay.restamp.is_empty()
+        );
     }
 
     #[test]

@@ -30,6 +30,9 @@ pub struct IndexDelta {
     pub deletes: Vec<uuid::Uuid>,
     /// Points to upsert.
     pub points: Vec<PointWrite>,
+    /// Points to rewrite at a new version with the dense vector the index already holds: their `dense`
+    /// is empty here and is read back from the store by the index writer (nothing is embedded).
+    pub restamp: Vec<PointWrite>,
     /// Ingestion time of the change.
     pub time: u64,
 }
@@ -167,10 +170,23 @@ fn index_work(
                     .collect(),
                 None => Vec::new(),
             };
+            let restamp = delta
+                .restamp
+                .into_iter()
+                .map(|chunk| PointWrite {
+                    key: delta.key.clone(),
+                    version: delta.version,
+                    sparse: bm25.encode_document(&chunk.embedding_input()),
+                    dense: Vec::new(),
+                    chunk,
+                    embedder_version: version.clone(),
+                })
+                .collect();
             IndexDelta {
                 key: delta.key,
                 deletes: delta.deletes,
                 points,
+                restamp,
                 time: delta.time,
             }
         })
@@ -186,6 +202,29 @@ pub trait EmbedChunks<'scope> {
     ) -> StreamVec<'scope, u64, Result<IndexDelta, DlqRecord>>;
 }
 
+/// Most chunks embedded per activation of the Embed operator. A worker runs one operator at a time, so
+/// a large ingest batch embedded in one call would hold its queries for as long as the call takes (a
+/// hundred chunks on a CPU: tens of seconds); in slices of this size a query waits at most one slice.
+pub const EMBED_SLICE: usize = 32;
+
+/// Takes whole deltas from the front of `queue` until they hold at least `slice` upserts (or the queue
+/// is empty); deltas without upserts ride along for free.
+pub fn take_slice(
+    queue: &mut std::collections::VecDeque<ChunkDelta>,
+    slice: usize,
+) -> Vec<ChunkDelta> {
+    let mut taken = Vec::new();
+    let mut texts = 0;
+    while let Some(front) = queue.front() {
+        if texts >= slice && !front.upserts.is_empty() {
+            break;
+        }
+        texts += front.upserts.len();
+        taken.push(queue.pop_front().expect("front exists"));
+    }
+    taken
+}
+
 impl<'scope> EmbedChunks<'scope> for StreamVec<'scope, u64, ChunkDelta> {
     fn embed_chunks(
         self,
@@ -193,24 +232,40 @@ impl<'scope> EmbedChunks<'scope> for StreamVec<'scope, u64, ChunkDelta> {
     ) -> StreamVec<'scope, u64, Result<IndexDelta, DlqRecord>> {
         let pact = Exchange::new(|delta: &ChunkDelta| delta.key.route());
         let bm25 = Bm25Encoder::default();
-        self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
-            pact,
-            "Embed",
-            move |_cap, _info| {
-                move |input, output| {
-                    input.for_each(|cap, data| {
-                        let (work, dlq) =
-                            embed_deltas(embedder.as_mut(), &bm25, std::mem::take(data));
-                        if work.iter().any(|delta| !delta.points.is_empty()) {
-                            crate::faults::fail_point(crate::faults::AFTER_EMBED);
-                        }
-                        let mut session = output.session(&cap);
-                        session.give_iterator(work.into_iter().map(Ok));
-                        session.give_iterator(dlq.into_iter().map(Err));
-                    });
+        let scope = self.scope();
+        self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(pact, "Embed", move |_cap, info| {
+            let activator = scope.activator_for(info.address.clone());
+            // Input batches in arrival order, each with its capability: a document's deltas stay in
+            // time order, and a time is not complete downstream until all of its slices were given.
+            let mut queue: std::collections::VecDeque<(
+                timely::dataflow::operators::Capability<u64>,
+                std::collections::VecDeque<ChunkDelta>,
+            )> = std::collections::VecDeque::new();
+            move |input, output| {
+                input.for_each(|cap, data| {
+                    let cap = cap.retain_least(0).expect("time of the batch");
+                    queue.push_back((cap, std::mem::take(data).into()));
+                });
+                let Some((cap, deltas)) = queue.front_mut() else {
+                    return;
+                };
+                let slice = take_slice(deltas, EMBED_SLICE);
+                let (work, dlq) = embed_deltas(embedder.as_mut(), &bm25, slice);
+                if work.iter().any(|delta| !delta.points.is_empty()) {
+                    crate::faults::fail_point(crate::faults::AFTER_EMBED);
                 }
-            },
-        )
+                let mut session = output.session(&*cap);
+                session.give_iterator(work.into_iter().map(Ok));
+                session.give_iterator(dlq.into_iter().map(Err));
+                drop(session);
+                if deltas.is_empty() {
+                    queue.pop_front();
+                }
+                if !queue.is_empty() {
+                    activator.activate();
+                }
+            }
+        })
     }
 }
 
@@ -261,6 +316,24 @@ mod tests {
             chunks: Chunker::new(ChunkerConfig::default()).chunk(&document),
         };
         diff_chunk_sets(&key, None, Some(&set), 1)
+    }
+
+    #[test]
+    fn slices_hold_whole_deltas_in_order_and_at_least_the_slice_size() {
+        let mut queue: std::collections::VecDeque<ChunkDelta> = (0..10)
+            .map(|i| insert(&format!("d{i}"), "One sentence here."))
+            .collect();
+        queue[3].upserts.clear();
+        let first = take_slice(&mut queue, 4);
+        let ids: Vec<&str> = first.iter().map(|d| d.key.doc_id.as_str()).collect();
+        assert_eq!(
+            ids,
+            ["d0", "d1", "d2", "d3", "d4"],
+            "4 upserts, the empty delta rides along"
+        );
+        let rest = take_slice(&mut queue, 100);
+        assert_eq!(rest.len(), 5);
+        assert!(queue.is_empty() && take_slice(&mut queue, 4).is_empty());
     }
 
     #[test]

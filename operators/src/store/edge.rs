@@ -187,6 +187,10 @@ impl EdgeStore {
 }
 
 impl VectorStore for EdgeStore {
+    fn optimize(&self) -> Result<(), StoreError> {
+        EdgeStore::optimize(self).map(|_| ())
+    }
+
     fn backend(&self) -> &'static str {
         "edge"
     }

@@ -216,6 +216,11 @@ pub trait VectorStore: Send + Sync {
     fn get(&self, ids: &[uuid::Uuid]) -> Result<Vec<StoredChunk>, StoreError>;
     /// Dense vectors of the given points (missing ids are skipped).
     fn dense_vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, Vec<f32>)>, StoreError>;
+    /// Housekeeping after many writes: vacuum deleted points and build search indexes. A no-op where
+    /// the engine does it by itself (the Qdrant server).
+    fn optimize(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// The embedder guard shared by the backends: an index whose stored vectors (`found`, any one point) or
