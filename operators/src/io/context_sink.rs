@@ -10,6 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+use super::kafka_log::QuietContext;
 use rdkafka::ClientConfig;
 
 use super::query_source::HttpIngress;
@@ -20,7 +22,7 @@ use crate::query::Context;
 /// Where contexts go.
 pub struct ContextPublisher {
     http: Option<Arc<HttpIngress>>,
-    kafka: Option<(BaseProducer, String)>,
+    kafka: Option<(BaseProducer<QuietContext>, String)>,
 }
 
 impl std::fmt::Debug for ContextPublisher {
@@ -40,11 +42,11 @@ impl ContextPublisher {
     ) -> Result<Self, String> {
         let kafka = match kafka {
             Some((client, topic)) => {
-                let producer: BaseProducer = client
+                let producer: BaseProducer<QuietContext> = client
                     .clone()
                     .set("enable.idempotence", "true")
                     .set("linger.ms", "0")
-                    .create()
+                    .create_with_context(QuietContext::new("contexts producer"))
                     .map_err(|e| e.to_string())?;
                 Some((producer, topic.to_string()))
             }

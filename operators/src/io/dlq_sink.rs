@@ -17,6 +17,7 @@ use timely::dataflow::channels::pact::Pipeline;
 use timely::dataflow::operators::Operator;
 use timely::dataflow::StreamVec;
 
+use super::kafka_log::QuietContext;
 use crate::ingest::dlq::{DlqRecord, Origin};
 use crate::ingest::embed::with_backoff;
 
@@ -74,7 +75,7 @@ impl DlqSink for FileDlq {
 
 /// Kafka topic DLQ.
 pub struct KafkaDlq {
-    producer: BaseProducer,
+    producer: BaseProducer<QuietContext>,
     topic: String,
 }
 
@@ -89,11 +90,11 @@ impl std::fmt::Debug for KafkaDlq {
 impl KafkaDlq {
     /// Creates an idempotent producer for `topic` with the given client settings.
     pub fn new(client: &ClientConfig, topic: &str) -> Result<Self, String> {
-        let producer: BaseProducer = client
+        let producer: BaseProducer<QuietContext> = client
             .clone()
             // Idempotence: retries never duplicate or reorder a DLQ record.
             .set("enable.idempotence", "true")
-            .create()
+            .create_with_context(QuietContext::new("dlq producer"))
             .map_err(|e| e.to_string())?;
         Ok(Self {
             producer,

@@ -11,6 +11,12 @@
 //! shutdown we commit synchronously. A crash replays at most the unacknowledged tail: at-least-once into
 //! an idempotent, version-guarded index.
 //!
+//! Rebalances: with the embedded index, each partition assigned to this source starts from the
+//! index's own checkpoint ([`IndexCheckpoint`]) when it has one, not from the group's offset: a
+//! partition that another instance consumed for a while and then gave back is replayed from where
+//! this index left it, so nothing that instance saw is missing here. Checkpoints advance with the
+//! stored offsets, whether or not the partition is still assigned.
+//!
 //! Flow control: when more than `max_in_flight` messages are unacknowledged, the assigned partitions are
 //! paused (polling continues, so the group membership stays alive) and resumed once the index catches up.
 
@@ -19,12 +25,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
-use rdkafka::{ClientConfig, ClientContext, Message, Statistics};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientConfig, ClientContext, Message, Offset, Statistics, TopicPartitionList};
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::operators::generic::source;
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 
+use super::checkpoint::IndexCheckpoint;
 use super::query_source::IngestProgress;
 use crate::ingest::decode::{decode_event, DecodeConfig};
 use crate::ingest::dlq::{DlqRecord, Origin};
@@ -47,11 +55,16 @@ pub struct KafkaSourceConfig {
     pub max_batch: usize,
     /// Unacknowledged messages above which partitions are paused.
     pub max_in_flight: usize,
+    /// librdkafka's prefetch per consumer, KiB (`queued.max.messages.kbytes`).
+    pub prefetch_kbytes: usize,
     /// Wait between polls when the topic is idle.
     pub idle_poll: Duration,
     /// Static group membership: each worker joins as `<instance_id>-<worker>`, so a restarted job takes
     /// its predecessor's place at once instead of waiting for the broker to evict a dead member.
     pub instance_id: Option<String>,
+    /// The embedded index's position per partition; `None` with a shared index (the Qdrant server),
+    /// whose position is the group's offsets.
+    pub checkpoint: Option<Arc<IndexCheckpoint>>,
 }
 
 impl std::fmt::Debug for KafkaSourceConfig {
@@ -64,10 +77,55 @@ impl std::fmt::Debug for KafkaSourceConfig {
     }
 }
 
-/// Consumer context: exports consumer lag from librdkafka statistics.
-pub struct LagContext;
+/// Consumer context: exports consumer lag from librdkafka statistics and starts assigned partitions
+/// at the index checkpoint.
+pub struct LagContext {
+    topic: String,
+    checkpoint: Option<Arc<IndexCheckpoint>>,
+    errors: super::kafka_log::ErrorDedup,
+}
+
+impl LagContext {
+    /// Sets, in an assignment, the start of every partition the index has a checkpoint for.
+    /// Sets, in an assignment, the start of every partition the index has a checkpoint for; returns
+    /// those partitions with their start.
+    fn start_at_checkpoint(&self, assignment: &mut TopicPartitionList) -> Vec<(i32, i64)> {
+        let mut starts = Vec::new();
+        let Some(checkpoint) = &self.checkpoint else {
+            return starts;
+        };
+        let partitions: Vec<i32> = assignment
+            .elements_for_topic(&self.topic)
+            .iter()
+            .map(|element| element.partition())
+            .collect();
+        for partition in partitions {
+            let Some(next) = checkpoint.next_offset(partition) else {
+                continue;
+            };
+            match assignment.set_partition_offset(&self.topic, partition, Offset::Offset(next)) {
+                Ok(()) => {
+                    tracing::info!(
+                        partition,
+                        next,
+                        "assigned: resuming at the index checkpoint"
+                    );
+                    starts.push((partition, next));
+                }
+                Err(error) => {
+                    tracing::warn!(partition, %error, "cannot start at the index checkpoint")
+                }
+            }
+        }
+        starts
+    }
+}
 
 impl ClientContext for LagContext {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        super::kafka_log::log_client_error(&self.errors, "documents consumer", error, reason);
+    }
+
     fn stats(&self, statistics: Statistics) {
         for topic in statistics.topics.values() {
             for (partition, stats) in &topic.partitions {
@@ -82,7 +140,52 @@ impl ClientContext for LagContext {
     }
 }
 
-impl ConsumerContext for LagContext {}
+impl ConsumerContext for LagContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        error: RDKafkaRespErr,
+        assignment: &mut TopicPartitionList,
+    ) {
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        let result = match error {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let starts = self.start_at_checkpoint(assignment);
+                let assigned = if cooperative {
+                    consumer.incremental_assign(assignment)
+                } else {
+                    consumer.assign(assignment)
+                };
+                // The group's offset follows the index: a partition whose checkpoint is already at the
+                // end of its log would otherwise never commit it (nothing left to consume and store).
+                for (partition, next) in starts.into_iter().filter(|(_, next)| *next > 0) {
+                    if let Err(error) = consumer.store_offset(&self.topic, partition, next - 1) {
+                        tracing::debug!(partition, %error, "checkpoint offset not stored");
+                    }
+                }
+                assigned
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                tracing::info!(partitions = assignment.count(), "partitions revoked");
+                if cooperative {
+                    consumer.incremental_unassign(assignment)
+                } else {
+                    consumer.unassign()
+                }
+            }
+            other => {
+                tracing::warn!(error = ?other, "rebalance error");
+                consumer.unassign()
+            }
+        };
+        if let Err(error) = result {
+            tracing::warn!(%error, "applying a rebalance failed");
+        }
+    }
+}
 
 /// Group-consumer settings shared by the documents and queries sources: offsets stored by us only
 /// after the work they carried is acknowledged (librdkafka commits what is stored), new groups start
@@ -118,7 +221,16 @@ pub fn consumer(
     let consumer: BaseConsumer<LagContext> = group_client(&config.client, &config.group_id, member)
         // Lag per partition for the metrics.
         .set("statistics.interval.ms", "5000")
-        .create_with_context(LagContext)?;
+        // What librdkafka may prefetch besides our in-flight messages (see `prefetch_kbytes`).
+        .set(
+            "queued.max.messages.kbytes",
+            config.prefetch_kbytes.to_string(),
+        )
+        .create_with_context(LagContext {
+            topic: config.topic.clone(),
+            checkpoint: config.checkpoint.clone(),
+            errors: Default::default(),
+        })?;
     consumer.subscribe(&[&config.topic])?;
     Ok(consumer)
 }
@@ -145,6 +257,7 @@ pub fn kafka_source<'scope>(
         let mut pending: BTreeMap<u64, BTreeMap<i32, (i64, i64)>> = BTreeMap::new();
         let mut pending_count: BTreeMap<u64, usize> = BTreeMap::new();
         let mut paused = false;
+        let mut poll_failing = false;
         move |output| {
             let Some(capability) = cap.as_mut() else {
                 return;
@@ -156,11 +269,19 @@ pub fn kafka_source<'scope>(
                     break;
                 }
                 let time = *entry.key();
+                let mut positions = Vec::new();
                 for (partition, (_, offset)) in entry.remove() {
                     // Stores offset + 1 (the next to consume); fails only if the partition was revoked,
                     // in which case its new owner replays from the last committed offset.
                     if let Err(error) = consumer.store_offset(&config.topic, partition, offset) {
                         tracing::debug!(partition, offset, %error, "offset not stored (partition revoked?)");
+                    }
+                    positions.push((partition, offset + 1));
+                }
+                if let Some(checkpoint) = &config.checkpoint {
+                    // Behind is safe (a replay into an idempotent index); never crash the job for it.
+                    if let Err(error) = checkpoint.advance(&positions) {
+                        tracing::warn!(%error, "index checkpoint not written");
                     }
                 }
                 pending_count.remove(&time);
@@ -224,10 +345,17 @@ pub fn kafka_source<'scope>(
                     None if lingering => continue,
                     None => break,
                     Some(Err(error)) => {
-                        tracing::warn!(%error, "kafka poll error");
+                        // Once per failure, not once per poll: the consumer retries by itself.
+                        if !poll_failing {
+                            tracing::warn!(%error, "kafka poll error (logged once until polling works again)");
+                            poll_failing = true;
+                        }
                         break;
                     }
                     Some(Ok(message)) => {
+                        if std::mem::take(&mut poll_failing) {
+                            tracing::info!("kafka polling works again");
+                        }
                         first_at.get_or_insert_with(std::time::Instant::now);
                         let origin = Origin::Kafka {
                             topic: message.topic().to_string(),

@@ -1,9 +1,11 @@
 //! Sources and sinks: Kafka, directories, JSONL files, DLQ sinks.
 
+pub mod checkpoint;
 pub mod context_sink;
 pub mod dir_source;
 pub mod dlq_sink;
 pub mod kafka_admin;
+pub mod kafka_log;
 pub mod kafka_source;
 pub mod local_source;
 pub mod query_source;

@@ -15,6 +15,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+
+use super::kafka_log::QuietContext;
 use rdkafka::{ClientConfig, Message};
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::operators::generic::source;
@@ -102,7 +104,7 @@ pub struct QueryKafkaConfig {
 
 /// Documents-topic high watermarks, with the partition list refreshed every 30 s.
 struct Watermarks {
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<QuietContext>,
     topic: String,
     partitions: Vec<i32>,
     listed: Option<Instant>,
@@ -171,7 +173,8 @@ fn refusal(
     }
 }
 
-/// The source. `http` is drained by worker 0 only; `kafka` is consumed by every worker. With
+/// The source. `http` is drained by the worker given it (one per process); `kafka` is consumed by
+/// every worker. With
 /// `finite_ingest`, the source stops once that probe is done (a JSONL input fully indexed).
 #[allow(clippy::too_many_arguments)]
 pub fn query_source<'scope>(
@@ -186,15 +189,14 @@ pub fn query_source<'scope>(
     source::<_, CapacityContainerBuilder<Vec<_>>, _, _>(scope, "QuerySource", move |cap, info| {
         let activator = scope.activator_for(info.address.clone());
         let worker = scope.index();
-        let http = if worker == 0 { http } else { None };
         let consumer = kafka.as_ref().map(|config| {
             let member = config
                 .instance_id
                 .as_ref()
                 .map(|instance| format!("{instance}-queries-{worker}"));
-            let consumer: BaseConsumer =
+            let consumer: BaseConsumer<QuietContext> =
                 super::kafka_source::group_client(&config.client, &config.group_id, member)
-                    .create()
+                    .create_with_context(QuietContext::new("queries consumer"))
                     .unwrap_or_else(|e| panic!("cannot create the queries consumer: {e}"));
             consumer
                 .subscribe(&[&config.topic])
@@ -205,7 +207,7 @@ pub fn query_source<'scope>(
             consumer: config
                 .client
                 .clone()
-                .create()
+                .create_with_context(QuietContext::new("watermark client"))
                 .unwrap_or_else(|e| panic!("cannot create the watermark client: {e}")),
             topic: config.documents_topic.clone(),
             partitions: Vec::new(),
