@@ -13,6 +13,7 @@ pub mod model;
 pub mod query;
 pub mod store;
 pub mod tokens;
+pub mod wire;
 
 /// Milliseconds since the Unix epoch: the dataflow's time domain.
 pub fn now_millis() -> u64 {

@@ -49,6 +49,18 @@ impl std::fmt::Display for Origin {
 /// Largest original value kept in a DLQ record; longer values are cut (and marked truncated).
 pub const MAX_DLQ_VALUE_BYTES: usize = 256 << 10;
 
+/// Longest error message kept (and logged): parser errors can quote the input, and a document must
+/// never reach the logs or the DLQ headers beyond a short prefix.
+pub const MAX_DLQ_MESSAGE_CHARS: usize = 300;
+
+/// `message` cut to [`MAX_DLQ_MESSAGE_CHARS`] characters, marked with `…` when cut.
+pub fn bounded_message(message: String) -> String {
+    match message.char_indices().nth(MAX_DLQ_MESSAGE_CHARS) {
+        Some((cut, _)) => format!("{}…", &message[..cut]),
+        None => message,
+    }
+}
+
 /// A refused event on its way to the DLQ.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct DlqRecord {
@@ -81,12 +93,41 @@ impl DlqRecord {
         let truncated = value.is_some_and(|v| v.len() > MAX_DLQ_VALUE_BYTES);
         Self {
             reason: reason.to_string(),
-            message,
+            message: bounded_message(message),
             origin,
             tenant,
             key: key.map(<[u8]>::to_vec),
             value: value.map(|v| v[..v.len().min(MAX_DLQ_VALUE_BYTES)].to_vec()),
             truncated,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_quoting_a_whole_document_is_cut_to_a_short_prefix() {
+        let document = "secret body ".repeat(30_000);
+        let error = serde_json::from_str::<u64>(&format!("\"{document}\"")).expect_err("a string");
+        assert!(error.to_string().len() > 100_000, "serde quotes the input");
+        let record = DlqRecord::new(
+            "malformed_json",
+            error.to_string(),
+            Origin::File {
+                path: "e.jsonl".into(),
+                line: Some(1),
+            },
+            None,
+            None,
+            Some(document.as_bytes()),
+        );
+        assert_eq!(record.message.chars().count(), MAX_DLQ_MESSAGE_CHARS + 1);
+        assert!(record.message.ends_with('…'));
+        assert_eq!(bounded_message("short".into()), "short");
+        assert!(
+            record.truncated && record.value.as_ref().map_or(0, Vec::len) == MAX_DLQ_VALUE_BYTES
+        );
     }
 }

@@ -3,7 +3,8 @@
 //! ```text
 //! QuerySource ─ok─► AwaitConsistency ─► CacheLookup ─► Intent ─► EmbedQuery ─► broadcast ─► SearchShard
 //!   │                                                                                          │ exchange to the origin worker
-//!   │             Publish ◄─ Pack ◄─ Mmr ◄─ Dedup ◄─ Rerank ◄─ Fuse ◄─ Gather ◄────────────────┘
+//!   │  Publish ◄─ Pack ◄─ Neighbours ◄─ Mmr ◄─ Dedup ◄─ Rerank ◄─ Fuse ◄─ Gather ◄────────────┘
+//!   │                         │ ▲ exchange to the top hit's shard owner and back
 //!   └─err (refused query) ─► PublishRefusal (error context + DLQ)
 //! ```
 //!
@@ -47,6 +48,7 @@ use crate::io::query_source::IngestProgress;
 use crate::metrics::metrics;
 use crate::store::{Bm25Encoder, SearchFilter, VectorStore};
 use crate::tokens::{Encoding, TokenCounter};
+use crate::wire::Wire;
 
 /// Where a context goes besides the contexts topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -158,13 +160,20 @@ pub struct Working {
     pub trace: Trace,
     /// Chunks that passed the filters (before dedup and MMR).
     pub available: usize,
+    /// Chunks of the top candidate's document around it (for the expanded tier), fetched on the
+    /// worker owning its shard.
+    pub neighbours: Vec<crate::store::StoredChunk>,
 }
 
 /// What the query operators share.
 #[derive(Clone)]
 pub struct QueryServices {
-    /// This process's shards, by worker index.
+    /// This process's shards: `shards[i]` belongs to worker `first_worker + i`.
     pub shards: Arc<Vec<Arc<dyn VectorStore>>>,
+    /// The global index of this process's first worker (0 outside a cluster).
+    pub first_worker: usize,
+    /// Workers of the whole cluster (= shards of an embedded index).
+    pub peers: usize,
     /// One collection shared by all workers (server backend): only worker 0 searches it.
     pub shared_index: bool,
     /// The query embedder (one per process, shared by its workers).
@@ -212,13 +221,22 @@ impl QueryServices {
         }
     }
 
-    /// The shard that owns `key` in this process, if any.
-    fn shard_of(&self, key: &crate::model::DocKey) -> Option<&Arc<dyn VectorStore>> {
+    /// The worker whose shard holds `key` (with a shared index: any, so `origin`).
+    pub fn owner_of(&self, key: &crate::model::DocKey, origin: usize) -> usize {
+        if self.shared_index {
+            return origin;
+        }
+        (key.route() % self.peers.max(1) as u64) as usize
+    }
+
+    /// The shard of global worker `worker`, if it is in this process.
+    pub fn local_shard(&self, worker: usize) -> Option<&Arc<dyn VectorStore>> {
         if self.shared_index {
             return self.shards.first();
         }
-        self.shards
-            .get((key.route() % self.shards.len().max(1) as u64) as usize)
+        worker
+            .checked_sub(self.first_worker)
+            .and_then(|local| self.shards.get(local))
     }
 }
 
@@ -419,31 +437,37 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
     fn retrieve(self, services: QueryServices) -> StreamVec<'scope, u64, Working> {
         let search = services.clone();
         let worker = self.scope().index();
-        let answers = self.broadcast().map(move |job: QueryJob| {
-            let started = Instant::now();
-            let skip = job.cached.is_some() || (search.shared_index && worker != 0);
-            let answer = match search.shards.get(worker) {
-                Some(shard) if !skip => {
-                    let pool = pool_size(
-                        &job.query,
-                        job.plan.as_ref().map_or(16, |p| p.pool),
-                        search.config.min_pool,
-                    );
-                    search_shard(shard.as_ref(), &job.query, &job.vectors, pool)
-                }
-                _ => ShardAnswer::default(),
-            };
-            (job, answer, started.elapsed().as_secs_f64())
-        });
-        let peers = services.shards.len();
+        // Jobs and answers cross processes in a cluster: as JSON (see `crate::wire`).
+        let answers = self
+            .map(Wire)
+            .broadcast()
+            .map(move |Wire(job): Wire<QueryJob>| {
+                let started = Instant::now();
+                let skip = job.cached.is_some() || (search.shared_index && worker != 0);
+                let answer = match search.local_shard(worker) {
+                    Some(shard) if !skip => {
+                        let pool = pool_size(
+                            &job.query,
+                            job.plan.as_ref().map_or(16, |p| p.pool),
+                            search.config.min_pool,
+                        );
+                        search_shard(shard.as_ref(), &job.query, &job.vectors, pool)
+                    }
+                    _ => ShardAnswer::default(),
+                };
+                Wire((job, answer, started.elapsed().as_secs_f64()))
+            });
+        let peers = services.peers;
         answers.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
-            Exchange::new(|(job, _, _): &(QueryJob, ShardAnswer, f64)| job.origin as u64),
+            Exchange::new(|Wire((job, _, _)): &Wire<(QueryJob, ShardAnswer, f64)>| {
+                job.origin as u64
+            }),
             "Gather",
             move |_, _| {
                 let mut parts: HashMap<u64, (QueryJob, Vec<ShardAnswer>, f64)> = HashMap::new();
                 move |input, output| {
                     input.for_each(|cap, data| {
-                        for (job, answer, seconds) in data.drain(..) {
+                        for Wire((job, answer, seconds)) in data.drain(..) {
                             let id = job.id;
                             let complete = {
                                 let entry =
@@ -475,6 +499,7 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                                 deferred: Vec::new(),
                                 trace: Trace::default(),
                                 available: 0,
+                                neighbours: Vec::new(),
                             });
                         }
                     });
@@ -494,6 +519,9 @@ pub trait AnswerSteps<'scope> {
     fn dedup(self) -> StreamVec<'scope, u64, Working>;
     /// MMR with per-document and per-section caps.
     fn mmr(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working>;
+    /// Fetches the neighbours of a bounded query's top candidate on the worker owning its shard (in
+    /// this process or another of the cluster) and joins them back on the origin worker.
+    fn neighbours(self, services: QueryServices) -> StreamVec<'scope, u64, Working>;
     /// Packs (or renders, for the other modes) the context.
     fn pack(
         self,
@@ -611,6 +639,94 @@ impl<'scope> AnswerSteps<'scope> for StreamVec<'scope, u64, Working> {
         })
     }
 
+    fn neighbours(self, services: QueryServices) -> StreamVec<'scope, u64, Working> {
+        type Request = Wire<((usize, u64), crate::store::StoredChunk)>;
+        type Answer = Wire<((usize, u64), Vec<crate::store::StoredChunk>)>;
+        let wants = |working: &Working| {
+            working.job.cached.is_none()
+                && working.job.query.mode == Mode::Bounded
+                && !working.candidates.is_empty()
+        };
+        let route = services.clone();
+        let requests = self
+            .clone()
+            .flat_map(move |working: Working| -> Option<Request> {
+                wants(&working).then(|| {
+                    let top = working.candidates[0].stored.clone();
+                    Wire(((working.job.origin, working.job.id), top))
+                })
+            });
+        let fetch = services.clone();
+        let worker_of =
+            move |key: &crate::model::DocKey, origin: usize| route.owner_of(key, origin);
+        let answers = requests.unary::<CapacityContainerBuilder<Vec<Answer>>, _, _, _>(
+            Exchange::new(move |Wire(((origin, _), top)): &Request| {
+                worker_of(&top.key, *origin) as u64
+            }),
+            "FetchNeighbours",
+            move |_, _| {
+                move |input, output| {
+                    input.for_each(|cap, data| {
+                        let mut session = output.session(&cap);
+                        for Wire((id, top)) in data.drain(..) {
+                            let owner = fetch.owner_of(&top.key, id.0);
+                            let neighbours = match fetch.local_shard(owner) {
+                                Some(shard) => neighbours_of(shard.as_ref(), &top),
+                                None => Vec::new(),
+                            };
+                            session.give(Wire((id, neighbours)));
+                        }
+                    });
+                }
+            },
+        );
+        self.binary::<_, CapacityContainerBuilder<Vec<Working>>, _, _, _, _>(
+            answers,
+            Pipeline,
+            Exchange::new(|Wire(((origin, _), _)): &Answer| *origin as u64),
+            "Neighbours",
+            move |_, _| {
+                let mut waiting: HashMap<(usize, u64), (Capability<u64>, Working)> = HashMap::new();
+                let mut arrived: HashMap<(usize, u64), Vec<crate::store::StoredChunk>> =
+                    HashMap::new();
+                move |working_input, answer_input, output| {
+                    working_input.for_each(|cap, data| {
+                        for mut working in data.drain(..) {
+                            if !wants(&working) {
+                                output.session(&cap).give(working);
+                                continue;
+                            }
+                            let id = (working.job.origin, working.job.id);
+                            match arrived.remove(&id) {
+                                Some(neighbours) => {
+                                    working.neighbours = neighbours;
+                                    output.session(&cap).give(working);
+                                }
+                                None => {
+                                    let retained = cap.retain_least(0).expect("time of the batch");
+                                    waiting.insert(id, (retained, working));
+                                }
+                            }
+                        }
+                    });
+                    answer_input.for_each(|_, data| {
+                        for Wire((id, neighbours)) in data.drain(..) {
+                            match waiting.remove(&id) {
+                                Some((cap, mut working)) => {
+                                    working.neighbours = neighbours;
+                                    output.session(&cap).give(working);
+                                }
+                                None => {
+                                    arrived.insert(id, neighbours);
+                                }
+                            }
+                        }
+                    });
+                }
+            },
+        )
+    }
+
     fn pack(
         self,
         services: QueryServices,
@@ -670,15 +786,11 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
         context.error = Some(format!("index unavailable: {error}"));
         return finish(context, notes, working);
     }
-    let separator = services.config.pack.separator.clone();
     let k = results_wanted(query);
     match query.mode {
         Mode::Bounded => {
             let (budget, window) = budget_for(query, counter);
-            let neighbours = match working.candidates.first() {
-                Some(top) => neighbours_of(services, &top.stored),
-                None => Vec::new(),
-            };
+            let neighbours = std::mem::take(&mut working.neighbours);
             let terms = plan.as_ref().map(|p| p.terms.clone()).unwrap_or_default();
             let packed = pack(PackRequest {
                 picked: &working.candidates,
@@ -708,7 +820,7 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
                 .iter()
                 .map(|c| (c.clone(), c.stored.chunk.text.clone()))
                 .collect();
-            let (items, text, tokens) = render_full(&items, &separator, counter);
+            let (items, text, tokens) = render_full(&items, &services.config.pack, counter);
             (context.items, context.context, context.tokens_used) = (items, text, tokens);
             notes.push(format!(
                 "deep mode: no token budget; {} full chunks, {} tokens — check they fit your model's window",
@@ -721,7 +833,7 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
                 let candidate = Candidate::new(stored.clone());
                 let (items, text, tokens) = render_full(
                     &[(candidate, stored.chunk.text.clone())],
-                    &separator,
+                    &services.config.pack,
                     counter,
                 );
                 (context.items, context.context, context.tokens_used) = (items, text, tokens);
@@ -771,7 +883,7 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
                 .iter()
                 .map(|c| (c.clone(), render(&c.stored.chunk.text)))
                 .collect();
-            let (items, text, tokens) = render_full(&items, &separator, counter);
+            let (items, text, tokens) = render_full(&items, &services.config.pack, counter);
             (context.items, context.context, context.tokens_used) = (items, text, tokens);
             if query.mode == Mode::SqlFull && context.tokens_used > SQL_FULL_HINT_TOKENS {
                 notes.push(format!(
@@ -803,14 +915,11 @@ fn finish(mut context: Context, notes: Vec<String>, working: &mut Working) -> Co
     context
 }
 
-/// Chunks of `top`'s document within 3 positions of it, from the shard holding it.
+/// Chunks of `top`'s document within 3 positions of it, from `shard` (the one holding it).
 fn neighbours_of(
-    services: &QueryServices,
+    shard: &dyn VectorStore,
     top: &crate::store::StoredChunk,
 ) -> Vec<crate::store::StoredChunk> {
-    let Some(shard) = services.shard_of(&top.key) else {
-        return Vec::new();
-    };
     let filter = SearchFilter {
         tenant: Some(top.key.tenant.clone()),
         doc_ids: vec![top.key.doc_id.clone()],
@@ -865,7 +974,7 @@ impl<'scope> RefuseQueries<'scope> for StreamVec<'scope, u64, Refusal> {
                             tracing::warn!(
                                 reason = refusal.error.reason,
                                 origin = %refusal.dlq.origin,
-                                error = %refusal.error.message,
+                                error = %refusal.dlq.message,
                                 "query refused"
                             );
                         }
