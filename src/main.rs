@@ -5,6 +5,7 @@
 
 mod bench;
 mod bench_query;
+mod bench_scale;
 mod client;
 mod eval;
 mod http;
@@ -49,6 +50,15 @@ enum Command {
         /// Exit after this many idle seconds (overrides runtime.exit_when_idle_secs).
         #[arg(long)]
         exit_when_idle: Option<u64>,
+        /// Processes of a timely cluster (overrides runtime.processes).
+        #[arg(long, short = 'n')]
+        processes: Option<usize>,
+        /// This process's index in the cluster (overrides runtime.process).
+        #[arg(long, short = 'p')]
+        process: Option<usize>,
+        /// Hostfile of the cluster: one `host:port` per process (overrides runtime.hostfile).
+        #[arg(long)]
+        hostfile: Option<PathBuf>,
     },
     /// Sends a query to the running job (`POST /query`) and prints its context.
     Query {
@@ -142,6 +152,24 @@ enum BenchCommand {
         #[arg(long, default_value_t = 20.0)]
         seconds: f64,
     },
+    /// Ingest and query throughput at several worker counts, the model taken out (instant embedder).
+    Scale {
+        /// BEIR-layout corpus.jsonl.
+        #[arg(long)]
+        corpus: PathBuf,
+        /// Kafka bootstrap servers.
+        #[arg(long)]
+        brokers: String,
+        /// Use only the first N documents.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Worker counts, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+        workers: Vec<usize>,
+        /// Queries per worker count.
+        #[arg(long, default_value_t = 2000)]
+        queries: usize,
+    },
     /// Token counting, embedding-only and end-to-end Kafka ingest throughput, freshness, peak RSS.
     Ingest {
         /// BEIR-layout corpus.jsonl.
@@ -181,11 +209,23 @@ fn main() -> anyhow::Result<()> {
             config,
             workers,
             exit_when_idle,
+            processes,
+            process,
+            hostfile,
         } => {
             let mut config =
                 Config::load(&config).with_context(|| format!("loading {}", config.display()))?;
             if let Some(workers) = workers {
                 config.runtime.workers = workers;
+            }
+            if let Some(processes) = processes {
+                config.runtime.processes = processes;
+            }
+            if let Some(process) = process {
+                config.runtime.process = process;
+            }
+            if hostfile.is_some() {
+                config.runtime.hostfile = hostfile;
             }
             if let Some(idle) = exit_when_idle {
                 config.runtime.exit_when_idle_secs = idle;
@@ -290,6 +330,23 @@ fn main() -> anyhow::Result<()> {
                 data,
                 rate,
                 seconds,
+            })?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
+        }
+        Command::Bench(BenchCommand::Scale {
+            corpus,
+            brokers,
+            limit,
+            workers,
+            queries,
+        }) => {
+            let report = bench_scale::scale(bench_scale::ScaleBench {
+                corpus,
+                brokers,
+                limit,
+                workers,
+                queries,
             })?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())

@@ -3,6 +3,12 @@
 //! Shards (edge backend) live at `<index.path>/shard-<i>` for worker `i`; `<index.path>/layout.json`
 //! records the worker count, and a job with another count refuses to start (documents are routed to
 //! shards by key hash modulo the worker count; changing it needs a re-index).
+//!
+//! Cluster mode (`runtime.processes` > 1) is timely's own: `processes` processes of `workers` threads
+//! each, connected as the hostfile lists them. Worker indices are global; each process opens the shards
+//! of its workers only, consumes the partitions the group gives its workers, and serves HTTP from its
+//! first worker. Exchanges (documents to the worker owning their shard, queries to every shard and back
+//! to the worker that received them) cross processes through timely's communication layer.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -17,9 +23,11 @@ use ragstream_operators::embed::Embedder;
 use ragstream_operators::ingest::chunk::{Chunker, ChunkerConfig};
 use ragstream_operators::ingest::decode::DecodeConfig;
 use ragstream_operators::ingest::hydrate::hydrate;
+use ragstream_operators::io::checkpoint::IndexCheckpoint;
 use ragstream_operators::io::context_sink::ContextPublisher;
 use ragstream_operators::io::dir_source::{read_jsonl, DirSource};
 use ragstream_operators::io::dlq_sink::{DlqSink, FileDlq, KafkaDlq};
+use ragstream_operators::io::kafka_log::QuietContext;
 use ragstream_operators::io::kafka_source::{kafka_source, KafkaSourceConfig};
 use ragstream_operators::io::local_source::{local_source, LocalInput, LocalSourceConfig};
 use ragstream_operators::io::query_source::{HttpIngress, IngestProgress, QueryKafkaConfig};
@@ -64,8 +72,10 @@ pub fn open_shards(config: &Config, dimension: usize) -> anyhow::Result<Vec<Arc<
             let root = &config.index.path;
             std::fs::create_dir_all(root)
                 .with_context(|| format!("creating {}", root.display()))?;
-            check_layout(root, config.runtime.workers)?;
-            (0..config.runtime.workers)
+            // In a cluster every process opens the shards of its own workers (global indices).
+            check_layout(root, config.runtime.total_workers())?;
+            let first = config.runtime.first_worker();
+            (first..first + config.runtime.workers)
                 .map(|i| {
                     let path = root.join(format!("shard-{i}"));
                     let store = EdgeStore::open(&path, dimension)
@@ -240,14 +250,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
             shutdown.clone(),
         )?;
     }
-    {
-        let shutdown = shutdown.clone();
-        ctrlc::set_handler(move || {
-            tracing::info!("stopping: finishing in-flight work");
-            shutdown.store(true, Ordering::SeqCst);
-        })
-        .context("installing the signal handler")?;
-    }
+    stop_on_signal(shutdown.clone())?;
     if config.runtime.exit_when_idle_secs > 0 {
         spawn_idle_watch(
             Duration::from_secs(config.runtime.exit_when_idle_secs),
@@ -297,15 +300,27 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     let config = Arc::new(config);
     let ready_workers = Arc::new(std::sync::atomic::AtomicUsize::new(0));
 
+    // The embedded index's own position in the documents topic (see `io::checkpoint`); a shared
+    // (server) index uses the group's offsets.
+    let checkpoint = match (config.source.kind, config.index.kind) {
+        (SourceKind::Kafka, IndexKind::Edge) => Some(Arc::new(IndexCheckpoint::open(
+            &config.index.path,
+            &config.kafka.documents_topic,
+        )?)),
+        _ => None,
+    };
+    let first_worker = config.runtime.first_worker();
+    let timely_config = timely_config(&config.runtime)?;
     let job_shards = shards.clone();
     let job_shutdown = shutdown.clone();
     let job_ingress = ingress.clone();
     let thread = std::thread::Builder::new().name("timely".into()).spawn(
         move || -> anyhow::Result<()> {
-            let guards = timely::execute(timely::Config::process(workers), move |worker| {
+            let guards = timely::execute(timely_config, move |worker| {
                 let index = worker.index();
                 let peers = worker.peers();
-                let store = shards[index].clone();
+                let local = index - first_worker;
+                let store = shards[local].clone();
                 let owns = move |key: &ragstream_operators::model::DocKey| {
                     (key.route() % peers as u64) as usize == index
                 };
@@ -317,7 +332,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                     chunks = hydrated.chunk_count(),
                     "hydrated"
                 );
-                let embedder = embedders.lock().expect("embedders")[index]
+                let embedder = embedders.lock().expect("embedders")[local]
                     .take()
                     .expect("one embedder per worker");
                 let chunker = Chunker::new(ChunkerConfig {
@@ -359,6 +374,8 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                 .unwrap_or_else(|e| panic!("contexts producer: {e}"));
                 let services = QueryServices {
                     shards: shards.clone(),
+                    first_worker,
+                    peers,
                     shared_index: config.index.kind == IndexKind::Server,
                     embedder: query_embedder.clone(),
                     config: Arc::new(config.query.clone()),
@@ -367,7 +384,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                     acks: acks.clone(),
                 };
                 let finite = config.source.kind == SourceKind::Jsonl && !config.runtime.serve;
-                let input = if index == 0 {
+                let input = if index == first_worker {
                     local_input.lock().expect("local input").take()
                 } else {
                     None
@@ -383,8 +400,10 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                                 group_id: config.kafka.group_id.clone(),
                                 max_batch: config.kafka.max_batch,
                                 max_in_flight: config.kafka.max_in_flight,
+                                prefetch_kbytes: config.kafka.prefetch_kbytes,
                                 idle_poll: Duration::from_millis(20),
                                 instance_id: config.kafka.instance_id.clone(),
+                                checkpoint: checkpoint.clone(),
                             };
                             kafka_source(
                                 scope,
@@ -423,7 +442,8 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                         QueryParts {
                             services,
                             kafka: kafka_queries,
-                            http: Some(ingress.clone()),
+                            // POST /query of this process is drained by its first worker.
+                            http: (index == first_worker).then(|| ingress.clone()),
                             publisher,
                             dlq: query_dlq,
                             shutdown,
@@ -431,7 +451,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                         },
                     );
                 });
-                if ready_workers.fetch_add(1, Ordering::SeqCst) + 1 == peers {
+                if ready_workers.fetch_add(1, Ordering::SeqCst) + 1 == workers {
                     readiness.ready.store(true, Ordering::SeqCst);
                 }
             })
@@ -450,6 +470,68 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         ingress: job_ingress,
         thread,
     })
+}
+
+/// One process of `workers` threads, or this process's place in a cluster (addresses from the hostfile).
+fn timely_config(
+    runtime: &ragstream_topologies::config::RuntimeConfig,
+) -> anyhow::Result<timely::Config> {
+    if runtime.processes <= 1 {
+        return Ok(timely::Config::process(runtime.workers));
+    }
+    let path = runtime.hostfile.as_ref().expect("validated");
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the hostfile {}", path.display()))?;
+    let addresses: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(str::to_string)
+        .collect();
+    if addresses.len() < runtime.processes {
+        bail!(
+            "the hostfile {} lists {} addresses for {} processes",
+            path.display(),
+            addresses.len(),
+            runtime.processes
+        );
+    }
+    Ok(timely::Config {
+        communication: timely::CommunicationConfig::Cluster {
+            threads: runtime.workers,
+            process: runtime.process,
+            addresses: addresses[..runtime.processes].to_vec(),
+            report: false,
+            zerocopy: false,
+        },
+        worker: timely::WorkerConfig::default(),
+    })
+}
+
+/// Sets `shutdown` on SIGINT or SIGTERM. The handler is installed once per process; every job started
+/// in it (a bench runs several, one after another) registers its flag.
+fn stop_on_signal(shutdown: Arc<AtomicBool>) -> anyhow::Result<()> {
+    static FLAGS: Mutex<Vec<std::sync::Weak<AtomicBool>>> = Mutex::new(Vec::new());
+    static INSTALLED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    FLAGS
+        .lock()
+        .expect("signal flags")
+        .push(Arc::downgrade(&shutdown));
+    INSTALLED
+        .get_or_init(|| {
+            ctrlc::set_handler(|| {
+                tracing::info!("stopping: finishing in-flight work");
+                for flag in FLAGS.lock().expect("signal flags").iter() {
+                    if let Some(flag) = flag.upgrade() {
+                        flag.store(true, Ordering::SeqCst);
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(anyhow::Error::msg)
+        .context("installing the signal handler")
 }
 
 fn decode_config(config: &Config) -> DecodeConfig {
@@ -487,7 +569,9 @@ fn probe_broker(
     shutdown: Arc<AtomicBool>,
 ) -> anyhow::Result<()> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
-    let consumer: BaseConsumer = client.create().context("creating the broker probe")?;
+    let consumer: BaseConsumer<QuietContext> = client
+        .create_with_context(QuietContext::new("broker probe"))
+        .context("creating the broker probe")?;
     std::thread::Builder::new()
         .name("broker-probe".into())
         .spawn(move || {

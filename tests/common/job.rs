@@ -253,6 +253,15 @@ impl Job {
         }
     }
 
+    /// Sends SIGINT without waiting (the processes of a cluster stop together: see `wait_exit`).
+    pub fn interrupt(&self) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .args(["-INT", &child.id().to_string()])
+                .status();
+        }
+    }
+
     /// Stops the job with SIGINT and waits for a clean exit.
     pub fn stop(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("running");

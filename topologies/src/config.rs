@@ -85,6 +85,11 @@ pub struct KafkaConfig {
     /// Most messages per poll batch.
     #[serde(default = "default_max_batch")]
     pub max_batch: usize,
+    /// librdkafka's prefetch per documents consumer, in KiB (`queued.max.messages.kbytes`): what can be
+    /// buffered besides `max_in_flight` messages. It also caps a fetch, so it must exceed the largest
+    /// document event (with brokers that do not return an oversized first batch anyway, as Tansu).
+    #[serde(default = "default_prefetch_kbytes")]
+    pub prefetch_kbytes: usize,
     /// Unacknowledged messages above which consumption pauses.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
@@ -130,6 +135,10 @@ fn default_sasl_password_env() -> String {
 }
 fn default_max_batch() -> usize {
     500
+}
+fn default_prefetch_kbytes() -> usize {
+    // librdkafka's default; room for a 50 MB document event.
+    65536
 }
 fn default_max_in_flight() -> usize {
     5000
@@ -410,6 +419,31 @@ pub struct RuntimeConfig {
     /// Keep answering queries after a finite (JSONL) input is indexed, until stopped.
     #[serde(default)]
     pub serve: bool,
+    /// Processes of a timely cluster (each runs `workers` threads); 1 = a single process.
+    #[serde(default = "default_processes")]
+    pub processes: usize,
+    /// This process's index in the cluster (0-based).
+    #[serde(default)]
+    pub process: usize,
+    /// The cluster's hostfile: one `host:port` per process, in process order (timely's format).
+    #[serde(default)]
+    pub hostfile: Option<PathBuf>,
+}
+
+fn default_processes() -> usize {
+    1
+}
+
+impl RuntimeConfig {
+    /// Workers of the whole cluster (= shards of an embedded index).
+    pub fn total_workers(&self) -> usize {
+        self.workers * self.processes
+    }
+
+    /// The global index of this process's first worker.
+    pub fn first_worker(&self) -> usize {
+        self.process * self.workers
+    }
 }
 
 fn default_workers() -> usize {
@@ -537,6 +571,23 @@ impl Config {
         if self.runtime.workers == 0 || self.runtime.workers > 256 {
             return invalid("runtime.workers", "must be 1..=256");
         }
+        if self.runtime.processes == 0 || self.runtime.process >= self.runtime.processes {
+            return invalid(
+                "runtime.process",
+                "must be below runtime.processes (which must be at least 1)",
+            );
+        }
+        if self.runtime.processes > 1 {
+            if self.source.kind != SourceKind::Kafka {
+                return invalid(
+                    "runtime.processes",
+                    "a cluster reads its documents from Kafka (source.kind = \"kafka\")",
+                );
+            }
+            if self.runtime.hostfile.is_none() {
+                return invalid("runtime.hostfile", "required when runtime.processes > 1");
+            }
+        }
         if self.kafka.max_batch == 0 || self.kafka.max_in_flight < self.kafka.max_batch {
             return invalid(
                 "kafka.max_in_flight",
@@ -589,12 +640,53 @@ mod tests {
 
     #[test]
     fn presets_load_and_validate() {
-        for preset in ["local.toml", "kafka.toml"] {
+        for preset in ["local.toml", "kafka.toml", "cluster.toml"] {
             let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("presets")
                 .join(preset);
             Config::load(&path).unwrap_or_else(|e| panic!("{preset}: {e}"));
         }
+    }
+
+    #[test]
+    fn cluster_settings_are_checked() {
+        let kafka = "[source]\nkind = \"kafka\"\n";
+        let (_dir, path) = write(&format!("{kafka}[runtime]\nprocesses = 2\nprocess = 2\n"));
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(err.contains("runtime.process"), "{err}");
+        let (_dir, path) = write(&format!("{kafka}[runtime]\nprocesses = 2\nprocess = 1\n"));
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(err.contains("runtime.hostfile"), "{err}");
+        let (_dir, path) = write(
+            "[source]\nkind = \"dir\"\npath = \".\"\n[runtime]\nprocesses = 2\nhostfile = \"h\"\n",
+        );
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(err.contains("runtime.processes"), "{err}");
+        let (_dir, path) = write(&format!(
+            "{kafka}[runtime]\nworkers = 3\nprocesses = 2\nprocess = 1\nhostfile = \"h\"\n"
+        ));
+        let runtime = Config::load(&path).expect("valid").runtime;
+        assert_eq!((runtime.total_workers(), runtime.first_worker()), (6, 3));
+    }
+
+    #[test]
+    fn sasl_ssl_with_scram_is_accepted_by_librdkafka() {
+        use rdkafka::consumer::BaseConsumer;
+        use rdkafka::producer::BaseProducer;
+        let (_dir, path) = write(
+            "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"127.0.0.1:9\"\nsecurity_protocol = \"sasl_ssl\"\nsasl_mechanism = \"SCRAM-SHA-512\"\nsasl_username = \"ragstream\"\n",
+        );
+        let config = Config::load(&path).expect("valid");
+        let mut client = config.kafka.client_config();
+        client.set("sasl.password", "not-a-real-password");
+        // librdkafka refuses at creation a protocol or mechanism it was built without.
+        client
+            .create::<BaseProducer>()
+            .expect("SASL_SSL + SCRAM producer");
+        client
+            .set("group.id", "sasl-check")
+            .create::<BaseConsumer>()
+            .expect("SASL_SSL + SCRAM consumer");
     }
 
     #[test]

@@ -81,6 +81,7 @@ pub fn query<'scope>(scope: Scope<'scope, u64>, parts: QueryParts) -> ProbeHandl
         .rerank(config.clone())
         .dedup()
         .mmr(config.clone())
+        .neighbours(services.clone())
         .pack(services, cache);
     contexts
         .concat(refused.refuse(dlq))

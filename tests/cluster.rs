@@ -1,0 +1,255 @@
+//! A timely cluster of 2 processes × 2 workers on loopback against a 4-partition documents topic on
+//! Tansu. The union of the processes' shards must equal the oracle, every query must get exactly one
+//! context, and every context must equal the one a single process of 4 workers gives on the same data
+//! (same items, same order, same packed text): documents reach the worker owning their shard and
+//! queries every shard whichever process consumed them.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use common::broker::{free_port, Broker};
+use common::job::Job;
+use common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
+use ragstream_operators::query::Context;
+use serde_json::json;
+
+const DOCS: &str = "docs";
+const DLQ: &str = "dlq";
+const PARTITIONS: i32 = 4;
+
+/// A job configuration reading `DOCS`; `run` names its group and its query and context topics.
+fn config(broker: &Broker, run: &str, instance: &str) -> String {
+    common::kafka_config(
+        &broker.bootstrap(),
+        &format!(
+            "documents_topic = \"{DOCS}\"\nqueries_topic = \"queries-{run}\"\ncontexts_topic = \"contexts-{run}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{run}\"\ninstance_id = \"{instance}\""
+        ),
+        "",
+    )
+}
+
+/// Waits until `group` committed the end of every partition of `DOCS`.
+fn wait_indexed(broker: &Broker, group: &str, jobs: &[&Job]) -> f64 {
+    let started = Instant::now();
+    let high = broker.high_watermarks(DOCS, PARTITIONS);
+    while broker.committed(group, DOCS, PARTITIONS) != high {
+        assert!(
+            started.elapsed() < Duration::from_secs(900),
+            "{group} never committed the end of {DOCS}; logs:\n{}",
+            jobs.iter()
+                .map(|j| j.log())
+                .collect::<Vec<_>>()
+                .join("\n----\n")
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    started.elapsed().as_secs_f64()
+}
+
+/// The queries: bounded at two budgets, deep, files and list_sources, over SQuAD paragraphs' phrases.
+fn queries(paragraphs: &[common::oracle::Paragraph]) -> Vec<(String, serde_json::Value)> {
+    let mut out = Vec::new();
+    for (i, p) in paragraphs.iter().step_by(10).take(24).enumerate() {
+        let phrase: Vec<&str> = p.text.split_whitespace().skip(12).take(9).collect();
+        let text = phrase.join(" ");
+        let (mode, budget) = match i % 6 {
+            0 | 1 => ("bounded", 500),
+            2 | 3 => ("bounded", 1500),
+            4 => ("deep", 0),
+            _ => ("files", 0),
+        };
+        let mut query = json!({"tenant": "squad", "text": text, "mode": mode, "k": 5});
+        if budget > 0 {
+            query["token_budget"] = json!(budget);
+        }
+        out.push((format!("q{i}"), query));
+    }
+    out.push((
+        "sources".to_string(),
+        json!({"tenant": "squad", "text": "", "mode": "list_sources"}),
+    ));
+    out
+}
+
+/// Produces the queries on `queries-{run}` and reads their contexts from `contexts-{run}`; every
+/// query must be answered exactly once.
+fn ask(
+    broker: &Broker,
+    run: &str,
+    queries: &[(String, serde_json::Value)],
+) -> BTreeMap<String, Context> {
+    let topic = format!("queries-{run}");
+    let events: Vec<(String, Option<Vec<u8>>)> = queries
+        .iter()
+        .map(|(id, query)| {
+            let mut query = query.clone();
+            query["query_id"] = json!(id);
+            (id.clone(), Some(query.to_string().into_bytes()))
+        })
+        .collect();
+    broker.produce(&topic, &events);
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let contexts_topic = format!("contexts-{run}");
+    loop {
+        // One more than asked for: the read waits its full time, so a duplicate would show up.
+        let read = broker.read_all(&contexts_topic, queries.len() + 1);
+        let mut by_id: BTreeMap<String, Context> = BTreeMap::new();
+        for (key, value, _) in &read {
+            let context: Context =
+                serde_json::from_slice(value.as_ref().expect("value")).expect("context JSON");
+            let key = String::from_utf8(key.clone().expect("key")).expect("utf-8 key");
+            assert_eq!(key, context.query_id);
+            assert!(
+                by_id.insert(key.clone(), context).is_none(),
+                "two contexts for query {key} in run {run}"
+            );
+        }
+        if by_id.len() == queries.len() {
+            assert_eq!(read.len(), queries.len(), "exactly one context per query");
+            return by_id;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "run {run}: {} of {} contexts",
+            by_id.len(),
+            queries.len()
+        );
+    }
+}
+
+/// What must be equal between the runs: the items and the packed text (not latencies or watermarks).
+fn comparable(context: &Context) -> serde_json::Value {
+    json!({
+        "error": context.error,
+        "intent": context.intent,
+        "tokens_used": context.tokens_used,
+        "chunks_available": context.chunks_available,
+        "items": context.items.iter().map(|item| json!({
+            "chunk_id": item.chunk_id, "tier": item.tier, "lines": item.lines, "text": item.text,
+        })).collect::<Vec<_>>(),
+        "sources": context.sources.iter().map(|s| json!([s.source, s.chunks, s.hits])).collect::<Vec<_>>(),
+        "context": context.context,
+    })
+}
+
+#[test]
+fn two_processes_of_two_workers_index_and_answer_like_one_process_of_four() {
+    let broker = Broker::start();
+    broker.create_topic(DOCS, PARTITIONS);
+    broker.create_topic(DLQ, 1);
+    for run in ["cluster", "single"] {
+        broker.create_topic(&format!("queries-{run}"), 2);
+        broker.create_topic(&format!("contexts-{run}"), 1);
+    }
+    let paragraphs: Vec<_> = squad().into_iter().take(400).collect();
+    let mut oracle = Oracle::default();
+    let mut events: Vec<_> = paragraphs
+        .iter()
+        .map(|p| oracle.upsert("squad", &p.id, 1, &p.title, &p.text))
+        .collect();
+    for p in &paragraphs[..30] {
+        let short = p.text.split(". ").next().unwrap_or(&p.text).to_string();
+        events.push(oracle.upsert("squad", &p.id, 2, &p.title, &short));
+    }
+    for p in &paragraphs[30..45] {
+        events.push(oracle.delete("squad", &p.id, 2));
+    }
+    broker.produce(DOCS, &events);
+    let expected = oracle.expected(&default_chunker());
+    let queries = queries(&paragraphs[45..]);
+
+    // The cluster: two processes, two workers each, connected through a hostfile.
+    let root = tempfile::tempdir().expect("tempdir");
+    let hostfile = root.path().join("hostfile");
+    std::fs::write(
+        &hostfile,
+        format!("127.0.0.1:{}\n127.0.0.1:{}\n", free_port(), free_port()),
+    )
+    .expect("hostfile");
+    let hostfile = hostfile.display().to_string();
+    let dirs: Vec<_> = (0..2)
+        .map(|p| {
+            let dir = root.path().join(format!("process-{p}"));
+            std::fs::create_dir_all(&dir).expect("dir");
+            dir
+        })
+        .collect();
+    let mut cluster: Vec<Job> = (0..2)
+        .map(|p| {
+            let process = p.to_string();
+            Job::start_with_env(
+                &dirs[p],
+                &config(&broker, "cluster", &format!("cluster-p{p}")),
+                2,
+                &[
+                    ("RAGSTREAM_RUNTIME__PROCESSES", "2"),
+                    ("RAGSTREAM_RUNTIME__PROCESS", &process),
+                    ("RAGSTREAM_RUNTIME__HOSTFILE", &hostfile),
+                ],
+            )
+        })
+        .collect();
+    for job in &mut cluster {
+        job.wait_ready(Duration::from_secs(120));
+    }
+    let cluster_seconds = wait_indexed(&broker, "cluster", &cluster.iter().collect::<Vec<_>>());
+    let cluster_contexts = ask(&broker, "cluster", &queries);
+    // A cluster's dataflow ends when every process stopped its sources: interrupt all, then wait.
+    for job in &cluster {
+        job.interrupt();
+    }
+    for job in &mut cluster {
+        let status = job.wait_exit(Duration::from_secs(60));
+        assert!(status.success(), "{}", job.log());
+    }
+    let mut union = BTreeSet::new();
+    let mut per_process = Vec::new();
+    for dir in &dirs {
+        let shards = index_contents(&dir.join("index"));
+        per_process.push(shards.len());
+        assert!(union.is_disjoint(&shards), "a chunk is in both processes");
+        union.extend(shards);
+    }
+    let (lost, stale, example) = compare(&expected, &union);
+
+    // The same data through one process of four workers.
+    let single_dir = root.path().join("single");
+    std::fs::create_dir_all(&single_dir).expect("dir");
+    let mut single = Job::start(&single_dir, &config(&broker, "single", "single-0"), 4);
+    single.wait_ready(Duration::from_secs(120));
+    let single_seconds = wait_indexed(&broker, "single", &[&single]);
+    let single_contexts = ask(&broker, "single", &queries);
+    assert!(single.stop().success());
+
+    let differing: Vec<&String> = cluster_contexts
+        .iter()
+        .filter(|(id, context)| comparable(context) != comparable(&single_contexts[*id]))
+        .map(|(id, _)| id)
+        .collect();
+    println!(
+        "cluster 2x2: {} events indexed in {cluster_seconds:.1} s ({} + {} chunks per process), lost {lost}, stale {stale}; single process x4: {single_seconds:.1} s; {} queries, one context each; {} contexts differ",
+        events.len(),
+        per_process[0],
+        per_process[1],
+        queries.len(),
+        differing.len()
+    );
+    assert_eq!((lost, stale), (0, 0), "{example}");
+    assert!(
+        per_process.iter().all(|&n| n > 0),
+        "both processes own shards"
+    );
+    if let Some(id) = differing.first() {
+        panic!(
+            "context {id} differs:\ncluster: {}\nsingle:  {}",
+            comparable(&cluster_contexts[*id]),
+            comparable(&single_contexts[*id])
+        );
+    }
+    assert!(cluster_contexts
+        .values()
+        .filter(|c| c.mode == "bounded")
+        .all(|c| c.error.is_none() && !c.items.is_empty()));
+}
