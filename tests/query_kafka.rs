@@ -200,9 +200,11 @@ fn every_mode_through_kafka_with_tenant_isolation_and_read_your_writes() {
         "{}",
         bounded.context
     );
-    assert!(bounded
-        .context
-        .starts_with("Source: acme/handbook.md (lines "));
+    assert!(bounded.context.starts_with(&format!(
+        "{}Source: acme/handbook.md (lines ",
+        ragstream_operators::query::pack::UNTRUSTED_OPEN
+    )));
+    assert!(bounded.context.ends_with("</retrieved-context>"));
     assert_eq!(bounded.items[0].tier, Tier::Expanded);
     assert_eq!(bounded.intent, "procedure");
     let trace = bounded.trace.as_ref().expect("trace asked for");

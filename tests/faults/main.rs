@@ -5,6 +5,10 @@ mod common;
 
 mod crashes;
 mod duplicates;
+mod outages;
+mod poison;
 mod queries;
+mod rebalance;
 mod security;
+mod soak;
 mod support;

@@ -2,6 +2,10 @@
 //! the group to commit the end of the topic, and the figures each case reports.
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::common::broker::Broker;
@@ -180,4 +184,99 @@ pub fn median(values: &mut [f64]) -> f64 {
     }
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
+}
+
+/// Dimension of the stand-in embedder's vectors.
+pub const DIMENSION: usize = 384;
+
+/// An OpenAI-compatible `/v1/embeddings` server on loopback, a stand-in for a GPU embedding server (none
+/// can run here): hashed bag-of-words vectors of [`DIMENSION`], 7-d vectors for any request holding the
+/// text `WRONG-DIMENSION` (a broken server), and an adjustable delay per text (a server at capacity).
+pub struct EmbeddingServer {
+    /// Base URL.
+    pub url: String,
+    delay_micros_per_text: Arc<AtomicU64>,
+}
+
+impl EmbeddingServer {
+    /// Starts serving on a free loopback port.
+    pub fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let delay = Arc::new(AtomicU64::new(0));
+        let shared = delay.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let delay = shared.clone();
+                std::thread::spawn(move || {
+                    let _ = answer(stream, &delay);
+                });
+            }
+        });
+        Self {
+            url,
+            delay_micros_per_text: delay,
+        }
+    }
+
+    /// Each request takes `per_text` for each of its texts (zero: as fast as it can).
+    pub fn throttle(&self, per_text: Duration) {
+        self.delay_micros_per_text
+            .store(per_text.as_micros() as u64, Ordering::SeqCst);
+    }
+}
+
+fn answer(stream: std::net::TcpStream, delay: &AtomicU64) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        if line == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().unwrap_or(0);
+            }
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    let request: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let texts: Vec<&str> = request["input"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|t| t.as_str()).collect())
+        .unwrap_or_default();
+    let per_text = delay.load(Ordering::SeqCst);
+    if per_text > 0 {
+        std::thread::sleep(Duration::from_micros(per_text * texts.len() as u64));
+    }
+    let broken = texts.iter().any(|t| t.contains("WRONG-DIMENSION"));
+    let data: Vec<serde_json::Value> = texts
+        .iter()
+        .enumerate()
+        .map(|(index, text)| {
+            let mut vector = vec![0.0f32; if broken { 7 } else { DIMENSION }];
+            for word in text.split_whitespace() {
+                let hash = word.bytes().fold(1469598103934665603u64, |h, b| {
+                    (h ^ b as u64).wrapping_mul(1099511628211)
+                });
+                let slot = (hash % vector.len() as u64) as usize;
+                vector[slot] += 1.0;
+            }
+            vector[0] += 0.01;
+            serde_json::json!({ "index": index, "embedding": vector })
+        })
+        .collect();
+    let response =
+        serde_json::json!({ "data": data, "usage": { "prompt_tokens": texts.len() } }).to_string();
+    let mut stream = stream;
+    write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{response}",
+        response.len()
+    )
 }

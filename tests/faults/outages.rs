@@ -1,0 +1,137 @@
+//! Case 2, the broker killed for 30 s and restarted, and case 3, the index unavailable (writes fail
+//! through the store trait while a marker file exists, `RAGSTREAM_FAULT_INDEX_DOWN`). The job must not
+//! crash, must not advance offsets past what the index holds, must keep memory bounded, and must drain
+//! the lag afterwards with nothing lost.
+
+use std::time::{Duration, Instant};
+
+use ragstream_operators::faults;
+
+use super::common::broker::Broker;
+use super::common::job::{http_get, metric, Job};
+use super::support::{lost_stale, wait_committed, Workload};
+
+const DOCS: &str = "docs";
+const DLQ: &str = "dlq";
+const PARTITIONS: i32 = 2;
+
+fn config(broker: &Broker, group: &str) -> String {
+    super::common::kafka_config(
+        &broker.bootstrap(),
+        &format!(
+            "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{group}\"\ninstance_id = \"{group}-0\""
+        ),
+        "",
+    )
+}
+
+fn setup() -> Broker {
+    let broker = Broker::start();
+    broker.create_topic(DOCS, PARTITIONS);
+    broker.create_topic(DLQ, 1);
+    broker
+}
+
+#[test]
+fn broker_down_for_30_seconds_then_back_loses_nothing() {
+    let mut broker = setup();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut workload = Workload::new(11, 600);
+    broker.produce(DOCS, &workload.batch(60));
+    // One worker, so one group member: after a restart Tansu 0.6 can leave a group of several members
+    // without an assignment (a broker limitation, not this job's; seen with two), and this case is about
+    // the outage, not about rebalancing (tests/faults/rebalance.rs covers that).
+    let mut job = Job::start(dir.path(), &config(&broker, "outage"), 1);
+    job.wait_ready(Duration::from_secs(60));
+    wait_committed(&broker, "outage", DOCS, PARTITIONS, &job);
+
+    broker.kill();
+    let down = Instant::now();
+    let mut saw_unready = false;
+    while down.elapsed() < Duration::from_secs(30) {
+        assert!(
+            job.running(),
+            "the job died with the broker:\n{}",
+            job.log()
+        );
+        assert_eq!(http_get(job.http_port, "/healthz").map(|r| r.0), Some(200));
+        saw_unready |= http_get(job.http_port, "/readyz").is_some_and(|r| r.0 == 503);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    broker.restart();
+    let back = Instant::now();
+    broker.produce(DOCS, &workload.batch(60));
+    wait_committed(&broker, "outage", DOCS, PARTITIONS, &job);
+    let recovery = back.elapsed().as_secs_f64();
+    let rss = job.peak_rss_bytes().unwrap_or(0);
+    let dlq = metric(&job.metrics(), "ragstream_dlq_records_total");
+    assert!(job.stop().success());
+    let (lost, stale, example) = lost_stale(&workload.oracle, dir.path());
+    println!(
+        "FAULT broker down 30 s: {} events; job alive throughout, /readyz 503 while down: {saw_unready}; lag drained {recovery:.1} s after the restart; lost {lost}, stale {stale}, DLQ {dlq}; peak RSS {:.0} MiB",
+        workload.produced,
+        rss as f64 / 1048576.0
+    );
+    assert!(saw_unready, "/readyz never reported the broker down");
+    assert_eq!((lost, stale), (0, 0), "{example}");
+    assert_eq!(dlq, 0.0);
+}
+
+#[test]
+fn index_unavailable_pauses_consumption_and_loses_nothing() {
+    let broker = setup();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("index-down");
+    let marker_env = marker.display().to_string();
+    let mut workload = Workload::new(13, 1500);
+    broker.produce(DOCS, &workload.batch(60));
+    let mut job = Job::start_with_env(
+        dir.path(),
+        &config(&broker, "index"),
+        2,
+        &[(faults::INDEX_DOWN_ENV, &marker_env)],
+    );
+    job.wait_ready(Duration::from_secs(60));
+    wait_committed(&broker, "index", DOCS, PARTITIONS, &job);
+    let committed_before = broker.committed("index", DOCS, PARTITIONS);
+    let rss_before = job.rss_bytes().unwrap_or(0);
+
+    // The index goes down; ten times as many events arrive as before.
+    std::fs::write(&marker, "").expect("marker");
+    let down = Instant::now();
+    broker.produce(DOCS, &workload.batch(600));
+    let mut rss_down = 0u64;
+    while down.elapsed() < Duration::from_secs(30) {
+        assert!(job.running(), "the job died with the index:\n{}", job.log());
+        rss_down = rss_down.max(job.rss_bytes().unwrap_or(0));
+        assert_eq!(
+            broker.committed("index", DOCS, PARTITIONS),
+            committed_before,
+            "offsets advanced while the index was down"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let metrics = job.metrics();
+    let retries = metric(&metrics, "ragstream_retries_total");
+    let in_flight = metric(&metrics, "ragstream_in_flight_messages");
+    std::fs::remove_file(&marker).expect("index back");
+    let back = Instant::now();
+    wait_committed(&broker, "index", DOCS, PARTITIONS, &job);
+    let recovery = back.elapsed().as_secs_f64();
+    let dlq = metric(&job.metrics(), "ragstream_dlq_records_total");
+    assert!(job.stop().success());
+    let (lost, stale, example) = lost_stale(&workload.oracle, dir.path());
+    println!(
+        "FAULT index unavailable 30 s: {} events; offsets held at {committed_before:?}; {retries} write retries, {in_flight} messages in flight while down; RSS {:.0} MiB before, at most {:.0} MiB while down; drained {recovery:.1} s after the index came back; lost {lost}, stale {stale}, DLQ {dlq}",
+        workload.produced,
+        rss_before as f64 / 1048576.0,
+        rss_down as f64 / 1048576.0
+    );
+    assert!(retries > 0.0, "writes were retried");
+    assert!(
+        rss_down < rss_before + 256 * 1024 * 1024,
+        "memory grew by more than 256 MiB while the index was down"
+    );
+    assert_eq!((lost, stale), (0, 0), "{example}");
+    assert_eq!(dlq, 0.0);
+}

@@ -1,0 +1,98 @@
+//! Case 6, rebalance mid-stream: while documents stream in, a second job instance (with its own
+//! embedded index) joins the consumer group and takes some partitions, then leaves. The first
+//! instance gets them back and resumes each at its own index checkpoint rather than at the offsets the
+//! second instance committed, so its index still ends equal to the oracle: nothing the second instance
+//! consumed is missing from it, and no chunk those events retracted survives.
+
+use std::time::{Duration, Instant};
+
+use super::common::broker::Broker;
+use super::common::job::{metric, Job};
+use super::support::{lost_stale, wait_committed, Workload};
+
+const DOCS: &str = "docs";
+const DLQ: &str = "dlq";
+const PARTITIONS: i32 = 4;
+const GROUP: &str = "rebalance";
+
+/// A job in the group; `instance` makes it a static member (it keeps its partitions across a quick
+/// restart), `None` a dynamic one, which leaves the group at once when it stops.
+fn config(broker: &Broker, instance: Option<&str>) -> String {
+    let member = instance.map_or(String::new(), |id| format!("\ninstance_id = \"{id}\""));
+    super::common::kafka_config(
+        &broker.bootstrap(),
+        &format!(
+            "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{GROUP}\"{member}"
+        ),
+        "",
+    )
+}
+
+/// Produces `total` events of `workload` in slices of 20, one slice every 250 ms (a stream, not a
+/// burst), until `until` says stop or all were produced; returns how many were produced.
+fn stream(
+    broker: &Broker,
+    workload: &mut Workload,
+    total: usize,
+    mut until: impl FnMut() -> bool,
+) -> usize {
+    let mut produced = 0;
+    while produced < total && !until() {
+        broker.produce(DOCS, &workload.batch(20));
+        produced += 20;
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    produced
+}
+
+#[test]
+fn an_instance_joining_and_leaving_mid_stream_loses_nothing() {
+    let broker = Broker::start();
+    broker.create_topic(DOCS, PARTITIONS);
+    broker.create_topic(DLQ, 1);
+    let mut workload = Workload::new(23, 900);
+    broker.produce(DOCS, &workload.batch(100));
+    let first_dir = tempfile::tempdir().expect("tempdir");
+    let mut first = Job::start(first_dir.path(), &config(&broker, Some("first")), 1);
+    first.wait_ready(Duration::from_secs(60));
+    wait_committed(&broker, GROUP, DOCS, PARTITIONS, &first);
+
+    // A second instance (a dynamic member: a static one keeps its partitions until its session
+    // expires) joins while events stream in; it must take part.
+    let second_dir = tempfile::tempdir().expect("tempdir");
+    let mut second = Job::start(second_dir.path(), &config(&broker, None), 1);
+    second.wait_ready(Duration::from_secs(60));
+    let joined = Instant::now();
+    stream(&broker, &mut workload, 400, || {
+        metric(&second.metrics(), "ragstream_source_events_total") >= 40.0
+            && joined.elapsed() > Duration::from_secs(8)
+    });
+    wait_committed(&broker, GROUP, DOCS, PARTITIONS, &first);
+    let second_consumed = metric(&second.metrics(), "ragstream_source_events_total");
+    let second_upserted = metric(&second.metrics(), "ragstream_chunks_upserted_total");
+
+    // It leaves while events keep coming; its partitions go back to the first instance.
+    assert!(second.stop().success(), "{}", second.log());
+    let left = Instant::now();
+    stream(&broker, &mut workload, 200, || false);
+    wait_committed(&broker, GROUP, DOCS, PARTITIONS, &first);
+    let recovery = left.elapsed().as_secs_f64();
+    let log = first.log();
+    let resumed = log.matches("resuming at the index checkpoint").count();
+    let dlq = metric(&first.metrics(), "ragstream_dlq_records_total");
+    let rss = first.peak_rss_bytes().unwrap_or(0);
+    assert!(first.stop().success());
+    let (lost, stale, example) = lost_stale(&workload.oracle, first_dir.path());
+    println!(
+        "FAULT rebalance: {} events over {PARTITIONS} partitions; the second instance consumed {second_consumed} events ({second_upserted} chunks into its own index) and left; the first resumed {resumed} partition assignment(s) at its index checkpoint; all committed {recovery:.1} s after the leave; lost {lost}, stale {stale}, DLQ {dlq}; peak RSS {:.0} MiB",
+        workload.produced,
+        rss as f64 / 1048576.0
+    );
+    assert!(
+        second_consumed > 0.0,
+        "the second instance never got a partition"
+    );
+    assert!(resumed > 0, "no partition came back through the checkpoint");
+    assert_eq!((lost, stale), (0, 0), "{example}");
+    assert_eq!(dlq, 0.0);
+}
