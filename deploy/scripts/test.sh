@@ -23,8 +23,11 @@ if [ "${CI:-}" = "true" ] && [ -z "${CARGO_TARGET_DIR:-}" ]; then
 fi
 echo "== format"
 cargo fmt --all --check
+echo "== deployment files (Dockerfile, compose, Kubernetes manifests; offline)"
+deploy/scripts/check-deploy.sh
 echo "== tests"
 # Integration tests start brokers and jobs: one test binary at a time, one test at a time inside them.
+# RAGSTREAM_FAULTS_LONG=1 runs the long variants of the fault suite (a 10-minute overload soak).
 cargo test --workspace --lib --bins --tests --examples -- --test-threads=1
 # Criterion benches run once each as smoke tests (their own harness takes no libtest flags).
 cargo test --workspace --benches
