@@ -1,0 +1,276 @@
+//! `ragstream bench scale`: ingest and query throughput of the job at several worker counts, measured
+//! in one run so the ratios compare like with like on this machine.
+//!
+//! The model is taken out of the measurement: the job's embedder is the HTTP embedder pointed at an
+//! instant `/v1/embeddings` server inside this process (hashed bag-of-words vectors, 384-d), so what is
+//! measured is the pipeline (Kafka consume, decode, guard, chunk, differential upsert, exchange by key,
+//! index write and flush, offset store; and for queries intent, search of every shard, fusion, rerank,
+//! dedup, MMR, packing with the real tokenizer) plus one local HTTP round trip per embedding call.
+//!
+//! For each worker count: a fresh index and consumer group ingest the whole corpus from a 4-partition
+//! topic (documents per second until the group committed the end of every partition), then a fixed set
+//! of bounded queries is answered through the job's query ingress with 32 in flight (queries per
+//! second, and the latency median).
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use ragstream_topologies::config::Config;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use serde_json::{json, Value};
+
+/// Arguments of `bench scale`.
+pub struct ScaleBench {
+    /// BEIR corpus (`{_id, title, text}` per line).
+    pub corpus: PathBuf,
+    /// Kafka bootstrap servers.
+    pub brokers: String,
+    /// Use only the first N documents.
+    pub limit: Option<usize>,
+    /// Worker counts to measure.
+    pub workers: Vec<usize>,
+    /// Queries per worker count.
+    pub queries: usize,
+}
+
+const PARTITIONS: i32 = 4;
+const DIMENSION: usize = 384;
+const QUERIES_IN_FLIGHT: usize = 32;
+
+/// Serves an instant OpenAI-compatible `/v1/embeddings` on loopback; returns its URL.
+fn instant_embedder() -> anyhow::Result<String> {
+    let server = tiny_http::Server::http("127.0.0.1:0").map_err(|e| anyhow::anyhow!("{e}"))?;
+    let url = format!(
+        "http://{}",
+        server.server_addr().to_ip().context("a TCP address")?
+    );
+    std::thread::spawn(move || {
+        for mut request in server.incoming_requests() {
+            let mut body = Vec::new();
+            let _ = request.as_reader().read_to_end(&mut body);
+            let input: Value = serde_json::from_slice(&body).unwrap_or_default();
+            let data: Vec<Value> = input["input"]
+                .as_array()
+                .map(|texts| {
+                    texts
+                        .iter()
+                        .enumerate()
+                        .map(|(index, text)| {
+                            json!({"index": index, "embedding": hashed(text.as_str().unwrap_or(""))})
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let response = json!({"data": data}).to_string();
+            let header = tiny_http::Header::from_bytes("Content-Type", "application/json")
+                .expect("static header");
+            let _ = request.respond(tiny_http::Response::from_string(response).with_header(header));
+        }
+    });
+    Ok(url)
+}
+
+/// A bag-of-words vector: similar texts get similar vectors, at no model cost.
+fn hashed(text: &str) -> Vec<f32> {
+    let mut vector = vec![0.0f32; DIMENSION];
+    for word in text.split_whitespace() {
+        let hash = word.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        vector[(hash % DIMENSION as u64) as usize] += 1.0;
+    }
+    vector[0] += 0.01;
+    vector
+}
+
+fn committed(consumer: &BaseConsumer, topic: &str) -> anyhow::Result<Vec<i64>> {
+    let mut list = TopicPartitionList::new();
+    for partition in 0..PARTITIONS {
+        list.add_partition(topic, partition);
+    }
+    let offsets = consumer.committed_offsets(list, Duration::from_secs(5))?;
+    Ok((0..PARTITIONS)
+        .map(
+            |p| match offsets.find_partition(topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(offset)) => offset,
+                _ => -1,
+            },
+        )
+        .collect())
+}
+
+/// Runs the benchmark; returns the JSON report.
+pub fn scale(args: ScaleBench) -> anyhow::Result<Value> {
+    let run = format!(
+        "{}-{}",
+        std::process::id(),
+        ragstream_operators::now_millis()
+    );
+    let topic = format!("bench-scale-docs-{run}");
+    let client = {
+        let mut client = ClientConfig::new();
+        client.set("bootstrap.servers", &args.brokers);
+        client
+    };
+    ragstream_operators::io::kafka_admin::ensure_topics(&client, &[(&topic, PARTITIONS)])
+        .map_err(anyhow::Error::msg)?;
+    let text = std::fs::read_to_string(&args.corpus)
+        .with_context(|| format!("reading {}", args.corpus.display()))?;
+    let documents: Vec<Value> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .take(args.limit.unwrap_or(usize::MAX))
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    let producer: BaseProducer = client.clone().set("linger.ms", "5").create()?;
+    for document in &documents {
+        let id = document["_id"].as_str().unwrap_or_default();
+        let event = json!({
+            "op": "upsert", "tenant": "bench", "doc_id": id, "version": 1, "source": id,
+            "kind": "prose", "title": document["title"], "text": document["text"],
+        })
+        .to_string();
+        let key = format!("bench/{id}");
+        let mut record = BaseRecord::to(&topic).key(&key).payload(&event);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    producer.poll(Duration::from_millis(10));
+                    record = back;
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(60))?;
+    let reader: BaseConsumer = client
+        .clone()
+        .set("group.id", "bench-scale-reader")
+        .create()?;
+    let high: Vec<i64> = (0..PARTITIONS)
+        .map(|p| {
+            Ok(reader
+                .fetch_watermarks(&topic, p, Duration::from_secs(5))?
+                .1)
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let questions: Vec<String> = documents
+        .iter()
+        .cycle()
+        .step_by(7)
+        .take(args.queries)
+        .map(|d| {
+            let text = d["text"].as_str().unwrap_or_default();
+            text.split_whitespace()
+                .skip(5)
+                .take(10)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    let embedder = instant_embedder()?;
+    let scratch = std::env::temp_dir().join(format!("ragstream-bench-scale-{run}"));
+    std::fs::create_dir_all(&scratch)?;
+
+    let mut rows = Vec::new();
+    for &workers in &args.workers {
+        let group = format!("bench-scale-{run}-w{workers}");
+        let config_path = scratch.join(format!("w{workers}.toml"));
+        std::fs::write(
+            &config_path,
+            format!(
+                "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"{}\"\ndocuments_topic = \"{topic}\"\nqueries_topic = \"bench-scale-queries-{run}\"\ncontexts_topic = \"bench-scale-contexts-{run}\"\ndlq_topic = \"bench-scale-dlq-{run}\"\ngroup_id = \"{group}\"\n[embedder]\nkind = \"http\"\nurl = \"{embedder}\"\ndimension = {DIMENSION}\nbatch_size = 64\n[index]\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = {workers}\n",
+                args.brokers,
+                scratch.join(format!("index-w{workers}")).display().to_string(),
+            ),
+        )?;
+        let config = Config::load(&config_path)?;
+        let chunks_before = ragstream_operators::metrics::metrics()
+            .chunks_upserted
+            .get();
+        let started = Instant::now();
+        let running = crate::runtime::start(config)?;
+        while committed(&reader, &topic)
+            .map(|c| c != high)
+            .unwrap_or(true)
+        {
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(1800),
+                "{workers} workers never committed the end of the topic"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let ingest_seconds = started.elapsed().as_secs_f64();
+        let chunks = ragstream_operators::metrics::metrics()
+            .chunks_upserted
+            .get()
+            - chunks_before;
+
+        // Queries through the job's ingress, a fixed number in flight.
+        let mut pending: VecDeque<(Instant, std::sync::mpsc::Receiver<_>)> = VecDeque::new();
+        let mut latencies = Vec::with_capacity(questions.len());
+        let mut errors = 0usize;
+        let queries_started = Instant::now();
+        for (i, question) in questions.iter().enumerate() {
+            if pending.len() >= QUERIES_IN_FLIGHT {
+                let (sent, receiver) = pending.pop_front().expect("in flight");
+                let context: ragstream_operators::query::Context =
+                    receiver.recv_timeout(Duration::from_secs(120))?;
+                errors += usize::from(context.error.is_some());
+                latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
+            }
+            let body = json!({"query_id": format!("w{workers}-{i}"), "tenant": "bench",
+                "text": question, "token_budget": 1000})
+            .to_string();
+            let (_, receiver) = running.ingress.submit(body.into_bytes());
+            pending.push_back((Instant::now(), receiver));
+        }
+        for (sent, receiver) in pending {
+            let context = receiver.recv_timeout(Duration::from_secs(120))?;
+            errors += usize::from(context.error.is_some());
+            latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
+        }
+        let query_seconds = queries_started.elapsed().as_secs_f64();
+        running.shutdown.store(true, Ordering::SeqCst);
+        running.join()?;
+        latencies.sort_by(f64::total_cmp);
+        let median = latencies.get(latencies.len() / 2).copied().unwrap_or(0.0);
+        eprintln!(
+            "{workers} worker(s): ingest {:.0} docs/s, queries {:.0}/s",
+            documents.len() as f64 / ingest_seconds,
+            questions.len() as f64 / query_seconds
+        );
+        rows.push(json!({
+            "workers": workers,
+            "ingest_seconds": ingest_seconds,
+            "ingest_docs_per_s": documents.len() as f64 / ingest_seconds,
+            "ingest_chunks_per_s": chunks as f64 / ingest_seconds,
+            "queries_per_s": questions.len() as f64 / query_seconds,
+            "query_median_ms": median,
+            "query_errors": errors,
+        }));
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    let base = rows.first().cloned().unwrap_or_default();
+    for row in &mut rows {
+        let ratio =
+            |key: &str| row[key].as_f64().unwrap_or(0.0) / base[key].as_f64().unwrap_or(1.0);
+        let (ingest, queries) = (ratio("ingest_docs_per_s"), ratio("queries_per_s"));
+        row["ingest_scaling"] = json!(ingest);
+        row["query_scaling"] = json!(queries);
+    }
+    Ok(json!({
+        "corpus": args.corpus.display().to_string(),
+        "documents": documents.len(),
+        "queries": questions.len(),
+        "partitions": PARTITIONS,
+        "embedder": "instant in-process /v1/embeddings (model time excluded)",
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "runs": rows,
+    }))
+}
