@@ -9,19 +9,28 @@ use ragstream_operators::faults;
 
 use super::common::broker::Broker;
 use super::common::job::{http_get, metric, Job};
-use super::support::{lost_stale, wait_committed, Workload};
+use super::support::{lost_stale, wait_committed, EmbeddingServer, Workload, DIMENSION};
 
 const DOCS: &str = "docs";
 const DLQ: &str = "dlq";
 const PARTITIONS: i32 = 2;
 
-fn config(broker: &Broker, group: &str) -> String {
+/// `static_member`: join as a static group member (`instance_id`), as the presets do. librdkafka's
+/// prefetch is 4 MiB (these documents are ~1 KiB; the 64 MiB default is sized for 50 MB documents): while
+/// the index is down the workers do not poll, and the prefetch is what fills.
+/// `sections`: further TOML sections (the embedder).
+fn config(broker: &Broker, group: &str, static_member: bool, sections: &str) -> String {
+    let member = if static_member {
+        format!("\ninstance_id = \"{group}-0\"")
+    } else {
+        String::new()
+    };
     super::common::kafka_config(
         &broker.bootstrap(),
         &format!(
-            "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{group}\"\ninstance_id = \"{group}-0\""
+            "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{group}\"\nprefetch_kbytes = 4096{member}"
         ),
-        "",
+        sections,
     )
 }
 
@@ -38,10 +47,10 @@ fn broker_down_for_30_seconds_then_back_loses_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut workload = Workload::new(11, 600);
     broker.produce(DOCS, &workload.batch(60));
-    // One worker, so one group member: after a restart Tansu 0.6 can leave a group of several members
-    // without an assignment (a broker limitation, not this job's; seen with two), and this case is about
-    // the outage, not about rebalancing (tests/faults/rebalance.rs covers that).
-    let mut job = Job::start(dir.path(), &config(&broker, "outage"), 1);
+    // One worker and dynamic membership: after its restart Tansu 0.6 revoked a static member's
+    // partitions and never assigned them again (a broker limitation: Kafka reassigns them), and this
+    // case is about the outage, not about group membership (tests/faults/rebalance.rs covers that).
+    let mut job = Job::start(dir.path(), &config(&broker, "outage", false, ""), 1);
     job.wait_ready(Duration::from_secs(60));
     wait_committed(&broker, "outage", DOCS, PARTITIONS, &job);
 
@@ -84,17 +93,25 @@ fn index_unavailable_pauses_consumption_and_loses_nothing() {
     let marker = dir.path().join("index-down");
     let marker_env = marker.display().to_string();
     let mut workload = Workload::new(13, 1500);
-    broker.produce(DOCS, &workload.batch(60));
+    broker.produce(DOCS, &workload.batch(300));
+    // The suite's embedding stand-in, so memory figures are the pipeline's, not the model's working set
+    // (which varies with the longest text of a batch).
+    let embedder = EmbeddingServer::start();
+    let sections = format!(
+        "[embedder]\nkind = \"http\"\nurl = \"{}\"\ndimension = {DIMENSION}\nbatch_size = 64\n",
+        embedder.url
+    );
     let mut job = Job::start_with_env(
         dir.path(),
-        &config(&broker, "index"),
+        &config(&broker, "index", true, &sections),
         2,
         &[(faults::INDEX_DOWN_ENV, &marker_env)],
     );
     job.wait_ready(Duration::from_secs(60));
     wait_committed(&broker, "index", DOCS, PARTITIONS, &job);
     let committed_before = broker.committed("index", DOCS, PARTITIONS);
-    let rss_before = job.rss_bytes().unwrap_or(0);
+    // The high-water mark so far.
+    let rss_before = job.peak_rss_bytes().unwrap_or(0);
 
     // The index goes down; ten times as many events arrive as before.
     std::fs::write(&marker, "").expect("marker");
@@ -122,15 +139,15 @@ fn index_unavailable_pauses_consumption_and_loses_nothing() {
     assert!(job.stop().success());
     let (lost, stale, example) = lost_stale(&workload.oracle, dir.path());
     println!(
-        "FAULT index unavailable 30 s: {} events; offsets held at {committed_before:?}; {retries} write retries, {in_flight} messages in flight while down; RSS {:.0} MiB before, at most {:.0} MiB while down; drained {recovery:.1} s after the index came back; lost {lost}, stale {stale}, DLQ {dlq}",
+        "FAULT index unavailable 30 s: {} events; offsets held at {committed_before:?}; {retries} write retries, {in_flight} messages in flight while down; peak RSS {:.0} MiB before, at most {:.0} MiB while down; drained {recovery:.1} s after the index came back; lost {lost}, stale {stale}, DLQ {dlq}",
         workload.produced,
         rss_before as f64 / 1048576.0,
         rss_down as f64 / 1048576.0
     );
     assert!(retries > 0.0, "writes were retried");
     assert!(
-        rss_down < rss_before + 256 * 1024 * 1024,
-        "memory grew by more than 256 MiB while the index was down"
+        rss_down < rss_before + 128 * 1024 * 1024,
+        "memory grew by more than 128 MiB over its earlier peak while the index was down"
     );
     assert_eq!((lost, stale), (0, 0), "{example}");
     assert_eq!(dlq, 0.0);

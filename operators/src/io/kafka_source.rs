@@ -226,6 +226,21 @@ pub fn consumer(
             "queued.max.messages.kbytes",
             config.prefetch_kbytes.to_string(),
         )
+        // A fetch may return a whole event of up to the prefetch size: brokers that do not hand out an
+        // oversized first batch anyway (Tansu) would otherwise stall the partition on a large document
+        // instead of letting it reach the size check and the DLQ.
+        .set(
+            "fetch.max.bytes",
+            (config.prefetch_kbytes * 1024).to_string(),
+        )
+        .set(
+            "max.partition.fetch.bytes",
+            (config.prefetch_kbytes * 1024).to_string(),
+        )
+        .set(
+            "receive.message.max.bytes",
+            (config.prefetch_kbytes * 1024 + (1 << 20)).to_string(),
+        )
         .create_with_context(LagContext {
             topic: config.topic.clone(),
             checkpoint: config.checkpoint.clone(),
