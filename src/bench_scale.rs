@@ -195,7 +195,9 @@ pub fn scale(args: ScaleBench) -> anyhow::Result<Value> {
             .get();
         let started = Instant::now();
         let running = crate::runtime::start(config)?;
-        while committed(&reader, &topic)
+        // Committed offsets are read per group: a consumer of the job's group (it never subscribes).
+        let watcher: BaseConsumer = client.clone().set("group.id", &group).create()?;
+        while committed(&watcher, &topic)
             .map(|c| c != high)
             .unwrap_or(true)
         {
