@@ -36,6 +36,19 @@ pub struct IngestBench {
     pub probes: usize,
 }
 
+/// Queues `record`, serving delivery reports while the producer's queue is full.
+pub(crate) fn send_blocking(producer: &BaseProducer, mut record: BaseRecord<'_, String, String>) {
+    loop {
+        match producer.send(record) {
+            Ok(()) => return,
+            Err((_, back)) => {
+                producer.poll(Duration::from_millis(1));
+                record = back;
+            }
+        }
+    }
+}
+
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(|a, b| a.total_cmp(b));
     values[values.len() / 2]
@@ -143,18 +156,12 @@ pub fn ingest(args: IngestBench) -> anyhow::Result<serde_json::Value> {
     for document in &documents {
         let body = json!({"tenant": "bench", "doc_id": document.key.doc_id, "version": 1, "kind": "prose", "title": document.title, "text": document.text}).to_string();
         let key = document.key.to_string();
-        let mut record = BaseRecord::to(&config.kafka.documents_topic)
-            .key(&key)
-            .payload(&body);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, back)) => {
-                    producer.poll(Duration::from_millis(10));
-                    record = back;
-                }
-            }
-        }
+        send_blocking(
+            &producer,
+            BaseRecord::to(&config.kafka.documents_topic)
+                .key(&key)
+                .payload(&body),
+        );
     }
     producer.flush(Duration::from_secs(60))?;
     let started = Instant::now();

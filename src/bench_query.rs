@@ -159,16 +159,10 @@ pub fn query(args: QueryBench) -> anyhow::Result<Value> {
             let body =
                 json!({"query_id": id, "tenant": tenant, "text": text, "token_budget": budget})
                     .to_string();
-            let mut record = BaseRecord::to(&queries_topic).key(&id).payload(&body);
-            loop {
-                match producer.send(record) {
-                    Ok(()) => break,
-                    Err((_, returned)) => {
-                        producer.poll(Duration::from_millis(1));
-                        record = returned;
-                    }
-                }
-            }
+            crate::bench::send_blocking(
+                &producer,
+                BaseRecord::to(&queries_topic).key(&id).payload(&body),
+            );
             sent.push((id, Instant::now()));
         }
         producer.flush(Duration::from_secs(30))?;

@@ -136,16 +136,7 @@ pub fn scale(args: ScaleBench) -> anyhow::Result<Value> {
         })
         .to_string();
         let key = format!("bench/{id}");
-        let mut record = BaseRecord::to(&topic).key(&key).payload(&event);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, back)) => {
-                    producer.poll(Duration::from_millis(10));
-                    record = back;
-                }
-            }
-        }
+        crate::bench::send_blocking(&producer, BaseRecord::to(&topic).key(&key).payload(&event));
     }
     producer.flush(Duration::from_secs(60))?;
     let reader: BaseConsumer = client

@@ -20,11 +20,11 @@ const DLQ: &str = "dlq";
 const PARTITIONS: i32 = 4;
 
 /// A job configuration reading `DOCS`; `run` names its group and its query and context topics.
-fn config(broker: &Broker, run: &str, instance: &str) -> String {
+fn config(broker: &Broker, run: &str) -> String {
     common::kafka_config(
         &broker.bootstrap(),
         &format!(
-            "documents_topic = \"{DOCS}\"\nqueries_topic = \"queries-{run}\"\ncontexts_topic = \"contexts-{run}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{run}\"\ninstance_id = \"{instance}\""
+            "documents_topic = \"{DOCS}\"\nqueries_topic = \"queries-{run}\"\ncontexts_topic = \"contexts-{run}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{run}\""
         ),
         "",
     )
@@ -181,7 +181,7 @@ fn two_processes_of_two_workers_index_and_answer_like_one_process_of_four() {
             let process = p.to_string();
             Job::start_with_env(
                 &dirs[p],
-                &config(&broker, "cluster", &format!("cluster-p{p}")),
+                &config(&broker, "cluster"),
                 2,
                 &[
                     ("RAGSTREAM_RUNTIME__PROCESSES", "2"),
@@ -217,7 +217,7 @@ fn two_processes_of_two_workers_index_and_answer_like_one_process_of_four() {
     // The same data through one process of four workers.
     let single_dir = root.path().join("single");
     std::fs::create_dir_all(&single_dir).expect("dir");
-    let mut single = Job::start(&single_dir, &config(&broker, "single", "single-0"), 4);
+    let mut single = Job::start(&single_dir, &config(&broker, "single"), 4);
     single.wait_ready(Duration::from_secs(120));
     let single_seconds = wait_indexed(&broker, "single", &[&single]);
     let single_contexts = ask(&broker, "single", &queries);

@@ -21,7 +21,7 @@ fn config(broker: &Broker) -> String {
     common::kafka_config(
         &broker.bootstrap(),
         &format!(
-            "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{GROUP}\"\ninstance_id = \"it-0\"\nmax_batch = 256\nmax_in_flight = 2048"
+            "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{GROUP}\"\nmax_batch = 256\nmax_in_flight = 2048"
         ),
         "[ingest]\nmax_document_bytes = 20000",
     )

@@ -304,7 +304,7 @@ fn config(broker: &Broker) -> String {
     common::kafka_config(
         &broker.bootstrap(),
         &format!(
-            "documents_topic = \"{DOCS}\"\nqueries_topic = \"{QUERIES}\"\ncontexts_topic = \"{CONTEXTS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"ragstream-observability-it\"\ninstance_id = \"observability-it-0\""
+            "documents_topic = \"{DOCS}\"\nqueries_topic = \"{QUERIES}\"\ncontexts_topic = \"{CONTEXTS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"ragstream-observability-it\""
         ),
         "",
     )

@@ -114,6 +114,7 @@ impl Job {
     }
 
     fn spawn(&mut self, workers: usize) {
+        wait_out_killed_session(&self.dir);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -124,7 +125,12 @@ impl Job {
             .arg(&self.config)
             .args(["--workers", &workers.to_string()])
             .env("RAGSTREAM_MODEL_DIR", super::model_dir())
-            .env("RUST_LOG", "info")
+            // `RAGSTREAM_TEST_LOG` widens the job's log when debugging a test (e.g. `info,librdkafka=debug`
+            // with `RAGSTREAM_KAFKA_DEBUG=cgrp`).
+            .env(
+                "RUST_LOG",
+                std::env::var("RAGSTREAM_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&self.dir)
             .stdout(Stdio::null())
@@ -233,6 +239,7 @@ impl Job {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+            mark_killed(&self.dir);
         }
     }
 
@@ -243,6 +250,9 @@ impl Job {
         loop {
             if let Some(status) = child.try_wait().expect("wait") {
                 self.child = None;
+                if std::os::unix::process::ExitStatusExt::signal(&status).is_some() {
+                    mark_killed(&self.dir);
+                }
                 return status;
             }
             assert!(
@@ -280,6 +290,30 @@ impl Job {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// The job's consumer-group session timeout (`session.timeout.ms` of the Kafka source) plus a margin.
+const GROUP_SESSION_EXPIRY: Duration = Duration::from_millis(10_000 + 1_000);
+
+/// Notes in `dir` when a job there died without leaving its consumer groups.
+fn mark_killed(dir: &Path) {
+    let _ = std::fs::write(dir.join("killed-at"), b"");
+}
+
+/// A job restarted in the directory of a killed one waits until the dead members' sessions expired.
+/// Tansu 0.6 does not rebalance when a member joins next to a dead one that has not yet expired: the
+/// newcomer joins the old generation with an empty assignment and stays there (Kafka rebalances once
+/// the dead member's session ends). See the README's broker limits.
+pub fn wait_out_killed_session(dir: &Path) {
+    let marker = dir.join("killed-at");
+    let Ok(killed) = std::fs::metadata(&marker).and_then(|m| m.modified()) else {
+        return;
+    };
+    let since = killed.elapsed().unwrap_or_default();
+    if let Some(left) = GROUP_SESSION_EXPIRY.checked_sub(since) {
+        std::thread::sleep(left);
+    }
+    let _ = std::fs::remove_file(marker);
 }
 
 fn tail(text: &str) -> String {

@@ -40,10 +40,9 @@ impl Lane<'_> {
         super::common::kafka_config(
             &self.broker.bootstrap(),
             &format!(
-                "documents_topic = \"{}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{}\"\ninstance_id = \"{}-0\"",
+                "documents_topic = \"{}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{}\"",
                 self.topic(),
                 self.group(),
-                self.group()
             ),
             "",
         )
@@ -93,7 +92,10 @@ fn crash_at(lane: Lane, dir: &std::path::Path, point: &str, workers: usize) {
 }
 
 /// Starts a clean job, waits until it committed the end of the topic, kills it; (seconds, peak RSS).
+/// Recovery is timed from the restart: the restart itself waits out the killed job's group session
+/// (see `wait_out_killed_session`).
 fn recover(lane: Lane, dir: &std::path::Path, workers: usize) -> (f64, u64) {
+    super::common::job::wait_out_killed_session(dir);
     let started = Instant::now();
     let job = Job::start(dir, &lane.config(), workers);
     wait_committed(lane.broker, &lane.group(), &lane.topic(), PARTITIONS, &job);

@@ -16,9 +16,7 @@ const PARTITIONS: i32 = 2;
 fn config(broker: &Broker, group: &str) -> String {
     super::common::kafka_config(
         &broker.bootstrap(),
-        &format!(
-            "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{group}\"\ninstance_id = \"{group}-0\""
-        ),
+        &format!("documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{group}\""),
         "",
     )
 }

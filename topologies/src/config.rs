@@ -167,9 +167,19 @@ impl KafkaConfig {
         if let Ok(password) = std::env::var(&self.sasl_password_env) {
             client.set("sasl.password", password);
         }
+        // librdkafka's debug contexts for troubleshooting (e.g. `cgrp` for group membership); its
+        // messages are logged at debug level under the `librdkafka` target.
+        if let Ok(contexts) = std::env::var(KAFKA_DEBUG_ENV) {
+            if !contexts.trim().is_empty() {
+                client.set("debug", contexts.trim());
+            }
+        }
         client
     }
 }
+
+/// Environment variable naming librdkafka debug contexts for every Kafka client of the job.
+pub const KAFKA_DEBUG_ENV: &str = "RAGSTREAM_KAFKA_DEBUG";
 
 /// Ingest limits.
 #[derive(Debug, Clone, Deserialize)]

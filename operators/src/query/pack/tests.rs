@@ -436,3 +436,11 @@ fn the_context_is_marked_untrusted_and_a_document_cannot_close_the_block() {
     assert!(unwrapped.context.starts_with("Source: docs/doc0.md"));
     assert!(unwrapped.tokens_used < packed.tokens_used);
 }
+
+#[test]
+fn the_untrusted_delimiters_cost_little_of_a_small_budget() {
+    // They are counted in every budget: at 500 tokens they must stay a few percent of it.
+    let delimiters = counter().count(UNTRUSTED_OPEN) + counter().count(UNTRUSTED_CLOSE);
+    assert!(delimiters <= 16, "{delimiters} tokens");
+    assert!(UNTRUSTED_OPEN.contains("untrusted"));
+}
