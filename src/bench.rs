@@ -49,7 +49,7 @@ pub(crate) fn send_blocking(producer: &BaseProducer, mut record: BaseRecord<'_, 
     }
 }
 
-fn median(values: &mut [f64]) -> f64 {
+pub(crate) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(|a, b| a.total_cmp(b));
     values[values.len() / 2]
 }

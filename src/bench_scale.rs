@@ -8,9 +8,11 @@
 //! dedup, MMR, packing with the real tokenizer) plus one local HTTP round trip per embedding call.
 //!
 //! For each worker count: a fresh index and consumer group ingest the whole corpus from a 4-partition
-//! topic (documents per second until the group committed the end of every partition), then a fixed set
+//! topic (documents per second from the first event consumed to the last acknowledged by the index;
+//! the time from the job's start to the group's commit of every partition is reported too), then a fixed set
 //! of bounded queries is answered through the job's query ingress with 32 in flight (queries per
-//! second, and the latency median).
+//! second, and the latency median). The worker counts are measured in interleaved rounds (1, 2, 4, 1, 2,
+//! 4, …) so drift on a shared machine spreads over all of them; the report gives each count's median.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -36,6 +38,8 @@ pub struct ScaleBench {
     pub workers: Vec<usize>,
     /// Queries per worker count.
     pub queries: usize,
+    /// Rounds over the worker counts.
+    pub rounds: usize,
 }
 
 const PARTITIONS: i32 = 4;
@@ -44,7 +48,7 @@ const QUERIES_IN_FLIGHT: usize = 32;
 
 /// Serves an instant OpenAI-compatible `/v1/embeddings` on loopback; returns its URL.
 fn instant_embedder() -> anyhow::Result<String> {
-    let server = tiny_http::Server::http("127.0.0.1:0").map_err(|e| anyhow::anyhow!("{e}"))?;
+    let server = crate::http::listen_nodelay("127.0.0.1:0")?;
     let url = format!(
         "http://{}",
         server.server_addr().to_ip().context("a TCP address")?
@@ -169,36 +173,62 @@ pub fn scale(args: ScaleBench) -> anyhow::Result<Value> {
     std::fs::create_dir_all(&scratch)?;
 
     let mut rows = Vec::new();
-    for &workers in &args.workers {
-        let group = format!("bench-scale-{run}-w{workers}");
+    let plan: Vec<(usize, usize)> = (0..args.rounds.max(1))
+        .flat_map(|round| args.workers.iter().map(move |&w| (round, w)))
+        .collect();
+    for (round, workers) in plan {
+        let group = format!("bench-scale-{run}-r{round}-w{workers}");
         let config_path = scratch.join(format!("w{workers}.toml"));
         std::fs::write(
             &config_path,
             format!(
                 "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"{}\"\ndocuments_topic = \"{topic}\"\nqueries_topic = \"bench-scale-queries-{run}\"\ncontexts_topic = \"bench-scale-contexts-{run}\"\ndlq_topic = \"bench-scale-dlq-{run}\"\ngroup_id = \"{group}\"\n[embedder]\nkind = \"http\"\nurl = \"{embedder}\"\ndimension = {DIMENSION}\nbatch_size = 64\n[index]\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = {workers}\n",
                 args.brokers,
-                scratch.join(format!("index-w{workers}")).display().to_string(),
+                scratch.join(format!("index-r{round}-w{workers}")).display().to_string(),
             ),
         )?;
         let config = Config::load(&config_path)?;
         let chunks_before = ragstream_operators::metrics::metrics()
             .chunks_upserted
             .get();
+        let metrics = ragstream_operators::metrics::metrics();
+        let events_before = metrics.source_events.get();
         let started = Instant::now();
         let running = crate::runtime::start(config)?;
+        // Throughput is timed from the first event consumed to the last one acknowledged by the index,
+        // so the job's start and the broker's group join (seconds on Tansu) are not in it.
+        let mut first_event: Option<Instant> = None;
+        let mut acknowledged: Option<Instant> = None;
         // Committed offsets are read per group: a consumer of the job's group (it never subscribes).
         let watcher: BaseConsumer = client.clone().set("group.id", &group).create()?;
-        while committed(&watcher, &topic)
-            .map(|c| c != high)
-            .unwrap_or(true)
-        {
+        loop {
+            let consumed = metrics.source_events.get() - events_before;
+            if first_event.is_none() && consumed > 0 {
+                first_event = Some(Instant::now());
+            }
+            if acknowledged.is_none()
+                && consumed >= documents.len() as u64
+                && metrics.in_flight_messages.get() == 0
+            {
+                acknowledged = Some(Instant::now());
+            }
+            if acknowledged.is_some()
+                && committed(&watcher, &topic)
+                    .map(|c| c == high)
+                    .unwrap_or(false)
+            {
+                break;
+            }
             anyhow::ensure!(
                 started.elapsed() < Duration::from_secs(1800),
                 "{workers} workers never committed the end of the topic"
             );
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(10));
         }
-        let ingest_seconds = started.elapsed().as_secs_f64();
+        let total_seconds = started.elapsed().as_secs_f64();
+        let ingest_seconds = acknowledged
+            .zip(first_event)
+            .map_or(total_seconds, |(done, first)| (done - first).as_secs_f64());
         let chunks = ragstream_operators::metrics::metrics()
             .chunks_upserted
             .get()
@@ -234,13 +264,15 @@ pub fn scale(args: ScaleBench) -> anyhow::Result<Value> {
         latencies.sort_by(f64::total_cmp);
         let median = latencies.get(latencies.len() / 2).copied().unwrap_or(0.0);
         eprintln!(
-            "{workers} worker(s): ingest {:.0} docs/s, queries {:.0}/s",
+            "round {round}, {workers} worker(s): ingest {:.0} docs/s, queries {:.0}/s",
             documents.len() as f64 / ingest_seconds,
             questions.len() as f64 / query_seconds
         );
         rows.push(json!({
+            "round": round,
             "workers": workers,
             "ingest_seconds": ingest_seconds,
+            "start_to_committed_seconds": total_seconds,
             "ingest_docs_per_s": documents.len() as f64 / ingest_seconds,
             "ingest_chunks_per_s": chunks as f64 / ingest_seconds,
             "queries_per_s": questions.len() as f64 / query_seconds,
@@ -249,8 +281,33 @@ pub fn scale(args: ScaleBench) -> anyhow::Result<Value> {
         }));
     }
     let _ = std::fs::remove_dir_all(&scratch);
-    let base = rows.first().cloned().unwrap_or_default();
-    for row in &mut rows {
+    // Per worker count, the median of each figure over the rounds; ratios against the first count.
+    let figures = [
+        "ingest_docs_per_s",
+        "ingest_chunks_per_s",
+        "queries_per_s",
+        "query_median_ms",
+    ];
+    let mut medians: Vec<Value> = Vec::new();
+    for &workers in &args.workers {
+        let mut summary = json!({"workers": workers});
+        for key in figures {
+            let mut values: Vec<f64> = rows
+                .iter()
+                .filter(|r| r["workers"] == json!(workers))
+                .filter_map(|r| r[key].as_f64())
+                .collect();
+            summary[key] = json!(crate::bench::median(&mut values));
+        }
+        summary["query_errors"] = json!(rows
+            .iter()
+            .filter(|r| r["workers"] == json!(workers))
+            .filter_map(|r| r["query_errors"].as_u64())
+            .sum::<u64>());
+        medians.push(summary);
+    }
+    let base = medians.first().cloned().unwrap_or_default();
+    for row in &mut medians {
         let ratio =
             |key: &str| row[key].as_f64().unwrap_or(0.0) / base[key].as_f64().unwrap_or(1.0);
         let (ingest, queries) = (ratio("ingest_docs_per_s"), ratio("queries_per_s"));
@@ -264,6 +321,8 @@ pub fn scale(args: ScaleBench) -> anyhow::Result<Value> {
         "partitions": PARTITIONS,
         "embedder": "instant in-process /v1/embeddings (model time excluded)",
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "rounds": args.rounds.max(1),
+        "medians": medians,
         "runs": rows,
     }))
 }

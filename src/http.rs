@@ -58,6 +58,20 @@ pub fn status_of(context: &Context) -> u16 {
     }
 }
 
+/// A tiny_http server on `listen` whose connections send each write at once (`TCP_NODELAY`, which
+/// accepted sockets inherit from the listener on Linux). tiny_http writes a response's head and body
+/// separately; with Nagle's algorithm the body then waited for the client's delayed ACK, ~40 ms per
+/// response on a kept-alive connection.
+pub fn listen_nodelay(listen: &str) -> anyhow::Result<tiny_http::Server> {
+    let listener = std::net::TcpListener::bind(listen)
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+    socket2::SockRef::from(&listener)
+        .set_tcp_nodelay(true)
+        .map_err(|e| anyhow::anyhow!("TCP_NODELAY on {listen}: {e}"))?;
+    tiny_http::Server::from_listener(listener, None)
+        .map_err(|e| anyhow::anyhow!("cannot serve on {listen}: {e}"))
+}
+
 fn respond(request: tiny_http::Request, status: u16, body: String, content_type: &str) {
     let header = tiny_http::Header::from_bytes("Content-Type", content_type).expect("valid header");
     let response = tiny_http::Response::from_string(body)
@@ -128,8 +142,7 @@ pub fn serve(
     query_token: Option<String>,
 ) -> anyhow::Result<std::net::SocketAddr> {
     let query_token: Option<Arc<str>> = query_token.filter(|t| !t.is_empty()).map(Arc::from);
-    let server = tiny_http::Server::http(listen)
-        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+    let server = listen_nodelay(listen)?;
     let address = server
         .server_addr()
         .to_ip()

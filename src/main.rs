@@ -169,6 +169,9 @@ enum BenchCommand {
         /// Queries per worker count.
         #[arg(long, default_value_t = 2000)]
         queries: usize,
+        /// Rounds over the worker counts (interleaved: 1, 2, 4, 1, 2, 4, …); medians are reported.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
     },
     /// Token counting, embedding-only and end-to-end Kafka ingest throughput, freshness, peak RSS.
     Ingest {
@@ -340,6 +343,7 @@ fn main() -> anyhow::Result<()> {
             limit,
             workers,
             queries,
+            rounds,
         }) => {
             let report = bench_scale::scale(bench_scale::ScaleBench {
                 corpus,
@@ -347,6 +351,7 @@ fn main() -> anyhow::Result<()> {
                 limit,
                 workers,
                 queries,
+                rounds,
             })?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())

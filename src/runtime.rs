@@ -442,8 +442,8 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                         QueryParts {
                             services,
                             kafka: kafka_queries,
-                            // POST /query of this process is drained by its first worker.
-                            http: (index == first_worker).then(|| ingress.clone()),
+                            // POST /query of this process is shared by its workers.
+                            http: Some(ingress.clone()),
                             publisher,
                             dlq: query_dlq,
                             shutdown,

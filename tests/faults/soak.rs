@@ -21,6 +21,7 @@ const PARTITIONS: i32 = 2;
 const GROUP: &str = "soak";
 const MAX_BATCH: usize = 100;
 const MAX_IN_FLIGHT: usize = 1000;
+const WORKERS: usize = 2;
 /// librdkafka's prefetch (the default, 64 MiB per consumer, is sized for 50 MB documents; these are
 /// ~1 KiB): with `MAX_IN_FLIGHT`, what the job may hold besides its index.
 const PREFETCH_KBYTES: usize = 4096;
@@ -96,7 +97,7 @@ fn overload_at_ten_times_capacity_keeps_memory_bounded_and_drains() {
     broker.create_topic(DLQ, 1);
     let embedder = EmbeddingServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut job = Job::start(dir.path(), &config(&broker, &embedder.url), 2);
+    let mut job = Job::start(dir.path(), &config(&broker, &embedder.url), WORKERS);
     job.wait_ready(Duration::from_secs(60));
     let mut updates = Updates::new();
     // Fill the pool at full speed, then measure the capacity at the overload's speed.
@@ -169,7 +170,7 @@ fn overload_at_ten_times_capacity_keeps_memory_bounded_and_drains() {
     let (lost, stale, example) = lost_stale(&updates.oracle, dir.path());
     let mib = |bytes: f64| bytes / 1048576.0;
     println!(
-        "FAULT overload {:.0} s at 10x: capacity {capacity:.1} docs/s, offered {offered:.0} docs/s, {produced} events offered, {applied_soak:.0} applied during the soak; in flight at most {in_flight_max} (limit {MAX_IN_FLIGHT}); RSS {:.0} MiB at start, peak {:.0} MiB in the middle third, {:.0} MiB in the last third, backlog left in the broker {:.0} MiB; drained {drained:.1} s after capacity returned; lost {lost}, stale {stale}, DLQ {dlq}",
+        "FAULT overload {:.0} s at 10x: capacity {capacity:.1} docs/s, offered {offered:.0} docs/s, {produced} events offered, {applied_soak:.0} applied during the soak; in flight at most {in_flight_max} (limit {MAX_IN_FLIGHT} per worker, {WORKERS} workers); RSS {:.0} MiB at start, peak {:.0} MiB in the middle third, {:.0} MiB in the last third, backlog left in the broker {:.0} MiB; drained {drained:.1} s after capacity returned; lost {lost}, stale {stale}, DLQ {dlq}",
         soak.as_secs_f64(),
         mib(rss_start as f64),
         mib(rss_early as f64),
@@ -181,7 +182,8 @@ fn overload_at_ten_times_capacity_keeps_memory_bounded_and_drains() {
         "the source never paused"
     );
     assert!(
-        in_flight_max <= (MAX_IN_FLIGHT + MAX_BATCH) as f64,
+        // The limit holds per worker (each pauses its own partitions); the gauge is their sum.
+        in_flight_max <= (WORKERS * (MAX_IN_FLIGHT + MAX_BATCH)) as f64,
         "{in_flight_max} messages in flight"
     );
     // Memory does not follow the backlog: from the middle to the last third RSS grows by at most

@@ -273,10 +273,14 @@ fn answer(stream: std::net::TcpStream, delay: &AtomicU64) -> std::io::Result<()>
         .collect();
     let response =
         serde_json::json!({ "data": data, "usage": { "prompt_tokens": texts.len() } }).to_string();
+    // One write: pieces written separately would wait on Nagle's algorithm.
     let mut stream = stream;
-    write!(
-        stream,
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{response}",
-        response.len()
+    stream.set_nodelay(true)?;
+    stream.write_all(
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{response}",
+            response.len()
+        )
+        .as_bytes(),
     )
 }

@@ -273,6 +273,7 @@ pub fn kafka_source<'scope>(
         let mut pending_count: BTreeMap<u64, usize> = BTreeMap::new();
         let mut paused = false;
         let mut poll_failing = false;
+        let mut reported_in_flight = 0i64;
         move |output| {
             let Some(capability) = cap.as_mut() else {
                 return;
@@ -306,7 +307,10 @@ pub fn kafka_source<'scope>(
                 crate::faults::fail_point(crate::faults::AFTER_OFFSET_STORE);
             }
             let in_flight: usize = pending_count.values().sum();
-            metrics().in_flight_messages.set(in_flight as i64);
+            // The gauge is the process's total: each worker adds the change of its own count.
+            metrics().in_flight_messages.add(
+                in_flight as i64 - std::mem::replace(&mut reported_in_flight, in_flight as i64),
+            );
             if let Ok(frontier) = acks.with_frontier(|f| f.first().copied().ok_or(())) {
                 let lag = crate::now_millis().saturating_sub(frontier) as f64 / 1000.0;
                 metrics().ingest_frontier_lag_seconds.set(lag);

@@ -10,7 +10,7 @@
 //! offset below them (see [`crate::query::ops`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,8 @@ pub struct HttpIngress {
     queue: Mutex<VecDeque<(u64, Vec<u8>)>>,
     replies: Mutex<HashMap<u64, mpsc::Sender<Context>>>,
     next: AtomicU64,
+    /// Workers of this process that drain the queue (each takes its share per activation).
+    drainers: AtomicUsize,
 }
 
 impl HttpIngress {
@@ -58,8 +60,18 @@ impl HttpIngress {
         }
     }
 
+    /// Registers a worker that drains the queue.
+    fn register(&self) {
+        self.drainers.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// This worker's share of what is queued: an even split over the draining workers, so a burst of
+    /// requests is answered by all of them rather than by whichever polled first.
     fn drain(&self) -> Vec<(u64, Vec<u8>)> {
-        self.queue.lock().expect("queue").drain(..).collect()
+        let mut queue = self.queue.lock().expect("queue");
+        let drainers = self.drainers.load(Ordering::SeqCst).max(1);
+        let share = queue.len().div_ceil(drainers);
+        queue.drain(..share).collect()
     }
 }
 
@@ -173,8 +185,8 @@ fn refusal(
     }
 }
 
-/// The source. `http` is drained by the worker given it (one per process); `kafka` is consumed by
-/// every worker. With
+/// The source. `http` is drained by every worker given it (each takes its share of the queue);
+/// `kafka` is consumed by every worker. With
 /// `finite_ingest`, the source stops once that probe is done (a JSONL input fully indexed).
 #[allow(clippy::too_many_arguments)]
 pub fn query_source<'scope>(
@@ -189,6 +201,9 @@ pub fn query_source<'scope>(
     source::<_, CapacityContainerBuilder<Vec<_>>, _, _>(scope, "QuerySource", move |cap, info| {
         let activator = scope.activator_for(info.address.clone());
         let worker = scope.index();
+        if let Some(http) = &http {
+            http.register();
+        }
         let consumer = kafka.as_ref().map(|config| {
             let member = config
                 .instance_id
