@@ -28,8 +28,9 @@ deploy/scripts/check-deploy.sh
 echo "== tests"
 # Integration tests start brokers and jobs: one test binary at a time, one test at a time inside them.
 # RAGSTREAM_FAULTS_LONG=1 runs the long variants of the fault suite (a 10-minute overload soak).
-# --show-output prints what passing tests printed: the measured figures (`FAULT …`, recovery times).
-cargo test --workspace --lib --bins --tests --examples -- --test-threads=1 --show-output
+# --show-output prints what passing tests printed: the measured figures (`FAULT …`, recovery times);
+# --no-fail-fast runs every test binary even after one failed, so one run reports every failure.
+cargo test --workspace --no-fail-fast --lib --bins --tests --examples -- --test-threads=1 --show-output
 # Criterion benches run once each as smoke tests (their own harness takes no libtest flags).
 cargo test --workspace --benches
 if [ -n "${QDRANT_URL:-}" ]; then
