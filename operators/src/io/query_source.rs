@@ -348,3 +348,26 @@ pub fn query_source<'scope>(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_draining_worker_takes_its_share_of_the_http_queue() {
+        let ingress = HttpIngress::default();
+        ingress.register();
+        ingress.register();
+        let _receivers: Vec<_> = (0..5)
+            .map(|i| ingress.submit(format!("q{i}").into_bytes()).1)
+            .collect();
+        let first = ingress.drain();
+        let second = ingress.drain();
+        assert_eq!(first.len(), 3, "half of 5, rounded up");
+        assert_eq!(second.len(), 1, "half of the 2 left");
+        assert_eq!(ingress.drain().len(), 1);
+        assert!(ingress.drain().is_empty());
+        let tickets: Vec<u64> = first.iter().chain(&second).map(|(t, _)| *t).collect();
+        assert_eq!(tickets, vec![0, 1, 2, 3], "in arrival order");
+    }
+}

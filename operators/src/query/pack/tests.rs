@@ -442,5 +442,4 @@ fn the_untrusted_delimiters_cost_little_of_a_small_budget() {
     // They are counted in every budget: at 500 tokens they must stay a few percent of it.
     let delimiters = counter().count(UNTRUSTED_OPEN) + counter().count(UNTRUSTED_CLOSE);
     assert!(delimiters <= 16, "{delimiters} tokens");
-    assert!(UNTRUSTED_OPEN.contains("untrusted"));
 }
