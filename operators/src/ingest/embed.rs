@@ -1,8 +1,9 @@
 //! Embed: chunk deltas → index batches with dense and BM25 vectors.
 //!
 //! The stream is exchanged by [`DocKey::route`], so each document is embedded and written by the worker
-//! owning its shard. All upserts of an input batch are embedded together (the embedder sorts by length
-//! and batches). Outages of the embedder ([`EmbedError::is_retryable`]) are retried with capped
+//! owning its shard. Upserts are embedded about [`EMBED_SLICE`] at a time, small documents together and
+//! a large one over several activations (the embedder sorts each call by length and batches), so
+//! queries on the same worker are not held behind a long embedding call. Outages of the embedder ([`EmbedError::is_retryable`]) are retried with capped
 //! exponential backoff, blocking this worker: consumption pauses, nothing is dropped. Any other failure
 //! dead-letters the affected documents' new chunks while their retractions still apply, so no stale
 //! chunk survives.
@@ -70,7 +71,11 @@ pub fn embed_deltas(
     bm25: &Bm25Encoder,
     deltas: Vec<ChunkDelta>,
 ) -> (Vec<IndexDelta>, Vec<DlqRecord>) {
-    let error = match embed_all(embedder, &deltas) {
+    let inputs = deltas
+        .iter()
+        .flat_map(|d| d.upserts.iter().map(|c| c.embedding_input()))
+        .collect();
+    let error = match embed_texts(embedder, inputs) {
         Ok(vectors) => {
             return (
                 index_work(embedder, bm25, deltas, Some(vectors)),
@@ -90,6 +95,17 @@ pub fn embed_deltas(
         }
         return (work, dlq);
     }
+    dead_letter(embedder, bm25, deltas, &error)
+}
+
+/// DLQ records for the upserts of `deltas`, whose embedding failed with `error`; their retractions
+/// still apply.
+fn dead_letter(
+    embedder: &dyn Embedder,
+    bm25: &Bm25Encoder,
+    deltas: Vec<ChunkDelta>,
+    error: &EmbedError,
+) -> (Vec<IndexDelta>, Vec<DlqRecord>) {
     let reason = if matches!(error, EmbedError::Dimension { .. }) {
         "embedding_dimension"
     } else {
@@ -116,15 +132,11 @@ pub fn embed_deltas(
     (index_work(embedder, bm25, deltas, None), dlq)
 }
 
-/// The vectors of every upsert of `deltas`, in order; outages are retried with backoff.
-fn embed_all(
+/// The vectors of `inputs`, in order; outages are retried with backoff.
+fn embed_texts(
     embedder: &mut dyn Embedder,
-    deltas: &[ChunkDelta],
+    inputs: Vec<String>,
 ) -> Result<Vec<Vec<f32>>, EmbedError> {
-    let inputs: Vec<String> = deltas
-        .iter()
-        .flat_map(|d| d.upserts.iter().map(|c| c.embedding_input()))
-        .collect();
     if inputs.is_empty() {
         return Ok(Vec::new());
     }
@@ -203,12 +215,14 @@ pub trait EmbedChunks<'scope> {
 }
 
 /// Most chunks embedded per activation of the Embed operator. A worker runs one operator at a time, so
-/// a large ingest batch embedded in one call would hold its queries for as long as the call takes (a
-/// hundred chunks on a CPU: tens of seconds); in slices of this size a query waits at most one slice.
+/// a large ingest batch (or one large document) embedded in one call would hold its queries for as
+/// long as the call takes (hundreds of chunks on a CPU: minutes); in slices of this size a query waits
+/// at most about one slice.
 pub const EMBED_SLICE: usize = 32;
 
 /// Takes whole deltas from the front of `queue` until they hold at least `slice` upserts (or the queue
-/// is empty); deltas without upserts ride along for free.
+/// is empty); deltas without upserts ride along for free. A delta of more than `slice` upserts is
+/// taken only first (then alone); [`Slicer`] embeds such a delta over several calls.
 pub fn take_slice(
     queue: &mut std::collections::VecDeque<ChunkDelta>,
     slice: usize,
@@ -216,13 +230,75 @@ pub fn take_slice(
     let mut taken = Vec::new();
     let mut texts = 0;
     while let Some(front) = queue.front() {
-        if texts >= slice && !front.upserts.is_empty() {
+        let upserts = front.upserts.len();
+        if upserts > 0 && !taken.is_empty() && (texts >= slice || upserts > slice) {
             break;
         }
-        texts += front.upserts.len();
+        texts += upserts;
         taken.push(queue.pop_front().expect("front exists"));
     }
     taken
+}
+
+/// Embeds queued deltas about one slice at a time: small documents together (see [`take_slice`]), a
+/// document of more than a slice of upserts over several calls, its index work given only once all
+/// of its upserts are embedded (a document's change is written whole).
+#[derive(Debug)]
+pub struct Slicer {
+    slice: usize,
+    /// Vectors of the first upserts of the front delta, while it is embedded over several calls.
+    partial: Vec<Vec<f32>>,
+}
+
+impl Slicer {
+    /// Slices of `slice` texts.
+    pub fn new(slice: usize) -> Self {
+        Self {
+            slice: slice.max(1),
+            partial: Vec::new(),
+        }
+    }
+
+    /// Embeds about one slice from the front of `queue`; returns the work of the deltas completed.
+    pub fn step(
+        &mut self,
+        embedder: &mut dyn Embedder,
+        bm25: &Bm25Encoder,
+        queue: &mut std::collections::VecDeque<ChunkDelta>,
+    ) -> (Vec<IndexDelta>, Vec<DlqRecord>) {
+        let Some(front) = queue.front() else {
+            return (Vec::new(), Vec::new());
+        };
+        let total = front.upserts.len();
+        if total <= self.slice {
+            return embed_deltas(embedder, bm25, take_slice(queue, self.slice));
+        }
+        let done = self.partial.len();
+        let end = (done + self.slice).min(total);
+        let inputs = front.upserts[done..end]
+            .iter()
+            .map(|c| c.embedding_input())
+            .collect();
+        match embed_texts(embedder, inputs) {
+            Ok(vectors) => {
+                self.partial.extend(vectors);
+                if self.partial.len() < total {
+                    return (Vec::new(), Vec::new());
+                }
+                let delta = queue.pop_front().expect("front exists");
+                let vectors = std::mem::take(&mut self.partial);
+                (
+                    index_work(embedder, bm25, vec![delta], Some(vectors)),
+                    Vec::new(),
+                )
+            }
+            Err(error) => {
+                self.partial.clear();
+                let delta = queue.pop_front().expect("front exists");
+                dead_letter(embedder, bm25, vec![delta], &error)
+            }
+        }
+    }
 }
 
 impl<'scope> EmbedChunks<'scope> for StreamVec<'scope, u64, ChunkDelta> {
@@ -235,6 +311,7 @@ impl<'scope> EmbedChunks<'scope> for StreamVec<'scope, u64, ChunkDelta> {
         let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(pact, "Embed", move |_cap, info| {
             let activator = scope.activator_for(info.address.clone());
+            let mut slicer = Slicer::new(EMBED_SLICE);
             // Input batches in arrival order, each with its capability: a document's deltas stay in
             // time order, and a time is not complete downstream until all of its slices were given.
             let mut queue: std::collections::VecDeque<(
@@ -249,8 +326,7 @@ impl<'scope> EmbedChunks<'scope> for StreamVec<'scope, u64, ChunkDelta> {
                 let Some((cap, deltas)) = queue.front_mut() else {
                     return;
                 };
-                let slice = take_slice(deltas, EMBED_SLICE);
-                let (work, dlq) = embed_deltas(embedder.as_mut(), &bm25, slice);
+                let (work, dlq) = slicer.step(embedder.as_mut(), &bm25, deltas);
                 if work.iter().any(|delta| !delta.points.is_empty()) {
                     crate::faults::fail_point(crate::faults::AFTER_EMBED);
                 }
@@ -351,5 +427,108 @@ mod tests {
             .map(|d| (d.key.doc_id.as_str(), d.points.len()))
             .collect();
         assert_eq!(written, [("a", 1), ("b", 0), ("c", 1)]);
+    }
+
+    /// Records the size of each call; answers `[position in the call, call number]`.
+    #[derive(Default)]
+    struct Counting {
+        calls: Vec<usize>,
+        fail_on_call: Option<usize>,
+    }
+
+    impl Embedder for Counting {
+        fn version(&self) -> &str {
+            "counting"
+        }
+        fn dimension(&self) -> usize {
+            2
+        }
+        fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            let call = self.calls.len();
+            self.calls.push(texts.len());
+            if self.fail_on_call == Some(call) {
+                return Err(EmbedError::Dimension {
+                    expected: 2,
+                    got: 3,
+                });
+            }
+            Ok((0..texts.len())
+                .map(|i| vec![i as f32, call as f32])
+                .collect())
+        }
+        fn last_token_count(&self) -> usize {
+            0
+        }
+    }
+
+    fn long_document(id: &str) -> ChunkDelta {
+        let text: String = (0..1500)
+            .map(|i| format!("Sentence {i} describes topic number {i} at some length. "))
+            .collect();
+        insert(id, &text)
+    }
+
+    #[test]
+    fn a_large_document_is_embedded_over_several_slices_and_written_whole() {
+        let large = long_document("large");
+        let upserts = large.upserts.len();
+        assert!(upserts > 20, "{upserts} chunks");
+        let mut queue: std::collections::VecDeque<ChunkDelta> = [
+            insert("small", "A short one."),
+            large,
+            insert("after", "Another."),
+        ]
+        .into();
+        let (mut slicer, mut embedder, bm25) =
+            (Slicer::new(8), Counting::default(), Bm25Encoder::default());
+        // The small document goes alone: the large one is not taken behind it.
+        let (work, _) = slicer.step(&mut embedder, &bm25, &mut queue);
+        assert_eq!(work.len(), 1);
+        assert_eq!(work[0].key.doc_id, "small");
+        let mut steps = 0;
+        let large = loop {
+            let (work, dlq) = slicer.step(&mut embedder, &bm25, &mut queue);
+            assert!(dlq.is_empty());
+            steps += 1;
+            if let Some(done) = work.into_iter().next() {
+                break done;
+            }
+        };
+        assert_eq!(steps, upserts.div_ceil(8));
+        assert!(
+            embedder.calls.iter().all(|&n| n <= 8),
+            "{:?}",
+            embedder.calls
+        );
+        assert_eq!(large.key.doc_id, "large");
+        assert_eq!(large.points.len(), upserts);
+        // Vectors stay with their chunks: point i got position i % 8 of call 1 + i / 8.
+        for (i, point) in large.points.iter().enumerate() {
+            assert_eq!(point.dense, vec![(i % 8) as f32, (1 + i / 8) as f32]);
+        }
+        let (work, _) = slicer.step(&mut embedder, &bm25, &mut queue);
+        assert_eq!(work[0].key.doc_id, "after");
+        assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn a_large_document_failing_midway_is_dead_lettered_once_with_its_retractions() {
+        let mut queue: std::collections::VecDeque<ChunkDelta> = [long_document("large")].into();
+        queue[0].deletes.push(uuid::Uuid::nil());
+        let mut embedder = Counting {
+            fail_on_call: Some(1),
+            ..Counting::default()
+        };
+        let mut slicer = Slicer::new(8);
+        let bm25 = Bm25Encoder::default();
+        let (work, dlq) = slicer.step(&mut embedder, &bm25, &mut queue);
+        assert!(work.is_empty() && dlq.is_empty());
+        let (work, dlq) = slicer.step(&mut embedder, &bm25, &mut queue);
+        assert_eq!(dlq.len(), 1);
+        assert_eq!(dlq[0].reason, "embedding_dimension");
+        assert_eq!(work.len(), 1);
+        assert!(work[0].points.is_empty());
+        assert_eq!(work[0].deletes, vec![uuid::Uuid::nil()]);
+        assert!(queue.is_empty() && slicer.partial.is_empty());
     }
 }
