@@ -4,7 +4,7 @@
 
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use ragstream_operators::io::query_source::HttpIngress;
@@ -121,7 +121,13 @@ fn query(mut request: tiny_http::Request, ingress: &HttpIngress, max_bytes: usiz
             let body = serde_json::to_string(&context).expect("contexts serialise");
             respond(request, status, body, "application/json");
         }
-        Err(_) => {
+        Err(mpsc::RecvTimeoutError::Disconnected) => respond(
+            request,
+            503,
+            "{\"error\":\"the job is stopping and takes no more queries\"}".into(),
+            "application/json",
+        ),
+        Err(mpsc::RecvTimeoutError::Timeout) => {
             ingress.abandon(ticket);
             respond(
                 request,

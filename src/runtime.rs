@@ -508,8 +508,8 @@ fn timely_config(
     })
 }
 
-/// Sets `shutdown` on SIGINT or SIGTERM. The handler is installed once per process; every job started
-/// in it (a bench runs several, one after another) registers its flag.
+/// Sets `shutdown` on SIGINT or SIGTERM; a second signal exits at once. The handler is installed once
+/// per process; every job started in it (a bench runs several, one after another) registers its flag.
 fn stop_on_signal(shutdown: Arc<AtomicBool>) -> anyhow::Result<()> {
     static FLAGS: Mutex<Vec<std::sync::Weak<AtomicBool>>> = Mutex::new(Vec::new());
     static INSTALLED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
@@ -519,8 +519,17 @@ fn stop_on_signal(shutdown: Arc<AtomicBool>) -> anyhow::Result<()> {
         .push(Arc::downgrade(&shutdown));
     INSTALLED
         .get_or_init(|| {
+            static SIGNALS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
             ctrlc::set_handler(|| {
-                tracing::info!("stopping: finishing in-flight work");
+                if SIGNALS.fetch_add(1, Ordering::SeqCst) > 0 {
+                    // Nothing is lost: offsets and the index checkpoint only cover acknowledged work,
+                    // so what was in flight is read again on restart (as after a crash).
+                    tracing::warn!(
+                        "second signal: stopping now; unacknowledged work is redone on restart"
+                    );
+                    std::process::exit(130);
+                }
+                tracing::info!("stopping: finishing in-flight work (signal again to stop at once)");
                 for flag in FLAGS.lock().expect("signal flags").iter() {
                     if let Some(flag) = flag.upgrade() {
                         flag.store(true, Ordering::SeqCst);

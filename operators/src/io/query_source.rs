@@ -36,16 +36,33 @@ pub struct HttpIngress {
     next: AtomicU64,
     /// Workers of this process that drain the queue (each takes its share per activation).
     drainers: AtomicUsize,
+    /// Set once the job stops taking queries.
+    closed: AtomicBool,
 }
 
 impl HttpIngress {
-    /// Queues a query body; the receiver gets its context.
+    /// Queues a query body; the receiver gets its context. Once the ingress is closed (the job is
+    /// stopping) the receiver is disconnected at once.
     pub fn submit(&self, body: Vec<u8>) -> (u64, mpsc::Receiver<Context>) {
         let ticket = self.next.fetch_add(1, Ordering::SeqCst);
         let (sender, receiver) = mpsc::channel();
-        self.replies.lock().expect("replies").insert(ticket, sender);
-        self.queue.lock().expect("queue").push_back((ticket, body));
+        let mut queue = self.queue.lock().expect("queue");
+        if !self.closed.load(Ordering::SeqCst) {
+            self.replies.lock().expect("replies").insert(ticket, sender);
+            queue.push_back((ticket, body));
+        }
         (ticket, receiver)
+    }
+
+    /// Stops taking queries: requests still queued and later ones are disconnected (the HTTP server
+    /// answers 503); those already in the dataflow are still answered.
+    pub fn close(&self) {
+        let mut queue = self.queue.lock().expect("queue");
+        self.closed.store(true, Ordering::SeqCst);
+        let mut replies = self.replies.lock().expect("replies");
+        for (ticket, _) in queue.drain(..) {
+            replies.remove(&ticket);
+        }
     }
 
     /// Forgets a request whose caller stopped waiting.
@@ -250,6 +267,9 @@ pub fn query_source<'scope>(
             }
             let input_done = finite_ingest.as_ref().is_some_and(ProbeHandle::done);
             if shutdown.load(Ordering::SeqCst) || input_done {
+                if let Some(http) = &http {
+                    http.close();
+                }
                 if pending.is_empty() {
                     if let Some(consumer) = consumer.as_ref() {
                         let _ = consumer.commit_consumer_state(CommitMode::Sync);
@@ -369,5 +389,29 @@ mod tests {
         assert!(ingress.drain().is_empty());
         let tickets: Vec<u64> = first.iter().chain(&second).map(|(t, _)| *t).collect();
         assert_eq!(tickets, vec![0, 1, 2, 3], "in arrival order");
+    }
+
+    #[test]
+    fn closing_disconnects_queued_and_later_requests_but_not_drained_ones() {
+        let ingress = HttpIngress::default();
+        ingress.register();
+        let (drained_ticket, drained) = ingress.submit(b"first".to_vec());
+        assert_eq!(ingress.drain().len(), 1);
+        let (_, queued) = ingress.submit(b"second".to_vec());
+        ingress.close();
+        let (_, later) = ingress.submit(b"third".to_vec());
+        assert!(
+            ingress.drain().is_empty(),
+            "nothing is handed to the dataflow after closing"
+        );
+        for receiver in [&queued, &later] {
+            assert_eq!(
+                receiver.recv_timeout(Duration::from_millis(10)),
+                Err(mpsc::RecvTimeoutError::Disconnected)
+            );
+        }
+        // The request already in the dataflow still gets its context.
+        ingress.reply(drained_ticket, Context::default());
+        assert!(drained.recv_timeout(Duration::from_millis(10)).is_ok());
     }
 }
