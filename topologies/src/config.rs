@@ -90,7 +90,8 @@ pub struct KafkaConfig {
     /// document event (with brokers that do not return an oversized first batch anyway, as Tansu).
     #[serde(default = "default_prefetch_kbytes")]
     pub prefetch_kbytes: usize,
-    /// Unacknowledged messages per worker above which that worker's consumption pauses.
+    /// Unacknowledged messages per worker above which that worker's consumption pauses (until it is
+    /// down to half).
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
 }

@@ -18,7 +18,10 @@
 //! stored offsets, whether or not the partition is still assigned.
 //!
 //! Flow control: when more than `max_in_flight` messages are unacknowledged, the assigned partitions are
-//! paused (polling continues, so the group membership stays alive) and resumed once the index catches up.
+//! paused (polling continues, so the group membership stays alive) and resumed once the index brought
+//! them down to half of that. Pausing drops librdkafka's prefetched messages, so each resume costs a
+//! fetch round trip; resuming at half keeps the job busy during that fetch instead of pausing and
+//! resuming after every batch.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,7 +56,7 @@ pub struct KafkaSourceConfig {
     pub group_id: String,
     /// Most messages per poll batch.
     pub max_batch: usize,
-    /// Unacknowledged messages above which partitions are paused.
+    /// Unacknowledged messages above which partitions are paused (resumed at half of it).
     pub max_in_flight: usize,
     /// librdkafka's prefetch per consumer, KiB (`queued.max.messages.kbytes`).
     pub prefetch_kbytes: usize,
@@ -328,7 +331,11 @@ pub fn kafka_source<'scope>(
                 return;
             }
             // 2. Flow control.
-            let over = in_flight > config.max_in_flight;
+            let over = if paused {
+                in_flight > config.max_in_flight / 2
+            } else {
+                in_flight > config.max_in_flight
+            };
             if over != paused {
                 if let Ok(assignment) = consumer.assignment() {
                     let result = if over {
