@@ -10,7 +10,7 @@ use ragstream_operators::query::dedup::dedup;
 use ragstream_operators::query::fuse::fuse;
 use ragstream_operators::query::intent::analyze;
 use ragstream_operators::query::mmr::{mmr, MmrConfig};
-use ragstream_operators::query::pack::{pack, PackConfig, PackRequest};
+use ragstream_operators::query::pack::{pack, AnswerCue, PackConfig, PackRequest};
 use ragstream_operators::query::rerank::{rerank, RerankConfig};
 use ragstream_operators::query::{Candidate, Weights};
 use ragstream_operators::store::{Bm25Encoder, Hit, StoredChunk};
@@ -177,14 +177,13 @@ fn fixture(counter: TokenCounter) -> Fixture {
     }
 }
 
+const QUESTION: &str = "Which team won the football league champion season in 2015?";
+
 fn steps(c: &mut Criterion) {
     let counter = TokenCounter::new(Encoding::O200kBase);
     let bm25 = Bm25Encoder::default();
     let data = fixture(counter);
-    let plan = analyze(
-        "Which team won the football league champion season in 2015?",
-        &bm25,
-    );
+    let plan = analyze(QUESTION, &bm25);
     let rerank_config = RerankConfig::default();
     let mmr_config = MmrConfig {
         lambda: 0.6,
@@ -218,6 +217,7 @@ fn steps(c: &mut Criterion) {
             budget,
             counter,
             terms: &plan.terms,
+            cue: AnswerCue::of_question(QUESTION),
             config: &pack_config,
         })
     };
@@ -254,6 +254,7 @@ fn steps(c: &mut Criterion) {
                 budget: 3000,
                 counter,
                 terms: &plan.terms,
+                cue: AnswerCue::of_question(QUESTION),
                 config: &pack_config,
             }))
         })

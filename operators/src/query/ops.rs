@@ -33,7 +33,7 @@ use super::modes::{
     budget_for, max_new_tokens, rank_files, sql_compact, sql_full, unknown_chunk,
     SQL_FULL_HINT_TOKENS,
 };
-use super::pack::{pack, render_full, PackRequest};
+use super::pack::{pack, render_full, AnswerCue, PackRequest};
 use super::rerank::rerank;
 use super::retrieve::{gather, pool_size, results_wanted, search_shard, QueryVectors, ShardAnswer};
 use super::{
@@ -799,6 +799,7 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
                 budget,
                 counter,
                 terms: &terms,
+                cue: AnswerCue::of_question(&query.text),
                 config: &services.config.pack,
             });
             context.token_budget = Some(budget);

@@ -108,6 +108,8 @@ pub struct PackRequest<'a> {
     pub counter: TokenCounter,
     /// Analysed query terms (snippets centre on the sentence holding most of them).
     pub terms: &'a [String],
+    /// What kind of text answers the question (breaks ties between sentences).
+    pub cue: AnswerCue,
     /// Tiers and separator.
     pub config: &'a PackConfig,
 }
@@ -264,9 +266,105 @@ fn uncovered(chunk: &crate::model::Chunk, covered: &[(u32, u32)]) -> Option<(usi
     (text[from..to].trim().len() >= 3).then_some((from, to))
 }
 
-fn term_hits(sentence: &str, terms: &[String]) -> usize {
+/// What kind of text answers a question, from its question words: among sentences holding as many
+/// query terms, a snippet centres on one that also holds such text (the answer sentence of "where
+/// was it played?" names a place, not only the terms of the question).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AnswerCue {
+    /// No question word that tells.
+    #[default]
+    None,
+    /// "when", "what year": a year or a month name.
+    Time,
+    /// "how many", "how much", "how long", "what percentage": a number.
+    Number,
+    /// "where": a capitalised word after a preposition of place.
+    Place,
+    /// "who", "whom", "whose": a capitalised word other than the sentence's first.
+    Name,
+}
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+
+impl AnswerCue {
+    /// The cue of a question text.
+    pub fn of_question(text: &str) -> Self {
+        let lower = text.to_lowercase();
+        let words: Vec<&str> = lower
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .collect();
+        let has = |word: &str| words.contains(&word);
+        let pair = |first: &str, seconds: &[&str]| {
+            words
+                .windows(2)
+                .any(|w| w[0] == first && seconds.contains(&w[1]))
+        };
+        if has("when")
+            || pair("what", &["year", "date", "century", "decade"])
+            || pair("which", &["year", "century"])
+        {
+            Self::Time
+        } else if pair(
+            "how",
+            &[
+                "many", "much", "long", "far", "old", "large", "big", "high", "tall",
+            ],
+        ) || has("percentage")
+            || has("percent")
+        {
+            Self::Number
+        } else if has("where") {
+            Self::Place
+        } else if has("who") || has("whom") || has("whose") {
+            Self::Name
+        } else {
+            Self::None
+        }
+    }
+
+    /// Whether `sentence` holds text of this kind.
+    pub fn matches(self, sentence: &str) -> bool {
+        let capitalised = |word: &str| word.chars().next().is_some_and(char::is_uppercase);
+        match self {
+            Self::None => false,
+            Self::Number => sentence.bytes().any(|b| b.is_ascii_digit()),
+            Self::Time => sentence.split(|c: char| !c.is_alphanumeric()).any(|word| {
+                (word.len() == 4
+                    && word
+                        .parse::<u32>()
+                        .is_ok_and(|y| (1000..=2099).contains(&y)))
+                    || MONTHS.contains(&word)
+            }),
+            Self::Place => sentence
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .windows(2)
+                .any(|w| matches!(w[0], "in" | "at" | "near" | "from" | "to") && capitalised(w[1])),
+            Self::Name => sentence.split_whitespace().skip(1).any(capitalised),
+        }
+    }
+}
+
+/// A sentence's score for snippet selection: query terms held (counting double), plus one when it
+/// holds text of the answer's kind.
+fn sentence_score(sentence: &str, terms: &[String], cue: AnswerCue) -> usize {
     let lower = sentence.to_lowercase();
-    terms.iter().filter(|t| lower.contains(t.as_str())).count()
+    let hits = terms.iter().filter(|t| lower.contains(t.as_str())).count();
+    2 * hits + usize::from(cue.matches(sentence))
 }
 
 /// The snippet of `chunk[from..to]`: whole if it fits, else the best sentence window.
@@ -274,6 +372,7 @@ fn snippet(
     chunk: &crate::model::Chunk,
     (from, to): (usize, usize),
     terms: &[String],
+    cue: AnswerCue,
     max_tokens: usize,
 ) -> (usize, usize, bool) {
     let total = chunk.text.len();
@@ -291,7 +390,7 @@ fn snippet(
     }
     let scores: Vec<usize> = spans
         .iter()
-        .map(|&(a, b)| term_hits(&chunk.text[a..b], terms))
+        .map(|&(a, b)| sentence_score(&chunk.text[a..b], terms, cue))
         .collect();
     let best = (0..spans.len())
         .max_by(|&a, &b| scores[a].cmp(&scores[b]).then(b.cmp(&a)))
@@ -464,7 +563,7 @@ fn expanded(
 fn forms(
     candidate: &Candidate,
     available: (usize, usize),
-    terms: &[String],
+    (terms, cue): (&[String], AnswerCue),
     config: &PackConfig,
     counter: TokenCounter,
     expanded_form: Option<Form>,
@@ -485,7 +584,7 @@ fn forms(
         if limit == 0 {
             continue;
         }
-        let (from, to, whole) = snippet(chunk, available, terms, limit);
+        let (from, to, whole) = snippet(chunk, available, terms, cue, limit);
         if to <= from
             || out.iter().any(|f| {
                 f.tier == Tier::Snippet && f.range == (base + from as u32, base + to as u32)
@@ -589,6 +688,7 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
         budget,
         counter,
         terms,
+        cue,
         config,
     } = request;
     let mut packed = Packed::default();
@@ -623,7 +723,14 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
         let expanded_form = (position == 0)
             .then(|| expanded(stored, neighbours, counter, config.expanded_tokens))
             .flatten();
-        let forms = forms(candidate, available, terms, config, counter, expanded_form);
+        let forms = forms(
+            candidate,
+            available,
+            (terms, cue),
+            config,
+            counter,
+            expanded_form,
+        );
         doc_covered.push(forms[0].range);
         if forms[0].tier != Tier::Expanded {
             doc_covered.push(stored.chunk.char_range);

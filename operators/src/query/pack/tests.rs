@@ -91,6 +91,7 @@ fn run(
         budget,
         counter: counter(),
         terms,
+        cue: AnswerCue::None,
         config: &PackConfig::default(),
     })
 }
@@ -206,6 +207,7 @@ fn separator_is_configurable_and_counted() {
         budget: 1000,
         counter: counter(),
         terms: &[],
+        cue: AnswerCue::None,
         config: &config,
     });
     assert!(packed.context.contains("\n-----\nSource: docs/doc1.md"));
@@ -225,6 +227,7 @@ fn deferred_candidates_fill_an_unused_budget_only() {
         budget: 2000,
         counter: counter(),
         terms: &[],
+        cue: AnswerCue::None,
         config: &PackConfig::default(),
     });
     assert_eq!(with_room.items.len(), 2);
@@ -237,6 +240,7 @@ fn deferred_candidates_fill_an_unused_budget_only() {
             budget: 0,
             counter: counter(),
             terms: &[],
+            cue: AnswerCue::None,
             config: &PackConfig::default(),
         }
     });
@@ -337,6 +341,7 @@ fn tight_budgets_keep_the_sentence_holding_the_query_terms() {
         budget: 300,
         counter: counter(),
         terms: &terms,
+        cue: AnswerCue::None,
         config: &equal,
     });
     assert!(packed.tokens_used <= 300);
@@ -350,6 +355,7 @@ fn tight_budgets_keep_the_sentence_holding_the_query_terms() {
         budget: 300,
         counter: counter(),
         terms: &terms,
+        cue: AnswerCue::None,
         config: &PackConfig {
             sentence_tokens: 0,
             ..equal.clone()
@@ -431,6 +437,7 @@ fn the_context_is_marked_untrusted_and_a_document_cannot_close_the_block() {
         budget: 3000,
         counter: counter(),
         terms: &[],
+        cue: AnswerCue::None,
         config: &plain,
     });
     assert!(unwrapped.context.starts_with("Source: docs/doc0.md"));
@@ -442,4 +449,49 @@ fn the_untrusted_delimiters_cost_little_of_a_small_budget() {
     // They are counted in every budget: at 500 tokens they must stay a few percent of it.
     let delimiters = counter().count(UNTRUSTED_OPEN) + counter().count(UNTRUSTED_CLOSE);
     assert!(delimiters <= 16, "{delimiters} tokens");
+}
+
+#[test]
+fn answer_cues_come_from_question_words_and_match_the_kind_of_text() {
+    let cases = [
+        ("When did the war end?", AnswerCue::Time),
+        ("In what year was it founded?", AnswerCue::Time),
+        ("How many people live there?", AnswerCue::Number),
+        ("What percentage voted?", AnswerCue::Number),
+        ("Where was Super Bowl 50 played?", AnswerCue::Place),
+        ("Who founded the company?", AnswerCue::Name),
+        ("What is a tensor?", AnswerCue::None),
+    ];
+    for (question, cue) in cases {
+        assert_eq!(AnswerCue::of_question(question), cue, "{question}");
+    }
+    assert!(AnswerCue::Time.matches("It ended in 1945."));
+    assert!(AnswerCue::Time.matches("It opened in March."));
+    assert!(!AnswerCue::Time.matches("It had 3000 rooms."));
+    assert!(AnswerCue::Number.matches("It had 3 rooms."));
+    assert!(AnswerCue::Place.matches("The game was played at Levi's Stadium."));
+    assert!(!AnswerCue::Place.matches("The game was played at night."));
+    assert!(AnswerCue::Name.matches("It was founded by Ada Lovelace."));
+    assert!(!AnswerCue::Name.matches("It was founded long ago."));
+    assert!(!AnswerCue::None.matches("Anything at All in 1999."));
+}
+
+#[test]
+fn among_sentences_with_as_many_terms_the_snippet_takes_the_one_of_the_answers_kind() {
+    let text = "The final was a football game between two clubs. The final game was played at Wembley Stadium in London. The final drew a large crowd of fans.";
+    let chunk = Chunk {
+        text: text.to_string(),
+        char_range: (0, text.len() as u32),
+        tokens: counter().count(text) as u32,
+        ..document(0, 1, 1, 0)[0].chunk.clone()
+    };
+    let terms = vec!["final".to_string()];
+    let (from, to, _) = snippet(&chunk, (0, text.len()), &terms, AnswerCue::Place, 14);
+    assert!(text[from..to].contains("Wembley"), "{}", &text[from..to]);
+    let (from, to, _) = snippet(&chunk, (0, text.len()), &terms, AnswerCue::None, 14);
+    assert!(
+        text[from..to].starts_with("The final was"),
+        "{}",
+        &text[from..to]
+    );
 }
