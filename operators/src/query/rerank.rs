@@ -1,6 +1,7 @@
 //! Rerank: answer-focused features over the top of the fused list.
 //!
-//! Within a window (default the top 12) each candidate gets
+//! Within a window (default the top 20, plus each lane's top 3 wherever fusion ranked them) each
+//! candidate gets
 //! `score = w_fused · fused/max_fused + w_lanes · lane_scores + w_recall · term_recall
 //!        + w_sentence · sentence_recall + w_precision · term_precision + w_entity · entity_coverage
 //!        + w_date · date_match − w_distractor · distractor`
@@ -26,6 +27,9 @@ use crate::store::Bm25Encoder;
 pub struct RerankConfig {
     /// Candidates reranked (the rest keep their fused order).
     pub window: usize,
+    /// Each lane's best hits down to this rank join the window wherever fusion put them (a lane
+    /// weighted low by the intent cannot bury its top hit below the window).
+    pub lane_heads: usize,
     /// Weight of the normalised fused score.
     pub fused: f32,
     /// Weight of the lanes' normalised raw scores.
@@ -48,6 +52,7 @@ impl Default for RerankConfig {
     fn default() -> Self {
         Self {
             window: 20,
+            lane_heads: 3,
             fused: 0.5,
             lanes: 1.0,
             term_recall: 0.3,
@@ -195,9 +200,22 @@ pub fn rerank(
     config: &RerankConfig,
     bm25: &Bm25Encoder,
 ) {
-    let window = config.window.min(candidates.len());
+    let mut window = config.window.min(candidates.len());
     if window == 0 {
         return;
+    }
+    // Lane heads below the window move up to join it; the others keep their fused order.
+    let head = |c: &Candidate| {
+        [c.dense, c.bm25]
+            .iter()
+            .flatten()
+            .any(|hit| hit.rank <= config.lane_heads)
+    };
+    for index in window..candidates.len() {
+        if head(&candidates[index]) {
+            candidates[window..=index].rotate_right(1);
+            window += 1;
+        }
     }
     let max_fused = candidates[..window]
         .iter()
@@ -243,6 +261,7 @@ mod tests {
     use super::*;
     use crate::query::fuse::tests::stored;
     use crate::query::intent::analyze;
+    use crate::query::LaneHit;
 
     fn candidate(doc: &str, text: &str, fused: f32) -> Candidate {
         let mut c = Candidate::new(stored(doc, 0, text));
@@ -336,6 +355,51 @@ mod tests {
         assert_eq!(candidates[4].stored.key.doc_id, "d4");
         assert!(candidates[4].factors.is_empty());
         assert!(candidates.windows(2).all(|w| w[0].score >= w[1].score));
+    }
+
+    #[test]
+    fn a_lane_head_below_the_window_is_reranked() {
+        let bm25 = Bm25Encoder::default();
+        let plan = analyze("exact words here", &bm25);
+        let mut candidates: Vec<Candidate> = (0..5)
+            .map(|i| {
+                let mut c = candidate(
+                    &format!("d{i}"),
+                    if i == 4 {
+                        "exact words here"
+                    } else {
+                        "nothing"
+                    },
+                    0.05 - i as f32 * 0.001,
+                );
+                c.dense = Some(LaneHit {
+                    rank: i + 1,
+                    score: 0.5,
+                });
+                c
+            })
+            .collect();
+        // The perfect match is only the weak lane's top hit: fusion put it last.
+        candidates[4].dense = None;
+        candidates[4].bm25 = Some(LaneHit {
+            rank: 1,
+            score: 9.0,
+        });
+        let config = RerankConfig {
+            window: 2,
+            lane_heads: 1,
+            ..RerankConfig::default()
+        };
+        rerank(&mut candidates, &plan, &config, &bm25);
+        assert_eq!(candidates[0].stored.key.doc_id, "d4");
+        // The window was d0, d1 and the head d4; d2 and d3 keep their fused order after it.
+        let rest: Vec<&str> = candidates[3..]
+            .iter()
+            .map(|c| c.stored.key.doc_id.as_str())
+            .collect();
+        assert_eq!(rest, ["d2", "d3"]);
+        assert!(candidates[..3].iter().all(|c| !c.factors.is_empty()));
+        assert!(candidates[3..].iter().all(|c| c.factors.is_empty()));
     }
 
     #[test]
