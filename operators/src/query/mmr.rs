@@ -2,7 +2,8 @@
 //!
 //! Picks, one at a time, the candidate maximising `λ · relevance − (1 − λ) · max cosine to the picked`
 //! (relevance = score rescaled to [0, 1]). A candidate whose document already has `per_document`
-//! picks, or whose section already has `per_section`, is deferred, not dropped: the packer uses
+//! picks, or whose section already has `per_section`, is deferred, not dropped (a chunk outside any
+//! section, as in plain prose, counts against its document's cap only): the packer uses
 //! deferred candidates only when the budget would otherwise be left unused. A candidate whose cosine to
 //! a pick reaches `near_duplicate` (0.95) is dropped as a near-duplicate of it.
 
@@ -85,7 +86,12 @@ pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection
         let section_key = section(&candidate);
         let document_count = per_document.get(&document).copied().unwrap_or(0);
         let section_count = per_section.get(&section_key).copied().unwrap_or(0);
-        if document_count >= config.per_document || section_count >= config.per_section {
+        // Without a section path the "section" would be the whole document, and its cap would
+        // override the document's.
+        let sectioned = !candidate.stored.chunk.section_path.is_empty();
+        if document_count >= config.per_document
+            || (sectioned && section_count >= config.per_section)
+        {
             let reason = if document_count >= config.per_document {
                 format!("document cap ({}) reached", config.per_document)
             } else {
@@ -221,6 +227,27 @@ mod tests {
         assert_eq!(docs, vec!["a", "b"]);
     }
 
+    /// MMR with caps 2 per document and 1 per section; the picks as `{doc}{order}`.
+    fn capped(
+        candidates: Vec<Candidate>,
+        lambda: f32,
+        near_duplicate: f32,
+    ) -> (Selection, Vec<String>) {
+        let config = MmrConfig {
+            lambda,
+            per_document: 2,
+            per_section: 1,
+            near_duplicate,
+        };
+        let selection = mmr(candidates, 10, config);
+        let picked = selection
+            .picked
+            .iter()
+            .map(|c| format!("{}{}", c.stored.key.doc_id, c.stored.chunk.order_index))
+            .collect();
+        (selection, picked)
+    }
+
     #[test]
     fn caps_defer_instead_of_dropping() {
         let candidates = vec![
@@ -229,20 +256,31 @@ mod tests {
             candidate("a", 2, 0.8, vec![0.7, 0.7]),
             candidate("b", 0, 0.1, vec![0.6, 0.8]),
         ];
-        let config = MmrConfig {
-            lambda: 0.6,
-            per_document: 2,
-            per_section: 1,
-            near_duplicate: 0.95,
-        };
-        let selection = mmr(candidates, 10, config);
-        let picked: Vec<String> = selection
-            .picked
-            .iter()
-            .map(|c| format!("{}{}", c.stored.key.doc_id, c.stored.chunk.order_index))
-            .collect();
+        let (selection, picked) = capped(candidates, 0.6, 0.95);
         assert_eq!(picked, vec!["a0", "a1", "b0"]);
         assert_eq!(selection.deferred.len(), 1);
         assert!(selection.decisions[0].reason.contains("document cap"));
+    }
+
+    #[test]
+    fn the_section_cap_binds_sections_and_unsectioned_chunks_only_meet_the_document_cap() {
+        let mut candidates = vec![
+            candidate("a", 0, 1.0, vec![1.0, 0.0]),
+            candidate("a", 1, 0.9, vec![0.0, 1.0]),
+            candidate("p", 0, 0.8, vec![0.6, 0.8]),
+            candidate("p", 1, 0.7, vec![0.8, 0.6]),
+        ];
+        // "a" has one section for both chunks; "p" is plain prose without sections.
+        for c in &mut candidates {
+            c.stored.chunk.section_path = if c.stored.key.doc_id == "a" {
+                vec!["Intro".into()]
+            } else {
+                vec![]
+            };
+        }
+        let (selection, picked) = capped(candidates, 1.0, 0.99);
+        assert_eq!(picked, vec!["a0", "p0", "p1"]);
+        assert_eq!(selection.deferred.len(), 1);
+        assert!(selection.decisions[0].reason.contains("section cap"));
     }
 }
