@@ -211,7 +211,8 @@ pub fn rerank(
             .flatten()
             .any(|hit| hit.rank <= config.lane_heads)
     };
-    for index in window..candidates.len() {
+    let fused_window = window;
+    for index in fused_window..candidates.len() {
         if head(&candidates[index]) {
             candidates[window..=index].rotate_right(1);
             window += 1;
