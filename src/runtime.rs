@@ -250,7 +250,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
             shutdown.clone(),
         )?;
     }
-    stop_on_signal(shutdown.clone())?;
+    stop_on_signal(shutdown.clone(), &ingress)?;
     if config.runtime.exit_when_idle_secs > 0 {
         spawn_idle_watch(
             Duration::from_secs(config.runtime.exit_when_idle_secs),
@@ -510,8 +510,14 @@ fn timely_config(
 
 /// Sets `shutdown` on SIGINT or SIGTERM; a second signal exits at once. The handler is installed once
 /// per process; every job started in it (a bench runs several, one after another) registers its flag.
-fn stop_on_signal(shutdown: Arc<AtomicBool>) -> anyhow::Result<()> {
+fn stop_on_signal(shutdown: Arc<AtomicBool>, ingress: &Arc<HttpIngress>) -> anyhow::Result<()> {
     static FLAGS: Mutex<Vec<std::sync::Weak<AtomicBool>>> = Mutex::new(Vec::new());
+    // Closed by the handler itself: a worker busy with an embedding slice would close it only later.
+    static INGRESSES: Mutex<Vec<std::sync::Weak<HttpIngress>>> = Mutex::new(Vec::new());
+    INGRESSES
+        .lock()
+        .expect("signal ingresses")
+        .push(Arc::downgrade(ingress));
     static INSTALLED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     FLAGS
         .lock()
@@ -533,6 +539,11 @@ fn stop_on_signal(shutdown: Arc<AtomicBool>) -> anyhow::Result<()> {
                 for flag in FLAGS.lock().expect("signal flags").iter() {
                     if let Some(flag) = flag.upgrade() {
                         flag.store(true, Ordering::SeqCst);
+                    }
+                }
+                for ingress in INGRESSES.lock().expect("signal ingresses").iter() {
+                    if let Some(ingress) = ingress.upgrade() {
+                        ingress.close();
                     }
                 }
             })
