@@ -330,23 +330,25 @@ mod tests {
         );
     }
 
+    /// d0..d4 in falling fused order; only d4 holds the query "exact words here".
+    fn five_with_the_match_last() -> Vec<Candidate> {
+        (0..5)
+            .map(|i| {
+                let text = if i == 4 {
+                    "exact words here"
+                } else {
+                    "nothing"
+                };
+                candidate(&format!("d{i}"), text, 0.05 - i as f32 * 0.001)
+            })
+            .collect()
+    }
+
     #[test]
     fn window_bounds_the_rerank() {
         let bm25 = Bm25Encoder::default();
         let plan = analyze("exact words here", &bm25);
-        let mut candidates: Vec<Candidate> = (0..5)
-            .map(|i| {
-                candidate(
-                    &format!("d{i}"),
-                    if i == 4 {
-                        "exact words here"
-                    } else {
-                        "nothing"
-                    },
-                    0.05 - i as f32 * 0.001,
-                )
-            })
-            .collect();
+        let mut candidates = five_with_the_match_last();
         let config = RerankConfig {
             window: 2,
             ..RerankConfig::default()
@@ -362,24 +364,13 @@ mod tests {
     fn a_lane_head_below_the_window_is_reranked() {
         let bm25 = Bm25Encoder::default();
         let plan = analyze("exact words here", &bm25);
-        let mut candidates: Vec<Candidate> = (0..5)
-            .map(|i| {
-                let mut c = candidate(
-                    &format!("d{i}"),
-                    if i == 4 {
-                        "exact words here"
-                    } else {
-                        "nothing"
-                    },
-                    0.05 - i as f32 * 0.001,
-                );
-                c.dense = Some(LaneHit {
-                    rank: i + 1,
-                    score: 0.5,
-                });
-                c
-            })
-            .collect();
+        let mut candidates = five_with_the_match_last();
+        for (i, c) in candidates.iter_mut().enumerate() {
+            c.dense = Some(LaneHit {
+                rank: i + 1,
+                score: 0.5,
+            });
+        }
         // The perfect match is only the weak lane's top hit: fusion put it last.
         candidates[4].dense = None;
         candidates[4].bm25 = Some(LaneHit {
