@@ -11,6 +11,8 @@
 use serde::{Deserialize, Serialize};
 use tiktoken_rs::CoreBPE;
 
+mod pieces;
+
 /// The BPE encodings ragstream can count with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -71,11 +73,24 @@ impl TokenCounter {
         self.encoding
     }
 
-    /// Number of tokens of `text` (special-token text is counted as ordinary text).
+    /// Number of tokens of `text` (special-token text is counted as ordinary text). Under o200k_base
+    /// the text is split into the tokenizer's pieces by a hand-written pre-tokenizer and each piece's
+    /// count is cached per thread (see `pieces`); the result equals [`Self::count_whole`].
     pub fn count(&self, text: &str) -> usize {
         if text.is_empty() {
             return 0;
         }
+        if self.encoding == Encoding::O200kBase {
+            if let Some(tokens) = pieces::count(text, |piece| self.count_whole(piece)) {
+                return tokens;
+            }
+        }
+        self.count_whole(text)
+    }
+
+    /// Number of tokens of `text`, encoded by tiktoken in one call (the reference [`Self::count`]
+    /// agrees with).
+    pub fn count_whole(&self, text: &str) -> usize {
         self.bpe.encode_ordinary(text).len()
     }
 
@@ -127,6 +142,61 @@ mod tests {
             assert!(counter.count(prefix) <= limit, "limit {limit}");
         }
         assert_eq!(counter.truncate("short", 10), "short");
+    }
+
+    /// Fragments that meet every alternative of the o200k pattern and the edges between them: case
+    /// runs, contractions (also `ſ`, which folds to `s`), digit runs, symbol runs with trailing
+    /// slashes and line breaks, whitespace runs with and without line breaks, Latin-1 letters,
+    /// numbers and symbols, and characters the pre-tokenizer leaves to tiktoken (CJK, emoji,
+    /// combining marks, `ª`).
+    const FRAGMENTS: &[&str] = &[
+        "a", "word", "Word", "WORD", "wORD", "McDonald", "é", "É", "ß", "Ÿ", "ĸ", "ſ", "İ", "ı",
+        "µ", "'", "'s", "'S", "'ſ", "'t", "'re", "'VE", "'m", "'ll", "'Ld", "'d", "'x", "1", "12",
+        "2015", "1234567", "²", "½", " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n", "\n ",
+        "\u{0B}", "\u{0C}", "\u{85}", "\u{A0}", "\u{2028}", "\u{2003}", "\u{200B}", ".", ",", "(",
+        ")", "/", "//", "-", "_", "#", "<", ">", "\"", "–", "—", "›", "…", "§", "©", "×", "\u{1F}",
+        "\u{7F}", "\u{AD}", "x", "Source: ", " (lines ", "12–34", ")\n", "東京", "🙂", "e\u{301}",
+        "ª", "Σ", "\u{212A}", "ǅ",
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        #[test]
+        fn piece_counts_agree_with_tiktoken(
+            picks in proptest::collection::vec(0..FRAGMENTS.len(), 0..40)
+        ) {
+            let counter = TokenCounter::new(Encoding::O200kBase);
+            let text: String = picks.iter().map(|&i| FRAGMENTS[i]).collect();
+            proptest::prop_assert_eq!(counter.count(&text), counter.count_whole(&text), "{:?}", text);
+        }
+
+        #[test]
+        fn pre_tokenizer_agrees_with_tiktoken(
+            picks in proptest::collection::vec(0..FRAGMENTS.len() - 7, 0..60)
+        ) {
+            // Known characters only: every one of these texts takes the hand-written split.
+            let counter = TokenCounter::new(Encoding::O200kBase);
+            let text: String = picks.iter().map(|&i| FRAGMENTS[i]).collect();
+            proptest::prop_assert!(pieces::split(&text).is_some());
+            proptest::prop_assert_eq!(counter.count(&text), counter.count_whole(&text), "{:?}", text);
+        }
+    }
+
+    #[test]
+    fn pieces_match_the_pattern() {
+        let split = |text| pieces::split(text).expect("known characters");
+        assert_eq!(
+            split("Hello  world's TOKENS, 2015th!\n\n  x"),
+            ["Hello", " ", " world's", " TOKENS", ",", " ", "201", "5", "th", "!\n\n", " ", " x"]
+        );
+        assert_eq!(
+            split(" \t\n  (lines 12–34)\n"),
+            [" \t\n", " ", " (", "lines", " ", "12", "–", "34", ")\n"]
+        );
+        assert_eq!(split("a  "), ["a", "  "]);
+        // Characters outside the known blocks go to tiktoken whole.
+        assert!(pieces::split("東京").is_none());
+        assert!(pieces::split("ª").is_none());
     }
 
     #[test]
