@@ -2,48 +2,68 @@
 //! copy stays. Near-duplicates (stored vectors with cosine at or above 0.95) are removed against each
 //! pick inside [`super::mmr`], which computes those similarities anyway: k·n comparisons instead of n².
 
-use std::collections::BTreeSet;
+use std::collections::HashMap;
 
 use super::{Candidate, Decision};
 
-/// Hash of the text with case and whitespace runs normalised.
-pub fn text_hash(text: &str) -> blake3::Hash {
-    let mut normalised: Vec<u8> = Vec::with_capacity(text.len());
-    if text.is_ascii() {
-        let mut space = false;
-        for &byte in text.as_bytes() {
-            if byte.is_ascii_whitespace() {
-                space = !normalised.is_empty();
-            } else {
-                if space {
-                    normalised.push(b' ');
-                    space = false;
-                }
-                normalised.push(byte.to_ascii_lowercase());
-            }
-        }
-        return blake3::hash(&normalised);
-    }
-    for word in text.split_whitespace() {
-        if !normalised.is_empty() {
-            normalised.push(b' ');
-        }
-        if word.is_ascii() {
-            normalised.extend(word.bytes().map(|b| b.to_ascii_lowercase()));
-        } else {
-            normalised.extend_from_slice(word.to_lowercase().as_bytes());
-        }
-    }
-    blake3::hash(&normalised)
+/// Whitespace as `char::is_whitespace` sees it, for ASCII bytes.
+fn is_space(byte: u8) -> bool {
+    matches!(byte, b' ' | b'\t'..=b'\r')
 }
 
-/// Removes exact duplicates from `candidates` (best first), recording why.
+/// The text with case and whitespace runs normalised (lowercase, single spaces, trimmed).
+fn normalised(text: &str) -> Vec<u8> {
+    let mut out: Vec<u8> = Vec::with_capacity(text.len());
+    for word in text.split_whitespace() {
+        if !out.is_empty() {
+            out.push(b' ');
+        }
+        if word.is_ascii() {
+            out.extend(word.bytes().map(|b| b.to_ascii_lowercase()));
+        } else {
+            out.extend_from_slice(word.to_lowercase().as_bytes());
+        }
+    }
+    out
+}
+
+/// A cheap key of the normalised text: texts equal up to case and whitespace have equal keys (the
+/// count and the sum of the non-space bytes with ASCII case folded). One branch-free pass over ASCII
+/// text; other text is normalised first. Equal keys are confirmed on the normalised texts.
+fn signature(text: &str) -> (u32, u32) {
+    let scan = |bytes: &[u8]| {
+        let (mut count, mut sum) = (0u32, 0u32);
+        for &byte in bytes {
+            let keep = u32::from(!is_space(byte));
+            // Wrapping: no overflow check in the loop, so it vectorises in every profile.
+            count = count.wrapping_add(keep);
+            sum = sum.wrapping_add(u32::from(byte | 0x20) * keep);
+        }
+        (count, sum)
+    };
+    if text.is_ascii() {
+        scan(text.as_bytes())
+    } else {
+        scan(&normalised(text))
+    }
+}
+
+/// Removes exact duplicates (same text up to case and whitespace) from `candidates` (best first),
+/// recording why.
 pub fn dedup(candidates: Vec<Candidate>) -> (Vec<Candidate>, Vec<Decision>) {
     let mut decisions = Vec::new();
-    let mut hashes = BTreeSet::new();
+    let mut seen: HashMap<(u32, u32), Vec<usize>> = HashMap::with_capacity(candidates.len());
     let mut kept: Vec<Candidate> = Vec::with_capacity(candidates.len());
     for candidate in candidates {
-        if !hashes.insert(*text_hash(&candidate.stored.chunk.text).as_bytes()) {
+        let text = &candidate.stored.chunk.text;
+        let same_key = seen.entry(signature(text)).or_default();
+        let duplicate = !same_key.is_empty() && {
+            let mine = normalised(text);
+            same_key
+                .iter()
+                .any(|&k| normalised(&kept[k].stored.chunk.text) == mine)
+        };
+        if duplicate {
             decisions.push(Decision::new(
                 candidate.id(),
                 "dedup",
@@ -52,6 +72,7 @@ pub fn dedup(candidates: Vec<Candidate>) -> (Vec<Candidate>, Vec<Decision>) {
             ));
             continue;
         }
+        same_key.push(kept.len());
         kept.push(candidate);
     }
     (kept, decisions)
@@ -74,9 +95,26 @@ mod tests {
         assert_eq!(docs, vec!["a", "c"]);
         assert_eq!(decisions.len(), 1);
         assert!(decisions[0].reason.contains("exact"));
-        assert_ne!(text_hash("a b"), text_hash("ab"));
-        // The ASCII fast path and the Unicode path agree.
-        assert_eq!(text_hash(" Hello \t World "), text_hash("hello world"));
-        assert_eq!(text_hash("Ünïcode  Text"), text_hash("ünïcode text"));
+        // The ASCII fast path and the Unicode path agree on keys.
+        assert_eq!(signature(" Hello \t World "), signature("hello world"));
+        assert_eq!(signature("Ünïcode  Text"), signature("ünïcode text"));
+        assert_eq!(signature("Ünïcode  Text"), signature("ÜNÏCODE Text"));
+    }
+
+    #[test]
+    fn equal_keys_are_confirmed_on_the_text() {
+        // Same bytes in another order, and words joined: the keys collide, the texts differ.
+        assert_eq!(signature("ab ba"), signature("ba ab"));
+        assert_eq!(signature("a b"), signature("ab"));
+        let candidates = vec![
+            Candidate::new(stored("a", 0, "ab ba")),
+            Candidate::new(stored("b", 0, "ba ab")),
+            Candidate::new(stored("c", 0, "abba")),
+            Candidate::new(stored("d", 0, "AB  BA")),
+        ];
+        let (kept, decisions) = dedup(candidates);
+        let docs: Vec<&str> = kept.iter().map(|c| c.stored.key.doc_id.as_str()).collect();
+        assert_eq!(docs, vec!["a", "b", "c"]);
+        assert_eq!(decisions.len(), 1);
     }
 }

@@ -5,46 +5,54 @@
 //! one passage cannot be counted twice. A candidate's fused score is
 //! `Σ_lane weight_lane / (rrf_k + rank_lane)`; its lane ranks and raw scores stay on it for the trace.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{HashMap, HashSet};
 
 use super::{Candidate, Decision, LaneHit, Weights};
 use crate::store::Hit;
 
 /// Removes repeated points and repeated document offsets from a lane, best rank first.
-fn dedup_lane<'a>(hits: &'a [Hit], lane: &str, decisions: &mut Vec<Decision>) -> Vec<&'a Hit> {
-    let mut ids = BTreeSet::new();
-    let mut offsets = BTreeSet::new();
-    let mut out = Vec::with_capacity(hits.len());
-    for hit in hits {
-        let stored = &hit.stored;
-        let offset = (
-            stored.key.clone(),
-            stored.chunk.char_range.0,
-            stored.chunk.char_range.1,
-        );
-        if !ids.insert(stored.id) || !offsets.insert(offset) {
-            decisions.push(Decision::new(
-                stored.id.to_string(),
-                "fuse",
-                "dropped",
-                format!("duplicate point or document offset on the {lane} lane"),
-            ));
-            continue;
-        }
-        out.push(hit);
-    }
-    out
+fn dedup_lane(hits: Vec<Hit>, lane: &str, decisions: &mut Vec<Decision>) -> Vec<Hit> {
+    let keep: Vec<bool> = {
+        let mut ids = HashSet::with_capacity(hits.len());
+        let mut offsets = HashSet::with_capacity(hits.len());
+        hits.iter()
+            .map(|hit| {
+                let stored = &hit.stored;
+                let offset = (
+                    &stored.key,
+                    stored.chunk.char_range.0,
+                    stored.chunk.char_range.1,
+                );
+                let fresh = ids.insert(stored.id) && offsets.insert(offset);
+                if !fresh {
+                    decisions.push(Decision::new(
+                        stored.id.to_string(),
+                        "fuse",
+                        "dropped",
+                        format!("duplicate point or document offset on the {lane} lane"),
+                    ));
+                }
+                fresh
+            })
+            .collect()
+    };
+    hits.into_iter()
+        .zip(keep)
+        .filter_map(|(hit, keep)| keep.then_some(hit))
+        .collect()
 }
 
-/// Fuses the lanes (each sorted best first). Returns candidates by fused score (ties by point id).
+/// Fuses the lanes (each sorted best first), taking their chunks over. Returns candidates by fused
+/// score (ties by point id).
 pub fn fuse(
-    dense: &[Hit],
-    bm25: &[Hit],
+    dense: Vec<Hit>,
+    bm25: Vec<Hit>,
     weights: Weights,
     rrf_k: f32,
 ) -> (Vec<Candidate>, Vec<Decision>) {
     let mut decisions = Vec::new();
-    let mut by_id: BTreeMap<uuid::Uuid, Candidate> = BTreeMap::new();
+    let mut candidates: Vec<Candidate> = Vec::with_capacity(dense.len() + bm25.len());
+    let mut by_id: HashMap<uuid::Uuid, usize> = HashMap::with_capacity(candidates.capacity());
     for (lane, hits, weight) in [
         ("dense", dense, weights.dense),
         ("bm25", bm25, weights.bm25),
@@ -54,13 +62,15 @@ pub fn fuse(
             .enumerate()
         {
             let rank = index + 1;
-            let candidate = by_id
-                .entry(hit.stored.id)
-                .or_insert_with(|| Candidate::new(hit.stored.clone()));
             let lane_hit = Some(LaneHit {
                 rank,
                 score: hit.score,
             });
+            let at = *by_id.entry(hit.stored.id).or_insert_with(|| {
+                candidates.push(Candidate::new(hit.stored));
+                candidates.len() - 1
+            });
+            let candidate = &mut candidates[at];
             if lane == "dense" {
                 candidate.dense = lane_hit;
             } else {
@@ -69,15 +79,19 @@ pub fn fuse(
             candidate.fused += weight / (rrf_k + rank as f32);
         }
     }
-    let mut candidates: Vec<Candidate> = by_id
-        .into_values()
-        .map(|mut c| {
-            c.score = c.fused;
-            c
-        })
-        .collect();
+    for candidate in &mut candidates {
+        candidate.score = candidate.fused;
+    }
     sort_by_score(&mut candidates);
     (candidates, decisions)
+}
+
+/// Gives each candidate its stored dense vector (moved out of `vectors`, as the index returned them).
+pub fn attach_vectors(candidates: &mut [Candidate], vectors: Vec<(uuid::Uuid, Vec<f32>)>) {
+    let mut vectors: HashMap<uuid::Uuid, Vec<f32>> = vectors.into_iter().collect();
+    for candidate in candidates {
+        candidate.vector = vectors.remove(&candidate.stored.id);
+    }
 }
 
 /// Sorts best first; ties by point id, so every run orders identically.
@@ -139,7 +153,7 @@ pub(crate) mod tests {
             dense: 0.5,
             bm25: 0.5,
         };
-        let (fused, _) = fuse(&dense, &bm25, weights, 60.0);
+        let (fused, _) = fuse(dense.clone(), bm25.clone(), weights, 60.0);
         let order: Vec<&str> = fused.iter().map(|c| c.stored.key.doc_id.as_str()).collect();
         // c: 1/63 + 1/61 = 0.032266 edges out b: 2/62 = 0.032258; then a: 1/61, d: 1/63.
         assert_eq!(order, vec!["c", "b", "a", "d"]);
@@ -161,8 +175,8 @@ pub(crate) mod tests {
         assert!((b.fused - (0.5 / 62.0 + 0.5 / 62.0)).abs() < 1e-7);
         // Dense only: dense order; a BM25-heavy preset puts the BM25 winner first.
         let (fused, _) = fuse(
-            &dense,
-            &bm25,
+            dense.clone(),
+            bm25.clone(),
             Weights {
                 dense: 1.0,
                 bm25: 0.0,
@@ -171,8 +185,8 @@ pub(crate) mod tests {
         );
         assert_eq!(fused[0].stored.key.doc_id, "a");
         let (fused, _) = fuse(
-            &dense,
-            &bm25,
+            dense.clone(),
+            bm25.clone(),
             Weights {
                 dense: 0.2,
                 bm25: 0.8,
@@ -187,8 +201,8 @@ pub(crate) mod tests {
         // "a" appears twice on the dense lane (two shards answered it): counted once, and "b" moves up to rank 2.
         let dense = vec![hit("a", 0, 0.9), hit("a", 0, 0.9), hit("b", 0, 0.5)];
         let (fused, decisions) = fuse(
-            &dense,
-            &[],
+            dense,
+            Vec::new(),
             Weights {
                 dense: 1.0,
                 bm25: 0.0,

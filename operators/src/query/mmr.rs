@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use super::{Candidate, Decision};
-use crate::embed::{dot, unit};
+use crate::embed::dot;
 
 /// MMR settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -59,29 +59,41 @@ pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection
             }
         })
         .collect();
-    let units: Vec<Option<Vec<f32>>> = candidates
+    // Cosines from dot products and each vector's inverse norm (no normalised copies).
+    let inverse_norms: Vec<Option<f32>> = candidates
         .iter()
-        .map(|c| c.vector.as_deref().map(unit))
+        .map(|c| {
+            c.vector.as_deref().map(|v| {
+                let norm = dot(v, v).sqrt();
+                if norm > 0.0 {
+                    norm.recip()
+                } else {
+                    0.0
+                }
+            })
+        })
         .collect();
-    let mut remaining: Vec<(usize, Candidate)> = candidates.into_iter().enumerate().collect();
+    let mut slots: Vec<Option<Candidate>> = candidates.into_iter().map(Some).collect();
+    let mut remaining: Vec<usize> = (0..slots.len()).collect();
     let mut selection = Selection::default();
     let mut per_document: BTreeMap<String, usize> = BTreeMap::new();
     let mut per_section: BTreeMap<(String, Vec<String>), usize> = BTreeMap::new();
     // Highest similarity of each remaining candidate to anything picked so far.
-    let mut max_similarity: BTreeMap<usize, f32> = BTreeMap::new();
+    let mut max_similarity: Vec<Option<f32>> = vec![None; slots.len()];
     while selection.picked.len() < k && !remaining.is_empty() {
         let best = remaining
             .iter()
             .enumerate()
-            .map(|(position, (index, _))| {
-                let similarity = max_similarity.get(index).copied().unwrap_or(0.0);
-                let value = config.lambda * relevance[*index] - (1.0 - config.lambda) * similarity;
+            .map(|(position, &index)| {
+                let similarity = max_similarity[index].unwrap_or(0.0);
+                let value = config.lambda * relevance[index] - (1.0 - config.lambda) * similarity;
                 (position, value)
             })
             .max_by(|a, b| a.1.total_cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
             .map(|(position, _)| position)
             .expect("non-empty");
-        let (index, candidate) = remaining.remove(best);
+        let index = remaining.remove(best);
+        let candidate = slots[index].take().expect("each candidate is taken once");
         let document = candidate.stored.key.doc_id.clone();
         let section_key = section(&candidate);
         let document_count = per_document.get(&document).copied().unwrap_or(0);
@@ -105,13 +117,16 @@ pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection
         }
         *per_document.entry(document).or_default() += 1;
         *per_section.entry(section_key).or_default() += 1;
-        if let Some(vector) = &units[index] {
+        if let (Some(vector), Some(inverse)) = (&candidate.vector, inverse_norms[index]) {
             let picked_id = candidate.id();
-            remaining.retain(|(other_index, other)| {
-                let Some(other_vector) = &units[*other_index] else {
+            remaining.retain(|&other_index| {
+                let other = slots[other_index].as_ref().expect("remaining");
+                let (Some(other_vector), Some(other_inverse)) =
+                    (&other.vector, inverse_norms[other_index])
+                else {
                     return true;
                 };
-                let similarity = dot(vector, other_vector);
+                let similarity = dot(vector, other_vector) * inverse * other_inverse;
                 if similarity >= config.near_duplicate {
                     selection.decisions.push(Decision::new(
                         other.id(),
@@ -121,14 +136,17 @@ pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection
                     ));
                     return false;
                 }
-                let entry = max_similarity.entry(*other_index).or_insert(f32::MIN);
-                *entry = entry.max(similarity);
+                let entry = &mut max_similarity[other_index];
+                *entry = Some(entry.map_or(similarity, |s| s.max(similarity)));
                 true
             });
         }
         selection.picked.push(candidate);
     }
-    for (_, candidate) in remaining {
+    for candidate in remaining
+        .into_iter()
+        .filter_map(|index| slots[index].take())
+    {
         selection.decisions.push(Decision::new(
             candidate.id(),
             "mmr",

@@ -26,7 +26,7 @@ use timely::dataflow::{ProbeHandle, StreamVec};
 use super::cache::LruTtl;
 use super::decode::QueryError;
 use super::dedup::dedup;
-use super::fuse::fuse;
+use super::fuse::{attach_vectors, fuse};
 use super::intent::analyze;
 use super::mmr::{mmr, MmrConfig};
 use super::modes::{
@@ -564,20 +564,12 @@ impl<'scope> AnswerSteps<'scope> for StreamVec<'scope, u64, Working> {
                 .map(|p| p.weights)
                 .unwrap_or_default();
             let (mut candidates, decisions) = fuse(
-                &working.answer.dense,
-                &working.answer.bm25,
+                std::mem::take(&mut working.answer.dense),
+                std::mem::take(&mut working.answer.bm25),
                 weights,
                 config.rrf_k,
             );
-            let vectors: HashMap<uuid::Uuid, &Vec<f32>> = working
-                .answer
-                .vectors
-                .iter()
-                .map(|(id, v)| (*id, v))
-                .collect();
-            for candidate in &mut candidates {
-                candidate.vector = vectors.get(&candidate.stored.id).map(|v| (*v).clone());
-            }
+            attach_vectors(&mut candidates, std::mem::take(&mut working.answer.vectors));
             working.available = candidates.len();
             working.candidates = candidates;
             working.trace.decisions.extend(decisions);

@@ -367,12 +367,38 @@ fn sentence_score(sentence: &str, terms: &[String], cue: AnswerCue) -> usize {
     2 * hits + usize::from(cue.matches(sentence))
 }
 
-/// The snippet of `chunk[from..to]`: whole if it fits, else the best sentence window.
+/// The sentences of a chunk's available text and their scores, computed once for all snippet sizes.
+struct Scored {
+    spans: Vec<(usize, usize)>,
+    scores: Vec<usize>,
+}
+
+impl Scored {
+    fn of(
+        chunk: &crate::model::Chunk,
+        (from, to): (usize, usize),
+        terms: &[String],
+        cue: AnswerCue,
+    ) -> Self {
+        let spans: Vec<(usize, usize)> = sentences(&chunk.text[from..to])
+            .into_iter()
+            .map(|(a, b)| (a + from, b + from))
+            .collect();
+        let scores = spans
+            .iter()
+            .map(|&(a, b)| sentence_score(&chunk.text[a..b], terms, cue))
+            .collect();
+        Self { spans, scores }
+    }
+}
+
+/// The snippet of `chunk[from..to]`: whole if it fits, else the best sentence window (`scored`
+/// holds the sentences of `from..to`, computed on first need).
 fn snippet(
     chunk: &crate::model::Chunk,
     (from, to): (usize, usize),
-    terms: &[String],
-    cue: AnswerCue,
+    scored: &mut Option<Scored>,
+    (terms, cue): (&[String], AnswerCue),
     max_tokens: usize,
 ) -> (usize, usize, bool) {
     let total = chunk.text.len();
@@ -380,18 +406,11 @@ fn snippet(
     if estimate(chunk.tokens, total, to - from) <= max_tokens {
         return (from, to, whole);
     }
-    let part = &chunk.text[from..to];
-    let spans: Vec<(usize, usize)> = sentences(part)
-        .into_iter()
-        .map(|(a, b)| (a + from, b + from))
-        .collect();
+    let Scored { spans, scores } =
+        scored.get_or_insert_with(|| Scored::of(chunk, (from, to), terms, cue));
     if spans.is_empty() {
         return (from, from, false);
     }
-    let scores: Vec<usize> = spans
-        .iter()
-        .map(|&(a, b)| sentence_score(&chunk.text[a..b], terms, cue))
-        .collect();
     let best = (0..spans.len())
         .max_by(|&a, &b| scores[a].cmp(&scores[b]).then(b.cmp(&a)))
         .expect("non-empty");
@@ -571,6 +590,10 @@ fn forms(
     let chunk = &candidate.stored.chunk;
     let base = chunk.char_range.0;
     let mut out: Vec<Form> = expanded_form.into_iter().collect();
+    // Every form's header names a sub-range of the chunk's lines: the header with the last line
+    // twice has the most digits, an upper bound counted once for all of them.
+    let header_tokens = counter.count(&header(&chunk.source, (chunk.lines.1, chunk.lines.1)));
+    let mut scored = None;
     // A snippet, a shorter one (half the tokens) and the sentence holding most query terms, for
     // tight budgets: each keeps less of the candidate's value.
     let mut limits = vec![
@@ -584,7 +607,7 @@ fn forms(
         if limit == 0 {
             continue;
         }
-        let (from, to, whole) = snippet(chunk, available, terms, cue, limit);
+        let (from, to, whole) = snippet(chunk, available, &mut scored, (terms, cue), limit);
         if to <= from
             || out.iter().any(|f| {
                 f.tier == Tier::Snippet && f.range == (base + from as u32, base + to as u32)
@@ -601,7 +624,7 @@ fn forms(
         out.push(Form {
             tier: Tier::Snippet,
             factor: if whole { 1.0 } else { factor },
-            estimate: counter.count(&header) + estimate(chunk.tokens, chunk.text.len(), to - from),
+            estimate: header_tokens + estimate(chunk.tokens, chunk.text.len(), to - from),
             header,
             text: chunk.text[from..to].to_string(),
             lines,
@@ -614,7 +637,7 @@ fn forms(
     out.push(Form {
         tier: Tier::Surrogate,
         factor: 0.15,
-        estimate: counter.count(&header) + text_estimate,
+        estimate: header_tokens + text_estimate,
         header,
         text,
         lines: (line, line),

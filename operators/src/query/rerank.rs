@@ -81,80 +81,199 @@ pub const DISTRACTOR_CUES: [&str; 12] = [
     "[ ]",
 ];
 
-/// The features of one chunk for one query.
-pub fn factors(plan: &Plan, text: &str, bm25: &Bm25Encoder) -> [(&'static str, f32); 6] {
-    let lower = text.to_lowercase();
-    // Only words that could stem to a query term are stemmed (a stem keeps the word's first letters).
-    let prefixes: Vec<&str> = plan
-        .terms
-        .iter()
-        .map(|t| &t[..t.char_indices().nth(3).map_or(t.len(), |(i, _)| i)])
-        .collect();
-    let mut total = 0usize;
-    let mut matching = 0usize;
-    let mut present = vec![false; plan.terms.len()];
-    // The most distinct query terms in one sentence (answers sit in the sentence that echoes the
-    // question).
-    let mut best_sentence = 0usize;
-    let mut in_sentence = vec![false; plan.terms.len()];
-    for (from, to) in sentences(text) {
-        in_sentence.iter_mut().for_each(|p| *p = false);
-        bm25.visit_words(&text[from..to], &mut |word| {
-            total += 1;
-            if !prefixes.iter().any(|p| word.starts_with(p)) {
-                return;
+/// What one query's features look for, prepared once per query and applied to each chunk of the
+/// window: the stems of words seen (a window's chunks share most words) and one automaton for every
+/// distractor cue, entity and date literal (one pass over a chunk instead of a search per needle).
+pub struct Features<'a> {
+    plan: &'a Plan,
+    bm25: &'a Bm25Encoder,
+    /// Only words that could stem to a query term are stemmed (a stem keeps the word's first letters).
+    prefixes: Vec<&'a str>,
+    /// The first bytes of `prefixes` (most words are rejected on their first byte).
+    first_bytes: [bool; 256],
+    /// Lowercased needles, each once; `roles[i]` says what needle `i` stands for.
+    needles: Option<aho_corasick::AhoCorasick>,
+    roles: Vec<Vec<Role>>,
+    /// Needles that match anything (empty ones).
+    always: Vec<Role>,
+    stems: std::collections::HashMap<String, Option<usize>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Role {
+    Cue,
+    Entity(usize),
+    Date(usize),
+}
+
+impl<'a> Features<'a> {
+    /// Prepares the features of `plan`.
+    pub fn new(plan: &'a Plan, bm25: &'a Bm25Encoder) -> Self {
+        let prefixes: Vec<&str> = plan
+            .terms
+            .iter()
+            .map(|t| &t[..t.char_indices().nth(3).map_or(t.len(), |(i, _)| i)])
+            .collect();
+        let mut first_bytes = [false; 256];
+        for prefix in &prefixes {
+            match prefix.bytes().next() {
+                Some(byte) => first_bytes[byte as usize] = true,
+                // An empty prefix starts every word.
+                None => first_bytes = [true; 256],
             }
-            if let Ok(index) = plan.terms.binary_search(&bm25.stem(word)) {
-                matching += 1;
-                present[index] = true;
-                in_sentence[index] = true;
+        }
+        let mut needles: Vec<String> = Vec::new();
+        let mut roles: Vec<Vec<Role>> = Vec::new();
+        let mut always = Vec::new();
+        let all = DISTRACTOR_CUES
+            .iter()
+            .map(|cue| (cue.to_string(), Role::Cue))
+            .chain(
+                plan.entities
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| (e.to_lowercase(), Role::Entity(i))),
+            )
+            .chain(
+                plan.dates
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| (d.to_lowercase(), Role::Date(i))),
+            );
+        for (needle, role) in all {
+            if needle.is_empty() {
+                always.push(role);
+            } else if let Some(at) = needles.iter().position(|n| *n == needle) {
+                roles[at].push(role);
+            } else {
+                needles.push(needle);
+                roles.push(vec![role]);
             }
-        });
-        best_sentence = best_sentence.max(in_sentence.iter().filter(|p| **p).count());
+        }
+        // A contiguous NFA builds in microseconds; a DFA would cost more to build than to run here.
+        let needles = aho_corasick::AhoCorasick::builder()
+            .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
+            .ascii_case_insensitive(true)
+            .build(&needles)
+            .ok();
+        Self {
+            plan,
+            bm25,
+            prefixes,
+            first_bytes,
+            needles,
+            roles,
+            always,
+            stems: std::collections::HashMap::new(),
+        }
     }
-    let sentence_recall = if plan.terms.is_empty() {
-        0.0
-    } else {
-        best_sentence as f32 / plan.terms.len() as f32
-    };
-    let recall = if plan.terms.is_empty() {
-        0.0
-    } else {
-        present.iter().filter(|p| **p).count() as f32 / plan.terms.len() as f32
-    };
-    let precision = if total == 0 {
-        0.0
-    } else {
-        matching as f32 / total as f32
-    };
-    let share = |needles: &[String]| {
-        if needles.is_empty() {
+
+    /// The features of a chunk whose text is `parts` joined by line breaks (title, section path,
+    /// text).
+    pub fn of(&mut self, parts: &[&str]) -> [(&'static str, f32); 6] {
+        let terms = &self.plan.terms;
+        let mut total = 0usize;
+        let mut matching = 0usize;
+        let mut present = vec![false; terms.len()];
+        // The most distinct query terms in one sentence (answers sit in the sentence that echoes the
+        // question).
+        let mut best_sentence = 0usize;
+        let mut in_sentence = vec![false; terms.len()];
+        let mut entities = vec![false; self.plan.entities.len()];
+        let mut dates = vec![false; self.plan.dates.len()];
+        let mut distractor = false;
+        let mut mark = |role: Role, entities: &mut [bool], dates: &mut [bool]| match role {
+            Role::Cue => distractor = true,
+            Role::Entity(i) => entities[i] = true,
+            Role::Date(i) => dates[i] = true,
+        };
+        for role in &self.always {
+            mark(*role, &mut entities, &mut dates);
+        }
+        for part in parts {
+            let (prefixes, first_bytes) = (&self.prefixes, &self.first_bytes);
+            let (stems, bm25) = (&mut self.stems, self.bm25);
+            for (from, to) in sentences(part) {
+                in_sentence.iter_mut().for_each(|p| *p = false);
+                bm25.visit_words(&part[from..to], &mut |word| {
+                    total += 1;
+                    let first = word.as_bytes().first().copied().unwrap_or(0);
+                    if !first_bytes[first as usize] || !prefixes.iter().any(|p| word.starts_with(p))
+                    {
+                        return;
+                    }
+                    let index = match stems.get(word) {
+                        Some(index) => *index,
+                        None => {
+                            let index = terms.binary_search(&bm25.stem(word)).ok();
+                            stems.insert(word.to_string(), index);
+                            index
+                        }
+                    };
+                    if let Some(index) = index {
+                        matching += 1;
+                        present[index] = true;
+                        in_sentence[index] = true;
+                    }
+                });
+                best_sentence = best_sentence.max(in_sentence.iter().filter(|p| **p).count());
+            }
+            // ASCII text is matched case-insensitively as it is; other text is lowercased first.
+            let Some(needles) = &self.needles else {
+                continue;
+            };
+            let lowered;
+            let text: &str = if part.is_ascii() {
+                part
+            } else {
+                lowered = part.to_lowercase();
+                &lowered
+            };
+            for found in needles.find_overlapping_iter(text) {
+                for role in &self.roles[found.pattern().as_usize()] {
+                    // Cues count only as whole words.
+                    if *role != Role::Cue || is_word_boundary(text, found.start(), found.len()) {
+                        mark(*role, &mut entities, &mut dates);
+                    }
+                }
+            }
+        }
+        let share = |found: &[bool]| {
+            if found.is_empty() {
+                0.0
+            } else {
+                found.iter().filter(|f| **f).count() as f32 / found.len() as f32
+            }
+        };
+        let of_terms = |count: usize| {
+            if terms.is_empty() {
+                0.0
+            } else {
+                count as f32 / terms.len() as f32
+            }
+        };
+        let precision = if total == 0 {
             0.0
         } else {
-            let found = needles
-                .iter()
-                .filter(|n| lower.contains(&n.to_lowercase()))
-                .count();
-            found as f32 / needles.len() as f32
-        }
-    };
-    let distractor = if DISTRACTOR_CUES.iter().any(|cue| {
-        lower
-            .match_indices(cue)
-            .any(|(at, _)| is_word_boundary(&lower, at, cue.len()))
-    }) {
-        1.0
-    } else {
-        0.0
-    };
-    [
-        ("term_recall", recall),
-        ("term_precision", precision),
-        ("entity", share(&plan.entities)),
-        ("date", share(&plan.dates)),
-        ("distractor", distractor),
-        ("sentence_recall", sentence_recall),
-    ]
+            matching as f32 / total as f32
+        };
+        [
+            (
+                "term_recall",
+                of_terms(present.iter().filter(|p| **p).count()),
+            ),
+            ("term_precision", precision),
+            ("entity", share(&entities)),
+            ("date", share(&dates)),
+            ("distractor", if distractor { 1.0 } else { 0.0 }),
+            ("sentence_recall", of_terms(best_sentence)),
+        ]
+    }
+}
+
+/// The features of one chunk text for one query (see [`Features`] for many chunks).
+pub fn factors(plan: &Plan, text: &str, bm25: &Bm25Encoder) -> [(&'static str, f32); 6] {
+    Features::new(plan, bm25).of(&[text])
 }
 
 fn is_word_boundary(text: &str, at: usize, len: usize) -> bool {
@@ -232,6 +351,7 @@ pub fn rerank(
         "date" => config.date,
         _ => -config.distractor,
     };
+    let mut features = Features::new(plan, bm25);
     for (candidate, lane_score) in candidates[..window].iter_mut().zip(lanes) {
         let normalised = candidate.fused / max_fused;
         let mut score = config.fused * normalised + config.lanes * lane_score;
@@ -240,7 +360,11 @@ pub fn rerank(
             .factors
             .insert("fused_normalised".into(), normalised);
         candidate.factors.insert("lane_scores".into(), lane_score);
-        for (name, value) in factors(plan, &candidate.stored.chunk.embedding_input(), bm25) {
+        // The text the chunk was embedded as: title, section path and text, a line each.
+        let chunk = &candidate.stored.chunk;
+        let path = chunk.section_path.join(" > ");
+        let parts = [chunk.doc_title.as_str(), path.as_str(), chunk.text.as_str()];
+        for (name, value) in features.of(&parts) {
             score += weight(name) * value;
             candidate.factors.insert(name.into(), value);
         }

@@ -124,6 +124,96 @@ fn camel_parts(word: &str) -> Vec<&str> {
     parts
 }
 
+/// [`Bm25Encoder::visit_words`] for any text.
+fn visit_unicode_words(text: &str, visit: &mut dyn FnMut(&str)) {
+    let mut push = |term: &str| {
+        let lower: std::borrow::Cow<'_, str> = if term.chars().any(char::is_uppercase) {
+            std::borrow::Cow::Owned(term.to_lowercase())
+        } else {
+            std::borrow::Cow::Borrowed(term)
+        };
+        if lower.is_empty() || is_stop_word(&lower) {
+            return;
+        }
+        visit(&lower);
+    };
+    // Identifiers keep `_` and `-` inside them so the whole identifier is a term as well.
+    for identifier in text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-')) {
+        let identifier = identifier.trim_matches(['_', '-']);
+        if identifier.is_empty() {
+            continue;
+        }
+        // Plain words (`word`, `Word`) have one part: skip the splitting.
+        if identifier.is_ascii() && identifier.bytes().skip(1).all(|b| b.is_ascii_lowercase()) {
+            push(identifier);
+            continue;
+        }
+        let pieces: Vec<&str> = identifier
+            .split(['_', '-'])
+            .filter(|p| !p.is_empty())
+            .collect();
+        let mut parts: Vec<&str> = Vec::new();
+        for piece in &pieces {
+            parts.extend(camel_parts(piece));
+        }
+        if parts.len() > 1 {
+            push(identifier);
+        }
+        for part in parts {
+            push(part);
+        }
+    }
+}
+
+/// [`Bm25Encoder::visit_words`] for ASCII text: the same words, found on bytes, lowercased into one
+/// reused buffer.
+fn visit_ascii_words(text: &str, visit: &mut dyn FnMut(&str)) {
+    let mut buffer = String::new();
+    let mut push = |term: &str| {
+        let lower = if term.bytes().any(|b| b.is_ascii_uppercase()) {
+            buffer.clear();
+            buffer.extend(term.chars().map(|c| c.to_ascii_lowercase()));
+            buffer.as_str()
+        } else {
+            term
+        };
+        if !lower.is_empty() && !is_stop_word(lower) {
+            visit(lower);
+        }
+    };
+    let bytes = text.as_bytes();
+    let word_byte = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'-';
+    let mut at = 0;
+    while at < bytes.len() {
+        if !word_byte(bytes[at]) {
+            at += 1;
+            continue;
+        }
+        let start = at;
+        while at < bytes.len() && word_byte(bytes[at]) {
+            at += 1;
+        }
+        let identifier = text[start..at].trim_matches(['_', '-']);
+        if identifier.is_empty() {
+            continue;
+        }
+        if identifier.bytes().skip(1).all(|b| b.is_ascii_lowercase()) {
+            push(identifier);
+            continue;
+        }
+        let mut parts: Vec<&str> = Vec::new();
+        for piece in identifier.split(['_', '-']).filter(|p| !p.is_empty()) {
+            parts.extend(camel_parts(piece));
+        }
+        if parts.len() > 1 {
+            push(identifier);
+        }
+        for part in parts {
+            push(part);
+        }
+    }
+}
+
 impl Bm25Encoder {
     /// The analysed terms of `text`, in order (with repeats).
     pub fn terms(&self, text: &str) -> Vec<String> {
@@ -140,42 +230,10 @@ impl Bm25Encoder {
     /// Visits the lowercased words of `text` that become terms (stop words dropped), before stemming:
     /// callers that only need some terms stem only those.
     pub fn visit_words(&self, text: &str, visit: &mut dyn FnMut(&str)) {
-        let mut push = |term: &str| {
-            let lower: std::borrow::Cow<'_, str> = if term.chars().any(char::is_uppercase) {
-                std::borrow::Cow::Owned(term.to_lowercase())
-            } else {
-                std::borrow::Cow::Borrowed(term)
-            };
-            if lower.is_empty() || is_stop_word(&lower) {
-                return;
-            }
-            visit(&lower);
-        };
-        // Identifiers keep `_` and `-` inside them so the whole identifier is a term as well.
-        for identifier in text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-')) {
-            let identifier = identifier.trim_matches(['_', '-']);
-            if identifier.is_empty() {
-                continue;
-            }
-            // Plain words (`word`, `Word`) have one part: skip the splitting.
-            if identifier.is_ascii() && identifier.bytes().skip(1).all(|b| b.is_ascii_lowercase()) {
-                push(identifier);
-                continue;
-            }
-            let pieces: Vec<&str> = identifier
-                .split(['_', '-'])
-                .filter(|p| !p.is_empty())
-                .collect();
-            let mut parts: Vec<&str> = Vec::new();
-            for piece in &pieces {
-                parts.extend(camel_parts(piece));
-            }
-            if parts.len() > 1 {
-                push(identifier);
-            }
-            for part in parts {
-                push(part);
-            }
+        if text.is_ascii() {
+            visit_ascii_words(text, visit);
+        } else {
+            visit_unicode_words(text, visit);
         }
     }
 
@@ -217,6 +275,20 @@ impl Bm25Encoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn ascii_words_are_the_unicode_path_words(
+            text in "[a-zA-Z0-9_ .,()\\n-]{0,80}"
+        ) {
+            let words = |visit_words: fn(&str, &mut dyn FnMut(&str))| {
+                let mut out = Vec::new();
+                visit_words(&text, &mut |w| out.push(w.to_string()));
+                out
+            };
+            proptest::prop_assert_eq!(words(visit_ascii_words), words(visit_unicode_words));
+        }
+    }
 
     #[test]
     fn code_aware_terms() {

@@ -486,9 +486,21 @@ fn among_sentences_with_as_many_terms_the_snippet_takes_the_one_of_the_answers_k
         ..document(0, 1, 1, 0)[0].chunk.clone()
     };
     let terms = vec!["final".to_string()];
-    let (from, to, _) = snippet(&chunk, (0, text.len()), &terms, AnswerCue::Place, 14);
+    let (from, to, _) = snippet(
+        &chunk,
+        (0, text.len()),
+        &mut None,
+        (&terms, AnswerCue::Place),
+        14,
+    );
     assert!(text[from..to].contains("Wembley"), "{}", &text[from..to]);
-    let (from, to, _) = snippet(&chunk, (0, text.len()), &terms, AnswerCue::None, 14);
+    let (from, to, _) = snippet(
+        &chunk,
+        (0, text.len()),
+        &mut None,
+        (&terms, AnswerCue::None),
+        14,
+    );
     assert!(
         text[from..to].starts_with("The final was"),
         "{}",
