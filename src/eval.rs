@@ -289,7 +289,9 @@ impl Tally {
         if !answers.is_empty() && answered(context, answers) {
             self.answered += 1;
         }
-        if tokens_used > budget || counter.count(context) > budget {
+        // Recounted by tiktoken in one call, not by the job's piece-cached counter: an overrun would
+        // show even if the two disagreed.
+        if tokens_used > budget || counter.count_whole(context) > budget {
             self.overruns += 1;
         }
         let (packed, distinct) = redundancy(items, counter);

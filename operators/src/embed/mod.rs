@@ -69,15 +69,18 @@ pub fn l2_normalize(vector: &mut [f32]) {
     }
 }
 
-/// Dot product in eight independent lanes (so the compiler vectorises it).
+/// Dot product in sixteen independent lanes: the compiler vectorises it, and four independent
+/// accumulators of four lanes hide the latency of each addition (with eight lanes the loop waited on
+/// two dependent chains).
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const LANES: usize = 16;
     let length = a.len().min(b.len());
     let (a, b) = (&a[..length], &b[..length]);
-    let mut lanes = [0f32; 8];
-    let mut chunks_a = a.chunks_exact(8);
-    let mut chunks_b = b.chunks_exact(8);
+    let mut lanes = [0f32; LANES];
+    let mut chunks_a = a.chunks_exact(LANES);
+    let mut chunks_b = b.chunks_exact(LANES);
     for (x, y) in (&mut chunks_a).zip(&mut chunks_b) {
-        for lane in 0..8 {
+        for lane in 0..LANES {
             lanes[lane] += x[lane] * y[lane];
         }
     }
