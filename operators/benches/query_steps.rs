@@ -280,6 +280,10 @@ fn steps(c: &mut Criterion) {
     group.bench_function("count_context_3000", |b| {
         b.iter(|| black_box(counter.count(black_box(&packed.context))))
     });
+    // Baseline in the same run: tiktoken encoding the whole string in one call.
+    group.bench_function("count_context_3000_tiktoken", |b| {
+        b.iter(|| black_box(counter.count_whole(black_box(&packed.context))))
+    });
     group.finish();
 }
 
