@@ -36,20 +36,13 @@ pub struct Selection {
     pub decisions: Vec<Decision>,
 }
 
-fn section(candidate: &Candidate) -> (String, Vec<String>) {
-    (
-        candidate.stored.key.doc_id.clone(),
-        candidate.stored.chunk.section_path.clone(),
-    )
-}
-
-/// Selects up to `k` candidates from `candidates` (best first).
-pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection {
+/// Each candidate's score rescaled to [0, 1] (all 1 when the scores are equal).
+fn relevance(candidates: &[Candidate]) -> Vec<f32> {
     let (low, high) = candidates.iter().fold((f32::MAX, f32::MIN), |(lo, hi), c| {
         (lo.min(c.score), hi.max(c.score))
     });
     let span = (high - low).max(f32::EPSILON);
-    let relevance: Vec<f32> = candidates
+    candidates
         .iter()
         .map(|c| {
             if high > low {
@@ -58,9 +51,12 @@ pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection
                 1.0
             }
         })
-        .collect();
-    // Cosines from dot products and each vector's inverse norm (no normalised copies).
-    let inverse_norms: Vec<Option<f32>> = candidates
+        .collect()
+}
+
+/// Each vector's inverse norm (cosines from dot products, no normalised copies).
+fn inverse_norms(candidates: &[Candidate]) -> Vec<Option<f32>> {
+    candidates
         .iter()
         .map(|c| {
             c.vector.as_deref().map(|v| {
@@ -72,32 +68,122 @@ pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection
                 }
             })
         })
-        .collect();
-    let mut slots: Vec<Option<Candidate>> = candidates.into_iter().map(Some).collect();
-    let mut remaining: Vec<usize> = (0..slots.len()).collect();
-    let mut selection = Selection::default();
-    let mut per_document: BTreeMap<String, usize> = BTreeMap::new();
-    let mut per_section: BTreeMap<(String, Vec<String>), usize> = BTreeMap::new();
-    // Highest similarity of each remaining candidate to anything picked so far.
-    let mut max_similarity: Vec<Option<f32>> = vec![None; slots.len()];
-    while selection.picked.len() < k && !remaining.is_empty() {
-        let best = remaining
-            .iter()
-            .enumerate()
-            .map(|(position, &index)| {
-                let similarity = max_similarity[index].unwrap_or(0.0);
-                let value = config.lambda * relevance[index] - (1.0 - config.lambda) * similarity;
-                (position, value)
-            })
-            .max_by(|a, b| a.1.total_cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
-            .map(|(position, _)| position)
-            .expect("non-empty");
-        let index = remaining.remove(best);
-        let candidate = slots[index].take().expect("each candidate is taken once");
-        let document = candidate.stored.key.doc_id.clone();
-        let section_key = section(&candidate);
-        let document_count = per_document.get(&document).copied().unwrap_or(0);
-        let section_count = per_section.get(&section_key).copied().unwrap_or(0);
+        .collect()
+}
+
+/// The similarities MMR has computed so far: each candidate is compared with the picks only when it
+/// could be the next pick.
+struct Similarities<'c> {
+    candidates: &'c [Candidate],
+    inverse_norms: Vec<Option<f32>>,
+    near_duplicate: f32,
+    /// Picks with a vector, in pick order.
+    vector_picks: Vec<usize>,
+    /// How many of `vector_picks` each candidate has been compared with.
+    compared: Vec<usize>,
+    /// Each candidate's highest similarity to those picks.
+    max_similarity: Vec<Option<f32>>,
+}
+
+impl Similarities<'_> {
+    /// Whether candidate `index` has been compared with every pick it can be compared with.
+    fn fresh(&self, index: usize) -> bool {
+        self.inverse_norms[index].is_none() || self.compared[index] == self.vector_picks.len()
+    }
+
+    /// Compares candidate `index` with the picks it has not met; the decision that drops it when it is
+    /// a near-duplicate of one.
+    fn refresh(&mut self, index: usize) -> Option<Decision> {
+        let (Some(vector), Some(inverse)) = (
+            self.candidates[index].vector.as_deref(),
+            self.inverse_norms[index],
+        ) else {
+            return None;
+        };
+        while let Some(&pick) = self.vector_picks.get(self.compared[index]) {
+            self.compared[index] += 1;
+            let pick_vector = self.candidates[pick].vector.as_deref().unwrap_or_default();
+            let pick_inverse = self.inverse_norms[pick].unwrap_or_default();
+            let similarity = dot(pick_vector, vector) * pick_inverse * inverse;
+            if similarity >= self.near_duplicate {
+                return Some(Decision::new(
+                    self.candidates[index].id(),
+                    "dedup",
+                    "dropped",
+                    format!(
+                        "near-duplicate of {} (cosine {similarity:.3})",
+                        self.candidates[pick].id()
+                    ),
+                ));
+            }
+            let entry = &mut self.max_similarity[index];
+            *entry = Some(entry.map_or(similarity, |s| s.max(similarity)));
+        }
+        None
+    }
+}
+
+/// Selects up to `k` candidates from `candidates` (best first).
+///
+/// Lazily: a candidate's value only falls as picks are added (its highest similarity to the picks
+/// only rises), so a value computed against some of the picks bounds the true one from above. Each
+/// round compares only the candidate with the highest bound with the picks it has not met, until the
+/// best candidate is up to date: the picks are those of comparing every candidate with every pick, at
+/// a fraction of the dot products. Every candidate is compared with the first pick, so that a bound
+/// always rests on a similarity (with none, a negative one could lift the value above the bound). A
+/// near-duplicate is dropped when it is compared; one never compared is reported beyond `k`.
+pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection {
+    let relevance = relevance(&candidates);
+    let mut similarities = Similarities {
+        candidates: &candidates,
+        inverse_norms: inverse_norms(&candidates),
+        near_duplicate: config.near_duplicate,
+        vector_picks: Vec::new(),
+        compared: vec![0; candidates.len()],
+        max_similarity: vec![None; candidates.len()],
+    };
+    let value = |index: usize, max_similarity: &[Option<f32>]| {
+        config.lambda * relevance[index]
+            - (1.0 - config.lambda) * max_similarity[index].unwrap_or(0.0)
+    };
+    let mut remaining: Vec<usize> = (0..candidates.len()).collect();
+    let (mut picks, mut deferred, mut decisions) = (Vec::new(), Vec::new(), Vec::new());
+    let mut per_document: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut per_section: BTreeMap<(&str, &[String]), usize> = BTreeMap::new();
+    while picks.len() < k {
+        // The highest value (the first of equals), once it is up to date.
+        let position = loop {
+            let best = remaining
+                .iter()
+                .enumerate()
+                .map(|(position, &index)| (position, value(index, &similarities.max_similarity)))
+                .reduce(|best, next| {
+                    if next.1.total_cmp(&best.1).is_gt() {
+                        next
+                    } else {
+                        best
+                    }
+                });
+            let Some((best, _)) = best else {
+                break None;
+            };
+            if similarities.fresh(remaining[best]) {
+                break Some(best);
+            }
+            if let Some(decision) = similarities.refresh(remaining[best]) {
+                decisions.push(decision);
+                remaining.remove(best);
+            }
+        };
+        let Some(position) = position else {
+            break;
+        };
+        let index = remaining.remove(position);
+        let candidate = &candidates[index];
+        let document = candidate.stored.key.doc_id.as_str();
+        let section = (document, candidate.stored.chunk.section_path.as_slice());
+        let document_count = per_document.get(document).copied().unwrap_or(0);
+        let section_count = per_section.get(&section).copied().unwrap_or(0);
         // Without a section path the "section" would be the whole document, and its cap would
         // override the document's.
         let sectioned = !candidate.stored.chunk.section_path.is_empty();
@@ -109,58 +195,213 @@ pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection
             } else {
                 format!("section cap ({}) reached", config.per_section)
             };
-            selection
-                .decisions
-                .push(Decision::new(candidate.id(), "mmr", "deferred", reason));
-            selection.deferred.push(candidate);
+            decisions.push(Decision::new(candidate.id(), "mmr", "deferred", reason));
+            deferred.push(index);
             continue;
         }
         *per_document.entry(document).or_default() += 1;
-        *per_section.entry(section_key).or_default() += 1;
-        if let (Some(vector), Some(inverse)) = (&candidate.vector, inverse_norms[index]) {
-            let picked_id = candidate.id();
-            remaining.retain(|&other_index| {
-                let other = slots[other_index].as_ref().expect("remaining");
-                let (Some(other_vector), Some(other_inverse)) =
-                    (&other.vector, inverse_norms[other_index])
-                else {
-                    return true;
-                };
-                let similarity = dot(vector, other_vector) * inverse * other_inverse;
-                if similarity >= config.near_duplicate {
-                    selection.decisions.push(Decision::new(
-                        other.id(),
-                        "dedup",
-                        "dropped",
-                        format!("near-duplicate of {picked_id} (cosine {similarity:.3})"),
-                    ));
-                    return false;
-                }
-                let entry = &mut max_similarity[other_index];
-                *entry = Some(entry.map_or(similarity, |s| s.max(similarity)));
-                true
-            });
+        *per_section.entry(section).or_default() += 1;
+        picks.push(index);
+        if similarities.inverse_norms[index].is_some() {
+            similarities.vector_picks.push(index);
+            if similarities.vector_picks.len() == 1 {
+                remaining.retain(|&other| match similarities.refresh(other) {
+                    Some(decision) => {
+                        decisions.push(decision);
+                        false
+                    }
+                    None => true,
+                });
+            }
         }
-        selection.picked.push(candidate);
     }
-    for candidate in remaining
-        .into_iter()
-        .filter_map(|index| slots[index].take())
-    {
-        selection.decisions.push(Decision::new(
-            candidate.id(),
+    for &index in &remaining {
+        decisions.push(Decision::new(
+            candidates[index].id(),
             "mmr",
             "dropped",
             format!("beyond k = {k}"),
         ));
     }
-    selection
+    let mut slots: Vec<Option<Candidate>> = candidates.into_iter().map(Some).collect();
+    let mut take = |indices: Vec<usize>| -> Vec<Candidate> {
+        indices
+            .into_iter()
+            .filter_map(|index| slots[index].take())
+            .collect()
+    };
+    Selection {
+        picked: take(picks),
+        deferred: take(deferred),
+        decisions,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::query::fuse::tests::stored;
+
+    /// The eager MMR: every candidate compared with every pick (the lazy one must pick the same).
+    fn eager(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection {
+        let (low, high) = candidates.iter().fold((f32::MAX, f32::MIN), |(lo, hi), c| {
+            (lo.min(c.score), hi.max(c.score))
+        });
+        let span = (high - low).max(f32::EPSILON);
+        let relevance: Vec<f32> = candidates
+            .iter()
+            .map(|c| {
+                if high > low {
+                    (c.score - low) / span
+                } else {
+                    1.0
+                }
+            })
+            .collect();
+        // Cosines from dot products and each vector's inverse norm (no normalised copies).
+        let inverse_norms: Vec<Option<f32>> = candidates
+            .iter()
+            .map(|c| {
+                c.vector.as_deref().map(|v| {
+                    let norm = dot(v, v).sqrt();
+                    if norm > 0.0 {
+                        norm.recip()
+                    } else {
+                        0.0
+                    }
+                })
+            })
+            .collect();
+        let mut slots: Vec<Option<Candidate>> = candidates.into_iter().map(Some).collect();
+        let mut remaining: Vec<usize> = (0..slots.len()).collect();
+        let mut selection = Selection::default();
+        let mut per_document: BTreeMap<String, usize> = BTreeMap::new();
+        let mut per_section: BTreeMap<(String, Vec<String>), usize> = BTreeMap::new();
+        // Highest similarity of each remaining candidate to anything picked so far.
+        let mut max_similarity: Vec<Option<f32>> = vec![None; slots.len()];
+        while selection.picked.len() < k && !remaining.is_empty() {
+            let best = remaining
+                .iter()
+                .enumerate()
+                .map(|(position, &index)| {
+                    let similarity = max_similarity[index].unwrap_or(0.0);
+                    let value =
+                        config.lambda * relevance[index] - (1.0 - config.lambda) * similarity;
+                    (position, value)
+                })
+                .max_by(|a, b| a.1.total_cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
+                .map(|(position, _)| position)
+                .expect("non-empty");
+            let index = remaining.remove(best);
+            let candidate = slots[index].take().expect("each candidate is taken once");
+            let document = candidate.stored.key.doc_id.clone();
+            let section_key = section(&candidate);
+            let document_count = per_document.get(&document).copied().unwrap_or(0);
+            let section_count = per_section.get(&section_key).copied().unwrap_or(0);
+            // Without a section path the "section" would be the whole document, and its cap would
+            // override the document's.
+            let sectioned = !candidate.stored.chunk.section_path.is_empty();
+            if document_count >= config.per_document
+                || (sectioned && section_count >= config.per_section)
+            {
+                let reason = if document_count >= config.per_document {
+                    format!("document cap ({}) reached", config.per_document)
+                } else {
+                    format!("section cap ({}) reached", config.per_section)
+                };
+                selection
+                    .decisions
+                    .push(Decision::new(candidate.id(), "mmr", "deferred", reason));
+                selection.deferred.push(candidate);
+                continue;
+            }
+            *per_document.entry(document).or_default() += 1;
+            *per_section.entry(section_key).or_default() += 1;
+            if let (Some(vector), Some(inverse)) = (&candidate.vector, inverse_norms[index]) {
+                let picked_id = candidate.id();
+                remaining.retain(|&other_index| {
+                    let other = slots[other_index].as_ref().expect("remaining");
+                    let (Some(other_vector), Some(other_inverse)) =
+                        (&other.vector, inverse_norms[other_index])
+                    else {
+                        return true;
+                    };
+                    let similarity = dot(vector, other_vector) * inverse * other_inverse;
+                    if similarity >= config.near_duplicate {
+                        selection.decisions.push(Decision::new(
+                            other.id(),
+                            "dedup",
+                            "dropped",
+                            format!("near-duplicate of {picked_id} (cosine {similarity:.3})"),
+                        ));
+                        return false;
+                    }
+                    let entry = &mut max_similarity[other_index];
+                    *entry = Some(entry.map_or(similarity, |s| s.max(similarity)));
+                    true
+                });
+            }
+            selection.picked.push(candidate);
+        }
+        for candidate in remaining
+            .into_iter()
+            .filter_map(|index| slots[index].take())
+        {
+            selection.decisions.push(Decision::new(
+                candidate.id(),
+                "mmr",
+                "dropped",
+                format!("beyond k = {k}"),
+            ));
+        }
+        selection
+    }
+
+    fn section(candidate: &Candidate) -> (String, Vec<String>) {
+        (
+            candidate.stored.key.doc_id.clone(),
+            candidate.stored.chunk.section_path.clone(),
+        )
+    }
+
+    proptest::proptest! {
+        /// Random scores, vectors (some missing, some near copies), documents and sections: the lazy
+        /// MMR picks and defers exactly what the eager one does, in the same order.
+        #[test]
+        fn lazy_picks_what_eager_picks(
+            rows in proptest::collection::vec(
+                (0.0f32..1.0, proptest::collection::vec(-1.0f32..1.0, 4), 0u8..4, 0u8..3, 0u8..8),
+                0..40,
+            ),
+            k in 1usize..12,
+            lambda in 0.0f32..1.0,
+            near_duplicate in 0.8f32..1.0,
+        ) {
+            let mut candidates: Vec<Candidate> = Vec::new();
+            for (i, (score, vector, doc, section, shape)) in rows.into_iter().enumerate() {
+                let mut c = candidate(&format!("d{doc}"), i as u32, score, vector);
+                c.stored.chunk.section_path = if section == 0 { vec![] } else { vec![format!("s{section}")] };
+                match shape {
+                    0 => c.vector = None,
+                    // A near copy of the previous candidate's vector.
+                    1 => if let Some(previous) = candidates.last().and_then(|p| p.vector.clone()) {
+                        c.vector = Some(previous.iter().map(|x| x * 1.01).collect());
+                    },
+                    2 => c.score = 0.5,
+                    _ => {}
+                }
+                candidates.push(c);
+            }
+            let config = MmrConfig { lambda, per_document: 2, per_section: 1, near_duplicate };
+            let ids = |list: &[Candidate]| list.iter().map(|c| c.id()).collect::<Vec<_>>();
+            let lazy = mmr(candidates.clone(), k, config);
+            let eager = eager(candidates, k, config);
+            proptest::prop_assert_eq!(ids(&lazy.picked), ids(&eager.picked));
+            proptest::prop_assert_eq!(ids(&lazy.deferred), ids(&eager.deferred));
+            // The picks keep their vectors.
+            proptest::prop_assert!(lazy.picked.iter().zip(&eager.picked).all(|(a, b)| a.vector == b.vector));
+        }
+    }
 
     fn candidate(doc: &str, order: u32, score: f32, vector: Vec<f32>) -> Candidate {
         let mut c = Candidate::new(stored(doc, order, &format!("{doc} {order}")));

@@ -162,6 +162,16 @@ struct Entry<'a> {
     deferred: bool,
 }
 
+/// Whether a sentence ends at byte `at` of `bytes`: a line break, or `.`, `?` or `!` before whitespace
+/// or the end of the text.
+pub fn ends_sentence(bytes: &[u8], at: usize) -> bool {
+    match bytes[at] {
+        b'\n' => true,
+        b'.' | b'?' | b'!' => bytes.get(at + 1).is_none_or(|b| b.is_ascii_whitespace()),
+        _ => false,
+    }
+}
+
 /// Sentence byte ranges of `text` (trimmed, non-empty).
 pub fn sentences(text: &str) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
@@ -175,16 +185,11 @@ pub fn sentences(text: &str) -> Vec<(usize, usize)> {
             out.push((from + lead, from + lead + trimmed.len()));
         }
     };
-    let mut index = 0;
-    while index < bytes.len() {
-        let byte = bytes[index];
-        let end_of_sentence = matches!(byte, b'.' | b'?' | b'!')
-            && bytes.get(index + 1).is_none_or(|b| b.is_ascii_whitespace());
-        if byte == b'\n' || end_of_sentence {
+    for index in 0..bytes.len() {
+        if ends_sentence(bytes, index) {
             push(start, index + 1, &mut out);
             start = index + 1;
         }
-        index += 1;
     }
     if start < text.len() {
         push(start, text.len(), &mut out);

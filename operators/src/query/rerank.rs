@@ -17,7 +17,6 @@
 use serde::{Deserialize, Serialize};
 
 use super::fuse::sort_by_score;
-use super::pack::sentences;
 use super::{Candidate, Plan};
 use crate::store::Bm25Encoder;
 
@@ -82,89 +81,174 @@ pub const DISTRACTOR_CUES: [&str; 12] = [
 ];
 
 /// What one query's features look for, prepared once per query and applied to each chunk of the
-/// window: the stems of words seen (a window's chunks share most words) and one automaton for every
-/// distractor cue, entity and date literal (one pass over a chunk instead of a search per needle).
+/// window: the stems of words seen (a window's chunks share most words), a searcher per entity and
+/// date literal, and the distractor cues tried only where words start.
 pub struct Features<'a> {
     plan: &'a Plan,
     bm25: &'a Bm25Encoder,
     /// Only words that could stem to a query term are stemmed (a stem keeps the word's first letters).
-    prefixes: Vec<&'a str>,
-    /// The first bytes of `prefixes` (most words are rejected on their first byte).
-    first_bytes: [bool; 256],
-    /// Lowercased needles, each once; `roles[i]` says what needle `i` stands for.
-    needles: Option<aho_corasick::AhoCorasick>,
-    roles: Vec<Vec<Role>>,
+    prefixes: Prefixes<'a>,
+    /// The query's entities and dates, lowercased, each once with what it stands for: one automaton
+    /// per needle, so each gets a prefilter (a search for its rarest bytes) and each chunk is asked
+    /// only whether it occurs.
+    needles: Vec<(aho_corasick::AhoCorasick, Vec<Role>)>,
     /// Needles that match anything (empty ones).
     always: Vec<Role>,
-    stems: std::collections::HashMap<String, Option<usize>>,
+    stems: rustc_hash::FxHashMap<String, Option<usize>>,
+}
+
+/// The first three characters of each query term: a word stems to a term only if it starts with the
+/// term's prefix. Checked per word of every chunk, so prefixes of up to four bytes are compared as
+/// one masked integer, after a table of first bytes has rejected most words.
+struct Prefixes<'a> {
+    first_bytes: [bool; 256],
+    /// `(bytes, mask, length)` of each prefix of at most four bytes.
+    packed: Vec<(u32, u32, usize)>,
+    /// Longer prefixes (non-ASCII characters).
+    long: Vec<&'a str>,
+}
+
+/// The first four bytes of `bytes` as an integer (zeros past the end).
+fn head(bytes: &[u8]) -> u32 {
+    let mut four = [0u8; 4];
+    let length = bytes.len().min(4);
+    four[..length].copy_from_slice(&bytes[..length]);
+    u32::from_le_bytes(four)
+}
+
+impl<'a> Prefixes<'a> {
+    fn new(terms: &'a [String]) -> Self {
+        let mut prefixes = Self {
+            first_bytes: [false; 256],
+            packed: Vec::new(),
+            long: Vec::new(),
+        };
+        for term in terms {
+            let prefix = &term[..term.char_indices().nth(3).map_or(term.len(), |(i, _)| i)];
+            match prefix.bytes().next() {
+                Some(byte) => prefixes.first_bytes[byte as usize] = true,
+                // An empty prefix starts every word.
+                None => prefixes.first_bytes = [true; 256],
+            }
+            if prefix.len() <= 4 {
+                let mask = u32::MAX
+                    .checked_shr(32 - 8 * prefix.len() as u32)
+                    .unwrap_or(0);
+                prefixes
+                    .packed
+                    .push((head(prefix.as_bytes()), mask, prefix.len()));
+            } else {
+                prefixes.long.push(prefix);
+            }
+        }
+        prefixes
+    }
+
+    /// Whether `word` starts with any prefix.
+    fn start(&self, word: &str) -> bool {
+        let bytes = word.as_bytes();
+        if !self.first_bytes[bytes.first().copied().unwrap_or(0) as usize] {
+            return false;
+        }
+        let first = head(bytes);
+        self.packed
+            .iter()
+            .any(|&(key, mask, length)| bytes.len() >= length && first & mask == key)
+            || self.long.iter().any(|p| word.starts_with(p))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Role {
-    Cue,
     Entity(usize),
     Date(usize),
+}
+
+/// The first bytes of the distractor cues.
+const CUE_FIRST_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut index = 0;
+    while index < DISTRACTOR_CUES.len() {
+        table[DISTRACTOR_CUES[index].as_bytes()[0] as usize] = true;
+        index += 1;
+    }
+    table
+};
+
+/// Whether `text` (ASCII, or lowercased) holds a distractor cue as a whole word, ASCII case ignored.
+/// A cue that starts with a letter can only start where a word starts, so the scan tries each word's
+/// first byte and skips the rest of the word (every cue starts with an ASCII byte, never inside a
+/// character).
+fn has_cue(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let cue_at = |at: usize, first: u8| {
+        CUE_FIRST_BYTES[first as usize]
+            && DISTRACTOR_CUES.iter().any(|cue| {
+                cue.as_bytes()[0] == first
+                    && bytes[at..]
+                        .get(..cue.len())
+                        .is_some_and(|found| found.eq_ignore_ascii_case(cue.as_bytes()))
+                    && is_word_boundary(text, at, cue.len())
+            })
+    };
+    let mut at = 0;
+    while at < bytes.len() {
+        let byte = bytes[at];
+        if cue_at(at, byte.to_ascii_lowercase()) {
+            return true;
+        }
+        at += 1;
+        if byte.is_ascii_alphanumeric() {
+            while at < bytes.len() && bytes[at].is_ascii_alphanumeric() {
+                at += 1;
+            }
+        }
+    }
+    false
 }
 
 impl<'a> Features<'a> {
     /// Prepares the features of `plan`.
     pub fn new(plan: &'a Plan, bm25: &'a Bm25Encoder) -> Self {
-        let prefixes: Vec<&str> = plan
-            .terms
-            .iter()
-            .map(|t| &t[..t.char_indices().nth(3).map_or(t.len(), |(i, _)| i)])
-            .collect();
-        let mut first_bytes = [false; 256];
-        for prefix in &prefixes {
-            match prefix.bytes().next() {
-                Some(byte) => first_bytes[byte as usize] = true,
-                // An empty prefix starts every word.
-                None => first_bytes = [true; 256],
-            }
-        }
-        let mut needles: Vec<String> = Vec::new();
-        let mut roles: Vec<Vec<Role>> = Vec::new();
+        let prefixes = Prefixes::new(&plan.terms);
         let mut always = Vec::new();
-        let all = DISTRACTOR_CUES
+        let entities = plan
+            .entities
             .iter()
-            .map(|cue| (cue.to_string(), Role::Cue))
-            .chain(
-                plan.entities
-                    .iter()
-                    .enumerate()
-                    .map(|(i, e)| (e.to_lowercase(), Role::Entity(i))),
-            )
-            .chain(
-                plan.dates
-                    .iter()
-                    .enumerate()
-                    .map(|(i, d)| (d.to_lowercase(), Role::Date(i))),
-            );
-        for (needle, role) in all {
+            .enumerate()
+            .map(|(i, e)| (e.to_lowercase(), Role::Entity(i)));
+        let dates = plan
+            .dates
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.to_lowercase(), Role::Date(i)));
+        let mut needles: Vec<(String, Vec<Role>)> = Vec::new();
+        for (needle, role) in entities.chain(dates) {
             if needle.is_empty() {
                 always.push(role);
-            } else if let Some(at) = needles.iter().position(|n| *n == needle) {
-                roles[at].push(role);
+            } else if let Some((_, roles)) = needles.iter_mut().find(|(n, _)| *n == needle) {
+                roles.push(role);
             } else {
-                needles.push(needle);
-                roles.push(vec![role]);
+                needles.push((needle, vec![role]));
             }
         }
-        // A contiguous NFA builds in microseconds; a DFA would cost more to build than to run here.
-        let needles = aho_corasick::AhoCorasick::builder()
-            .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
-            .ascii_case_insensitive(true)
-            .build(&needles)
-            .ok();
+        let needles = needles
+            .into_iter()
+            .filter_map(|(needle, roles)| {
+                let automaton = aho_corasick::AhoCorasick::builder()
+                    .ascii_case_insensitive(true)
+                    .build([needle])
+                    .ok()?;
+                Some((automaton, roles))
+            })
+            .collect();
         Self {
             plan,
             bm25,
             prefixes,
-            first_bytes,
             needles,
-            roles,
             always,
-            stems: std::collections::HashMap::new(),
+            stems: rustc_hash::FxHashMap::default(),
         }
     }
 
@@ -179,49 +263,52 @@ impl<'a> Features<'a> {
         // question).
         let mut best_sentence = 0usize;
         let mut in_sentence = vec![false; terms.len()];
+        let mut sentence_count = 0usize;
         let mut entities = vec![false; self.plan.entities.len()];
         let mut dates = vec![false; self.plan.dates.len()];
         let mut distractor = false;
-        let mut mark = |role: Role, entities: &mut [bool], dates: &mut [bool]| match role {
-            Role::Cue => distractor = true,
-            Role::Entity(i) => entities[i] = true,
-            Role::Date(i) => dates[i] = true,
-        };
         for role in &self.always {
-            mark(*role, &mut entities, &mut dates);
+            match role {
+                Role::Entity(i) => entities[*i] = true,
+                Role::Date(i) => dates[*i] = true,
+            }
         }
         for part in parts {
-            let (prefixes, first_bytes) = (&self.prefixes, &self.first_bytes);
+            let prefixes = &self.prefixes;
             let (stems, bm25) = (&mut self.stems, self.bm25);
-            for (from, to) in sentences(part) {
+            let mut end_sentence = |in_sentence: &mut [bool], count: &mut usize| {
+                best_sentence = best_sentence.max(*count);
                 in_sentence.iter_mut().for_each(|p| *p = false);
-                bm25.visit_words(&part[from..to], &mut |word| {
-                    total += 1;
-                    let first = word.as_bytes().first().copied().unwrap_or(0);
-                    if !first_bytes[first as usize] || !prefixes.iter().any(|p| word.starts_with(p))
-                    {
-                        return;
-                    }
-                    let index = match stems.get(word) {
-                        Some(index) => *index,
-                        None => {
-                            let index = terms.binary_search(&bm25.stem(word)).ok();
-                            stems.insert(word.to_string(), index);
-                            index
-                        }
-                    };
-                    if let Some(index) = index {
-                        matching += 1;
-                        present[index] = true;
-                        in_sentence[index] = true;
-                    }
-                });
-                best_sentence = best_sentence.max(in_sentence.iter().filter(|p| **p).count());
-            }
-            // ASCII text is matched case-insensitively as it is; other text is lowercased first.
-            let Some(needles) = &self.needles else {
-                continue;
+                *count = 0;
             };
+            bm25.visit_sentence_words(part, &mut |word| {
+                let Some(word) = word else {
+                    end_sentence(&mut in_sentence, &mut sentence_count);
+                    return;
+                };
+                total += 1;
+                if !prefixes.start(word) {
+                    return;
+                }
+                let index = match stems.get(word) {
+                    Some(index) => *index,
+                    None => {
+                        let index = terms.binary_search(&bm25.stem(word)).ok();
+                        stems.insert(word.to_string(), index);
+                        index
+                    }
+                };
+                if let Some(index) = index {
+                    matching += 1;
+                    present[index] = true;
+                    if !in_sentence[index] {
+                        in_sentence[index] = true;
+                        sentence_count += 1;
+                    }
+                }
+            });
+            end_sentence(&mut in_sentence, &mut sentence_count);
+            // ASCII text is matched case-insensitively as it is; other text is lowercased first.
             let lowered;
             let text: &str = if part.is_ascii() {
                 part
@@ -229,11 +316,18 @@ impl<'a> Features<'a> {
                 lowered = part.to_lowercase();
                 &lowered
             };
-            for found in needles.find_overlapping_iter(text) {
-                for role in &self.roles[found.pattern().as_usize()] {
-                    // Cues count only as whole words.
-                    if *role != Role::Cue || is_word_boundary(text, found.start(), found.len()) {
-                        mark(*role, &mut entities, &mut dates);
+            distractor = distractor || has_cue(text);
+            for (needle, roles) in &self.needles {
+                let missing = roles.iter().any(|role| match role {
+                    Role::Entity(i) => !entities[*i],
+                    Role::Date(i) => !dates[*i],
+                });
+                if missing && needle.is_match(text) {
+                    for role in roles {
+                        match role {
+                            Role::Entity(i) => entities[*i] = true,
+                            Role::Date(i) => dates[*i] = true,
+                        }
                     }
                 }
             }
@@ -393,6 +487,47 @@ mod tests {
         c.fused = fused;
         c.score = fused;
         c
+    }
+
+    proptest::proptest! {
+        /// The packed prefix test is `starts_with` over the terms' first three characters.
+        #[test]
+        fn prefixes_are_starts_with(
+            terms in proptest::collection::vec("[a-dé]{0,6}", 0..5),
+            words in proptest::collection::vec("[a-dé]{0,7}", 1..20),
+        ) {
+            let prefixes = Prefixes::new(&terms);
+            for word in &words {
+                let expected = terms.iter().any(|t| {
+                    word.starts_with(&t[..t.char_indices().nth(3).map_or(t.len(), |(i, _)| i)])
+                });
+                proptest::prop_assert_eq!(prefixes.start(word), expected, "{}", word);
+            }
+        }
+
+        /// The word-start scan finds a cue exactly when an overlapping search for every cue finds one
+        /// at word boundaries.
+        #[test]
+        fn cues_are_found_where_a_search_finds_them(
+            pieces in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "draft", "Draft", "re", "to be", " confirmed", "decided", "todo", "s", " ", "-",
+                    "_", "[", "]", "[ ]", "é", "x", "tbd", "TBD", "work in", " progress", "not yet ",
+                    "proposal", "propose", "d", "7", ".",
+                ]),
+                0..12,
+            ),
+        ) {
+            let text = pieces.concat().to_lowercase();
+            let reference = aho_corasick::AhoCorasick::builder()
+                .ascii_case_insensitive(true)
+                .build(DISTRACTOR_CUES)
+                .expect("automaton");
+            let expected = reference
+                .find_overlapping_iter(&text)
+                .any(|m| is_word_boundary(&text, m.start(), m.len()));
+            proptest::prop_assert_eq!(has_cue(&text), expected, "{}", text);
+        }
     }
 
     #[test]

@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 
 use rust_stemmers::{Algorithm, Stemmer};
 
+use crate::query::pack::{ends_sentence, sentences};
+
 /// BM25 term-saturation parameter.
 pub const BM25_K1: f32 = 1.2;
 /// BM25 length-normalisation parameter.
@@ -165,11 +167,24 @@ fn visit_unicode_words(text: &str, visit: &mut dyn FnMut(&str)) {
     }
 }
 
+/// Bytes of ASCII identifiers: letters, digits, `_` and `-`.
+const WORD_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let b = byte as u8;
+        table[byte] = b.is_ascii_alphanumeric() || b == b'_' || b == b'-';
+        byte += 1;
+    }
+    table
+};
+
 /// [`Bm25Encoder::visit_words`] for ASCII text: the same words, found on bytes, lowercased into one
-/// reused buffer.
-fn visit_ascii_words(text: &str, visit: &mut dyn FnMut(&str)) {
+/// reused buffer. With `breaks`, `visit(None)` marks each sentence end between words (where
+/// [`sentences`] cuts: no word spans one, as none of its bytes is a word byte).
+fn scan_ascii_words(text: &str, breaks: bool, mut visit: impl FnMut(Option<&str>)) {
     let mut buffer = String::new();
-    let mut push = |term: &str| {
+    let mut push = |term: &str, visit: &mut dyn FnMut(Option<&str>)| {
         let lower = if term.bytes().any(|b| b.is_ascii_uppercase()) {
             buffer.clear();
             buffer.extend(term.chars().map(|c| c.to_ascii_lowercase()));
@@ -178,14 +193,17 @@ fn visit_ascii_words(text: &str, visit: &mut dyn FnMut(&str)) {
             term
         };
         if !lower.is_empty() && !is_stop_word(lower) {
-            visit(lower);
+            visit(Some(lower));
         }
     };
     let bytes = text.as_bytes();
-    let word_byte = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'-';
+    let word_byte = |b: u8| WORD_BYTES[b as usize];
     let mut at = 0;
     while at < bytes.len() {
         if !word_byte(bytes[at]) {
+            if breaks && ends_sentence(bytes, at) {
+                visit(None);
+            }
             at += 1;
             continue;
         }
@@ -198,7 +216,7 @@ fn visit_ascii_words(text: &str, visit: &mut dyn FnMut(&str)) {
             continue;
         }
         if identifier.bytes().skip(1).all(|b| b.is_ascii_lowercase()) {
-            push(identifier);
+            push(identifier, &mut visit);
             continue;
         }
         let mut parts: Vec<&str> = Vec::new();
@@ -206,10 +224,10 @@ fn visit_ascii_words(text: &str, visit: &mut dyn FnMut(&str)) {
             parts.extend(camel_parts(piece));
         }
         if parts.len() > 1 {
-            push(identifier);
+            push(identifier, &mut visit);
         }
         for part in parts {
-            push(part);
+            push(part, &mut visit);
         }
     }
 }
@@ -231,9 +249,27 @@ impl Bm25Encoder {
     /// callers that only need some terms stem only those.
     pub fn visit_words(&self, text: &str, visit: &mut dyn FnMut(&str)) {
         if text.is_ascii() {
-            visit_ascii_words(text, visit);
+            scan_ascii_words(text, false, |word| {
+                if let Some(word) = word {
+                    visit(word);
+                }
+            });
         } else {
             visit_unicode_words(text, visit);
+        }
+    }
+
+    /// Visits the words of `text` as [`Self::visit_words`] does, with `visit(None)` at sentence ends
+    /// (sentences as [`sentences`] cuts them; the last one may end without a call). One pass over
+    /// ASCII text.
+    pub fn visit_sentence_words(&self, text: &str, visit: &mut dyn FnMut(Option<&str>)) {
+        if text.is_ascii() {
+            scan_ascii_words(text, true, visit);
+        } else {
+            for (from, to) in sentences(text) {
+                visit_unicode_words(&text[from..to], &mut |word| visit(Some(word)));
+                visit(None);
+            }
         }
     }
 
@@ -281,12 +317,37 @@ mod tests {
         fn ascii_words_are_the_unicode_path_words(
             text in "[a-zA-Z0-9_ .,()\\n-]{0,80}"
         ) {
-            let words = |visit_words: fn(&str, &mut dyn FnMut(&str))| {
-                let mut out = Vec::new();
-                visit_words(&text, &mut |w| out.push(w.to_string()));
-                out
-            };
-            proptest::prop_assert_eq!(words(visit_ascii_words), words(visit_unicode_words));
+            let mut ascii = Vec::new();
+            scan_ascii_words(&text, false, |w| ascii.push(w.expect("no breaks").to_string()));
+            let mut unicode = Vec::new();
+            visit_unicode_words(&text, &mut |w| unicode.push(w.to_string()));
+            proptest::prop_assert_eq!(ascii, unicode);
+        }
+
+        /// One pass with sentence ends finds the words of each sentence `sentences` cuts, on both
+        /// paths.
+        #[test]
+        fn sentence_words_are_the_words_of_each_sentence(
+            text in "[a-zA-Z0-9_ .?!,()\\n-]{0,80}",
+            unicode in proptest::bool::ANY,
+        ) {
+            let text = if unicode { format!("{text} é") } else { text };
+            let encoder = Bm25Encoder::default();
+            let mut expected: Vec<Vec<String>> = Vec::new();
+            for (from, to) in sentences(&text) {
+                let mut words = Vec::new();
+                encoder.visit_words(&text[from..to], &mut |w| words.push(w.to_string()));
+                if !words.is_empty() {
+                    expected.push(words);
+                }
+            }
+            let mut found: Vec<Vec<String>> = vec![Vec::new()];
+            encoder.visit_sentence_words(&text, &mut |w| match w {
+                Some(w) => found.last_mut().expect("open").push(w.to_string()),
+                None => found.push(Vec::new()),
+            });
+            found.retain(|words| !words.is_empty());
+            proptest::prop_assert_eq!(found, expected);
         }
     }
 
