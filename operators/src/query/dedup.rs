@@ -2,7 +2,7 @@
 //! copy stays. Near-duplicates (stored vectors with cosine at or above 0.95) are removed against each
 //! pick inside [`super::mmr`], which computes those similarities anyway: k·n comparisons instead of n².
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use super::{Candidate, Decision};
 
@@ -52,7 +52,8 @@ fn signature(text: &str) -> (u32, u32) {
 /// recording why.
 pub fn dedup(candidates: Vec<Candidate>) -> (Vec<Candidate>, Vec<Decision>) {
     let mut decisions = Vec::new();
-    let mut seen: HashMap<(u32, u32), Vec<usize>> = HashMap::with_capacity(candidates.len());
+    let mut seen: FxHashMap<(u32, u32), Vec<usize>> =
+        FxHashMap::with_capacity_and_hasher(candidates.len(), Default::default());
     let mut kept: Vec<Candidate> = Vec::with_capacity(candidates.len());
     for candidate in candidates {
         let text = &candidate.stored.chunk.text;

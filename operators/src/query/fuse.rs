@@ -5,7 +5,7 @@
 //! one passage cannot be counted twice. A candidate's fused score is
 //! `Σ_lane weight_lane / (rrf_k + rank_lane)`; its lane ranks and raw scores stay on it for the trace.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{Candidate, Decision, LaneHit, Weights};
 use crate::store::Hit;
@@ -13,8 +13,8 @@ use crate::store::Hit;
 /// Removes repeated points and repeated document offsets from a lane, best rank first.
 fn dedup_lane(hits: Vec<Hit>, lane: &str, decisions: &mut Vec<Decision>) -> Vec<Hit> {
     let keep: Vec<bool> = {
-        let mut ids = HashSet::with_capacity(hits.len());
-        let mut offsets = HashSet::with_capacity(hits.len());
+        let mut ids = FxHashSet::with_capacity_and_hasher(hits.len(), Default::default());
+        let mut offsets = FxHashSet::with_capacity_and_hasher(hits.len(), Default::default());
         hits.iter()
             .map(|hit| {
                 let stored = &hit.stored;
@@ -52,7 +52,8 @@ pub fn fuse(
 ) -> (Vec<Candidate>, Vec<Decision>) {
     let mut decisions = Vec::new();
     let mut candidates: Vec<Candidate> = Vec::with_capacity(dense.len() + bm25.len());
-    let mut by_id: HashMap<uuid::Uuid, usize> = HashMap::with_capacity(candidates.capacity());
+    let mut by_id: FxHashMap<uuid::Uuid, usize> =
+        FxHashMap::with_capacity_and_hasher(candidates.capacity(), Default::default());
     for (lane, hits, weight) in [
         ("dense", dense, weights.dense),
         ("bm25", bm25, weights.bm25),
@@ -88,7 +89,7 @@ pub fn fuse(
 
 /// Gives each candidate its stored dense vector (moved out of `vectors`, as the index returned them).
 pub fn attach_vectors(candidates: &mut [Candidate], vectors: Vec<(uuid::Uuid, Vec<f32>)>) {
-    let mut vectors: HashMap<uuid::Uuid, Vec<f32>> = vectors.into_iter().collect();
+    let mut vectors: FxHashMap<uuid::Uuid, Vec<f32>> = vectors.into_iter().collect();
     for candidate in candidates {
         candidate.vector = vectors.remove(&candidate.stored.id);
     }

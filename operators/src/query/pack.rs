@@ -174,27 +174,28 @@ pub fn ends_sentence(bytes: &[u8], at: usize) -> bool {
 
 /// Sentence byte ranges of `text` (trimmed, non-empty).
 pub fn sentences(text: &str) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    let mut start = 0;
+    sentence_spans(text).collect()
+}
+
+/// Sentence byte ranges of `text` (trimmed, non-empty), found as they are asked for.
+pub fn sentence_spans(text: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
     let bytes = text.as_bytes();
-    let push = |from: usize, to: usize, out: &mut Vec<(usize, usize)>| {
-        let piece = &text[from..to];
-        let lead = piece.len() - piece.trim_start().len();
-        let trimmed = piece.trim();
-        if !trimmed.is_empty() {
-            out.push((from + lead, from + lead + trimmed.len()));
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        while start < bytes.len() {
+            let from = start;
+            start = (from..bytes.len())
+                .find(|&at| ends_sentence(bytes, at))
+                .map_or(bytes.len(), |at| at + 1);
+            let piece = &text[from..start];
+            let lead = piece.len() - piece.trim_start().len();
+            let trimmed = piece.trim();
+            if !trimmed.is_empty() {
+                return Some((from + lead, from + lead + trimmed.len()));
+            }
         }
-    };
-    for index in 0..bytes.len() {
-        if ends_sentence(bytes, index) {
-            push(start, index + 1, &mut out);
-            start = index + 1;
-        }
-    }
-    if start < text.len() {
-        push(start, text.len(), &mut out);
-    }
-    out
+        None
+    })
 }
 
 /// Estimated tokens of `bytes` bytes of a chunk with `tokens` tokens over `total` bytes (rounded up,
@@ -465,7 +466,7 @@ fn surrogate_text(
         label.push_str(&path.join(" › "));
     }
     let part = &chunk.text[from..to];
-    let first = sentences(part).first().copied().unwrap_or((0, part.len()));
+    let first = sentence_spans(part).next().unwrap_or((0, part.len()));
     let sentence = &part[first.0..first.1];
     let total = chunk.text.len();
     // Label and sentence share the surrogate's tokens; the label is short metadata.

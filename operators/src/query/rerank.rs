@@ -182,19 +182,19 @@ const CUE_FIRST_BYTES: [bool; 256] = {
 fn has_cue(text: &str) -> bool {
     let bytes = text.as_bytes();
     let cue_at = |at: usize, first: u8| {
-        CUE_FIRST_BYTES[first as usize]
-            && DISTRACTOR_CUES.iter().any(|cue| {
-                cue.as_bytes()[0] == first
-                    && bytes[at..]
-                        .get(..cue.len())
-                        .is_some_and(|found| found.eq_ignore_ascii_case(cue.as_bytes()))
-                    && is_word_boundary(text, at, cue.len())
-            })
+        DISTRACTOR_CUES.iter().any(|cue| {
+            cue.as_bytes()[0] == first
+                && bytes[at..]
+                    .get(..cue.len())
+                    .is_some_and(|found| found.eq_ignore_ascii_case(cue.as_bytes()))
+                && is_word_boundary(text, at, cue.len())
+        })
     };
     let mut at = 0;
     while at < bytes.len() {
         let byte = bytes[at];
-        if cue_at(at, byte.to_ascii_lowercase()) {
+        let first = byte.to_ascii_lowercase();
+        if CUE_FIRST_BYTES[first as usize] && cue_at(at, first) {
             return true;
         }
         at += 1;
