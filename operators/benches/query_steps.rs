@@ -251,6 +251,10 @@ fn steps(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    let mut warm = base.clone();
+    group.bench_function("rerank_warm", |b| {
+        b.iter(|| rerank(&mut warm, &plan, &rerank_config, &bm25))
+    });
     group.bench_function("dedup", |b| {
         b.iter_batched(copy, dedup, BatchSize::SmallInput)
     });

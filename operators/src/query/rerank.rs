@@ -88,13 +88,15 @@ pub struct Features<'a> {
     bm25: &'a Bm25Encoder,
     /// Only words that could stem to a query term are stemmed (a stem keeps the word's first letters).
     prefixes: Prefixes<'a>,
-    /// The query's entities and dates, lowercased, each once with what it stands for: one automaton
-    /// per needle, so each gets a prefilter (a search for its rarest bytes) and each chunk is asked
-    /// only whether it occurs.
-    needles: Vec<(aho_corasick::AhoCorasick, Vec<Role>)>,
+    /// The query's entities and dates, lowercased, each once with what it stands for, searched for
+    /// in the lowercased chunk text (a lowercase needle occurs there exactly where an ASCII
+    /// case-insensitive search finds it in the text).
+    needles: Vec<(memchr::memmem::Finder<'static>, Vec<Role>)>,
     /// Needles that match anything (empty ones).
     always: Vec<Role>,
     stems: rustc_hash::FxHashMap<String, Option<usize>>,
+    /// The lowercased text of the part being searched (reused).
+    lowered: String,
 }
 
 /// The first three characters of each query term: a word stems to a term only if it starts with the
@@ -164,45 +166,25 @@ enum Role {
     Date(usize),
 }
 
-/// The first bytes of the distractor cues.
-const CUE_FIRST_BYTES: [bool; 256] = {
-    let mut table = [false; 256];
-    let mut index = 0;
-    while index < DISTRACTOR_CUES.len() {
-        table[DISTRACTOR_CUES[index].as_bytes()[0] as usize] = true;
-        index += 1;
-    }
-    table
-};
+/// The distractor cues, longest first where two start at the same place.
+static CUES: std::sync::LazyLock<aho_corasick::AhoCorasick> = std::sync::LazyLock::new(|| {
+    aho_corasick::AhoCorasick::builder()
+        .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+        .build(DISTRACTOR_CUES)
+        .expect("the distractor cues build an automaton")
+});
 
-/// Whether `text` (ASCII, or lowercased) holds a distractor cue as a whole word, ASCII case ignored.
-/// A cue that starts with a letter can only start where a word starts, so the scan tries each word's
-/// first byte and skips the rest of the word (every cue starts with an ASCII byte, never inside a
-/// character).
+/// Whether `text` (ASCII-lowercased) holds a distractor cue as a whole word. A search (a SIMD scan
+/// for the cues' bytes) finds the leftmost cue; one that is part of a longer word moves the search on
+/// by one byte, so every place a cue starts is tried (no cue is a prefix of another, so at most one
+/// cue starts at any place).
 fn has_cue(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    let cue_at = |at: usize, first: u8| {
-        DISTRACTOR_CUES.iter().any(|cue| {
-            cue.as_bytes()[0] == first
-                && bytes[at..]
-                    .get(..cue.len())
-                    .is_some_and(|found| found.eq_ignore_ascii_case(cue.as_bytes()))
-                && is_word_boundary(text, at, cue.len())
-        })
-    };
-    let mut at = 0;
-    while at < bytes.len() {
-        let byte = bytes[at];
-        let first = byte.to_ascii_lowercase();
-        if CUE_FIRST_BYTES[first as usize] && cue_at(at, first) {
+    let mut from = 0;
+    while let Some(found) = CUES.find(aho_corasick::Input::new(text).span(from..text.len())) {
+        if is_word_boundary(text, found.start(), found.len()) {
             return true;
         }
-        at += 1;
-        if byte.is_ascii_alphanumeric() {
-            while at < bytes.len() && bytes[at].is_ascii_alphanumeric() {
-                at += 1;
-            }
-        }
+        from = found.start() + 1;
     }
     false
 }
@@ -234,13 +216,7 @@ impl<'a> Features<'a> {
         }
         let needles = needles
             .into_iter()
-            .filter_map(|(needle, roles)| {
-                let automaton = aho_corasick::AhoCorasick::builder()
-                    .ascii_case_insensitive(true)
-                    .build([needle])
-                    .ok()?;
-                Some((automaton, roles))
-            })
+            .map(|(needle, roles)| (memchr::memmem::Finder::new(&needle).into_owned(), roles))
             .collect();
         Self {
             plan,
@@ -249,6 +225,7 @@ impl<'a> Features<'a> {
             needles,
             always,
             stems: rustc_hash::FxHashMap::default(),
+            lowered: String::new(),
         }
     }
 
@@ -281,7 +258,7 @@ impl<'a> Features<'a> {
                 in_sentence.iter_mut().for_each(|p| *p = false);
                 *count = 0;
             };
-            bm25.visit_sentence_words(part, &mut |word| {
+            bm25.visit_sentence_words(part, |word: Option<&str>| {
                 let Some(word) = word else {
                     end_sentence(&mut in_sentence, &mut sentence_count);
                     return;
@@ -308,21 +285,22 @@ impl<'a> Features<'a> {
                 }
             });
             end_sentence(&mut in_sentence, &mut sentence_count);
-            // ASCII text is matched case-insensitively as it is; other text is lowercased first.
-            let lowered;
-            let text: &str = if part.is_ascii() {
-                part
+            // Cues and needles are searched for in the lowercased text.
+            if part.is_ascii() {
+                self.lowered.clear();
+                self.lowered.push_str(part);
+                self.lowered.make_ascii_lowercase();
             } else {
-                lowered = part.to_lowercase();
-                &lowered
-            };
+                self.lowered = part.to_lowercase();
+            }
+            let text = self.lowered.as_str();
             distractor = distractor || has_cue(text);
             for (needle, roles) in &self.needles {
                 let missing = roles.iter().any(|role| match role {
                     Role::Entity(i) => !entities[*i],
                     Role::Date(i) => !dates[*i],
                 });
-                if missing && needle.is_match(text) {
+                if missing && needle.find(text.as_bytes()).is_some() {
                     for role in roles {
                         match role {
                             Role::Entity(i) => entities[*i] = true,

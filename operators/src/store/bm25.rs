@@ -50,57 +50,72 @@ impl Default for Bm25Encoder {
     }
 }
 
-/// English stop words (a `match` compiles to a length switch and a few comparisons).
+/// English stop words.
+const STOP_WORDS: [&str; 47] = [
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it",
+    "its", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they",
+    "this", "to", "was", "were", "will", "with", "what", "which", "who", "whom", "how", "when",
+    "where", "why", "did", "does", "do", "has", "have", "had",
+];
+
+/// A word of at most seven bytes as one integer: its bytes, then its length in the top byte.
+const fn word_key(word: &[u8]) -> u64 {
+    let mut key = (word.len() as u64) << 56;
+    let mut index = 0;
+    while index < word.len() {
+        key |= (word[index] as u64) << (8 * index);
+        index += 1;
+    }
+    key
+}
+
+/// [`STOP_WORDS`] as keys, sorted (a word is found by comparing integers, not strings).
+const STOP_KEYS: [u64; STOP_WORDS.len()] = {
+    let mut keys = [0u64; STOP_WORDS.len()];
+    let mut index = 0;
+    while index < keys.len() {
+        keys[index] = word_key(STOP_WORDS[index].as_bytes());
+        index += 1;
+    }
+    // Insertion sort (a const context has no `sort`).
+    let mut sorted = 1;
+    while sorted < keys.len() {
+        let mut at = sorted;
+        while at > 0 && keys[at - 1] > keys[at] {
+            let swap = keys[at - 1];
+            keys[at - 1] = keys[at];
+            keys[at] = swap;
+            at -= 1;
+        }
+        sorted += 1;
+    }
+    keys
+};
+
+/// The longest stop word, in bytes.
+const STOP_WORD_MAX: usize = {
+    let mut longest = 0;
+    let mut index = 0;
+    while index < STOP_WORDS.len() {
+        if STOP_WORDS[index].len() > longest {
+            longest = STOP_WORDS[index].len();
+        }
+        index += 1;
+    }
+    assert!(longest <= 7);
+    longest
+};
+
+/// Whether `word` (lowercased) is one of [`STOP_WORDS`].
 fn is_stop_word(word: &str) -> bool {
-    matches!(
-        word,
-        "a" | "an"
-            | "and"
-            | "are"
-            | "as"
-            | "at"
-            | "be"
-            | "but"
-            | "by"
-            | "for"
-            | "if"
-            | "in"
-            | "into"
-            | "is"
-            | "it"
-            | "its"
-            | "of"
-            | "on"
-            | "or"
-            | "such"
-            | "that"
-            | "the"
-            | "their"
-            | "then"
-            | "there"
-            | "these"
-            | "they"
-            | "this"
-            | "to"
-            | "was"
-            | "were"
-            | "will"
-            | "with"
-            | "what"
-            | "which"
-            | "who"
-            | "whom"
-            | "how"
-            | "when"
-            | "where"
-            | "why"
-            | "did"
-            | "does"
-            | "do"
-            | "has"
-            | "have"
-            | "had"
-    )
+    let bytes = word.as_bytes();
+    if bytes.len() > STOP_WORD_MAX {
+        return false;
+    }
+    let mut eight = [0u8; 8];
+    eight[..bytes.len()].copy_from_slice(bytes);
+    let key = u64::from_le_bytes(eight) | (bytes.len() as u64) << 56;
+    STOP_KEYS.binary_search(&key).is_ok()
 }
 
 /// Splits an identifier into its camelCase / acronym parts (`HTTPServerError` → `HTTP`, `Server`, `Error`).
@@ -184,10 +199,13 @@ const WORD_BYTES: [bool; 256] = {
 /// [`sentences`] cuts: no word spans one, as none of its bytes is a word byte).
 fn scan_ascii_words(text: &str, breaks: bool, mut visit: impl FnMut(Option<&str>)) {
     let mut buffer = String::new();
-    let mut push = |term: &str, visit: &mut dyn FnMut(Option<&str>)| {
+    // Lowercases `term` (into the buffer only if it has capitals) and visits it unless it is a stop
+    // word.
+    fn push(buffer: &mut String, term: &str, visit: &mut impl FnMut(Option<&str>)) {
         let lower = if term.bytes().any(|b| b.is_ascii_uppercase()) {
             buffer.clear();
-            buffer.extend(term.chars().map(|c| c.to_ascii_lowercase()));
+            buffer.push_str(term);
+            buffer.make_ascii_lowercase();
             buffer.as_str()
         } else {
             term
@@ -195,7 +213,7 @@ fn scan_ascii_words(text: &str, breaks: bool, mut visit: impl FnMut(Option<&str>
         if !lower.is_empty() && !is_stop_word(lower) {
             visit(Some(lower));
         }
-    };
+    }
     let bytes = text.as_bytes();
     let word_byte = |b: u8| WORD_BYTES[b as usize];
     let mut at = 0;
@@ -211,12 +229,21 @@ fn scan_ascii_words(text: &str, breaks: bool, mut visit: impl FnMut(Option<&str>
         while at < bytes.len() && word_byte(bytes[at]) {
             at += 1;
         }
-        let identifier = text[start..at].trim_matches(['_', '-']);
-        if identifier.is_empty() {
+        // `trim_matches(['_', '-'])` on bytes.
+        let joiner = |b: u8| b == b'_' || b == b'-';
+        let (mut from, mut to) = (start, at);
+        while from < to && joiner(bytes[from]) {
+            from += 1;
+        }
+        while to > from && joiner(bytes[to - 1]) {
+            to -= 1;
+        }
+        if from == to {
             continue;
         }
-        if identifier.bytes().skip(1).all(|b| b.is_ascii_lowercase()) {
-            push(identifier, &mut visit);
+        let identifier = &text[from..to];
+        if bytes[from + 1..to].iter().all(|b| b.is_ascii_lowercase()) {
+            push(&mut buffer, identifier, &mut visit);
             continue;
         }
         let mut parts: Vec<&str> = Vec::new();
@@ -224,10 +251,10 @@ fn scan_ascii_words(text: &str, breaks: bool, mut visit: impl FnMut(Option<&str>
             parts.extend(camel_parts(piece));
         }
         if parts.len() > 1 {
-            push(identifier, &mut visit);
+            push(&mut buffer, identifier, &mut visit);
         }
         for part in parts {
-            push(part, &mut visit);
+            push(&mut buffer, part, &mut visit);
         }
     }
 }
@@ -262,7 +289,7 @@ impl Bm25Encoder {
     /// Visits the words of `text` as [`Self::visit_words`] does, with `visit(None)` at sentence ends
     /// (sentences as [`sentences`] cuts them; the last one may end without a call). One pass over
     /// ASCII text.
-    pub fn visit_sentence_words(&self, text: &str, visit: &mut dyn FnMut(Option<&str>)) {
+    pub fn visit_sentence_words(&self, text: &str, mut visit: impl FnMut(Option<&str>)) {
         if text.is_ascii() {
             scan_ascii_words(text, true, visit);
         } else {
@@ -313,6 +340,13 @@ mod tests {
     use super::*;
 
     proptest::proptest! {
+        /// The integer lookup is membership in the list.
+        #[test]
+        fn stop_words_are_the_list(word in "[a-z\\x00]{0,8}", pick in 0..STOP_WORDS.len()) {
+            proptest::prop_assert_eq!(is_stop_word(&word), STOP_WORDS.contains(&word.as_str()));
+            proptest::prop_assert!(is_stop_word(STOP_WORDS[pick]));
+        }
+
         #[test]
         fn ascii_words_are_the_unicode_path_words(
             text in "[a-zA-Z0-9_ .,()\\n-]{0,80}"
@@ -342,7 +376,7 @@ mod tests {
                 }
             }
             let mut found: Vec<Vec<String>> = vec![Vec::new()];
-            encoder.visit_sentence_words(&text, &mut |w| match w {
+            encoder.visit_sentence_words(&text, &mut |w: Option<&str>| match w {
                 Some(w) => found.last_mut().expect("open").push(w.to_string()),
                 None => found.push(Vec::new()),
             });
