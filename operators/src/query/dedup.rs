@@ -33,11 +33,18 @@ fn normalised(text: &str) -> Vec<u8> {
 fn signature(text: &str) -> (u32, u32) {
     let scan = |bytes: &[u8]| {
         let (mut count, mut sum) = (0u32, 0u32);
-        for &byte in bytes {
-            let keep = u32::from(!is_space(byte));
-            // Wrapping: no overflow check in the loop, so it vectorises in every profile.
-            count = count.wrapping_add(keep);
-            sum = sum.wrapping_add(u32::from(byte | 0x20) * keep);
+        // Blocks of 128 bytes sum into 16-bit lanes (128 · 255 fits), twice as many per vector
+        // register as 32-bit ones.
+        for block in bytes.chunks(128) {
+            let (mut block_count, mut block_sum) = (0u16, 0u16);
+            for &byte in block {
+                let keep = u16::from(!is_space(byte));
+                // Wrapping: no overflow check in the loop, so it vectorises in every profile.
+                block_count = block_count.wrapping_add(keep);
+                block_sum = block_sum.wrapping_add(u16::from(byte | 0x20) * keep);
+            }
+            count = count.wrapping_add(u32::from(block_count));
+            sum = sum.wrapping_add(u32::from(block_sum));
         }
         (count, sum)
     };
@@ -83,6 +90,21 @@ pub fn dedup(candidates: Vec<Candidate>) -> (Vec<Candidate>, Vec<Decision>) {
 mod tests {
     use super::*;
     use crate::query::fuse::tests::stored;
+
+    proptest::proptest! {
+        /// The blocked key is the count and the sum of the non-space bytes (ASCII case folded) of
+        /// the normalised text, for texts longer than a block.
+        #[test]
+        fn keys_are_counts_and_sums(text in "[a-zA-Z \t\n.é]{0,700}") {
+            let normal = normalised(&text);
+            let kept = normal.iter().filter(|b| !is_space(**b));
+            let expected = (
+                kept.clone().count() as u32,
+                kept.map(|b| u32::from(b | 0x20)).sum::<u32>(),
+            );
+            proptest::prop_assert_eq!(signature(&text), expected);
+        }
+    }
 
     #[test]
     fn exact_duplicates_leave_up_to_case_and_whitespace() {

@@ -213,8 +213,9 @@ pub struct Candidate {
     pub bm25: Option<LaneHit>,
     /// Weighted reciprocal-rank fusion score.
     pub fused: f32,
-    /// Rerank factors (name → value), empty outside the rerank window.
-    pub factors: BTreeMap<String, f32>,
+    /// Rerank factors (name → value), empty outside the rerank window. Names are the rerank's own
+    /// (borrowed, no allocation per candidate) unless deserialised.
+    pub factors: BTreeMap<std::borrow::Cow<'static, str>, f32>,
     /// The score every later step orders by (fused, then reranked).
     pub score: f32,
     /// The stored dense vector (for near-duplicate removal and MMR), when fetched.
@@ -298,7 +299,11 @@ impl From<&Candidate> for TraceCandidate {
             dense: candidate.dense,
             bm25: candidate.bm25,
             fused: candidate.fused,
-            factors: candidate.factors.clone(),
+            factors: candidate
+                .factors
+                .iter()
+                .map(|(name, value)| (name.to_string(), *value))
+                .collect(),
             score: candidate.score,
         }
     }

@@ -14,6 +14,8 @@
 //! draft or checklist language. Candidates below the window keep their order, after the window.
 //! Every factor is stored on the candidate for the trace.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use super::fuse::sort_by_score;
@@ -430,15 +432,17 @@ pub fn rerank(
         candidate.factors.clear();
         candidate
             .factors
-            .insert("fused_normalised".into(), normalised);
-        candidate.factors.insert("lane_scores".into(), lane_score);
+            .insert(Cow::Borrowed("fused_normalised"), normalised);
+        candidate
+            .factors
+            .insert(Cow::Borrowed("lane_scores"), lane_score);
         // The text the chunk was embedded as: title, section path and text, a line each.
         let chunk = &candidate.stored.chunk;
         let path = chunk.section_path.join(" > ");
         let parts = [chunk.doc_title.as_str(), path.as_str(), chunk.text.as_str()];
         for (name, value) in features.of(&parts) {
             score += weight(name) * value;
-            candidate.factors.insert(name.into(), value);
+            candidate.factors.insert(Cow::Borrowed(name), value);
         }
         candidate.score = score;
     }

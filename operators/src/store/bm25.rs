@@ -69,27 +69,38 @@ const fn word_key(word: &[u8]) -> u64 {
     key
 }
 
-/// [`STOP_WORDS`] as keys, sorted (a word is found by comparing integers, not strings).
-const STOP_KEYS: [u64; STOP_WORDS.len()] = {
-    let mut keys = [0u64; STOP_WORDS.len()];
-    let mut index = 0;
-    while index < keys.len() {
-        keys[index] = word_key(STOP_WORDS[index].as_bytes());
-        index += 1;
-    }
-    // Insertion sort (a const context has no `sort`).
-    let mut sorted = 1;
-    while sorted < keys.len() {
-        let mut at = sorted;
-        while at > 0 && keys[at - 1] > keys[at] {
-            let swap = keys[at - 1];
-            keys[at - 1] = keys[at];
-            keys[at] = swap;
-            at -= 1;
+/// Slots of the stop-word table (a power of two, about ten times the words: a collision-free
+/// multiplier is found within a few tries).
+const STOP_SLOTS_BITS: u32 = 9;
+
+/// The slot of a key: the top bits of the key times `multiplier`.
+const fn stop_slot(key: u64, multiplier: u64) -> usize {
+    (key.wrapping_mul(multiplier) >> (64 - STOP_SLOTS_BITS)) as usize
+}
+
+/// A perfect hash of [`STOP_WORDS`]: a multiplier under which no two keys share a slot, and each
+/// slot's key (0, which no word has, where empty). Found at compile time.
+const STOP_TABLE: (u64, [u64; 1 << STOP_SLOTS_BITS]) = {
+    let mut multiplier: u64 = 0x9E37_79B9_7F4A_7C15;
+    loop {
+        let mut table = [0u64; 1 << STOP_SLOTS_BITS];
+        let mut index = 0;
+        let mut clash = false;
+        while index < STOP_WORDS.len() {
+            let key = word_key(STOP_WORDS[index].as_bytes());
+            let slot = stop_slot(key, multiplier);
+            if table[slot] != 0 {
+                clash = true;
+                break;
+            }
+            table[slot] = key;
+            index += 1;
         }
-        sorted += 1;
+        if !clash {
+            break (multiplier, table);
+        }
+        multiplier = multiplier.wrapping_add(0x6A09_E667_F3BC_C909);
     }
-    keys
 };
 
 /// The longest stop word, in bytes.
@@ -106,16 +117,17 @@ const STOP_WORD_MAX: usize = {
     longest
 };
 
-/// Whether `word` (lowercased) is one of [`STOP_WORDS`].
+/// Whether `word` (lowercased) is one of [`STOP_WORDS`]: its key is looked up in one slot.
 fn is_stop_word(word: &str) -> bool {
     let bytes = word.as_bytes();
-    if bytes.len() > STOP_WORD_MAX {
+    if bytes.is_empty() || bytes.len() > STOP_WORD_MAX {
         return false;
     }
     let mut eight = [0u8; 8];
     eight[..bytes.len()].copy_from_slice(bytes);
     let key = u64::from_le_bytes(eight) | (bytes.len() as u64) << 56;
-    STOP_KEYS.binary_search(&key).is_ok()
+    let (multiplier, table) = &STOP_TABLE;
+    table[stop_slot(key, *multiplier)] == key
 }
 
 /// Splits an identifier into its camelCase / acronym parts (`HTTPServerError` → `HTTP`, `Server`, `Error`).
