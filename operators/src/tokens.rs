@@ -182,6 +182,23 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// ASCII text (classified by table) counts as tiktoken counts it.
+        #[test]
+        fn ascii_pre_tokenizer_agrees_with_tiktoken(
+            picks in proptest::collection::vec(0..FRAGMENTS.len(), 0..60)
+        ) {
+            let counter = TokenCounter::new(Encoding::O200kBase);
+            let text: String = picks
+                .iter()
+                .map(|&i| FRAGMENTS[i])
+                .filter(|f| f.is_ascii())
+                .collect();
+            proptest::prop_assert_eq!(counter.count(&text), counter.count_whole(&text), "{:?}", text);
+        }
+    }
+
     #[test]
     fn pieces_match_the_pattern() {
         let split = |text| pieces::split(text).expect("known characters");

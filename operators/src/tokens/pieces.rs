@@ -71,49 +71,93 @@ fn class(c: char) -> Option<Class> {
     })
 }
 
-/// A text with the class of each character, walked by byte offset.
+/// The class of each ASCII byte, as [`class`] has it.
+const ASCII_CLASSES: [Class; 128] = {
+    let mut table = [Class::Other; 128];
+    let mut byte = 0;
+    while byte < 128 {
+        let b = byte as u8;
+        table[byte] = match b {
+            b'A'..=b'Z' => Class::Upper,
+            b'a'..=b'z' => Class::Lower,
+            b'0'..=b'9' => Class::Digit,
+            b'\r' | b'\n' => Class::Newline,
+            b'\t' | 0x0B | 0x0C | b' ' => Class::Space,
+            _ => Class::Other,
+        };
+        byte += 1;
+    }
+    table
+};
+
+/// A text walked by byte offset, each character classified as it is read (ASCII bytes by table).
 struct Classes<'a> {
     text: &'a str,
-    /// `(byte offset, class, char)` of every character, then an end marker.
-    chars: Vec<(usize, Class, char)>,
 }
 
 impl<'a> Classes<'a> {
+    /// The walker of `text`, or `None` when a character of it is outside the known blocks.
     fn of(text: &'a str) -> Option<Self> {
-        let mut chars = Vec::with_capacity(text.len() + 1);
-        for (at, c) in text.char_indices() {
-            chars.push((at, class(c)?, c));
+        // Every ASCII character is known; the others are looked up once here.
+        let known = |c: char| c.is_ascii() || class(c).is_some();
+        if !text.is_ascii() && !text.chars().all(known) {
+            return None;
         }
-        Some(Self { text, chars })
+        Some(Self { text })
     }
 
     fn len(&self) -> usize {
-        self.chars.len()
+        self.text.len()
     }
 
-    fn class(&self, i: usize) -> Option<Class> {
-        self.chars.get(i).map(|c| c.1)
+    /// The class, character and byte length of the character at byte offset `at`.
+    fn get(&self, at: usize) -> Option<(Class, char, usize)> {
+        let byte = *self.text.as_bytes().get(at)?;
+        if byte.is_ascii() {
+            return Some((ASCII_CLASSES[byte as usize], byte as char, 1));
+        }
+        let c = self.text[at..].chars().next()?;
+        Some((class(c).expect("checked in `of`"), c, c.len_utf8()))
     }
 
-    fn char(&self, i: usize) -> Option<char> {
-        self.chars.get(i).map(|c| c.2)
+    fn class(&self, at: usize) -> Option<Class> {
+        self.get(at).map(|c| c.0)
     }
 
-    /// The end of the run of characters from `i` that satisfy `keep`.
-    fn run(&self, mut i: usize, keep: impl Fn(Class, char) -> bool) -> usize {
-        while let Some(&(_, class, c)) = self.chars.get(i) {
+    fn char(&self, at: usize) -> Option<char> {
+        self.get(at).map(|c| c.1)
+    }
+
+    /// The offset of the character after the one at `at` (`at` itself at the end).
+    fn next(&self, at: usize) -> usize {
+        self.get(at).map_or(at, |c| at + c.2)
+    }
+
+    /// The offset of the character before `at` (which is past the start).
+    fn previous(&self, at: usize) -> usize {
+        let bytes = self.text.as_bytes();
+        let mut k = at - 1;
+        while bytes[k] & 0xC0 == 0x80 {
+            k -= 1;
+        }
+        k
+    }
+
+    /// The end of the run of characters from `at` that satisfy `keep`.
+    fn run(&self, mut at: usize, keep: impl Fn(Class, char) -> bool) -> usize {
+        while let Some((class, c, length)) = self.get(at) {
             if !keep(class, c) {
                 break;
             }
-            i += 1;
+            at += length;
         }
-        i
+        at
     }
 
-    /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)?` at `i`: where it ends.
-    fn contraction(&self, i: usize) -> usize {
-        if self.char(i) != Some('\'') {
-            return i;
+    /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)?` at `at`: where it ends.
+    fn contraction(&self, at: usize) -> usize {
+        if self.char(at) != Some('\'') {
+            return at;
         }
         // Case-insensitive as the regex engine folds: `ſ` (long s) folds to `s`.
         let lower = |k: usize| {
@@ -122,19 +166,21 @@ impl<'a> Classes<'a> {
                 c => c.to_ascii_lowercase(),
             })
         };
-        match (lower(i + 1), lower(i + 2)) {
-            (Some('s' | 't' | 'm' | 'd'), _) => i + 2,
-            (Some('r' | 'v'), Some('e')) | (Some('l'), Some('l')) => i + 3,
-            _ => i,
+        let second = at + 1;
+        let third = self.next(second);
+        match (lower(second), lower(third)) {
+            (Some('s' | 't' | 'm' | 'd'), _) => third,
+            (Some('r' | 'v'), Some('e')) | (Some('l'), Some('l')) => self.next(third),
+            _ => at,
         }
     }
 
-    /// The end (character index) of the piece starting at `i`.
+    /// The end (byte offset) of the piece starting at `i`.
     fn piece(&self, i: usize) -> usize {
-        let first = self.chars[i].1;
+        let first = self.class(i).expect("a character at i");
         // Letters, after an optional character that is no letter, number or line break.
         let letters = if matches!(first, Class::Space | Class::Other) {
-            i + 1
+            self.next(i)
         } else {
             i
         };
@@ -145,7 +191,15 @@ impl<'a> Classes<'a> {
             return self.contraction(lowers);
         }
         if first == Class::Digit {
-            return self.run(i, |class, _| class == Class::Digit).min(i + 3);
+            // At most three digits.
+            let mut end = i;
+            for _ in 0..3 {
+                match self.get(end) {
+                    Some((Class::Digit, _, length)) => end += length,
+                    _ => break,
+                }
+            }
+            return end;
         }
         // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
         let symbols = if self.char(i) == Some(' ') && self.class(i + 1) == Some(Class::Other) {
@@ -158,16 +212,17 @@ impl<'a> Classes<'a> {
             return self.run(end, |class, c| class == Class::Newline || c == '/');
         }
         // Whitespace: up to its last line break, else all of it but the last character when a
-        // non-space follows (that one joins the next piece), else all of it.
+        // non-space follows (that one joins the next piece), else all of it. Line breaks are
+        // ASCII, so the bytes are searched (no byte of a longer character is one).
         let end = self.run(i, |class, _| class.is_space());
-        if let Some(last) = (i..end)
-            .rev()
-            .find(|&k| self.class(k) == Some(Class::Newline))
+        if let Some(last) = self.text.as_bytes()[i..end]
+            .iter()
+            .rposition(|&b| b == b'\r' || b == b'\n')
         {
-            return last + 1;
+            return i + last + 1;
         }
-        if end < self.len() && end - i > 1 {
-            end - 1
+        if end < self.len() && self.previous(end) > i {
+            self.previous(end)
         } else {
             end
         }
@@ -179,13 +234,11 @@ impl<'a> Classes<'a> {
 pub fn split(text: &str) -> Option<Vec<&str>> {
     let classes = Classes::of(text)?;
     let mut pieces = Vec::new();
-    let mut i = 0;
-    while i < classes.len() {
-        let end = classes.piece(i);
-        let from = classes.chars[i].0;
-        let to = classes.chars.get(end).map_or(classes.text.len(), |c| c.0);
-        pieces.push(&classes.text[from..to]);
-        i = end;
+    let mut at = 0;
+    while at < classes.len() {
+        let end = classes.piece(at);
+        pieces.push(&text[at..end]);
+        at = end;
     }
     Some(pieces)
 }
@@ -223,4 +276,20 @@ pub fn count(text: &str, encode: impl Fn(&str) -> usize) -> Option<usize> {
         }
         Some(total)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ascii_table_is_the_class_of_each_byte() {
+        for byte in 0u8..128 {
+            assert_eq!(
+                Some(ASCII_CLASSES[byte as usize]),
+                class(byte as char),
+                "{byte}"
+            );
+        }
+    }
 }
