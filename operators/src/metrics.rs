@@ -436,8 +436,8 @@ impl Metrics {
     pub fn record_decisions(&self, decisions: &[crate::query::Decision]) {
         for decision in decisions {
             let (step, action, reason) = (
-                decision.step.as_str(),
-                decision.action.as_str(),
+                decision.step.as_ref(),
+                decision.action.as_ref(),
                 decision.reason.as_str(),
             );
             match (step, action) {

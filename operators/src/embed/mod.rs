@@ -102,7 +102,12 @@ pub fn unit(vector: &[f32]) -> Vec<f32> {
 
 /// Cosine similarity of two vectors.
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let (na, nb) = (dot(a, a), dot(b, b));
+    cosine_with_norms(a, b, dot(a, a), dot(b, b))
+}
+
+/// [`cosine`] given each vector's dot product with itself (`na`, `nb`), for vectors compared many
+/// times.
+pub fn cosine_with_norms(a: &[f32], b: &[f32], na: f32, nb: f32) -> f32 {
     if na == 0.0 || nb == 0.0 {
         0.0
     } else {

@@ -248,9 +248,9 @@ pub struct Decision {
     /// The point id.
     pub chunk_id: String,
     /// The step that decided (`fuse`, `dedup`, `mmr`, `pack`, …).
-    pub step: String,
+    pub step: std::borrow::Cow<'static, str>,
     /// What it decided (`dropped`, `deferred`, `expanded`, `snippet`, `surrogate`, …).
-    pub action: String,
+    pub action: std::borrow::Cow<'static, str>,
     /// Why.
     pub reason: String,
 }
@@ -259,14 +259,14 @@ impl Decision {
     /// Builds a decision.
     pub fn new(
         chunk_id: impl Into<String>,
-        step: &str,
-        action: &str,
+        step: &'static str,
+        action: &'static str,
         reason: impl Into<String>,
     ) -> Self {
         Self {
             chunk_id: chunk_id.into(),
-            step: step.to_string(),
-            action: action.to_string(),
+            step: step.into(),
+            action: action.into(),
             reason: reason.into(),
         }
     }

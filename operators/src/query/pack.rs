@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{Candidate, ContextItem, Decision, Tier};
-use crate::embed::cosine;
+use crate::embed::{cosine_with_norms, dot};
 use crate::store::StoredChunk;
 use crate::tokens::TokenCounter;
 
@@ -735,6 +735,11 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
     if all.is_empty() {
         return packed;
     }
+    // Each vector's dot product with itself, for the cosines between items.
+    let self_dots: Vec<Option<f32>> = all
+        .iter()
+        .map(|(c, _)| c.vector.as_deref().map(|v| dot(v, v)))
+        .collect();
     let mut covered: BTreeMap<&crate::model::DocKey, Vec<(u32, u32)>> = BTreeMap::new();
     let mut entries: Vec<Entry<'_>> = Vec::with_capacity(all.len());
     for (position, (candidate, is_deferred)) in all.iter().enumerate() {
@@ -774,7 +779,15 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
         let redundancy = candidate.vector.as_ref().map_or(0.0, |v| {
             all[..position]
                 .iter()
-                .filter_map(|(other, _)| Some(cosine(v, other.vector.as_ref()?)))
+                .zip(&self_dots)
+                .filter_map(|((other, _), other_dot)| {
+                    Some(cosine_with_norms(
+                        v,
+                        other.vector.as_ref()?,
+                        self_dots[position]?,
+                        (*other_dot)?,
+                    ))
+                })
                 .fold(0.0f32, f32::max)
         });
         let value = relevance

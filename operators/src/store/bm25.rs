@@ -123,9 +123,11 @@ fn is_stop_word(word: &str) -> bool {
     if bytes.is_empty() || bytes.len() > STOP_WORD_MAX {
         return false;
     }
-    let mut eight = [0u8; 8];
-    eight[..bytes.len()].copy_from_slice(bytes);
-    let key = u64::from_le_bytes(eight) | (bytes.len() as u64) << 56;
+    // Byte by byte (zero past the end), so the key takes no copy of the word.
+    let mut key = (bytes.len() as u64) << 56;
+    for index in 0..STOP_WORD_MAX {
+        key |= u64::from(bytes.get(index).copied().unwrap_or(0)) << (8 * index);
+    }
     let (multiplier, table) = &STOP_TABLE;
     table[stop_slot(key, *multiplier)] == key
 }
