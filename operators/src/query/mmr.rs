@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use super::{Candidate, Decision};
-use crate::embed::dot;
+use crate::embed::{dot, dot_self_and};
 
 /// MMR settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -54,27 +54,22 @@ fn relevance(candidates: &[Candidate]) -> Vec<f32> {
         .collect()
 }
 
-/// Each vector's inverse norm (cosines from dot products, no normalised copies).
-fn inverse_norms(candidates: &[Candidate]) -> Vec<Option<f32>> {
-    candidates
-        .iter()
-        .map(|c| {
-            c.vector.as_deref().map(|v| {
-                let norm = dot(v, v).sqrt();
-                if norm > 0.0 {
-                    norm.recip()
-                } else {
-                    0.0
-                }
-            })
-        })
-        .collect()
+/// The inverse of a norm from a vector's dot product with itself (0 for a zero vector).
+fn inverse(self_dot: f32) -> f32 {
+    let norm = self_dot.sqrt();
+    if norm > 0.0 {
+        norm.recip()
+    } else {
+        0.0
+    }
 }
 
 /// The similarities MMR has computed so far: each candidate is compared with the picks only when it
 /// could be the next pick.
 struct Similarities<'c> {
     candidates: &'c [Candidate],
+    /// Each vector's inverse norm (cosines from dot products, no normalised copies), computed in the
+    /// same pass as its first comparison.
     inverse_norms: Vec<Option<f32>>,
     near_duplicate: f32,
     /// Picks with a vector, in pick order.
@@ -88,23 +83,36 @@ struct Similarities<'c> {
 impl Similarities<'_> {
     /// Whether candidate `index` has been compared with every pick it can be compared with.
     fn fresh(&self, index: usize) -> bool {
-        self.inverse_norms[index].is_none() || self.compared[index] == self.vector_picks.len()
+        self.candidates[index].vector.is_none() || self.compared[index] == self.vector_picks.len()
+    }
+
+    /// The inverse norm of candidate `index` (which has a vector).
+    fn inverse_norm(&mut self, index: usize) -> f32 {
+        let candidates = self.candidates;
+        let vector = candidates[index].vector.as_deref().unwrap_or_default();
+        *self.inverse_norms[index].get_or_insert_with(|| inverse(dot(vector, vector)))
     }
 
     /// Compares candidate `index` with the picks it has not met; the decision that drops it when it is
     /// a near-duplicate of one.
     fn refresh(&mut self, index: usize) -> Option<Decision> {
-        let (Some(vector), Some(inverse)) = (
-            self.candidates[index].vector.as_deref(),
-            self.inverse_norms[index],
-        ) else {
-            return None;
-        };
+        let candidates = self.candidates;
+        let vector = candidates[index].vector.as_deref()?;
         while let Some(&pick) = self.vector_picks.get(self.compared[index]) {
             self.compared[index] += 1;
-            let pick_vector = self.candidates[pick].vector.as_deref().unwrap_or_default();
-            let pick_inverse = self.inverse_norms[pick].unwrap_or_default();
-            let similarity = dot(pick_vector, vector) * pick_inverse * inverse;
+            let pick_vector = candidates[pick].vector.as_deref().unwrap_or_default();
+            let pick_inverse = self.inverse_norm(pick);
+            let similarity = match self.inverse_norms[index] {
+                Some(inverse) => dot(pick_vector, vector) * pick_inverse * inverse,
+                // The first comparison reads the vector once for its norm and the dot product.
+                None if vector.len() == pick_vector.len() => {
+                    let (own, cross) = dot_self_and(vector, pick_vector);
+                    let inverse = inverse(own);
+                    self.inverse_norms[index] = Some(inverse);
+                    cross * pick_inverse * inverse
+                }
+                None => dot(pick_vector, vector) * pick_inverse * self.inverse_norm(index),
+            };
             if similarity >= self.near_duplicate {
                 return Some(Decision::new(
                     self.candidates[index].id(),
@@ -136,7 +144,7 @@ pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection
     let relevance = relevance(&candidates);
     let mut similarities = Similarities {
         candidates: &candidates,
-        inverse_norms: inverse_norms(&candidates),
+        inverse_norms: vec![None; candidates.len()],
         near_duplicate: config.near_duplicate,
         vector_picks: Vec::new(),
         compared: vec![0; candidates.len()],
@@ -202,7 +210,7 @@ pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection
         *per_document.entry(document).or_default() += 1;
         *per_section.entry(section).or_default() += 1;
         picks.push(index);
-        if similarities.inverse_norms[index].is_some() {
+        if candidate.vector.is_some() {
             similarities.vector_picks.push(index);
             if similarities.vector_picks.len() == 1 {
                 remaining.retain(|&other| match similarities.refresh(other) {
