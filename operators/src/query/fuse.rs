@@ -10,30 +10,31 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::{Candidate, Decision, LaneHit, Weights};
 use crate::store::Hit;
 
-/// Whether a lane's hit repeats a point or a document offset seen earlier on the lane (then it is
-/// dropped, with the decision saying so).
-struct LaneSeen<'a> {
-    ids: FxHashSet<uuid::Uuid>,
-    offsets: FxHashSet<(&'a crate::model::DocKey, u32, u32)>,
-}
-
-impl<'a> LaneSeen<'a> {
-    fn new(capacity: usize) -> Self {
-        Self {
-            ids: FxHashSet::with_capacity_and_hasher(capacity, Default::default()),
-            offsets: FxHashSet::with_capacity_and_hasher(capacity, Default::default()),
-        }
-    }
-
-    /// Whether `stored` is new on the lane (recorded as seen).
-    fn fresh(&mut self, stored: &'a crate::store::StoredChunk) -> bool {
-        let offset = (
-            &stored.key,
-            stored.chunk.char_range.0,
-            stored.chunk.char_range.1,
-        );
-        self.ids.insert(stored.id) && self.offsets.insert(offset)
-    }
+/// Which of a lane's hits to keep: repeated points and repeated document offsets leave, best rank
+/// first, each with a decision saying why.
+fn lane_keep(hits: &[Hit], lane: &str, decisions: &mut Vec<Decision>) -> Vec<bool> {
+    let mut ids = FxHashSet::with_capacity_and_hasher(hits.len(), Default::default());
+    let mut offsets = FxHashSet::with_capacity_and_hasher(hits.len(), Default::default());
+    hits.iter()
+        .map(|hit| {
+            let stored = &hit.stored;
+            let offset = (
+                &stored.key,
+                stored.chunk.char_range.0,
+                stored.chunk.char_range.1,
+            );
+            let fresh = ids.insert(stored.id) && offsets.insert(offset);
+            if !fresh {
+                decisions.push(Decision::new(
+                    stored.id.to_string(),
+                    "fuse",
+                    "dropped",
+                    format!("duplicate point or document offset on the {lane} lane"),
+                ));
+            }
+            fresh
+        })
+        .collect()
 }
 
 /// Fuses the lanes (each sorted best first), taking their chunks over. Returns candidates by fused
@@ -52,25 +53,8 @@ pub fn fuse(
         ("dense", dense, weights.dense),
         ("bm25", bm25, weights.bm25),
     ] {
-        // Repeated points and document offsets leave the lane, best rank first; the rest are
-        // ranked densely from 1.
-        let keep: Vec<bool> = {
-            let mut seen = LaneSeen::new(hits.len());
-            hits.iter()
-                .map(|hit| {
-                    let fresh = seen.fresh(&hit.stored);
-                    if !fresh {
-                        decisions.push(Decision::new(
-                            hit.stored.id.to_string(),
-                            "fuse",
-                            "dropped",
-                            format!("duplicate point or document offset on the {lane} lane"),
-                        ));
-                    }
-                    fresh
-                })
-                .collect()
-        };
+        // The kept hits are ranked densely from 1 as they are taken over.
+        let keep = lane_keep(&hits, lane, &mut decisions);
         let kept = hits
             .into_iter()
             .zip(keep)
