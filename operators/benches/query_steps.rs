@@ -177,6 +177,9 @@ fn fixture(counter: TokenCounter) -> Fixture {
     }
 }
 
+/// Both lanes' hits and the stored vectors, as retrieval hands them over.
+type Lanes = (Vec<Hit>, Vec<Hit>, Vec<(uuid::Uuid, Vec<f32>)>);
+
 const QUESTION: &str = "Which team won the football league champion season in 2015?";
 
 fn steps(c: &mut Criterion) {
@@ -207,7 +210,7 @@ fn steps(c: &mut Criterion) {
             .collect();
         (data.dense.clone(), data.bm25.clone(), vectors)
     };
-    let fused = |(dense, bm25, vectors): (Vec<Hit>, Vec<Hit>, Vec<(uuid::Uuid, Vec<f32>)>)| {
+    let fused = |(dense, bm25, vectors): Lanes| {
         let (mut candidates, _) = fuse(dense, bm25, weights, 60.0);
         attach_vectors(&mut candidates, vectors);
         candidates

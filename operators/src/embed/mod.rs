@@ -76,47 +76,19 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let length = a.len().min(b.len());
     let (a, b) = (&a[..length], &b[..length]);
     let mut lanes = [0f32; DOT_LANES];
-    let mut chunks_a = a.chunks_exact(DOT_LANES);
-    let mut chunks_b = b.chunks_exact(DOT_LANES);
-    for (x, y) in (&mut chunks_a).zip(&mut chunks_b) {
+    let (blocks_a, rest_a) = a.as_chunks::<DOT_LANES>();
+    let (blocks_b, rest_b) = b.as_chunks::<DOT_LANES>();
+    for (x, y) in blocks_a.iter().zip(blocks_b) {
         for lane in 0..DOT_LANES {
             lanes[lane] += x[lane] * y[lane];
         }
     }
-    let tail: f32 = chunks_a
-        .remainder()
-        .iter()
-        .zip(chunks_b.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
+    let tail: f32 = rest_a.iter().zip(rest_b).map(|(x, y)| x * y).sum();
     lanes.iter().sum::<f32>() + tail
 }
 
 /// Independent accumulators of [`dot`].
 const DOT_LANES: usize = 16;
-
-/// `(dot(a, a), dot(b, a))` in one pass over `a` (the same sums in the same order as two calls of
-/// [`dot`], so the same values), for a vector whose norm is needed when it is first compared.
-/// `a` and `b` have the same length.
-pub fn dot_self_and(a: &[f32], b: &[f32]) -> (f32, f32) {
-    assert_eq!(a.len(), b.len(), "vectors of one length");
-    let (mut own, mut cross) = ([0f32; DOT_LANES], [0f32; DOT_LANES]);
-    let mut chunks_a = a.chunks_exact(DOT_LANES);
-    let mut chunks_b = b.chunks_exact(DOT_LANES);
-    for (x, y) in (&mut chunks_a).zip(&mut chunks_b) {
-        for lane in 0..DOT_LANES {
-            own[lane] += x[lane] * x[lane];
-            cross[lane] += y[lane] * x[lane];
-        }
-    }
-    let (rest_a, rest_b) = (chunks_a.remainder(), chunks_b.remainder());
-    let own_tail: f32 = rest_a.iter().map(|x| x * x).sum();
-    let cross_tail: f32 = rest_b.iter().zip(rest_a).map(|(y, x)| y * x).sum();
-    (
-        own.iter().sum::<f32>() + own_tail,
-        cross.iter().sum::<f32>() + cross_tail,
-    )
-}
 
 /// A unit-length copy of `vector` (cosine of unit vectors is their dot product).
 pub fn unit(vector: &[f32]) -> Vec<f32> {
@@ -137,21 +109,5 @@ pub fn cosine_with_norms(a: &[f32], b: &[f32], na: f32, nb: f32) -> f32 {
         0.0
     } else {
         dot(a, b) / (na.sqrt() * nb.sqrt())
-    }
-}
-
-#[cfg(test)]
-mod dot_tests {
-    use super::*;
-
-    proptest::proptest! {
-        /// One pass gives the bits two calls of `dot` give.
-        #[test]
-        fn one_pass_is_two_dots(pairs in proptest::collection::vec((-2.0f32..2.0, -2.0f32..2.0), 0..70)) {
-            let (a, b): (Vec<f32>, Vec<f32>) = pairs.into_iter().unzip();
-            let (own, cross) = dot_self_and(&a, &b);
-            proptest::prop_assert_eq!(own.to_bits(), dot(&a, &a).to_bits());
-            proptest::prop_assert_eq!(cross.to_bits(), dot(&b, &a).to_bits());
-        }
     }
 }

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use super::{Candidate, Decision};
-use crate::embed::{dot, dot_self_and};
+use crate::embed::dot;
 
 /// MMR settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -68,8 +68,8 @@ fn inverse(self_dot: f32) -> f32 {
 /// could be the next pick.
 struct Similarities<'c> {
     candidates: &'c [Candidate],
-    /// Each vector's inverse norm (cosines from dot products, no normalised copies), computed in the
-    /// same pass as its first comparison.
+    /// Each vector's inverse norm (cosines from dot products, no normalised copies), computed at
+    /// its first comparison.
     inverse_norms: Vec<Option<f32>>,
     near_duplicate: f32,
     /// Picks with a vector, in pick order.
@@ -102,17 +102,7 @@ impl Similarities<'_> {
             self.compared[index] += 1;
             let pick_vector = candidates[pick].vector.as_deref().unwrap_or_default();
             let pick_inverse = self.inverse_norm(pick);
-            let similarity = match self.inverse_norms[index] {
-                Some(inverse) => dot(pick_vector, vector) * pick_inverse * inverse,
-                // The first comparison reads the vector once for its norm and the dot product.
-                None if vector.len() == pick_vector.len() => {
-                    let (own, cross) = dot_self_and(vector, pick_vector);
-                    let inverse = inverse(own);
-                    self.inverse_norms[index] = Some(inverse);
-                    cross * pick_inverse * inverse
-                }
-                None => dot(pick_vector, vector) * pick_inverse * self.inverse_norm(index),
-            };
+            let similarity = dot(pick_vector, vector) * pick_inverse * self.inverse_norm(index);
             if similarity >= self.near_duplicate {
                 return Some(Decision::new(
                     self.candidates[index].id(),

@@ -172,6 +172,23 @@ pub fn ends_sentence(bytes: &[u8], at: usize) -> bool {
     }
 }
 
+/// The first byte at or after `from` where a sentence ends (see [`ends_sentence`]). The candidates
+/// (`.`, `\n`, `?` and `!`) are found by byte search; `!` only before the next of the others, so no
+/// byte is searched more than twice.
+pub fn next_sentence_end(bytes: &[u8], mut from: usize) -> Option<usize> {
+    while from < bytes.len() {
+        let rest = &bytes[from..];
+        let other = memchr::memchr3(b'.', b'\n', b'?', rest);
+        let bang = memchr::memchr(b'!', &rest[..other.unwrap_or(rest.len())]);
+        let at = from + bang.or(other)?;
+        if ends_sentence(bytes, at) {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
+}
+
 /// Sentence byte ranges of `text` (trimmed, non-empty).
 pub fn sentences(text: &str) -> Vec<(usize, usize)> {
     sentence_spans(text).collect()
@@ -184,9 +201,7 @@ pub fn sentence_spans(text: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
     std::iter::from_fn(move || {
         while start < bytes.len() {
             let from = start;
-            start = (from..bytes.len())
-                .find(|&at| ends_sentence(bytes, at))
-                .map_or(bytes.len(), |at| at + 1);
+            start = next_sentence_end(bytes, from).map_or(bytes.len(), |at| at + 1);
             let piece = &text[from..start];
             let lead = piece.len() - piece.trim_start().len();
             let trimmed = piece.trim();
@@ -228,11 +243,7 @@ fn cut_bytes(text: &str, max_bytes: usize) -> &str {
 
 fn line_of(chunk: &crate::model::Chunk, offset: usize) -> u32 {
     let offset = offset.min(chunk.text.len());
-    chunk.lines.0
-        + chunk.text.as_bytes()[..offset]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count() as u32
+    chunk.lines.0 + memchr::memchr_iter(b'\n', &chunk.text.as_bytes()[..offset]).count() as u32
 }
 
 fn header(source: &str, lines: (u32, u32)) -> String {
@@ -366,9 +377,8 @@ impl AnswerCue {
 }
 
 /// A sentence's score for snippet selection: query terms held (counting double), plus one when it
-/// holds text of the answer's kind.
-fn sentence_score(sentence: &str, terms: &[String], cue: AnswerCue) -> usize {
-    let lower = sentence.to_lowercase();
+/// holds text of the answer's kind. `lower` is the sentence lowercased.
+fn sentence_score(sentence: &str, lower: &str, terms: &[String], cue: AnswerCue) -> usize {
     let hits = terms.iter().filter(|t| lower.contains(t.as_str())).count();
     2 * hits + usize::from(cue.matches(sentence))
 }
@@ -390,9 +400,19 @@ impl Scored {
             .into_iter()
             .map(|(a, b)| (a + from, b + from))
             .collect();
+        // ASCII text is lowercased once, in place of each sentence (the same bytes).
+        let ascii_lower = chunk.text[from..to]
+            .is_ascii()
+            .then(|| chunk.text[from..to].to_ascii_lowercase());
         let scores = spans
             .iter()
-            .map(|&(a, b)| sentence_score(&chunk.text[a..b], terms, cue))
+            .map(|&(a, b)| {
+                let sentence = &chunk.text[a..b];
+                match &ascii_lower {
+                    Some(lower) => sentence_score(sentence, &lower[a - from..b - from], terms, cue),
+                    None => sentence_score(sentence, &sentence.to_lowercase(), terms, cue),
+                }
+            })
             .collect();
         Self { spans, scores }
     }

@@ -114,10 +114,10 @@ struct Prefixes<'a> {
 
 /// The first four bytes of `bytes` as an integer (zeros past the end).
 fn head(bytes: &[u8]) -> u32 {
-    let mut four = [0u8; 4];
-    let length = bytes.len().min(4);
-    four[..length].copy_from_slice(&bytes[..length]);
-    u32::from_le_bytes(four)
+    // Byte by byte (no copy call for a variable length).
+    (0..4).fold(0u32, |four, index| {
+        four | u32::from(bytes.get(index).copied().unwrap_or(0)) << (8 * index)
+    })
 }
 
 impl<'a> Prefixes<'a> {
@@ -155,10 +155,10 @@ impl<'a> Prefixes<'a> {
             return false;
         }
         let first = head(bytes);
-        self.packed
-            .iter()
-            .any(|&(key, mask, length)| bytes.len() >= length && first & mask == key)
-            || self.long.iter().any(|p| word.starts_with(p))
+        // Every prefix is tested (no early exit): a few integer compares cost less than the branches.
+        self.packed.iter().fold(false, |hit, &(key, mask, length)| {
+            hit | ((bytes.len() >= length) & (first & mask == key))
+        }) || self.long.iter().any(|p| word.starts_with(p))
     }
 }
 

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use rust_stemmers::{Algorithm, Stemmer};
 
-use crate::query::pack::{ends_sentence, sentences};
+use crate::query::pack::sentences;
 
 /// BM25 term-saturation parameter.
 pub const BM25_K1: f32 = 1.2;
@@ -196,25 +196,131 @@ fn visit_unicode_words(text: &str, visit: &mut dyn FnMut(&str)) {
     }
 }
 
-/// Bytes of ASCII identifiers: letters, digits, `_` and `-`.
-const WORD_BYTES: [bool; 256] = {
-    let mut table = [false; 256];
-    let mut byte = 0;
-    while byte < 256 {
-        let b = byte as u8;
-        table[byte] = b.is_ascii_alphanumeric() || b == b'_' || b == b'-';
-        byte += 1;
+/// Masks of a block of at most 64 bytes of ASCII text: bit `i` of each says whether byte `i` is a
+/// word byte (letter, digit, `_`, `-`), whitespace (as `u8::is_ascii_whitespace`), a stop (`.`, `?`,
+/// `!`), a line break, a lowercase letter or an uppercase letter. Flags are set per byte by comparisons the compiler vectorises, then packed
+/// eight at a time by a multiply (for bytes that are 0 or 1, the top byte of
+/// `x · 0x0102040810204080` holds byte `k`'s value at bit `k`).
+fn block_masks(block: &[u8]) -> [u64; 6] {
+    let mut bytes = [0u8; 64];
+    bytes[..block.len()].copy_from_slice(block);
+    let mut flags = [[0u8; 64]; 6];
+    for (i, &b) in bytes.iter().enumerate() {
+        let lower = b.wrapping_sub(b'a') < 26;
+        let upper = b.wrapping_sub(b'A') < 26;
+        let letter = lower | upper;
+        let digit = b.wrapping_sub(b'0') < 10;
+        flags[0][i] = u8::from(letter | digit | (b == b'_') | (b == b'-'));
+        flags[1][i] =
+            u8::from((b == b' ') | (b == b'\t') | (b == b'\n') | (b == 0x0C) | (b == b'\r'));
+        flags[2][i] = u8::from((b == b'.') | (b == b'?') | (b == b'!'));
+        flags[3][i] = u8::from(b == b'\n');
+        flags[4][i] = u8::from(lower);
+        flags[5][i] = u8::from(upper);
     }
-    table
-};
+    flags.map(|flags| {
+        flags
+            .chunks_exact(8)
+            .enumerate()
+            .fold(0u64, |bits, (k, eight)| {
+                let x = u64::from_le_bytes(eight.try_into().expect("eight bytes"));
+                bits | (x.wrapping_mul(0x0102_0408_1020_4080) >> 56) << (8 * k)
+            })
+    })
+}
 
 /// [`Bm25Encoder::visit_words`] for ASCII text: the same words, found on bytes, lowercased into one
 /// reused buffer. With `breaks`, `visit(None)` marks each sentence end between words (where
 /// [`sentences`] cuts: no word spans one, as none of its bytes is a word byte).
+///
+/// The text is read in blocks of 64 bytes: bit masks give each block's word starts, word ends and
+/// sentence ends, visited in order by their set bits, with no branch per byte. A word is visited at
+/// its start (its end is the next word end; no sentence end lies inside a word).
 fn scan_ascii_words(text: &str, breaks: bool, mut visit: impl FnMut(Option<&str>)) {
     let mut buffer = String::new();
-    // Lowercases `term` (into the buffer only if it has capitals) and visits it unless it is a stop
-    // word.
+    let bytes = text.as_bytes();
+    // A word that runs on past the end of the block it started in.
+    let mut open: Option<usize> = None;
+    // Whether the last byte of the previous block was a word byte.
+    let mut carry = 0u64;
+    for (index, block) in bytes.chunks(64).enumerate() {
+        let base = 64 * index;
+        let valid = u64::MAX >> (64 - block.len());
+        let [words, spaces, stops, newlines, lowers, uppers] = block_masks(block);
+        let previous = words << 1 | carry;
+        let starts = words & !previous;
+        let ends = !words & previous & valid;
+        carry = words >> 63;
+        if let Some(start) = open {
+            if ends == 0 {
+                continue;
+            }
+            open = None;
+            let end = base + ends.trailing_zeros() as usize;
+            visit_identifier(text, start, end, &mut buffer, &mut visit);
+        }
+        let sentence_ends = if breaks {
+            // A stop ends a sentence before whitespace or the end of the text.
+            let next_space = bytes.get(base + 64).is_none_or(u8::is_ascii_whitespace);
+            let followed = spaces >> 1 | u64::from(next_space) << (block.len() - 1);
+            newlines | (stops & followed)
+        } else {
+            0
+        };
+        let mut events = starts | sentence_ends;
+        while events != 0 {
+            let bit = events.trailing_zeros();
+            events &= events - 1;
+            if sentence_ends >> bit & 1 != 0 {
+                visit(None);
+                continue;
+            }
+            // The word's end: the first word end after its start, here or in a later block.
+            let later = ends & (u64::MAX << bit);
+            if later == 0 {
+                open = Some(base + bit as usize);
+                continue;
+            }
+            let end = later.trailing_zeros();
+            // A plain word (a letter or digit, then lowercase letters only) is its own term, at most
+            // its first letter to lowercase; other words are trimmed and split.
+            let rest = (1u64 << (end - bit - 1)) - 1;
+            let (start, end) = (base + bit as usize, base + end as usize);
+            let joiner = matches!(bytes[start], b'_' | b'-');
+            if !joiner && (lowers >> (bit + 1)) & rest == rest {
+                let word = &text[start..end];
+                let lower = if uppers >> bit & 1 != 0 {
+                    buffer.clear();
+                    buffer.push_str(word);
+                    buffer.make_ascii_lowercase();
+                    buffer.as_str()
+                } else {
+                    word
+                };
+                if !is_stop_word(lower) {
+                    visit(Some(lower));
+                }
+            } else {
+                visit_identifier(text, start, end, &mut buffer, &mut visit);
+            }
+        }
+    }
+    if let Some(start) = open {
+        visit_identifier(text, start, bytes.len(), &mut buffer, &mut visit);
+    }
+}
+
+/// Visits the terms of the run of word bytes `text[start..end]`: the identifier, trimmed of `_` and
+/// `-`, lowercased (into `buffer` only if it has capitals) unless it is a stop word, and its parts
+/// when it has several.
+#[inline(always)]
+fn visit_identifier(
+    text: &str,
+    start: usize,
+    end: usize,
+    buffer: &mut String,
+    visit: &mut impl FnMut(Option<&str>),
+) {
     fn push(buffer: &mut String, term: &str, visit: &mut impl FnMut(Option<&str>)) {
         let lower = if term.bytes().any(|b| b.is_ascii_uppercase()) {
             buffer.clear();
@@ -229,47 +335,32 @@ fn scan_ascii_words(text: &str, breaks: bool, mut visit: impl FnMut(Option<&str>
         }
     }
     let bytes = text.as_bytes();
-    let word_byte = |b: u8| WORD_BYTES[b as usize];
-    let mut at = 0;
-    while at < bytes.len() {
-        if !word_byte(bytes[at]) {
-            if breaks && ends_sentence(bytes, at) {
-                visit(None);
-            }
-            at += 1;
-            continue;
-        }
-        let start = at;
-        while at < bytes.len() && word_byte(bytes[at]) {
-            at += 1;
-        }
-        // `trim_matches(['_', '-'])` on bytes.
-        let joiner = |b: u8| b == b'_' || b == b'-';
-        let (mut from, mut to) = (start, at);
-        while from < to && joiner(bytes[from]) {
-            from += 1;
-        }
-        while to > from && joiner(bytes[to - 1]) {
-            to -= 1;
-        }
-        if from == to {
-            continue;
-        }
-        let identifier = &text[from..to];
-        if bytes[from + 1..to].iter().all(|b| b.is_ascii_lowercase()) {
-            push(&mut buffer, identifier, &mut visit);
-            continue;
-        }
-        let mut parts: Vec<&str> = Vec::new();
-        for piece in identifier.split(['_', '-']).filter(|p| !p.is_empty()) {
-            parts.extend(camel_parts(piece));
-        }
-        if parts.len() > 1 {
-            push(&mut buffer, identifier, &mut visit);
-        }
-        for part in parts {
-            push(&mut buffer, part, &mut visit);
-        }
+    // `trim_matches(['_', '-'])` on bytes.
+    let joiner = |b: u8| b == b'_' || b == b'-';
+    let (mut from, mut to) = (start, end);
+    while from < to && joiner(bytes[from]) {
+        from += 1;
+    }
+    while to > from && joiner(bytes[to - 1]) {
+        to -= 1;
+    }
+    if from == to {
+        return;
+    }
+    let identifier = &text[from..to];
+    if bytes[from + 1..to].iter().all(|b| b.is_ascii_lowercase()) {
+        push(buffer, identifier, visit);
+        return;
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for piece in identifier.split(['_', '-']).filter(|p| !p.is_empty()) {
+        parts.extend(camel_parts(piece));
+    }
+    if parts.len() > 1 {
+        push(buffer, identifier, visit);
+    }
+    for part in parts {
+        push(buffer, part, visit);
     }
 }
 
@@ -352,6 +443,87 @@ impl Bm25Encoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The byte-at-a-time scan [`scan_ascii_words`] replaced (the reference it must agree with): words found on bytes, lowercased into one
+    /// reused buffer. With `breaks`, `visit(None)` marks each sentence end between words (where
+    /// [`sentences`] cuts: no word spans one, as none of its bytes is a word byte).
+    fn scan_ascii_words_bytewise(text: &str, breaks: bool, mut visit: impl FnMut(Option<&str>)) {
+        let mut buffer = String::new();
+        // Lowercases `term` (into the buffer only if it has capitals) and visits it unless it is a stop
+        // word.
+        fn push(buffer: &mut String, term: &str, visit: &mut impl FnMut(Option<&str>)) {
+            let lower = if term.bytes().any(|b| b.is_ascii_uppercase()) {
+                buffer.clear();
+                buffer.push_str(term);
+                buffer.make_ascii_lowercase();
+                buffer.as_str()
+            } else {
+                term
+            };
+            if !lower.is_empty() && !is_stop_word(lower) {
+                visit(Some(lower));
+            }
+        }
+        let bytes = text.as_bytes();
+        let word_byte = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'-';
+        let mut at = 0;
+        while at < bytes.len() {
+            if !word_byte(bytes[at]) {
+                if breaks && crate::query::pack::ends_sentence(bytes, at) {
+                    visit(None);
+                }
+                at += 1;
+                continue;
+            }
+            let start = at;
+            while at < bytes.len() && word_byte(bytes[at]) {
+                at += 1;
+            }
+            // `trim_matches(['_', '-'])` on bytes.
+            let joiner = |b: u8| b == b'_' || b == b'-';
+            let (mut from, mut to) = (start, at);
+            while from < to && joiner(bytes[from]) {
+                from += 1;
+            }
+            while to > from && joiner(bytes[to - 1]) {
+                to -= 1;
+            }
+            if from == to {
+                continue;
+            }
+            let identifier = &text[from..to];
+            if bytes[from + 1..to].iter().all(|b| b.is_ascii_lowercase()) {
+                push(&mut buffer, identifier, &mut visit);
+                continue;
+            }
+            let mut parts: Vec<&str> = Vec::new();
+            for piece in identifier.split(['_', '-']).filter(|p| !p.is_empty()) {
+                parts.extend(camel_parts(piece));
+            }
+            if parts.len() > 1 {
+                push(&mut buffer, identifier, &mut visit);
+            }
+            for part in parts {
+                push(&mut buffer, part, &mut visit);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// The block scan visits the words and sentence ends the byte scan visits, in order
+        /// (texts of up to four blocks, so words and sentence ends cross block edges).
+        #[test]
+        fn block_scan_is_the_byte_scan(
+            text in "([a-zA-Z0-9_ .?!,()\\n\\t-]|Word|ID_x|HTTPServer){0,120}",
+            breaks in proptest::bool::ANY,
+        ) {
+            let mut blocks = Vec::new();
+            scan_ascii_words(&text, breaks, |w| blocks.push(w.map(str::to_string)));
+            let mut bytewise = Vec::new();
+            scan_ascii_words_bytewise(&text, breaks, |w| bytewise.push(w.map(str::to_string)));
+            proptest::prop_assert_eq!(blocks, bytewise);
+        }
+    }
 
     proptest::proptest! {
         /// The integer lookup is membership in the list.

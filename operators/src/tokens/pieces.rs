@@ -91,21 +91,32 @@ const ASCII_CLASSES: [Class; 128] = {
 };
 
 /// A text walked by byte offset, each character classified as it is read (ASCII bytes by table).
-struct Classes<'a> {
+/// With `ASCII` the text is known to be ASCII, so every character is one byte classified by table.
+struct Classes<'a, const ASCII: bool> {
     text: &'a str,
 }
 
-impl<'a> Classes<'a> {
+impl<'a> Classes<'a, false> {
     /// The walker of `text`, or `None` when a character of it is outside the known blocks.
     fn of(text: &'a str) -> Option<Self> {
         // Every ASCII character is known; the others are looked up once here.
         let known = |c: char| c.is_ascii() || class(c).is_some();
-        if !text.is_ascii() && !text.chars().all(known) {
+        if !text.chars().all(known) {
             return None;
         }
         Some(Self { text })
     }
+}
 
+impl<'a> Classes<'a, true> {
+    /// The walker of ASCII `text`.
+    fn ascii(text: &'a str) -> Self {
+        debug_assert!(text.is_ascii());
+        Self { text }
+    }
+}
+
+impl<const ASCII: bool> Classes<'_, ASCII> {
     fn len(&self) -> usize {
         self.text.len()
     }
@@ -113,7 +124,7 @@ impl<'a> Classes<'a> {
     /// The class, character and byte length of the character at byte offset `at`.
     fn get(&self, at: usize) -> Option<(Class, char, usize)> {
         let byte = *self.text.as_bytes().get(at)?;
-        if byte.is_ascii() {
+        if ASCII || byte.is_ascii() {
             return Some((ASCII_CLASSES[byte as usize], byte as char, 1));
         }
         let c = self.text[at..].chars().next()?;
@@ -135,6 +146,9 @@ impl<'a> Classes<'a> {
 
     /// The offset of the character before `at` (which is past the start).
     fn previous(&self, at: usize) -> usize {
+        if ASCII {
+            return at - 1;
+        }
         let bytes = self.text.as_bytes();
         let mut k = at - 1;
         while bytes[k] & 0xC0 == 0x80 {
@@ -231,49 +245,111 @@ impl<'a> Classes<'a> {
 
 /// The pieces of `text` as the o200k_base pattern splits it, or `None` when it holds a character
 /// outside the known blocks.
+#[cfg(test)]
 pub fn split(text: &str) -> Option<Vec<&str>> {
-    let classes = Classes::of(text)?;
     let mut pieces = Vec::new();
-    let mut at = 0;
-    while at < classes.len() {
-        let end = classes.piece(at);
-        pieces.push(&text[at..end]);
-        at = end;
-    }
+    walk(text, |at, end| pieces.push(&text[at..end]))?;
     Some(pieces)
+}
+
+/// Calls `visit(start, end)` for each piece of `text` in order; `None` (and no call) when it holds
+/// a character outside the known blocks.
+fn walk(text: &str, visit: impl FnMut(usize, usize)) -> Option<()> {
+    fn pieces<const ASCII: bool>(classes: Classes<'_, ASCII>, mut visit: impl FnMut(usize, usize)) {
+        let mut at = 0;
+        while at < classes.len() {
+            let end = classes.piece(at);
+            visit(at, end);
+            at = end;
+        }
+    }
+    if text.is_ascii() {
+        pieces(Classes::ascii(text), visit);
+    } else {
+        pieces(Classes::of(text)?, visit);
+    }
+    Some(())
 }
 
 /// Most pieces a thread remembers (then it starts over): a few MiB at most.
 const CACHE_LIMIT: usize = 1 << 16;
 
+/// Longest piece kept under an integer key.
+const SHORT: usize = 7;
+
+/// Token counts of pieces seen by this thread: pieces of up to [`SHORT`] bytes under an integer key
+/// (their bytes, then their length in the top byte), longer ones by text.
+#[derive(Default)]
+struct Counts {
+    short: FxHashMap<u64, u32>,
+    long: FxHashMap<Box<str>, u32>,
+}
+
 thread_local! {
-    static COUNTS: RefCell<FxHashMap<Box<str>, u32>> = RefCell::new(FxHashMap::default());
+    static COUNTS: RefCell<Counts> = RefCell::new(Counts::default());
+}
+
+/// The key of `bytes[at..end]` (at most [`SHORT`] bytes): the bytes, then the length.
+fn short_key(bytes: &[u8], at: usize, end: usize) -> u64 {
+    let length = end - at;
+    let value = match bytes.get(at..at + 8) {
+        // Eight bytes read at once, the ones past the piece masked off.
+        Some(eight) => {
+            u64::from_le_bytes(eight.try_into().expect("eight bytes"))
+                & ((1u64 << (8 * length)) - 1)
+        }
+        None => bytes[at..end]
+            .iter()
+            .rev()
+            .fold(0u64, |key, &byte| key << 8 | u64::from(byte)),
+    };
+    value | (length as u64) << 56
 }
 
 /// The tokens of `text` under o200k_base: the pieces' counts, each from the cache or from `encode`
 /// (tiktoken on the piece alone). `None` when [`split`] cannot split it.
 pub fn count(text: &str, encode: impl Fn(&str) -> usize) -> Option<usize> {
-    let pieces = split(text)?;
+    let bytes = text.as_bytes();
     COUNTS.with(|cache| {
         let mut cache = cache.borrow_mut();
+        let Counts { short, long } = &mut *cache;
         let mut total = 0;
-        for piece in pieces {
+        walk(text, |at, end| {
+            let length = end - at;
             // Every single byte is a token of its own.
-            if piece.len() == 1 {
+            if length == 1 {
                 total += 1;
-                continue;
+                return;
             }
-            if let Some(&tokens) = cache.get(piece) {
-                total += tokens as usize;
-                continue;
-            }
-            let tokens = encode(piece);
-            if cache.len() >= CACHE_LIMIT {
-                cache.clear();
-            }
-            cache.insert(piece.into(), tokens as u32);
-            total += tokens;
-        }
+            let tokens = if length <= SHORT {
+                let key = short_key(bytes, at, end);
+                match short.get(&key) {
+                    Some(&tokens) => tokens,
+                    None => {
+                        let tokens = encode(&text[at..end]) as u32;
+                        if short.len() >= CACHE_LIMIT {
+                            short.clear();
+                        }
+                        short.insert(key, tokens);
+                        tokens
+                    }
+                }
+            } else {
+                let piece = &text[at..end];
+                match long.get(piece) {
+                    Some(&tokens) => tokens,
+                    None => {
+                        let tokens = encode(piece) as u32;
+                        if long.len() >= CACHE_LIMIT {
+                            long.clear();
+                        }
+                        long.insert(piece.into(), tokens);
+                        tokens
+                    }
+                }
+            };
+            total += tokens as usize;
+        })?;
         Some(total)
     })
 }
@@ -281,6 +357,24 @@ pub fn count(text: &str, encode: impl Fn(&str) -> usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The integer key of a short piece is its bytes and length, read at once or byte by byte.
+        #[test]
+        fn short_keys_are_bytes_and_length(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 1..20),
+            at in 0usize..20,
+            length in 1usize..=SHORT,
+        ) {
+            let at = at % bytes.len();
+            let end = (at + length).min(bytes.len());
+            let mut expected = ((end - at) as u64) << 56;
+            for (shift, &byte) in bytes[at..end].iter().enumerate() {
+                expected |= u64::from(byte) << (8 * shift);
+            }
+            proptest::prop_assert_eq!(short_key(&bytes, at, end), expected);
+        }
+    }
 
     #[test]
     fn ascii_table_is_the_class_of_each_byte() {

@@ -271,6 +271,19 @@ fn sentence_splitting() {
 }
 
 proptest! {
+    /// The byte search finds the sentence end a scan of every byte finds.
+    #[test]
+    fn sentence_end_search_is_the_byte_scan(text in "[a-z .?!\n\t]{0,60}", from in 0usize..64) {
+        let bytes = text.as_bytes();
+        let from = from.min(bytes.len());
+        prop_assert_eq!(
+            next_sentence_end(bytes, from),
+            (from..bytes.len()).find(|&at| ends_sentence(bytes, at))
+        );
+    }
+}
+
+proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// Never over budget (1..=20000), never repeats text, keeps the top result when anything fits.
