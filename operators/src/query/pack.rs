@@ -376,10 +376,16 @@ impl AnswerCue {
     }
 }
 
+/// The query terms, each with its searcher (built once per pack).
+type Terms<'a> = &'a [memchr::memmem::Finder<'a>];
+
 /// A sentence's score for snippet selection: query terms held (counting double), plus one when it
 /// holds text of the answer's kind. `lower` is the sentence lowercased.
-fn sentence_score(sentence: &str, lower: &str, terms: &[String], cue: AnswerCue) -> usize {
-    let hits = terms.iter().filter(|t| lower.contains(t.as_str())).count();
+fn sentence_score(sentence: &str, lower: &str, terms: Terms<'_>, cue: AnswerCue) -> usize {
+    let hits = terms
+        .iter()
+        .filter(|t| t.find(lower.as_bytes()).is_some())
+        .count();
     2 * hits + usize::from(cue.matches(sentence))
 }
 
@@ -393,7 +399,7 @@ impl Scored {
     fn of(
         chunk: &crate::model::Chunk,
         (from, to): (usize, usize),
-        terms: &[String],
+        terms: Terms<'_>,
         cue: AnswerCue,
     ) -> Self {
         let spans: Vec<(usize, usize)> = sentences(&chunk.text[from..to])
@@ -424,7 +430,7 @@ fn snippet(
     chunk: &crate::model::Chunk,
     (from, to): (usize, usize),
     scored: &mut Option<Scored>,
-    (terms, cue): (&[String], AnswerCue),
+    (terms, cue): (Terms<'_>, AnswerCue),
     max_tokens: usize,
 ) -> (usize, usize, bool) {
     let total = chunk.text.len();
@@ -608,7 +614,7 @@ fn expanded(
 fn forms(
     candidate: &Candidate,
     available: (usize, usize),
-    (terms, cue): (&[String], AnswerCue),
+    (terms, cue): (Terms<'_>, AnswerCue),
     config: &PackConfig,
     counter: TokenCounter,
     expanded_form: Option<Form>,
@@ -741,6 +747,10 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
         config,
     } = request;
     let mut packed = Packed::default();
+    let terms: Vec<memchr::memmem::Finder<'_>> = terms
+        .iter()
+        .map(|term| memchr::memmem::Finder::new(term.as_bytes()))
+        .collect();
     let separator_tokens = counter.count(&config.separator);
     let delimiter_tokens = if config.untrusted_delimiters {
         counter.count(UNTRUSTED_OPEN) + counter.count(UNTRUSTED_CLOSE)
@@ -780,7 +790,7 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
         let forms = forms(
             candidate,
             available,
-            (terms, cue),
+            (&terms, cue),
             config,
             counter,
             expanded_form,

@@ -90,6 +90,19 @@ const ASCII_CLASSES: [Class; 128] = {
     table
 };
 
+/// The length of the ASCII prefix of `bytes`, read eight bytes at a time.
+fn ascii_prefix(bytes: &[u8]) -> usize {
+    let (blocks, _) = bytes.as_chunks::<8>();
+    for (index, block) in blocks.iter().enumerate() {
+        let high = u64::from_le_bytes(*block) & 0x8080_8080_8080_8080;
+        if high != 0 {
+            return 8 * index + high.trailing_zeros() as usize / 8;
+        }
+    }
+    let tail = 8 * blocks.len();
+    tail + bytes[tail..].iter().take_while(|b| b.is_ascii()).count()
+}
+
 /// A text walked by byte offset, each character classified as it is read (ASCII bytes by table).
 /// With `ASCII` the text is known to be ASCII, so every character is one byte classified by table.
 struct Classes<'a, const ASCII: bool> {
@@ -99,12 +112,17 @@ struct Classes<'a, const ASCII: bool> {
 impl<'a> Classes<'a, false> {
     /// The walker of `text`, or `None` when a character of it is outside the known blocks.
     fn of(text: &'a str) -> Option<Self> {
-        // Every ASCII character is known; the others are looked up once here.
-        let known = |c: char| c.is_ascii() || class(c).is_some();
-        if !text.chars().all(known) {
-            return None;
+        // Every ASCII character is known; the others are looked up once here (runs of ASCII are
+        // skipped eight bytes at a time, not decoded).
+        let mut rest = text;
+        loop {
+            rest = &rest[ascii_prefix(rest.as_bytes())..];
+            let Some(c) = rest.chars().next() else {
+                return Some(Self { text });
+            };
+            class(c)?;
+            rest = &rest[c.len_utf8()..];
         }
-        Some(Self { text })
     }
 }
 
@@ -122,6 +140,7 @@ impl<const ASCII: bool> Classes<'_, ASCII> {
     }
 
     /// The class, character and byte length of the character at byte offset `at`.
+    #[inline(always)]
     fn get(&self, at: usize) -> Option<(Class, char, usize)> {
         let byte = *self.text.as_bytes().get(at)?;
         if ASCII || byte.is_ascii() {
@@ -131,15 +150,18 @@ impl<const ASCII: bool> Classes<'_, ASCII> {
         Some((class(c).expect("checked in `of`"), c, c.len_utf8()))
     }
 
+    #[inline(always)]
     fn class(&self, at: usize) -> Option<Class> {
         self.get(at).map(|c| c.0)
     }
 
+    #[inline(always)]
     fn char(&self, at: usize) -> Option<char> {
         self.get(at).map(|c| c.1)
     }
 
     /// The offset of the character after the one at `at` (`at` itself at the end).
+    #[inline(always)]
     fn next(&self, at: usize) -> usize {
         self.get(at).map_or(at, |c| at + c.2)
     }
@@ -158,6 +180,7 @@ impl<const ASCII: bool> Classes<'_, ASCII> {
     }
 
     /// The end of the run of characters from `at` that satisfy `keep`.
+    #[inline(always)]
     fn run(&self, mut at: usize, keep: impl Fn(Class, char) -> bool) -> usize {
         while let Some((class, c, length)) = self.get(at) {
             if !keep(class, c) {
@@ -373,6 +396,18 @@ mod tests {
                 expected |= u64::from(byte) << (8 * shift);
             }
             proptest::prop_assert_eq!(short_key(&bytes, at, end), expected);
+        }
+    }
+
+    proptest::proptest! {
+        /// The ASCII prefix read by blocks is the prefix read byte by byte.
+        #[test]
+        fn ascii_prefix_is_the_bytewise_prefix(text in "[a-z ]{0,20}[é–]?[a-z]{0,5}") {
+            let bytes = text.as_bytes();
+            proptest::prop_assert_eq!(
+                ascii_prefix(bytes),
+                bytes.iter().take_while(|b| b.is_ascii()).count()
+            );
         }
     }
 

@@ -498,7 +498,7 @@ fn among_sentences_with_as_many_terms_the_snippet_takes_the_one_of_the_answers_k
         tokens: counter().count(text) as u32,
         ..document(0, 1, 1, 0)[0].chunk.clone()
     };
-    let terms = vec!["final".to_string()];
+    let terms = [memchr::memmem::Finder::new("final")];
     let (from, to, _) = snippet(
         &chunk,
         (0, text.len()),
