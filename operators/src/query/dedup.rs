@@ -89,6 +89,13 @@ pub fn dedup(candidates: Vec<Candidate>) -> (Vec<Candidate>, Vec<Decision>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spaces_are_the_ascii_whitespace_characters() {
+        for byte in 0u8..128 {
+            assert_eq!(is_space(byte), (byte as char).is_whitespace(), "{byte}");
+        }
+    }
     use crate::query::fuse::tests::stored;
 
     proptest::proptest! {
