@@ -444,26 +444,11 @@ impl Bm25Encoder {
 mod tests {
     use super::*;
 
-    /// The byte-at-a-time scan [`scan_ascii_words`] replaced (the reference it must agree with): words found on bytes, lowercased into one
-    /// reused buffer. With `breaks`, `visit(None)` marks each sentence end between words (where
-    /// [`sentences`] cuts: no word spans one, as none of its bytes is a word byte).
+    /// The byte-at-a-time word finding [`scan_ascii_words`] replaced (the reference it must agree
+    /// with): each run of word bytes goes to [`visit_identifier`] whole, and with `breaks`
+    /// `visit(None)` marks each byte where [`crate::query::pack::ends_sentence`] is true.
     fn scan_ascii_words_bytewise(text: &str, breaks: bool, mut visit: impl FnMut(Option<&str>)) {
         let mut buffer = String::new();
-        // Lowercases `term` (into the buffer only if it has capitals) and visits it unless it is a stop
-        // word.
-        fn push(buffer: &mut String, term: &str, visit: &mut impl FnMut(Option<&str>)) {
-            let lower = if term.bytes().any(|b| b.is_ascii_uppercase()) {
-                buffer.clear();
-                buffer.push_str(term);
-                buffer.make_ascii_lowercase();
-                buffer.as_str()
-            } else {
-                term
-            };
-            if !lower.is_empty() && !is_stop_word(lower) {
-                visit(Some(lower));
-            }
-        }
         let bytes = text.as_bytes();
         let word_byte = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'-';
         let mut at = 0;
@@ -479,33 +464,7 @@ mod tests {
             while at < bytes.len() && word_byte(bytes[at]) {
                 at += 1;
             }
-            // `trim_matches(['_', '-'])` on bytes.
-            let joiner = |b: u8| b == b'_' || b == b'-';
-            let (mut from, mut to) = (start, at);
-            while from < to && joiner(bytes[from]) {
-                from += 1;
-            }
-            while to > from && joiner(bytes[to - 1]) {
-                to -= 1;
-            }
-            if from == to {
-                continue;
-            }
-            let identifier = &text[from..to];
-            if bytes[from + 1..to].iter().all(|b| b.is_ascii_lowercase()) {
-                push(&mut buffer, identifier, &mut visit);
-                continue;
-            }
-            let mut parts: Vec<&str> = Vec::new();
-            for piece in identifier.split(['_', '-']).filter(|p| !p.is_empty()) {
-                parts.extend(camel_parts(piece));
-            }
-            if parts.len() > 1 {
-                push(&mut buffer, identifier, &mut visit);
-            }
-            for part in parts {
-                push(&mut buffer, part, &mut visit);
-            }
+            visit_identifier(text, start, at, &mut buffer, &mut visit);
         }
     }
 
