@@ -198,10 +198,11 @@ fn visit_unicode_words(text: &str, visit: &mut dyn FnMut(&str)) {
 
 /// Masks of a block of at most 64 bytes of ASCII text: bit `i` of each says whether byte `i` is a
 /// word byte (letter, digit, `_`, `-`), whitespace (as `u8::is_ascii_whitespace`), a stop (`.`, `?`,
-/// `!`), a line break, a lowercase letter or an uppercase letter. Flags are set per byte by comparisons the compiler vectorises, then packed
-/// eight at a time by a multiply (for bytes that are 0 or 1, the top byte of
-/// `x · 0x0102040810204080` holds byte `k`'s value at bit `k`).
-fn block_masks(block: &[u8]) -> [u64; 6] {
+/// `!`), a line break, a lowercase letter or an uppercase letter. Flags are set per byte by
+/// comparisons the compiler vectorises, then packed eight at a time by a multiply (for bytes that
+/// are 0 or 1, the top byte of `x · 0x0102040810204080` holds byte `k`'s value at bit `k`).
+#[cfg(any(test, not(target_arch = "x86_64")))]
+fn block_masks_portable(block: &[u8]) -> [u64; 6] {
     let mut bytes = [0u8; 64];
     bytes[..block.len()].copy_from_slice(block);
     let mut flags = [[0u8; 64]; 6];
@@ -227,6 +228,66 @@ fn block_masks(block: &[u8]) -> [u64; 6] {
                 bits | (x.wrapping_mul(0x0102_0408_1020_4080) >> 56) << (8 * k)
             })
     })
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn block_masks(block: &[u8]) -> [u64; 6] {
+    block_masks_portable(block)
+}
+
+/// [`block_masks_portable`] with SSE2 (part of every x86-64 CPU; see [`block_masks_sse2`]).
+#[cfg(target_arch = "x86_64")]
+fn block_masks(block: &[u8]) -> [u64; 6] {
+    // SAFETY: SSE2 is part of x86-64: every CPU this code can run on has it.
+    unsafe { block_masks_sse2(block) }
+}
+
+/// Each 16-byte lane is compared as a whole and `pmovmskb` packs the compare results into 16 bits
+/// of each mask. A byte range is one unsigned test: `byte − low ≤ span` exactly when the minimum of
+/// the two is the difference.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse2")]
+fn block_masks_sse2(block: &[u8]) -> [u64; 6] {
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8, _mm_sub_epi8,
+    };
+    let mut padded = [0u8; 64];
+    let bytes: &[u8; 64] = match block.try_into() {
+        Ok(full) => full,
+        Err(_) => {
+            padded[..block.len()].copy_from_slice(block);
+            &padded
+        }
+    };
+    let mut masks = [0u64; 6];
+    for (lane, sixteen) in bytes.as_chunks::<16>().0.iter().enumerate() {
+        // SAFETY: `sixteen` is 16 readable bytes; the load has no alignment requirement.
+        let v = unsafe { _mm_loadu_si128(sixteen.as_ptr().cast::<__m128i>()) };
+        let is = |byte: u8| _mm_cmpeq_epi8(v, _mm_set1_epi8(byte as i8));
+        let within = |low: u8, count: u8| {
+            let above = _mm_sub_epi8(v, _mm_set1_epi8(low as i8));
+            _mm_cmpeq_epi8(_mm_min_epu8(above, _mm_set1_epi8((count - 1) as i8)), above)
+        };
+        let any = |masks: &[__m128i]| {
+            masks
+                .iter()
+                .fold(masks[0], |all, &mask| _mm_or_si128(all, mask))
+        };
+        let (lower, upper) = (within(b'a', 26), within(b'A', 26));
+        let lane_masks = [
+            any(&[lower, upper, within(b'0', 10), is(b'_'), is(b'-')]),
+            any(&[is(b' '), is(b'\t'), is(b'\n'), is(0x0C), is(b'\r')]),
+            any(&[is(b'.'), is(b'?'), is(b'!')]),
+            is(b'\n'),
+            lower,
+            upper,
+        ];
+        for (mask, lane_mask) in masks.iter_mut().zip(lane_masks) {
+            *mask |= u64::from(_mm_movemask_epi8(lane_mask) as u16) << (16 * lane);
+        }
+    }
+    masks
 }
 
 /// [`Bm25Encoder::visit_words`] for ASCII text: the same words, found on bytes, lowercased into one
@@ -348,7 +409,12 @@ fn visit_identifier(
         return;
     }
     let identifier = &text[from..to];
-    if bytes[from + 1..to].iter().all(|b| b.is_ascii_lowercase()) {
+    // One part: a first character then lowercase letters, or digits only (a number has no camel or
+    // digit boundary inside).
+    let rest = &bytes[from + 1..to];
+    if rest.iter().all(u8::is_ascii_lowercase)
+        || (bytes[from].is_ascii_digit() && rest.iter().all(u8::is_ascii_digit))
+    {
         push(buffer, identifier, visit);
         return;
     }
@@ -469,6 +535,33 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// The masks of the SSE2 version are those of the portable one, for any bytes (word,
+        /// space and stop bytes often) and any block length.
+        #[test]
+        fn block_masks_are_the_portable_ones(
+            block in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::sample::select(b" \t\n\r\x0b\x0c.?!_-aAzZ09@[`{/:".to_vec()),
+                    proptest::num::u8::ANY,
+                ],
+                0..=64,
+            ),
+        ) {
+            proptest::prop_assert_eq!(block_masks(&block), block_masks_portable(&block));
+        }
+
+        /// A number is one part, so the digits shortcut of `visit_identifier` visits what its
+        /// split into parts would.
+        #[test]
+        fn numbers_are_one_part(number in "[0-9]{1,12}") {
+            proptest::prop_assert_eq!(camel_parts(&number), vec![number.as_str()]);
+            let mut visited = Vec::new();
+            visit_identifier(&number, 0, number.len(), &mut String::new(), &mut |w: Option<&str>| {
+                visited.push(w.map(str::to_string))
+            });
+            proptest::prop_assert_eq!(visited, vec![Some(number.clone())]);
+        }
+
         /// The block scan visits the words and sentence ends the byte scan visits, in order
         /// (texts of up to four blocks, so words and sentence ends cross block edges).
         #[test]
