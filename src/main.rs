@@ -11,6 +11,11 @@ mod eval;
 mod http;
 mod runtime;
 
+/// mimalloc: the query steps allocate and free many small strings per query (BENCHMARKS.md has its
+/// effect on them, measured against the system allocator).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::PathBuf;
 
 use anyhow::Context;

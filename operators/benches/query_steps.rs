@@ -4,6 +4,12 @@
 
 use std::hint::black_box;
 
+/// The job's allocator (as in `src/main.rs`); `--features bench-system-allocator` measures the steps
+/// on the system allocator instead (the baseline BENCHMARKS.md compares with).
+#[cfg(not(feature = "bench-system-allocator"))]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use ragstream_operators::model::{Chunk, DocKey, DocKind};
 use ragstream_operators::query::dedup::dedup;
