@@ -34,8 +34,32 @@ pub fn tansu_binary() -> PathBuf {
     path
 }
 
-/// A free TCP port on loopback.
+/// A free TCP port on loopback for a process the test starts (a job's HTTP endpoints, a broker).
+///
+/// Not one the kernel hands out for port 0: those come from the ephemeral range, where outgoing
+/// connections take their source ports, so between this check and the process's own bind a client
+/// running beside it (a Kafka connection of another job) could take the port, and the process would
+/// exit with "address in use". Ports below that range are tried in turn from a per-process starting
+/// point, so one test process never hands out the same port twice either.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOWEST: u32 = 10_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    // The start of the ephemeral range (Linux's default where it cannot be read).
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let span = ephemeral.saturating_sub(LOWEST);
+    if span >= 1_000 {
+        let start = std::process::id().wrapping_mul(2_654_435_761) % span;
+        for _ in 0..span {
+            let port = LOWEST + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+            if TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+                return port as u16;
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .expect("bind")
         .local_addr()
