@@ -4,6 +4,8 @@
 //! `ragstream validate --config …` checks a configuration without starting anything.
 
 mod bench;
+mod bench_embed;
+mod bench_load;
 mod bench_query;
 mod bench_scale;
 mod client;
@@ -178,6 +180,51 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// The local embedder's word pieces/s on a corpus's chunks and its single-query latency.
+    Embed {
+        /// BEIR-layout corpus.jsonl.
+        #[arg(long)]
+        corpus: PathBuf,
+        /// Questions (`{_id, text}` lines) for the single-query latency.
+        #[arg(long)]
+        questions: PathBuf,
+        /// Use only the first N documents.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Questions embedded one at a time.
+        #[arg(long, default_value_t = 200)]
+        queries: usize,
+        /// The embedder.
+        #[arg(long, value_enum, default_value = "int8")]
+        engine: bench_embed::Engine,
+        /// Inference threads.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// Write the texts and questions (JSON) for the PyTorch peer.
+        #[arg(long)]
+        texts_out: Option<PathBuf>,
+    },
+    /// `POST /query` round trips while documents stream in at full embedding speed, and with ingest idle.
+    Load {
+        /// BEIR-layout corpus.jsonl.
+        #[arg(long)]
+        corpus: PathBuf,
+        /// Questions (`{_id, text}` lines).
+        #[arg(long)]
+        questions: PathBuf,
+        /// Kafka bootstrap servers.
+        #[arg(long)]
+        brokers: String,
+        /// Documents indexed before the idle phase.
+        #[arg(long, default_value_t = 200)]
+        seed: usize,
+        /// Round trips of each kind per phase.
+        #[arg(long, default_value_t = 100)]
+        queries: usize,
+        /// Extra config (TOML), e.g. `[embedder] threads = 1` as "[embedder]\nthreads = 1".
+        #[arg(long, default_value = "")]
+        config_extra: String,
+    },
     /// Token counting, embedding-only and end-to-end Kafka ingest throughput, freshness, peak RSS.
     Ingest {
         /// BEIR-layout corpus.jsonl.
@@ -240,6 +287,46 @@ fn main() -> anyhow::Result<()> {
             }
             config.validate()?;
             runtime::run(config)
+        }
+        Command::Bench(BenchCommand::Load {
+            corpus,
+            questions,
+            brokers,
+            seed,
+            queries,
+            config_extra,
+        }) => {
+            let report = bench_load::load(bench_load::LoadBench {
+                corpus,
+                questions,
+                brokers,
+                seed,
+                queries,
+                config_extra: config_extra.replace("\\n", "\n"),
+            })?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
+        }
+        Command::Bench(BenchCommand::Embed {
+            corpus,
+            questions,
+            limit,
+            queries,
+            engine,
+            threads,
+            texts_out,
+        }) => {
+            let report = bench_embed::embed(bench_embed::EmbedBench {
+                corpus,
+                questions,
+                limit,
+                queries,
+                engine,
+                threads,
+                texts_out,
+            })?;
+            println!("{report}");
+            Ok(())
         }
         Command::Bench(BenchCommand::Ingest {
             corpus,

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use ragstream_operators::embed::http::{HttpEmbedder, HttpEmbedderConfig};
-use ragstream_operators::embed::minilm::MiniLm;
+use ragstream_operators::embed::minilm::{MiniLm, MiniLmOptions, Precision};
+use ragstream_operators::embed::service::{InferenceService, Priority, ServiceConfig};
 use ragstream_operators::embed::Embedder;
 use ragstream_operators::ingest::chunk::{Chunker, ChunkerConfig};
 use ragstream_operators::ingest::decode::DecodeConfig;
@@ -37,23 +38,32 @@ use ragstream_operators::store::edge::EdgeStore;
 use ragstream_operators::store::server::ServerStore;
 use ragstream_operators::store::{SearchFilter, StoreError, VectorStore};
 use ragstream_operators::tokens::Encoding;
-use ragstream_topologies::config::{Config, EmbedderKind, IndexKind, SourceKind};
+use ragstream_topologies::config::{
+    Config, EmbedderKind, EmbedderPrecision, IndexKind, SourceKind,
+};
 use ragstream_topologies::ingest::{ingest, IngestParts};
 use ragstream_topologies::query::{query, QueryParts};
 use timely::dataflow::ProbeHandle;
 
 use crate::http::{serve, Readiness};
 
-/// Builds the configured embedder.
+/// Builds one instance of the configured embedder.
 pub fn embedder(config: &Config) -> anyhow::Result<Box<dyn Embedder>> {
     Ok(match config.embedder.kind {
-        EmbedderKind::Minilm => {
-            let dir = config.embedder.model_dir();
-            Box::new(
-                MiniLm::load(&dir, config.embedder.batch_size)
-                    .with_context(|| "run deploy/scripts/fetch-model.sh to fetch the model")?,
-            )
-        }
+        EmbedderKind::Minilm => Box::new(
+            MiniLm::load(&MiniLmOptions {
+                model_dir: config.embedder.model_dir(),
+                runtime_library: config.embedder.runtime_library(),
+                precision: match config.embedder.precision {
+                    EmbedderPrecision::Int8 => Precision::Int8,
+                    EmbedderPrecision::Fp32 => Precision::Fp32,
+                },
+                threads: config.embedder.threads,
+                batch_size: config.embedder.batch_size,
+                spinning: config.embedder.spinning,
+            })
+            .with_context(|| "run deploy/scripts/fetch-model.sh to fetch the model")?,
+        ),
         EmbedderKind::Http => Box::new(HttpEmbedder::new(HttpEmbedderConfig {
             url: config.embedder.url.clone().unwrap_or_default(),
             model: config.embedder.model.clone(),
@@ -63,6 +73,21 @@ pub fn embedder(config: &Config) -> anyhow::Result<Box<dyn Embedder>> {
             batch_size: config.embedder.batch_size,
         })),
     })
+}
+
+/// Starts the process's inference service: `embedder.executors` instances of the configured embedder
+/// on threads of their own.
+pub fn inference_service(config: &Config) -> anyhow::Result<InferenceService> {
+    let executors = (0..config.embedder.executors())
+        .map(|_| embedder(config))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(InferenceService::start(
+        executors,
+        ServiceConfig {
+            slice_word_pieces: config.embedder.slice_word_pieces,
+            ..ServiceConfig::default()
+        },
+    )?)
 }
 
 /// Opens (or creates) every shard of a `workers`-worker job.
@@ -143,7 +168,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 }
 
 /// Re-embeds every chunk of a shard with `embedder` (same ids, new vectors and embedder version).
-fn reembed_shard(shard: &dyn VectorStore, embedder: &mut dyn Embedder) -> anyhow::Result<usize> {
+fn reembed_shard(shard: &dyn VectorStore, embedder: &InferenceService) -> anyhow::Result<usize> {
     let hydrated = hydrate(shard, &|_| true)?;
     let bm25 = ragstream_operators::store::Bm25Encoder::default();
     let mut written = 0;
@@ -161,8 +186,7 @@ fn reembed_shard(shard: &dyn VectorStore, embedder: &mut dyn Embedder) -> anyhow
             .iter()
             .map(|(_, _, chunk)| chunk.embedding_input())
             .collect();
-        let texts: Vec<&str> = inputs.iter().map(String::as_str).collect();
-        let vectors = embedder.embed(&texts)?;
+        let vectors = embedder.embed_blocking(inputs, Priority::Ingest)?.vectors;
         let points: Vec<_> = batch
             .iter()
             .zip(vectors)
@@ -188,13 +212,11 @@ fn reembed_shard(shard: &dyn VectorStore, embedder: &mut dyn Embedder) -> anyhow
 pub fn start(config: Config) -> anyhow::Result<Running> {
     let workers = config.runtime.workers;
     let encoding = Encoding::parse(&config.chunking.tokenizer).expect("validated");
-    // Embedders first: their dimension shapes the collection.
-    let mut embedders = Vec::with_capacity(workers);
-    for _ in 0..workers {
-        embedders.push(embedder(&config)?);
-    }
-    let dimension = embedders[0].dimension();
-    let version = embedders[0].version().to_string();
+    // The embedders first: their dimension shapes the collection. One inference service per process
+    // serves every worker's ingest and queries, on threads of its own.
+    let service = inference_service(&config)?;
+    let dimension = service.dimension();
+    let version = service.version().to_string();
     let shards: Vec<_> = open_shards(&config, dimension)?
         .into_iter()
         .map(ragstream_operators::faults::maybe_faulty)
@@ -205,7 +227,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
             Err(StoreError::EmbedderMismatch {
                 found_dimension, ..
             }) if config.embedder.reembed && found_dimension == dimension => {
-                let written = reembed_shard(shard.as_ref(), embedders[0].as_mut())?;
+                let written = reembed_shard(shard.as_ref(), &service)?;
                 tracing::info!(shard = index, chunks = written, embedder = %version, "re-embedded");
             }
             Err(StoreError::EmbedderMismatch {
@@ -216,8 +238,6 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
             Err(error) => return Err(error.into()),
         }
     }
-    // One query embedder per process, shared by the workers' query flows (never blocked by ingest).
-    let query_embedder = Arc::new(Mutex::new(embedder(&config)?));
     let readiness = Arc::new(Readiness::default());
     let ingress = Arc::new(HttpIngress::default());
     let address = serve(
@@ -293,9 +313,6 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         SourceKind::Kafka => None,
     };
     let local_input = Arc::new(Mutex::new(local_input));
-    let embedders = Arc::new(Mutex::new(
-        embedders.into_iter().map(Some).collect::<Vec<_>>(),
-    ));
     let shards = Arc::new(shards);
     let config = Arc::new(config);
     let ready_workers = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -332,9 +349,6 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                     chunks = hydrated.chunk_count(),
                     "hydrated"
                 );
-                let embedder = embedders.lock().expect("embedders")[local]
-                    .take()
-                    .expect("one embedder per worker");
                 let chunker = Chunker::new(ChunkerConfig {
                     encoding,
                     prose_tokens: config.chunking.prose_tokens,
@@ -377,7 +391,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                     first_worker,
                     peers,
                     shared_index: config.index.kind == IndexKind::Server,
-                    embedder: query_embedder.clone(),
+                    embedder: service.clone(),
                     config: Arc::new(config.query.clone()),
                     encoding,
                     progress: progress.clone(),
@@ -431,7 +445,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                         IngestParts {
                             hydrated,
                             chunker,
-                            embedder,
+                            embedder: service.clone(),
                             store,
                             dlq,
                         },

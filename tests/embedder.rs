@@ -1,49 +1,80 @@
-//! The local MiniLM embedder agrees with sentence-transformers (reference vectors made by
-//! `deploy/scripts/make_reference_vectors.py` and committed as a fixture).
+//! The local MiniLM embedder (ONNX Runtime) agrees with sentence-transformers: reference vectors made by
+//! `deploy/scripts/make_reference_vectors.py` (PyTorch, fp32) and committed as a fixture.
+//! Floors: cosine ≥ 0.999 for the fp32 graph, ≥ 0.98 for the int8 graph, on every reference sentence.
 
 mod common;
 
-use ragstream_operators::embed::minilm::MiniLm;
+use ragstream_operators::embed::minilm::Precision;
 use ragstream_operators::embed::{cosine, Embedder};
 
-#[test]
-fn minilm_matches_sentence_transformers() {
+struct Fixture {
+    sentences: Vec<String>,
+    vectors: Vec<Vec<f32>>,
+    wordpieces: Vec<usize>,
+}
+
+fn fixture() -> Fixture {
     let fixture: serde_json::Value =
         serde_json::from_str(include_str!("fixtures/minilm_reference.json"))
             .expect("fixture is JSON");
-    let sentences: Vec<String> =
-        serde_json::from_value(fixture["sentences"].clone()).expect("sentences");
-    let expected: Vec<Vec<f32>> =
-        serde_json::from_value(fixture["vectors"].clone()).expect("vectors");
-    let wordpieces: Vec<usize> =
-        serde_json::from_value(fixture["wordpieces"].clone()).expect("wordpieces");
-    let mut model = MiniLm::load(&common::model_dir(), 8).expect("model loads");
+    let field = |name: &str| fixture[name].clone();
+    Fixture {
+        sentences: serde_json::from_value(field("sentences")).expect("sentences"),
+        vectors: serde_json::from_value(field("vectors")).expect("vectors"),
+        wordpieces: serde_json::from_value(field("wordpieces")).expect("wordpieces"),
+    }
+}
+
+/// The worst cosine of `precision`'s vectors against the reference; every vector must reach `floor`.
+fn worst_cosine(precision: Precision, floor: f32) -> f32 {
+    let fixture = fixture();
+    let mut model = common::minilm(precision);
     assert_eq!(model.dimension(), 384);
-    let texts: Vec<&str> = sentences.iter().map(String::as_str).collect();
+    let texts: Vec<&str> = fixture.sentences.iter().map(String::as_str).collect();
     let vectors = model.embed(&texts).expect("embeds");
-    assert_eq!(vectors.len(), sentences.len());
+    assert_eq!(vectors.len(), texts.len());
     let mut worst = f32::MAX;
-    for (index, (got, want)) in vectors.iter().zip(&expected).enumerate() {
+    for (index, (got, want)) in vectors.iter().zip(&fixture.vectors).enumerate() {
         let similarity = cosine(got, want);
         worst = worst.min(similarity);
         assert!(
-            similarity >= 0.999,
-            "sentence {index} ({:?}…): cosine {similarity}",
-            &sentences[index].chars().take(40).collect::<String>()
+            similarity >= floor,
+            "{precision:?}, sentence {index} ({:?}…): cosine {similarity} < {floor}",
+            &texts[index].chars().take(40).collect::<String>()
         );
         let norm: f32 = got.iter().map(|v| v * v).sum::<f32>().sqrt();
         assert!((norm - 1.0).abs() < 1e-4, "normalised");
     }
-    eprintln!("worst cosine vs sentence-transformers: {worst:.6}");
+    // Order independence: one sentence alone gives the vector it got in the batch.
+    let single = model.embed(&texts[3..4]).expect("single");
+    assert!(cosine(&single[0], &vectors[3]) > 0.99999);
     // Word pieces before truncation match the reference tokenizer; the long one exceeds 256 and is cut.
-    for (sentence, &count) in sentences.iter().zip(&wordpieces) {
+    for (sentence, &count) in fixture.sentences.iter().zip(&fixture.wordpieces) {
         assert_eq!(model.word_pieces(sentence).expect("tokenizes"), count);
     }
     assert!(
-        wordpieces.iter().any(|&count| count > 256),
+        fixture.wordpieces.iter().any(|&count| count > 256),
         "the fixture exercises truncation"
     );
-    // Order independence: embedding one sentence alone gives the same vector as in the batch.
-    let single = model.embed(&texts[3..4]).expect("single");
-    assert!(cosine(&single[0], &vectors[3]) > 0.99999);
+    eprintln!("{precision:?}: worst cosine vs sentence-transformers {worst:.6}");
+    worst
+}
+
+#[test]
+fn fp32_graph_matches_sentence_transformers() {
+    worst_cosine(Precision::Fp32, 0.999);
+}
+
+#[test]
+fn int8_graph_stays_close_to_sentence_transformers() {
+    let worst = worst_cosine(Precision::Int8, 0.98);
+    assert!(worst < 0.99999, "the int8 graph is really quantised");
+}
+
+#[test]
+fn the_two_precisions_write_different_embedder_versions() {
+    let fp32 = common::minilm(Precision::Fp32);
+    let int8 = common::minilm(Precision::Int8);
+    assert_eq!(fp32.version(), "all-MiniLM-L6-v2/mean/256");
+    assert_eq!(int8.version(), "all-MiniLM-L6-v2/mean/256/int8");
 }

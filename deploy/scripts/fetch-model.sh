@@ -18,6 +18,8 @@
 #                              default; set to "skip" to disable the check
 #   PYTHON                     python interpreter to use (default: python3)
 #
+# Then deploy/scripts/fetch-onnx.sh installs the ONNX Runtime library and writes the ONNX graphs.
+#
 # On success the target dir is printed on stdout (and nothing else);
 # progress and errors go to stderr. If the three required files are already
 # present the script exits 0 at once without touching the network.
@@ -58,8 +60,9 @@ have_all_required() {
     done
 }
 
-# Fast path: already fetched.
+# Fast path: already fetched (the runtime and graphs are checked by fetch-onnx.sh, fast when present).
 if have_all_required "$target"; then
+    "$(dirname "$0")/fetch-onnx.sh" "$target"
     (cd "$target" && pwd)
     exit 0
 fi
@@ -155,4 +158,5 @@ for f in "${REQUIRED_FILES[@]}"; do
 done
 
 log "installed model files into $target"
+"$(dirname "$0")/fetch-onnx.sh" "$target"
 printf '%s\n' "$target"

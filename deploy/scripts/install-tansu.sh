@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Tansu broker (a Kafka-protocol broker used by the tests) into a cache directory, once.
-# Prints the binary's path. Reuses a cached binary when present.
+# Prints the binary's path. Reuses a cached binary when present; otherwise unpacks the prebuilt binary
+# that ../shared/bin/ ships beside this checkout (checksums verified by its own script), and only where
+# there is none builds it from crates.io.
 #   RAGSTREAM_CACHE  cache root (default ~/.cache/ragstream)
 #   TANSU_VERSION    crate version (default 0.6.0)
 set -euo pipefail
@@ -11,6 +13,10 @@ bin="$root/bin/tansu"
 if [ -x "$bin" ]; then
   echo "$bin"
   exit 0
+fi
+shipped="$(cd "$(dirname "$0")/../../.." && pwd)/shared/bin/install-tansu.sh"
+if [ "$version" = "0.6.0" ] && [ -x "$shipped" ]; then
+  exec "$shipped"
 fi
 echo "installing tansu $version into $root (a one-time build of ~10 minutes)" >&2
 mkdir -p "$root"

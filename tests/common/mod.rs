@@ -8,6 +8,24 @@ pub mod oracle;
 
 use std::path::PathBuf;
 
+/// The local embedder of the tests: ONNX Runtime from the test command's cache, `precision` graph.
+pub fn minilm(
+    precision: ragstream_operators::embed::minilm::Precision,
+) -> ragstream_operators::embed::minilm::MiniLm {
+    let config = ragstream_topologies::config::EmbedderConfig::default();
+    ragstream_operators::embed::minilm::MiniLm::load(
+        &ragstream_operators::embed::minilm::MiniLmOptions {
+            model_dir: model_dir(),
+            runtime_library: config.runtime_library(),
+            precision,
+            threads: 2,
+            batch_size: 8,
+            spinning: config.spinning,
+        },
+    )
+    .expect("model loads (deploy/scripts/fetch-model.sh installs the runtime and graphs)")
+}
+
 /// The MiniLM model directory (fetched by `deploy/scripts/fetch-model.sh`, which the test command runs).
 pub fn model_dir() -> PathBuf {
     let dir = std::env::var_os("RAGSTREAM_MODEL_DIR")

@@ -254,7 +254,7 @@ impl Default for ChunkingConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EmbedderKind {
-    /// all-MiniLM-L6-v2 in-process (candle).
+    /// all-MiniLM-L6-v2 in-process (ONNX Runtime).
     Minilm,
     /// An OpenAI-compatible `/v1/embeddings` server.
     Http,
@@ -291,6 +291,54 @@ pub struct EmbedderConfig {
     /// Allow writing vectors of another embedder into an existing index (re-embed).
     #[serde(default)]
     pub reembed: bool,
+    /// Graph of the local model (minilm): `int8` (default; quantised weights, within the quality gate of
+    /// BENCHMARKS.md) or `fp32` (the reference vectors). The two write different embedder versions.
+    #[serde(default = "default_precision")]
+    pub precision: EmbedderPrecision,
+    /// ONNX Runtime threads of the local model (minilm).
+    #[serde(default = "default_inference_threads")]
+    pub threads: usize,
+    /// The ONNX Runtime library (minilm); default `$ORT_DYLIB_PATH`, else
+    /// `$RAGSTREAM_CACHE/onnxruntime/libonnxruntime.so` (`~/.cache/ragstream/…`), where
+    /// `deploy/scripts/fetch-model.sh` puts it.
+    #[serde(default)]
+    pub runtime_library: Option<PathBuf>,
+    /// Let the ONNX Runtime threads spin briefly between parallel steps instead of sleeping at once
+    /// (minilm): faster inference, at the price of cycles the dataflow workers could use.
+    #[serde(default = "default_spinning")]
+    pub spinning: bool,
+    /// Embedders the inference service runs side by side: model instances (minilm, default 1: the
+    /// runtime's own threads parallelise one) or concurrent requests (http, default 4).
+    #[serde(default)]
+    pub executors: Option<usize>,
+    /// Estimated word pieces per ingest slice: a query waits behind at most one slice of model time.
+    #[serde(default = "default_slice_word_pieces")]
+    pub slice_word_pieces: usize,
+}
+
+/// Graph of the local model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EmbedderPrecision {
+    /// int8 weights, activations quantised at run time.
+    Int8,
+    /// Float weights and arithmetic.
+    Fp32,
+}
+
+fn default_precision() -> EmbedderPrecision {
+    EmbedderPrecision::Int8
+}
+/// Measured on 2 cores (BENCHMARKS.md, "inference threads"): see README.
+fn default_inference_threads() -> usize {
+    2
+}
+/// Measured under ingest on 2 cores (BENCHMARKS.md, "inference threads"): see README.
+fn default_spinning() -> bool {
+    true
+}
+fn default_slice_word_pieces() -> usize {
+    ragstream_operators::embed::service::DEFAULT_SLICE_WORD_PIECES
 }
 
 fn default_embedder_kind() -> EmbedderKind {
@@ -331,6 +379,35 @@ impl EmbedderConfig {
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("."));
         home.join(".cache/ragstream/models/all-MiniLM-L6-v2")
+    }
+
+    /// The ONNX Runtime library, resolved.
+    pub fn runtime_library(&self) -> PathBuf {
+        if let Some(path) = &self.runtime_library {
+            return path.clone();
+        }
+        if let Some(path) = std::env::var_os("ORT_DYLIB_PATH") {
+            return PathBuf::from(path);
+        }
+        let cache = std::env::var_os("RAGSTREAM_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                std::env::var_os("HOME")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| PathBuf::from("."))
+                    .join(".cache/ragstream")
+            });
+        cache.join("onnxruntime/libonnxruntime.so")
+    }
+
+    /// Executors of the inference service.
+    pub fn executors(&self) -> usize {
+        self.executors
+            .unwrap_or(match self.kind {
+                EmbedderKind::Minilm => 1,
+                EmbedderKind::Http => 4,
+            })
+            .max(1)
     }
 }
 
@@ -572,6 +649,15 @@ impl Config {
         }
         if !(0.0..0.5).contains(&self.chunking.overlap_ratio) {
             return invalid("chunking.overlap_ratio", "must be in [0, 0.5)");
+        }
+        if self.embedder.threads == 0 {
+            return invalid("embedder.threads", "must be at least 1");
+        }
+        if self.embedder.slice_word_pieces == 0 {
+            return invalid("embedder.slice_word_pieces", "must be at least 1");
+        }
+        if self.embedder.executors == Some(0) {
+            return invalid("embedder.executors", "must be at least 1");
         }
         if self.embedder.kind == EmbedderKind::Http && self.embedder.url.is_none() {
             return invalid("embedder.url", "required for the http embedder");

@@ -14,7 +14,7 @@ use timely::dataflow::operators::vec::ToStream;
 use timely::dataflow::operators::{Concat, OkErr, Probe};
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 
-use ragstream_operators::embed::Embedder;
+use ragstream_operators::embed::service::InferenceService;
 use ragstream_operators::ingest::chunk::Chunker;
 use ragstream_operators::ingest::chunk_op::ChunkDocuments;
 use ragstream_operators::ingest::diff::{DiffChunks, HYDRATION_TIME};
@@ -33,8 +33,8 @@ pub struct IngestParts {
     pub hydrated: Hydrated,
     /// The chunker.
     pub chunker: Chunker,
-    /// This worker's embedder.
-    pub embedder: Box<dyn Embedder>,
+    /// The process's inference service.
+    pub embedder: InferenceService,
     /// This worker's shard.
     pub store: Arc<dyn VectorStore>,
     /// Where refused events go.

@@ -1,16 +1,24 @@
 //! Embedders: text → dense vectors.
 //!
-//! [`Embedder`] is the one interface the dataflow uses. Two implementations:
-//! - [`minilm::MiniLm`]: all-MiniLM-L6-v2 in-process with candle (the embedded default). Mean pooling over
-//!   the attention mask and L2 normalisation, as sentence-transformers does; inputs longer than 256 word
-//!   pieces are truncated *for the vector only* (the chunk text is stored whole).
+//! [`Embedder`] is the one interface of a model. Two implementations:
+//! - [`minilm::MiniLm`]: all-MiniLM-L6-v2 in-process with ONNX Runtime, int8 or fp32 (the embedded
+//!   default). Mean pooling over the attention mask and L2 normalisation, as sentence-transformers does;
+//!   inputs longer than 256 word pieces are truncated *for the vector only* (the chunk text is stored
+//!   whole).
 //! - [`http::HttpEmbedder`]: any OpenAI-compatible `/v1/embeddings` server (GPU or production setups).
+//!
+//! The dataflow never calls an embedder itself: it submits texts to the process's
+//! [`service::InferenceService`], which runs the embedders on threads of their own (queries first,
+//! ingest in short slices, outages retried there).
 //!
 //! Every embedder names a `version` (model + pooling + truncation); the index refuses vectors of another
 //! version or dimension in an existing collection unless told to re-embed.
 
+#[cfg(feature = "candle")]
+pub mod candle;
 pub mod http;
 pub mod minilm;
+pub mod service;
 
 /// Why an embedding call failed.
 #[derive(Debug, thiserror::Error)]

@@ -1,14 +1,25 @@
 //! Embed: chunk deltas → index batches with dense and BM25 vectors.
 //!
 //! The stream is exchanged by [`DocKey::route`], so each document is embedded and written by the worker
-//! owning its shard. Upserts are embedded about [`EMBED_SLICE`] at a time, small documents together and
-//! a large one over several activations (the embedder sorts each call by length and batches), so
-//! queries on the same worker are not held behind a long embedding call. Outages of the embedder ([`EmbedError::is_retryable`]) are retried with capped
-//! exponential backoff, blocking this worker: consumption pauses, nothing is dropped. Any other failure
-//! dead-letters the affected documents' new chunks while their retractions still apply, so no stale
-//! chunk survives.
+//! owning its shard. The model never runs on the worker: upserts go to the process's
+//! [`InferenceService`] in requests of whole documents (about [`REQUEST_TEXTS`] texts, at most
+//! [`MAX_IN_FLIGHT`] requests at once, so the service always has the next one), while the operator
+//! holds their capabilities and the worker goes on with queries; the service wakes the operator when a
+//! request is done.
+//!
+//! # Guarantees
+//! - A document's change is written whole, in the order the changes arrived (requests complete in
+//!   submission order here, whatever order the service finishes them in).
+//! - Outages of the embedder are retried inside the service, off the worker; the capability of the
+//!   waiting request holds the frontier, so offsets are not committed and consumption pauses at its
+//!   in-flight bound: nothing is dropped.
+//! - Any other failure of a request of several documents embeds them again one by one, so only the
+//!   documents that fail on their own are dead-lettered; their retractions still apply, so no stale chunk
+//!   survives.
 
-use std::time::{Duration, Instant};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::Exchange;
@@ -17,7 +28,8 @@ use timely::dataflow::StreamVec;
 
 use super::diff::ChunkDelta;
 use super::dlq::{DlqRecord, Origin};
-use crate::embed::{EmbedError, Embedder};
+use crate::embed::service::{InferenceService, Priority, Ticket, MAX_BACKOFF};
+use crate::embed::EmbedError;
 use crate::metrics::metrics;
 use crate::model::DocKey;
 use crate::store::{Bm25Encoder, PointWrite};
@@ -38,10 +50,10 @@ pub struct IndexDelta {
     pub time: u64,
 }
 
-/// Longest wait between retries of an outage.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
-
 /// Runs `attempt` until it succeeds or fails with a non-retryable error, backing off exponentially.
+///
+/// Used by the index writer and the DLQ sink; the embedder's outages are retried by the
+/// [`InferenceService`] instead.
 pub fn with_backoff<T, E: std::fmt::Display>(
     component: &str,
     retryable: impl Fn(&E) -> bool,
@@ -61,47 +73,18 @@ pub fn with_backoff<T, E: std::fmt::Display>(
     }
 }
 
-/// Embeds the upserts of `deltas`; returns index work and, for failed embeddings, DLQ records.
-///
-/// A batch that fails for a reason other than an outage (a wrong vector dimension, a text the server
-/// refuses) is embedded again document by document, so only the documents that fail on their own are
-/// dead-lettered; the retractions of every document still apply.
-pub fn embed_deltas(
-    embedder: &mut dyn Embedder,
-    bm25: &Bm25Encoder,
-    deltas: Vec<ChunkDelta>,
-) -> (Vec<IndexDelta>, Vec<DlqRecord>) {
-    let inputs = deltas
-        .iter()
-        .flat_map(|d| d.upserts.iter().map(|c| c.embedding_input()))
-        .collect();
-    let error = match embed_texts(embedder, inputs) {
-        Ok(vectors) => {
-            return (
-                index_work(embedder, bm25, deltas, Some(vectors)),
-                Vec::new(),
-            )
-        }
-        Err(error) => error,
-    };
-    if deltas.iter().filter(|d| !d.upserts.is_empty()).count() > 1 {
-        tracing::warn!(%error, documents = deltas.len(), "embedding a batch failed: isolating the failing documents");
-        let mut work = Vec::new();
-        let mut dlq = Vec::new();
-        for delta in deltas {
-            let (one_work, one_dlq) = embed_deltas(embedder, bm25, vec![delta]);
-            work.extend(one_work);
-            dlq.extend(one_dlq);
-        }
-        return (work, dlq);
-    }
-    dead_letter(embedder, bm25, deltas, &error)
-}
+/// Texts per request to the inference service (whole documents: a request may hold more).
+pub const REQUEST_TEXTS: usize = 64;
+/// Requests of one Embed operator in the service at once.
+pub const MAX_IN_FLIGHT: usize = 2;
+
+/// A callback that wakes the operator (a timely `SyncActivator` in the job).
+pub type Waker = Arc<dyn Fn() + Send + Sync>;
 
 /// DLQ records for the upserts of `deltas`, whose embedding failed with `error`; their retractions
 /// still apply.
 fn dead_letter(
-    embedder: &dyn Embedder,
+    version: &str,
     bm25: &Bm25Encoder,
     deltas: Vec<ChunkDelta>,
     error: &EmbedError,
@@ -129,40 +112,16 @@ fn dead_letter(
             )
         })
         .collect();
-    (index_work(embedder, bm25, deltas, None), dlq)
-}
-
-/// The vectors of `inputs`, in order; outages are retried with backoff.
-fn embed_texts(
-    embedder: &mut dyn Embedder,
-    inputs: Vec<String>,
-) -> Result<Vec<Vec<f32>>, EmbedError> {
-    if inputs.is_empty() {
-        return Ok(Vec::new());
-    }
-    let texts: Vec<&str> = inputs.iter().map(String::as_str).collect();
-    let started = Instant::now();
-    let vectors = with_backoff("embedder", EmbedError::is_retryable, || {
-        embedder.embed(&texts)
-    })?;
-    metrics()
-        .embed_seconds
-        .observe(started.elapsed().as_secs_f64());
-    let tokens = embedder.last_token_count();
-    metrics().embed_tokens.inc_by(tokens as u64);
-    metrics().embed_batch_tokens.observe(tokens as f64);
-    metrics().embed_texts.inc_by(texts.len() as u64);
-    Ok(vectors)
+    (index_work(version, bm25, deltas, None), dlq)
 }
 
 /// Index work of `deltas`: their deletes, and their upserts with `vectors` (none: deletes only).
 fn index_work(
-    embedder: &dyn Embedder,
+    version: &str,
     bm25: &Bm25Encoder,
     deltas: Vec<ChunkDelta>,
     vectors: Option<Vec<Vec<f32>>>,
 ) -> Vec<IndexDelta> {
-    let version = embedder.version().to_string();
     let mut vectors = vectors.map(Vec::into_iter);
     deltas
         .into_iter()
@@ -177,7 +136,7 @@ fn index_work(
                         sparse: bm25.encode_document(&chunk.embedding_input()),
                         dense: vectors.next().expect("one vector per input"),
                         chunk,
-                        embedder_version: version.clone(),
+                        embedder_version: version.to_string(),
                     })
                     .collect(),
                 None => Vec::new(),
@@ -191,7 +150,7 @@ fn index_work(
                     sparse: bm25.encode_document(&chunk.embedding_input()),
                     dense: Vec::new(),
                     chunk,
-                    embedder_version: version.clone(),
+                    embedder_version: version.to_string(),
                 })
                 .collect();
             IndexDelta {
@@ -205,141 +164,177 @@ fn index_work(
         .collect()
 }
 
-/// Extension trait: embed chunk deltas.
-pub trait EmbedChunks<'scope> {
-    /// Embeds each batch; `Ok` index work, `Err` DLQ records.
-    fn embed_chunks(
-        self,
-        embedder: Box<dyn Embedder>,
-    ) -> StreamVec<'scope, u64, Result<IndexDelta, DlqRecord>>;
-}
-
-/// Most chunks embedded per activation of the Embed operator. A worker runs one operator at a time, so
-/// a large ingest batch (or one large document) embedded in one call would hold its queries for as
-/// long as the call takes (hundreds of chunks on a CPU: minutes); in slices of this size a query waits
-/// at most about one slice.
-pub const EMBED_SLICE: usize = 32;
-
-/// Takes whole deltas from the front of `queue` until they hold at least `slice` upserts (or the queue
-/// is empty); deltas without upserts ride along for free. A delta of more than `slice` upserts is
-/// taken only first (then alone); [`Slicer`] embeds such a delta over several calls.
-pub fn take_slice(
-    queue: &mut std::collections::VecDeque<ChunkDelta>,
-    slice: usize,
-) -> Vec<ChunkDelta> {
+/// Takes whole deltas from the front of `queue` until they hold at least `texts` upserts (or the queue
+/// is empty); deltas without upserts ride along for free.
+pub fn take_request(queue: &mut VecDeque<ChunkDelta>, texts: usize) -> Vec<ChunkDelta> {
     let mut taken = Vec::new();
-    let mut texts = 0;
+    let mut count = 0;
     while let Some(front) = queue.front() {
-        let upserts = front.upserts.len();
-        if upserts > 0 && !taken.is_empty() && (texts >= slice || upserts > slice) {
+        if count >= texts && front.upserts.len() > 0 {
             break;
         }
-        texts += upserts;
+        count += front.upserts.len();
         taken.push(queue.pop_front().expect("front exists"));
     }
     taken
 }
 
-/// Embeds queued deltas about one slice at a time: small documents together (see [`take_slice`]), a
-/// document of more than a slice of upserts over several calls, its index work given only once all
-/// of its upserts are embedded (a document's change is written whole).
-#[derive(Debug)]
-pub struct Slicer {
-    slice: usize,
-    /// Vectors of the first upserts of the front delta, while it is embedded over several calls.
-    partial: Vec<Vec<f32>>,
+/// A request in the service, with what it needs to become index work.
+struct InFlight<C> {
+    cap: C,
+    deltas: Vec<ChunkDelta>,
+    ticket: Ticket,
 }
 
-impl Slicer {
-    /// Slices of `slice` texts.
-    pub fn new(slice: usize) -> Self {
+/// The Embed operator's state, free of timely: deltas queued per capability (`C`), requests in flight,
+/// results handed out in submission order.
+pub struct EmbedQueue<C> {
+    queued: VecDeque<(C, VecDeque<ChunkDelta>)>,
+    in_flight: VecDeque<InFlight<C>>,
+    request_texts: usize,
+    max_in_flight: usize,
+}
+
+impl<C: Clone> EmbedQueue<C> {
+    /// Requests of about `request_texts` texts, at most `max_in_flight` at once.
+    pub fn new(request_texts: usize, max_in_flight: usize) -> Self {
         Self {
-            slice: slice.max(1),
-            partial: Vec::new(),
+            queued: VecDeque::new(),
+            in_flight: VecDeque::new(),
+            request_texts: request_texts.max(1),
+            max_in_flight: max_in_flight.max(1),
         }
     }
 
-    /// Embeds about one slice from the front of `queue`; returns the work of the deltas completed.
-    pub fn step(
-        &mut self,
-        embedder: &mut dyn Embedder,
-        bm25: &Bm25Encoder,
-        queue: &mut std::collections::VecDeque<ChunkDelta>,
-    ) -> (Vec<IndexDelta>, Vec<DlqRecord>) {
-        let Some(front) = queue.front() else {
-            return (Vec::new(), Vec::new());
-        };
-        let total = front.upserts.len();
-        if total <= self.slice {
-            return embed_deltas(embedder, bm25, take_slice(queue, self.slice));
-        }
-        let done = self.partial.len();
-        let end = (done + self.slice).min(total);
-        let inputs = front.upserts[done..end]
-            .iter()
-            .map(|c| c.embedding_input())
-            .collect();
-        match embed_texts(embedder, inputs) {
-            Ok(vectors) => {
-                self.partial.extend(vectors);
-                if self.partial.len() < total {
-                    return (Vec::new(), Vec::new());
-                }
-                let delta = queue.pop_front().expect("front exists");
-                let vectors = std::mem::take(&mut self.partial);
-                (
-                    index_work(embedder, bm25, vec![delta], Some(vectors)),
-                    Vec::new(),
-                )
-            }
-            Err(error) => {
-                self.partial.clear();
-                let delta = queue.pop_front().expect("front exists");
-                dead_letter(embedder, bm25, vec![delta], &error)
-            }
+    /// Queues `deltas` of the time `cap` stands for.
+    pub fn push(&mut self, cap: C, deltas: Vec<ChunkDelta>) {
+        if !deltas.is_empty() {
+            self.queued.push_back((cap, deltas.into()));
         }
     }
+
+    /// Nothing queued and nothing in flight.
+    pub fn is_idle(&self) -> bool {
+        self.queued.is_empty() && self.in_flight.is_empty()
+    }
+
+    /// Submits queued deltas while fewer than `max_in_flight` requests are in the service.
+    pub fn submit(&mut self, service: &InferenceService, waker: &Waker) {
+        while self.in_flight.len() < self.max_in_flight {
+            let Some((cap, deltas)) = self.queued.front_mut() else {
+                return;
+            };
+            let cap = cap.clone();
+            let taken = take_request(deltas, self.request_texts);
+            if deltas.is_empty() {
+                self.queued.pop_front();
+            }
+            self.in_flight
+                .push_back(Self::request(service, waker, cap, taken));
+        }
+    }
+
+    fn request(
+        service: &InferenceService,
+        waker: &Waker,
+        cap: C,
+        deltas: Vec<ChunkDelta>,
+    ) -> InFlight<C> {
+        let texts = deltas
+            .iter()
+            .flat_map(|d| d.upserts.iter().map(|c| c.embedding_input()))
+            .collect();
+        let waker = waker.clone();
+        let ticket = service.submit(texts, Priority::Ingest, move || waker());
+        InFlight {
+            cap,
+            deltas,
+            ticket,
+        }
+    }
+
+    /// The work of the completed requests at the front, each with its capability, in submission
+    /// order. A request of several documents that failed (not an outage) is split into one request per
+    /// document, submitted again.
+    pub fn drain_ready(
+        &mut self,
+        service: &InferenceService,
+        waker: &Waker,
+        bm25: &Bm25Encoder,
+    ) -> Vec<(C, Vec<IndexDelta>, Vec<DlqRecord>)> {
+        let mut ready = Vec::new();
+        while let Some(front) = self.in_flight.front() {
+            let Some(result) = front.ticket.try_take() else {
+                break;
+            };
+            let InFlight { cap, deltas, .. } = self.in_flight.pop_front().expect("front exists");
+            match result {
+                Ok(embedded) => {
+                    let work = index_work(service.version(), bm25, deltas, Some(embedded.vectors));
+                    ready.push((cap, work, Vec::new()));
+                }
+                Err(error) if deltas.iter().filter(|d| !d.upserts.is_empty()).count() > 1 => {
+                    tracing::warn!(%error, documents = deltas.len(), "embedding a request failed: isolating the failing documents");
+                    for delta in deltas.into_iter().rev() {
+                        let one = Self::request(service, waker, cap.clone(), vec![delta]);
+                        self.in_flight.push_front(one);
+                    }
+                }
+                Err(error) => {
+                    let (work, dlq) = dead_letter(service.version(), bm25, deltas, &error);
+                    ready.push((cap, work, dlq));
+                }
+            }
+        }
+        ready
+    }
+}
+
+/// Extension trait: embed chunk deltas.
+pub trait EmbedChunks<'scope> {
+    /// Embeds each batch through `service`; `Ok` index work, `Err` DLQ records.
+    fn embed_chunks(
+        self,
+        service: InferenceService,
+    ) -> StreamVec<'scope, u64, Result<IndexDelta, DlqRecord>>;
 }
 
 impl<'scope> EmbedChunks<'scope> for StreamVec<'scope, u64, ChunkDelta> {
     fn embed_chunks(
         self,
-        mut embedder: Box<dyn Embedder>,
+        service: InferenceService,
     ) -> StreamVec<'scope, u64, Result<IndexDelta, DlqRecord>> {
         let pact = Exchange::new(|delta: &ChunkDelta| delta.key.route());
         let bm25 = Bm25Encoder::default();
         let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(pact, "Embed", move |_cap, info| {
-            let activator = scope.activator_for(info.address.clone());
-            let mut slicer = Slicer::new(EMBED_SLICE);
-            // Input batches in arrival order, each with its capability: a document's deltas stay in
-            // time order, and a time is not complete downstream until all of its slices were given.
-            let mut queue: std::collections::VecDeque<(
-                timely::dataflow::operators::Capability<u64>,
-                std::collections::VecDeque<ChunkDelta>,
-            )> = std::collections::VecDeque::new();
+            // Called on a service thread: a `SyncActivator` schedules this operator on its worker.
+            let activator = Mutex::new(scope.worker().sync_activator_for(info.address.to_vec()));
+            let waker: Waker = Arc::new(move || {
+                let _ = activator
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .activate();
+            });
+            // Each batch keeps its capability until its work is given: a time is not complete
+            // downstream (and its offsets not committed) while any of its documents is being embedded.
+            let mut queue = EmbedQueue::new(REQUEST_TEXTS, MAX_IN_FLIGHT);
             move |input, output| {
                 input.for_each(|cap, data| {
-                    let cap = cap.retain_least(0).expect("time of the batch");
-                    queue.push_back((cap, std::mem::take(data).into()));
+                    queue.push(
+                        cap.retain_least(0).expect("time of the batch"),
+                        std::mem::take(data),
+                    );
                 });
-                let Some((cap, deltas)) = queue.front_mut() else {
-                    return;
-                };
-                let (work, dlq) = slicer.step(embedder.as_mut(), &bm25, deltas);
-                if work.iter().any(|delta| !delta.points.is_empty()) {
-                    crate::faults::fail_point(crate::faults::AFTER_EMBED);
+                for (cap, work, dlq) in queue.drain_ready(&service, &waker, &bm25) {
+                    if work.iter().any(|delta| !delta.points.is_empty()) {
+                        crate::faults::fail_point(crate::faults::AFTER_EMBED);
+                    }
+                    let mut session = output.session(&cap);
+                    session.give_iterator(work.into_iter().map(Ok));
+                    session.give_iterator(dlq.into_iter().map(Err));
                 }
-                let mut session = output.session(&*cap);
-                session.give_iterator(work.into_iter().map(Ok));
-                session.give_iterator(dlq.into_iter().map(Err));
-                drop(session);
-                if deltas.is_empty() {
-                    queue.pop_front();
-                }
-                if !queue.is_empty() {
-                    activator.activate();
-                }
+                queue.submit(&service, &waker);
             }
         })
     }
@@ -348,28 +343,35 @@ impl<'scope> EmbedChunks<'scope> for StreamVec<'scope, u64, ChunkDelta> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::embed::service::ServiceConfig;
+    use crate::embed::Embedder;
     use crate::ingest::chunk::{Chunker, ChunkerConfig};
     use crate::ingest::diff::diff_chunk_sets;
     use crate::model::{ChunkSet, DocKind, Document};
 
-    /// Answers 4-d vectors, or 3-d ones for a whole request holding a text with `BAD` in it.
+    /// Answers `[bytes of the text, number of 'e's]`, or a wrong dimension for a whole call holding a
+    /// text with `BAD` in it.
     struct Picky;
+
+    fn expected_vector(text: &str) -> Vec<f32> {
+        vec![text.len() as f32, text.matches('e').count() as f32]
+    }
 
     impl Embedder for Picky {
         fn version(&self) -> &str {
             "picky"
         }
         fn dimension(&self) -> usize {
-            4
+            2
         }
         fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
             if texts.iter().any(|t| t.contains("BAD")) {
                 return Err(EmbedError::Dimension {
-                    expected: 4,
+                    expected: 2,
                     got: 3,
                 });
             }
-            Ok(texts.iter().map(|_| vec![0.5; 4]).collect())
+            Ok(texts.iter().map(|t| expected_vector(t)).collect())
         }
         fn last_token_count(&self) -> usize {
             0
@@ -394,73 +396,6 @@ mod tests {
         diff_chunk_sets(&key, None, Some(&set), 1)
     }
 
-    #[test]
-    fn slices_hold_whole_deltas_in_order_and_at_least_the_slice_size() {
-        let mut queue: std::collections::VecDeque<ChunkDelta> = (0..10)
-            .map(|i| insert(&format!("d{i}"), "One sentence here."))
-            .collect();
-        queue[3].upserts.clear();
-        let first = take_slice(&mut queue, 4);
-        let ids: Vec<&str> = first.iter().map(|d| d.key.doc_id.as_str()).collect();
-        assert_eq!(
-            ids,
-            ["d0", "d1", "d2", "d3", "d4"],
-            "4 upserts, the empty delta rides along"
-        );
-        let rest = take_slice(&mut queue, 100);
-        assert_eq!(rest.len(), 5);
-        assert!(queue.is_empty() && take_slice(&mut queue, 4).is_empty());
-    }
-
-    #[test]
-    fn a_failing_document_is_isolated_and_only_it_is_dead_lettered() {
-        let deltas = vec![
-            insert("a", "A good document."),
-            insert("b", "A BAD document."),
-            insert("c", "Another good one."),
-        ];
-        let (work, dlq) = embed_deltas(&mut Picky, &Bm25Encoder::default(), deltas);
-        assert_eq!(dlq.len(), 1);
-        assert_eq!(dlq[0].reason, "embedding_dimension");
-        let written: Vec<(&str, usize)> = work
-            .iter()
-            .map(|d| (d.key.doc_id.as_str(), d.points.len()))
-            .collect();
-        assert_eq!(written, [("a", 1), ("b", 0), ("c", 1)]);
-    }
-
-    /// Records the size of each call; answers `[position in the call, call number]`.
-    #[derive(Default)]
-    struct Counting {
-        calls: Vec<usize>,
-        fail_on_call: Option<usize>,
-    }
-
-    impl Embedder for Counting {
-        fn version(&self) -> &str {
-            "counting"
-        }
-        fn dimension(&self) -> usize {
-            2
-        }
-        fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-            let call = self.calls.len();
-            self.calls.push(texts.len());
-            if self.fail_on_call == Some(call) {
-                return Err(EmbedError::Dimension {
-                    expected: 2,
-                    got: 3,
-                });
-            }
-            Ok((0..texts.len())
-                .map(|i| vec![i as f32, call as f32])
-                .collect())
-        }
-        fn last_token_count(&self) -> usize {
-            0
-        }
-    }
-
     fn long_document(id: &str) -> ChunkDelta {
         let text: String = (0..1500)
             .map(|i| format!("Sentence {i} describes topic number {i} at some length. "))
@@ -468,67 +403,122 @@ mod tests {
         insert(id, &text)
     }
 
-    #[test]
-    fn a_large_document_is_embedded_over_several_slices_and_written_whole() {
-        let large = long_document("large");
-        let upserts = large.upserts.len();
-        assert!(upserts > 20, "{upserts} chunks");
-        let mut queue: std::collections::VecDeque<ChunkDelta> = [
-            insert("small", "A short one."),
-            large,
-            insert("after", "Another."),
-        ]
-        .into();
-        let (mut slicer, mut embedder, bm25) =
-            (Slicer::new(8), Counting::default(), Bm25Encoder::default());
-        // The small document goes alone: the large one is not taken behind it.
-        let (work, _) = slicer.step(&mut embedder, &bm25, &mut queue);
-        assert_eq!(work.len(), 1);
-        assert_eq!(work[0].key.doc_id, "small");
-        let mut steps = 0;
-        let large = loop {
-            let (work, dlq) = slicer.step(&mut embedder, &bm25, &mut queue);
-            assert!(dlq.is_empty());
-            steps += 1;
-            if let Some(done) = work.into_iter().next() {
-                break done;
-            }
-        };
-        assert_eq!(steps, upserts.div_ceil(8));
-        assert!(
-            embedder.calls.iter().all(|&n| n <= 8),
-            "{:?}",
-            embedder.calls
-        );
-        assert_eq!(large.key.doc_id, "large");
-        assert_eq!(large.points.len(), upserts);
-        // Vectors stay with their chunks: point i got position i % 8 of call 1 + i / 8.
-        for (i, point) in large.points.iter().enumerate() {
-            assert_eq!(point.dense, vec![(i % 8) as f32, (1 + i / 8) as f32]);
+    /// Runs the queue to completion the way the operator does: submit, wait for a wake-up, drain.
+    fn run(
+        queue: &mut EmbedQueue<u64>,
+        service: &InferenceService,
+    ) -> Vec<(u64, Vec<IndexDelta>, Vec<DlqRecord>)> {
+        let (sender, woken) = std::sync::mpsc::channel();
+        let sender = Mutex::new(sender);
+        let waker: Waker = Arc::new(move || {
+            let _ = sender.lock().unwrap().send(());
+        });
+        let bm25 = Bm25Encoder::default();
+        let mut out = Vec::new();
+        queue.submit(service, &waker);
+        while !queue.is_idle() {
+            woken
+                .recv_timeout(Duration::from_secs(10))
+                .expect("the service wakes the operator");
+            out.extend(queue.drain_ready(service, &waker, &bm25));
+            queue.submit(service, &waker);
         }
-        let (work, _) = slicer.step(&mut embedder, &bm25, &mut queue);
-        assert_eq!(work[0].key.doc_id, "after");
-        assert!(queue.is_empty());
+        out
+    }
+
+    fn service(executors: usize, slice: usize) -> InferenceService {
+        let executors = (0..executors)
+            .map(|_| Box::new(Picky) as Box<dyn Embedder>)
+            .collect();
+        InferenceService::start(
+            executors,
+            ServiceConfig {
+                slice_word_pieces: slice,
+                query_batch: 8,
+            },
+        )
+        .unwrap()
     }
 
     #[test]
-    fn a_large_document_failing_midway_is_dead_lettered_once_with_its_retractions() {
-        let mut queue: std::collections::VecDeque<ChunkDelta> = [long_document("large")].into();
-        queue[0].deletes.push(uuid::Uuid::nil());
-        let mut embedder = Counting {
-            fail_on_call: Some(1),
-            ..Counting::default()
-        };
-        let mut slicer = Slicer::new(8);
-        let bm25 = Bm25Encoder::default();
-        let (work, dlq) = slicer.step(&mut embedder, &bm25, &mut queue);
-        assert!(work.is_empty() && dlq.is_empty());
-        let (work, dlq) = slicer.step(&mut embedder, &bm25, &mut queue);
+    fn requests_hold_whole_deltas_in_order_and_at_least_the_request_size() {
+        let mut queue: VecDeque<ChunkDelta> = (0..10)
+            .map(|i| insert(&format!("d{i}"), "One sentence here."))
+            .collect();
+        queue[4].upserts.clear();
+        let first = take_request(&mut queue, 4);
+        let ids: Vec<&str> = first.iter().map(|d| d.key.doc_id.as_str()).collect();
+        assert_eq!(
+            ids,
+            ["d0", "d1", "d2", "d3", "d4"],
+            "4 upserts, the empty delta rides along"
+        );
+        let rest = take_request(&mut queue, 100);
+        assert_eq!(rest.len(), 5);
+        assert!(queue.is_empty() && take_request(&mut queue, 4).is_empty());
+    }
+
+    #[test]
+    fn a_failing_document_is_isolated_and_only_it_is_dead_lettered() {
+        let service = service(1, 1000);
+        let mut queue = EmbedQueue::new(100, 2);
+        queue.push(
+            7,
+            vec![
+                insert("a", "A good document."),
+                insert("b", "A BAD document."),
+                insert("c", "Another good one."),
+            ],
+        );
+        let results = run(&mut queue, &service);
+        let dlq: Vec<&DlqRecord> = results.iter().flat_map(|(_, _, d)| d).collect();
         assert_eq!(dlq.len(), 1);
         assert_eq!(dlq[0].reason, "embedding_dimension");
-        assert_eq!(work.len(), 1);
+        let written: Vec<(u64, &str, usize)> = results
+            .iter()
+            .flat_map(|(cap, work, _)| {
+                work.iter()
+                    .map(move |d| (*cap, d.key.doc_id.as_str(), d.points.len()))
+            })
+            .collect();
+        assert_eq!(written, [(7, "a", 1), (7, "b", 0), (7, "c", 1)]);
+    }
+
+    #[test]
+    fn a_large_document_is_written_whole_with_each_vector_on_its_own_chunk() {
+        let large = long_document("large");
+        let upserts = large.upserts.len();
+        assert!(upserts > 20, "{upserts} chunks");
+        // Three executors and small slices: the service finishes slices out of order.
+        let service = service(3, 64);
+        let mut queue = EmbedQueue::new(8, 2);
+        queue.push(1, vec![insert("small", "A short one.")]);
+        queue.push(2, vec![large, insert("after", "Another.")]);
+        let results = run(&mut queue, &service);
+        let order: Vec<(u64, &str)> = results
+            .iter()
+            .flat_map(|(cap, work, _)| work.iter().map(move |d| (*cap, d.key.doc_id.as_str())))
+            .collect();
+        assert_eq!(order, [(1, "small"), (2, "large"), (2, "after")]);
+        let large = &results[1].1[0];
+        assert_eq!(large.points.len(), upserts);
+        for point in &large.points {
+            assert_eq!(point.dense, expected_vector(&point.chunk.embedding_input()));
+        }
+    }
+
+    #[test]
+    fn a_document_that_fails_in_a_request_of_its_own_keeps_its_retractions() {
+        let mut bad = insert("bad", "A BAD document.");
+        bad.deletes.push(uuid::Uuid::nil());
+        let service = service(1, 1000);
+        let mut queue = EmbedQueue::new(100, 2);
+        queue.push(3, vec![bad]);
+        let results = run(&mut queue, &service);
+        assert_eq!(results.len(), 1);
+        let (_, work, dlq) = &results[0];
+        assert_eq!(dlq.len(), 1);
         assert!(work[0].points.is_empty());
         assert_eq!(work[0].deletes, vec![uuid::Uuid::nil()]);
-        assert!(queue.is_empty() && slicer.partial.is_empty());
     }
 }

@@ -1,12 +1,23 @@
 //! IndexWrite: applies index work to this worker's shard and acknowledges it.
 //!
-//! Each input batch is written (deletes, upserts) and flushed before the operator returns, so once the
-//! operator's frontier passes a time, everything of that time is durable in the index: the Kafka source
-//! stores offsets only then (it probes this operator's output). Outages are retried with capped backoff,
-//! blocking this worker; refusals (a bug, not an outage) are logged and counted, never silently dropped.
+//! The writes run on a writer thread of the shard's own ([`ShardWriter`]), never on the worker: the
+//! operator hands each input batch over, keeps the batch's capability, and is woken when the batch is
+//! written (deletes, upserts) and flushed; then it gives the ack at the batch's time and drops the
+//! capability.
+//!
+//! # Guarantees
+//! - Once the operator's frontier passes a time, everything of that time is durable in the index: the
+//!   Kafka source stores offsets only then (it probes this operator's output).
+//! - Batches are written and acknowledged in arrival order.
+//! - Outages are retried with capped backoff on the writer thread; the worker keeps serving queries, and
+//!   consumption pauses at the source's in-flight bound. Refusals (a bug, not an outage) are logged.
+//! - Every [`OPTIMIZE_EVERY`] writes the writer optimizes the shard after acknowledging the batch; the
+//!   index answers searches meanwhile (see `store::edge`), and writes wait for it on the writer thread.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 use timely::container::CapacityContainerBuilder;
@@ -81,51 +92,194 @@ pub fn write_batch(store: &dyn VectorStore, batch: &[IndexDelta]) -> Result<Inde
     })
 }
 
+/// Points written (upserted or deleted) to a shard between two optimizations. The embedded engine has
+/// no background optimizer: deleted points stay in its segments (memory and disk grow with churn, not
+/// with the live index) and searches stay brute force until the shard is optimized.
+pub const OPTIMIZE_EVERY: usize = 20_000;
+
+type Waker = Arc<dyn Fn() + Send + Sync>;
+
+/// A shard's writer thread: writes batches in order and optimizes the shard when due.
+pub struct ShardWriter {
+    jobs: Option<Sender<Vec<IndexDelta>>>,
+    results: Receiver<Result<IndexAck, StoreError>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ShardWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardWriter").finish_non_exhaustive()
+    }
+}
+
+impl ShardWriter {
+    /// Starts the writer of `store`; `waker` is called (on the writer thread) after each batch.
+    pub fn start(store: Arc<dyn VectorStore>, optimize_every: usize, waker: Waker) -> Self {
+        let (jobs, inbox) = channel::<Vec<IndexDelta>>();
+        let (outbox, results) = channel();
+        let thread = std::thread::Builder::new()
+            .name("ragstream-index-writer".into())
+            .spawn(move || {
+                let mut since_optimize = 0usize;
+                for batch in inbox {
+                    let result = write_batch(store.as_ref(), &batch);
+                    if result.is_ok() {
+                        crate::faults::fail_point(crate::faults::AFTER_INDEX_WRITE);
+                        let now = crate::now_millis();
+                        for delta in &batch {
+                            let seconds = now.saturating_sub(delta.time) as f64 / 1000.0;
+                            metrics().event_to_searchable_seconds.observe(seconds);
+                        }
+                    }
+                    if let Ok(ack) = &result {
+                        since_optimize += ack.upserted + ack.deleted;
+                    }
+                    if outbox.send(result).is_err() {
+                        return;
+                    }
+                    waker();
+                    if since_optimize >= optimize_every {
+                        since_optimize = 0;
+                        let started = Instant::now();
+                        // Written, flushed and acknowledged already: a failure here loses nothing.
+                        match store.optimize() {
+                            Ok(()) => tracing::info!(
+                                seconds = started.elapsed().as_secs_f64(),
+                                "index shard optimized"
+                            ),
+                            Err(error) => tracing::warn!(%error, "index optimization failed"),
+                        }
+                    }
+                }
+            })
+            .expect("the index writer thread starts");
+        Self {
+            jobs: Some(jobs),
+            results,
+            thread: Some(thread),
+        }
+    }
+
+    /// Queues a batch.
+    pub fn submit(&self, batch: Vec<IndexDelta>) {
+        self.jobs
+            .as_ref()
+            .expect("writer running")
+            .send(batch)
+            .expect("the index writer thread is alive");
+    }
+
+    /// The result of the oldest batch not yet taken, if it is written.
+    pub fn try_result(&self) -> Option<Result<IndexAck, StoreError>> {
+        self.results.try_recv().ok()
+    }
+}
+
+impl Drop for ShardWriter {
+    fn drop(&mut self) {
+        self.jobs.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// Extension trait: write index work.
 pub trait WriteIndex<'scope> {
-    /// Writes and flushes each batch; emits one ack per batch at the batch's time.
+    /// Writes and flushes each batch off the worker; emits one ack per batch at the batch's time.
     fn write_index(self, store: Arc<dyn VectorStore>) -> StreamVec<'scope, u64, IndexAck>;
 }
 
-/// Points written (upserted or deleted) to a shard between two optimizations. The embedded engine has
-/// no background optimizer: deleted points stay in its segments (memory and disk grow with churn, not
-/// with the live index) and searches stay brute force until the shard is optimized. At this many
-/// writes the pause is short (about a second per 10 000 points here) and bounded by the live size.
-pub const OPTIMIZE_EVERY: usize = 20_000;
-
 impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
     fn write_index(self, store: Arc<dyn VectorStore>) -> StreamVec<'scope, u64, IndexAck> {
-        self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(Pipeline, "IndexWrite", move |_cap, _info| {
-            let mut since_optimize = 0usize;
-            move |input, output| {
-                input.for_each(|cap, data| {
-                    match write_batch(store.as_ref(), data) {
-                        Ok(ack) => {
-                            since_optimize += ack.upserted + ack.deleted;
-                            if since_optimize >= OPTIMIZE_EVERY {
-                                since_optimize = 0;
-                                let started = Instant::now();
-                                // Written and flushed already: a failure here loses nothing.
-                                match store.optimize() {
-                                    Ok(()) => tracing::info!(seconds = started.elapsed().as_secs_f64(), "index shard optimized"),
-                                    Err(error) => tracing::warn!(%error, "index optimization failed"),
-                                }
+        let scope = self.scope();
+        self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
+            Pipeline,
+            "IndexWrite",
+            move |_cap, info| {
+                let activator =
+                    Mutex::new(scope.worker().sync_activator_for(info.address.to_vec()));
+                let waker: Waker = Arc::new(move || {
+                    let _ = activator
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .activate();
+                });
+                let writer = ShardWriter::start(store, OPTIMIZE_EVERY, waker);
+                // The capabilities of the batches with the writer, oldest first: a time stays incomplete
+                // downstream (offsets uncommitted) until its batches are durable.
+                let mut pending: VecDeque<timely::dataflow::operators::Capability<u64>> =
+                    VecDeque::new();
+                move |input, output| {
+                    input.for_each(|cap, data| {
+                        pending.push_back(cap.retain_least(0).expect("time of the batch"));
+                        writer.submit(std::mem::take(data));
+                    });
+                    while let Some(result) = writer.try_result() {
+                        let cap = pending.pop_front().expect("one capability per batch");
+                        match result {
+                            Ok(ack) => output.session(&cap).give(ack),
+                            Err(error) => {
+                                tracing::error!(%error, "index refused a write batch");
                             }
-                            crate::faults::fail_point(crate::faults::AFTER_INDEX_WRITE);
-                            let now = crate::now_millis();
-                            for delta in data.iter() {
-                                let seconds = now.saturating_sub(delta.time) as f64 / 1000.0;
-                                metrics().event_to_searchable_seconds.observe(seconds);
-                            }
-                            output.session(&cap).give(ack);
-                        }
-                        Err(error) => {
-                            tracing::error!(%error, documents = data.len(), "index refused a write batch");
                         }
                     }
-                    data.clear();
-                });
+                }
+            },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::DocKey;
+    use crate::store::edge::EdgeStore;
+    use std::time::Duration;
+
+    fn delta(doc: &str) -> IndexDelta {
+        IndexDelta {
+            key: DocKey::new("t", doc),
+            deletes: vec![],
+            points: vec![],
+            restamp: vec![],
+            time: 0,
+        }
+    }
+
+    #[test]
+    fn batches_are_acknowledged_in_order_from_the_writer_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn VectorStore> = Arc::new(EdgeStore::open(dir.path(), 4).unwrap());
+        let (sender, woken) = channel();
+        let sender = Mutex::new(sender);
+        let waker: Waker = Arc::new(move || {
+            let _ = sender
+                .lock()
+                .unwrap()
+                .send(std::thread::current().name().map(str::to_string));
+        });
+        let writer = ShardWriter::start(store, OPTIMIZE_EVERY, waker);
+        for doc in ["a", "b", "c"] {
+            writer.submit(vec![delta(doc)]);
+        }
+        let mut acks = Vec::new();
+        while acks.len() < 3 {
+            let thread = woken.recv_timeout(Duration::from_secs(10)).expect("woken");
+            assert_eq!(thread.as_deref(), Some("ragstream-index-writer"));
+            while let Some(result) = writer.try_result() {
+                acks.push(result.unwrap());
             }
-        })
+        }
+        assert_eq!(
+            acks,
+            vec![
+                IndexAck {
+                    upserted: 0,
+                    deleted: 0
+                };
+                3
+            ]
+        );
     }
 }

@@ -40,7 +40,7 @@ use super::{
     Candidate, Consistency, Context, Mode, Plan, Query, QueryConfig, Trace, TraceCandidate,
     Watermark,
 };
-use crate::embed::Embedder;
+use crate::embed::service::{InferenceService, Priority, Ticket};
 use crate::ingest::dlq::DlqRecord;
 use crate::io::context_sink::ContextPublisher;
 use crate::io::dlq_sink::DlqSink;
@@ -165,6 +165,18 @@ pub struct Working {
     pub neighbours: Vec<crate::store::StoredChunk>,
 }
 
+/// Query jobs waiting for their vectors from the inference service.
+struct PendingEmbedding {
+    cap: timely::dataflow::operators::Capability<u64>,
+    jobs: Vec<QueryJob>,
+    /// Jobs that need a dense vector.
+    wanted: Vec<usize>,
+    /// Jobs whose vector was not cached (the request's texts, in order).
+    missing: Vec<usize>,
+    ticket: Ticket,
+    started: Instant,
+}
+
 /// What the query operators share.
 #[derive(Clone)]
 pub struct QueryServices {
@@ -176,8 +188,8 @@ pub struct QueryServices {
     pub peers: usize,
     /// One collection shared by all workers (server backend): only worker 0 searches it.
     pub shared_index: bool,
-    /// The query embedder (one per process, shared by its workers).
-    pub embedder: Arc<Mutex<Box<dyn Embedder>>>,
+    /// The process's inference service (query requests go ahead of ingest work).
+    pub embedder: InferenceService,
     /// Tunables.
     pub config: Arc<QueryConfig>,
     /// Tokenizer of contexts when the query names none (the ingest tokenizer: stored counts match it).
@@ -378,10 +390,23 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
     fn embed_query(self, services: QueryServices) -> StreamVec<'scope, u64, QueryJob> {
         // Repeated query texts (other budgets, other modes) are embedded once.
         let mut vectors: LruTtl<String, Vec<f32>> = LruTtl::new(16_384, Duration::from_secs(3600));
+        let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
             Pipeline,
             "EmbedQuery",
-            move |_, _| {
+            move |_, info| {
+                // The service wakes this operator from its own thread when a query's vector is ready;
+                // meanwhile the worker runs the rest of the query flow and ingest.
+                let activator =
+                    Mutex::new(scope.worker().sync_activator_for(info.address.to_vec()));
+                let waker = Arc::new(move || {
+                    let _ = activator
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .activate();
+                });
+                // Batches waiting for their vectors, each holding its capability.
+                let mut waiting: Vec<PendingEmbedding> = Vec::new();
                 move |input, output| {
                     input.for_each(|cap, data| {
                         let started = Instant::now();
@@ -396,38 +421,58 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                                 None => missing.push(i),
                             }
                         }
-                        if !missing.is_empty() {
-                            let texts: Vec<&str> = missing
-                                .iter()
-                                .map(|&i| jobs[i].query.text.as_str())
-                                .collect();
-                            let result = services
-                                .embedder
-                                .lock()
-                                .expect("query embedder")
-                                .embed(&texts);
-                            match result {
-                                Ok(embedded) => {
-                                    for (&i, vector) in missing.iter().zip(embedded) {
-                                        vectors.put(jobs[i].query.text.clone(), vector.clone(), 0);
-                                        jobs[i].vectors.dense = vector;
-                                    }
+                        if missing.is_empty() {
+                            for &i in &wanted {
+                                jobs[i].record("embed", started);
+                            }
+                            output.session(&cap).give_iterator(jobs.into_iter());
+                            return;
+                        }
+                        let texts = missing
+                            .iter()
+                            .map(|&i| jobs[i].query.text.clone())
+                            .collect();
+                        let waker = waker.clone();
+                        let ticket = services
+                            .embedder
+                            .submit(texts, Priority::Query, move || waker());
+                        waiting.push(PendingEmbedding {
+                            cap: cap.retain_least(0).expect("time of the batch"),
+                            jobs,
+                            wanted,
+                            missing,
+                            ticket,
+                            started,
+                        });
+                    });
+                    waiting.retain_mut(|pending| {
+                        let Some(result) = pending.ticket.try_take() else {
+                            return true;
+                        };
+                        let jobs = &mut pending.jobs;
+                        match result {
+                            Ok(embedded) => {
+                                for (&i, vector) in pending.missing.iter().zip(embedded.vectors) {
+                                    vectors.put(jobs[i].query.text.clone(), vector.clone(), 0);
+                                    jobs[i].vectors.dense = vector;
                                 }
-                                Err(error) => {
-                                    // The BM25 lane still answers; the context says the dense lane was out.
-                                    tracing::warn!(%error, "query embedding failed");
-                                    for &i in &missing {
-                                        jobs[i]
-                                            .notes
-                                            .push(format!("dense lane unavailable: {error}"));
-                                    }
+                            }
+                            Err(error) => {
+                                // The BM25 lane still answers; the context says the dense lane was out.
+                                for &i in &pending.missing {
+                                    jobs[i]
+                                        .notes
+                                        .push(format!("dense lane unavailable: {error}"));
                                 }
                             }
                         }
-                        for &i in &wanted {
-                            jobs[i].record("embed", started);
+                        for &i in &pending.wanted {
+                            jobs[i].record("embed", pending.started);
                         }
-                        output.session(&cap).give_iterator(jobs.into_iter());
+                        output
+                            .session(&pending.cap)
+                            .give_iterator(std::mem::take(jobs).into_iter());
+                        false
                     });
                 }
             },

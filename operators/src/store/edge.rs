@@ -3,11 +3,13 @@
 //! Durability: qdrant-edge 0.7.2 writes each update to its WAL and applies it to the segments, but
 //! does not replay the WAL on load; data is durable once `flush()` has synced the segments. The store
 //! therefore flushes in [`VectorStore::flush`] and the dataflow acknowledges only after it.
-//! `EdgeShard::flush` panics if it races an update, so writes and flushes take the write side of one
-//! lock and reads the read side.
+//! `EdgeShard::flush` panics if it races an update or an optimizer's segment swap, so writes, flushes
+//! and optimizations hold one writer lock. Reads (search, scroll, retrieve, count) take no lock of
+//! ours: the engine's segment holder lets them run beside a write or an optimization (as the Qdrant
+//! server does), so a long optimization never holds queries.
 
 use std::path::{Path, PathBuf};
-use std::sync::RwLock;
+use std::sync::Mutex;
 
 use qdrant_edge::{
     Condition, CountRequest, CreateIndex, Distance, EdgeConfig, EdgeShard, EdgeSparseVectorParams,
@@ -32,8 +34,8 @@ pub struct EdgeStore {
     shard: EdgeShard,
     path: PathBuf,
     dimension: usize,
-    /// Writers (update, flush) exclusive; readers shared. See the module docs.
-    lock: RwLock<()>,
+    /// Held by writers (update, flush, optimize); readers take none. See the module docs.
+    writer: Mutex<()>,
 }
 
 impl std::fmt::Debug for EdgeStore {
@@ -144,7 +146,7 @@ impl EdgeStore {
             shard,
             path: path.to_path_buf(),
             dimension,
-            lock: RwLock::new(()),
+            writer: Mutex::new(()),
         };
         store.create_indexes()?;
         Ok(store)
@@ -158,7 +160,7 @@ impl EdgeStore {
     fn create_indexes(&self) -> Result<(), StoreError> {
         // Idempotent: an existing index is accepted. Re-issued on every open (a segment created on load
         // may start without indexes).
-        let _guard = self.lock.write().expect("store lock");
+        let _guard = self.writer.lock().expect("store writer lock");
         for field in KEYWORD_INDEXES {
             let schema = if field == "tenant" {
                 PayloadFieldSchema::FieldParams(PayloadSchemaParams::Keyword(KeywordIndexParams {
@@ -181,7 +183,7 @@ impl EdgeStore {
 
     /// Builds HNSW indexes and vacuums deleted points (synchronous; call off the hot path).
     pub fn optimize(&self) -> Result<bool, StoreError> {
-        let _guard = self.lock.write().expect("store lock");
+        let _guard = self.writer.lock().expect("store writer lock");
         self.shard.optimize().map_err(engine_error)
     }
 }
@@ -197,7 +199,6 @@ impl VectorStore for EdgeStore {
 
     fn check_embedder(&self, embedder_version: &str, dimension: usize) -> Result<(), StoreError> {
         let mut found: Option<StoredChunk> = None;
-        let _guard = self.lock.read().expect("store lock");
         let (page, _) = self
             .shard
             .scroll(ScrollRequest {
@@ -240,7 +241,7 @@ impl VectorStore for EdgeStore {
             let payload = serde_json::Value::Object(chunk_payload(point));
             list.push(PointStruct::new(point_id(point.id()), vectors, payload).into());
         }
-        let _guard = self.lock.write().expect("store lock");
+        let _guard = self.writer.lock().expect("store writer lock");
         self.shard
             .update(UpdateOperation::PointOperation(
                 PointOperations::UpsertPoints(PointInsertOperations::PointsList(list)),
@@ -253,7 +254,7 @@ impl VectorStore for EdgeStore {
             return Ok(());
         }
         let ids = ids.iter().map(|id| point_id(*id)).collect();
-        let _guard = self.lock.write().expect("store lock");
+        let _guard = self.writer.lock().expect("store writer lock");
         self.shard
             .update(UpdateOperation::PointOperation(
                 PointOperations::DeletePoints { ids },
@@ -262,7 +263,7 @@ impl VectorStore for EdgeStore {
     }
 
     fn flush(&self) -> Result<(), StoreError> {
-        let _guard = self.lock.write().expect("store lock");
+        let _guard = self.writer.lock().expect("store writer lock");
         // `EdgeShard::flush` panics on I/O errors; contain it so the dataflow retries instead of dying.
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.shard.flush())).map_err(
             |_| StoreError::Unavailable(format!("flush of {} failed", self.path.display())),
@@ -278,7 +279,6 @@ impl VectorStore for EdgeStore {
         let mut offset = None;
         loop {
             let (page, next) = {
-                let _guard = self.lock.read().expect("store lock");
                 self.shard
                     .scroll(ScrollRequest {
                         offset,
@@ -305,7 +305,6 @@ impl VectorStore for EdgeStore {
     }
 
     fn count(&self, filter: &SearchFilter) -> Result<usize, StoreError> {
-        let _guard = self.lock.read().expect("store lock");
         self.shard
             .count(CountRequest {
                 filter: engine_filter(filter),
@@ -345,7 +344,6 @@ impl VectorStore for EdgeStore {
             with_vector: WithVector::Bool(false),
             with_payload: WithPayloadInterface::Bool(true),
         };
-        let _guard = self.lock.read().expect("store lock");
         let points = self.shard.query(request).map_err(engine_error)?;
         Ok(points
             .into_iter()
@@ -362,7 +360,6 @@ impl VectorStore for EdgeStore {
 
     fn get(&self, ids: &[uuid::Uuid]) -> Result<Vec<StoredChunk>, StoreError> {
         let ids: Vec<PointId> = ids.iter().map(|id| point_id(*id)).collect();
-        let _guard = self.lock.read().expect("store lock");
         let records = self
             .shard
             .retrieve(
@@ -379,7 +376,6 @@ impl VectorStore for EdgeStore {
 
     fn dense_vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, Vec<f32>)>, StoreError> {
         let ids: Vec<PointId> = ids.iter().map(|id| point_id(*id)).collect();
-        let _guard = self.lock.read().expect("store lock");
         let records = self
             .shard
             .retrieve(

@@ -1,0 +1,701 @@
+//! The inference service: embedders on threads of their own, so no dataflow worker ever waits on a model.
+//!
+//! Operators [`submit`](InferenceService::submit) texts with a [`Priority`] and a waker (a timely
+//! `SyncActivator` in the operators), keep their capabilities, and go on; when the vectors are ready the
+//! service stores them in the request's [`Ticket`] and calls the waker, and the operator, activated,
+//! takes them with [`Ticket::try_take`].
+//!
+//! # Guarantees
+//! - **Queries first.** An idle executor takes every waiting query request (up to `query_batch` of
+//!   them, in one call) before any ingest work. Ingest requests are cut into slices of about
+//!   `slice_word_pieces` word pieces (estimated from the text length), so a query arriving while the model
+//!   runs waits at most one slice.
+//! - **Order.** Each request's vectors come back in the order of its texts. An ingest request's texts are
+//!   embedded shortest first (slices of similar lengths pad little), and its ticket completes only when
+//!   all of them are embedded.
+//! - **Outages never reach the workers.** A retryable failure ([`EmbedError::is_retryable`]) of an ingest
+//!   slice puts the slice back and pauses ingest work with capped exponential backoff, on the service's
+//!   threads: the request completes once the embedder is back, nothing is lost. Query requests are tried
+//!   once and fail at once during an outage (the query answers from the BM25 lane and says so), so an
+//!   outage costs queries no waiting.
+//! - Any other failure completes the request with the error (the Embed operator then isolates the
+//!   failing documents).
+//! - Several executors (an HTTP embedder's concurrent requests) share the queues under the same rules; a
+//!   local model runs as one executor whose parallelism is the runtime's own intra-op threads.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::{EmbedError, Embedder};
+use crate::metrics::metrics;
+
+/// Longest wait between retries of an outage.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// First wait after an outage is seen.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Which queue a request joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priority {
+    /// A query's vector: taken before any ingest work, never retried.
+    Query,
+    /// Chunks to index: sliced, retried through outages.
+    Ingest,
+}
+
+/// How the service schedules.
+#[derive(Debug, Clone, Copy)]
+pub struct ServiceConfig {
+    /// Estimated word pieces per ingest slice: the longest a query waits behind ingest is the model time
+    /// of one slice.
+    pub slice_word_pieces: usize,
+    /// Most query requests embedded together in one call.
+    pub query_batch: usize,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        Self {
+            slice_word_pieces: DEFAULT_SLICE_WORD_PIECES,
+            query_batch: 32,
+        }
+    }
+}
+
+/// Default ingest slice: about 20 ms of the int8 MiniLM on two cores (see BENCHMARKS.md).
+pub const DEFAULT_SLICE_WORD_PIECES: usize = 256;
+
+/// Word pieces a text is expected to give (about four bytes each, capped at the model's input), used
+/// only to cut slices.
+pub fn estimated_word_pieces(text: &str) -> usize {
+    (text.len() / 4 + 2).min(super::minilm::MAX_WORD_PIECES)
+}
+
+/// The vectors of one request.
+#[derive(Debug, Clone, Default)]
+pub struct Embedded {
+    /// One vector per text, in order.
+    pub vectors: Vec<Vec<f32>>,
+    /// Word pieces the model saw.
+    pub word_pieces: usize,
+}
+
+type Waker = Arc<dyn Fn() + Send + Sync>;
+
+#[derive(Default)]
+struct TicketState {
+    result: Mutex<Option<Result<Embedded, EmbedError>>>,
+    ready: Condvar,
+}
+
+/// A submitted request's result, once it is there.
+#[derive(Clone)]
+pub struct Ticket {
+    state: Arc<TicketState>,
+}
+
+impl std::fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ticket").finish_non_exhaustive()
+    }
+}
+
+impl Ticket {
+    /// The result if the request is complete (taken once: later calls answer `None`).
+    pub fn try_take(&self) -> Option<Result<Embedded, EmbedError>> {
+        lock(&self.state.result).take()
+    }
+
+    /// Blocks until the request is complete (for startup work and benches, never on a worker).
+    pub fn wait(self) -> Result<Embedded, EmbedError> {
+        let mut result = lock(&self.state.result);
+        loop {
+            if let Some(result) = result.take() {
+                return result;
+            }
+            result = self
+                .state
+                .ready
+                .wait(result)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn complete(&self, result: Result<Embedded, EmbedError>, waker: &Waker) {
+        *lock(&self.state.result) = Some(result);
+        self.state.ready.notify_all();
+        waker();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct Request {
+    id: u64,
+    texts: Arc<Vec<String>>,
+    ticket: Ticket,
+    waker: Waker,
+    /// Positions of the texts, shortest first; `order[next..]` are not handed out yet.
+    order: Vec<usize>,
+    next: usize,
+    /// Slices handed back after an outage.
+    retry: Vec<Vec<usize>>,
+    vectors: Vec<Vec<f32>>,
+    done: usize,
+    word_pieces: usize,
+}
+
+#[derive(Default)]
+struct Queues {
+    query: VecDeque<Request>,
+    ingest: VecDeque<Request>,
+    next_id: u64,
+    /// Ingest work waits until then after an outage.
+    backoff_until: Option<Instant>,
+    backoff: Duration,
+    stopping: bool,
+}
+
+struct Shared {
+    queues: Mutex<Queues>,
+    work: Condvar,
+    config: ServiceConfig,
+}
+
+/// Stops the executors when the last handle goes.
+struct Owner {
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        lock(&self.shared.queues).stopping = true;
+        self.shared.work.notify_all();
+        for thread in lock(&self.threads).drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A handle on the service (cheap to clone; the executors stop when the last handle is dropped).
+#[derive(Clone)]
+pub struct InferenceService {
+    shared: Arc<Shared>,
+    _owner: Arc<Owner>,
+    version: Arc<str>,
+    dimension: usize,
+}
+
+impl std::fmt::Debug for InferenceService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InferenceService")
+            .field("version", &self.version)
+            .field("dimension", &self.dimension)
+            .finish()
+    }
+}
+
+/// One unit of work an executor took.
+enum Work {
+    Queries(Vec<Request>),
+    Slice {
+        id: u64,
+        texts: Arc<Vec<String>>,
+        positions: Vec<usize>,
+    },
+}
+
+impl InferenceService {
+    /// Starts one thread per executor. All executors must be the same model (version and dimension).
+    pub fn start(
+        executors: Vec<Box<dyn Embedder>>,
+        config: ServiceConfig,
+    ) -> Result<Self, EmbedError> {
+        let first = executors.first().ok_or_else(|| EmbedError::Load {
+            path: String::new(),
+            message: "the inference service needs at least one embedder".into(),
+        })?;
+        let version: Arc<str> = first.version().into();
+        let dimension = first.dimension();
+        if let Some(other) = executors
+            .iter()
+            .find(|e| e.version() != &*version || e.dimension() != dimension)
+        {
+            return Err(EmbedError::Load {
+                path: String::new(),
+                message: format!("executors disagree: {} and {}", version, other.version()),
+            });
+        }
+        let shared = Arc::new(Shared {
+            queues: Mutex::new(Queues {
+                backoff: FIRST_BACKOFF,
+                ..Queues::default()
+            }),
+            work: Condvar::new(),
+            config: ServiceConfig {
+                slice_word_pieces: config.slice_word_pieces.max(1),
+                query_batch: config.query_batch.max(1),
+            },
+        });
+        let threads = executors
+            .into_iter()
+            .enumerate()
+            .map(|(index, embedder)| {
+                let shared = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("ragstream-embed-{index}"))
+                    .spawn(move || run_executor(&shared, embedder))
+                    .map_err(|e| EmbedError::Load {
+                        path: String::new(),
+                        message: format!("cannot start an inference thread: {e}"),
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            _owner: Arc::new(Owner {
+                shared: shared.clone(),
+                threads: Mutex::new(threads),
+            }),
+            shared,
+            version,
+            dimension,
+        })
+    }
+
+    /// Model, pooling and truncation of the vectors.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// Length of every vector.
+    pub fn dimension(&self) -> usize {
+        self.dimension
+    }
+
+    /// Queues `texts`; `waker` is called (on a service thread) once the ticket holds the result.
+    pub fn submit(
+        &self,
+        texts: Vec<String>,
+        priority: Priority,
+        waker: impl Fn() + Send + Sync + 'static,
+    ) -> Ticket {
+        let ticket = Ticket {
+            state: Arc::default(),
+        };
+        let waker: Waker = Arc::new(waker);
+        if texts.is_empty() {
+            ticket.complete(Ok(Embedded::default()), &waker);
+            return ticket;
+        }
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| texts[i].len());
+        let mut queues = lock(&self.shared.queues);
+        queues.next_id += 1;
+        let request = Request {
+            id: queues.next_id,
+            vectors: vec![Vec::new(); texts.len()],
+            texts: Arc::new(texts),
+            ticket: ticket.clone(),
+            waker,
+            order,
+            next: 0,
+            retry: Vec::new(),
+            done: 0,
+            word_pieces: 0,
+        };
+        match priority {
+            Priority::Query => queues.query.push_back(request),
+            Priority::Ingest => queues.ingest.push_back(request),
+        }
+        drop(queues);
+        self.shared.work.notify_one();
+        ticket
+    }
+
+    /// Embeds `texts` and waits for them (startup re-embedding, benches, tools: never on a worker).
+    pub fn embed_blocking(
+        &self,
+        texts: Vec<String>,
+        priority: Priority,
+    ) -> Result<Embedded, EmbedError> {
+        self.submit(texts, priority, || {}).wait()
+    }
+
+    /// Texts queued or being embedded, by priority (query, ingest).
+    pub fn queued(&self) -> (usize, usize) {
+        let queues = lock(&self.shared.queues);
+        let count = |q: &VecDeque<Request>| q.iter().map(|r| r.texts.len() - r.done).sum();
+        (count(&queues.query), count(&queues.ingest))
+    }
+}
+
+/// The next work for an executor, or `None` when the service stops.
+fn next_work(shared: &Shared) -> Option<Work> {
+    let mut queues = lock(&shared.queues);
+    loop {
+        if queues.stopping {
+            return None;
+        }
+        if !queues.query.is_empty() {
+            let take = queues.query.len().min(shared.config.query_batch);
+            return Some(Work::Queries(queues.query.drain(..take).collect()));
+        }
+        let now = Instant::now();
+        let paused_until = queues.backoff_until.filter(|&until| until > now);
+        if paused_until.is_none() {
+            if let Some(work) = take_slice(&mut queues.ingest, shared.config.slice_word_pieces) {
+                return Some(work);
+            }
+        }
+        queues = match paused_until {
+            Some(until) => {
+                shared
+                    .work
+                    .wait_timeout(queues, until - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            }
+            None => shared.work.wait(queues).unwrap_or_else(|e| e.into_inner()),
+        };
+    }
+}
+
+/// About `budget` estimated word pieces (at least one text) from the first ingest request with texts
+/// not yet handed out.
+fn take_slice(ingest: &mut VecDeque<Request>, budget: usize) -> Option<Work> {
+    let request = ingest
+        .iter_mut()
+        .find(|r| !r.retry.is_empty() || r.next < r.order.len())?;
+    let positions = match request.retry.pop() {
+        Some(positions) => positions,
+        None => {
+            let mut cost = 0;
+            let mut positions = Vec::new();
+            while let Some(&position) = request.order.get(request.next) {
+                let text_cost = estimated_word_pieces(&request.texts[position]);
+                if !positions.is_empty() && cost + text_cost > budget {
+                    break;
+                }
+                cost += text_cost;
+                positions.push(position);
+                request.next += 1;
+            }
+            positions
+        }
+    };
+    Some(Work::Slice {
+        id: request.id,
+        texts: request.texts.clone(),
+        positions,
+    })
+}
+
+fn run_executor(shared: &Shared, mut embedder: Box<dyn Embedder>) {
+    while let Some(work) = next_work(shared) {
+        match work {
+            Work::Queries(requests) => run_queries(embedder.as_mut(), requests),
+            Work::Slice {
+                id,
+                texts,
+                positions,
+            } => {
+                let inputs: Vec<&str> = positions.iter().map(|&p| texts[p].as_str()).collect();
+                let result = timed_embed(embedder.as_mut(), &inputs);
+                finish_slice(shared, id, positions, result);
+            }
+        }
+    }
+}
+
+/// Embeds `texts` and records the model's time and word pieces.
+fn timed_embed(
+    embedder: &mut dyn Embedder,
+    texts: &[&str],
+) -> Result<(Vec<Vec<f32>>, usize), EmbedError> {
+    let started = Instant::now();
+    let vectors = embedder.embed(texts)?;
+    if vectors.len() != texts.len() {
+        return Err(EmbedError::Model(format!(
+            "{} vectors for {} texts",
+            vectors.len(),
+            texts.len()
+        )));
+    }
+    let tokens = embedder.last_token_count();
+    let metrics = metrics();
+    metrics
+        .embed_seconds
+        .observe(started.elapsed().as_secs_f64());
+    metrics.embed_tokens.inc_by(tokens as u64);
+    metrics.embed_batch_tokens.observe(tokens as f64);
+    metrics.embed_texts.inc_by(texts.len() as u64);
+    Ok((vectors, tokens))
+}
+
+/// Query requests in one call; each completes (with its vectors or the error) at once.
+fn run_queries(embedder: &mut dyn Embedder, requests: Vec<Request>) {
+    let inputs: Vec<&str> = requests
+        .iter()
+        .flat_map(|r| r.texts.iter().map(String::as_str))
+        .collect();
+    match timed_embed(embedder, &inputs) {
+        Ok((vectors, word_pieces)) => {
+            let mut vectors = vectors.into_iter();
+            for request in requests {
+                let vectors: Vec<Vec<f32>> = vectors.by_ref().take(request.texts.len()).collect();
+                request.ticket.complete(
+                    Ok(Embedded {
+                        vectors,
+                        word_pieces,
+                    }),
+                    &request.waker,
+                );
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%error, requests = requests.len(), "query embedding failed");
+            let message = error.to_string();
+            for request in requests {
+                let error = if error.is_retryable() {
+                    EmbedError::Unavailable(message.clone())
+                } else {
+                    EmbedError::Model(message.clone())
+                };
+                request.ticket.complete(Err(error), &request.waker);
+            }
+        }
+    }
+}
+
+/// Files a slice's vectors under its request (completing it when it was the last), or hands the slice
+/// back after an outage, or fails the request.
+fn finish_slice(
+    shared: &Shared,
+    id: u64,
+    positions: Vec<usize>,
+    result: Result<(Vec<Vec<f32>>, usize), EmbedError>,
+) {
+    let mut queues = lock(&shared.queues);
+    let Some(index) = queues.ingest.iter().position(|r| r.id == id) else {
+        return; // The request failed on another slice meanwhile.
+    };
+    match result {
+        Ok((vectors, word_pieces)) => {
+            queues.backoff = FIRST_BACKOFF;
+            queues.backoff_until = None;
+            let request = &mut queues.ingest[index];
+            for (position, vector) in positions.into_iter().zip(vectors) {
+                request.vectors[position] = vector;
+                request.done += 1;
+            }
+            request.word_pieces += word_pieces;
+            if request.done == request.texts.len() {
+                let request = queues.ingest.remove(index).expect("request exists");
+                drop(queues);
+                request.ticket.complete(
+                    Ok(Embedded {
+                        vectors: request.vectors,
+                        word_pieces: request.word_pieces,
+                    }),
+                    &request.waker,
+                );
+            }
+        }
+        Err(error) if error.is_retryable() => {
+            let delay = queues.backoff;
+            queues.backoff = (delay * 2).min(MAX_BACKOFF);
+            queues.backoff_until = Some(Instant::now() + delay);
+            queues.ingest[index].retry.push(positions);
+            drop(queues);
+            metrics().retries.with_label_values(&["embedder"]).inc();
+            tracing::warn!(%error, retry_in_ms = delay.as_millis() as u64, "embedder outage; ingest paused, queries still served");
+            shared.work.notify_all();
+        }
+        Err(error) => {
+            let request = queues.ingest.remove(index).expect("request exists");
+            drop(queues);
+            request.ticket.complete(Err(error), &request.waker);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Answers `[text length, call number]`; records each call's texts; can be told to fail.
+    #[derive(Clone, Default)]
+    struct Scripted {
+        calls: Arc<Mutex<Vec<Vec<String>>>>,
+        /// Calls (by number) that fail as an outage.
+        outages: Arc<Mutex<Vec<usize>>>,
+        /// A text that makes a call fail for good.
+        poison: Option<&'static str>,
+        /// Holds each call this long.
+        delay: Duration,
+    }
+
+    impl Embedder for Scripted {
+        fn version(&self) -> &str {
+            "scripted"
+        }
+        fn dimension(&self) -> usize {
+            2
+        }
+        fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            std::thread::sleep(self.delay);
+            let mut calls = lock(&self.calls);
+            let call = calls.len();
+            calls.push(texts.iter().map(|t| t.to_string()).collect());
+            if lock(&self.outages).contains(&call) {
+                return Err(EmbedError::Unavailable("down".into()));
+            }
+            if let Some(poison) = self.poison {
+                if texts.iter().any(|t| t.contains(poison)) {
+                    return Err(EmbedError::Refused("poison".into()));
+                }
+            }
+            Ok(texts
+                .iter()
+                .map(|t| vec![t.len() as f32, call as f32])
+                .collect())
+        }
+        fn last_token_count(&self) -> usize {
+            0
+        }
+    }
+
+    fn texts(lengths: &[usize]) -> Vec<String> {
+        lengths.iter().map(|&n| "x".repeat(n)).collect()
+    }
+
+    fn config(slice: usize) -> ServiceConfig {
+        ServiceConfig {
+            slice_word_pieces: slice,
+            query_batch: 8,
+        }
+    }
+
+    #[test]
+    fn vectors_come_back_in_the_order_of_the_texts_embedded_in_slices_shortest_first() {
+        let embedder = Scripted::default();
+        let service =
+            InferenceService::start(vec![Box::new(embedder.clone())], config(40)).unwrap();
+        let lengths = [400, 8, 120, 40, 16, 200, 4];
+        let result = service
+            .embed_blocking(texts(&lengths), Priority::Ingest)
+            .unwrap();
+        let got: Vec<f32> = result.vectors.iter().map(|v| v[0]).collect();
+        assert_eq!(got, lengths.iter().map(|&n| n as f32).collect::<Vec<_>>());
+        let calls = lock(&embedder.calls).clone();
+        let sizes: Vec<Vec<usize>> = calls
+            .iter()
+            .map(|c| c.iter().map(String::len).collect())
+            .collect();
+        // Estimated word pieces: len/4 + 2; slices of at most 40, or one text alone.
+        assert_eq!(
+            sizes,
+            vec![vec![4, 8, 16, 40], vec![120], vec![200], vec![400]]
+        );
+    }
+
+    #[test]
+    fn a_query_submitted_during_ingest_runs_before_the_remaining_slices() {
+        let embedder = Scripted {
+            delay: Duration::from_millis(20),
+            ..Scripted::default()
+        };
+        let service = InferenceService::start(vec![Box::new(embedder.clone())], config(1)).unwrap();
+        let ingest = service.submit(texts(&[10; 20]), Priority::Ingest, || {});
+        // Let the executor start on the ingest work.
+        while lock(&embedder.calls).is_empty() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let woken = Arc::new(AtomicUsize::new(0));
+        let counter = woken.clone();
+        let query = service
+            .submit(vec!["the query".into()], Priority::Query, move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+            })
+            .wait()
+            .unwrap();
+        assert_eq!(woken.load(Ordering::SeqCst), 1, "the waker ran once");
+        let query_call = query.vectors[0][1] as usize;
+        assert!(
+            query_call <= 2,
+            "the query waited behind {query_call} slices, not the whole ingest request"
+        );
+        assert_eq!(ingest.wait().unwrap().vectors.len(), 20);
+    }
+
+    #[test]
+    fn an_outage_pauses_ingest_but_queries_fail_fast_and_nothing_is_lost() {
+        let embedder = Scripted::default();
+        lock(&embedder.outages).extend([0, 1, 2]);
+        let service =
+            InferenceService::start(vec![Box::new(embedder.clone())], config(1000)).unwrap();
+        let started = Instant::now();
+        let ingest = service.submit(texts(&[3, 5, 7]), Priority::Ingest, || {});
+        // Calls 0, 1 and 2 fail: backoff 100 + 200 + 400 ms. A query in between is tried once.
+        std::thread::sleep(Duration::from_millis(150));
+        let query = service.embed_blocking(vec!["q".into()], Priority::Query);
+        assert!(
+            matches!(query, Err(EmbedError::Unavailable(_))),
+            "{query:?}"
+        );
+        let vectors = ingest.wait().unwrap().vectors;
+        assert_eq!(
+            vectors.iter().map(|v| v[0]).collect::<Vec<_>>(),
+            vec![3.0, 5.0, 7.0]
+        );
+        assert!(
+            started.elapsed() >= Duration::from_millis(300),
+            "backed off"
+        );
+    }
+
+    #[test]
+    fn a_refused_request_fails_whole_and_later_requests_go_on() {
+        let embedder = Scripted {
+            poison: Some("BAD"),
+            ..Scripted::default()
+        };
+        let service = InferenceService::start(vec![Box::new(embedder)], config(1)).unwrap();
+        let bad = service.submit(
+            vec!["good".into(), "BAD one".into(), "fine".into()],
+            Priority::Ingest,
+            || {},
+        );
+        let good = service.submit(vec!["later".into()], Priority::Ingest, || {});
+        assert!(matches!(bad.wait(), Err(EmbedError::Refused(_))));
+        assert_eq!(good.wait().unwrap().vectors[0][0], 5.0);
+    }
+
+    #[test]
+    fn several_executors_share_one_request() {
+        let embedder = Scripted {
+            delay: Duration::from_millis(5),
+            ..Scripted::default()
+        };
+        let executors: Vec<Box<dyn Embedder>> = (0..3)
+            .map(|_| Box::new(embedder.clone()) as Box<dyn Embedder>)
+            .collect();
+        let service = InferenceService::start(executors, config(1)).unwrap();
+        let lengths: Vec<usize> = (1..=30).collect();
+        let vectors = service
+            .embed_blocking(texts(&lengths), Priority::Ingest)
+            .unwrap()
+            .vectors;
+        assert_eq!(
+            vectors.iter().map(|v| v[0] as usize).collect::<Vec<_>>(),
+            lengths
+        );
+        assert_eq!(lock(&embedder.calls).len(), 30, "one text per slice");
+    }
+}

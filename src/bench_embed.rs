@@ -1,0 +1,150 @@
+//! `ragstream bench embed`: the local embedder's throughput on a corpus's chunks and its single-query
+//! latency, on exactly the texts the PyTorch peer (`deploy/scripts/bench_embed_torch.py`) measures.
+//!
+//! 1. The corpus is chunked by the pipeline's chunker; the chunks' embedding inputs are the texts.
+//! 2. Throughput: every text in one `embed` call (sorted by length and batched by 32 inside, as
+//!    sentence-transformers' `encode` does), after a warm-up call; word pieces are the model's inputs
+//!    after truncation at 256 ([CLS] and [SEP] included), counted the same way on both sides.
+//! 3. Query latency: the first `queries` questions embedded one at a time; median and 90th percentile.
+//!
+//! `--texts-out` writes the texts and questions as JSON for the peer.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use ragstream_operators::embed::minilm::{MiniLm, MiniLmOptions, Precision};
+use ragstream_operators::embed::Embedder;
+use ragstream_operators::ingest::chunk::{Chunker, ChunkerConfig};
+use ragstream_operators::model::{DocKey, DocKind, Document};
+use ragstream_topologies::config::EmbedderConfig;
+use serde_json::json;
+
+/// Which embedder runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Engine {
+    /// ONNX Runtime, int8 graph.
+    Int8,
+    /// ONNX Runtime, fp32 graph.
+    Fp32,
+    /// candle (built with `--features candle`).
+    Candle,
+}
+
+/// Arguments of `bench embed`.
+pub struct EmbedBench {
+    /// BEIR corpus (`{_id, title, text}` per line).
+    pub corpus: PathBuf,
+    /// Questions (`{_id, text}` per line) for the single-query latency.
+    pub questions: PathBuf,
+    /// Use only the first N documents.
+    pub limit: Option<usize>,
+    /// Questions embedded one at a time.
+    pub queries: usize,
+    /// The embedder.
+    pub engine: Engine,
+    /// Inference threads.
+    pub threads: usize,
+    /// Where to write the texts for the peer.
+    pub texts_out: Option<PathBuf>,
+}
+
+fn read_lines(path: &PathBuf) -> anyhow::Result<Vec<serde_json::Value>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| Ok(serde_json::from_str(l)?))
+        .collect()
+}
+
+fn load(engine: Engine, threads: usize) -> anyhow::Result<Box<dyn Embedder>> {
+    let config = EmbedderConfig::default();
+    let precision = match engine {
+        Engine::Int8 => Precision::Int8,
+        Engine::Fp32 => Precision::Fp32,
+        Engine::Candle => return candle(&config, threads),
+    };
+    Ok(Box::new(MiniLm::load(&MiniLmOptions {
+        model_dir: config.model_dir(),
+        runtime_library: config.runtime_library(),
+        precision,
+        threads,
+        batch_size: 32,
+        spinning: config.spinning,
+    })?))
+}
+
+#[cfg(feature = "candle")]
+fn candle(config: &EmbedderConfig, _threads: usize) -> anyhow::Result<Box<dyn Embedder>> {
+    // candle's CPU backend sizes its thread pool from RAYON_NUM_THREADS; the bench script sets it.
+    Ok(Box::new(
+        ragstream_operators::embed::candle::CandleMiniLm::load(&config.model_dir(), 32)?,
+    ))
+}
+
+#[cfg(not(feature = "candle"))]
+fn candle(_config: &EmbedderConfig, _threads: usize) -> anyhow::Result<Box<dyn Embedder>> {
+    anyhow::bail!(
+        "this binary was built without the candle embedder (cargo build --features candle)"
+    )
+}
+
+/// Runs the benchmark and returns its report as JSON.
+pub fn embed(args: EmbedBench) -> anyhow::Result<serde_json::Value> {
+    let chunker = Chunker::new(ChunkerConfig::default());
+    let mut documents = read_lines(&args.corpus)?;
+    if let Some(limit) = args.limit {
+        documents.truncate(limit);
+    }
+    let mut texts = Vec::new();
+    for value in &documents {
+        let id = value["_id"].as_str().context("_id")?.to_string();
+        let document = Document {
+            key: DocKey::new("bench", id.clone()),
+            version: 1,
+            source: id,
+            kind: DocKind::Prose,
+            title: value["title"].as_str().map(str::to_string),
+            text: value["text"].as_str().context("text")?.to_string(),
+            acl: vec![],
+        };
+        texts.extend(chunker.chunk(&document).iter().map(|c| c.embedding_input()));
+    }
+    let questions: Vec<String> = read_lines(&args.questions)?
+        .iter()
+        .take(args.queries)
+        .map(|q| q["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    if let Some(path) = &args.texts_out {
+        std::fs::write(
+            path,
+            json!({"texts": texts, "queries": questions}).to_string(),
+        )?;
+    }
+    let mut embedder = load(args.engine, args.threads)?;
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    embedder.embed(&refs[..refs.len().min(64)])?;
+    let started = Instant::now();
+    embedder.embed(&refs)?;
+    let seconds = started.elapsed().as_secs_f64();
+    let word_pieces = embedder.last_token_count();
+    let mut latencies: Vec<f64> = Vec::with_capacity(questions.len());
+    for question in &questions {
+        let started = Instant::now();
+        embedder.embed(&[question.as_str()])?;
+        latencies.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    latencies.sort_by(f64::total_cmp);
+    let percentile = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize];
+    Ok(json!({
+        "engine": format!("{:?}", args.engine).to_lowercase(),
+        "threads": args.threads,
+        "texts": texts.len(),
+        "word_pieces": word_pieces,
+        "seconds": seconds,
+        "word_pieces_per_s": word_pieces as f64 / seconds,
+        "query_p50_ms": percentile(0.5),
+        "query_p90_ms": percentile(0.9),
+    }))
+}

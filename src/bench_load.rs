@@ -1,0 +1,229 @@
+//! `ragstream bench load`: `POST /query` round trips while documents stream in at full embedding speed,
+//! against the same kind of queries with ingest idle, in one run of the job in this process.
+//!
+//! The job reads a fresh Kafka topic into a fresh embedded index with the configured embedder (the local
+//! int8 model by default). One client sends queries one after another over HTTP; each pair of queries is
+//! a new question (embedded on the query path) and an earlier question at another budget (its vector
+//! comes from the job's embedding cache: no model on the path, and no context-cache hit).
+//! 1. seed: the first `seed` documents are produced and indexed, so queries retrieve something;
+//! 2. idle: `queries` round trips with ingest idle;
+//! 3. loaded: the rest of the corpus is produced at once and, while the job ingests it, the client goes
+//!    on until ingest is done (at most `queries` round trips of each kind are kept); the ingest rate of
+//!    the phase is reported with them.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use ragstream_operators::metrics::metrics;
+use ragstream_topologies::config::Config;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::ClientConfig;
+use serde_json::{json, Value};
+
+/// Arguments of `bench load`.
+pub struct LoadBench {
+    /// BEIR corpus (`{_id, title, text}` per line).
+    pub corpus: PathBuf,
+    /// Questions (`{_id, text}` per line).
+    pub questions: PathBuf,
+    /// Kafka bootstrap servers.
+    pub brokers: String,
+    /// Documents indexed before the idle phase.
+    pub seed: usize,
+    /// Round trips of each kind per phase.
+    pub queries: usize,
+    /// Extra config lines (TOML, appended), e.g. `[embedder]\nthreads = 1`.
+    pub config_extra: String,
+}
+
+fn lines(path: &PathBuf) -> anyhow::Result<Vec<Value>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| Ok(serde_json::from_str(l)?))
+        .collect()
+}
+
+fn summary(mut values: Vec<f64>) -> Value {
+    values.sort_by(f64::total_cmp);
+    let at = |p: f64| {
+        if values.is_empty() {
+            0.0
+        } else {
+            values[((values.len() - 1) as f64 * p).round() as usize]
+        }
+    };
+    json!({"n": values.len(), "p50_ms": at(0.5), "p90_ms": at(0.9), "p99_ms": at(0.99), "max_ms": values.last().copied().unwrap_or(0.0)})
+}
+
+/// Round trips of one phase: (new questions, cached vectors).
+#[derive(Default)]
+struct Phase {
+    embedded: Vec<f64>,
+    cached: Vec<f64>,
+    /// The job's own `latency_ms.total` of the new questions.
+    job_total: Vec<f64>,
+}
+
+/// Waits until `events` source events since `start` are consumed and nothing is in flight.
+fn wait_ingested(events: u64, start: u64, deadline: Instant) -> bool {
+    metrics().source_events.get().saturating_sub(start) >= events
+        && metrics().in_flight_messages.get() == 0
+        || Instant::now() > deadline
+}
+
+/// Runs the benchmark and returns its report.
+pub fn load(args: LoadBench) -> anyhow::Result<Value> {
+    let run = format!(
+        "{}-{}",
+        std::process::id(),
+        ragstream_operators::now_millis()
+    );
+    let documents = lines(&args.corpus)?;
+    let questions: Vec<String> = lines(&args.questions)?
+        .iter()
+        .map(|q| q["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    anyhow::ensure!(
+        questions.len() >= 4 * args.queries,
+        "{} questions, need {}",
+        questions.len(),
+        4 * args.queries
+    );
+    anyhow::ensure!(
+        documents.len() > args.seed,
+        "the corpus has no documents after the seed"
+    );
+    let index = std::env::temp_dir().join(format!("ragstream-bench-load-{run}"));
+    let config_path = std::env::temp_dir().join(format!("ragstream-bench-load-{run}.toml"));
+    std::fs::write(
+        &config_path,
+        format!(
+            "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"{}\"\ndocuments_topic = \"load-docs-{run}\"\nqueries_topic = \"load-queries-{run}\"\ncontexts_topic = \"load-contexts-{run}\"\ndlq_topic = \"load-dlq-{run}\"\ngroup_id = \"load-{run}\"\n[index]\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = 1\n{}\n",
+            args.brokers,
+            index.display().to_string(),
+            args.config_extra,
+        ),
+    )?;
+    let config = Config::load(&config_path)?;
+    config.validate()?;
+    let embedder = json!({"kind": format!("{:?}", config.embedder.kind), "precision": format!("{:?}", config.embedder.precision), "threads": config.embedder.threads, "slice_word_pieces": config.embedder.slice_word_pieces});
+    ragstream_operators::io::kafka_admin::ensure_topics(
+        &config.kafka.client_config(),
+        &[(format!("load-docs-{run}").as_str(), 1)],
+    )
+    .map_err(anyhow::Error::msg)?;
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &args.brokers)
+        .set("linger.ms", "5")
+        .create()?;
+    let topic = format!("load-docs-{run}");
+    let produce = |documents: &[Value]| -> anyhow::Result<()> {
+        for document in documents {
+            let id = document["_id"].as_str().unwrap_or_default().to_string();
+            let body = json!({"tenant": "bench", "doc_id": id, "version": 1, "kind": "prose", "title": document["title"], "text": document["text"]}).to_string();
+            crate::bench::send_blocking(&producer, BaseRecord::to(&topic).key(&id).payload(&body));
+        }
+        producer.flush(Duration::from_secs(60))?;
+        Ok(())
+    };
+    let start_events = metrics().source_events.get();
+    let running = crate::runtime::start(config)?;
+    let url = format!("http://{}/query", running.address);
+    let agent = ureq::Agent::new_with_defaults();
+    let mut next_question = 0usize;
+    // One pair: a new question, then an earlier one at another budget.
+    let mut pair = |phase: &mut Phase, serial: usize| -> anyhow::Result<()> {
+        let new = &questions[next_question];
+        let earlier = &questions[next_question.saturating_sub(1)];
+        next_question += 1;
+        for (text, budget, embedded) in [(new, 600, true), (earlier, 700, false)] {
+            let body = json!({"query_id": format!("load-{serial}-{budget}-{run}"), "tenant": "bench", "text": text, "token_budget": budget});
+            let started = Instant::now();
+            let mut response = agent
+                .post(&url)
+                .header("content-type", "application/json")
+                .send(body.to_string())?;
+            let context: Value = serde_json::from_str(&response.body_mut().read_to_string()?)?;
+            let ms = started.elapsed().as_secs_f64() * 1000.0;
+            anyhow::ensure!(
+                context["error"].is_null(),
+                "query failed: {}",
+                context["error"]
+            );
+            if embedded {
+                phase.embedded.push(ms);
+                phase
+                    .job_total
+                    .push(context["latency_ms"]["total"].as_f64().unwrap_or(0.0));
+            } else {
+                phase.cached.push(ms);
+            }
+        }
+        Ok(())
+    };
+
+    // 1. Seed.
+    let seeded = Instant::now();
+    produce(&documents[..args.seed])?;
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    while !wait_ingested(args.seed as u64, start_events, deadline) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "seeded {} documents in {:.1} s",
+        args.seed,
+        seeded.elapsed().as_secs_f64()
+    );
+    // Warm the query path (first-use costs), then 2. idle.
+    let mut warm = Phase::default();
+    for i in 0..5 {
+        pair(&mut warm, i)?;
+    }
+    let mut idle = Phase::default();
+    for i in 0..args.queries {
+        pair(&mut idle, 100 + i)?;
+    }
+    eprintln!("idle: {} pairs", idle.embedded.len());
+
+    // 3. Loaded.
+    let rest = &documents[args.seed..];
+    let chunks_before = metrics().chunks_upserted.get();
+    let loaded_start = Instant::now();
+    let events_before = metrics().source_events.get();
+    produce(rest)?;
+    let mut loaded = Phase::default();
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    let mut serial = 100_000;
+    while !wait_ingested(rest.len() as u64, events_before, deadline) {
+        if loaded.embedded.len() < args.queries {
+            pair(&mut loaded, serial)?;
+            serial += 1;
+        } else {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let ingest_seconds = loaded_start.elapsed().as_secs_f64();
+    let chunks = metrics().chunks_upserted.get() - chunks_before;
+    eprintln!(
+        "loaded: {} pairs while {} chunks were ingested in {ingest_seconds:.1} s",
+        loaded.embedded.len(),
+        chunks
+    );
+    running
+        .shutdown
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let _ = running.join();
+    let _ = std::fs::remove_dir_all(&index);
+    let p50 = |v: &[f64]| summary(v.to_vec())["p50_ms"].as_f64().unwrap_or(0.0);
+    Ok(json!({
+        "embedder": embedder,
+        "documents": {"seed": args.seed, "streamed": rest.len()},
+        "idle": {"with_query_embedding": summary(idle.embedded.clone()), "embedding_cached": summary(idle.cached.clone()), "job_latency_total": summary(idle.job_total.clone())},
+        "loaded": {"with_query_embedding": summary(loaded.embedded.clone()), "embedding_cached": summary(loaded.cached.clone()), "job_latency_total": summary(loaded.job_total.clone())},
+        "loaded_over_idle_p50": {"with_query_embedding": p50(&loaded.embedded) / p50(&idle.embedded), "embedding_cached": p50(&loaded.cached) / p50(&idle.cached)},
+        "ingest": {"chunks": chunks, "seconds": ingest_seconds, "chunks_per_s": chunks as f64 / ingest_seconds},
+    }))
+}
