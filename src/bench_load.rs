@@ -122,8 +122,9 @@ pub fn load(args: LoadBench) -> anyhow::Result<Value> {
     let topic = format!("load-docs-{run}");
     let produce = |documents: &[Value]| -> anyhow::Result<()> {
         for document in documents {
-            let id = document["_id"].as_str().unwrap_or_default().to_string();
-            let body = json!({"tenant": "bench", "doc_id": id, "version": 1, "kind": "prose", "title": document["title"], "text": document["text"]}).to_string();
+            let doc_id = document["_id"].as_str().unwrap_or_default();
+            let id = format!("bench/{doc_id}");
+            let body = json!({"tenant": "bench", "doc_id": doc_id, "version": 1, "kind": "prose", "title": document["title"], "text": document["text"]}).to_string();
             crate::bench::send_blocking(&producer, BaseRecord::to(&topic).key(&id).payload(&body));
         }
         producer.flush(Duration::from_secs(60))?;

@@ -181,14 +181,19 @@ impl MiniLm {
         // One intra-op pool, no inter-op pool (the graph is a chain).
         let open = |precision: Precision, threads: usize| -> Result<Session, EmbedError> {
             let graph = file(precision.graph_file())?;
+            let fail = |e: ort::Error<_>| load_error(&graph, e);
             Session::builder(&environment)
                 .map_err(|e| load_error(&graph, e))?
                 .with_optimization_level(GraphOptimizationLevel::All)
-                .and_then(|b| b.with_intra_threads(threads))
-                .and_then(|b| b.with_inter_threads(1))
-                .and_then(|b| b.with_intra_op_spinning(options.spinning))
-                .and_then(|b| b.with_inter_op_spinning(false))
-                .map_err(|e| load_error(&graph, e))?
+                .map_err(fail)?
+                .with_intra_threads(threads)
+                .map_err(fail)?
+                .with_inter_threads(1)
+                .map_err(fail)?
+                .with_intra_op_spinning(options.spinning)
+                .map_err(fail)?
+                .with_inter_op_spinning(false)
+                .map_err(fail)?
                 .commit_from_file(&graph)
                 .map_err(|e| load_error(&graph, e))
         };

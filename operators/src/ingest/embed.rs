@@ -170,7 +170,7 @@ pub fn take_request(queue: &mut VecDeque<ChunkDelta>, texts: usize) -> Vec<Chunk
     let mut taken = Vec::new();
     let mut count = 0;
     while let Some(front) = queue.front() {
-        if count >= texts && front.upserts.len() > 0 {
+        if count >= texts && !front.upserts.is_empty() {
             break;
         }
         count += front.upserts.len();
