@@ -27,8 +27,6 @@ pub enum Engine {
     Int8,
     /// ONNX Runtime, fp32 graph.
     Fp32,
-    /// candle (built with `--features candle`).
-    Candle,
 }
 
 /// Arguments of `bench embed`.
@@ -63,7 +61,6 @@ fn load(engine: Engine, threads: usize) -> anyhow::Result<Box<dyn Embedder>> {
     let precision = match engine {
         Engine::Int8 => Precision::Int8,
         Engine::Fp32 => Precision::Fp32,
-        Engine::Candle => return candle(&config, threads),
     };
     Ok(Box::new(MiniLm::load(&MiniLmOptions {
         model_dir: config.model_dir(),
@@ -73,21 +70,6 @@ fn load(engine: Engine, threads: usize) -> anyhow::Result<Box<dyn Embedder>> {
         batch_size: 32,
         spinning: config.spinning,
     })?))
-}
-
-#[cfg(feature = "candle")]
-fn candle(config: &EmbedderConfig, _threads: usize) -> anyhow::Result<Box<dyn Embedder>> {
-    // candle's CPU backend sizes its thread pool from RAYON_NUM_THREADS; the bench script sets it.
-    Ok(Box::new(
-        ragstream_operators::embed::candle::CandleMiniLm::load(&config.model_dir(), 32)?,
-    ))
-}
-
-#[cfg(not(feature = "candle"))]
-fn candle(_config: &EmbedderConfig, _threads: usize) -> anyhow::Result<Box<dyn Embedder>> {
-    anyhow::bail!(
-        "this binary was built without the candle embedder (cargo build --features candle)"
-    )
 }
 
 /// Runs the benchmark and returns its report as JSON.

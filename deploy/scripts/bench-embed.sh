@@ -8,7 +8,6 @@
 # The PyTorch side lives in its own virtual environment, $RAGSTREAM_CACHE/st-venv, made on first use
 # with `pip install sentence-transformers==6.2.0 torch==2.15.0` from PyPI (CPU; the torch wheel pulls
 # its CUDA libraries too, about 6 GB). The tests never use it.
-# RAGSTREAM_BENCH_CANDLE=1 also measures the candle embedder (builds with --features candle).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 data="${RAGSTREAM_DATA:-../shared/data}"
@@ -24,17 +23,15 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sentence_trans
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check sentence-transformers==6.2.0 torch==2.15.0 >&2
 fi
-features=()
 engines=(int8 fp32)
-if [ "${RAGSTREAM_BENCH_CANDLE:-}" = "1" ]; then features=(--features candle); engines+=(candle); fi
-cargo build -q "${features[@]}"
+cargo build -q
 bin="${CARGO_TARGET_DIR:-target}/debug/ragstream"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 "$bin" bench embed --corpus "$corpus" --questions "$questions" --threads "$threads" --texts-out "$work/texts.json" --engine int8 > "$work/warm.json"
 for round in $(seq "$rounds"); do
   for engine in "${engines[@]}"; do
-    RAYON_NUM_THREADS="$threads" "$bin" bench embed --corpus "$corpus" --questions "$questions" --threads "$threads" --engine "$engine" | tee -a "$work/rounds.jsonl" >&2
+    "$bin" bench embed --corpus "$corpus" --questions "$questions" --threads "$threads" --engine "$engine" | tee -a "$work/rounds.jsonl" >&2
   done
   "$venv/bin/python" deploy/scripts/bench_embed_torch.py "$work/texts.json" "$RAGSTREAM_MODEL_DIR" "$threads" 2>/dev/null | tee -a "$work/rounds.jsonl" >&2
 done

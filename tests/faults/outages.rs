@@ -1,14 +1,15 @@
-//! Case 2, the broker killed for 30 s and restarted, and case 3, the index unavailable (writes fail
-//! through the store trait while a marker file exists, `RAGSTREAM_FAULT_INDEX_DOWN`). The job must not
-//! crash, must not advance offsets past what the index holds, must keep memory bounded, and must drain
-//! the lag afterwards with nothing lost.
+//! Case 2, the broker killed for 30 s and restarted, case 3, the index unavailable (writes fail
+//! through the store trait while a marker file exists, `RAGSTREAM_FAULT_INDEX_DOWN`), and case 4, the
+//! embedding server down for 20 s while queries are served. The job must not crash, must not advance
+//! offsets past what the index holds, must keep memory bounded, and must drain the lag afterwards with
+//! nothing lost; during an embedder outage queries keep answering without waiting on it.
 
 use std::time::{Duration, Instant};
 
 use ragstream_operators::faults;
 
 use super::common::broker::Broker;
-use super::common::job::{http_get, metric, Job};
+use super::common::job::{http_get, http_post_json, metric, Job};
 use super::support::{lost_stale, wait_committed, EmbeddingServer, Workload, DIMENSION};
 
 const DOCS: &str = "docs";
@@ -142,6 +143,108 @@ fn index_unavailable_pauses_consumption_and_loses_nothing() {
         rss_down < rss_before + 128 * 1024 * 1024,
         "memory grew by more than 128 MiB over its earlier peak while the index was down"
     );
+    assert_eq!((lost, stale), (0, 0), "{example}");
+    assert_eq!(dlq, 0.0);
+}
+
+/// Round trip of one `POST /query` in ms, with the context.
+fn query(job: &Job, id: &str, text: &str, budget: usize) -> (f64, serde_json::Value) {
+    let body = serde_json::json!({"query_id": id, "tenant": "squad", "text": text, "token_budget": budget})
+        .to_string();
+    let started = Instant::now();
+    let (status, answer) = http_post_json(job.http_port, "/query", &body).expect("query answered");
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    assert_eq!(status, 200, "{answer}");
+    (ms, serde_json::from_str(&answer).expect("context JSON"))
+}
+
+#[test]
+fn embedder_down_for_20_seconds_while_queries_are_served() {
+    let broker = setup();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut workload = Workload::new(17, 600);
+    broker.produce(DOCS, &workload.batch(100));
+    let embedder = EmbeddingServer::start();
+    let sections = format!(
+        "[embedder]\nkind = \"http\"\nurl = \"{}\"\ndimension = {DIMENSION}\nbatch_size = 64\n",
+        embedder.url
+    );
+    let mut job = Job::start(dir.path(), &config(&broker, "embedder", &sections), 1);
+    job.wait_ready(Duration::from_secs(60));
+    wait_committed(&broker, "embedder", DOCS, PARTITIONS, &job);
+    // Queries whose vectors the job has seen: they need no embedder from now on.
+    let texts = [
+        "Which team won the Super Bowl?",
+        "Where was the game played?",
+        "Who performed at halftime?",
+        "What did the league announce?",
+    ];
+    for (i, text) in texts.iter().enumerate() {
+        query(&job, &format!("warm-{i}"), text, 400);
+    }
+    let committed_before = broker.committed("embedder", DOCS, PARTITIONS);
+
+    embedder.set_down(true);
+    let down = Instant::now();
+    broker.produce(DOCS, &workload.batch(200));
+    let mut cached = Vec::new();
+    let mut serial = 0;
+    while down.elapsed() < Duration::from_secs(20) {
+        assert!(
+            job.running(),
+            "the job died with the embedder:\n{}",
+            job.log()
+        );
+        // Another budget each time: no context-cache hit, the vector from the embedding cache.
+        let text = texts[serial % texts.len()];
+        let (ms, context) = query(&job, &format!("down-{serial}"), text, 500 + serial);
+        assert!(context["error"].is_null(), "{context}");
+        cached.push(ms);
+        serial += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A query the job has never seen answers at once from the BM25 lane and says why.
+    let (new_ms, context) = query(&job, "down-new", "When did the stadium open?", 500);
+    let notes = context["note"].as_str().unwrap_or_default().to_string();
+    assert_eq!(
+        broker.committed("embedder", DOCS, PARTITIONS),
+        committed_before,
+        "offsets advanced past documents that were not embedded"
+    );
+    let retries = metric(&job.metrics(), "ragstream_retries_total");
+    embedder.set_down(false);
+    let back = Instant::now();
+    wait_committed(&broker, "embedder", DOCS, PARTITIONS, &job);
+    let recovery = back.elapsed().as_secs_f64();
+    let dlq = metric(&job.metrics(), "ragstream_dlq_records_total");
+    assert!(job.stop().success());
+    let (lost, stale, example) = lost_stale(&workload.oracle, dir.path());
+    let p99 = {
+        let mut sorted = cached.clone();
+        sorted.sort_by(f64::total_cmp);
+        sorted[((sorted.len() - 1) as f64 * 0.99).round() as usize]
+    };
+    let p50 = super::support::median(&mut cached.clone());
+    println!(
+        "FAULT embedder down 20 s: {} events; {} cached queries answered while down, p50 {p50:.1} ms, p99 {p99:.1} ms; a new query {new_ms:.0} ms (BM25 lane); {retries} embedder retries; drained {recovery:.1} s after it came back; lost {lost}, stale {stale}, DLQ {dlq}",
+        workload.produced,
+        cached.len()
+    );
+    assert!(
+        cached.len() >= 100,
+        "only {} queries answered in 20 s",
+        cached.len()
+    );
+    assert!(
+        p99 <= 100.0,
+        "cached queries p99 {p99:.1} ms while the embedder was down"
+    );
+    assert!(
+        new_ms < 1000.0,
+        "a new query waited {new_ms:.0} ms on the outage"
+    );
+    assert!(notes.contains("dense lane unavailable"), "note: {notes:?}");
+    assert!(retries > 0.0, "ingest was retried");
     assert_eq!((lost, stale), (0, 0), "{example}");
     assert_eq!(dlq, 0.0);
 }

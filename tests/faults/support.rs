@@ -192,11 +192,13 @@ pub const DIMENSION: usize = 384;
 
 /// An OpenAI-compatible `/v1/embeddings` server on loopback, a stand-in for a GPU embedding server (none
 /// can run here): hashed bag-of-words vectors of [`DIMENSION`], 7-d vectors for any request holding the
-/// text `WRONG-DIMENSION` (a broken server), and an adjustable delay per text (a server at capacity).
+/// text `WRONG-DIMENSION` (a broken server), an adjustable delay per text (a server at capacity), and a
+/// switch that makes it answer `503 Service Unavailable` to everything (a server that is down).
 pub struct EmbeddingServer {
     /// Base URL.
     pub url: String,
     delay_micros_per_text: Arc<AtomicU64>,
+    down: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl EmbeddingServer {
@@ -205,19 +207,26 @@ impl EmbeddingServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let delay = Arc::new(AtomicU64::new(0));
-        let shared = delay.clone();
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (shared, shared_down) = (delay.clone(), down.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let delay = shared.clone();
+                let (delay, down) = (shared.clone(), shared_down.clone());
                 std::thread::spawn(move || {
-                    let _ = answer(stream, &delay);
+                    let _ = answer(stream, &delay, &down);
                 });
             }
         });
         Self {
             url,
             delay_micros_per_text: delay,
+            down,
         }
+    }
+
+    /// Down (every request answered 503 at once) or back up.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::SeqCst);
     }
 
     /// Each request takes `per_text` for each of its texts (zero: as fast as it can).
@@ -227,7 +236,11 @@ impl EmbeddingServer {
     }
 }
 
-fn answer(stream: std::net::TcpStream, delay: &AtomicU64) -> std::io::Result<()> {
+fn answer(
+    stream: std::net::TcpStream,
+    delay: &AtomicU64,
+    down: &std::sync::atomic::AtomicBool,
+) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut length = 0;
     loop {
@@ -246,6 +259,12 @@ fn answer(stream: std::net::TcpStream, delay: &AtomicU64) -> std::io::Result<()>
     }
     let mut body = vec![0; length];
     reader.read_exact(&mut body)?;
+    if down.load(Ordering::SeqCst) {
+        let mut stream = stream;
+        return stream.write_all(
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        );
+    }
     let request: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let texts: Vec<&str> = request["input"]
         .as_array()

@@ -14,8 +14,6 @@
 //! Every embedder names a `version` (model + pooling + truncation); the index refuses vectors of another
 //! version or dimension in an existing collection unless told to re-embed.
 
-#[cfg(feature = "candle")]
-pub mod candle;
 pub mod http;
 pub mod minilm;
 pub mod service;

@@ -18,7 +18,6 @@
 //!   survives.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use timely::container::CapacityContainerBuilder;
@@ -78,8 +77,7 @@ pub const REQUEST_TEXTS: usize = 64;
 /// Requests of one Embed operator in the service at once.
 pub const MAX_IN_FLIGHT: usize = 2;
 
-/// A callback that wakes the operator (a timely `SyncActivator` in the job).
-pub type Waker = Arc<dyn Fn() + Send + Sync>;
+pub use crate::background::Waker;
 
 /// DLQ records for the upserts of `deltas`, whose embedding failed with `error`; their retractions
 /// still apply.
@@ -309,13 +307,7 @@ impl<'scope> EmbedChunks<'scope> for StreamVec<'scope, u64, ChunkDelta> {
         let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(pact, "Embed", move |_cap, info| {
             // Called on a service thread: a `SyncActivator` schedules this operator on its worker.
-            let activator = Mutex::new(scope.worker().sync_activator_for(info.address.to_vec()));
-            let waker: Waker = Arc::new(move || {
-                let _ = activator
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .activate();
-            });
+            let waker = crate::background::operator_waker(scope.worker(), &info.address);
             // Each batch keeps its capability until its work is given: a time is not complete
             // downstream (and its offsets not committed) while any of its documents is being embedded.
             let mut queue = EmbedQueue::new(REQUEST_TEXTS, MAX_IN_FLIGHT);
@@ -348,6 +340,7 @@ mod tests {
     use crate::ingest::chunk::{Chunker, ChunkerConfig};
     use crate::ingest::diff::diff_chunk_sets;
     use crate::model::{ChunkSet, DocKind, Document};
+    use std::sync::{Arc, Mutex};
 
     /// Answers `[bytes of the text, number of 'e's]`, or a wrong dimension for a whole call holding a
     /// text with `BAD` in it.

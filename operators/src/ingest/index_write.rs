@@ -1,6 +1,7 @@
 //! IndexWrite: applies index work to this worker's shard and acknowledges it.
 //!
-//! The writes run on a writer thread of the shard's own ([`ShardWriter`]), never on the worker: the
+//! The writes run on a writer thread of the shard's own ([`shard_writer`] on a
+//! [`Background`](crate::background::Background) thread), never on the worker: the
 //! operator hands each input batch over, keeps the batch's capability, and is woken when the batch is
 //! written (deletes, upserts) and flushed; then it gives the ack at the batch's time and drops the
 //! capability.
@@ -15,9 +16,7 @@
 //!   index answers searches meanwhile (see `store::edge`), and writes wait for it on the writer thread.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::Instant;
 
 use timely::container::CapacityContainerBuilder;
@@ -26,6 +25,7 @@ use timely::dataflow::operators::Operator;
 use timely::dataflow::StreamVec;
 
 use super::embed::{with_backoff, IndexDelta};
+use crate::background::{Background, Deliver};
 use crate::metrics::metrics;
 use crate::store::{PointWrite, StoreError, VectorStore};
 
@@ -97,89 +97,36 @@ pub fn write_batch(store: &dyn VectorStore, batch: &[IndexDelta]) -> Result<Inde
 /// with the live index) and searches stay brute force until the shard is optimized.
 pub const OPTIMIZE_EVERY: usize = 20_000;
 
-type Waker = Arc<dyn Fn() + Send + Sync>;
-
-/// A shard's writer thread: writes batches in order and optimizes the shard when due.
-pub struct ShardWriter {
-    jobs: Option<Sender<Vec<IndexDelta>>>,
-    results: Receiver<Result<IndexAck, StoreError>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl std::fmt::Debug for ShardWriter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ShardWriter").finish_non_exhaustive()
-    }
-}
-
-impl ShardWriter {
-    /// Starts the writer of `store`; `waker` is called (on the writer thread) after each batch.
-    pub fn start(store: Arc<dyn VectorStore>, optimize_every: usize, waker: Waker) -> Self {
-        let (jobs, inbox) = channel::<Vec<IndexDelta>>();
-        let (outbox, results) = channel();
-        let thread = std::thread::Builder::new()
-            .name("ragstream-index-writer".into())
-            .spawn(move || {
-                let mut since_optimize = 0usize;
-                for batch in inbox {
-                    let result = write_batch(store.as_ref(), &batch);
-                    if result.is_ok() {
-                        crate::faults::fail_point(crate::faults::AFTER_INDEX_WRITE);
-                        let now = crate::now_millis();
-                        for delta in &batch {
-                            let seconds = now.saturating_sub(delta.time) as f64 / 1000.0;
-                            metrics().event_to_searchable_seconds.observe(seconds);
-                        }
-                    }
-                    if let Ok(ack) = &result {
-                        since_optimize += ack.upserted + ack.deleted;
-                    }
-                    if outbox.send(result).is_err() {
-                        return;
-                    }
-                    waker();
-                    if since_optimize >= optimize_every {
-                        since_optimize = 0;
-                        let started = Instant::now();
-                        // Written, flushed and acknowledged already: a failure here loses nothing.
-                        match store.optimize() {
-                            Ok(()) => tracing::info!(
-                                seconds = started.elapsed().as_secs_f64(),
-                                "index shard optimized"
-                            ),
-                            Err(error) => tracing::warn!(%error, "index optimization failed"),
-                        }
-                    }
-                }
-            })
-            .expect("the index writer thread starts");
-        Self {
-            jobs: Some(jobs),
-            results,
-            thread: Some(thread),
+/// The work of a shard's writer thread: writes each batch, delivers its result, then optimizes the shard
+/// when [`OPTIMIZE_EVERY`] points were written since the last optimization.
+pub fn shard_writer(
+    store: Arc<dyn VectorStore>,
+    optimize_every: usize,
+) -> impl FnMut(Vec<IndexDelta>, &Deliver<Result<IndexAck, StoreError>>) + Send + 'static {
+    let mut since_optimize = 0usize;
+    move |batch, deliver| {
+        let result = write_batch(store.as_ref(), &batch);
+        if let Ok(ack) = &result {
+            crate::faults::fail_point(crate::faults::AFTER_INDEX_WRITE);
+            let now = crate::now_millis();
+            for delta in &batch {
+                let seconds = now.saturating_sub(delta.time) as f64 / 1000.0;
+                metrics().event_to_searchable_seconds.observe(seconds);
+            }
+            since_optimize += ack.upserted + ack.deleted;
         }
-    }
-
-    /// Queues a batch.
-    pub fn submit(&self, batch: Vec<IndexDelta>) {
-        self.jobs
-            .as_ref()
-            .expect("writer running")
-            .send(batch)
-            .expect("the index writer thread is alive");
-    }
-
-    /// The result of the oldest batch not yet taken, if it is written.
-    pub fn try_result(&self) -> Option<Result<IndexAck, StoreError>> {
-        self.results.try_recv().ok()
-    }
-}
-
-impl Drop for ShardWriter {
-    fn drop(&mut self) {
-        self.jobs.take();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        deliver.send(result);
+        if since_optimize >= optimize_every {
+            since_optimize = 0;
+            let started = Instant::now();
+            // Written, flushed and acknowledged already: a failure here loses nothing.
+            match store.optimize() {
+                Ok(()) => tracing::info!(
+                    seconds = started.elapsed().as_secs_f64(),
+                    "index shard optimized"
+                ),
+                Err(error) => tracing::warn!(%error, "index optimization failed"),
+            }
         }
     }
 }
@@ -197,15 +144,12 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
             Pipeline,
             "IndexWrite",
             move |_cap, info| {
-                let activator =
-                    Mutex::new(scope.worker().sync_activator_for(info.address.to_vec()));
-                let waker: Waker = Arc::new(move || {
-                    let _ = activator
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .activate();
-                });
-                let writer = ShardWriter::start(store, OPTIMIZE_EVERY, waker);
+                let waker = crate::background::operator_waker(scope.worker(), &info.address);
+                let writer = Background::start(
+                    "ragstream-index-writer",
+                    shard_writer(store, OPTIMIZE_EVERY),
+                    waker,
+                );
                 // The capabilities of the batches with the writer, oldest first: a time stays incomplete
                 // downstream (offsets uncommitted) until its batches are durable.
                 let mut pending: VecDeque<timely::dataflow::operators::Capability<u64>> =
@@ -233,8 +177,11 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::background::Waker;
     use crate::model::DocKey;
     use crate::store::edge::EdgeStore;
+    use std::sync::mpsc::channel;
+    use std::sync::Mutex;
     use std::time::Duration;
 
     fn delta(doc: &str) -> IndexDelta {
@@ -259,7 +206,11 @@ mod tests {
                 .unwrap()
                 .send(std::thread::current().name().map(str::to_string));
         });
-        let writer = ShardWriter::start(store, OPTIMIZE_EVERY, waker);
+        let writer = Background::start(
+            "ragstream-index-writer",
+            shard_writer(store, OPTIMIZE_EVERY),
+            waker,
+        );
         for doc in ["a", "b", "c"] {
             writer.submit(vec![delta(doc)]);
         }

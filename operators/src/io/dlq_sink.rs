@@ -4,6 +4,10 @@
 //!   `partition`, `offset`, `tenant`, `truncated`. Idempotent producer; each batch is flushed.
 //! - [`FileDlq`]: a JSONL file (directory and JSONL sources, or when no broker is configured); each batch
 //!   is appended and fsynced.
+//!
+//! The DlqWrite operator writes on a helper thread ([`Background`]), never on the worker: a flood of bad
+//! records (each batch flushed, outages retried) never holds the worker's queries. The batch's
+//! capability is kept until its records are durable, so offsets wait for them.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -18,6 +22,7 @@ use timely::dataflow::operators::Operator;
 use timely::dataflow::StreamVec;
 
 use super::kafka_log::QuietContext;
+use crate::background::{Background, Deliver};
 use crate::ingest::dlq::{DlqRecord, Origin};
 use crate::ingest::embed::with_backoff;
 
@@ -191,19 +196,33 @@ pub trait WriteDlq<'scope> {
 
 impl<'scope> WriteDlq<'scope> for StreamVec<'scope, u64, DlqRecord> {
     fn write_dlq(self, mut sink: Box<dyn DlqSink>) -> StreamVec<'scope, u64, usize> {
-        self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(Pipeline, "DlqWrite", move |_cap, _info| {
-            move |input, output| {
-                input.for_each(|cap, data| {
-                    for record in data.iter() {
+        let scope = self.scope();
+        self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(Pipeline, "DlqWrite", move |_cap, info| {
+            let waker = crate::background::operator_waker(scope.worker(), &info.address);
+            let writer = Background::start(
+                "ragstream-dlq-writer",
+                move |records: Vec<DlqRecord>, deliver: &Deliver<usize>| {
+                    for record in &records {
                         tracing::warn!(reason = %record.reason, origin = %record.origin, error = %record.message, "dead-lettered");
                     }
                     // A DLQ outage is an outage: retry until written; offsets wait for it.
-                    let written = with_backoff("dlq", |_: &String| true, || sink.write(data));
-                    if written.is_ok() {
-                        output.session(&cap).give(data.len());
-                    }
-                    data.clear();
+                    let written = with_backoff("dlq", |_: &String| true, || sink.write(&records));
+                    deliver.send(if written.is_ok() { records.len() } else { 0 });
+                },
+                waker,
+            );
+            // The capabilities of the batches with the writer, oldest first.
+            let mut pending: std::collections::VecDeque<timely::dataflow::operators::Capability<u64>> =
+                std::collections::VecDeque::new();
+            move |input, output| {
+                input.for_each(|cap, data| {
+                    pending.push_back(cap.retain_least(0).expect("time of the batch"));
+                    writer.submit(std::mem::take(data));
                 });
+                while let Some(written) = writer.try_result() {
+                    let cap = pending.pop_front().expect("one capability per batch");
+                    output.session(&cap).give(written);
+                }
             }
         })
     }

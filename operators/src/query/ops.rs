@@ -397,14 +397,7 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
             move |_, info| {
                 // The service wakes this operator from its own thread when a query's vector is ready;
                 // meanwhile the worker runs the rest of the query flow and ingest.
-                let activator =
-                    Mutex::new(scope.worker().sync_activator_for(info.address.to_vec()));
-                let waker = Arc::new(move || {
-                    let _ = activator
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .activate();
-                });
+                let waker = crate::background::operator_waker(scope.worker(), &info.address);
                 // Batches waiting for their vectors, each holding its capability.
                 let mut waiting: Vec<PendingEmbedding> = Vec::new();
                 move |input, output| {
