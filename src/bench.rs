@@ -66,24 +66,38 @@ fn peak_rss_mib() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The lines of a JSONL file, parsed (blank lines skipped).
+pub(crate) fn read_jsonl_lines(path: &std::path::Path) -> anyhow::Result<Vec<serde_json::Value>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| Ok(serde_json::from_str(l)?))
+        .collect()
+}
+
+/// A BEIR corpus (`{_id, title, text}` lines) as prose documents of the tenant `bench`.
+pub(crate) fn read_corpus(path: &std::path::Path) -> anyhow::Result<Vec<Document>> {
+    read_jsonl_lines(path)?
+        .into_iter()
+        .map(|value| {
+            let id = value["_id"].as_str().context("_id")?.to_string();
+            Ok(Document {
+                key: DocKey::new("bench", id.clone()),
+                version: 1,
+                source: id,
+                kind: DocKind::Prose,
+                title: value["title"].as_str().map(str::to_string),
+                text: value["text"].as_str().context("text")?.to_string(),
+                acl: vec![],
+            })
+        })
+        .collect()
+}
+
 /// Runs the benchmark and returns its report as JSON.
 pub fn ingest(args: IngestBench) -> anyhow::Result<serde_json::Value> {
-    let text = std::fs::read_to_string(&args.corpus)
-        .with_context(|| format!("reading {}", args.corpus.display()))?;
-    let mut documents = Vec::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let value: serde_json::Value = serde_json::from_str(line)?;
-        let id = value["_id"].as_str().context("_id")?.to_string();
-        documents.push(Document {
-            key: DocKey::new("bench", id.clone()),
-            version: 1,
-            source: id,
-            kind: DocKind::Prose,
-            title: value["title"].as_str().map(str::to_string),
-            text: value["text"].as_str().context("text")?.to_string(),
-            acl: vec![],
-        });
-    }
+    let mut documents = read_corpus(&args.corpus)?;
     if let Some(limit) = args.limit {
         documents.truncate(limit);
     }

@@ -12,11 +12,9 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::Context;
 use ragstream_operators::embed::minilm::{MiniLm, MiniLmOptions, Precision};
 use ragstream_operators::embed::Embedder;
 use ragstream_operators::ingest::chunk::{Chunker, ChunkerConfig};
-use ragstream_operators::model::{DocKey, DocKind, Document};
 use ragstream_topologies::config::EmbedderConfig;
 use serde_json::json;
 
@@ -47,15 +45,6 @@ pub struct EmbedBench {
     pub texts_out: Option<PathBuf>,
 }
 
-fn read_lines(path: &PathBuf) -> anyhow::Result<Vec<serde_json::Value>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| Ok(serde_json::from_str(l)?))
-        .collect()
-}
-
 fn load(engine: Engine, threads: usize) -> anyhow::Result<Box<dyn Embedder>> {
     let config = EmbedderConfig::default();
     let precision = match engine {
@@ -75,25 +64,16 @@ fn load(engine: Engine, threads: usize) -> anyhow::Result<Box<dyn Embedder>> {
 /// Runs the benchmark and returns its report as JSON.
 pub fn embed(args: EmbedBench) -> anyhow::Result<serde_json::Value> {
     let chunker = Chunker::new(ChunkerConfig::default());
-    let mut documents = read_lines(&args.corpus)?;
+    let mut documents = crate::bench::read_corpus(&args.corpus)?;
     if let Some(limit) = args.limit {
         documents.truncate(limit);
     }
-    let mut texts = Vec::new();
-    for value in &documents {
-        let id = value["_id"].as_str().context("_id")?.to_string();
-        let document = Document {
-            key: DocKey::new("bench", id.clone()),
-            version: 1,
-            source: id,
-            kind: DocKind::Prose,
-            title: value["title"].as_str().map(str::to_string),
-            text: value["text"].as_str().context("text")?.to_string(),
-            acl: vec![],
-        };
-        texts.extend(chunker.chunk(&document).iter().map(|c| c.embedding_input()));
-    }
-    let questions: Vec<String> = read_lines(&args.questions)?
+    let texts: Vec<String> = documents
+        .iter()
+        .flat_map(|d| chunker.chunk(d))
+        .map(|c| c.embedding_input())
+        .collect();
+    let questions: Vec<String> = crate::bench::read_jsonl_lines(&args.questions)?
         .iter()
         .take(args.queries)
         .map(|q| q["text"].as_str().unwrap_or_default().to_string())

@@ -14,7 +14,6 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use ragstream_operators::metrics::metrics;
 use ragstream_topologies::config::Config;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -35,15 +34,6 @@ pub struct LoadBench {
     pub queries: usize,
     /// Extra config lines (TOML, appended), e.g. `[embedder]\nthreads = 1`.
     pub config_extra: String,
-}
-
-fn lines(path: &PathBuf) -> anyhow::Result<Vec<Value>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| Ok(serde_json::from_str(l)?))
-        .collect()
 }
 
 fn summary(mut values: Vec<f64>) -> Value {
@@ -81,8 +71,8 @@ pub fn load(args: LoadBench) -> anyhow::Result<Value> {
         std::process::id(),
         ragstream_operators::now_millis()
     );
-    let documents = lines(&args.corpus)?;
-    let questions: Vec<String> = lines(&args.questions)?
+    let documents = crate::bench::read_jsonl_lines(&args.corpus)?;
+    let questions: Vec<String> = crate::bench::read_jsonl_lines(&args.questions)?
         .iter()
         .map(|q| q["text"].as_str().unwrap_or_default().to_string())
         .collect();
