@@ -625,6 +625,11 @@ mod tests {
             })
             .wait()
             .unwrap();
+        // The waker runs right after the result is stored (and `wait` may return in between).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while woken.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         assert_eq!(woken.load(Ordering::SeqCst), 1, "the waker ran once");
         let query_call = query.vectors[0][1] as usize;
         assert!(
