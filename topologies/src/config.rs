@@ -329,11 +329,11 @@ pub enum EmbedderPrecision {
 fn default_precision() -> EmbedderPrecision {
     EmbedderPrecision::Int8
 }
-/// Measured on 2 cores (BENCHMARKS.md, "inference threads"): see README.
+/// Chosen on 2 cores with `bench load` (BENCHMARKS.md, "Query latency under ingest"; README).
 fn default_inference_threads() -> usize {
     2
 }
-/// Measured under ingest on 2 cores (BENCHMARKS.md, "inference threads"): see README.
+/// Chosen on 2 cores with `bench load` (BENCHMARKS.md, "Query latency under ingest"; README).
 fn default_spinning() -> bool {
     true
 }
