@@ -6,10 +6,15 @@
 //! - The waker is called after each result is ready to take (in the job, so the job may go on with
 //!   housekeeping, such as an index optimization, after its result was delivered).
 //! - Dropping the handle lets the thread finish the jobs already submitted, then joins it.
+//!
+//! [`with_backoff`] retries a job's outages with capped exponential backoff on the helper thread.
 
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::metrics::metrics;
 
 /// A callback that schedules the operator (a timely `SyncActivator` in the job).
 pub type Waker = Arc<dyn Fn() + Send + Sync>;
@@ -99,6 +104,29 @@ impl<I, O> Drop for Background<I, O> {
         self.jobs.take();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
+        }
+    }
+}
+
+/// Runs `attempt` until it succeeds or fails with a non-retryable error, backing off exponentially.
+///
+/// For the helper threads' jobs (index writes, DLQ writes): the sleeps happen there, never on a worker.
+/// The embedder's outages are retried by the inference service instead.
+pub fn with_backoff<T, E: std::fmt::Display>(
+    component: &str,
+    retryable: impl Fn(&E) -> bool,
+    mut attempt: impl FnMut() -> Result<T, E>,
+) -> Result<T, E> {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match attempt() {
+            Err(error) if retryable(&error) => {
+                metrics().retries.with_label_values(&[component]).inc();
+                tracing::warn!(component, %error, retry_in_ms = delay.as_millis() as u64, "outage; retrying");
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(crate::embed::service::MAX_BACKOFF);
+            }
+            other => return other,
         }
     }
 }

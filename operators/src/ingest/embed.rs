@@ -18,7 +18,6 @@
 //!   survives.
 
 use std::collections::VecDeque;
-use std::time::Duration;
 
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::Exchange;
@@ -27,7 +26,7 @@ use timely::dataflow::StreamVec;
 
 use super::diff::ChunkDelta;
 use super::dlq::{DlqRecord, Origin};
-use crate::embed::service::{InferenceService, Priority, Ticket, MAX_BACKOFF};
+use crate::embed::service::{InferenceService, Priority, Ticket};
 use crate::embed::EmbedError;
 use crate::metrics::metrics;
 use crate::model::DocKey;
@@ -47,29 +46,6 @@ pub struct IndexDelta {
     pub restamp: Vec<PointWrite>,
     /// Ingestion time of the change.
     pub time: u64,
-}
-
-/// Runs `attempt` until it succeeds or fails with a non-retryable error, backing off exponentially.
-///
-/// Used by the index writer and the DLQ sink; the embedder's outages are retried by the
-/// [`InferenceService`] instead.
-pub fn with_backoff<T, E: std::fmt::Display>(
-    component: &str,
-    retryable: impl Fn(&E) -> bool,
-    mut attempt: impl FnMut() -> Result<T, E>,
-) -> Result<T, E> {
-    let mut delay = Duration::from_millis(100);
-    loop {
-        match attempt() {
-            Err(error) if retryable(&error) => {
-                metrics().retries.with_label_values(&[component]).inc();
-                tracing::warn!(component, %error, retry_in_ms = delay.as_millis() as u64, "outage; retrying");
-                std::thread::sleep(delay);
-                delay = (delay * 2).min(MAX_BACKOFF);
-            }
-            other => return other,
-        }
-    }
 }
 
 /// Texts per request to the inference service (whole documents: a request may hold more).
@@ -341,6 +317,7 @@ mod tests {
     use crate::ingest::diff::diff_chunk_sets;
     use crate::model::{ChunkSet, DocKind, Document};
     use std::sync::{Arc, Mutex};
+    use std::time::Duration;
 
     /// Answers `[bytes of the text, number of 'e's]`, or a wrong dimension for a whole call holding a
     /// text with `BAD` in it.

@@ -24,8 +24,8 @@ use timely::dataflow::channels::pact::Pipeline;
 use timely::dataflow::operators::Operator;
 use timely::dataflow::StreamVec;
 
-use super::embed::{with_backoff, IndexDelta};
-use crate::background::{Background, Deliver};
+use super::embed::IndexDelta;
+use crate::background::{with_backoff, Background, Deliver};
 use crate::metrics::metrics;
 use crate::store::{PointWrite, StoreError, VectorStore};
 

@@ -22,9 +22,8 @@ use timely::dataflow::operators::Operator;
 use timely::dataflow::StreamVec;
 
 use super::kafka_log::QuietContext;
-use crate::background::{Background, Deliver};
+use crate::background::{with_backoff, Background, Deliver};
 use crate::ingest::dlq::{DlqRecord, Origin};
-use crate::ingest::embed::with_backoff;
 
 /// A durable destination for DLQ records.
 pub trait DlqSink: Send {
