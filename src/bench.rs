@@ -54,16 +54,30 @@ pub(crate) fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
-fn peak_rss_mib() -> f64 {
+/// A memory field of `/proc/self/status` (e.g. `VmHWM:`, peak RSS) in MiB; 0 where unavailable.
+pub(crate) fn proc_status_mib(field: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         })
         .map(|kib| kib / 1024.0)
         .unwrap_or(0.0)
+}
+
+/// n, p50, p90, p99 and max of latencies in milliseconds.
+pub(crate) fn latency_summary(mut values: Vec<f64>) -> serde_json::Value {
+    values.sort_by(f64::total_cmp);
+    let at = |p: f64| {
+        if values.is_empty() {
+            0.0
+        } else {
+            values[((values.len() - 1) as f64 * p).round() as usize]
+        }
+    };
+    json!({"n": values.len(), "p50_ms": at(0.5), "p90_ms": at(0.9), "p99_ms": at(0.99), "max_ms": values.last().copied().unwrap_or(0.0)})
 }
 
 /// The lines of a JSONL file, parsed (blank lines skipped).
@@ -259,7 +273,7 @@ pub fn ingest(args: IngestBench) -> anyhow::Result<serde_json::Value> {
         "pipeline_overhead": 1.0 - pipeline_rate / embed_rate,
         "pipeline_overhead_from_first_event": 1.0 - consuming_rate / embed_rate,
         "event_to_searchable_ms": {"median": freshness_median, "max": freshness_max, "probes": latencies.len()},
-        "peak_rss_mib": peak_rss_mib(),
+        "peak_rss_mib": proc_status_mib("VmHWM:"),
     });
     let _ = std::fs::remove_dir_all(&config.index.path);
     let _ = std::fs::remove_file(&config_path);

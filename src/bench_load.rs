@@ -20,6 +20,8 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 use serde_json::{json, Value};
 
+use crate::bench::latency_summary as summary;
+
 /// Arguments of `bench load`.
 pub struct LoadBench {
     /// BEIR corpus (`{_id, title, text}` per line).
@@ -34,18 +36,6 @@ pub struct LoadBench {
     pub queries: usize,
     /// Extra config lines (TOML, appended), e.g. `[embedder]\nthreads = 1`.
     pub config_extra: String,
-}
-
-fn summary(mut values: Vec<f64>) -> Value {
-    values.sort_by(f64::total_cmp);
-    let at = |p: f64| {
-        if values.is_empty() {
-            0.0
-        } else {
-            values[((values.len() - 1) as f64 * p).round() as usize]
-        }
-    };
-    json!({"n": values.len(), "p50_ms": at(0.5), "p90_ms": at(0.9), "p99_ms": at(0.99), "max_ms": values.last().copied().unwrap_or(0.0)})
 }
 
 /// Round trips of one phase: (new questions, cached vectors).

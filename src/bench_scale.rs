@@ -43,11 +43,11 @@ pub struct ScaleBench {
 }
 
 const PARTITIONS: i32 = 4;
-const DIMENSION: usize = 384;
+pub(crate) const DIMENSION: usize = 384;
 const QUERIES_IN_FLIGHT: usize = 32;
 
 /// Serves an instant OpenAI-compatible `/v1/embeddings` on loopback; returns its URL.
-fn instant_embedder() -> anyhow::Result<String> {
+pub(crate) fn instant_embedder() -> anyhow::Result<String> {
     let server = crate::http::listen_nodelay("127.0.0.1:0")?;
     let url = format!(
         "http://{}",

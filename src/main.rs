@@ -8,6 +8,7 @@ mod bench_embed;
 mod bench_load;
 mod bench_query;
 mod bench_scale;
+mod bench_volume;
 mod client;
 mod eval;
 mod http;
@@ -179,6 +180,31 @@ enum BenchCommand {
         /// Rounds over the worker counts (interleaved: 1, 2, 4, 1, 2, 4, …); medians are reported.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+    },
+    /// The job at a million chunks, the model taken out (instant embedder): ingest rate, RSS, disk,
+    /// query round trips while growing, at full size idle and under ingest, stalls during optimization.
+    Volume {
+        /// BEIR-layout corpus.jsonl (repeated with varied ids and words up to the target).
+        #[arg(long)]
+        corpus: PathBuf,
+        /// Questions (`{_id, text}` lines).
+        #[arg(long)]
+        questions: PathBuf,
+        /// Kafka bootstrap servers.
+        #[arg(long)]
+        brokers: String,
+        /// Chunks to index.
+        #[arg(long, default_value_t = 1_000_000)]
+        chunks: u64,
+        /// Chunks streamed in while the loaded phase queries.
+        #[arg(long, default_value_t = 50_000)]
+        extra_chunks: u64,
+        /// Dataflow workers (one index shard each).
+        #[arg(long, default_value_t = 1)]
+        workers: usize,
+        /// Round trips in the idle and loaded phases.
+        #[arg(long, default_value_t = 1000)]
+        queries: usize,
     },
     /// The local embedder's word pieces/s on a corpus's chunks and its single-query latency.
     Embed {
@@ -444,6 +470,27 @@ fn main() -> anyhow::Result<()> {
                 workers,
                 queries,
                 rounds,
+            })?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
+        }
+        Command::Bench(BenchCommand::Volume {
+            corpus,
+            questions,
+            brokers,
+            chunks,
+            extra_chunks,
+            workers,
+            queries,
+        }) => {
+            let report = bench_volume::volume(bench_volume::VolumeBench {
+                corpus,
+                questions,
+                brokers,
+                chunks,
+                extra_chunks,
+                workers,
+                queries,
             })?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())

@@ -34,6 +34,10 @@ pub struct Metrics {
     pub embed_texts: IntCounter,
     /// Seconds per index write (upserts, deletes and flush of one batch).
     pub index_write_seconds: Histogram,
+    /// Seconds per index shard optimization (segment merges, HNSW builds), run off the workers.
+    pub index_optimize_seconds: Histogram,
+    /// Shards being optimized right now.
+    pub index_optimizations_running: IntGauge,
     /// Retries of index writes and embedding calls after an outage.
     pub retries: IntCounterVec,
     /// DLQ records by reason.
@@ -312,6 +316,21 @@ impl Metrics {
                 "ragstream_index_write_seconds",
                 "Seconds per index write batch, flush included.",
             ),
+            index_optimize_seconds: histogram(
+                "ragstream_index_optimize_seconds",
+                "Seconds per index shard optimization (segment merges and HNSW builds).",
+            ),
+            index_optimizations_running: {
+                let gauge = IntGauge::new(
+                    "ragstream_index_optimizations_running",
+                    "Index shards being optimized right now.",
+                )
+                .expect("valid metric");
+                registry
+                    .register(Box::new(gauge.clone()))
+                    .expect("unique metric");
+                gauge
+            },
             retries: counter_vec(
                 "ragstream_retries_total",
                 "Retries after an outage, by component.",

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use qdrant_edge::{
-    Condition, CountRequest, CreateIndex, Distance, EdgeConfig, EdgeShard, EdgeSparseVectorParams,
-    EdgeVectorParams, FieldCondition, FieldIndexOperations, Filter, JsonPath, KeywordIndexParams,
+    Condition, CountRequest, CreateIndex, Distance, EdgeConfig, EdgeOptimizersConfig, EdgeShard,
+    EdgeSparseVectorParams, EdgeVectorParams, FieldCondition, FieldIndexOperations, Filter, JsonPath, KeywordIndexParams,
     Match, Modifier, NamedQuery, PayloadFieldSchema, PayloadSchemaParams, PayloadSchemaType,
     PointId, PointInsertOperations, PointOperations, PointStruct, QueryEnum, QueryRequest,
     ScoringQuery, ScrollRequest, UpdateOperation, Vector, VectorInternal, VectorStructInternal,
@@ -28,6 +28,21 @@ use super::{
 
 /// Points per scroll page.
 const SCROLL_PAGE: usize = 512;
+
+/// Segments a shard's merge optimizer aims at. The engine's default on two cores is 2, so every
+/// optimization merged the newly indexed points into the shard's largest segment and rebuilt it: the
+/// cost of an optimization grew with the shard and, since writes wait for it, ingest slowed from 1590
+/// to 370 chunks/s between 20k and 200k chunks (`bench volume`, BENCHMARKS.md). With 8, segments are
+/// merged smallest first once there are more than 8, so a point is rewritten a logarithmic number of
+/// times; a search visits at most about 8 indexed segments plus the appendable one.
+const SEGMENTS: usize = 8;
+
+fn optimizers() -> EdgeOptimizersConfig {
+    EdgeOptimizersConfig {
+        default_segment_number: Some(SEGMENTS),
+        ..EdgeOptimizersConfig::default()
+    }
+}
 
 /// A qdrant-edge shard on disk.
 pub struct EdgeStore {
@@ -123,6 +138,7 @@ impl EdgeStore {
                     .modifier(Modifier::Idf)
                     .build(),
             )
+            .optimizers(optimizers())
             .build();
         let existing = path.join("edge_config.json").exists();
         let shard = if existing {
@@ -132,6 +148,12 @@ impl EdgeStore {
         }
         .map_err(engine_error)?;
         if existing {
+            // Shards written by an earlier version keep their config file: bring the optimizer's up to date.
+            if shard.config().optimizers != optimizers() {
+                shard
+                    .set_optimizers_config(optimizers())
+                    .map_err(engine_error)?;
+            }
             let found = shard.config().vectors.get(DENSE_VECTOR).map(|v| v.size);
             if found != Some(dimension) {
                 return Err(StoreError::EmbedderMismatch {

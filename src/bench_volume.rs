@@ -1,0 +1,435 @@
+//! `ragstream bench volume`: the job at a million chunks on one machine, the model taken out.
+//!
+//! The job's embedder is the instant in-process `/v1/embeddings` server of `bench scale` (hashed
+//! bag-of-words vectors, 384-d), so what is measured is the pipeline and the index at volume: Kafka
+//! consume, chunking, the differential upsert, index writes and flushes, the shard optimizations (segment
+//! merges, HNSW builds) and queries against the grown index.
+//!
+//! Documents are a corpus repeated with varied ids (`<id>~<pass>`); from the second pass on, a quarter of
+//! each text's words are swapped for corpus words picked by a hash of (document, position), so vectors
+//! and BM25 terms differ from pass to pass (the HNSW graph does not index thousands of identical vectors)
+//! while word statistics stay the corpus's. Events are produced ahead of the job with a bounded backlog.
+//! 1. grow: documents stream in until `chunks` chunks are indexed, while one client sends queries one after
+//!    another through the job's query ingress; ingest rate, round trips and RSS are reported per tenth of
+//!    the target, and every round trip that overlapped a shard optimization is kept apart;
+//! 2. idle: at full size, once writes and optimizations are done, `queries` round trips;
+//! 3. loaded: `extra_chunks` more chunks stream in while the client goes on.
+//!
+//! Memory: peak and current RSS of the process, split into anonymous (heap: the job's arrangements, the
+//! engine's in-memory structures) and file-backed (the index's memory-mapped segments) pages.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use ragstream_operators::io::query_source::HttpIngress;
+use ragstream_operators::metrics::metrics;
+use ragstream_topologies::config::Config;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use serde_json::{json, Value};
+
+/// Arguments of `bench volume`.
+pub struct VolumeBench {
+    /// BEIR corpus (`{_id, title, text}` per line).
+    pub corpus: PathBuf,
+    /// Questions (`{_id, text}` per line).
+    pub questions: PathBuf,
+    /// Kafka bootstrap servers.
+    pub brokers: String,
+    /// Chunks to index before the idle phase.
+    pub chunks: u64,
+    /// Chunks streamed in during the loaded phase.
+    pub extra_chunks: u64,
+    /// Dataflow workers (one index shard each).
+    pub workers: usize,
+    /// Round trips in the idle phase (and at most in the loaded one).
+    pub queries: usize,
+}
+
+const PARTITIONS: i32 = 4;
+/// Documents produced ahead of the job's consumption.
+const BACKLOG: u64 = 20_000;
+/// Slices of the grow phase reported apart.
+const BANDS: u64 = 10;
+
+/// The repeated corpus.
+struct Corpus {
+    /// (id, title, text).
+    documents: Vec<(String, String, String)>,
+    vocabulary: Vec<String>,
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+impl Corpus {
+    fn read(path: &Path) -> anyhow::Result<Self> {
+        let documents: Vec<(String, String, String)> = crate::bench::read_jsonl_lines(path)?
+            .iter()
+            .map(|d| {
+                let field = |name: &str| d[name].as_str().unwrap_or_default().to_string();
+                (field("_id"), field("title"), field("text"))
+            })
+            .collect();
+        anyhow::ensure!(!documents.is_empty(), "{} has no documents", path.display());
+        let vocabulary = documents
+            .iter()
+            .flat_map(|(_, _, text)| text.split_whitespace().map(str::to_string))
+            .collect();
+        Ok(Self {
+            documents,
+            vocabulary,
+        })
+    }
+
+    /// The `serial`-th event: (Kafka key, payload, text bytes).
+    fn event(&self, serial: u64) -> (String, String, usize) {
+        let count = self.documents.len() as u64;
+        let (pass, index) = (serial / count, (serial % count) as usize);
+        let (id, title, text) = &self.documents[index];
+        let text = if pass == 0 {
+            text.clone()
+        } else {
+            text.split_whitespace()
+                .enumerate()
+                .map(|(position, word)| {
+                    let hash = splitmix(serial.wrapping_mul(0x1_0000_0001) ^ position as u64);
+                    if hash % 4 == 0 {
+                        self.vocabulary[(hash >> 8) as usize % self.vocabulary.len()].as_str()
+                    } else {
+                        word
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let doc_id = format!("{id}~{pass}");
+        let payload = json!({"tenant": "bench", "doc_id": doc_id, "version": 1, "kind": "prose",
+            "title": title, "text": text})
+        .to_string();
+        (format!("bench/{doc_id}"), payload, text.len())
+    }
+}
+
+/// One query round trip.
+struct Sample {
+    round_trip_ms: f64,
+    /// The job's own latency without the query embedding stage.
+    job_ms_without_embedding: f64,
+    /// A shard optimization ran at some point during the round trip.
+    during_optimization: bool,
+    /// Chunks indexed when the query was sent.
+    chunks: u64,
+}
+
+fn optimizations() -> (i64, u64) {
+    (
+        metrics().index_optimizations_running.get(),
+        metrics().index_optimize_seconds.get_sample_count(),
+    )
+}
+
+/// Sends `questions` one after another until `stop` is set or `limit` round trips are done.
+fn ask_until(
+    ingress: &HttpIngress,
+    questions: &[String],
+    first: usize,
+    limit: usize,
+    stop: &AtomicBool,
+    chunks_base: u64,
+) -> anyhow::Result<Vec<Sample>> {
+    let mut samples = Vec::new();
+    for (i, question) in questions.iter().cycle().skip(first).enumerate() {
+        if samples.len() >= limit || stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let body = json!({"query_id": format!("volume-{first}-{i}"), "tenant": "bench",
+            "text": question, "token_budget": 1000});
+        let before = optimizations();
+        let chunks = metrics().chunks_upserted.get() - chunks_base;
+        let sent = Instant::now();
+        let (_, reply) = ingress.submit(body.to_string().into_bytes());
+        let context = reply.recv_timeout(Duration::from_secs(120))?;
+        let round_trip_ms = sent.elapsed().as_secs_f64() * 1000.0;
+        let after = optimizations();
+        anyhow::ensure!(context.error.is_none(), "query failed: {:?}", context.error);
+        let stage = |name: &str| context.latency_ms.get(name).copied().unwrap_or(0.0);
+        samples.push(Sample {
+            round_trip_ms,
+            job_ms_without_embedding: stage("total") - stage("embed"),
+            during_optimization: before.0 > 0 || after.0 > 0 || after.1 != before.1,
+            chunks,
+        });
+    }
+    Ok(samples)
+}
+
+fn summary<'a>(samples: impl Iterator<Item = &'a Sample>) -> Value {
+    let (round_trips, job): (Vec<f64>, Vec<f64>) = samples
+        .map(|s| (s.round_trip_ms, s.job_ms_without_embedding))
+        .unzip();
+    json!({"round_trip": crate::bench::latency_summary(round_trips),
+        "job_without_embedding": crate::bench::latency_summary(job)})
+}
+
+fn longest_during_optimization<'a>(samples: impl Iterator<Item = &'a Sample>) -> f64 {
+    samples
+        .filter(|s| s.during_optimization)
+        .map(|s| s.round_trip_ms)
+        .fold(0.0, f64::max)
+}
+
+fn memory() -> Value {
+    let field = crate::bench::proc_status_mib;
+    json!({"rss_mib": field("VmRSS:"), "anonymous_mib": field("RssAnon:"),
+        "file_backed_mib": field("RssFile:"), "peak_rss_mib": field("VmHWM:")})
+}
+
+/// Bytes allocated on disk under `path`.
+fn disk_bytes(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.metadata() {
+            Ok(meta) if meta.is_dir() => disk_bytes(&entry.path()),
+            Ok(meta) => meta.blocks() * 512,
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// Produces the corpus's events in order, a bounded backlog ahead of the job.
+struct Feeder<'a> {
+    corpus: &'a Corpus,
+    producer: BaseProducer,
+    topic: String,
+    next: u64,
+    text_bytes: u64,
+}
+
+impl Feeder<'_> {
+    /// Produces events, at most [`BACKLOG`] ahead of the job, until `enough(produced)`; then waits until
+    /// the job acknowledged all of them. Calls `tick` between steps. Returns the events produced.
+    fn feed(
+        &mut self,
+        consumed_base: u64,
+        enough: &dyn Fn(u64) -> bool,
+        mut tick: impl FnMut(),
+    ) -> anyhow::Result<u64> {
+        let first = self.next;
+        let deadline = Instant::now() + Duration::from_secs(4 * 3600);
+        loop {
+            let produced = self.next - first;
+            let consumed = metrics().source_events.get() - consumed_base;
+            if !enough(produced) && produced < consumed + BACKLOG {
+                for _ in 0..500 {
+                    let (key, payload, bytes) = self.corpus.event(self.next);
+                    crate::bench::send_blocking(
+                        &self.producer,
+                        BaseRecord::to(&self.topic).key(&key).payload(&payload),
+                    );
+                    self.next += 1;
+                    self.text_bytes += bytes as u64;
+                }
+                self.producer.poll(Duration::ZERO);
+            } else if enough(produced)
+                && consumed >= produced
+                && metrics().in_flight_messages.get() == 0
+            {
+                self.producer.flush(Duration::from_secs(60))?;
+                return Ok(produced);
+            } else {
+                self.producer.poll(Duration::from_millis(5));
+            }
+            tick();
+            anyhow::ensure!(Instant::now() < deadline, "ingest did not finish in 4 hours");
+        }
+    }
+}
+
+/// Runs the benchmark and returns its report.
+pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
+    let run = format!(
+        "{}-{}",
+        std::process::id(),
+        ragstream_operators::now_millis()
+    );
+    let corpus = Corpus::read(&args.corpus)?;
+    let questions: Vec<String> = crate::bench::read_jsonl_lines(&args.questions)?
+        .iter()
+        .map(|q| q["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    anyhow::ensure!(
+        questions.len() >= 2 * args.queries,
+        "{} questions, need {}",
+        questions.len(),
+        2 * args.queries
+    );
+    let topic = format!("volume-docs-{run}");
+    let index = std::env::temp_dir().join(format!("ragstream-bench-volume-{run}"));
+    let config_path = std::env::temp_dir().join(format!("ragstream-bench-volume-{run}.toml"));
+    let embedder = crate::bench_scale::instant_embedder()?;
+    std::fs::write(
+        &config_path,
+        format!(
+            "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"{}\"\ndocuments_topic = \"{topic}\"\nqueries_topic = \"volume-queries-{run}\"\ncontexts_topic = \"volume-contexts-{run}\"\ndlq_topic = \"volume-dlq-{run}\"\ngroup_id = \"volume-{run}\"\n[embedder]\nkind = \"http\"\nurl = \"{embedder}\"\ndimension = {}\nbatch_size = 64\n[index]\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = {}\n",
+            args.brokers,
+            crate::bench_scale::DIMENSION,
+            index.display().to_string(),
+            args.workers,
+        ),
+    )?;
+    let config = Config::load(&config_path)?;
+    config.validate()?;
+    let client = config.kafka.client_config();
+    ragstream_operators::io::kafka_admin::ensure_topics(&client, &[(&topic, PARTITIONS)])
+        .map_err(anyhow::Error::msg)?;
+    let mut feeder = Feeder {
+        corpus: &corpus,
+        producer: client.clone().set("linger.ms", "20").create()?,
+        topic,
+        next: 0,
+        text_bytes: 0,
+    };
+    let chunks_base = metrics().chunks_upserted.get();
+    let events_base = metrics().source_events.get();
+    let running = crate::runtime::start(config)?;
+    let indexed = || metrics().chunks_upserted.get() - chunks_base;
+
+    // 1. Grow to the target while one client queries.
+    let stop = AtomicBool::new(false);
+    let bands: Mutex<Vec<Value>> = Mutex::new(Vec::new());
+    let grow_started = Instant::now();
+    let (grow_events, grow) = std::thread::scope(|scope| -> anyhow::Result<_> {
+        let client = scope.spawn(|| {
+            ask_until(
+                &running.ingress,
+                &questions,
+                0,
+                usize::MAX,
+                &stop,
+                chunks_base,
+            )
+        });
+        let band_size = (args.chunks / BANDS).max(1);
+        let mut band_start = (Instant::now(), 0u64);
+        let enough = |produced: u64| {
+            // Chunks still to come from the backlog, at the chunks-per-event rate seen so far.
+            let consumed = metrics().source_events.get() - events_base;
+            let pending =
+                produced.saturating_sub(consumed) + metrics().in_flight_messages.get().max(0) as u64;
+            let rate = indexed() as f64 / consumed.saturating_sub(pending).max(1) as f64;
+            indexed() as f64 + pending as f64 * rate.max(1.0) >= args.chunks as f64
+        };
+        let fed = feeder.feed(events_base, &enough, || {
+            let chunks = indexed();
+            if chunks >= band_start.1 + band_size {
+                let seconds = band_start.0.elapsed().as_secs_f64();
+                let mut bands = bands.lock().expect("bands");
+                bands.push(json!({"chunks": chunks, "chunks_per_s": (chunks - band_start.1) as f64 / seconds,
+                    "at_s": grow_started.elapsed().as_secs_f64(), "memory": memory()}));
+                eprintln!("{}", bands.last().expect("pushed"));
+                band_start = (Instant::now(), chunks);
+            }
+        });
+        stop.store(true, Ordering::SeqCst);
+        let samples = client.join().expect("query client")?;
+        Ok((fed?, samples))
+    })?;
+    let grow_seconds = grow_started.elapsed().as_secs_f64();
+    let grown = indexed();
+    eprintln!("grown to {grown} chunks from {grow_events} events in {grow_seconds:.0} s");
+
+    // 2. Idle at full size: once the last optimizations are done.
+    let settle = Instant::now();
+    while optimizations().0 > 0 {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let settle_seconds = settle.elapsed().as_secs_f64();
+    let at_full_size = json!({"memory": memory(), "disk_mib": disk_bytes(&index) as f64 / 1048576.0,
+        "text_mib": feeder.text_bytes as f64 / 1048576.0});
+    eprintln!("at full size: {at_full_size}");
+    stop.store(false, Ordering::SeqCst);
+    let idle = ask_until(
+        &running.ingress,
+        &questions,
+        questions.len() / 2,
+        args.queries,
+        &stop,
+        chunks_base,
+    )?;
+
+    // 3. Loaded at full size.
+    let loaded_base = indexed();
+    let loaded_events_base = metrics().source_events.get();
+    let loaded_started = Instant::now();
+    let (loaded_events, loaded) = std::thread::scope(|scope| -> anyhow::Result<_> {
+        let client = scope.spawn(|| {
+            ask_until(
+                &running.ingress,
+                &questions,
+                questions.len() / 2 + args.queries,
+                args.queries,
+                &stop,
+                chunks_base,
+            )
+        });
+        let enough = |_: u64| indexed() >= loaded_base + args.extra_chunks;
+        let fed = feeder.feed(loaded_events_base, &enough, || {});
+        stop.store(true, Ordering::SeqCst);
+        let samples = client.join().expect("query client")?;
+        Ok((fed?, samples))
+    })?;
+    let loaded_seconds = loaded_started.elapsed().as_secs_f64();
+    let loaded_chunks = indexed() - loaded_base;
+    let end = json!({"memory": memory(), "disk_mib": disk_bytes(&index) as f64 / 1048576.0});
+    running.shutdown.store(true, Ordering::SeqCst);
+    let _ = running.join();
+    let _ = std::fs::remove_dir_all(&index);
+
+    let grow_by_band: Vec<Value> = (0..BANDS)
+        .map(|band| {
+            let (low, high) = (band * args.chunks / BANDS, (band + 1) * args.chunks / BANDS);
+            let in_band = || grow.iter().filter(move |s| s.chunks >= low && s.chunks < high);
+            json!({"chunks_from": low, "chunks_to": high, "queries": summary(in_band()),
+                "longest_during_optimization_ms": longest_during_optimization(in_band())})
+        })
+        .collect();
+    let optimize = &metrics().index_optimize_seconds;
+    Ok(json!({
+        "corpus": args.corpus.display().to_string(),
+        "workers": args.workers,
+        "partitions": PARTITIONS,
+        "embedder": "instant in-process /v1/embeddings (model time excluded)",
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "grow": {
+            "events": grow_events, "chunks": grown, "seconds": grow_seconds,
+            "chunks_per_s": grown as f64 / grow_seconds,
+            "bands": bands.into_inner().expect("bands"),
+            "queries": summary(grow.iter()),
+            "queries_during_optimization": summary(grow.iter().filter(|s| s.during_optimization)),
+            "longest_round_trip_during_optimization_ms": longest_during_optimization(grow.iter()),
+            "queries_by_band": grow_by_band,
+            "settle_seconds": settle_seconds,
+        },
+        "optimizations": {"count": optimize.get_sample_count(), "seconds": optimize.get_sample_sum()},
+        "at_full_size": at_full_size,
+        "idle": summary(idle.iter()),
+        "loaded": {
+            "events": loaded_events, "chunks": loaded_chunks, "seconds": loaded_seconds,
+            "chunks_per_s": loaded_chunks as f64 / loaded_seconds,
+            "queries": summary(loaded.iter()),
+            "longest_round_trip_during_optimization_ms": longest_during_optimization(loaded.iter()),
+        },
+        "end": end,
+        "peak_rss_mib": crate::bench::proc_status_mib("VmHWM:"),
+    }))
+}
