@@ -7,8 +7,12 @@
 //! - `RAGSTREAM_FAULT_INDEX_DOWN=<path>`: while the file `<path>` exists, every index write (upsert,
 //!   delete, flush) fails with [`StoreError::Unavailable`], as an unreachable index would
 //!   ([`FaultyStore`], wrapped around each shard by the runtime).
+//! - `RAGSTREAM_FAULT_INDEX_RULES=<path>`: the file `<path>`, read at every upsert, holds lines
+//!   `refuse <doc_id>` (the index refuses that document's points: [`StoreError::Invalid`], as a point the
+//!   engine will never take) and `unavailable <doc_id>` (its points fail with [`StoreError::Unavailable`]
+//!   while the line is there).
 //!
-//! Both are read once at start; a fail point not named costs one relaxed atomic load.
+//! The variables are read once at start; a fail point not named costs one relaxed atomic load.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -33,6 +37,8 @@ pub const AFTER_OFFSET_STORE: &str = "after_offset_store";
 pub const FAILPOINT_ENV: &str = "RAGSTREAM_FAILPOINT";
 /// Environment variable naming the file whose presence makes index writes fail.
 pub const INDEX_DOWN_ENV: &str = "RAGSTREAM_FAULT_INDEX_DOWN";
+/// Environment variable naming the file of per-document index write rules.
+pub const INDEX_RULES_ENV: &str = "RAGSTREAM_FAULT_INDEX_RULES";
 
 struct Armed {
     name: String,
@@ -76,32 +82,74 @@ pub fn fail_point(name: &str) {
     }
 }
 
-/// Wraps `store` in a [`FaultyStore`] when [`INDEX_DOWN_ENV`] is set.
+/// Wraps `store` in a [`FaultyStore`] when [`INDEX_DOWN_ENV`] or [`INDEX_RULES_ENV`] is set.
 pub fn maybe_faulty(store: Arc<dyn VectorStore>) -> Arc<dyn VectorStore> {
-    match std::env::var_os(INDEX_DOWN_ENV) {
-        Some(path) => Arc::new(FaultyStore {
-            inner: store,
-            down: PathBuf::from(path),
-        }),
-        None => store,
+    let down = std::env::var_os(INDEX_DOWN_ENV).map(PathBuf::from);
+    let rules = std::env::var_os(INDEX_RULES_ENV).map(PathBuf::from);
+    if down.is_none() && rules.is_none() {
+        return store;
     }
+    Arc::new(FaultyStore {
+        inner: store,
+        down,
+        rules,
+    })
 }
 
-/// A store whose writes fail as unavailable while the file `down` exists; reads pass through.
+/// A store whose writes fail as unavailable while the file `down` exists, and whose upserts follow
+/// the per-document `rules` file; reads pass through.
 pub struct FaultyStore {
     inner: Arc<dyn VectorStore>,
-    down: PathBuf,
+    down: Option<PathBuf>,
+    rules: Option<PathBuf>,
 }
 
 impl FaultyStore {
+    /// `inner` with upserts following the per-document rules file at `rules` (see the module docs).
+    pub fn with_rules(inner: Arc<dyn VectorStore>, rules: PathBuf) -> Self {
+        Self {
+            inner,
+            down: None,
+            rules: Some(rules),
+        }
+    }
+
     fn check(&self) -> Result<(), StoreError> {
-        if self.down.exists() {
+        if self.down.as_ref().is_some_and(|down| down.exists()) {
             Err(StoreError::Unavailable(
                 "injected fault: index down".to_string(),
             ))
         } else {
             Ok(())
         }
+    }
+
+    fn check_points(&self, points: &[PointWrite]) -> Result<(), StoreError> {
+        let Some(rules) = self.rules.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) else {
+            return Ok(());
+        };
+        for line in rules.lines() {
+            let Some((rule, doc_id)) = line.trim().split_once(' ') else {
+                continue;
+            };
+            if !points.iter().any(|p| p.key.doc_id == doc_id) {
+                continue;
+            }
+            match rule {
+                "refuse" => {
+                    return Err(StoreError::Invalid(format!(
+                        "injected fault: points of {doc_id} refused"
+                    )))
+                }
+                "unavailable" => {
+                    return Err(StoreError::Unavailable(format!(
+                        "injected fault: points of {doc_id} unavailable"
+                    )))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 }
 
@@ -114,6 +162,7 @@ impl VectorStore for FaultyStore {
     }
     fn upsert(&self, points: &[PointWrite]) -> Result<(), StoreError> {
         self.check()?;
+        self.check_points(points)?;
         self.inner.upsert(points)
     }
     fn delete(&self, ids: &[uuid::Uuid]) -> Result<(), StoreError> {
@@ -168,7 +217,8 @@ mod tests {
         let down = dir.path().join("down");
         let store = FaultyStore {
             inner,
-            down: down.clone(),
+            down: Some(down.clone()),
+            rules: None,
         };
         std::fs::write(&down, "").expect("down");
         assert!(matches!(store.delete(&[]), Err(StoreError::Unavailable(_))));

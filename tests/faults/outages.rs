@@ -1,6 +1,7 @@
 //! Case 2, the broker killed for 30 s and restarted, case 3, the index unavailable (writes fail
-//! through the store trait while a marker file exists, `RAGSTREAM_FAULT_INDEX_DOWN`), and case 4, the
-//! embedding server down for 20 s while queries are served. The job must not crash, must not advance
+//! through the store trait while a marker file exists, `RAGSTREAM_FAULT_INDEX_DOWN`), case 3b, the
+//! index refusing one document for good and another for 20 s (`RAGSTREAM_FAULT_INDEX_RULES`), and
+//! case 4, the embedding server down for 20 s while queries are served. The job must not crash, must not advance
 //! offsets past what the index holds, must keep memory bounded, and must drain the lag afterwards with
 //! nothing lost; during an embedder outage queries keep answering without waiting on it.
 
@@ -9,7 +10,8 @@ use std::time::{Duration, Instant};
 use ragstream_operators::faults;
 
 use super::common::broker::Broker;
-use super::common::job::{http_get, http_post_json, metric, Job};
+use super::common::job::{http_get, http_post_json, metric, metric_labeled, Job};
+use super::common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
 use super::support::{lost_stale, wait_committed, EmbeddingServer, Workload, DIMENSION};
 
 const DOCS: &str = "docs";
@@ -145,6 +147,113 @@ fn index_unavailable_pauses_consumption_and_loses_nothing() {
     );
     assert_eq!((lost, stale), (0, 0), "{example}");
     assert_eq!(dlq, 0.0);
+}
+
+#[test]
+fn index_refusing_documents_dead_letters_one_retries_the_other_and_loses_nothing() {
+    const REFUSED: &str = "doc-7";
+    const DELAYED: &str = "doc-21";
+    let broker = setup();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules = dir.path().join("index-rules");
+    std::fs::write(&rules, format!("refuse {REFUSED}\nunavailable {DELAYED}\n")).expect("rules");
+    let embedder = EmbeddingServer::start();
+    let sections = format!(
+        "[embedder]\nkind = \"http\"\nurl = \"{}\"\ndimension = {DIMENSION}\nbatch_size = 64\n",
+        embedder.url
+    );
+    let rules_env = rules.display().to_string();
+    let mut job = Job::start_with_env(
+        dir.path(),
+        &config(&broker, "refuse", &sections),
+        2,
+        &[(faults::INDEX_RULES_ENV, &rules_env)],
+    );
+    job.wait_ready(Duration::from_secs(60));
+    // One event at a time, so each document's partition and offset are known.
+    let mut oracle = Oracle::default();
+    let mut offsets = std::collections::BTreeMap::new();
+    for (n, paragraph) in squad().iter().take(40).enumerate() {
+        let doc_id = format!("doc-{n}");
+        let event = oracle.upsert("squad", &doc_id, 1, &paragraph.title, &paragraph.text);
+        let before = broker.high_watermarks(DOCS, PARTITIONS);
+        broker.produce(DOCS, &[event]);
+        let after = broker.high_watermarks(DOCS, PARTITIONS);
+        let partition = (0..PARTITIONS as usize)
+            .find(|&p| after[p] > before[p])
+            .expect("one partition grew");
+        offsets.insert(doc_id, (partition, before[partition]));
+    }
+    let (refused_partition, refused_offset) = offsets[REFUSED];
+    let (delayed_partition, delayed_offset) = offsets[DELAYED];
+
+    // 20 s of the delayed document's outage: offsets never pass it, and pass the refused one only
+    // once its DLQ record is written.
+    let outage = Instant::now();
+    let mut dlq_seen_before_commit = None;
+    while outage.elapsed() < Duration::from_secs(20) {
+        assert!(job.running(), "the job died:\n{}", job.log());
+        let committed = broker.committed("refuse", DOCS, PARTITIONS);
+        assert!(
+            committed[delayed_partition] <= delayed_offset,
+            "offsets passed {DELAYED} while the index refused it as unavailable: {committed:?}"
+        );
+        if dlq_seen_before_commit.is_none() && committed[refused_partition] > refused_offset {
+            dlq_seen_before_commit = Some(!broker.read_all(DLQ, 1).is_empty());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let retries = metric(&job.metrics(), "ragstream_retries_total");
+    std::fs::write(&rules, format!("refuse {REFUSED}\n")).expect("rules");
+    let back = Instant::now();
+    wait_committed(&broker, "refuse", DOCS, PARTITIONS, &job);
+    let drained = back.elapsed().as_secs_f64();
+    if dlq_seen_before_commit.is_none() {
+        dlq_seen_before_commit = Some(!broker.read_all(DLQ, 1).is_empty());
+    }
+    let metrics = job.metrics();
+    let refused_metric = metric_labeled(
+        &metrics,
+        "ragstream_dlq_records_total",
+        "reason=\"index_refused\"",
+    );
+    let records = broker.read_all(DLQ, 1);
+    assert!(job.stop().success());
+
+    let refused_key = format!("squad/{REFUSED}");
+    let expected: std::collections::BTreeSet<_> = oracle
+        .expected(&default_chunker())
+        .into_iter()
+        .filter(|(key, _, _)| key != &refused_key)
+        .collect();
+    let actual = index_contents(&dir.path().join("index"));
+    let (lost, stale, example) = compare(&expected, &actual);
+    let reasons: Vec<(Option<String>, String)> = records
+        .iter()
+        .map(|(key, _, headers)| {
+            let reason = headers
+                .iter()
+                .find(|(name, _)| name == "reason")
+                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_default();
+            (key.as_ref().map(|k| String::from_utf8_lossy(k).into_owned()), reason)
+        })
+        .collect();
+    println!(
+        "FAULT index refuses {REFUSED} for good and {DELAYED} for 20 s: 40 documents; {retries} write retries; offsets held before {DELAYED} for 20 s; DLQ {reasons:?} (written before the offsets passed {REFUSED}: {dlq_seen_before_commit:?}); drained {drained:.1} s after the outage; lost {lost}, stale {stale}"
+    );
+    assert_eq!(
+        reasons,
+        vec![(Some(refused_key.clone()), "index_refused".to_string())]
+    );
+    assert_eq!(refused_metric, 1.0);
+    assert_eq!(dlq_seen_before_commit, Some(true));
+    assert!(retries > 0.0, "the delayed document's writes were retried");
+    assert!(
+        !actual.iter().any(|(key, _, _)| key == &refused_key),
+        "the refused document is not in the index"
+    );
+    assert_eq!((lost, stale), (0, 0), "{example}");
 }
 
 /// Round trip of one `POST /query` in ms, with the context.

@@ -2,8 +2,8 @@
 //!
 //! ```text
 //! source ─ok─► VersionGuard ─► Chunk ─┐
-//!              hydrated chunk sets @0 ─┴► arrange_from_upsert(DocKey → ChunkSet) ─► ChunkDiff ─► Embed ─ok─► IndexWrite ─┐
-//!   └─err──────────────────────────────────────────────────────────────────────────────────────────┴err─► DlqWrite ───┴► acks probe
+//!              hydrated chunk sets @0 ─┴► arrange_from_upsert(DocKey → ChunkSet) ─► ChunkDiff ─► Embed ─ok─► IndexWrite ─ok─┐
+//!   └─err──────────────────────────────────────────────────────────────────────────────────────────┴err──────────┴err─► DlqWrite ─┴► acks probe
 //! ```
 
 use std::sync::Arc;
@@ -22,7 +22,7 @@ use ragstream_operators::ingest::dlq::DlqRecord;
 use ragstream_operators::ingest::embed::{EmbedChunks, IndexDelta};
 use ragstream_operators::ingest::guard::GuardVersions;
 use ragstream_operators::ingest::hydrate::Hydrated;
-use ragstream_operators::ingest::index_write::WriteIndex;
+use ragstream_operators::ingest::index_write::{IndexAck, WriteIndex};
 use ragstream_operators::io::dlq_sink::{DlqSink, WriteDlq};
 use ragstream_operators::model::{ChunkSet, DocKey, DocOp};
 use ragstream_operators::store::VectorStore;
@@ -83,9 +83,14 @@ pub fn ingest<'scope>(
         StreamVec<'scope, u64, IndexDelta>,
         StreamVec<'scope, u64, DlqRecord>,
     ) = deltas.embed_chunks(embedder).ok_err(|result| result);
-    work.write_index(store).probe_with(acks);
+    let (written, index_refused): (
+        StreamVec<'scope, u64, IndexAck>,
+        StreamVec<'scope, u64, DlqRecord>,
+    ) = work.write_index(store).ok_err(|result| result);
+    written.probe_with(acks);
     refused
         .concat(embed_refused)
+        .concat(index_refused)
         .write_dlq(dlq)
         .probe_with(acks);
 }

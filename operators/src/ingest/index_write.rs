@@ -11,7 +11,10 @@
 //!   Kafka source stores offsets only then (it probes this operator's output).
 //! - Batches are written and acknowledged in arrival order.
 //! - Outages are retried with capped backoff on the writer thread; the worker keeps serving queries, and
-//!   consumption pauses at the source's in-flight bound. Refusals (a bug, not an outage) are logged.
+//!   consumption pauses at the source's in-flight bound.
+//! - A batch the index refuses (not an outage: a point it will never take) is written again one
+//!   document at a time; each document still refused is dead-lettered (reason `index_refused`) at the
+//!   batch's time, so offsets pass it only once its DLQ record is written. Nothing is dropped silently.
 //! - Every [`OPTIMIZE_EVERY`] writes the writer optimizes the shard after acknowledging the batch; the
 //!   index answers searches meanwhile (see `store::edge`), and writes wait for it on the writer thread.
 
@@ -24,20 +27,86 @@ use timely::dataflow::channels::pact::Pipeline;
 use timely::dataflow::operators::Operator;
 use timely::dataflow::StreamVec;
 
+use super::dlq::{DlqRecord, Origin};
 use super::embed::IndexDelta;
 use crate::background::{with_backoff, Background, Deliver};
 use crate::metrics::metrics;
+use crate::model::DocKey;
 use crate::store::{PointWrite, StoreError, VectorStore};
 
 /// What one write batch did.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
 )]
 pub struct IndexAck {
     /// Points upserted.
     pub upserted: usize,
     /// Points deleted.
     pub deleted: usize,
+}
+
+/// What the writer did with one batch: what it wrote, and the documents the index refused.
+#[derive(Debug, Default)]
+pub struct BatchOutcome {
+    /// Points written.
+    pub ack: IndexAck,
+    /// Documents the index refused, with the refusal.
+    pub refused: Vec<(DocKey, StoreError)>,
+}
+
+/// Writes a batch; if the index refuses it, writes its documents one by one and reports those it still
+/// refuses. Outages are retried inside [`write_batch`] until the index is back.
+pub fn write_isolating(store: &dyn VectorStore, batch: &[IndexDelta]) -> BatchOutcome {
+    match write_batch(store, batch) {
+        Ok(ack) => BatchOutcome {
+            ack,
+            refused: Vec::new(),
+        },
+        Err(error) if batch.len() == 1 => BatchOutcome {
+            ack: IndexAck::default(),
+            refused: vec![(batch[0].key.clone(), error)],
+        },
+        Err(error) => {
+            tracing::warn!(%error, documents = batch.len(), "index refused a batch; writing its documents one by one");
+            let mut outcome = BatchOutcome::default();
+            for delta in batch {
+                match write_batch(store, std::slice::from_ref(delta)) {
+                    Ok(ack) => {
+                        outcome.ack.upserted += ack.upserted;
+                        outcome.ack.deleted += ack.deleted;
+                    }
+                    Err(error) => outcome.refused.push((delta.key.clone(), error)),
+                }
+            }
+            outcome
+        }
+    }
+}
+
+/// The DLQ record of a document the index refused.
+fn refused_record(key: &DocKey, error: &StoreError) -> DlqRecord {
+    metrics().record_dlq("index_refused");
+    tracing::error!(document = %key, %error, "index refused a document; dead-lettered");
+    DlqRecord::new(
+        "index_refused",
+        error.to_string(),
+        Origin::File {
+            path: key.to_string(),
+            line: None,
+        },
+        Some(key.tenant.clone()),
+        Some(key.to_string().as_bytes()),
+        None,
+    )
 }
 
 /// Writes one batch of index work durably.
@@ -102,29 +171,31 @@ pub const OPTIMIZE_EVERY: usize = 20_000;
 pub fn shard_writer(
     store: Arc<dyn VectorStore>,
     optimize_every: usize,
-) -> impl FnMut(Vec<IndexDelta>, &Deliver<Result<IndexAck, StoreError>>) + Send + 'static {
+) -> impl FnMut(Vec<IndexDelta>, &Deliver<BatchOutcome>) + Send + 'static {
     let mut since_optimize = 0usize;
     move |batch, deliver| {
-        let result = write_batch(store.as_ref(), &batch);
-        if let Ok(ack) = &result {
-            crate::faults::fail_point(crate::faults::AFTER_INDEX_WRITE);
-            let now = crate::now_millis();
-            for delta in &batch {
+        let outcome = write_isolating(store.as_ref(), &batch);
+        crate::faults::fail_point(crate::faults::AFTER_INDEX_WRITE);
+        let now = crate::now_millis();
+        for delta in &batch {
+            if outcome.refused.iter().all(|(key, _)| key != &delta.key) {
                 let seconds = now.saturating_sub(delta.time) as f64 / 1000.0;
                 metrics().event_to_searchable_seconds.observe(seconds);
             }
-            since_optimize += ack.upserted + ack.deleted;
         }
-        deliver.send(result);
+        since_optimize += outcome.ack.upserted + outcome.ack.deleted;
+        deliver.send(outcome);
         if since_optimize >= optimize_every {
             since_optimize = 0;
             let started = Instant::now();
+            metrics().index_optimizations_running.inc();
             // Written, flushed and acknowledged already: a failure here loses nothing.
-            match store.optimize() {
-                Ok(()) => tracing::info!(
-                    seconds = started.elapsed().as_secs_f64(),
-                    "index shard optimized"
-                ),
+            let result = store.optimize();
+            metrics().index_optimizations_running.dec();
+            let seconds = started.elapsed().as_secs_f64();
+            metrics().index_optimize_seconds.observe(seconds);
+            match result {
+                Ok(()) => tracing::info!(seconds, "index shard optimized"),
                 Err(error) => tracing::warn!(%error, "index optimization failed"),
             }
         }
@@ -133,12 +204,19 @@ pub fn shard_writer(
 
 /// Extension trait: write index work.
 pub trait WriteIndex<'scope> {
-    /// Writes and flushes each batch off the worker; emits one ack per batch at the batch's time.
-    fn write_index(self, store: Arc<dyn VectorStore>) -> StreamVec<'scope, u64, IndexAck>;
+    /// Writes and flushes each batch off the worker; emits, at the batch's time, one ack per batch and
+    /// a DLQ record per document the index refused.
+    fn write_index(
+        self,
+        store: Arc<dyn VectorStore>,
+    ) -> StreamVec<'scope, u64, Result<IndexAck, DlqRecord>>;
 }
 
 impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
-    fn write_index(self, store: Arc<dyn VectorStore>) -> StreamVec<'scope, u64, IndexAck> {
+    fn write_index(
+        self,
+        store: Arc<dyn VectorStore>,
+    ) -> StreamVec<'scope, u64, Result<IndexAck, DlqRecord>> {
         let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
             Pipeline,
@@ -159,14 +237,13 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
                         pending.push_back(cap.retain_least(0).expect("time of the batch"));
                         writer.submit(std::mem::take(data));
                     });
-                    while let Some(result) = writer.try_result() {
+                    while let Some(outcome) = writer.try_result() {
                         let cap = pending.pop_front().expect("one capability per batch");
-                        match result {
-                            Ok(ack) => output.session(&cap).give(ack),
-                            Err(error) => {
-                                tracing::error!(%error, "index refused a write batch");
-                            }
+                        let mut session = output.session(&cap);
+                        for (key, error) in &outcome.refused {
+                            session.give(Err(refused_record(key, error)));
                         }
+                        session.give(Ok(outcome.ack));
                     }
                 }
             },
@@ -218,8 +295,9 @@ mod tests {
         while acks.len() < 3 {
             let thread = woken.recv_timeout(Duration::from_secs(10)).expect("woken");
             assert_eq!(thread.as_deref(), Some("ragstream-index-writer"));
-            while let Some(result) = writer.try_result() {
-                acks.push(result.unwrap());
+            while let Some(outcome) = writer.try_result() {
+                assert!(outcome.refused.is_empty());
+                acks.push(outcome.ack);
             }
         }
         assert_eq!(
@@ -232,5 +310,44 @@ mod tests {
                 3
             ]
         );
+    }
+
+    #[test]
+    fn a_refused_document_is_reported_and_the_rest_of_its_batch_is_written() {
+        use crate::store::contract::{sample_point, DIMENSION};
+        use crate::store::SearchFilter;
+        let dir = tempfile::tempdir().unwrap();
+        let inner: Arc<dyn VectorStore> =
+            Arc::new(EdgeStore::open(&dir.path().join("shard"), DIMENSION).unwrap());
+        let rules = dir.path().join("rules");
+        std::fs::write(&rules, "refuse b\n").unwrap();
+        let store = crate::faults::FaultyStore::with_rules(inner.clone(), rules);
+        let batch: Vec<IndexDelta> = ["a", "b", "c"]
+            .iter()
+            .map(|doc| IndexDelta {
+                points: vec![sample_point("t", doc, 1, &format!("text of {doc}"), &[])],
+                ..delta(doc)
+            })
+            .collect();
+        let outcome = write_isolating(&store, &batch);
+        assert_eq!(outcome.ack.upserted, 2);
+        let refused: Vec<&str> = outcome
+            .refused
+            .iter()
+            .map(|(key, _)| key.doc_id.as_str())
+            .collect();
+        assert_eq!(refused, ["b"]);
+        assert!(matches!(outcome.refused[0].1, StoreError::Invalid(_)));
+        let mut stored = Vec::new();
+        inner
+            .scroll(&SearchFilter::default(), &mut |chunk| {
+                stored.push(chunk.key.doc_id)
+            })
+            .unwrap();
+        stored.sort();
+        assert_eq!(stored, ["a", "c"]);
+        let record = refused_record(&outcome.refused[0].0, &outcome.refused[0].1);
+        assert_eq!(record.reason, "index_refused");
+        assert_eq!(record.key.as_deref(), Some(&b"t/b"[..]));
     }
 }
