@@ -189,6 +189,34 @@ pub struct ChunkSet {
     pub chunks: Vec<Chunk>,
 }
 
+impl ChunkSet {
+    /// What the differential upsert keeps of this set: the version and the sorted point ids.
+    pub fn ids(&self, key: &DocKey) -> ChunkIds {
+        let mut ids: Vec<uuid::Uuid> = self
+            .chunks
+            .iter()
+            .map(|c| point_id(key, c.order_index, &c.content_hash))
+            .collect();
+        ids.sort_unstable();
+        ChunkIds {
+            version: self.version,
+            ids,
+        }
+    }
+}
+
+/// What the ingest dataflow keeps of a document between its events: the version and its chunks'
+/// point ids, 16 bytes a chunk. The chunks themselves (text, payload) travel beside the differential
+/// upsert to `ChunkDiff` and are dropped once their time is done, so the state held for a whole corpus
+/// does not include its text.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ChunkIds {
+    /// Version of the document event that produced the chunks.
+    pub version: u64,
+    /// Point ids of the chunks, sorted.
+    pub ids: Vec<uuid::Uuid>,
+}
+
 /// Deterministic point id of a chunk: UUIDv5 over tenant, doc id, order index and content hash.
 ///
 /// A replayed event produces the same ids, so every index write is idempotent.

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! source ─ok─► VersionGuard ─► Chunk ─┐
-//!              hydrated chunk sets @0 ─┴► arrange_from_upsert(DocKey → ChunkSet) ─► ChunkDiff ─► Embed ─ok─► IndexWrite ─ok─┐
+//!              hydrated chunk sets @0 ─┴► arrange_from_upsert(DocKey → ChunkIds) ─► ChunkDiff ─► Embed ─ok─► IndexWrite ─ok─┐
 //!   └─err──────────────────────────────────────────────────────────────────────────────────────────┴err──────────┴err─► DlqWrite ─┴► acks probe
 //! ```
 
@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use differential_dataflow::operators::arrange::upsert::arrange_from_upsert;
 use differential_dataflow::trace::implementations::{ValBuilder, ValSpine};
-use timely::dataflow::operators::vec::ToStream;
+use timely::dataflow::operators::vec::{Map, ToStream};
 use timely::dataflow::operators::{Concat, OkErr, Probe};
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 
@@ -24,7 +24,7 @@ use ragstream_operators::ingest::guard::GuardVersions;
 use ragstream_operators::ingest::hydrate::Hydrated;
 use ragstream_operators::ingest::index_write::{IndexAck, WriteIndex};
 use ragstream_operators::io::dlq_sink::{DlqSink, WriteDlq};
-use ragstream_operators::model::{ChunkSet, DocKey, DocOp};
+use ragstream_operators::model::{ChunkIds, DocKey, DocOp};
 use ragstream_operators::store::VectorStore;
 
 /// Everything one worker's ingest flow needs.
@@ -62,23 +62,30 @@ pub fn ingest<'scope>(
         StreamVec<'scope, u64, DocOp>,
         StreamVec<'scope, u64, DlqRecord>,
     ) = events.ok_err(|event| event);
-    let upserts = ops.guard_versions(guard).chunk_documents(chunker);
+    let sets = ops.guard_versions(guard).chunk_documents(chunker);
+    let ids = sets.clone().map(|(key, set, time)| {
+        let ids = set.as_ref().map(|set| set.ids(&key));
+        (key, ids, time)
+    });
     let hydration = hydrated
         .chunk_sets
         .into_iter()
-        .map(|(key, set)| (key, Some(set), HYDRATION_TIME))
+        .map(|(key, set)| {
+            let ids = set.ids(&key);
+            (key, Some(ids), HYDRATION_TIME)
+        })
         .collect::<Vec<_>>()
         .to_stream(scope);
     let arranged = arrange_from_upsert::<
-        ValBuilder<DocKey, ChunkSet, u64, isize>,
-        ValSpine<DocKey, ChunkSet, u64, isize>,
+        ValBuilder<DocKey, ChunkIds, u64, isize>,
+        ValSpine<DocKey, ChunkIds, u64, isize>,
         DocKey,
-        ChunkSet,
-    >(hydration.concat(upserts), "DocUpsert");
+        ChunkIds,
+    >(hydration.concat(ids), "DocUpsert");
     let deltas = arranged
-        .as_collection(|key: &DocKey, set: &ChunkSet| (key.clone(), set.clone()))
+        .as_collection(|key: &DocKey, ids: &ChunkIds| (key.clone(), ids.clone()))
         .inner
-        .diff_chunks();
+        .diff_chunks(sets);
     let (work, embed_refused): (
         StreamVec<'scope, u64, IndexDelta>,
         StreamVec<'scope, u64, DlqRecord>,
