@@ -125,7 +125,11 @@ impl FaultyStore {
     }
 
     fn check_points(&self, points: &[PointWrite]) -> Result<(), StoreError> {
-        let Some(rules) = self.rules.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) else {
+        let Some(rules) = self
+            .rules
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+        else {
             return Ok(());
         };
         for line in rules.lines() {

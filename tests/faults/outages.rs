@@ -236,7 +236,11 @@ fn index_refusing_documents_dead_letters_one_retries_the_other_and_loses_nothing
                 .find(|(name, _)| name == "reason")
                 .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
                 .unwrap_or_default();
-            (key.as_ref().map(|k| String::from_utf8_lossy(k).into_owned()), reason)
+            (
+                key.as_ref()
+                    .map(|k| String::from_utf8_lossy(k).into_owned()),
+                reason,
+            )
         })
         .collect();
     println!(

@@ -13,11 +13,11 @@ use std::sync::Mutex;
 
 use qdrant_edge::{
     Condition, CountRequest, CreateIndex, Distance, EdgeConfig, EdgeOptimizersConfig, EdgeShard,
-    EdgeSparseVectorParams, EdgeVectorParams, FieldCondition, FieldIndexOperations, Filter, JsonPath, KeywordIndexParams,
-    Match, Modifier, NamedQuery, PayloadFieldSchema, PayloadSchemaParams, PayloadSchemaType,
-    PointId, PointInsertOperations, PointOperations, PointStruct, QueryEnum, QueryRequest,
-    ScoringQuery, ScrollRequest, UpdateOperation, Vector, VectorInternal, VectorStructInternal,
-    Vectors, WithPayloadInterface, WithVector,
+    EdgeSparseVectorParams, EdgeVectorParams, FieldCondition, FieldIndexOperations, Filter,
+    JsonPath, KeywordIndexParams, Match, Modifier, NamedQuery, PayloadFieldSchema,
+    PayloadSchemaParams, PayloadSchemaType, PointId, PointInsertOperations, PointOperations,
+    PointStruct, QueryEnum, QueryRequest, ScoringQuery, ScrollRequest, UpdateOperation, Vector,
+    VectorInternal, VectorStructInternal, Vectors, WithPayloadInterface, WithVector,
 };
 
 use super::{
