@@ -9,7 +9,7 @@
 //!
 //! [`with_backoff`] retries a job's outages with capped exponential backoff on the helper thread.
 
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -66,15 +66,44 @@ impl<I: Send + 'static, O: Send + 'static> Background<I, O> {
         mut work: impl FnMut(I, &Deliver<O>) + Send + 'static,
         waker: Waker,
     ) -> Self {
+        Self::start_idle(
+            name,
+            None,
+            move |job, deliver| {
+                if let Some(job) = job {
+                    work(job, deliver);
+                }
+            },
+            waker,
+        )
+    }
+
+    /// As [`Background::start`], and `work(None)` runs once whenever no job came for `idle` (again
+    /// after each further `idle` without jobs).
+    pub fn start_idle(
+        name: &str,
+        idle: Option<Duration>,
+        mut work: impl FnMut(Option<I>, &Deliver<O>) + Send + 'static,
+        waker: Waker,
+    ) -> Self {
         let (jobs, inbox) = channel::<I>();
         let (results, outbox) = channel();
         let deliver = Deliver { results, waker };
         let thread = std::thread::Builder::new()
             .name(name.to_string())
-            .spawn(move || {
-                for job in inbox {
-                    work(job, &deliver);
-                }
+            .spawn(move || loop {
+                let job = match idle {
+                    Some(idle) => match inbox.recv_timeout(idle) {
+                        Ok(job) => Some(job),
+                        Err(RecvTimeoutError::Timeout) => None,
+                        Err(RecvTimeoutError::Disconnected) => return,
+                    },
+                    None => match inbox.recv() {
+                        Ok(job) => Some(job),
+                        Err(_) => return,
+                    },
+                };
+                work(job, &deliver);
             })
             .expect("a helper thread starts");
         Self {

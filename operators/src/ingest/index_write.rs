@@ -15,12 +15,13 @@
 //! - A batch the index refuses (not an outage: a point it will never take) is written again one
 //!   document at a time; each document still refused is dead-lettered (reason `index_refused`) at the
 //!   batch's time, so offsets pass it only once its DLQ record is written. Nothing is dropped silently.
-//! - Every [`OPTIMIZE_EVERY`] writes the writer optimizes the shard after acknowledging the batch; the
-//!   index answers searches meanwhile (see `store::edge`), and writes wait for it on the writer thread.
+//! - Every [`OPTIMIZE_EVERY`] writes, and when no batch came for [`OPTIMIZE_WHEN_IDLE`] after a write,
+//!   the writer optimizes the shard after acknowledging; the index answers searches meanwhile (see
+//!   `store::edge`), and writes wait for it on the writer thread.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::Pipeline;
@@ -166,38 +167,49 @@ pub fn write_batch(store: &dyn VectorStore, batch: &[IndexDelta]) -> Result<Inde
 /// with the live index) and searches stay brute force until the shard is optimized.
 pub const OPTIMIZE_EVERY: usize = 20_000;
 
+/// A writer idle this long optimizes what was written since its last optimization, so an index at rest
+/// is searched through indexed segments (the engine indexes a segment once it holds more than about
+/// 10 MB of vectors; below that an optimization finds nothing to do).
+pub const OPTIMIZE_WHEN_IDLE: Duration = Duration::from_secs(2);
+
 /// The work of a shard's writer thread: writes each batch, delivers its result, then optimizes the shard
-/// when [`OPTIMIZE_EVERY`] points were written since the last optimization.
+/// when [`OPTIMIZE_EVERY`] points were written since the last optimization, or when idle (`None`) after
+/// any write.
 pub fn shard_writer(
     store: Arc<dyn VectorStore>,
     optimize_every: usize,
-) -> impl FnMut(Vec<IndexDelta>, &Deliver<BatchOutcome>) + Send + 'static {
+) -> impl FnMut(Option<Vec<IndexDelta>>, &Deliver<BatchOutcome>) + Send + 'static {
     let mut since_optimize = 0usize;
     move |batch, deliver| {
-        let outcome = write_isolating(store.as_ref(), &batch);
-        crate::faults::fail_point(crate::faults::AFTER_INDEX_WRITE);
-        let now = crate::now_millis();
-        for delta in &batch {
-            if outcome.refused.iter().all(|(key, _)| key != &delta.key) {
-                let seconds = now.saturating_sub(delta.time) as f64 / 1000.0;
-                metrics().event_to_searchable_seconds.observe(seconds);
+        if let Some(batch) = batch {
+            let outcome = write_isolating(store.as_ref(), &batch);
+            crate::faults::fail_point(crate::faults::AFTER_INDEX_WRITE);
+            let now = crate::now_millis();
+            for delta in &batch {
+                if outcome.refused.iter().all(|(key, _)| key != &delta.key) {
+                    let seconds = now.saturating_sub(delta.time) as f64 / 1000.0;
+                    metrics().event_to_searchable_seconds.observe(seconds);
+                }
             }
+            since_optimize += outcome.ack.upserted + outcome.ack.deleted;
+            deliver.send(outcome);
+            if since_optimize < optimize_every {
+                return;
+            }
+        } else if since_optimize == 0 {
+            return;
         }
-        since_optimize += outcome.ack.upserted + outcome.ack.deleted;
-        deliver.send(outcome);
-        if since_optimize >= optimize_every {
-            since_optimize = 0;
-            let started = Instant::now();
-            metrics().index_optimizations_running.inc();
-            // Written, flushed and acknowledged already: a failure here loses nothing.
-            let result = store.optimize();
-            metrics().index_optimizations_running.dec();
-            let seconds = started.elapsed().as_secs_f64();
-            metrics().index_optimize_seconds.observe(seconds);
-            match result {
-                Ok(()) => tracing::info!(seconds, "index shard optimized"),
-                Err(error) => tracing::warn!(%error, "index optimization failed"),
-            }
+        since_optimize = 0;
+        let started = Instant::now();
+        metrics().index_optimizations_running.inc();
+        // Written, flushed and acknowledged already: a failure here loses nothing.
+        let result = store.optimize();
+        metrics().index_optimizations_running.dec();
+        let seconds = started.elapsed().as_secs_f64();
+        metrics().index_optimize_seconds.observe(seconds);
+        match result {
+            Ok(()) => tracing::info!(seconds, "index shard optimized"),
+            Err(error) => tracing::warn!(%error, "index optimization failed"),
         }
     }
 }
@@ -223,8 +235,9 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
             "IndexWrite",
             move |_cap, info| {
                 let waker = crate::background::operator_waker(scope.worker(), &info.address);
-                let writer = Background::start(
+                let writer = Background::start_idle(
                     "ragstream-index-writer",
+                    Some(OPTIMIZE_WHEN_IDLE),
                     shard_writer(store, OPTIMIZE_EVERY),
                     waker,
                 );
@@ -283,8 +296,9 @@ mod tests {
                 .unwrap()
                 .send(std::thread::current().name().map(str::to_string));
         });
-        let writer = Background::start(
+        let writer = Background::start_idle(
             "ragstream-index-writer",
+            Some(OPTIMIZE_WHEN_IDLE),
             shard_writer(store, OPTIMIZE_EVERY),
             waker,
         );
