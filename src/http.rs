@@ -2,6 +2,7 @@
 //! open, model loaded, broker reachable) and `POST /query` (a query event in the body, its context as
 //! the response: the same dataflow as the queries topic). Bound to loopback unless configured otherwise.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -80,28 +81,83 @@ fn respond(request: tiny_http::Request, status: u16, body: String, content_type:
     let _ = request.respond(response);
 }
 
-/// Whether `request` carries `Authorization: Bearer <token>` (always, when no token is configured).
-/// Compared in constant time.
-fn authorized(request: &tiny_http::Request, token: Option<&str>) -> bool {
-    let Some(token) = token else {
-        return true;
-    };
-    request
-        .headers()
-        .iter()
-        .filter(|h| h.field.equiv("Authorization"))
-        .filter_map(|h| h.value.as_str().strip_prefix("Bearer "))
-        .any(|given| {
+/// The tenants a token may query (`None`: every tenant).
+type Tenants = Option<Arc<BTreeSet<String>>>;
+
+/// The bearer tokens of `POST /query`, each with the tenants it may query.
+/// Deliberately not `Debug`: the tokens are secrets.
+#[derive(Default, Clone)]
+pub struct QueryTokens {
+    tokens: Vec<(Arc<str>, Tenants)>,
+}
+
+/// A request's bearer token did not match.
+struct Unauthorized;
+
+impl QueryTokens {
+    /// The tokens found in the environment: the one named by `every_tenant_env`, and those of `bound`
+    /// (variable name → tenants). Unset or empty variables are skipped.
+    pub fn from_env(every_tenant_env: &str, bound: &BTreeMap<String, Vec<String>>) -> Self {
+        let read = |name: &str| std::env::var(name).ok().filter(|t| !t.is_empty());
+        let mut tokens: Vec<(Arc<str>, Tenants)> = Vec::new();
+        if let Some(token) = read(every_tenant_env) {
+            tokens.push((Arc::from(token), None));
+        }
+        for (name, tenants) in bound {
+            if let Some(token) = read(name) {
+                tokens.push((
+                    Arc::from(token),
+                    Some(Arc::new(tenants.iter().cloned().collect())),
+                ));
+            }
+        }
+        Self { tokens }
+    }
+
+    /// The tenants `request`'s `Authorization: Bearer <token>` opens (`None`: every tenant; also when no
+    /// token is configured). Tokens are compared in constant time.
+    fn grant(&self, request: &tiny_http::Request) -> Result<Tenants, Unauthorized> {
+        if self.tokens.is_empty() {
+            return Ok(None);
+        }
+        let equal = |given: &str, token: &str| {
             given.len() == token.len()
                 && given
                     .bytes()
                     .zip(token.bytes())
                     .fold(0u8, |diff, (a, b)| diff | (a ^ b))
                     == 0
-        })
+        };
+        request
+            .headers()
+            .iter()
+            .filter(|h| h.field.equiv("Authorization"))
+            .filter_map(|h| h.value.as_str().strip_prefix("Bearer "))
+            .find_map(|given| {
+                self.tokens
+                    .iter()
+                    .find(|(token, _)| equal(given, token))
+                    .map(|(_, tenants)| tenants.clone())
+            })
+            .ok_or(Unauthorized)
+    }
 }
 
-fn query(mut request: tiny_http::Request, ingress: &HttpIngress, max_bytes: usize) {
+/// The `tenant` of a query body, when it is one.
+fn tenant_of(body: &[u8]) -> Option<String> {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()?
+        .get("tenant")?
+        .as_str()
+        .map(str::to_string)
+}
+
+fn query(
+    mut request: tiny_http::Request,
+    ingress: &HttpIngress,
+    max_bytes: usize,
+    tenants: Tenants,
+) {
     let mut body = Vec::new();
     let limit = (max_bytes as u64).saturating_mul(2);
     if let Err(error) = request.as_reader().take(limit + 1).read_to_end(&mut body) {
@@ -112,6 +168,22 @@ fn query(mut request: tiny_http::Request, ingress: &HttpIngress, max_bytes: usiz
             "application/json",
         );
         return;
+    }
+    if let Some(tenants) = tenants {
+        // A tenant-bound token: the body must name one of its tenants.
+        if !tenant_of(&body).is_some_and(|tenant| tenants.contains(&tenant)) {
+            tracing::warn!(
+                remote = ?request.remote_addr(),
+                "POST /query refused: the token may not query this tenant"
+            );
+            respond(
+                request,
+                403,
+                "{\"error\":\"this token may not query that tenant\"}".into(),
+                "application/json",
+            );
+            return;
+        }
     }
     // Oversized bodies still go through the dataflow, which refuses them with a DLQ record.
     let (ticket, receiver) = ingress.submit(body);
@@ -145,9 +217,8 @@ pub fn serve(
     readiness: Arc<Readiness>,
     ingress: Arc<HttpIngress>,
     max_query_bytes: usize,
-    query_token: Option<String>,
+    tokens: QueryTokens,
 ) -> anyhow::Result<std::net::SocketAddr> {
-    let query_token: Option<Arc<str>> = query_token.filter(|t| !t.is_empty()).map(Arc::from);
     let server = listen_nodelay(listen)?;
     let address = server
         .server_addr()
@@ -158,26 +229,28 @@ pub fn serve(
         let server = server.clone();
         let readiness = readiness.clone();
         let ingress = ingress.clone();
-        let query_token = query_token.clone();
+        let tokens = tokens.clone();
         std::thread::Builder::new()
             .name(format!("http-{index}"))
             .spawn(move || {
                 while let Ok(request) = server.recv() {
                     let post = *request.method() == tiny_http::Method::Post;
                     match request.url() {
-                        "/query" if post && !authorized(&request, query_token.as_deref()) => {
-                            tracing::warn!(
-                                remote = ?request.remote_addr(),
-                                "POST /query refused: missing or wrong bearer token"
-                            );
-                            respond(
-                                request,
-                                401,
-                                "{\"error\":\"missing or wrong bearer token\"}".into(),
-                                "application/json",
-                            )
-                        }
-                        "/query" if post => query(request, &ingress, max_query_bytes),
+                        "/query" if post => match tokens.grant(&request) {
+                            Ok(tenants) => query(request, &ingress, max_query_bytes, tenants),
+                            Err(Unauthorized) => {
+                                tracing::warn!(
+                                    remote = ?request.remote_addr(),
+                                    "POST /query refused: missing or wrong bearer token"
+                                );
+                                respond(
+                                    request,
+                                    401,
+                                    "{\"error\":\"missing or wrong bearer token\"}".into(),
+                                    "application/json",
+                                )
+                            }
+                        },
                         "/query" => {
                             respond(request, 405, "POST a query event\n".into(), "text/plain")
                         }

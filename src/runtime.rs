@@ -45,7 +45,7 @@ use ragstream_topologies::ingest::{ingest, IngestParts};
 use ragstream_topologies::query::{query, QueryParts};
 use timely::dataflow::ProbeHandle;
 
-use crate::http::{serve, Readiness};
+use crate::http::{serve, QueryTokens, Readiness};
 
 /// Builds one instance of the configured embedder.
 pub fn embedder(config: &Config) -> anyhow::Result<Box<dyn Embedder>> {
@@ -245,7 +245,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         readiness.clone(),
         ingress.clone(),
         config.query.max_query_bytes,
-        std::env::var(&config.http.query_token_env).ok(),
+        QueryTokens::from_env(&config.http.query_token_env, &config.http.tokens),
     )?;
     tracing::info!(%address, "serving /metrics, /healthz, /readyz, POST /query");
     let progress = Arc::new(IngestProgress::default());

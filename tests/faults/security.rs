@@ -1,5 +1,6 @@
-//! Secrets and access: the bearer token of `POST /query`, and secrets (query token, Kafka SASL password)
-//! never in logs nor in `ragstream validate` output; a secret written into the config file is refused.
+//! Secrets and access: the bearer tokens of `POST /query` (one for every tenant, and tenant-bound ones),
+//! and secrets (query tokens, Kafka SASL password) never in logs nor in `ragstream validate` output; a
+//! secret written into the config file is refused.
 
 use std::process::Command;
 use std::time::Duration;
@@ -9,6 +10,8 @@ use super::common::JSONL_SERVING;
 use serde_json::json;
 
 const TOKEN: &str = "tok-3f9c1d0e7b2a4c58";
+/// A token bound to the tenant `acme`.
+const ACME_TOKEN: &str = "tok-acme-5d27e90b13";
 const PASSWORD: &str = "sasl-pw-91b7e2c4d6";
 
 #[test]
@@ -17,13 +20,21 @@ fn bearer_token_guards_queries_and_secrets_stay_out_of_logs() {
     let event = json!({"op": "upsert", "tenant": "acme", "doc_id": "runbook", "version": 1,
         "source": "acme/runbook.md", "kind": "markdown", "title": "Runbook",
         "text": "# Rollback\n\nRun deployctl rollback to return to the previous release."});
-    std::fs::write(dir.path().join("events.jsonl"), format!("{event}\n")).expect("events");
+    let other = json!({"op": "upsert", "tenant": "globex", "doc_id": "runbook", "version": 1,
+        "source": "globex/runbook.md", "kind": "markdown", "title": "Runbook",
+        "text": "# Rollback\n\nGlobex rolls back with shipit revert."});
+    std::fs::write(
+        dir.path().join("events.jsonl"),
+        format!("{event}\n{other}\n"),
+    )
+    .expect("events");
     let mut job = Job::start_with_env(
         dir.path(),
-        JSONL_SERVING,
+        &format!("{JSONL_SERVING}\n[http.tokens]\nRAGSTREAM_ACME_TOKEN = [\"acme\"]\n"),
         1,
         &[
             ("RAGSTREAM_QUERY_TOKEN", TOKEN),
+            ("RAGSTREAM_ACME_TOKEN", ACME_TOKEN),
             ("RAGSTREAM_KAFKA_SASL_PASSWORD", PASSWORD),
         ],
     );
@@ -42,6 +53,30 @@ fn bearer_token_guards_queries_and_secrets_stay_out_of_logs() {
     let (status, answer) = post(&[("Authorization", bearer.as_str())]);
     assert_eq!(status, 200, "{answer}");
     assert!(answer.contains("deployctl rollback"), "{answer}");
+    // A tenant-bound token opens its tenant and no other.
+    let acme = format!("Bearer {ACME_TOKEN}");
+    let (status, answer) = post(&[("Authorization", acme.as_str())]);
+    assert_eq!(status, 200, "{answer}");
+    let globex =
+        json!({"query_id": "q2", "tenant": "globex", "text": "how to roll back"}).to_string();
+    let (status, answer) = http_post_json_with(
+        job.http_port,
+        "/query",
+        &globex,
+        &[("Authorization", acme.as_str())],
+    )
+    .expect("answer");
+    assert_eq!(status, 403, "{answer}");
+    assert!(!answer.contains("shipit"), "{answer}");
+    let (status, answer) = http_post_json_with(
+        job.http_port,
+        "/query",
+        &globex,
+        &[("Authorization", bearer.as_str())],
+    )
+    .expect("answer");
+    assert_eq!(status, 200, "the every-tenant token opens globex: {answer}");
+    assert!(answer.contains("shipit"), "{answer}");
     // Metrics and health stay open (loopback only by default).
     assert_eq!(http_get(job.http_port, "/metrics").map(|r| r.0), Some(200));
     let log = job.log();
@@ -51,6 +86,7 @@ fn bearer_token_guards_queries_and_secrets_stay_out_of_logs() {
         "refusals are logged"
     );
     assert!(!log.contains(TOKEN), "token in the log");
+    assert!(!log.contains(ACME_TOKEN), "token in the log");
     assert!(!log.contains(PASSWORD), "password in the log");
 
     // `validate` prints the configuration without the password it will use.
@@ -94,5 +130,5 @@ fn bearer_token_guards_queries_and_secrets_stay_out_of_logs() {
     assert!(!output.status.success());
     assert!(printed.contains("sasl_password"), "{printed}");
     assert!(!printed.contains(PASSWORD), "{printed}");
-    println!("FAULT security: POST /query without/with wrong token → 401, with token → 200; token and SASL password absent from log and validate output; inline secret refused");
+    println!("FAULT security: POST /query without/with wrong token → 401, with token → 200; a token bound to acme → 200 for acme, 403 for globex; tokens and SASL password absent from log and validate output; inline secret refused");
 }

@@ -468,10 +468,15 @@ pub struct HttpConfig {
     /// Listen address; loopback by default.
     #[serde(default = "default_listen")]
     pub listen: String,
-    /// Name of the environment variable holding the bearer token `POST /query` requires (no token
-    /// required while it is unset or empty). The token itself never lives in the configuration.
+    /// Name of the environment variable holding a bearer token that may query every tenant. No token is
+    /// required while it is unset or empty and `tokens` names none that is set. Tokens themselves never
+    /// live in the configuration.
     #[serde(default = "default_query_token_env")]
     pub query_token_env: String,
+    /// Tenant-bound bearer tokens: environment variable name → the tenants its token may query
+    /// (`POST /query` for another tenant is answered 403).
+    #[serde(default)]
+    pub tokens: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 fn default_query_token_env() -> String {
@@ -487,6 +492,7 @@ impl Default for HttpConfig {
         Self {
             listen: default_listen(),
             query_token_env: default_query_token_env(),
+            tokens: Default::default(),
         }
     }
 }
@@ -719,6 +725,14 @@ impl Config {
         }
         if query.max_query_bytes < 64 {
             return invalid("query.max_query_bytes", "must be at least 64");
+        }
+        for (env, tenants) in &self.http.tokens {
+            if env.is_empty() || tenants.is_empty() || tenants.iter().any(String::is_empty) {
+                return invalid(
+                    "http.tokens",
+                    "maps environment variable names to non-empty lists of tenants",
+                );
+            }
         }
         Ok(())
     }

@@ -1,15 +1,16 @@
 //! The query topology: wiring only.
 //!
 //! ```text
-//! QuerySource ─ok─► AwaitConsistency ─► CacheLookup ─► Intent ─► EmbedQuery ─► Retrieve (broadcast, SearchShard, Gather)
-//!      │                                                        ─► Fuse ─► Rerank ─► Dedup ─► Mmr ─► Pack ─┐
-//!      └─err─► RefuseQueries (DLQ + error context) ─────────────────────────────────────────────────────────┴► Publish ─► probe
+//! QuerySource ─ok─► (absent ACL rule) ─► AwaitConsistency ─► CacheLookup ─► Intent ─► EmbedQuery ─► Retrieve (broadcast, SearchShard, Gather)
+//!      │                                                                             ─► Fuse ─► Rerank ─► Dedup ─► Mmr ─► Pack ─┐
+//!      └─err─► RefuseQueries (DLQ + error context) ──────────────────────────────────────────────────────────────────────────────┴► Publish ─► probe
 //! ```
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use timely::dataflow::operators::vec::Map;
 use timely::dataflow::operators::{Concat, OkErr, Probe};
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 
@@ -67,6 +68,11 @@ pub fn query<'scope>(scope: Scope<'scope, u64>, parts: QueryParts) -> ProbeHandl
         StreamVec<'scope, u64, QueryJob>,
         StreamVec<'scope, u64, Refusal>,
     ) = events.ok_err(|event| event);
+    let absent_acl = config.absent_acl;
+    let jobs = jobs.map(move |mut job: QueryJob| {
+        job.query.apply_absent_acl(absent_acl);
+        job
+    });
     let cache = Arc::new(Mutex::new(LruTtl::new(
         config.cache_entries,
         Duration::from_secs(config.cache_ttl_secs),

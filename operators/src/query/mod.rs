@@ -139,7 +139,8 @@ pub struct Query {
     /// Filters applied inside the index query.
     #[serde(default)]
     pub filters: QueryFilters,
-    /// The caller's ACL labels: chunks with labels are visible only when one is shared.
+    /// The caller's ACL labels: chunks with labels are visible only when one is shared. Absent: public
+    /// chunks only (no labels), unless the job runs with `query.absent_acl = "all"`.
     #[serde(default)]
     pub acl: Option<Vec<String>>,
     /// Lowest engine score a candidate may have (on either lane).
@@ -457,6 +458,27 @@ pub struct Watermark {
     pub offsets: BTreeMap<i32, i64>,
 }
 
+/// What a query that names no ACL labels may see.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AbsentAcl {
+    /// Only chunks without labels: closed by default.
+    #[default]
+    Public,
+    /// Every chunk of the tenant, whatever its labels (for deployments whose callers are all trusted).
+    All,
+}
+
+impl Query {
+    /// Applies the job's rule for queries without `acl`: under [`AbsentAcl::Public`] they carry an
+    /// empty label list, which the index filter reads as "chunks without labels only".
+    pub fn apply_absent_acl(&mut self, rule: AbsentAcl) {
+        if rule == AbsentAcl::Public && self.acl.is_none() {
+            self.acl = Some(Vec::new());
+        }
+    }
+}
+
 /// Tunables of the query pipeline (config section `query`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -485,6 +507,8 @@ pub struct QueryConfig {
     pub consistency_timeout_ms: u64,
     /// Longest accepted query text, in bytes.
     pub max_query_bytes: usize,
+    /// What a query without `acl` sees: `public` (chunks without labels) or `all`.
+    pub absent_acl: AbsentAcl,
 }
 
 impl Default for QueryConfig {
@@ -502,6 +526,28 @@ impl Default for QueryConfig {
             cache_ttl_secs: 60,
             consistency_timeout_ms: 10_000,
             max_query_bytes: 8192,
+            absent_acl: AbsentAcl::Public,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_without_acl_sees_public_chunks_only_unless_the_job_opens_it() {
+        let decode = |body: &str| decode::decode_query(body.as_bytes(), 8192).expect("valid");
+        let without = r#"{"query_id":"q","tenant":"acme","text":"x"}"#;
+        let mut closed = decode(without);
+        closed.apply_absent_acl(AbsentAcl::Public);
+        assert_eq!(closed.acl, Some(vec![]), "an empty label list: public only");
+        assert_eq!(QueryConfig::default().absent_acl, AbsentAcl::Public);
+        let mut open = decode(without);
+        open.apply_absent_acl(AbsentAcl::All);
+        assert_eq!(open.acl, None);
+        let mut named = decode(r#"{"query_id":"q","tenant":"acme","text":"x","acl":["eng"]}"#);
+        named.apply_absent_acl(AbsentAcl::Public);
+        assert_eq!(named.acl, Some(vec!["eng".to_string()]));
     }
 }
