@@ -86,6 +86,9 @@ pub struct QueryJob {
     pub notes: Vec<String>,
     /// What the index reflected when the query was searched.
     pub watermark: Watermark,
+    /// The index generation read before retrieval: the context is cached under it, so a write that
+    /// lands between retrieval and packing leaves the entry stale for the next lookup, not fresh.
+    pub generation: u64,
     /// A cached context for this query, if one was fresh.
     pub cached: Option<Box<Context>>,
 }
@@ -120,6 +123,7 @@ impl QueryJob {
             latency: BTreeMap::new(),
             notes: Vec::new(),
             watermark: Watermark::default(),
+            generation: 0,
             cached: None,
         }
     }
@@ -345,6 +349,7 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
     ) -> StreamVec<'scope, u64, QueryJob> {
         map_stage(self, "CacheLookup", move |mut job: QueryJob| {
             let generation = metrics().index_generation.get();
+            job.generation = generation;
             if let Some(mut context) = cache
                 .lock()
                 .expect("cache")
@@ -777,11 +782,10 @@ impl<'scope> AnswerSteps<'scope> for StreamVec<'scope, u64, Working> {
             let total = now_micros().saturating_sub(working.job.arrived_us) as f64 / 1000.0;
             context.latency_ms.insert("total".into(), total);
             if context.error.is_none() {
-                let generation = metrics().index_generation.get();
                 cache.lock().expect("cache").put(
                     cache_key(&working.job.query),
                     context.clone(),
-                    generation,
+                    working.job.generation,
                 );
             }
             (context, working.job.reply)
