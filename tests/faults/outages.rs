@@ -361,3 +361,103 @@ fn embedder_down_for_20_seconds_while_queries_are_served() {
     assert_eq!((lost, stale), (0, 0), "{example}");
     assert_eq!(dlq, 0.0);
 }
+
+/// `read_your_writes` proves its wait: an update is produced while the embedder takes 3 s a text, then at
+/// once a `read_your_writes` and an `eventual` query (their vectors cached, so no model on their path).
+/// The first must hold the update and report its wait; the second must answer at once without it.
+#[test]
+fn read_your_writes_waits_for_an_update_still_being_embedded_and_eventual_does_not() {
+    let broker = setup();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let embedder = EmbeddingServer::start();
+    let sections = format!(
+        "[embedder]\nkind = \"http\"\nurl = \"{}\"\ndimension = {DIMENSION}\nbatch_size = 64\n",
+        embedder.url
+    );
+    let mut job = Job::start(dir.path(), &config(&broker, "ryw", &sections), 1);
+    job.wait_ready(Duration::from_secs(60));
+    let event = |version: u64, text: &str| {
+        let body = serde_json::json!({"op": "upsert", "tenant": "squad", "doc_id": "office",
+            "version": version, "source": "office.txt", "kind": "prose", "title": "Office", "text": text});
+        (
+            "squad/office".to_string(),
+            Some(body.to_string().into_bytes()),
+        )
+    };
+    broker.produce(
+        DOCS,
+        &[event(
+            1,
+            "The Acme office is near the river, by the old mill.",
+        )],
+    );
+    // One document: one partition gets it and the other is never committed, so wait on the index.
+    job.wait_for(Duration::from_secs(60), "the first version indexed", |m| {
+        metric(m, "ragstream_chunks_upserted_total") >= 1.0
+    });
+    let question = "Where is the Acme office?";
+    let (_, warm) = query(&job, "warm", question, 500);
+    assert!(
+        warm["context"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("old mill"),
+        "{warm}"
+    );
+
+    embedder.throttle(Duration::from_secs(3));
+    broker.produce(
+        DOCS,
+        &[event(
+            2,
+            "The Acme office moved to Porto, next to the quokka statue.",
+        )],
+    );
+    let body = |id: &str, budget: usize, consistency: &str| {
+        serde_json::json!({"query_id": id, "tenant": "squad", "text": question,
+            "token_budget": budget, "consistency": consistency})
+        .to_string()
+    };
+    let ryw_body = body("ryw", 600, "read_your_writes");
+    let port = job.http_port;
+    let ryw = std::thread::spawn(move || {
+        let started = Instant::now();
+        let (status, answer) = http_post_json(port, "/query", &ryw_body).expect("answered");
+        (status, answer, started.elapsed().as_secs_f64())
+    });
+    let started = Instant::now();
+    let (status, answer) =
+        http_post_json(port, "/query", &body("eventual", 700, "eventual")).expect("answered");
+    let eventual_seconds = started.elapsed().as_secs_f64();
+    assert_eq!(status, 200, "{answer}");
+    let eventual: serde_json::Value = serde_json::from_str(&answer).expect("context");
+    let (status, answer, ryw_seconds) = ryw.join().expect("ryw query");
+    assert_eq!(status, 200, "{answer}");
+    let ryw: serde_json::Value = serde_json::from_str(&answer).expect("context");
+    embedder.throttle(Duration::ZERO);
+    assert!(job.stop().success());
+    let text =
+        |context: &serde_json::Value| context["context"].as_str().unwrap_or_default().to_string();
+    let waited_ms = ryw["latency_ms"]["consistency_wait"]
+        .as_f64()
+        .unwrap_or(0.0);
+    println!(
+        "FAULT read_your_writes under a 3 s/text embedder: eventual answered in {eventual_seconds:.2} s without the update; read_your_writes waited {waited_ms:.0} ms (round trip {ryw_seconds:.2} s) and holds it"
+    );
+    assert!(
+        text(&eventual).contains("old mill") && !text(&eventual).contains("quokka"),
+        "eventual saw the update before it was indexed: {eventual}"
+    );
+    assert!(
+        eventual_seconds < 2.0,
+        "eventual waited: {eventual_seconds:.2} s"
+    );
+    assert!(
+        text(&ryw).contains("quokka") && !text(&ryw).contains("old mill"),
+        "read_your_writes missed the update or served the stale chunk: {ryw}"
+    );
+    assert!(
+        waited_ms >= 2000.0,
+        "read_your_writes reported a wait of {waited_ms} ms; the update took 3 s to embed"
+    );
+}
