@@ -99,7 +99,7 @@ impl Corpus {
                 .enumerate()
                 .map(|(position, word)| {
                     let hash = splitmix(serial.wrapping_mul(0x1_0000_0001) ^ position as u64);
-                    if hash % 4 == 0 {
+                    if hash.is_multiple_of(4) {
                         self.vocabulary[(hash >> 8) as usize % self.vocabulary.len()].as_str()
                     } else {
                         word
@@ -121,6 +121,8 @@ struct Sample {
     round_trip_ms: f64,
     /// The job's own latency without the query embedding stage.
     job_ms_without_embedding: f64,
+    /// The job's milliseconds per stage.
+    stages: std::collections::BTreeMap<String, f64>,
     /// A shard optimization ran at some point during the round trip.
     during_optimization: bool,
     /// Chunks indexed when the query was sent.
@@ -162,6 +164,7 @@ fn ask_until(
         samples.push(Sample {
             round_trip_ms,
             job_ms_without_embedding: stage("total") - stage("embed"),
+            stages: context.latency_ms,
             during_optimization: before.0 > 0 || after.0 > 0 || after.1 != before.1,
             chunks,
         });
@@ -170,11 +173,28 @@ fn ask_until(
 }
 
 fn summary<'a>(samples: impl Iterator<Item = &'a Sample>) -> Value {
+    let samples: Vec<&Sample> = samples.collect();
     let (round_trips, job): (Vec<f64>, Vec<f64>) = samples
+        .iter()
         .map(|s| (s.round_trip_ms, s.job_ms_without_embedding))
         .unzip();
+    let mut stages: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    for sample in &samples {
+        for (stage, ms) in &sample.stages {
+            stages.entry(stage).or_default().push(*ms);
+        }
+    }
+    let stage_p50: serde_json::Map<String, Value> = stages
+        .into_iter()
+        .map(|(stage, values)| {
+            let summary = crate::bench::latency_summary(values);
+            (stage.to_string(), summary["p50_ms"].clone())
+        })
+        .collect();
+    let during_optimization = samples.iter().filter(|s| s.during_optimization).count();
     json!({"round_trip": crate::bench::latency_summary(round_trips),
-        "job_without_embedding": crate::bench::latency_summary(job)})
+        "job_without_embedding": crate::bench::latency_summary(job),
+        "stage_p50_ms": stage_p50, "during_optimization": during_optimization})
 }
 
 fn longest_during_optimization<'a>(samples: impl Iterator<Item = &'a Sample>) -> f64 {
@@ -250,8 +270,33 @@ impl Feeder<'_> {
                 self.producer.poll(Duration::from_millis(5));
             }
             tick();
-            anyhow::ensure!(Instant::now() < deadline, "ingest did not finish in 4 hours");
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "ingest did not finish in 4 hours"
+            );
         }
+    }
+}
+
+/// `enough` for [`Feeder::feed`]: whether the events produced since `from_events` bring the chunks
+/// indexed since the counter stood at `from_chunks` to `target`, counting the events not yet
+/// acknowledged at the chunks-per-event rate seen since `run` (chunk and event counters at the start).
+fn reaches(
+    target: u64,
+    from_chunks: u64,
+    from_events: u64,
+    run: (u64, u64),
+) -> impl Fn(u64) -> bool {
+    move |produced| {
+        let (chunks, events) = (
+            metrics().chunks_upserted.get(),
+            metrics().source_events.get(),
+        );
+        let in_flight = metrics().in_flight_messages.get().max(0) as u64;
+        let pending = produced.saturating_sub(events - from_events) + in_flight;
+        let acknowledged = (events - run.1).saturating_sub(in_flight).max(1);
+        let rate = ((chunks - run.0) as f64 / acknowledged as f64).max(1.0);
+        (chunks - from_chunks) as f64 + pending as f64 * rate >= target as f64
     }
 }
 
@@ -321,14 +366,12 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
         });
         let band_size = (args.chunks / BANDS).max(1);
         let mut band_start = (Instant::now(), 0u64);
-        let enough = |produced: u64| {
-            // Chunks still to come from the backlog, at the chunks-per-event rate seen so far.
-            let consumed = metrics().source_events.get() - events_base;
-            let pending =
-                produced.saturating_sub(consumed) + metrics().in_flight_messages.get().max(0) as u64;
-            let rate = indexed() as f64 / consumed.saturating_sub(pending).max(1) as f64;
-            indexed() as f64 + pending as f64 * rate.max(1.0) >= args.chunks as f64
-        };
+        let enough = reaches(
+            args.chunks,
+            chunks_base,
+            events_base,
+            (chunks_base, events_base),
+        );
         let fed = feeder.feed(events_base, &enough, || {
             let chunks = indexed();
             if chunks >= band_start.1 + band_size {
@@ -348,8 +391,11 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
     let grown = indexed();
     eprintln!("grown to {grown} chunks from {grow_events} events in {grow_seconds:.0} s");
 
-    // 2. Idle at full size: once the last optimizations are done.
+    // 2. Idle at full size: once the writer's optimization on going idle is done.
     let settle = Instant::now();
+    std::thread::sleep(
+        ragstream_operators::ingest::index_write::OPTIMIZE_WHEN_IDLE + Duration::from_secs(1),
+    );
     while optimizations().0 > 0 {
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -382,7 +428,12 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
                 chunks_base,
             )
         });
-        let enough = |_: u64| indexed() >= loaded_base + args.extra_chunks;
+        let enough = reaches(
+            args.extra_chunks,
+            loaded_base + chunks_base,
+            loaded_events_base,
+            (chunks_base, events_base),
+        );
         let fed = feeder.feed(loaded_events_base, &enough, || {});
         stop.store(true, Ordering::SeqCst);
         let samples = client.join().expect("query client")?;
@@ -398,7 +449,10 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
     let grow_by_band: Vec<Value> = (0..BANDS)
         .map(|band| {
             let (low, high) = (band * args.chunks / BANDS, (band + 1) * args.chunks / BANDS);
-            let in_band = || grow.iter().filter(move |s| s.chunks >= low && s.chunks < high);
+            let in_band = || {
+                grow.iter()
+                    .filter(move |s| s.chunks >= low && s.chunks < high)
+            };
             json!({"chunks_from": low, "chunks_to": high, "queries": summary(in_band()),
                 "longest_during_optimization_ms": longest_during_optimization(in_band())})
         })

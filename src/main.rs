@@ -22,7 +22,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use ragstream_topologies::config::Config;
 
 #[derive(Parser)]
@@ -140,6 +140,20 @@ enum Command {
     },
 }
 
+/// What the query benches read and where the broker is.
+#[derive(Args, Debug)]
+struct QueryBenchData {
+    /// BEIR-layout corpus.jsonl.
+    #[arg(long)]
+    corpus: PathBuf,
+    /// Questions (`{_id, text}` lines).
+    #[arg(long)]
+    questions: PathBuf,
+    /// Kafka bootstrap servers.
+    #[arg(long)]
+    brokers: String,
+}
+
 #[derive(Subcommand)]
 enum BenchCommand {
     /// Query latency through Kafka at a steady offered rate, with and without query embedding.
@@ -184,15 +198,9 @@ enum BenchCommand {
     /// The job at a million chunks, the model taken out (instant embedder): ingest rate, RSS, disk,
     /// query round trips while growing, at full size idle and under ingest, stalls during optimization.
     Volume {
-        /// BEIR-layout corpus.jsonl (repeated with varied ids and words up to the target).
-        #[arg(long)]
-        corpus: PathBuf,
-        /// Questions (`{_id, text}` lines).
-        #[arg(long)]
-        questions: PathBuf,
-        /// Kafka bootstrap servers.
-        #[arg(long)]
-        brokers: String,
+        /// The corpus (repeated with varied ids and words up to the target), questions and broker.
+        #[command(flatten)]
+        data: QueryBenchData,
         /// Chunks to index.
         #[arg(long, default_value_t = 1_000_000)]
         chunks: u64,
@@ -232,15 +240,9 @@ enum BenchCommand {
     },
     /// `POST /query` round trips while documents stream in at full embedding speed, and with ingest idle.
     Load {
-        /// BEIR-layout corpus.jsonl.
-        #[arg(long)]
-        corpus: PathBuf,
-        /// Questions (`{_id, text}` lines).
-        #[arg(long)]
-        questions: PathBuf,
-        /// Kafka bootstrap servers.
-        #[arg(long)]
-        brokers: String,
+        /// The corpus, questions and broker.
+        #[command(flatten)]
+        data: QueryBenchData,
         /// Documents indexed before the idle phase.
         #[arg(long, default_value_t = 200)]
         seed: usize,
@@ -315,17 +317,15 @@ fn main() -> anyhow::Result<()> {
             runtime::run(config)
         }
         Command::Bench(BenchCommand::Load {
-            corpus,
-            questions,
-            brokers,
+            data,
             seed,
             queries,
             config_extra,
         }) => {
             let report = bench_load::load(bench_load::LoadBench {
-                corpus,
-                questions,
-                brokers,
+                corpus: data.corpus,
+                questions: data.questions,
+                brokers: data.brokers,
                 seed,
                 queries,
                 config_extra: config_extra.replace("\\n", "\n"),
@@ -475,18 +475,16 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench(BenchCommand::Volume {
-            corpus,
-            questions,
-            brokers,
+            data,
             chunks,
             extra_chunks,
             workers,
             queries,
         }) => {
             let report = bench_volume::volume(bench_volume::VolumeBench {
-                corpus,
-                questions,
-                brokers,
+                corpus: data.corpus,
+                questions: data.questions,
+                brokers: data.brokers,
                 chunks,
                 extra_chunks,
                 workers,

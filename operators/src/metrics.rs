@@ -136,6 +136,13 @@ impl Metrics {
                 .expect("unique metric");
             metric
         };
+        let int_gauge = |name: &str, help: &str| {
+            let metric = IntGauge::new(name, help).expect("valid metric");
+            registry
+                .register(Box::new(metric.clone()))
+                .expect("unique metric");
+            metric
+        };
         let histogram_vec = |name: &str, help: &str, labels: &[&str], buckets: Vec<f64>| {
             let metric = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
                 .expect("valid metric");
@@ -320,17 +327,10 @@ impl Metrics {
                 "ragstream_index_optimize_seconds",
                 "Seconds per index shard optimization (segment merges and HNSW builds).",
             ),
-            index_optimizations_running: {
-                let gauge = IntGauge::new(
-                    "ragstream_index_optimizations_running",
-                    "Index shards being optimized right now.",
-                )
-                .expect("valid metric");
-                registry
-                    .register(Box::new(gauge.clone()))
-                    .expect("unique metric");
-                gauge
-            },
+            index_optimizations_running: int_gauge(
+                "ragstream_index_optimizations_running",
+                "Index shards being optimized right now.",
+            ),
             retries: counter_vec(
                 "ragstream_retries_total",
                 "Retries after an outage, by component.",
@@ -374,17 +374,10 @@ impl Metrics {
                     .expect("unique metric");
                 gauge
             },
-            in_flight_messages: {
-                let gauge = IntGauge::new(
-                    "ragstream_in_flight_messages",
-                    "Consumed messages not yet acknowledged by the index.",
-                )
-                .expect("valid metric");
-                registry
-                    .register(Box::new(gauge.clone()))
-                    .expect("unique metric");
-                gauge
-            },
+            in_flight_messages: int_gauge(
+                "ragstream_in_flight_messages",
+                "Consumed messages not yet acknowledged by the index.",
+            ),
             registry,
         };
         // Pre-create bounded label sets so dashboards see zeros rather than gaps.

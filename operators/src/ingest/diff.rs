@@ -117,8 +117,7 @@ impl<'scope> DiffChunks<'scope> for StreamVec<'scope, u64, ((DocKey, ChunkIds), 
         sets: StreamVec<'scope, u64, (DocKey, Option<ChunkSet>, u64)>,
     ) -> StreamVec<'scope, u64, ChunkDelta> {
         // The sets go where the upsert sends their keys.
-        let exchange =
-            Exchange::new(|(key, _, _): &(DocKey, Option<ChunkSet>, u64)| key.hashed().into());
+        let exchange = Exchange::new(|(key, _, _): &(DocKey, Option<ChunkSet>, u64)| key.hashed());
         self.binary_frontier::<_, CapacityContainerBuilder<Vec<_>>, _, _, _, _>(
             sets,
             Pipeline,
