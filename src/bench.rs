@@ -67,6 +67,20 @@ pub(crate) fn proc_status_mib(field: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The texts of a questions file (`{_id, text}` lines); fails when it holds fewer than `needed`.
+pub(crate) fn read_questions(path: &std::path::Path, needed: usize) -> anyhow::Result<Vec<String>> {
+    let questions: Vec<String> = read_jsonl_lines(path)?
+        .iter()
+        .map(|q| q["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    anyhow::ensure!(
+        questions.len() >= needed,
+        "{} questions, need {needed}",
+        questions.len()
+    );
+    Ok(questions)
+}
+
 /// n, p50, p90, p99 and max of latencies in milliseconds.
 pub(crate) fn latency_summary(mut values: Vec<f64>) -> serde_json::Value {
     values.sort_by(f64::total_cmp);

@@ -62,16 +62,7 @@ pub fn load(args: LoadBench) -> anyhow::Result<Value> {
         ragstream_operators::now_millis()
     );
     let documents = crate::bench::read_jsonl_lines(&args.corpus)?;
-    let questions: Vec<String> = crate::bench::read_jsonl_lines(&args.questions)?
-        .iter()
-        .map(|q| q["text"].as_str().unwrap_or_default().to_string())
-        .collect();
-    anyhow::ensure!(
-        questions.len() >= 4 * args.queries,
-        "{} questions, need {}",
-        questions.len(),
-        4 * args.queries
-    );
+    let questions = crate::bench::read_questions(&args.questions, 4 * args.queries)?;
     anyhow::ensure!(
         documents.len() > args.seed,
         "the corpus has no documents after the seed"

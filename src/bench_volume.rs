@@ -308,16 +308,7 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
         ragstream_operators::now_millis()
     );
     let corpus = Corpus::read(&args.corpus)?;
-    let questions: Vec<String> = crate::bench::read_jsonl_lines(&args.questions)?
-        .iter()
-        .map(|q| q["text"].as_str().unwrap_or_default().to_string())
-        .collect();
-    anyhow::ensure!(
-        questions.len() >= 2 * args.queries,
-        "{} questions, need {}",
-        questions.len(),
-        2 * args.queries
-    );
+    let questions = crate::bench::read_questions(&args.questions, 2 * args.queries)?;
     let topic = format!("volume-docs-{run}");
     let index = std::env::temp_dir().join(format!("ragstream-bench-volume-{run}"));
     let config_path = std::env::temp_dir().join(format!("ragstream-bench-volume-{run}.toml"));
