@@ -80,7 +80,7 @@ pub(crate) fn instant_embedder() -> anyhow::Result<String> {
 }
 
 /// A bag-of-words vector: similar texts get similar vectors, at no model cost.
-fn hashed(text: &str) -> Vec<f32> {
+pub fn hashed(text: &str) -> Vec<f32> {
     let mut vector = vec![0.0f32; DIMENSION];
     for word in text.split_whitespace() {
         let hash = word.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {

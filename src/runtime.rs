@@ -103,7 +103,7 @@ pub fn open_shards(config: &Config, dimension: usize) -> anyhow::Result<Vec<Arc<
             (first..first + config.runtime.workers)
                 .map(|i| {
                     let path = root.join(format!("shard-{i}"));
-                    let store = EdgeStore::open(&path, dimension)
+                    let store = EdgeStore::open_tuned(&path, dimension, config.index.tuning)
                         .with_context(|| format!("opening {}", path.display()))?;
                     Ok(Arc::new(store) as Arc<dyn VectorStore>)
                 })
@@ -113,8 +113,14 @@ pub fn open_shards(config: &Config, dimension: usize) -> anyhow::Result<Vec<Arc<
             // One shared collection: every worker writes its own documents into it.
             let url = config.index.url.clone().expect("validated");
             let api_key = std::env::var(&config.index.api_key_env).ok();
-            let store = ServerStore::connect(&url, api_key, &config.index.collection, dimension)
-                .with_context(|| format!("connecting to Qdrant at {url}"))?;
+            let store = ServerStore::connect(
+                &url,
+                api_key,
+                &config.index.collection,
+                dimension,
+                config.index.tuning,
+            )
+            .with_context(|| format!("connecting to Qdrant at {url}"))?;
             let store: Arc<dyn VectorStore> = Arc::new(store);
             Ok((0..config.runtime.workers).map(|_| store.clone()).collect())
         }

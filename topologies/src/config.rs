@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+use ragstream_operators::store::IndexTuning;
 use serde::Deserialize;
 
 /// Which input feeds the ingest flow.
@@ -440,6 +441,9 @@ pub struct IndexConfig {
     /// Name of the environment variable holding the Qdrant API key (server).
     #[serde(default = "default_qdrant_key_env")]
     pub api_key_env: String,
+    /// HNSW, quantisation and indexing threads of the dense index (`[index.tuning]`), both backends.
+    #[serde(default)]
+    pub tuning: IndexTuning,
 }
 
 fn default_index_kind() -> IndexKind {
@@ -671,6 +675,19 @@ impl Config {
         if self.index.kind == IndexKind::Server && self.index.url.is_none() {
             return invalid("index.url", "required for the server index");
         }
+        let tuning = &self.index.tuning;
+        for (key, value, least) in [
+            ("index.tuning.m", tuning.m, 2),
+            ("index.tuning.ef_construct", tuning.ef_construct, 4),
+            ("index.tuning.ef", tuning.ef, 1),
+        ] {
+            if value < least {
+                return Err(ConfigError::Invalid {
+                    key,
+                    message: format!("{value} is below {least}"),
+                });
+            }
+        }
         if self.runtime.workers == 0 || self.runtime.workers > 256 {
             return invalid("runtime.workers", "must be 1..=256");
         }
@@ -808,6 +825,34 @@ mod tests {
         let (_dir, path) = write("[source]\nkind = \"dir\"\npath = \".\"\n[bogus]\nx = 1\n");
         let err = Config::load(&path).unwrap_err().to_string();
         assert!(err.contains("bogus"), "{err}");
+    }
+
+    #[test]
+    fn index_tuning_defaults_and_overrides() {
+        let dir = "[source]\nkind = \"dir\"\npath = \".\"\n";
+        let (_dir, path) = write(dir);
+        let tuning = Config::load(&path).expect("valid").index.tuning;
+        assert!(tuning.quantized);
+        assert_eq!((tuning.m, tuning.ef_construct, tuning.ef), (16, 100, 64));
+        let (_dir, path) = write(&format!(
+            "{dir}[index.tuning]\nef = 128\nquantized = false\nindexing_threads = 3\n"
+        ));
+        let tuning = Config::load(&path).expect("valid").index.tuning;
+        assert_eq!(
+            (tuning.ef, tuning.quantized, tuning.threads()),
+            (128, false, 3)
+        );
+        assert_eq!(
+            tuning.ef_for(200),
+            200,
+            "the beam is at least the results asked for"
+        );
+        let (_dir, path) = write(&format!("{dir}[index.tuning]\nef_construct = 2\n"));
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(err.contains("index.tuning.ef_construct"), "{err}");
+        let (_dir, path) = write(&format!("{dir}[index.tuning]\nefs = 2\n"));
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(err.contains("efs"), "{err}");
     }
 
     #[test]

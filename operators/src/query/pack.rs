@@ -729,9 +729,14 @@ fn assemble(entries: &[Entry<'_>], config: &PackConfig) -> String {
     let items: Vec<String> = entries
         .iter()
         .filter_map(|e| e.state.map(|s| &e.forms[s]))
-        .map(|f| format!("{}{}", defuse(&f.header), defuse(&f.text)))
+        .map(|f| render(&f.header, &f.text))
         .collect();
     wrap_items(&items, config)
+}
+
+/// An item as the context holds it: its `Source:` header, then its text, both defused.
+fn render(header: &str, text: &str) -> String {
+    format!("{}{}", defuse(header), defuse(text))
 }
 
 /// Packs `request` into its budget.
@@ -917,7 +922,7 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
                     section_path: stored.chunk.section_path.clone(),
                     tier: form.tier,
                     score: entry.candidate.score,
-                    tokens: form.estimate,
+                    tokens: counter.count(&render(&form.header, &form.text)),
                     text: form.text.clone(),
                 });
             }
@@ -952,11 +957,7 @@ pub fn render_full(
     let mut parts = Vec::with_capacity(candidates.len());
     for (candidate, text) in candidates {
         let chunk = &candidate.stored.chunk;
-        let rendered = format!(
-            "{}{}",
-            defuse(&header(&chunk.source, chunk.lines)),
-            defuse(text)
-        );
+        let rendered = render(&header(&chunk.source, chunk.lines), text);
         items.push(ContextItem {
             chunk_id: candidate.id(),
             doc_id: candidate.stored.key.doc_id.clone(),

@@ -14,16 +14,17 @@ use std::sync::Mutex;
 use qdrant_edge::{
     Condition, CountRequest, CreateIndex, Distance, EdgeConfig, EdgeOptimizersConfig, EdgeShard,
     EdgeSparseVectorParams, EdgeVectorParams, FieldCondition, FieldIndexOperations, Filter,
-    JsonPath, KeywordIndexParams, Match, Modifier, NamedQuery, PayloadFieldSchema,
+    HnswIndexConfig, JsonPath, KeywordIndexParams, Match, Modifier, NamedQuery, PayloadFieldSchema,
     PayloadSchemaParams, PayloadSchemaType, PointId, PointInsertOperations, PointOperations,
-    PointStruct, QueryEnum, QueryRequest, ScoringQuery, ScrollRequest, UpdateOperation, Vector,
-    VectorInternal, VectorStructInternal, Vectors, WithPayloadInterface, WithVector,
+    PointStruct, QuantizationConfig, QuantizationSearchParams, QueryEnum, QueryRequest,
+    ScoringQuery, ScrollRequest, SearchParams, UpdateOperation, Vector, VectorInternal,
+    VectorStructInternal, Vectors, WithPayloadInterface, WithVector,
 };
 
 use super::{
-    check_compatible, chunk_from_payload, chunk_payload, Hit, PointWrite, SearchFilter,
-    SearchVector, StoreError, StoredChunk, VectorStore, DENSE_VECTOR, KEYWORD_INDEXES,
-    SPARSE_VECTOR,
+    check_compatible, chunk_from_payload, chunk_payload, Hit, IndexTuning, PointWrite,
+    SearchFilter, SearchVector, StoreError, StoredChunk, VectorStore, DENSE_VECTOR,
+    KEYWORD_INDEXES, SPARSE_VECTOR,
 };
 
 /// Points per scroll page.
@@ -44,11 +45,41 @@ fn optimizers() -> EdgeOptimizersConfig {
     }
 }
 
+fn hnsw(tuning: &IndexTuning) -> HnswIndexConfig {
+    HnswIndexConfig {
+        m: tuning.m,
+        ef_construct: tuning.ef_construct,
+        max_indexing_threads: tuning.threads(),
+        ..HnswIndexConfig::default()
+    }
+}
+
+/// Scalar int8 quantisation kept in RAM. `ScalarQuantization` is not exported by qdrant-edge; the
+/// config deserialises from its REST form.
+fn int8() -> QuantizationConfig {
+    serde_json::from_value(serde_json::json!({
+        "scalar": { "type": "int8", "quantile": 0.99, "always_ram": true }
+    }))
+    .expect("scalar quantization config deserialises")
+}
+
+/// How [`EdgeStore::search_dense`] searches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenseSearch {
+    /// As the job does: HNSW with the tuning's beam, int8 candidates re-scored when quantised.
+    Configured,
+    /// HNSW with the same beam on the float vectors only.
+    FloatHnsw,
+    /// Every point scored with its float vector: the reference.
+    Exact,
+}
+
 /// A qdrant-edge shard on disk.
 pub struct EdgeStore {
     shard: EdgeShard,
     path: PathBuf,
     dimension: usize,
+    tuning: IndexTuning,
     /// Held by writers (update, flush, optimize); readers take none. See the module docs.
     writer: Mutex<()>,
 }
@@ -58,6 +89,7 @@ impl std::fmt::Debug for EdgeStore {
         f.debug_struct("EdgeStore")
             .field("path", &self.path)
             .field("dimension", &self.dimension)
+            .field("tuning", &self.tuning)
             .finish()
     }
 }
@@ -124,20 +156,35 @@ fn point_id(id: uuid::Uuid) -> PointId {
 }
 
 impl EdgeStore {
-    /// Opens the shard at `path`, creating it (with indexes) if missing.
+    /// Opens the shard at `path`, creating it (with indexes) if missing, with the default tuning.
     pub fn open(path: &Path, dimension: usize) -> Result<Self, StoreError> {
+        Self::open_tuned(path, dimension, IndexTuning::default())
+    }
+
+    /// Opens the shard at `path`, creating it (with indexes) if missing.
+    ///
+    /// A new shard takes every setting of `tuning`. An existing one takes its HNSW settings and
+    /// indexing threads (segments built before are rebuilt by the engine's next optimization);
+    /// whether its vectors are quantised was fixed when it was created and stays (a warning says so).
+    pub fn open_tuned(
+        path: &Path,
+        dimension: usize,
+        tuning: IndexTuning,
+    ) -> Result<Self, StoreError> {
         std::fs::create_dir_all(path).map_err(io_error)?;
+        let mut dense = EdgeVectorParams::builder(dimension, Distance::Cosine);
+        if tuning.quantized {
+            dense = dense.on_disk(true).quantization_config(int8());
+        }
         let config = EdgeConfig::builder()
-            .vector(
-                DENSE_VECTOR,
-                EdgeVectorParams::builder(dimension, Distance::Cosine).build(),
-            )
+            .vector(DENSE_VECTOR, dense.build())
             .sparse_vector(
                 SPARSE_VECTOR,
                 EdgeSparseVectorParams::builder()
                     .modifier(Modifier::Idf)
                     .build(),
             )
+            .hnsw_config(hnsw(&tuning))
             .optimizers(optimizers())
             .build();
         let existing = path.join("edge_config.json").exists();
@@ -148,26 +195,39 @@ impl EdgeStore {
         }
         .map_err(engine_error)?;
         if existing {
-            // Shards written by an earlier version keep their config file: bring the optimizer's up to date.
+            // Shards written by an earlier version or config keep their config file: bring the
+            // optimizer's and the HNSW settings up to date.
             if shard.config().optimizers != optimizers() {
                 shard
                     .set_optimizers_config(optimizers())
                     .map_err(engine_error)?;
             }
-            let found = shard.config().vectors.get(DENSE_VECTOR).map(|v| v.size);
-            if found != Some(dimension) {
+            if shard.config().hnsw_config != hnsw(&tuning) {
+                shard.set_hnsw_config(hnsw(&tuning)).map_err(engine_error)?;
+            }
+            let found = shard.config().vectors.get(DENSE_VECTOR).cloned();
+            if found.as_ref().map(|v| v.size) != Some(dimension) {
                 return Err(StoreError::EmbedderMismatch {
                     found: "(existing index)".into(),
-                    found_dimension: found.unwrap_or(0),
+                    found_dimension: found.map_or(0, |v| v.size),
                     expected: "(this job)".into(),
                     expected_dimension: dimension,
                 });
+            }
+            let quantized = found.is_some_and(|v| v.quantization_config.is_some());
+            if quantized != tuning.quantized {
+                tracing::warn!(
+                    shard = %path.display(),
+                    quantized,
+                    "index.tuning.quantized differs from the shard's; the shard keeps its own (rebuild the index to change it)"
+                );
             }
         }
         let store = Self {
             shard,
             path: path.to_path_buf(),
             dimension,
+            tuning,
             writer: Mutex::new(()),
         };
         store.create_indexes()?;
@@ -201,6 +261,96 @@ impl EdgeStore {
             self.shard.update(operation).map_err(engine_error)?;
         }
         Ok(())
+    }
+
+    /// Dense search in one of the [`DenseSearch`] ways (what `bench volume` measures the recall of the
+    /// configured search with).
+    pub fn search_dense(
+        &self,
+        vector: &[f32],
+        filter: &SearchFilter,
+        limit: usize,
+        way: DenseSearch,
+    ) -> Result<Vec<Hit>, StoreError> {
+        let float_only = Some(QuantizationSearchParams {
+            ignore: true,
+            rescore: None,
+            oversampling: None,
+        });
+        let params = match way {
+            DenseSearch::Configured => self.dense_params(limit),
+            DenseSearch::FloatHnsw => SearchParams {
+                quantization: float_only,
+                ..self.dense_params(limit)
+            },
+            DenseSearch::Exact => SearchParams {
+                exact: true,
+                quantization: float_only,
+                ..SearchParams::default()
+            },
+        };
+        let vector = SearchVector::Dense(vector.to_vec());
+        self.query(&vector, filter, limit, None, Some(params))
+    }
+
+    fn query(
+        &self,
+        vector: &SearchVector,
+        filter: &SearchFilter,
+        limit: usize,
+        score_threshold: Option<f32>,
+        params: Option<SearchParams>,
+    ) -> Result<Vec<Hit>, StoreError> {
+        let (query, using) = match vector {
+            SearchVector::Dense(dense) => (VectorInternal::Dense(dense.clone()), DENSE_VECTOR),
+            SearchVector::Sparse(sparse) => {
+                let sparse = qdrant_edge::SparseVector {
+                    indices: sparse.indices.clone(),
+                    values: sparse.values.clone(),
+                };
+                (VectorInternal::from(sparse), SPARSE_VECTOR)
+            }
+        };
+        let request = QueryRequest {
+            prefetches: vec![],
+            query: Some(ScoringQuery::Vector(QueryEnum::Nearest(NamedQuery::new(
+                query, using,
+            )))),
+            filter: engine_filter(filter),
+            score_threshold: score_threshold
+                .map(qdrant_edge::external::ordered_float::OrderedFloat),
+            limit,
+            offset: 0,
+            params,
+            with_vector: WithVector::Bool(false),
+            with_payload: WithPayloadInterface::Bool(true),
+        };
+        let points = self.shard.query(request).map_err(engine_error)?;
+        Ok(points
+            .into_iter()
+            .filter_map(|point| {
+                let id = uuid_of(&point.id)?;
+                let stored = chunk_from_payload(id, &point.payload.as_ref()?.0)?;
+                Some(Hit {
+                    stored,
+                    score: point.score,
+                })
+            })
+            .collect())
+    }
+
+    /// Search parameters of the dense lane: the beam width, and int8 candidates re-scored with the
+    /// float originals.
+    fn dense_params(&self, limit: usize) -> SearchParams {
+        SearchParams {
+            hnsw_ef: Some(self.tuning.ef_for(limit)),
+            quantization: self.tuning.quantized.then_some(QuantizationSearchParams {
+                ignore: false,
+                rescore: Some(true),
+                oversampling: Some(IndexTuning::OVERSAMPLING),
+            }),
+            ..SearchParams::default()
+        }
     }
 
     /// Builds HNSW indexes and vacuums deleted points (synchronous; call off the hot path).
@@ -342,42 +492,8 @@ impl VectorStore for EdgeStore {
         limit: usize,
         score_threshold: Option<f32>,
     ) -> Result<Vec<Hit>, StoreError> {
-        let (query, using) = match vector {
-            SearchVector::Dense(dense) => (VectorInternal::Dense(dense.clone()), DENSE_VECTOR),
-            SearchVector::Sparse(sparse) => {
-                let sparse = qdrant_edge::SparseVector {
-                    indices: sparse.indices.clone(),
-                    values: sparse.values.clone(),
-                };
-                (VectorInternal::from(sparse), SPARSE_VECTOR)
-            }
-        };
-        let request = QueryRequest {
-            prefetches: vec![],
-            query: Some(ScoringQuery::Vector(QueryEnum::Nearest(NamedQuery::new(
-                query, using,
-            )))),
-            filter: engine_filter(filter),
-            score_threshold: score_threshold
-                .map(qdrant_edge::external::ordered_float::OrderedFloat),
-            limit,
-            offset: 0,
-            params: None,
-            with_vector: WithVector::Bool(false),
-            with_payload: WithPayloadInterface::Bool(true),
-        };
-        let points = self.shard.query(request).map_err(engine_error)?;
-        Ok(points
-            .into_iter()
-            .filter_map(|point| {
-                let id = uuid_of(&point.id)?;
-                let stored = chunk_from_payload(id, &point.payload.as_ref()?.0)?;
-                Some(Hit {
-                    stored,
-                    score: point.score,
-                })
-            })
-            .collect())
+        let params = matches!(vector, SearchVector::Dense(_)).then(|| self.dense_params(limit));
+        self.query(vector, filter, limit, score_threshold, params)
     }
 
     fn get(&self, ids: &[uuid::Uuid]) -> Result<Vec<StoredChunk>, StoreError> {

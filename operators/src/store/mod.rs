@@ -36,6 +36,59 @@ pub const KEYWORD_INDEXES: [&str; 6] = [
     "acl",
 ];
 
+/// How a backend builds and searches its dense index (`[index]` and `[index.hnsw]` in the config).
+///
+/// The defaults are chosen by `bench volume` at 200k and 1M chunks on two cores (BENCHMARKS.md, "Volume").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IndexTuning {
+    /// HNSW edges per node.
+    pub m: usize,
+    /// HNSW beam width while building.
+    pub ef_construct: usize,
+    /// HNSW beam width while searching (raised to the request's limit when that is larger).
+    pub ef: usize,
+    /// Dense vectors also kept as int8 (scalar quantisation, in RAM) and searched with those; the
+    /// float originals move to disk (memory-mapped) and re-score the best candidates, so the ranking
+    /// is the originals'. `false` keeps only the float vectors, in RAM.
+    pub quantized: bool,
+    /// Threads one optimization (HNSW build, merge) may use; 0 = every core but one, at least one, so
+    /// an optimization never takes the core the dataflow worker answers queries on.
+    pub indexing_threads: usize,
+}
+
+impl Default for IndexTuning {
+    fn default() -> Self {
+        Self {
+            m: 16,
+            ef_construct: 100,
+            ef: 64,
+            quantized: true,
+            indexing_threads: 0,
+        }
+    }
+}
+
+impl IndexTuning {
+    /// Candidates pre-selected with the int8 vectors per result, re-scored with the originals.
+    pub const OVERSAMPLING: f64 = 2.0;
+
+    /// The beam width for a search of `limit` results.
+    pub fn ef_for(&self, limit: usize) -> usize {
+        self.ef.max(limit)
+    }
+
+    /// Indexing threads with 0 resolved against this machine's cores.
+    pub fn threads(&self) -> usize {
+        match self.indexing_threads {
+            0 => std::thread::available_parallelism()
+                .map_or(1, |cores| cores.get().saturating_sub(1))
+                .max(1),
+            threads => threads,
+        }
+    }
+}
+
 /// Why an index operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -26,18 +26,19 @@ use qdrant_client::qdrant::vectors_config::Config as VectorsConfigKind;
 use qdrant_client::qdrant::{
     Condition, CountPointsBuilder, CreateCollectionBuilder, CreateFieldIndexCollectionBuilder,
     DeleteCollectionBuilder, DeletePointsBuilder, Distance, FieldType, Filter, GetPointsBuilder,
-    KeywordIndexParamsBuilder, ListValue, Modifier, NamedVectors, PointId, PointStruct, Query,
-    QueryPointsBuilder, RepeatedStrings, ScrollPointsBuilder, SparseVectorParamsBuilder,
-    SparseVectorsConfigBuilder, Struct, UpsertPointsBuilder, Value, Vector, VectorInput,
-    VectorParamsBuilder, VectorsConfigBuilder, VectorsSelector,
+    HnswConfigDiffBuilder, KeywordIndexParamsBuilder, ListValue, Modifier, NamedVectors, PointId,
+    PointStruct, QuantizationSearchParamsBuilder, QuantizationType, Query, QueryPointsBuilder,
+    RepeatedStrings, ScalarQuantizationBuilder, ScrollPointsBuilder, SearchParamsBuilder,
+    SparseVectorParamsBuilder, SparseVectorsConfigBuilder, Struct, UpsertPointsBuilder, Value,
+    Vector, VectorInput, VectorParamsBuilder, VectorsConfigBuilder, VectorsSelector,
 };
 use qdrant_client::{Payload, Qdrant, QdrantError};
 use serde_json::{Map, Number, Value as JsonValue};
 
 use super::{
-    check_compatible, chunk_from_payload, chunk_payload, Hit, PointWrite, SearchFilter,
-    SearchVector, StoreError, StoredChunk, VectorStore, DENSE_VECTOR, KEYWORD_INDEXES,
-    SPARSE_VECTOR,
+    check_compatible, chunk_from_payload, chunk_payload, Hit, IndexTuning, PointWrite,
+    SearchFilter, SearchVector, StoreError, StoredChunk, VectorStore, DENSE_VECTOR,
+    KEYWORD_INDEXES, SPARSE_VECTOR,
 };
 
 /// Points per scroll page.
@@ -74,6 +75,7 @@ pub struct ServerStore {
     has_api_key: bool,
     collection: String,
     dimension: usize,
+    tuning: IndexTuning,
 }
 
 impl std::fmt::Debug for ServerStore {
@@ -227,6 +229,7 @@ impl ServerStore {
         api_key: Option<String>,
         collection: &str,
         dimension: usize,
+        tuning: IndexTuning,
     ) -> Result<Self, StoreError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -249,6 +252,7 @@ impl ServerStore {
             has_api_key,
             collection: collection.to_string(),
             dimension,
+            tuning,
         };
         store.ensure_collection()?;
         Ok(store)
@@ -277,16 +281,27 @@ impl ServerStore {
             .map_err(store_error)?;
         if !exists {
             let mut vectors = VectorsConfigBuilder::default();
-            vectors.add_named_vector_params(
-                DENSE_VECTOR,
-                VectorParamsBuilder::new(self.dimension as u64, Distance::Cosine),
-            );
+            let mut dense = VectorParamsBuilder::new(self.dimension as u64, Distance::Cosine);
+            if self.tuning.quantized {
+                dense = dense.on_disk(true).quantization_config(
+                    ScalarQuantizationBuilder::default()
+                        .r#type(QuantizationType::Int8.into())
+                        .quantile(0.99)
+                        .always_ram(true),
+                );
+            }
+            vectors.add_named_vector_params(DENSE_VECTOR, dense);
             let mut sparse = SparseVectorsConfigBuilder::default();
             sparse.add_named_vector_params(
                 SPARSE_VECTOR,
                 SparseVectorParamsBuilder::default().modifier(Modifier::Idf),
             );
             let request = CreateCollectionBuilder::new(&self.collection)
+                .hnsw_config(
+                    HnswConfigDiffBuilder::default()
+                        .m(self.tuning.m as u64)
+                        .ef_construct(self.tuning.ef_construct as u64),
+                )
                 .vectors_config(vectors)
                 .sparse_vectors_config(sparse);
             match self
@@ -518,6 +533,18 @@ impl VectorStore for ServerStore {
             .limit(limit as u64)
             .with_payload(true)
             .with_vectors(false);
+        if matches!(vector, SearchVector::Dense(_)) {
+            let mut params =
+                SearchParamsBuilder::default().hnsw_ef(self.tuning.ef_for(limit) as u64);
+            if self.tuning.quantized {
+                params = params.quantization(
+                    QuantizationSearchParamsBuilder::default()
+                        .rescore(true)
+                        .oversampling(IndexTuning::OVERSAMPLING),
+                );
+            }
+            request = request.params(params);
+        }
         if let Some(filter) = server_filter(filter) {
             request = request.filter(filter);
         }
@@ -606,6 +633,7 @@ mod tests {
                 api_key.clone(),
                 &collection,
                 super::super::contract::DIMENSION,
+                IndexTuning::default(),
             )
             .expect("connect to the Qdrant server")
         };

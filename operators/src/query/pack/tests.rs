@@ -520,3 +520,34 @@ fn among_sentences_with_as_many_terms_the_snippet_takes_the_one_of_the_answers_k
         &text[from..to]
     );
 }
+
+#[test]
+fn item_tokens_are_counted_on_the_rendered_item_not_estimated() {
+    // Stored token counts that understate the text fourfold (the packer's estimates scale from them).
+    let mut doc = document(0, 30, 6, 2);
+    for stored in &mut doc {
+        stored.chunk.tokens /= 4;
+    }
+    let other = document(1, 6, 6, 0);
+    let picked = [
+        candidate(&doc[2], 1.0, vec![1.0, 0.0]),
+        candidate(&other[0], 0.5, vec![0.0, 1.0]),
+    ];
+    let packed = run(&picked, &doc, 3000, &[]);
+    assert_eq!(packed.items.len(), 2);
+    for item in &packed.items {
+        let text = counter().count(&item.text);
+        assert!(
+            item.tokens > text,
+            "{:?} item: {} tokens for a text of {text} tokens plus its header",
+            item.tier,
+            item.tokens
+        );
+    }
+    let sum: usize = packed.items.iter().map(|i| i.tokens).sum();
+    assert!(
+        sum <= packed.tokens_used && packed.tokens_used - sum <= 40,
+        "items {sum} tokens, context {} (delimiters and separators only between them)",
+        packed.tokens_used
+    );
+}
