@@ -833,7 +833,7 @@ mod tests {
         let (_dir, path) = write(dir);
         let tuning = Config::load(&path).expect("valid").index.tuning;
         assert!(tuning.quantized);
-        assert_eq!((tuning.m, tuning.ef_construct, tuning.ef), (16, 100, 64));
+        assert_eq!((tuning.m, tuning.ef_construct, tuning.ef), (16, 100, 100));
         let (_dir, path) = write(&format!(
             "{dir}[index.tuning]\nef = 128\nquantized = false\nindexing_threads = 3\n"
         ));

@@ -551,4 +551,73 @@ mod tests {
             |path: &Path| EdgeStore::open(path, super::super::contract::DIMENSION).expect("open");
         super::super::contract::run(&|| Box::new(open(dir.path())) as Box<dyn VectorStore>);
     }
+
+    /// A shard large enough for the optimizer to build an HNSW graph and int8 vectors (the engine
+    /// indexes segments above 10 MB of vectors): a search finds the point a query is next to, and
+    /// every score is the float vectors' cosine, not the int8 estimate.
+    #[test]
+    fn quantised_search_is_rescored_with_the_float_vectors() {
+        const POINTS: usize = 8000;
+        const DIMENSION: usize = 384;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = EdgeStore::open(dir.path(), DIMENSION).expect("open");
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut random = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        };
+        let points: Vec<PointWrite> = (0..POINTS)
+            .map(|i| {
+                let mut point = super::super::contract::sample_point(
+                    "t",
+                    &format!("doc{i}"),
+                    1,
+                    &format!("text {i}"),
+                    &[],
+                );
+                point.dense = (0..DIMENSION).map(|_| random()).collect();
+                point
+            })
+            .collect();
+        for batch in points.chunks(1000) {
+            store.upsert(batch).expect("upsert");
+        }
+        assert!(store.optimize().expect("optimize"), "the optimizer ran");
+        assert!(
+            store.shard.info().indexed_vectors_count > 0,
+            "segments were indexed"
+        );
+        let filter = SearchFilter {
+            tenant: Some("t".into()),
+            ..SearchFilter::default()
+        };
+        let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let cosine = |a: &[f32], b: &[f32]| {
+            a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>() / (norm(a) * norm(b))
+        };
+        for j in (0..POINTS).step_by(POINTS / 20) {
+            // Near one stored point: it must come first, found through the int8 graph search.
+            let query: Vec<f32> = points[j]
+                .dense
+                .iter()
+                .map(|x| x + 0.02 * random())
+                .collect();
+            let hits = store
+                .search(&SearchVector::Dense(query.clone()), &filter, 10, None)
+                .expect("search");
+            assert_eq!(hits.len(), 10);
+            assert_eq!(hits[0].stored.key.doc_id, format!("doc{j}"));
+            for hit in &hits {
+                let index: usize = hit.stored.key.doc_id[3..].parse().expect("doc id");
+                let float = cosine(&query, &points[index].dense);
+                assert!(
+                    (hit.score - float).abs() < 1e-4,
+                    "score {} is the float vectors' {float}",
+                    hit.score
+                );
+            }
+        }
+    }
 }

@@ -62,7 +62,7 @@ impl Default for IndexTuning {
         Self {
             m: 16,
             ef_construct: 100,
-            ef: 64,
+            ef: 100,
             quantized: true,
             indexing_threads: 0,
         }
