@@ -58,7 +58,7 @@ fn hnsw(tuning: &IndexTuning) -> HnswIndexConfig {
 /// config deserialises from its REST form.
 fn int8() -> QuantizationConfig {
     serde_json::from_value(serde_json::json!({
-        "scalar": { "type": "int8", "quantile": 0.99, "always_ram": true }
+        "scalar": { "type": "int8", "quantile": IndexTuning::INT8_QUANTILE, "always_ram": true }
     }))
     .expect("scalar quantization config deserialises")
 }

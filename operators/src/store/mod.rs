@@ -39,6 +39,8 @@ pub const KEYWORD_INDEXES: [&str; 6] = [
 /// How a backend builds and searches its dense index (`[index]` and `[index.hnsw]` in the config).
 ///
 /// The defaults are chosen by `bench volume` at 200k and 1M chunks on two cores (BENCHMARKS.md, "Volume").
+/// The embedded index applies the HNSW settings to existing shards too; a Qdrant server collection
+/// takes all of them when it is created, and the search beam and re-scoring on every search.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct IndexTuning {
@@ -53,7 +55,8 @@ pub struct IndexTuning {
     /// is the originals'. `false` keeps only the float vectors, in RAM.
     pub quantized: bool,
     /// Threads one optimization (HNSW build, merge) may use; 0 = every core but one, at least one, so
-    /// an optimization never takes the core the dataflow worker answers queries on.
+    /// an optimization never takes the core the dataflow worker answers queries on (a Qdrant server
+    /// runs on its own machine: it takes a non-zero value, and its own default for 0).
     pub indexing_threads: usize,
 }
 
@@ -72,6 +75,8 @@ impl Default for IndexTuning {
 impl IndexTuning {
     /// Candidates pre-selected with the int8 vectors per result, re-scored with the originals.
     pub const OVERSAMPLING: f64 = 2.0;
+    /// Share of each vector component's values the int8 range covers (the rest are clipped).
+    pub const INT8_QUANTILE: f32 = 0.99;
 
     /// The beam width for a search of `limit` results.
     pub fn ef_for(&self, limit: usize) -> usize {

@@ -286,7 +286,7 @@ impl ServerStore {
                 dense = dense.on_disk(true).quantization_config(
                     ScalarQuantizationBuilder::default()
                         .r#type(QuantizationType::Int8.into())
-                        .quantile(0.99)
+                        .quantile(IndexTuning::INT8_QUANTILE)
                         .always_ram(true),
                 );
             }
@@ -296,12 +296,14 @@ impl ServerStore {
                 SPARSE_VECTOR,
                 SparseVectorParamsBuilder::default().modifier(Modifier::Idf),
             );
+            let mut hnsw = HnswConfigDiffBuilder::default()
+                .m(self.tuning.m as u64)
+                .ef_construct(self.tuning.ef_construct as u64);
+            if self.tuning.indexing_threads > 0 {
+                hnsw = hnsw.max_indexing_threads(self.tuning.indexing_threads as u64);
+            }
             let request = CreateCollectionBuilder::new(&self.collection)
-                .hnsw_config(
-                    HnswConfigDiffBuilder::default()
-                        .m(self.tuning.m as u64)
-                        .ef_construct(self.tuning.ef_construct as u64),
-                )
+                .hnsw_config(hnsw)
                 .vectors_config(vectors)
                 .sparse_vectors_config(sparse);
             match self
