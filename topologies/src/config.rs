@@ -766,6 +766,12 @@ mod tests {
         (dir, path)
     }
 
+    /// The error of loading a config of `text`.
+    fn load_error(text: &str) -> String {
+        let (_dir, path) = write(text);
+        Config::load(&path).unwrap_err().to_string()
+    }
+
     #[test]
     fn presets_load_and_validate() {
         for preset in ["local.toml", "kafka.toml", "cluster.toml"] {
@@ -779,16 +785,13 @@ mod tests {
     #[test]
     fn cluster_settings_are_checked() {
         let kafka = "[source]\nkind = \"kafka\"\n";
-        let (_dir, path) = write(&format!("{kafka}[runtime]\nprocesses = 2\nprocess = 2\n"));
-        let err = Config::load(&path).unwrap_err().to_string();
+        let err = load_error(&format!("{kafka}[runtime]\nprocesses = 2\nprocess = 2\n"));
         assert!(err.contains("runtime.process"), "{err}");
-        let (_dir, path) = write(&format!("{kafka}[runtime]\nprocesses = 2\nprocess = 1\n"));
-        let err = Config::load(&path).unwrap_err().to_string();
+        let err = load_error(&format!("{kafka}[runtime]\nprocesses = 2\nprocess = 1\n"));
         assert!(err.contains("runtime.hostfile"), "{err}");
-        let (_dir, path) = write(
+        let err = load_error(
             "[source]\nkind = \"dir\"\npath = \".\"\n[runtime]\nprocesses = 2\nhostfile = \"h\"\n",
         );
-        let err = Config::load(&path).unwrap_err().to_string();
         assert!(err.contains("runtime.processes"), "{err}");
         let (_dir, path) = write(&format!(
             "{kafka}[runtime]\nworkers = 3\nprocesses = 2\nprocess = 1\nhostfile = \"h\"\n"
@@ -819,11 +822,9 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_named() {
-        let (_dir, path) = write("[source]\nkind = \"dir\"\npath = \".\"\n[index]\npth = \"x\"\n");
-        let err = Config::load(&path).unwrap_err().to_string();
+        let err = load_error("[source]\nkind = \"dir\"\npath = \".\"\n[index]\npth = \"x\"\n");
         assert!(err.contains("pth"), "{err}");
-        let (_dir, path) = write("[source]\nkind = \"dir\"\npath = \".\"\n[bogus]\nx = 1\n");
-        let err = Config::load(&path).unwrap_err().to_string();
+        let err = load_error("[source]\nkind = \"dir\"\npath = \".\"\n[bogus]\nx = 1\n");
         assert!(err.contains("bogus"), "{err}");
     }
 
@@ -847,18 +848,15 @@ mod tests {
             200,
             "the beam is at least the results asked for"
         );
-        let (_dir, path) = write(&format!("{dir}[index.tuning]\nef_construct = 2\n"));
-        let err = Config::load(&path).unwrap_err().to_string();
+        let err = load_error(&format!("{dir}[index.tuning]\nef_construct = 2\n"));
         assert!(err.contains("index.tuning.ef_construct"), "{err}");
-        let (_dir, path) = write(&format!("{dir}[index.tuning]\nefs = 2\n"));
-        let err = Config::load(&path).unwrap_err().to_string();
+        let err = load_error(&format!("{dir}[index.tuning]\nefs = 2\n"));
         assert!(err.contains("efs"), "{err}");
     }
 
     #[test]
     fn cross_field_checks_name_the_key() {
-        let (_dir, path) = write("[source]\nkind = \"dir\"\n");
-        let err = Config::load(&path).unwrap_err().to_string();
+        let err = load_error("[source]\nkind = \"dir\"\n");
         assert!(err.contains("source.path"), "{err}");
         let (_dir, path) = write("[source]\nkind = \"kafka\"\n[chunking]\nprose_tokens = 4\n");
         assert!(Config::load(&path)
