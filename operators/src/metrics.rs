@@ -104,18 +104,17 @@ impl Metrics {
     fn new() -> Self {
         let registry = Registry::new();
         let seconds_buckets = exponential_buckets(0.0005, 2.0, 18).expect("valid buckets");
+        let register = |metric: Box<dyn prometheus::core::Collector>| {
+            registry.register(metric).expect("unique metric");
+        };
         let counter = |name: &str, help: &str| {
             let metric = IntCounter::new(name, help).expect("valid metric");
-            registry
-                .register(Box::new(metric.clone()))
-                .expect("unique metric");
+            register(Box::new(metric.clone()));
             metric
         };
         let counter_vec = |name: &str, help: &str, labels: &[&str]| {
             let metric = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-            registry
-                .register(Box::new(metric.clone()))
-                .expect("unique metric");
+            register(Box::new(metric.clone()));
             metric
         };
         let histogram = |name: &str, help: &str| {
@@ -123,32 +122,24 @@ impl Metrics {
                 HistogramOpts::new(name, help).buckets(seconds_buckets.clone()),
             )
             .expect("valid metric");
-            registry
-                .register(Box::new(metric.clone()))
-                .expect("unique metric");
+            register(Box::new(metric.clone()));
             metric
         };
         let histogram_with = |name: &str, help: &str, buckets: Vec<f64>| {
             let metric = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
                 .expect("valid metric");
-            registry
-                .register(Box::new(metric.clone()))
-                .expect("unique metric");
+            register(Box::new(metric.clone()));
             metric
         };
         let int_gauge = |name: &str, help: &str| {
             let metric = IntGauge::new(name, help).expect("valid metric");
-            registry
-                .register(Box::new(metric.clone()))
-                .expect("unique metric");
+            register(Box::new(metric.clone()));
             metric
         };
         let histogram_vec = |name: &str, help: &str, labels: &[&str], buckets: Vec<f64>| {
             let metric = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
                 .expect("valid metric");
-            registry
-                .register(Box::new(metric.clone()))
-                .expect("unique metric");
+            register(Box::new(metric.clone()));
             metric
         };
         let counts = vec![0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 34.0, 55.0];
@@ -225,9 +216,7 @@ impl Metrics {
                     &["version"],
                 )
                 .expect("valid metric");
-                registry
-                    .register(Box::new(gauge.clone()))
-                    .expect("unique metric");
+                register(Box::new(gauge.clone()));
                 gauge
             },
             queries_received: counter(
@@ -246,9 +235,7 @@ impl Metrics {
                     &["stage"],
                 )
                 .expect("valid metric");
-                registry
-                    .register(Box::new(metric.clone()))
-                    .expect("unique metric");
+                register(Box::new(metric.clone()));
                 metric
             },
             query_seconds: histogram(
@@ -261,9 +248,7 @@ impl Metrics {
                         .buckets(exponential_buckets(16.0, 2.0, 12).expect("valid buckets")),
                 )
                 .expect("valid metric");
-                registry
-                    .register(Box::new(metric.clone()))
-                    .expect("unique metric");
+                register(Box::new(metric.clone()));
                 metric
             },
             context_budget_used_ratio: {
@@ -275,9 +260,7 @@ impl Metrics {
                     .buckets(vec![0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0]),
                 )
                 .expect("valid metric");
-                registry
-                    .register(Box::new(metric.clone()))
-                    .expect("unique metric");
+                register(Box::new(metric.clone()));
                 metric
             },
             contexts_truncated: counter(
@@ -355,9 +338,7 @@ impl Metrics {
                     "Now minus the ingest frontier.",
                 )
                 .expect("valid metric");
-                registry
-                    .register(Box::new(gauge.clone()))
-                    .expect("unique metric");
+                register(Box::new(gauge.clone()));
                 gauge
             },
             consumer_lag: {
@@ -369,9 +350,7 @@ impl Metrics {
                     &["partition"],
                 )
                 .expect("valid metric");
-                registry
-                    .register(Box::new(gauge.clone()))
-                    .expect("unique metric");
+                register(Box::new(gauge.clone()));
                 gauge
             },
             in_flight_messages: int_gauge(

@@ -12,7 +12,7 @@ use ragstream_operators::faults;
 use super::common::broker::Broker;
 use super::common::job::{http_get, http_post_json, metric, metric_labeled, Job};
 use super::common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
-use super::support::{lost_stale, wait_committed, EmbeddingServer, Workload, DIMENSION};
+use super::support::{embedder_section, lost_stale, wait_committed, EmbeddingServer, Workload};
 
 const DOCS: &str = "docs";
 const DLQ: &str = "dlq";
@@ -93,10 +93,7 @@ fn index_unavailable_pauses_consumption_and_loses_nothing() {
     // The suite's embedding stand-in, so memory figures are the pipeline's, not the model's working set
     // (which varies with the longest text of a batch).
     let embedder = EmbeddingServer::start();
-    let sections = format!(
-        "[embedder]\nkind = \"http\"\nurl = \"{}\"\ndimension = {DIMENSION}\nbatch_size = 64\n",
-        embedder.url
-    );
+    let sections = embedder_section(&embedder.url);
     let mut job = Job::start_with_env(
         dir.path(),
         &config(&broker, "index", &sections),
@@ -158,10 +155,7 @@ fn index_refusing_documents_dead_letters_one_retries_the_other_and_loses_nothing
     let rules = dir.path().join("index-rules");
     std::fs::write(&rules, format!("refuse {REFUSED}\nunavailable {DELAYED}\n")).expect("rules");
     let embedder = EmbeddingServer::start();
-    let sections = format!(
-        "[embedder]\nkind = \"http\"\nurl = \"{}\"\ndimension = {DIMENSION}\nbatch_size = 64\n",
-        embedder.url
-    );
+    let sections = embedder_section(&embedder.url);
     let rules_env = rules.display().to_string();
     let mut job = Job::start_with_env(
         dir.path(),
@@ -278,10 +272,7 @@ fn embedder_down_for_20_seconds_while_queries_are_served() {
     let mut workload = Workload::new(17, 600);
     broker.produce(DOCS, &workload.batch(100));
     let embedder = EmbeddingServer::start();
-    let sections = format!(
-        "[embedder]\nkind = \"http\"\nurl = \"{}\"\ndimension = {DIMENSION}\nbatch_size = 64\n",
-        embedder.url
-    );
+    let sections = embedder_section(&embedder.url);
     let mut job = Job::start(dir.path(), &config(&broker, "embedder", &sections), 1);
     job.wait_ready(Duration::from_secs(60));
     wait_committed(&broker, "embedder", DOCS, PARTITIONS, &job);
@@ -370,10 +361,7 @@ fn read_your_writes_waits_for_an_update_still_being_embedded_and_eventual_does_n
     let broker = setup();
     let dir = tempfile::tempdir().expect("tempdir");
     let embedder = EmbeddingServer::start();
-    let sections = format!(
-        "[embedder]\nkind = \"http\"\nurl = \"{}\"\ndimension = {DIMENSION}\nbatch_size = 64\n",
-        embedder.url
-    );
+    let sections = embedder_section(&embedder.url);
     let mut job = Job::start(dir.path(), &config(&broker, "ryw", &sections), 1);
     job.wait_ready(Duration::from_secs(60));
     let event = |version: u64, text: &str| {

@@ -15,7 +15,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use super::common::broker::Broker;
 use super::common::job::{metric, Job};
 use super::common::oracle::{squad, Oracle};
-use super::support::{median, wait_committed, EmbeddingServer, DIMENSION};
+use super::support::{embedder_section, median, wait_committed, EmbeddingServer};
 
 const DOCS: &str = "docs";
 const DLQ: &str = "dlq";
@@ -35,7 +35,8 @@ fn config(broker: &Broker, embedder: &str) -> String {
             "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{GROUP}\""
         ),
         &format!(
-            "[ingest]\nallowed_tenants = [\"squad\"]\nmax_document_bytes = {MAX_DOCUMENT_BYTES}\n[embedder]\nkind = \"http\"\nurl = \"{embedder}\"\ndimension = {DIMENSION}\nbatch_size = 64\n"
+            "[ingest]\nallowed_tenants = [\"squad\"]\nmax_document_bytes = {MAX_DOCUMENT_BYTES}\n{}",
+            embedder_section(embedder)
         ),
     )
 }

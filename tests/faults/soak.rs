@@ -13,7 +13,7 @@ use rdkafka::producer::Producer;
 use super::common::broker::Broker;
 use super::common::job::{metric, metric_labeled, Job};
 use super::common::oracle::{squad, Oracle};
-use super::support::{lost_stale, wait_committed, EmbeddingServer, DIMENSION};
+use super::support::{embedder_section, lost_stale, wait_committed, EmbeddingServer};
 
 const DOCS: &str = "docs";
 const DLQ: &str = "dlq";
@@ -40,9 +40,7 @@ fn config(broker: &Broker, embedder: &str) -> String {
         &format!(
             "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{GROUP}\"\nmax_batch = {MAX_BATCH}\nmax_in_flight = {MAX_IN_FLIGHT}\nprefetch_kbytes = {PREFETCH_KBYTES}"
         ),
-        &format!(
-            "[embedder]\nkind = \"http\"\nurl = \"{embedder}\"\ndimension = {DIMENSION}\nbatch_size = 64\n"
-        ),
+        &embedder_section(embedder),
     )
 }
 

@@ -201,6 +201,13 @@ pub struct EmbeddingServer {
     down: Arc<std::sync::atomic::AtomicBool>,
 }
 
+/// The `[embedder]` section of a job that embeds through the stand-in at `url`.
+pub fn embedder_section(url: &str) -> String {
+    format!(
+        "[embedder]\nkind = \"http\"\nurl = \"{url}\"\ndimension = {DIMENSION}\nbatch_size = 64\n"
+    )
+}
+
 impl EmbeddingServer {
     /// Starts serving on a free loopback port.
     pub fn start() -> Self {
