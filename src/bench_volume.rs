@@ -15,9 +15,13 @@
 //! 2. idle: at full size, once writes and optimizations are done, `queries` round trips;
 //! 3. loaded: `extra_chunks` more chunks stream in while the client goes on.
 //!
+//! Each phase also counts the worker's operator activations longer than 20, 50 and 100 ms, per operator
+//! (`Dataflow` is a whole worker step): a query that arrives during one waits it out.
+//!
 //! Memory: peak and current RSS of the process, split into anonymous (heap: the job's arrangements, the
 //! engine's in-memory structures) and file-backed (the index's memory-mapped segments) pages.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -129,6 +133,36 @@ struct Sample {
     during_optimization: bool,
     /// Chunks indexed when the query was sent.
     chunks: u64,
+}
+
+/// Bounds (seconds) above which worker activations are counted per phase.
+const LONG_ACTIVATIONS: [f64; 3] = [0.02, 0.05, 0.1];
+
+/// Worker activations longer than each of [`LONG_ACTIVATIONS`] so far, per operator.
+fn long_activations() -> Vec<BTreeMap<String, u64>> {
+    LONG_ACTIVATIONS
+        .iter()
+        .map(|&bound| ragstream_operators::activations::longer_than(bound))
+        .collect()
+}
+
+/// The activations counted by [`long_activations`] since `before`: per bound (ms), per operator.
+fn long_activations_since(before: &[BTreeMap<String, u64>]) -> Value {
+    let now = long_activations();
+    let mut out = serde_json::Map::new();
+    for ((bound, now), before) in LONG_ACTIVATIONS.iter().zip(&now).zip(before) {
+        let added: serde_json::Map<String, Value> = now
+            .iter()
+            .map(|(operator, &n)| (operator, n - before.get(operator).copied().unwrap_or(0)))
+            .filter(|&(_, n)| n > 0)
+            .map(|(operator, n)| (operator.clone(), json!(n)))
+            .collect();
+        out.insert(
+            format!("over_{}_ms", (bound * 1000.0).round()),
+            Value::Object(added),
+        );
+    }
+    Value::Object(out)
 }
 
 fn optimizations() -> (i64, u64) {
@@ -432,6 +466,7 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
     let stop = AtomicBool::new(false);
     let bands: Mutex<Vec<Value>> = Mutex::new(Vec::new());
     let grow_started = Instant::now();
+    let grow_activations = long_activations();
     let (grow_events, grow) = std::thread::scope(|scope| -> anyhow::Result<_> {
         let client = scope.spawn(|| {
             ask_until(
@@ -467,6 +502,7 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
         Ok((fed?, samples))
     })?;
     let grow_seconds = grow_started.elapsed().as_secs_f64();
+    let grow_activations = long_activations_since(&grow_activations);
     let grown = indexed();
     eprintln!("grown to {grown} chunks from {grow_events} events in {grow_seconds:.0} s");
 
@@ -483,6 +519,7 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
         "text_mib": feeder.text_bytes as f64 / 1048576.0});
     eprintln!("at full size: {at_full_size}");
     stop.store(false, Ordering::SeqCst);
+    let idle_activations = long_activations();
     let idle = ask_until(
         &running.ingress,
         &questions,
@@ -492,10 +529,13 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
         chunks_base,
     )?;
 
+    let idle_activations = long_activations_since(&idle_activations);
+
     // 3. Loaded at full size.
     let loaded_base = indexed();
     let loaded_events_base = metrics().source_events.get();
     let loaded_started = Instant::now();
+    let loaded_activations = long_activations();
     let (loaded_events, loaded) = std::thread::scope(|scope| -> anyhow::Result<_> {
         let client = scope.spawn(|| {
             ask_until(
@@ -519,6 +559,7 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
         Ok((fed?, samples))
     })?;
     let loaded_seconds = loaded_started.elapsed().as_secs_f64();
+    let loaded_activations = long_activations_since(&loaded_activations);
     let loaded_chunks = indexed() - loaded_base;
     let end = json!({"memory": memory(), "disk_mib": disk_bytes(&index) as f64 / 1048576.0});
     running.shutdown.store(true, Ordering::SeqCst);
@@ -555,15 +596,18 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
             "longest_round_trip_during_optimization_ms": longest_during_optimization(grow.iter()),
             "queries_by_band": grow_by_band,
             "settle_seconds": settle_seconds,
+            "long_activations": grow_activations,
         },
         "optimizations": {"count": optimize.get_sample_count(), "seconds": optimize.get_sample_sum()},
         "at_full_size": at_full_size,
         "idle": summary(idle.iter()),
+        "idle_long_activations": idle_activations,
         "loaded": {
             "events": loaded_events, "chunks": loaded_chunks, "seconds": loaded_seconds,
             "chunks_per_s": loaded_chunks as f64 / loaded_seconds,
             "queries": summary(loaded.iter()),
             "longest_round_trip_during_optimization_ms": longest_during_optimization(loaded.iter()),
+            "long_activations": loaded_activations,
         },
         "end": end,
         "tuning": format!("{tuning:?}"),

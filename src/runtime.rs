@@ -340,6 +340,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     let thread = std::thread::Builder::new().name("timely".into()).spawn(
         move || -> anyhow::Result<()> {
             let guards = timely::execute(timely_config, move |worker| {
+                ragstream_operators::activations::record_activations(worker);
                 let index = worker.index();
                 let peers = worker.peers();
                 let local = index - first_worker;
@@ -453,6 +454,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                             chunker,
                             embedder: service.clone(),
                             store,
+                            optimize_every: config.index.tuning.optimize_every,
                             dlq,
                         },
                         &acks,

@@ -26,7 +26,7 @@ const DLQ: &str = "dlq";
 /// What `$__rate_interval` stands for when the test evaluates panel expressions.
 const RATE_WINDOW: &str = "1m";
 /// Label names a ragstream metric may carry: each has a small, fixed set of values.
-const BOUNDED_LABELS: [&str; 14] = [
+const BOUNDED_LABELS: [&str; 15] = [
     "op",
     "outcome",
     "reason",
@@ -40,6 +40,7 @@ const BOUNDED_LABELS: [&str; 14] = [
     "sink",
     "component",
     "version",
+    "operator",
     "le",
 ];
 

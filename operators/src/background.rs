@@ -6,6 +6,9 @@
 //! - The waker is called after each result is ready to take (in the job, so the job may go on with
 //!   housekeeping, such as an index optimization, after its result was delivered).
 //! - Dropping the handle lets the thread finish the jobs already submitted, then joins it.
+//! - On Linux the thread runs at nice [`HELPER_NICE`] (threads it starts, such as the index's
+//!   optimizer pool, inherit it): where the cores are short, the worker's queries go first and the
+//!   helper takes the rest of the CPU. Elsewhere the thread keeps the process's priority.
 //!
 //! [`with_backoff`] retries a job's outages with capped exponential backoff on the helper thread.
 
@@ -15,6 +18,23 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::metrics::metrics;
+
+/// The nice value of helper threads: CFS gives a nice-0 thread about 3x this one's CPU share
+/// when both want the same core.
+pub const HELPER_NICE: i32 = 5;
+
+/// Lowers the calling thread's CPU priority to [`HELPER_NICE`] (Linux: nice is a thread's own).
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: `gettid` has no preconditions; `setpriority` on the caller's own thread id only
+    // changes that thread's nice value (raising it needs no privilege).
+    unsafe {
+        let tid = libc::gettid();
+        if libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, HELPER_NICE) != 0 {
+            tracing::debug!("helper thread keeps the process's CPU priority");
+        }
+    }
+}
 
 /// A callback that schedules the operator (a timely `SyncActivator` in the job).
 pub type Waker = Arc<dyn Fn() + Send + Sync>;
@@ -91,19 +111,22 @@ impl<I: Send + 'static, O: Send + 'static> Background<I, O> {
         let deliver = Deliver { results, waker };
         let thread = std::thread::Builder::new()
             .name(name.to_string())
-            .spawn(move || loop {
-                let job = match idle {
-                    Some(idle) => match inbox.recv_timeout(idle) {
-                        Ok(job) => Some(job),
-                        Err(RecvTimeoutError::Timeout) => None,
-                        Err(RecvTimeoutError::Disconnected) => return,
-                    },
-                    None => match inbox.recv() {
-                        Ok(job) => Some(job),
-                        Err(_) => return,
-                    },
-                };
-                work(job, &deliver);
+            .spawn(move || {
+                lower_priority();
+                loop {
+                    let job = match idle {
+                        Some(idle) => match inbox.recv_timeout(idle) {
+                            Ok(job) => Some(job),
+                            Err(RecvTimeoutError::Timeout) => None,
+                            Err(RecvTimeoutError::Disconnected) => return,
+                        },
+                        None => match inbox.recv() {
+                            Ok(job) => Some(job),
+                            Err(_) => return,
+                        },
+                    };
+                    work(job, &deliver);
+                }
             })
             .expect("a helper thread starts");
         Self {
@@ -215,5 +238,29 @@ mod tests {
         }
         drop(helper);
         assert_eq!(*done.lock().unwrap(), vec![0, 1, 2, 3]);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_helper_thread_runs_at_a_lower_cpu_priority_than_its_caller() {
+        fn nice() -> i32 {
+            // SAFETY: reads the calling thread's own nice value.
+            unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+        }
+        let caller = nice();
+        let (sender, woken) = channel();
+        let sender = Mutex::new(sender);
+        let helper = Background::start(
+            "helper-nice",
+            move |(), deliver: &Deliver<i32>| deliver.send(nice()),
+            Arc::new(move || {
+                let _ = sender.lock().unwrap().send(());
+            }),
+        );
+        helper.submit(());
+        woken.recv_timeout(Duration::from_secs(5)).expect("woken");
+        let helper_nice = helper.try_result().expect("a result");
+        assert_eq!(nice(), caller, "the caller's priority is untouched");
+        assert_eq!(helper_nice, caller.max(HELPER_NICE));
     }
 }

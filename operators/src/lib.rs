@@ -4,6 +4,7 @@
 //! timely extension trait that wires it into a stream. Wiring lives in the `ragstream-topologies` crate.
 #![forbid(missing_docs)]
 
+pub mod activations;
 pub mod background;
 pub mod embed;
 pub mod faults;

@@ -98,6 +98,9 @@ pub struct Metrics {
     pub embed_batch_tokens: Histogram,
     /// Build information.
     pub build_info: IntGaugeVec,
+    /// Seconds of each activation of a dataflow operator on a worker, by operator name (see
+    /// [`crate::activations`]); `Dataflow` is a whole worker step.
+    pub operator_activation_seconds: HistogramVec,
 }
 
 impl Metrics {
@@ -204,6 +207,12 @@ impl Metrics {
             read_your_writes_wait_seconds: histogram(
                 "ragstream_read_your_writes_wait_seconds",
                 "Seconds read_your_writes queries waited for the ingest frontier.",
+            ),
+            operator_activation_seconds: histogram_vec(
+                "ragstream_operator_activation_seconds",
+                "Seconds a worker spent in one activation of an operator (Dataflow: a whole worker step); a query waits out the activation under way.",
+                &["operator"],
+                crate::activations::BUCKETS.to_vec(),
             ),
             embed_batch_tokens: histogram_with(
                 "ragstream_embed_batch_tokens",

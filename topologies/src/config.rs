@@ -680,6 +680,7 @@ impl Config {
             ("index.tuning.m", tuning.m, 2),
             ("index.tuning.ef_construct", tuning.ef_construct, 4),
             ("index.tuning.ef", tuning.ef, 1),
+            ("index.tuning.optimize_every", tuning.optimize_every, 1),
         ] {
             if value < least {
                 return Err(ConfigError::Invalid {
@@ -833,15 +834,20 @@ mod tests {
         let dir = "[source]\nkind = \"dir\"\npath = \".\"\n";
         let (_dir, path) = write(dir);
         let tuning = Config::load(&path).expect("valid").index.tuning;
-        assert!(tuning.quantized);
+        assert!(tuning.quantized && tuning.indexes_on_disk);
         assert_eq!((tuning.m, tuning.ef_construct, tuning.ef), (16, 100, 100));
         let (_dir, path) = write(&format!(
-            "{dir}[index.tuning]\nef = 128\nquantized = false\nindexing_threads = 3\n"
+            "{dir}[index.tuning]\nef = 128\nquantized = false\nindexing_threads = 3\nindexes_on_disk = false\n"
         ));
         let tuning = Config::load(&path).expect("valid").index.tuning;
         assert_eq!(
-            (tuning.ef, tuning.quantized, tuning.threads()),
-            (128, false, 3)
+            (
+                tuning.ef,
+                tuning.quantized,
+                tuning.threads(),
+                tuning.indexes_on_disk
+            ),
+            (128, false, 3, false)
         );
         assert_eq!(
             tuning.ef_for(200),

@@ -37,6 +37,8 @@ pub struct IngestParts {
     pub embedder: InferenceService,
     /// This worker's shard.
     pub store: Arc<dyn VectorStore>,
+    /// Points written between two optimizations of the shard ([`ragstream_operators::store::IndexTuning::optimize_every`]).
+    pub optimize_every: usize,
     /// Where refused events go.
     pub dlq: Box<dyn DlqSink>,
 }
@@ -55,6 +57,7 @@ pub fn ingest<'scope>(
         chunker,
         embedder,
         store,
+        optimize_every,
         dlq,
     } = parts;
     let guard = hydrated.guard();
@@ -93,7 +96,9 @@ pub fn ingest<'scope>(
     let (written, index_refused): (
         StreamVec<'scope, u64, IndexAck>,
         StreamVec<'scope, u64, DlqRecord>,
-    ) = work.write_index(store).ok_err(|result| result);
+    ) = work
+        .write_index(store, optimize_every)
+        .ok_err(|result| result);
     written.probe_with(acks);
     refused
         .concat(embed_refused)

@@ -15,7 +15,7 @@
 //! - A batch the index refuses (not an outage: a point it will never take) is written again one
 //!   document at a time; each document still refused is dead-lettered (reason `index_refused`) at the
 //!   batch's time, so offsets pass it only once its DLQ record is written. Nothing is dropped silently.
-//! - Every [`OPTIMIZE_EVERY`] writes, and when no batch came for [`OPTIMIZE_WHEN_IDLE`] after a write,
+//! - Every `optimize_every` writes ([`crate::store::IndexTuning::optimize_every`]), and when no batch came for [`OPTIMIZE_WHEN_IDLE`] after a write,
 //!   the writer optimizes the shard after acknowledging; the index answers searches meanwhile (see
 //!   `store::edge`), and writes wait for it on the writer thread.
 
@@ -162,19 +162,16 @@ pub fn write_batch(store: &dyn VectorStore, batch: &[IndexDelta]) -> Result<Inde
     })
 }
 
-/// Points written (upserted or deleted) to a shard between two optimizations. The embedded engine has
-/// no background optimizer: deleted points stay in its segments (memory and disk grow with churn, not
-/// with the live index) and searches stay brute force until the shard is optimized.
-pub const OPTIMIZE_EVERY: usize = 20_000;
-
 /// A writer idle this long optimizes what was written since its last optimization, so an index at rest
 /// is searched through indexed segments (the engine indexes a segment once it holds more than about
 /// 10 MB of vectors; below that an optimization finds nothing to do).
 pub const OPTIMIZE_WHEN_IDLE: Duration = Duration::from_secs(2);
 
 /// The work of a shard's writer thread: writes each batch, delivers its result, then optimizes the shard
-/// when [`OPTIMIZE_EVERY`] points were written since the last optimization, or when idle (`None`) after
-/// any write.
+/// when `optimize_every` points were written since the last optimization, or when idle (`None`) after
+/// any write. The embedded engine has no background optimizer: deleted points stay in its segments
+/// (memory and disk grow with churn, not with the live index) and new points are searched one by one
+/// until the shard is optimized.
 pub fn shard_writer(
     store: Arc<dyn VectorStore>,
     optimize_every: usize,
@@ -218,9 +215,11 @@ pub fn shard_writer(
 pub trait WriteIndex<'scope> {
     /// Writes and flushes each batch off the worker; emits, at the batch's time, one ack per batch and
     /// a DLQ record per document the index refused.
+    /// The writer optimizes the shard every `optimize_every` points written.
     fn write_index(
         self,
         store: Arc<dyn VectorStore>,
+        optimize_every: usize,
     ) -> StreamVec<'scope, u64, Result<IndexAck, DlqRecord>>;
 }
 
@@ -228,6 +227,7 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
     fn write_index(
         self,
         store: Arc<dyn VectorStore>,
+        optimize_every: usize,
     ) -> StreamVec<'scope, u64, Result<IndexAck, DlqRecord>> {
         let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
@@ -238,7 +238,7 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
                 let writer = Background::start_idle(
                     "ragstream-index-writer",
                     Some(OPTIMIZE_WHEN_IDLE),
-                    shard_writer(store, OPTIMIZE_EVERY),
+                    shard_writer(store, optimize_every),
                     waker,
                 );
                 // The capabilities of the batches with the writer, oldest first: a time stays incomplete
@@ -299,7 +299,7 @@ mod tests {
         let writer = Background::start_idle(
             "ragstream-index-writer",
             Some(OPTIMIZE_WHEN_IDLE),
-            shard_writer(store, OPTIMIZE_EVERY),
+            shard_writer(store, crate::store::IndexTuning::default().optimize_every),
             waker,
         );
         for doc in ["a", "b", "c"] {

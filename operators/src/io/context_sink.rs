@@ -1,28 +1,84 @@
 //! ContextSink: contexts to the HTTP caller waiting for them and to the contexts topic.
 //!
 //! The Kafka producer is idempotent (retries never duplicate or reorder) and keys each context by its
-//! query id. Publishing does not wait for the broker: the publish operator holds the time of every
-//! batch until the producer has nothing in flight (or flushes once a held time is a second old), so a
-//! query's offset is stored only after its context is on the broker, without a broker round trip per
-//! batch.
+//! query id. Publishing never waits for the broker: each context is sent tagged with its batch's time,
+//! the producer's delivery reports count down the contexts of each time still on their way
+//! ([`ContextPublisher::delivered`]), and the publish operator holds a time until all of its contexts
+//! are on the broker, so a query's offset is stored only then. A context the broker did not take (its
+//! delivery failed after the producer's own retries) is sent again; it is never dropped.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 
-use super::kafka_log::QuietContext;
-use rdkafka::ClientConfig;
+use super::kafka_log::{log_client_error, ErrorDedup};
+use rdkafka::error::KafkaError;
+use rdkafka::{ClientConfig, ClientContext};
 
 use super::query_source::HttpIngress;
 use crate::metrics::metrics;
 use crate::query::ops::Reply;
 use crate::query::Context;
 
+/// The contexts producer's context: client errors logged once per interval, and the delivery reports.
+#[derive(Default)]
+struct Deliveries {
+    errors: ErrorDedup,
+    /// Contexts sent and not yet on the broker, by batch time.
+    on_their_way: Mutex<BTreeMap<u64, usize>>,
+    /// Contexts whose delivery failed, to send again.
+    failed: Mutex<Vec<Failed>>,
+}
+
+/// A context whose delivery failed: its batch time, key and payload.
+type Failed = (u64, Vec<u8>, Vec<u8>);
+
+impl ClientContext for Deliveries {
+    fn error(&self, error: KafkaError, reason: &str) {
+        log_client_error(&self.errors, "contexts producer", error, reason);
+    }
+}
+
+impl ProducerContext for Deliveries {
+    /// The batch time of the context.
+    type DeliveryOpaque = Box<u64>;
+
+    fn delivery(&self, report: &DeliveryResult<'_>, time: Box<u64>) {
+        match report {
+            Ok(_) => {
+                let mut on_their_way = self.on_their_way.lock().expect("deliveries");
+                if let Some(count) = on_their_way.get_mut(&time) {
+                    *count -= 1;
+                    if *count == 0 {
+                        on_their_way.remove(&time);
+                    }
+                }
+            }
+            Err((error, message)) => {
+                log_client_error(
+                    &self.errors,
+                    "contexts producer",
+                    error.clone(),
+                    "delivery failed; sending again",
+                );
+                let key = message.key().unwrap_or_default().to_vec();
+                let payload = message.payload().unwrap_or_default().to_vec();
+                self.failed
+                    .lock()
+                    .expect("deliveries")
+                    .push((*time, key, payload));
+            }
+        }
+    }
+}
+
 /// Where contexts go.
 pub struct ContextPublisher {
     http: Option<Arc<HttpIngress>>,
-    kafka: Option<(BaseProducer<QuietContext>, String)>,
+    kafka: Option<(Arc<BaseProducer<Deliveries>>, String)>,
 }
 
 impl std::fmt::Debug for ContextPublisher {
@@ -42,72 +98,89 @@ impl ContextPublisher {
     ) -> Result<Self, String> {
         let kafka = match kafka {
             Some((client, topic)) => {
-                let producer: BaseProducer<QuietContext> = client
+                let producer: BaseProducer<Deliveries> = client
                     .clone()
                     .set("enable.idempotence", "true")
                     .set("linger.ms", "0")
-                    .create_with_context(QuietContext::new("contexts producer"))
+                    .create_with_context(Deliveries::default())
                     .map_err(|e| e.to_string())?;
-                Some((producer, topic.to_string()))
+                Some((Arc::new(producer), topic.to_string()))
             }
             None => None,
         };
         Ok(Self { http, kafka })
     }
 
-    /// Whether contexts sent to Kafka still wait for the broker's acknowledgement.
-    pub fn in_flight(&self) -> bool {
-        self.kafka.as_ref().is_some_and(|(producer, _)| {
-            producer.poll(Duration::ZERO);
-            producer.in_flight_count() > 0
-        })
-    }
-
-    /// Waits until every context sent is acknowledged by the broker (retrying through outages).
-    pub fn flush(&self) {
-        if let Some((producer, _)) = &self.kafka {
-            while let Err(error) = producer.flush(Duration::from_secs(10)) {
-                tracing::warn!(%error, "contexts not yet acknowledged; retrying");
-            }
+    /// Whether every context of batch `time` is on the broker. Serves the producer's delivery reports
+    /// and sends again the contexts whose delivery failed; never blocks.
+    pub fn delivered(&self, time: u64) -> bool {
+        let Some((producer, topic)) = &self.kafka else {
+            return true;
+        };
+        producer.poll(Duration::ZERO);
+        let failed = std::mem::take(&mut *producer.context().failed.lock().expect("deliveries"));
+        for (time, key, payload) in failed {
+            // Still counted on its way: the first delivery failed.
+            send(producer, topic, time, &key, &payload);
         }
+        !producer
+            .context()
+            .on_their_way
+            .lock()
+            .expect("deliveries")
+            .contains_key(&time)
     }
 
-    /// Publishes a batch of contexts (Kafka sends are acknowledged later; see [`Self::in_flight`]).
-    pub fn publish(&mut self, contexts: &[(Context, Reply)]) {
+    /// Publishes a batch of contexts (Kafka sends are acknowledged later; see [`Self::in_flight`]) and
+    /// returns them.
+    pub fn publish(&mut self, time: u64, contexts: Vec<(Context, Reply)>) -> Vec<(Context, Reply)> {
+        let mut published = Vec::with_capacity(contexts.len());
         for (context, reply) in contexts {
             if let Some((producer, topic)) = &self.kafka {
-                let payload = serde_json::to_vec(context).expect("contexts serialise");
-                let mut record = BaseRecord::to(topic)
-                    .key(&context.query_id)
-                    .payload(&payload);
-                // A full local queue is an outage of the broker: wait and retry, never drop.
-                loop {
-                    match producer.send(record) {
-                        Ok(()) => {
-                            metrics()
-                                .contexts_published
-                                .with_label_values(&["kafka"])
-                                .inc();
-                            break;
-                        }
-                        Err((error, returned)) => {
-                            tracing::warn!(%error, "contexts producer queue full; retrying");
-                            producer.poll(Duration::from_millis(100));
-                            record = returned;
-                        }
-                    }
-                }
+                let payload = serde_json::to_vec(&context).expect("contexts serialise");
+                *producer
+                    .context()
+                    .on_their_way
+                    .lock()
+                    .expect("deliveries")
+                    .entry(time)
+                    .or_default() += 1;
+                send(producer, topic, time, context.query_id.as_bytes(), &payload);
+                metrics()
+                    .contexts_published
+                    .with_label_values(&["kafka"])
+                    .inc();
             }
-            if let (Reply::Http(ticket), Some(http)) = (reply, &self.http) {
+            if let (Reply::Http(ticket), Some(http)) = (&reply, &self.http) {
                 http.reply(*ticket, context.clone());
                 metrics()
                     .contexts_published
                     .with_label_values(&["http"])
                     .inc();
             }
+            published.push((context, reply));
         }
         if let Some((producer, _)) = &self.kafka {
             producer.poll(Duration::ZERO);
+        }
+        published
+    }
+}
+
+/// Hands one context to the producer, tagged with its batch `time`. A full local queue is an outage of
+/// the broker: waits and retries, never drops.
+fn send(producer: &BaseProducer<Deliveries>, topic: &str, time: u64, key: &[u8], payload: &[u8]) {
+    let mut record = BaseRecord::with_opaque_to(topic, Box::new(time))
+        .key(key)
+        .payload(payload);
+    loop {
+        match producer.send(record) {
+            Ok(()) => return,
+            Err((error, returned)) => {
+                tracing::warn!(%error, "contexts producer queue full; retrying");
+                producer.poll(Duration::from_millis(100));
+                record = returned;
+            }
         }
     }
 }

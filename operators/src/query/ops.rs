@@ -1038,13 +1038,13 @@ impl<'scope> PublishContexts<'scope> for StreamVec<'scope, u64, (Context, Reply)
             "Publish",
             move |_, info| {
                 let activator = scope.activator_for(info.address.clone());
-                // Times whose contexts may still be in flight to the broker, and since when.
-                let mut held: Vec<(Capability<u64>, Instant)> = Vec::new();
+                // Times whose contexts may still be on their way to the broker.
+                let mut held: Vec<Capability<u64>> = Vec::new();
                 move |input, _output| {
                     input.for_each(|cap, data| {
-                        let contexts: Vec<(Context, Reply)> = std::mem::take(data);
                         let started = Instant::now();
-                        publisher.publish(&contexts);
+                        let cap = cap.retain_least(0).expect("time of the batch");
+                        let contexts = publisher.publish(*cap.time(), std::mem::take(data));
                         metrics()
                             .query_stage_seconds
                             .with_label_values(&["publish"])
@@ -1066,22 +1066,11 @@ impl<'scope> PublishContexts<'scope> for StreamVec<'scope, u64, (Context, Reply)
                             }
                             metrics().record_context(context);
                         }
-                        held.push((
-                            cap.retain_least(0).expect("time of the batch"),
-                            Instant::now(),
-                        ));
+                        held.push(cap);
                     });
-                    if held.is_empty() {
-                        return;
-                    }
-                    let oldest = held.iter().map(|(_, at)| *at).min().expect("held");
-                    if oldest.elapsed() >= Duration::from_secs(1) {
-                        publisher.flush();
-                    }
-                    if !publisher.in_flight() {
-                        // Everything sent so far is on the broker: the held times may complete.
-                        held.clear();
-                    } else {
+                    // A time completes once all of its contexts are on the broker.
+                    held.retain(|cap| !publisher.delivered(*cap.time()));
+                    if !held.is_empty() {
                         activator.activate_after(Duration::from_millis(2));
                     }
                 }

@@ -36,6 +36,10 @@ pub const KEYWORD_INDEXES: [&str; 6] = [
     "acl",
 ];
 
+/// Keyword indexes with about one value per document (many values, each on few points): memory-mapped
+/// when [`IndexTuning::indexes_on_disk`]. The others (tenant, kind, ACL) have few values and stay in RAM.
+pub const ON_DISK_KEYWORD_INDEXES: [&str; 3] = ["doc_id", "source", "source_prefixes"];
+
 /// How a backend builds and searches its dense index (`[index]` and `[index.hnsw]` in the config).
 ///
 /// The defaults are chosen by `bench volume` at 200k and 1M chunks on two cores (BENCHMARKS.md, "Volume").
@@ -58,6 +62,15 @@ pub struct IndexTuning {
     /// an optimization never takes the core the dataflow worker answers queries on (a Qdrant server
     /// runs on its own machine: it takes a non-zero value, and its own default for 0).
     pub indexing_threads: usize,
+    /// The BM25 lane's inverted index and the keyword indexes with a value per document
+    /// ([`ON_DISK_KEYWORD_INDEXES`]) are memory-mapped from disk instead of held in RAM: the kernel
+    /// keeps the pages searches touch and can drop the rest. `false` holds them in RAM.
+    pub indexes_on_disk: bool,
+    /// Points written (upserted or deleted) to an embedded shard between two optimizations. Points
+    /// written since the last optimization sit in the shard's appendable segment, which searches scan
+    /// point by point; an optimization indexes them (and merges segments). A Qdrant server optimizes
+    /// on its own and ignores it.
+    pub optimize_every: usize,
 }
 
 impl Default for IndexTuning {
@@ -68,6 +81,8 @@ impl Default for IndexTuning {
             ef: 100,
             quantized: true,
             indexing_threads: 0,
+            indexes_on_disk: true,
+            optimize_every: 20_000,
         }
     }
 }

@@ -29,8 +29,9 @@ use qdrant_client::qdrant::{
     HnswConfigDiffBuilder, KeywordIndexParamsBuilder, ListValue, Modifier, NamedVectors, PointId,
     PointStruct, QuantizationSearchParamsBuilder, QuantizationType, Query, QueryPointsBuilder,
     RepeatedStrings, ScalarQuantizationBuilder, ScrollPointsBuilder, SearchParamsBuilder,
-    SparseVectorParamsBuilder, SparseVectorsConfigBuilder, Struct, UpsertPointsBuilder, Value,
-    Vector, VectorInput, VectorParamsBuilder, VectorsConfigBuilder, VectorsSelector,
+    SparseIndexConfigBuilder, SparseVectorParamsBuilder, SparseVectorsConfigBuilder, Struct,
+    UpsertPointsBuilder, Value, Vector, VectorInput, VectorParamsBuilder, VectorsConfigBuilder,
+    VectorsSelector,
 };
 use qdrant_client::{Payload, Qdrant, QdrantError};
 use serde_json::{Map, Number, Value as JsonValue};
@@ -38,7 +39,7 @@ use serde_json::{Map, Number, Value as JsonValue};
 use super::{
     check_compatible, chunk_from_payload, chunk_payload, Hit, IndexTuning, PointWrite,
     SearchFilter, SearchVector, StoreError, StoredChunk, VectorStore, DENSE_VECTOR,
-    KEYWORD_INDEXES, SPARSE_VECTOR,
+    KEYWORD_INDEXES, ON_DISK_KEYWORD_INDEXES, SPARSE_VECTOR,
 };
 
 /// Points per scroll page.
@@ -294,7 +295,11 @@ impl ServerStore {
             let mut sparse = SparseVectorsConfigBuilder::default();
             sparse.add_named_vector_params(
                 SPARSE_VECTOR,
-                SparseVectorParamsBuilder::default().modifier(Modifier::Idf),
+                SparseVectorParamsBuilder::default()
+                    .modifier(Modifier::Idf)
+                    .index(
+                        SparseIndexConfigBuilder::default().on_disk(self.tuning.indexes_on_disk),
+                    ),
             );
             let mut hnsw = HnswConfigDiffBuilder::default()
                 .m(self.tuning.m as u64)
@@ -338,6 +343,9 @@ impl ServerStore {
             if field == "tenant" {
                 request = request
                     .field_index_params(KeywordIndexParamsBuilder::default().is_tenant(true));
+            } else if self.tuning.indexes_on_disk && ON_DISK_KEYWORD_INDEXES.contains(&field) {
+                request =
+                    request.field_index_params(KeywordIndexParamsBuilder::default().on_disk(true));
             }
             match self
                 .runtime
