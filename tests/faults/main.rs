@@ -5,6 +5,7 @@ mod common;
 
 mod crashes;
 mod duplicates;
+mod handover;
 mod outages;
 mod poison;
 mod queries;

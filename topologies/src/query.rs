@@ -61,6 +61,7 @@ pub fn query<'scope>(scope: Scope<'scope, u64>, parts: QueryParts) -> ProbeHandl
         http,
         config.max_query_bytes,
         published.clone(),
+        publisher.handover(),
         shutdown,
         finite_ingest,
     );

@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::query_ledger::{Handover, QueryLedger};
+
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 
@@ -22,6 +24,9 @@ use super::query_source::HttpIngress;
 use crate::metrics::metrics;
 use crate::query::ops::Reply;
 use crate::query::Context;
+
+/// The longest a revocation waits for the contexts sent to reach the broker.
+pub const HANDOVER_FLUSH: Duration = Duration::from_secs(5);
 
 /// The contexts producer's context: client errors logged once per interval, and the delivery reports.
 #[derive(Default)]
@@ -79,6 +84,7 @@ impl ProducerContext for Deliveries {
 pub struct ContextPublisher {
     http: Option<Arc<HttpIngress>>,
     kafka: Option<(Arc<BaseProducer<Deliveries>>, String)>,
+    ledger: Arc<QueryLedger>,
 }
 
 impl std::fmt::Debug for ContextPublisher {
@@ -108,7 +114,25 @@ impl ContextPublisher {
             }
             None => None,
         };
-        Ok(Self { http, kafka })
+        Ok(Self {
+            http,
+            kafka,
+            ledger: Arc::default(),
+        })
+    }
+
+    /// What the queries consumer of this worker needs when its partitions are revoked: the ledger
+    /// of its queries' leases, and a flush of this publisher's producer (at most [`HANDOVER_FLUSH`]).
+    pub fn handover(&self) -> Handover {
+        let producer = self.kafka.as_ref().map(|(producer, _)| producer.clone());
+        Handover {
+            ledger: self.ledger.clone(),
+            flush: Arc::new(move || {
+                producer
+                    .as_ref()
+                    .is_none_or(|producer| producer.flush(HANDOVER_FLUSH).is_ok())
+            }),
+        }
     }
 
     /// Whether every context of batch `time` is on the broker. Serves the producer's delivery reports
@@ -132,10 +156,21 @@ impl ContextPublisher {
     }
 
     /// Publishes a batch of contexts (Kafka sends are acknowledged later; see [`Self::in_flight`]) and
-    /// returns them.
+    /// returns those published: a context whose query's partition was revoked since it was read is
+    /// not (its next owner answers the query; counted as `handed_over`).
     pub fn publish(&mut self, time: u64, contexts: Vec<(Context, Reply)>) -> Vec<(Context, Reply)> {
         let mut published = Vec::with_capacity(contexts.len());
         for (context, reply) in contexts {
+            if let Reply::Kafka(lease) = &reply {
+                if !self.ledger.settle(lease) {
+                    tracing::debug!(query = %context.query_id, "partition revoked: the next owner answers");
+                    metrics()
+                        .queries
+                        .with_label_values(&[&context.mode, "handed_over"])
+                        .inc();
+                    continue;
+                }
+            }
             if let Some((producer, topic)) = &self.kafka {
                 let payload = serde_json::to_vec(&context).expect("contexts serialise");
                 *producer

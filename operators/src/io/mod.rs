@@ -8,4 +8,5 @@ pub mod kafka_admin;
 pub mod kafka_log;
 pub mod kafka_source;
 pub mod local_source;
+pub mod query_ledger;
 pub mod query_source;

@@ -3,7 +3,10 @@
 //! Every worker runs one consumer of the queries group (partitions spread over workers); worker 0 also
 //! drains the HTTP ingress queue. Queries are emitted at time `max(now_ms, previous + 1)`, the same
 //! clock as the document events. A query offset is stored only once the context of every query of its
-//! batch has been published (the `published` probe passed the batch's time).
+//! batch has been published (the `published` probe passed the batch's time). Each query read takes a
+//! lease in the publisher's [`QueryLedger`](super::query_ledger::QueryLedger); when the group revokes
+//! partitions, the consumer's rebalance callback commits them up to their first query not answered and
+//! ends the leases of the rest, which their next owner answers (see [`super::query_ledger`]).
 //!
 //! Read-your-writes: when a query asks for it and documents come from Kafka, the source records the
 //! documents topic's high watermarks at arrival; the query waits until the index acknowledged every
@@ -14,10 +17,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaError;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use super::kafka_log::QuietContext;
-use rdkafka::{ClientConfig, Message};
+use super::kafka_log::{log_client_error, ErrorDedup, QuietContext};
+use super::query_ledger::Handover;
+use rdkafka::{ClientConfig, ClientContext, Message};
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::operators::generic::source;
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
@@ -131,6 +137,66 @@ pub struct QueryKafkaConfig {
     pub instance_id: Option<String>,
 }
 
+/// The queries consumer's context: errors logged as [`QuietContext`] does, and the handover of
+/// revoked partitions.
+struct QueryConsumerContext {
+    errors: ErrorDedup,
+    topic: String,
+    handover: Handover,
+}
+
+impl ClientContext for QueryConsumerContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        log_client_error(&self.errors, "queries consumer", error, reason);
+    }
+}
+
+impl ConsumerContext for QueryConsumerContext {
+    /// Before partitions move: the contexts sent are flushed to the broker, each revoked partition is
+    /// stored and committed up to its first query not answered, and the leases of its queries in
+    /// flight end (their contexts are dropped; the next owner answers them).
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(revoked) = rebalance else {
+            return;
+        };
+        let partitions: Vec<i32> = revoked
+            .elements_for_topic(&self.topic)
+            .iter()
+            .map(|element| element.partition())
+            .collect();
+        let flushed = (self.handover.flush)();
+        let commit = self.handover.ledger.revoke(&partitions);
+        if !flushed {
+            // Committing past contexts not on the broker could lose them: the next owner answers
+            // these queries again instead.
+            tracing::warn!(
+                ?partitions,
+                "contexts not acknowledged before a revocation; its queries may be answered twice"
+            );
+            return;
+        }
+        if commit.is_empty() {
+            return;
+        }
+        let mut list = TopicPartitionList::new();
+        for (partition, offset) in &commit {
+            if let Err(error) =
+                list.add_partition_offset(&self.topic, *partition, Offset::Offset(*offset))
+            {
+                tracing::warn!(%error, partition, "cannot list a revoked partition's offset");
+            }
+        }
+        // Stored too: the automatic commit when the partitions go must not take an older offset.
+        let stored = consumer.store_offsets(&list);
+        match stored.and_then(|()| consumer.commit(&list, CommitMode::Sync)) {
+            Ok(()) => tracing::info!(?commit, "revoked query partitions committed"),
+            Err(error) => {
+                tracing::warn!(%error, ?commit, "cannot commit revoked query partitions")
+            }
+        }
+    }
+}
+
 /// Documents-topic high watermarks, with the partition list refreshed every 30 s.
 struct Watermarks {
     consumer: BaseConsumer<QuietContext>,
@@ -212,6 +278,7 @@ pub fn query_source<'scope>(
     http: Option<Arc<HttpIngress>>,
     max_bytes: usize,
     published: ProbeHandle<u64>,
+    handover: Handover,
     shutdown: Arc<AtomicBool>,
     finite_ingest: Option<ProbeHandle<u64>>,
 ) -> StreamVec<'scope, u64, Result<QueryJob, Refusal>> {
@@ -226,9 +293,14 @@ pub fn query_source<'scope>(
                 .instance_id
                 .as_ref()
                 .map(|instance| format!("{instance}-queries-{worker}"));
-            let consumer: BaseConsumer<QuietContext> =
+            let context = QueryConsumerContext {
+                errors: ErrorDedup::default(),
+                topic: config.topic.clone(),
+                handover: handover.clone(),
+            };
+            let consumer: BaseConsumer<QueryConsumerContext> =
                 super::kafka_source::group_client(&config.client, &config.group_id, member)
-                    .create_with_context(QuietContext::new("queries consumer"))
+                    .create_with_context(context)
                     .unwrap_or_else(|e| panic!("cannot create the queries consumer: {e}"));
             consumer
                 .subscribe(&[&config.topic])
@@ -246,7 +318,8 @@ pub fn query_source<'scope>(
             listed: None,
         });
         let mut cap = (consumer.is_some() || http.is_some()).then_some(cap);
-        let mut pending: BTreeMap<u64, BTreeMap<i32, i64>> = BTreeMap::new();
+        // Per batch time: per partition, the highest offset read and the partition's lease epoch.
+        let mut pending: BTreeMap<u64, BTreeMap<i32, (i64, u64)>> = BTreeMap::new();
         let mut sequence = 0u64;
         move |output| {
             let Some(capability) = cap.as_mut() else {
@@ -261,8 +334,11 @@ pub fn query_source<'scope>(
                     entry.remove();
                     continue;
                 };
-                for (partition, offset) in entry.remove() {
-                    let _ = consumer.store_offset(&config.topic, partition, offset);
+                for (partition, (offset, epoch)) in entry.remove() {
+                    // A partition revoked since was committed at the revocation.
+                    if handover.ledger.holds(partition, epoch) {
+                        let _ = consumer.store_offset(&config.topic, partition, offset);
+                    }
                 }
             }
             let input_done = finite_ingest.as_ref().is_some_and(ProbeHandle::done);
@@ -283,7 +359,7 @@ pub fn query_source<'scope>(
             let time = crate::now_millis().max(*capability.time());
             capability.downgrade(&time);
             let mut batch: Vec<Result<QueryJob, Refusal>> = Vec::new();
-            let mut offsets: BTreeMap<i32, i64> = BTreeMap::new();
+            let mut offsets: BTreeMap<i32, (i64, u64)> = BTreeMap::new();
             let mut job =
                 |query: crate::query::Query, reply: Reply, watermarks: &mut Option<Watermarks>| {
                     sequence += 1;
@@ -330,7 +406,8 @@ pub fn query_source<'scope>(
                             break;
                         }
                         Some(Ok(message)) => {
-                            offsets.insert(message.partition(), message.offset());
+                            let lease = handover.ledger.read(message.partition(), message.offset());
+                            offsets.insert(message.partition(), (message.offset(), lease.epoch));
                             let payload = message.payload().unwrap_or_default();
                             let origin = Origin::Kafka {
                                 topic: config.topic.clone(),
@@ -338,13 +415,13 @@ pub fn query_source<'scope>(
                                 offset: message.offset(),
                             };
                             batch.push(match decode_timed(payload, max_bytes) {
-                                Ok(query) => Ok(job(query, Reply::Kafka, &mut watermarks)),
+                                Ok(query) => Ok(job(query, Reply::Kafka(lease), &mut watermarks)),
                                 Err(error) => Err(refusal(
                                     error,
                                     origin,
                                     message.key(),
                                     payload,
-                                    Reply::Kafka,
+                                    Reply::Kafka(lease),
                                 )),
                             });
                         }

@@ -55,8 +55,9 @@ use crate::wire::Wire;
 pub enum Reply {
     /// The HTTP request with this ticket waits for it.
     Http(u64),
-    /// Only the contexts topic.
-    Kafka,
+    /// Only the contexts topic; the lease of the consumer that read it (see
+    /// [`crate::io::query_ledger`]).
+    Kafka(crate::io::query_ledger::Lease),
 }
 
 /// A query on its way through the flow.
