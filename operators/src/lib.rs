@@ -13,6 +13,7 @@ pub mod io;
 pub mod metrics;
 pub mod model;
 pub mod query;
+pub mod stage;
 pub mod store;
 pub mod tokens;
 pub mod wire;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use differential_dataflow::operators::arrange::upsert::arrange_from_upsert;
 use differential_dataflow::trace::implementations::{ValBuilder, ValSpine};
-use timely::dataflow::operators::vec::{Map, ToStream};
+use timely::dataflow::operators::vec::ToStream;
 use timely::dataflow::operators::{Concat, OkErr, Probe};
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 
@@ -25,6 +25,7 @@ use ragstream_operators::ingest::hydrate::Hydrated;
 use ragstream_operators::ingest::index_write::{IndexAck, WriteIndex};
 use ragstream_operators::io::dlq_sink::{DlqSink, WriteDlq};
 use ragstream_operators::model::{ChunkIds, DocKey, DocOp};
+use ragstream_operators::stage::map_stage;
 use ragstream_operators::store::VectorStore;
 
 /// Everything one worker's ingest flow needs.
@@ -66,7 +67,7 @@ pub fn ingest<'scope>(
         StreamVec<'scope, u64, DlqRecord>,
     ) = events.ok_err(|event| event);
     let sets = ops.guard_versions(guard).chunk_documents(chunker);
-    let ids = sets.clone().map(|(key, set, time)| {
+    let ids = map_stage(sets.clone(), "ChunkIds", |(key, set, time)| {
         let ids = set.as_ref().map(|set| set.ids(&key));
         (key, ids, time)
     });

@@ -10,7 +10,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use timely::dataflow::operators::vec::Map;
 use timely::dataflow::operators::{Concat, OkErr, Probe};
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 
@@ -21,6 +20,7 @@ use ragstream_operators::query::cache::LruTtl;
 use ragstream_operators::query::ops::{
     AnswerSteps, PublishContexts, QueryJob, QueryServices, QuerySteps, Refusal, RefuseQueries,
 };
+use ragstream_operators::stage::map_stage;
 
 /// Everything one worker's query flow needs.
 pub struct QueryParts {
@@ -70,7 +70,7 @@ pub fn query<'scope>(scope: Scope<'scope, u64>, parts: QueryParts) -> ProbeHandl
         StreamVec<'scope, u64, Refusal>,
     ) = events.ok_err(|event| event);
     let absent_acl = config.absent_acl;
-    let jobs = jobs.map(move |mut job: QueryJob| {
+    let jobs = map_stage(jobs, "AbsentAcl", move |mut job: QueryJob| {
         job.query.apply_absent_acl(absent_acl);
         job
     });

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::{Exchange, Pipeline};
-use timely::dataflow::operators::vec::{Broadcast, Map};
+use timely::dataflow::operators::vec::Broadcast;
 use timely::dataflow::operators::{Capability, Operator};
 use timely::dataflow::{ProbeHandle, StreamVec};
 
@@ -36,6 +36,8 @@ use super::modes::{
 use super::pack::{pack, render_full, AnswerCue, PackRequest};
 use super::rerank::rerank;
 use super::retrieve::{gather, pool_size, results_wanted, search_shard, QueryVectors, ShardAnswer};
+use crate::stage::{flat_map_stage, map_stage};
+
 use super::{
     Candidate, Consistency, Context, Mode, Plan, Query, QueryConfig, Trace, TraceCandidate,
     Watermark,
@@ -257,22 +259,6 @@ impl QueryServices {
     }
 }
 
-fn map_stage<'scope, A: 'static, B: 'static>(
-    stream: StreamVec<'scope, u64, A>,
-    name: &'static str,
-    mut logic: impl FnMut(A) -> B + 'static,
-) -> StreamVec<'scope, u64, B> {
-    stream.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(Pipeline, name, move |_, _| {
-        move |input, output| {
-            input.for_each(|cap, data| {
-                output
-                    .session(&cap)
-                    .give_iterator(data.drain(..).map(&mut logic));
-            });
-        }
-    })
-}
-
 /// Extension trait: every step of the query flow.
 pub trait QuerySteps<'scope> {
     /// Holds `read_your_writes` queries until the index reflects every earlier document event.
@@ -482,25 +468,23 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
         let search = services.clone();
         let worker = self.scope().index();
         // Jobs and answers cross processes in a cluster: as JSON (see `crate::wire`).
-        let answers = self
-            .map(Wire)
-            .broadcast()
-            .map(move |Wire(job): Wire<QueryJob>| {
-                let started = Instant::now();
-                let skip = job.cached.is_some() || (search.shared_index && worker != 0);
-                let answer = match search.local_shard(worker) {
-                    Some(shard) if !skip => {
-                        let pool = pool_size(
-                            &job.query,
-                            job.plan.as_ref().map_or(16, |p| p.pool),
-                            search.config.min_pool,
-                        );
-                        search_shard(shard.as_ref(), &job.query, &job.vectors, pool)
-                    }
-                    _ => ShardAnswer::default(),
-                };
-                Wire((job, answer, started.elapsed().as_secs_f64()))
-            });
+        let wired = map_stage(self, "WireQuery", Wire).broadcast();
+        let answers = map_stage(wired, "SearchShard", move |Wire(job): Wire<QueryJob>| {
+            let started = Instant::now();
+            let skip = job.cached.is_some() || (search.shared_index && worker != 0);
+            let answer = match search.local_shard(worker) {
+                Some(shard) if !skip => {
+                    let pool = pool_size(
+                        &job.query,
+                        job.plan.as_ref().map_or(16, |p| p.pool),
+                        search.config.min_pool,
+                    );
+                    search_shard(shard.as_ref(), &job.query, &job.vectors, pool)
+                }
+                _ => ShardAnswer::default(),
+            };
+            Wire((job, answer, started.elapsed().as_secs_f64()))
+        });
         let peers = services.peers;
         answers.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
             Exchange::new(|Wire((job, _, _)): &Wire<(QueryJob, ShardAnswer, f64)>| {
@@ -684,14 +668,16 @@ impl<'scope> AnswerSteps<'scope> for StreamVec<'scope, u64, Working> {
                 && !working.candidates.is_empty()
         };
         let route = services.clone();
-        let requests = self
-            .clone()
-            .flat_map(move |working: Working| -> Option<Request> {
+        let requests = flat_map_stage(
+            self.clone(),
+            "NeighbourRequests",
+            move |working: Working| -> Option<Request> {
                 wants(&working).then(|| {
                     let top = working.candidates[0].stored.clone();
                     Wire(((working.job.origin, working.job.id), top))
                 })
-            });
+            },
+        );
         let fetch = services.clone();
         let worker_of =
             move |key: &crate::model::DocKey, origin: usize| route.owner_of(key, origin);
