@@ -4,6 +4,7 @@
 //! `ragstream validate --config …` checks a configuration without starting anything.
 
 mod bench;
+mod bench_edits;
 mod bench_embed;
 mod bench_load;
 mod bench_query;
@@ -213,6 +214,19 @@ enum BenchCommand {
         /// Round trips in the idle and loaded phases.
         #[arg(long, default_value_t = 1000)]
         queries: usize,
+    },
+    /// Chunks embedded, rewritten and deleted when one paragraph of a 100-chunk prose, markdown or
+    /// code document is inserted, deleted or changed at its head, middle or tail (no model needed).
+    Edits {
+        /// BEIR-layout corpus.jsonl (prose and markdown documents).
+        #[arg(long, default_value = "../shared/data/squad-v1.1/corpus.jsonl")]
+        corpus: PathBuf,
+        /// A directory of Rust sources (the code document).
+        #[arg(long, default_value = "operators/src")]
+        code: PathBuf,
+        /// Chunks each document reaches at least.
+        #[arg(long, default_value_t = 100)]
+        chunks: usize,
     },
     /// The local embedder's word pieces/s on a corpus's chunks and its single-query latency.
     Embed {
@@ -470,6 +484,19 @@ fn main() -> anyhow::Result<()> {
                 workers,
                 queries,
                 rounds,
+            })?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
+        }
+        Command::Bench(BenchCommand::Edits {
+            corpus,
+            code,
+            chunks,
+        }) => {
+            let report = bench_edits::edits(bench_edits::EditsBench {
+                corpus,
+                code,
+                chunks,
             })?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())

@@ -178,34 +178,22 @@ fn reembed_shard(shard: &dyn VectorStore, embedder: &InferenceService) -> anyhow
     let hydrated = hydrate(shard, &|_| true)?;
     let bm25 = ragstream_operators::store::Bm25Encoder::default();
     let mut written = 0;
-    let all: Vec<_> = hydrated
-        .chunk_sets
-        .into_iter()
-        .flat_map(|(key, set)| {
-            set.chunks
-                .into_iter()
-                .map(move |c| (key.clone(), set.version, c))
-        })
-        .collect();
+    let all: Vec<_> = hydrated.documents.into_values().flatten().collect();
     for batch in all.chunks(256) {
-        let inputs: Vec<String> = batch
-            .iter()
-            .map(|(_, _, chunk)| chunk.embedding_input())
-            .collect();
+        let inputs: Vec<String> = batch.iter().map(|s| s.chunk.embedding_input()).collect();
         let vectors = embedder.embed_blocking(inputs, Priority::Ingest)?.vectors;
         let points: Vec<_> = batch
             .iter()
             .zip(vectors)
-            .map(
-                |((key, version, chunk), dense)| ragstream_operators::store::PointWrite {
-                    key: key.clone(),
-                    version: *version,
-                    sparse: bm25.encode_document(&chunk.embedding_input()),
-                    dense,
-                    chunk: chunk.clone(),
-                    embedder_version: embedder.version().to_string(),
-                },
-            )
+            .map(|(stored, dense)| ragstream_operators::store::PointWrite {
+                id: stored.id,
+                key: stored.key.clone(),
+                version: stored.version,
+                sparse: bm25.encode_document(&stored.chunk.embedding_input()),
+                dense,
+                chunk: stored.chunk.clone(),
+                embedder_version: embedder.version().to_string(),
+            })
             .collect();
         shard.upsert(&points)?;
         written += points.len();
@@ -352,7 +340,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                     .unwrap_or_else(|e| panic!("hydrating shard {index}: {e}"));
                 tracing::info!(
                     worker = index,
-                    documents = hydrated.chunk_sets.len(),
+                    documents = hydrated.documents.len(),
                     chunks = hydrated.chunk_count(),
                     "hydrated"
                 );

@@ -1,6 +1,7 @@
 //! Ingest through a real Kafka-protocol broker (Tansu) into the real index engine with the real model:
 //! the SQuAD paragraphs, then shrinking updates, deletes, tombstones, out-of-order old versions and
-//! malformed events. The index must equal the oracle exactly, unchanged chunks must not be re-embedded,
+//! malformed events, then edits at the head, middle and tail of long documents. The index must equal
+//! the oracle exactly, unchanged chunks must not be re-embedded (an edit embeds at most 3 chunks),
 //! bad events must land in the DLQ with their reasons, and committed offsets must reach the end of
 //! every partition. A second test kills the job with SIGKILL mid-stream and restarts it.
 
@@ -80,6 +81,24 @@ fn squad_through_kafka_equals_the_oracle() {
     }
     for p in &paragraphs[150..200] {
         events.push(oracle.tombstone("squad", &p.id));
+    }
+    // Long documents (16 paragraphs each, under the 20 kB limit), edited in phase 2 at the head, the middle and the tail.
+    let long: Vec<Vec<String>> = (0..3)
+        .map(|i| {
+            paragraphs[1000 + 16 * i..1016 + 16 * i]
+                .iter()
+                .map(|p| p.text.clone())
+                .collect()
+        })
+        .collect();
+    for (i, blocks) in long.iter().enumerate() {
+        events.push(oracle.upsert(
+            "squad",
+            &format!("long-{i}"),
+            1,
+            "Long",
+            &blocks.join("\n\n"),
+        ));
     }
     let stale_expected = 30 + 10;
     // Malformed events: each must reach the DLQ with its reason.
@@ -202,6 +221,44 @@ fn squad_through_kafka_equals_the_oracle() {
             .into_iter()
             .filter(|c| !before.contains(&c.content_hash))
             .count();
+    }
+    // One edit per long document: a paragraph inserted at the head, one deleted in the middle, a
+    // sentence added to the last. Only the chunks next to an edit are new (at most 3).
+    for (i, blocks) in long.iter().enumerate() {
+        let key = ragstream_operators::model::DocKey::new("squad", format!("long-{i}"));
+        let ids = |oracle: &Oracle| {
+            chunker
+                .chunk(oracle.live(&key).expect("live"))
+                .iter()
+                .map(|c| c.point_id(&key))
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        let before = ids(&oracle);
+        let mut edited = blocks.clone();
+        match i {
+            0 => edited.insert(
+                0,
+                "A paragraph inserted at the head. It moves every chunk.".into(),
+            ),
+            1 => {
+                edited.remove(10);
+            }
+            _ => {
+                let last = edited.last_mut().expect("paragraphs");
+                let cut = last.find(". ").map_or(last.len(), |e| e + 1);
+                last.insert_str(cut, " A sentence added near the end.");
+            }
+        }
+        resend.push(oracle.upsert(
+            "squad",
+            &format!("long-{i}"),
+            5,
+            "Long",
+            &edited.join("\n\n"),
+        ));
+        let new = ids(&oracle).difference(&before).count();
+        assert!(new <= 3, "long-{i}: {new} chunks to embed for one edit");
+        changed_new_chunks += new;
     }
     broker.produce(DOCS, &resend);
     let phase2 = wait_consumed(

@@ -123,6 +123,7 @@ fn chunk(rng: &mut Rng, doc: usize, order: u32, counter: TokenCounter) -> Stored
             char_range: (start, start + text.len() as u32),
             tokens: counter.count(&text) as u32,
             content_hash: blake3::hash(text.as_bytes()).to_hex().to_string(),
+            occurrence: 0,
             acl: vec![],
             text,
         },

@@ -155,8 +155,11 @@ pub struct Chunk {
     pub char_range: (u32, u32),
     /// Token count of `text`, with the tokenizer named in the ingest config.
     pub tokens: u32,
-    /// Hash of the text and every metadata field above: equal hashes mean an identical chunk.
+    /// Hash of what the embedder sees (title, section path, text): equal hashes mean an equal vector.
     pub content_hash: String,
+    /// How many earlier chunks of the document have the same `content_hash` (identical passages of
+    /// one document are kept apart by it).
+    pub occurrence: u32,
     /// Access-control labels copied from the document.
     pub acl: Vec<String>,
     /// The chunk text.
@@ -164,6 +167,36 @@ pub struct Chunk {
 }
 
 impl Chunk {
+    /// The point id: the chunk's identity in its document, whatever its position.
+    pub fn point_id(&self, key: &DocKey) -> uuid::Uuid {
+        point_id(key, &self.content_hash, self.occurrence)
+    }
+
+    /// A fingerprint of everything the index stores with the chunk besides what the embedder sees and
+    /// the version: position, line and byte ranges, header, source, kind, token count, ACL. A chunk
+    /// whose id is kept and whose layout changed is rewritten with its stored vector, not re-embedded.
+    pub fn layout(&self) -> u64 {
+        let mut hasher = blake3::Hasher::new();
+        let mut field = |bytes: &[u8]| {
+            hasher.update(&(bytes.len() as u64).to_le_bytes());
+            hasher.update(bytes);
+        };
+        field(&self.order_index.to_le_bytes());
+        field(&self.lines.0.to_le_bytes());
+        field(&self.lines.1.to_le_bytes());
+        field(&self.char_range.0.to_le_bytes());
+        field(&self.char_range.1.to_le_bytes());
+        field(self.header.as_bytes());
+        field(self.source.as_bytes());
+        field(self.kind.as_str().as_bytes());
+        field(&self.tokens.to_le_bytes());
+        field(self.acl.join("\u{1f}").as_bytes());
+        let bytes: [u8; 8] = hasher.finalize().as_bytes()[..8]
+            .try_into()
+            .expect("8 bytes");
+        u64::from_le_bytes(bytes)
+    }
+
     /// The text handed to the embedder: title and section path give the passage its context.
     pub fn embedding_input(&self) -> String {
         let mut input = String::with_capacity(self.text.len() + 64);
@@ -190,12 +223,12 @@ pub struct ChunkSet {
 }
 
 impl ChunkSet {
-    /// What the differential upsert keeps of this set: the version and the sorted point ids.
+    /// What the differential upsert keeps of this set: the version, the point ids and their layouts.
     pub fn ids(&self, key: &DocKey) -> ChunkIds {
-        let mut ids: Vec<uuid::Uuid> = self
+        let mut ids: Vec<(uuid::Uuid, u64)> = self
             .chunks
             .iter()
-            .map(|c| point_id(key, c.order_index, &c.content_hash))
+            .map(|c| (c.point_id(key), c.layout()))
             .collect();
         ids.sort_unstable();
         ChunkIds {
@@ -206,24 +239,25 @@ impl ChunkSet {
 }
 
 /// What the ingest dataflow keeps of a document between its events: the version and its chunks'
-/// point ids, 16 bytes a chunk. The chunks themselves (text, payload) travel beside the differential
+/// point ids and layouts ([`Chunk::layout`]), 24 bytes a chunk. The chunks themselves (text, payload) travel beside the differential
 /// upsert to `ChunkDiff` and are dropped once their time is done, so the state held for a whole corpus
 /// does not include its text.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ChunkIds {
     /// Version of the document event that produced the chunks.
     pub version: u64,
-    /// Point ids of the chunks, sorted.
-    pub ids: Vec<uuid::Uuid>,
+    /// Point ids of the chunks with their layouts, sorted.
+    pub ids: Vec<(uuid::Uuid, u64)>,
 }
 
-/// Deterministic point id of a chunk: UUIDv5 over tenant, doc id, order index and content hash.
+/// Deterministic point id of a chunk: UUIDv5 over tenant, doc id, content hash and occurrence.
 ///
-/// A replayed event produces the same ids, so every index write is idempotent.
-pub fn point_id(key: &DocKey, order_index: u32, content_hash: &str) -> uuid::Uuid {
+/// A replayed event produces the same ids, so every index write is idempotent; a chunk that only
+/// moved in its document keeps its id (its position is payload).
+pub fn point_id(key: &DocKey, content_hash: &str, occurrence: u32) -> uuid::Uuid {
     let name = format!(
         "{}\u{1f}{}\u{1f}{}\u{1f}{}",
-        key.tenant, key.doc_id, order_index, content_hash
+        key.tenant, key.doc_id, content_hash, occurrence
     );
     uuid::Uuid::new_v5(&POINT_NAMESPACE, name.as_bytes())
 }
@@ -250,12 +284,12 @@ mod tests {
     #[test]
     fn point_ids_are_deterministic_and_distinct() {
         let key = DocKey::new("t", "d");
-        assert_eq!(point_id(&key, 0, "h"), point_id(&key, 0, "h"));
-        assert_ne!(point_id(&key, 0, "h"), point_id(&key, 1, "h"));
-        assert_ne!(point_id(&key, 0, "h"), point_id(&key, 0, "g"));
+        assert_eq!(point_id(&key, "h", 0), point_id(&key, "h", 0));
+        assert_ne!(point_id(&key, "h", 0), point_id(&key, "h", 1));
+        assert_ne!(point_id(&key, "h", 0), point_id(&key, "g", 0));
         assert_ne!(
-            point_id(&key, 0, "h"),
-            point_id(&DocKey::new("t2", "d"), 0, "h")
+            point_id(&key, "h", 0),
+            point_id(&DocKey::new("t2", "d"), "h", 0)
         );
     }
 }

@@ -9,8 +9,9 @@ use ragstream_operators::model::{DocKey, DocKind, Document};
 use ragstream_operators::store::edge::EdgeStore;
 use ragstream_operators::store::{SearchFilter, VectorStore};
 
-/// `(tenant/doc_id, order_index, content_hash)` of one chunk.
-pub type ChunkId = (String, u32, String);
+/// `(tenant/doc_id, order_index, content_hash, layout)` of one chunk: what it embeds and where it
+/// stands (line and byte ranges, header, ACL: [`ragstream_operators::model::Chunk::layout`]).
+pub type ChunkId = (String, u32, String, u64);
 
 /// A SQuAD paragraph as a document.
 #[derive(Clone, Debug)]
@@ -118,10 +119,10 @@ impl Oracle {
             .iter()
             .filter_map(|(key, (_, doc))| doc.as_ref().map(|d| (key, d)))
             .flat_map(|(key, doc)| {
-                chunker
-                    .chunk(doc)
-                    .into_iter()
-                    .map(move |c| (key.to_string(), c.order_index, c.content_hash))
+                chunker.chunk(doc).into_iter().map(move |c| {
+                    let layout = c.layout();
+                    (key.to_string(), c.order_index, c.content_hash, layout)
+                })
             })
             .collect()
     }
@@ -143,10 +144,12 @@ pub fn index_contents(index: &Path) -> BTreeSet<ChunkId> {
         let store = EdgeStore::open(&entry.path(), 384).expect("open shard");
         store
             .scroll(&SearchFilter::default(), &mut |stored| {
+                let layout = stored.chunk.layout();
                 if !out.insert((
                     stored.key.to_string(),
                     stored.chunk.order_index,
                     stored.chunk.content_hash,
+                    layout,
                 )) {
                     duplicates += 1;
                 }

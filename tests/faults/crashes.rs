@@ -249,7 +249,7 @@ fn shrink_then_crash_and_out_of_order_versions_leave_nothing_stale() {
     );
     assert_eq!((lost, stale), (0, 0), "{example}");
     assert!(
-        expected.iter().all(|(key, _, _)| key == "squad/late"),
+        expected.iter().all(|(key, _, _, _)| key == "squad/late"),
         "only the late document is live"
     );
 }

@@ -218,7 +218,7 @@ fn index_refusing_documents_dead_letters_one_retries_the_other_and_loses_nothing
     let expected: std::collections::BTreeSet<_> = oracle
         .expected(&default_chunker())
         .into_iter()
-        .filter(|(key, _, _)| key != &refused_key)
+        .filter(|(key, _, _, _)| key != &refused_key)
         .collect();
     let actual = index_contents(&dir.path().join("index"));
     let (lost, stale, example) = compare(&expected, &actual);
@@ -248,7 +248,7 @@ fn index_refusing_documents_dead_letters_one_retries_the_other_and_loses_nothing
     assert_eq!(dlq_seen_before_commit, Some(true));
     assert!(retries > 0.0, "the delayed document's writes were retried");
     assert!(
-        !actual.iter().any(|(key, _, _)| key == &refused_key),
+        !actual.iter().any(|(key, _, _, _)| key == &refused_key),
         "the refused document is not in the index"
     );
     assert_eq!((lost, stale), (0, 0), "{example}");

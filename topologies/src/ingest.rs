@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! source ─ok─► VersionGuard ─► Chunk ─┐
-//!              hydrated chunk sets @0 ─┴► arrange_from_upsert(DocKey → ChunkIds) ─► ChunkDiff ─► Embed ─ok─► IndexWrite ─ok─┐
+//!             hydrated chunk ids @0 ─┴► arrange_from_upsert(DocKey → ChunkIds) ─► ChunkDiff ─► Embed ─ok─► IndexWrite ─ok─┐
 //!   └─err──────────────────────────────────────────────────────────────────────────────────────────┴err──────────┴err─► DlqWrite ─┴► acks probe
 //! ```
 
@@ -72,14 +72,11 @@ pub fn ingest<'scope>(
         (key, ids, time)
     });
     let hydration = hydrated
-        .chunk_sets
-        .into_iter()
-        .map(|(key, set)| {
-            let ids = set.ids(&key);
-            (key, Some(ids), HYDRATION_TIME)
-        })
+        .ids()
+        .map(|(key, ids)| (key, Some(ids), HYDRATION_TIME))
         .collect::<Vec<_>>()
         .to_stream(scope);
+    drop(hydrated);
     let arranged = arrange_from_upsert::<
         ValBuilder<DocKey, ChunkIds, u64, isize>,
         ValSpine<DocKey, ChunkIds, u64, isize>,

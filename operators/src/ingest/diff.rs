@@ -4,9 +4,10 @@
 //! document's version and point ids: the state kept for the whole corpus holds no text), and beside it
 //! the chunk sets the upsert was fed. At each completed time a changed document shows up as `-old`
 //! and/or `+new`; identical re-upserts cancel out and never appear. The new ids' chunks are looked up
-//! among the sets fed at that time (by key and version). The diff by point id (which covers order index
-//! and content hash) gives the index work: retracted chunks are deleted, new chunks embedded and
-//! upserted, and unchanged chunks are neither re-embedded nor rewritten (only counted).
+//! among the sets fed at that time (by key and version). The diff by point id (what the embedder sees,
+//! whatever the position) and layout gives the index work: retracted chunks are deleted, new chunks
+//! embedded and upserted, moved chunks rewritten with their stored vectors, and unchanged chunks are
+//! neither re-embedded nor rewritten (only counted).
 //!
 //! Time 0 is the hydration epoch: it loads what the index already holds into the collection and
 //! produces no index work.
@@ -20,7 +21,7 @@ use timely::dataflow::operators::{Capability, Operator};
 use timely::dataflow::StreamVec;
 
 use crate::metrics::metrics;
-use crate::model::{point_id, Chunk, ChunkIds, ChunkSet, DocKey};
+use crate::model::{Chunk, ChunkIds, ChunkSet, DocKey};
 
 /// The hydration epoch: updates at this time come from the index itself.
 pub const HYDRATION_TIME: u64 = 0;
@@ -38,50 +39,56 @@ pub struct ChunkDelta {
     pub upserts: Vec<Chunk>,
     /// Chunks present before and after: never re-embedded (counted, and rewritten only when in `restamp`).
     pub unchanged: usize,
-    /// Unchanged chunks rewritten at the new version with their stored vectors (no embedding), so the
-    /// index carries a version bump that changed no chunk.
+    /// Chunks whose embedded text is unchanged, rewritten at the new version with their stored vectors
+    /// (no embedding): those that moved or whose payload changed, and one chunk to carry a version bump
+    /// that changed nothing else.
     pub restamp: Vec<Chunk>,
     /// The ingestion time of the change (milliseconds since the epoch).
     pub time: u64,
 }
 
-/// The delta between a document's old chunks (their ids, as the upsert kept them) and its new chunk set.
+/// The delta between a document's old chunks (their ids and layouts, as the upsert kept them) and its
+/// new chunk set: a new id is embedded, an id kept with a new layout (the chunk moved, or its header or
+/// ACL changed) is rewritten with its stored vector, an id kept as it was is left alone, and an id gone
+/// is deleted.
 pub fn diff_chunk_sets(
     key: &DocKey,
     old: Option<&ChunkIds>,
     new: Option<&ChunkSet>,
     time: u64,
 ) -> ChunkDelta {
-    let old_ids: HashSet<uuid::Uuid> = old
+    let old_ids: HashMap<uuid::Uuid, u64> = old
         .map(|o| o.ids.iter().copied().collect())
         .unwrap_or_default();
-    let new_ids: HashSet<uuid::Uuid> = new
-        .map(|s| {
-            s.chunks
-                .iter()
-                .map(|c| point_id(key, c.order_index, &c.content_hash))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut deletes: Vec<uuid::Uuid> = old_ids.difference(&new_ids).copied().collect();
+    let mut new_ids: HashSet<uuid::Uuid> = HashSet::new();
+    let mut upserts = Vec::new();
+    let mut restamp = Vec::new();
+    let mut unchanged = 0;
+    for chunk in new.iter().flat_map(|s| s.chunks.iter()) {
+        let id = chunk.point_id(key);
+        new_ids.insert(id);
+        match old_ids.get(&id) {
+            None => upserts.push(chunk.clone()),
+            Some(&layout) => {
+                unchanged += 1;
+                if layout != chunk.layout() {
+                    restamp.push(chunk.clone());
+                }
+            }
+        }
+    }
+    let mut deletes: Vec<uuid::Uuid> = old_ids
+        .keys()
+        .filter(|id| !new_ids.contains(id))
+        .copied()
+        .collect();
     deletes.sort();
-    let upserts: Vec<Chunk> = new
-        .map(|s| {
-            s.chunks
-                .iter()
-                .filter(|c| !old_ids.contains(&point_id(key, c.order_index, &c.content_hash)))
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default();
-    let unchanged = new_ids.intersection(&old_ids).count();
     // The index must carry the new version even when no chunk changed (a same-text update, a shrink
     // that keeps the prefix): hydration seeds the version guard from the newest stored chunk version,
     // and a lagging one would let a late older event back in after a restart. Rewriting one unchanged
     // chunk at the new version, with the vector the index already holds, is enough and embeds nothing.
-    let mut restamp = Vec::new();
     if let (Some(old), Some(new)) = (old, new) {
-        if upserts.is_empty() && new.version != old.version {
+        if upserts.is_empty() && restamp.is_empty() && new.version != old.version {
             restamp.extend(new.chunks.first().cloned());
         }
     }
@@ -277,5 +284,177 @@ mod tests {
         let insert = diff_chunk_sets(&key, None, Some(&set), 1);
         assert_eq!(insert.upserts.len(), set.chunks.len());
         assert!(insert.deletes.is_empty());
+    }
+
+    /// Paragraphs of 1 to 6 sentences of 4 to 14 words, deterministic.
+    fn paragraphs(count: usize, seed: u64) -> Vec<String> {
+        const WORDS: [&str; 16] = [
+            "river", "stone", "quiet", "engine", "harbor", "signal", "amber", "ledger", "orbit",
+            "cedar", "pulse", "meadow", "copper", "lantern", "vector", "tide",
+        ];
+        let mut state = seed;
+        let mut next = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n) as usize
+        };
+        (0..count)
+            .map(|_| {
+                let sentences: Vec<String> = (0..1 + next(6))
+                    .map(|_| {
+                        let words: Vec<&str> = (0..4 + next(11)).map(|_| WORDS[next(16)]).collect();
+                        let mut sentence = words.join(" ");
+                        sentence[..1].make_ascii_uppercase();
+                        sentence + "."
+                    })
+                    .collect();
+                sentences.join(" ")
+            })
+            .collect()
+    }
+
+    /// Small functions of 1 to 8 body lines, each with a doc comment.
+    fn items(count: usize) -> Vec<String> {
+        (0..count)
+            .map(|i| {
+                let body: Vec<String> = (0..1 + (i * 7 + 3) % 8)
+                    .map(|j| format!("    let v{j} = x.wrapping_mul({}) ^ {j};", i * 31 + j))
+                    .collect();
+                format!(
+                    "/// Mixes step {i}.\nfn mix_{i}(x: u32) -> u32 {{\n{}\n    x\n}}",
+                    body.join("\n")
+                )
+            })
+            .collect()
+    }
+
+    fn set_of(kind: DocKind, blocks: &[String], version: u64) -> ChunkSet {
+        let chunker = Chunker::new(ChunkerConfig {
+            prose_tokens: 120,
+            code_tokens: 80,
+            ..ChunkerConfig::default()
+        });
+        let source = match kind {
+            DocKind::Code => "lib.rs",
+            DocKind::Markdown => "guide.md",
+            _ => "notes.txt",
+        };
+        let doc = Document {
+            key: DocKey::new("t", "d"),
+            version,
+            source: source.into(),
+            kind,
+            title: None,
+            text: blocks.join("\n\n"),
+            acl: vec![],
+        };
+        ChunkSet {
+            version,
+            chunks: chunker.chunk(&doc),
+        }
+    }
+
+    #[test]
+    fn an_edit_embeds_only_the_chunks_next_to_it() {
+        let key = DocKey::new("t", "d");
+        let prose = paragraphs(260, 7);
+        let mut markdown = Vec::new();
+        for (i, paragraph) in paragraphs(260, 11).into_iter().enumerate() {
+            if i % 12 == 0 {
+                markdown.push(format!("## Part {}", i / 12));
+            }
+            markdown.push(paragraph);
+        }
+        let code = items(160);
+        for (kind, blocks) in [
+            (DocKind::Prose, prose),
+            (DocKind::Markdown, markdown),
+            (DocKind::Code, code),
+        ] {
+            let original = set_of(kind, &blocks, 1);
+            assert!(
+                original.chunks.len() >= 100,
+                "{kind:?}: {} chunks",
+                original.chunks.len()
+            );
+            let editable: Vec<usize> = (0..blocks.len())
+                .filter(|&i| !blocks[i].starts_with('#'))
+                .collect();
+            for at in [
+                editable[0],
+                editable[editable.len() / 2],
+                editable[editable.len() - 1],
+            ] {
+                let mut inserted = blocks.clone();
+                inserted.insert(
+                    at,
+                    "A new paragraph of two sentences. It says little.".into(),
+                );
+                let mut deleted = blocks.clone();
+                deleted.remove(at);
+                let mut changed = blocks.clone();
+                changed[at] = format!("{} One more sentence.", changed[at]);
+                for (edit, edited) in [
+                    ("insert", inserted),
+                    ("delete", deleted),
+                    ("change", changed),
+                ] {
+                    let new = set_of(kind, &edited, 2);
+                    let delta = diff_chunk_sets(&key, Some(&original.ids(&key)), Some(&new), 2);
+                    assert!(
+                        delta.upserts.len() <= 3,
+                        "{kind:?} {edit} at block {at}: {} of {} chunks embedded",
+                        delta.upserts.len(),
+                        new.chunks.len()
+                    );
+                    // Every chunk of the new set is embedded, moved (rewritten) or left as it is.
+                    assert!(delta.unchanged + delta.upserts.len() == new.chunks.len());
+                    let ids: HashSet<uuid::Uuid> =
+                        new.chunks.iter().map(|c| c.point_id(&key)).collect();
+                    assert_eq!(ids.len(), new.chunks.len(), "ids are distinct");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_moved_chunk_is_rewritten_with_its_vector_and_twins_keep_apart() {
+        let key = DocKey::new("t", "d");
+        let blocks = paragraphs(60, 3);
+        let original = set_of(DocKind::Prose, &blocks, 1);
+        let mut edited = vec!["A first paragraph. It pushes the rest down.".to_string()];
+        edited.extend(blocks.iter().cloned());
+        let new = set_of(DocKind::Prose, &edited, 2);
+        let delta = diff_chunk_sets(&key, Some(&original.ids(&key)), Some(&new), 2);
+        assert!(delta.upserts.len() <= 2, "{} embedded", delta.upserts.len());
+        let old_ids: HashSet<uuid::Uuid> =
+            original.chunks.iter().map(|c| c.point_id(&key)).collect();
+        let moved: Vec<&Chunk> = new
+            .chunks
+            .iter()
+            .filter(|c| old_ids.contains(&c.point_id(&key)))
+            .collect();
+        assert!(moved.len() + 3 >= new.chunks.len());
+        assert_eq!(
+            delta.restamp.len(),
+            moved.len(),
+            "every kept chunk stands at a new position and is rewritten"
+        );
+        assert!(delta.restamp.iter().all(|c| c.order_index > 0));
+
+        let twin = "The same words appear twice in this document, word for word, so that two chunks \
+            carry one text. They are kept apart by their occurrence, never merged into one point, and \
+            each keeps its own position. Both passages are long enough that two of them never fit \
+            in one chunk of this test's budget, so the document has exactly two chunks, alike."
+            .to_string();
+        let twins = set_of(DocKind::Prose, &[twin.clone(), twin], 1);
+        assert_eq!(twins.chunks.len(), 2);
+        assert_eq!(twins.chunks[0].content_hash, twins.chunks[1].content_hash);
+        assert_ne!(
+            twins.chunks[0].point_id(&key),
+            twins.chunks[1].point_id(&key),
+            "identical passages of one document are two points"
+        );
     }
 }

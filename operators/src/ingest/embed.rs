@@ -105,6 +105,7 @@ fn index_work(
                     .upserts
                     .into_iter()
                     .map(|chunk| PointWrite {
+                        id: chunk.point_id(&delta.key),
                         key: delta.key.clone(),
                         version: delta.version,
                         sparse: bm25.encode_document(&chunk.embedding_input()),
@@ -119,6 +120,7 @@ fn index_work(
                 .restamp
                 .into_iter()
                 .map(|chunk| PointWrite {
+                    id: chunk.point_id(&delta.key),
                     key: delta.key.clone(),
                     version: delta.version,
                     sparse: bm25.encode_document(&chunk.embedding_input()),

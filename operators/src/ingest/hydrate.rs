@@ -1,36 +1,48 @@
 //! Hydrate: what the index already holds, as the initial state of the ingest dataflow.
 //!
-//! On start every worker scrolls its shard (payload only, no vectors) and rebuilds, per document, the
-//! chunk set and its version. The chunk sets enter the differential upsert at the hydration epoch, so
+//! On start every worker scrolls its shard (payload only, no vectors) and gathers, per document, the
+//! stored chunks and their newest version. Their ids enter the differential upsert at the hydration epoch, so
 //! an update or delete of a document indexed before a restart retracts exactly the chunks the index
 //! holds; the versions seed the [`VersionGuard`].
 
 use std::collections::BTreeMap;
 
 use super::guard::VersionGuard;
-use crate::model::{ChunkSet, DocKey};
-use crate::store::{SearchFilter, StoreError, VectorStore};
+use crate::model::{ChunkIds, DocKey};
+use crate::store::{SearchFilter, StoreError, StoredChunk, VectorStore};
 
 /// The index's contents, grouped by document.
 #[derive(Debug, Default)]
 pub struct Hydrated {
-    /// Chunk sets by document (chunks ordered by `order_index`).
-    pub chunk_sets: BTreeMap<DocKey, ChunkSet>,
+    /// Stored chunks by document (ordered by `order_index`).
+    pub documents: BTreeMap<DocKey, Vec<StoredChunk>>,
 }
 
 impl Hydrated {
     /// A version guard seeded with every hydrated document's version.
     pub fn guard(&self) -> VersionGuard {
         let mut guard = VersionGuard::default();
-        for (key, set) in &self.chunk_sets {
-            guard.seed(key.clone(), set.version);
+        for (key, ids) in self.ids() {
+            guard.seed(key, ids.version);
         }
         guard
     }
 
     /// Number of chunks.
     pub fn chunk_count(&self) -> usize {
-        self.chunk_sets.values().map(|s| s.chunks.len()).sum()
+        self.documents.values().map(Vec::len).sum()
+    }
+
+    /// What the differential upsert starts from, per document: the newest stored version and the
+    /// stored point ids (as the index holds them, whatever id scheme wrote them) with their layouts.
+    pub fn ids(&self) -> impl Iterator<Item = (DocKey, ChunkIds)> + '_ {
+        self.documents.iter().map(|(key, stored)| {
+            let mut ids: Vec<(uuid::Uuid, u64)> =
+                stored.iter().map(|s| (s.id, s.chunk.layout())).collect();
+            ids.sort_unstable();
+            let version = stored.iter().map(|s| s.version).max().unwrap_or(0);
+            (key.clone(), ChunkIds { version, ids })
+        })
     }
 }
 
@@ -41,21 +53,16 @@ pub fn hydrate(
 ) -> Result<Hydrated, StoreError> {
     let mut hydrated = Hydrated::default();
     store.scroll(&SearchFilter::default(), &mut |stored| {
-        if !owns(&stored.key) {
-            return;
+        if owns(&stored.key) {
+            hydrated
+                .documents
+                .entry(stored.key.clone())
+                .or_default()
+                .push(stored);
         }
-        let set = hydrated
-            .chunk_sets
-            .entry(stored.key)
-            .or_insert_with(|| ChunkSet {
-                version: 0,
-                chunks: Vec::new(),
-            });
-        set.version = set.version.max(stored.version);
-        set.chunks.push(stored.chunk);
     })?;
-    for set in hydrated.chunk_sets.values_mut() {
-        set.chunks.sort_by_key(|c| c.order_index);
+    for stored in hydrated.documents.values_mut() {
+        stored.sort_by_key(|s| s.chunk.order_index);
     }
     Ok(hydrated)
 }

@@ -124,13 +124,13 @@ pub fn write_batch(store: &dyn VectorStore, batch: &[IndexDelta]) -> Result<Inde
     let started = Instant::now();
     let restamp: Vec<&PointWrite> = batch.iter().flat_map(|d| d.restamp.iter()).collect();
     if !restamp.is_empty() {
-        let ids: Vec<uuid::Uuid> = restamp.iter().map(|point| point.id()).collect();
+        let ids: Vec<uuid::Uuid> = restamp.iter().map(|point| point.id).collect();
         let stored: HashMap<uuid::Uuid, Vec<f32>> =
             with_backoff("index", retryable, || store.dense_vectors(&ids))?
                 .into_iter()
                 .collect();
         for point in restamp {
-            match stored.get(&point.id()) {
+            match stored.get(&point.id) {
                 Some(dense) => points.push(PointWrite {
                     dense: dense.clone(),
                     ..point.clone()

@@ -131,6 +131,7 @@ pub(crate) mod tests {
                 tokens: crate::tokens::TokenCounter::new(crate::tokens::Encoding::O200kBase)
                     .count(text) as u32,
                 content_hash: blake3::hash(text.as_bytes()).to_hex().to_string(),
+                occurrence: 0,
                 acl: vec![],
                 text: text.into(),
             },

@@ -33,13 +33,16 @@ pub fn sample_point(
         char_range: (0, text.len() as u32),
         tokens: 3,
         content_hash: String::new(),
+        occurrence: 0,
         acl: acl.iter().map(|s| s.to_string()).collect(),
         text: text.into(),
     };
     chunk.content_hash = content_hash(&chunk);
     let axis = text.bytes().map(usize::from).sum::<usize>();
+    let key = DocKey::new(tenant, doc_id);
     PointWrite {
-        key: DocKey::new(tenant, doc_id),
+        id: chunk.point_id(&key),
+        key,
         version,
         sparse: Bm25Encoder::default().encode_document(text),
         dense: unit(axis),
@@ -111,7 +114,7 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
         .find(|s| s.key.doc_id == "two")
         .expect("two");
     assert_eq!(two.chunk, a2.chunk);
-    assert_eq!(two.id, a2.id());
+    assert_eq!(two.id, a2.id);
     assert_eq!(two.embedder_version, "test-embedder");
 
     // Tenant isolation inside the search: b's identical vector never shows up for tenant a.
@@ -203,20 +206,20 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
     assert_eq!(ids(&hits), vec!["a/three"]);
 
     // Chunks by id (read_chunk).
-    let got = store.get(&[a2.id(), uuid::Uuid::nil()]).expect("get");
+    let got = store.get(&[a2.id, uuid::Uuid::nil()]).expect("get");
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].chunk, a2.chunk);
 
     // Stored vectors come back for MMR.
     let vectors = store
-        .dense_vectors(&[a2.id(), uuid::Uuid::nil()])
+        .dense_vectors(&[a2.id, uuid::Uuid::nil()])
         .expect("vectors");
     assert_eq!(vectors.len(), 1);
     let cosine = crate::embed::cosine(&vectors[0].1, &a2.dense);
     assert!(cosine > 0.999, "stored vector cosine {cosine}");
 
     // Deletes; absent ids are fine.
-    store.delete(&[a1.id(), uuid::Uuid::nil()]).expect("delete");
+    store.delete(&[a1.id, uuid::Uuid::nil()]).expect("delete");
     store.flush().expect("flush");
     assert_eq!(store.count(&tenant_a).expect("count after delete"), 2);
 

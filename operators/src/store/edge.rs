@@ -418,7 +418,7 @@ impl VectorStore for EdgeStore {
                 (SPARSE_VECTOR, sparse),
             ]);
             let payload = serde_json::Value::Object(chunk_payload(point));
-            list.push(PointStruct::new(point_id(point.id()), vectors, payload).into());
+            list.push(PointStruct::new(point_id(point.id), vectors, payload).into());
         }
         let _guard = self.writer.lock().expect("store writer lock");
         self.shard

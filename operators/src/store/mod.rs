@@ -135,6 +135,8 @@ pub enum StoreError {
 /// One point to write: a chunk of a document, its vectors and versions.
 #[derive(Debug, Clone)]
 pub struct PointWrite {
+    /// The point id ([`Chunk::point_id`] for a new chunk, the stored id for a rewrite).
+    pub id: uuid::Uuid,
     /// The document.
     pub key: DocKey,
     /// The document version that produced the chunk.
@@ -147,13 +149,6 @@ pub struct PointWrite {
     pub sparse: SparseVector,
     /// Embedder version of `dense`.
     pub embedder_version: String,
-}
-
-impl PointWrite {
-    /// The deterministic point id.
-    pub fn id(&self) -> uuid::Uuid {
-        crate::model::point_id(&self.key, self.chunk.order_index, &self.chunk.content_hash)
-    }
 }
 
 /// A chunk as read back from the index (payload only).
@@ -336,6 +331,7 @@ pub fn chunk_payload(point: &PointWrite) -> Map<String, Value> {
         "char_range": [chunk.char_range.0, chunk.char_range.1],
         "tokens": chunk.tokens,
         "content_hash": chunk.content_hash,
+        "occurrence": chunk.occurrence,
         "embedder_version": point.embedder_version,
         "acl": chunk.acl,
         "text": chunk.text,
@@ -386,6 +382,8 @@ pub fn chunk_from_payload(id: uuid::Uuid, payload: &Map<String, Value>) -> Optio
             char_range: pair("char_range")?,
             tokens: number("tokens")? as u32,
             content_hash: text("content_hash")?,
+            // Absent from points written before chunks had stable ids (their id is the stored one).
+            occurrence: number("occurrence").unwrap_or(0) as u32,
             acl: strings("acl")?,
             text: text("text")?,
         },
@@ -403,13 +401,13 @@ mod tests {
     fn payload_roundtrip() {
         let point = contract::sample_point("t", "d", 2, "hello world", &["eng"]);
         let payload = chunk_payload(&point);
-        let stored = chunk_from_payload(point.id(), &payload).expect("roundtrip");
+        let stored = chunk_from_payload(point.id, &payload).expect("roundtrip");
         assert_eq!(stored.chunk, point.chunk);
         assert_eq!(stored.key, point.key);
         assert_eq!(stored.version, 2);
         let mut broken = payload.clone();
         broken.remove("content_hash");
-        assert!(chunk_from_payload(point.id(), &broken).is_none());
+        assert!(chunk_from_payload(point.id, &broken).is_none());
     }
 
     #[test]

@@ -432,7 +432,7 @@ impl VectorStore for ServerStore {
                     Vector::new_sparse(point.sparse.indices.clone(), point.sparse.values.clone()),
                 );
             list.push(PointStruct::new(
-                point_id(point.id()),
+                point_id(point.id),
                 vectors,
                 to_payload(&chunk_payload(point)),
             ));

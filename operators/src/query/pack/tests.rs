@@ -51,6 +51,7 @@ fn document(doc: usize, sentences: usize, per_chunk: usize, overlap: usize) -> V
                 char_range: (start as u32, end as u32),
                 tokens: counter().count(&text) as u32,
                 content_hash: blake3::hash(text.as_bytes()).to_hex().to_string(),
+                occurrence: 0,
                 acl: vec![],
                 text,
             },
