@@ -39,9 +39,23 @@ impl DocKey {
         hasher.update(self.tenant.as_bytes());
         hasher.update(b"/");
         hasher.update(self.doc_id.as_bytes());
-        let bytes = hasher.finalize();
-        u64::from_le_bytes(bytes.as_bytes()[..8].try_into().expect("8 bytes"))
+        hash_prefix(&hasher.finalize())
     }
+}
+
+/// blake3 of length-prefixed fields, so that no two lists of fields hash alike by running together.
+pub fn hash_fields(fields: &[&[u8]]) -> blake3::Hash {
+    let mut hasher = blake3::Hasher::new();
+    for bytes in fields {
+        hasher.update(&(bytes.len() as u64).to_le_bytes());
+        hasher.update(bytes);
+    }
+    hasher.finalize()
+}
+
+/// The first eight bytes of a hash, as a number.
+pub fn hash_prefix(hash: &blake3::Hash) -> u64 {
+    u64::from_le_bytes(hash.as_bytes()[..8].try_into().expect("8 bytes"))
 }
 
 impl std::fmt::Display for DocKey {
@@ -176,25 +190,18 @@ impl Chunk {
     /// the version: position, line and byte ranges, header, source, kind, token count, ACL. A chunk
     /// whose id is kept and whose layout changed is rewritten with its stored vector, not re-embedded.
     pub fn layout(&self) -> u64 {
-        let mut hasher = blake3::Hasher::new();
-        let mut field = |bytes: &[u8]| {
-            hasher.update(&(bytes.len() as u64).to_le_bytes());
-            hasher.update(bytes);
-        };
-        field(&self.order_index.to_le_bytes());
-        field(&self.lines.0.to_le_bytes());
-        field(&self.lines.1.to_le_bytes());
-        field(&self.char_range.0.to_le_bytes());
-        field(&self.char_range.1.to_le_bytes());
-        field(self.header.as_bytes());
-        field(self.source.as_bytes());
-        field(self.kind.as_str().as_bytes());
-        field(&self.tokens.to_le_bytes());
-        field(self.acl.join("\u{1f}").as_bytes());
-        let bytes: [u8; 8] = hasher.finalize().as_bytes()[..8]
-            .try_into()
-            .expect("8 bytes");
-        u64::from_le_bytes(bytes)
+        hash_prefix(&hash_fields(&[
+            &self.order_index.to_le_bytes(),
+            &self.lines.0.to_le_bytes(),
+            &self.lines.1.to_le_bytes(),
+            &self.char_range.0.to_le_bytes(),
+            &self.char_range.1.to_le_bytes(),
+            self.header.as_bytes(),
+            self.source.as_bytes(),
+            self.kind.as_str().as_bytes(),
+            &self.tokens.to_le_bytes(),
+            self.acl.join("\u{1f}").as_bytes(),
+        ]))
     }
 
     /// The text handed to the embedder: title and section path give the passage its context.

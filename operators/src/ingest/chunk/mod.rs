@@ -25,7 +25,7 @@ mod text;
 
 use std::collections::HashMap;
 
-use crate::model::{Chunk, DocKind, Document};
+use crate::model::{hash_fields, hash_prefix, Chunk, DocKind, Document};
 use crate::tokens::{Encoding, TokenCounter};
 
 /// Chunk sizes, in tokens of the configured encoding.
@@ -186,15 +186,11 @@ impl Chunker {
 /// 128 bits of blake3, hex. Positions and the rest of the payload are left out, so a chunk that moved
 /// keeps its hash (and its point id).
 pub fn content_hash(chunk: &Chunk) -> String {
-    let mut hasher = blake3::Hasher::new();
-    let mut field = |bytes: &[u8]| {
-        hasher.update(&(bytes.len() as u64).to_le_bytes());
-        hasher.update(bytes);
-    };
-    field(chunk.text.as_bytes());
-    field(chunk.section_path.join("\u{1f}").as_bytes());
-    field(chunk.doc_title.as_bytes());
-    let hash = hasher.finalize();
+    let hash = hash_fields(&[
+        chunk.text.as_bytes(),
+        chunk.section_path.join("\u{1f}").as_bytes(),
+        chunk.doc_title.as_bytes(),
+    ]);
     hash.to_hex()[..32].to_string()
 }
 
@@ -410,9 +406,7 @@ fn choose_end(text: &str, units: &[Unit], first: usize, last: usize, budget: usi
     }
     let score = |e: usize| {
         let next = &units[e + 1];
-        let hash = blake3::hash(&text.as_bytes()[next.start..next.end]);
-        let bytes: [u8; 8] = hash.as_bytes()[..8].try_into().expect("8 bytes");
-        u64::from_le_bytes(bytes) as f64 / u64::MAX as f64
+        hash_prefix(&blake3::hash(&text.as_bytes()[next.start..next.end])) as f64 / u64::MAX as f64
     };
     for (paragraph, fifteenths, chance) in [
         (true, PARAGRAPH_MIN_FIFTEENTHS, PARAGRAPH_ANCHOR),
