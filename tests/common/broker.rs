@@ -182,7 +182,15 @@ impl Broker {
 
     /// Produces `(key, value)` records (value `None` = tombstone) and flushes.
     pub fn produce(&self, topic: &str, records: &[(String, Option<Vec<u8>>)]) {
-        let producer = self.producer();
+        Self::produce_with(&self.producer(), topic, records);
+    }
+
+    /// Like [`Broker::produce`], on a producer the caller keeps (no connection set up per call).
+    pub fn produce_with(
+        producer: &BaseProducer,
+        topic: &str,
+        records: &[(String, Option<Vec<u8>>)],
+    ) {
         for (key, value) in records {
             let mut record = BaseRecord::<str, [u8]>::to(topic).key(key.as_str());
             if let Some(value) = value {

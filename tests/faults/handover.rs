@@ -7,6 +7,7 @@
 //! at the revocation.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::common::broker::Broker;
@@ -33,19 +34,25 @@ fn config(broker: &Broker, embedder: &EmbeddingServer) -> String {
     )
 }
 
-/// Produces queries `from..to` (ids `q{n}`, each text its own so no cache answers it), 8 every 100 ms.
-fn ask(broker: &Broker, from: usize, to: usize) {
-    for start in (from..to).step_by(8) {
-        let events: Vec<(String, Option<Vec<u8>>)> = (start..(start + 8).min(to))
+/// Produces queries `q0, q1, …` (each text its own so no cache answers it), 8 every 200 ms (40/s,
+/// more than the throttled embedder answers), until `stop` is set; returns how many it produced.
+/// Queries therefore stand in flight at every moment of the joins and leaves, whatever the timing.
+fn ask_until(broker: &Broker, stop: &AtomicBool) -> usize {
+    let producer = broker.producer();
+    let mut produced = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let events: Vec<(String, Option<Vec<u8>>)> = (produced..produced + 8)
             .map(|n| {
                 let query = json!({"query_id": format!("q{n}"), "tenant": "t",
                     "text": format!("what does paragraph {n} say about topic {}", n % 7), "k": 3});
                 (format!("q{n}"), Some(query.to_string().into_bytes()))
             })
             .collect();
-        broker.produce(QUERIES, &events);
-        std::thread::sleep(Duration::from_millis(100));
+        Broker::produce_with(&producer, QUERIES, &events);
+        produced += events.len();
+        std::thread::sleep(Duration::from_millis(200));
     }
+    produced
 }
 
 fn handed_over(job: &Job) -> f64 {
@@ -79,22 +86,26 @@ fn queries_in_flight_when_their_partition_moves_get_one_context() {
     let mut first = Job::start(first_dir.path(), &config(&broker, &embedder), 1);
     first.wait_ready(Duration::from_secs(60));
     embedder.throttle(PER_TEXT);
-    let total = 240;
-    ask(&broker, 0, 60);
-
-    // A second instance joins the group: partitions move while queries are in flight.
-    let second_dir = tempfile::tempdir().expect("tempdir");
-    let mut second = Job::start(second_dir.path(), &config(&broker, &embedder), 1);
-    second.wait_ready(Duration::from_secs(60));
-    ask(&broker, 60, 180);
-    let second_handed_over = handed_over(&second);
-    // It leaves: its partitions go back to the first instance.
-    assert!(second.stop().success(), "{}", second.log());
-    ask(&broker, 180, total);
+    let stop = AtomicBool::new(false);
+    let (total, second_handed_over) = std::thread::scope(|scope| {
+        let producer = scope.spawn(|| ask_until(&broker, &stop));
+        std::thread::sleep(Duration::from_secs(2));
+        // A second instance joins the group: partitions move while queries are in flight.
+        let second_dir = tempfile::tempdir().expect("tempdir");
+        let mut second = Job::start(second_dir.path(), &config(&broker, &embedder), 1);
+        second.wait_ready(Duration::from_secs(60));
+        std::thread::sleep(Duration::from_secs(3));
+        let second_handed_over = handed_over(&second);
+        // It leaves: its partitions go back to the first instance.
+        assert!(second.stop().success(), "{}", second.log());
+        std::thread::sleep(Duration::from_secs(2));
+        stop.store(true, Ordering::Relaxed);
+        (producer.join().expect("producer"), second_handed_over)
+    });
 
     let started = Instant::now();
     let mut contexts: BTreeMap<String, usize> = BTreeMap::new();
-    while contexts.len() < total && started.elapsed() < Duration::from_secs(120) {
+    while contexts.len() < total && started.elapsed() < Duration::from_secs(180) {
         contexts.clear();
         for (key, _, _) in broker.read_all(CONTEXTS, total + 1) {
             let id = String::from_utf8(key.expect("key")).expect("utf-8");
