@@ -36,6 +36,7 @@ use ragstream_operators::metrics::metrics;
 use ragstream_operators::query::ops::QueryServices;
 use ragstream_operators::store::edge::EdgeStore;
 use ragstream_operators::store::server::ServerStore;
+use ragstream_operators::store::stats::CorpusStats;
 use ragstream_operators::store::{SearchFilter, StoreError, VectorStore};
 use ragstream_operators::tokens::Encoding;
 use ragstream_topologies::config::{
@@ -321,6 +322,11 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         _ => None,
     };
     let first_worker = config.runtime.first_worker();
+    // The corpus's BM25 statistics, one copy per process, kept by its first worker.
+    let corpus_stats = Arc::new(CorpusStats::default());
+    let stats_leaders: Vec<usize> = (0..config.runtime.processes.max(1))
+        .map(|process| process * workers)
+        .collect();
     let timely_config = timely_config(&config.runtime)?;
     let job_shards = shards.clone();
     let job_shutdown = shutdown.clone();
@@ -391,6 +397,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                     encoding,
                     progress: progress.clone(),
                     acks: acks.clone(),
+                    stats: corpus_stats.clone(),
                 };
                 let finite = config.source.kind == SourceKind::Jsonl && !config.runtime.serve;
                 let input = if index == first_worker {
@@ -444,6 +451,8 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                             store,
                             optimize_every: config.index.tuning.optimize_every,
                             dlq,
+                            stats: corpus_stats.clone(),
+                            stats_leaders: stats_leaders.clone(),
                         },
                         &acks,
                     );

@@ -164,6 +164,9 @@ impl VectorStore for FaultyStore {
     fn check_embedder(&self, embedder_version: &str, dimension: usize) -> Result<(), StoreError> {
         self.inner.check_embedder(embedder_version, dimension)
     }
+    fn engine_idf(&self) -> bool {
+        self.inner.engine_idf()
+    }
     fn upsert(&self, points: &[PointWrite]) -> Result<(), StoreError> {
         self.check()?;
         self.check_points(points)?;

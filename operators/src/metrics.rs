@@ -70,6 +70,8 @@ pub struct Metrics {
     pub contexts_truncated: IntCounter,
     /// Index writes applied (the query cache's generation).
     pub index_generation: IntCounter,
+    /// Chunks counted in this process's corpus-wide BM25 statistics (all tenants, all shards).
+    pub bm25_corpus_chunks: IntGauge,
     /// Queries by intent.
     pub queries_by_intent: IntCounterVec,
     /// Fusion weight chosen per lane (`dense`, `bm25`).
@@ -318,6 +320,10 @@ impl Metrics {
             index_optimize_seconds: histogram(
                 "ragstream_index_optimize_seconds",
                 "Seconds per index shard optimization (segment merges and HNSW builds).",
+            ),
+            bm25_corpus_chunks: int_gauge(
+                "ragstream_bm25_corpus_chunks",
+                "Chunks counted in this process's corpus-wide BM25 statistics (all tenants and shards).",
             ),
             index_optimizations_running: int_gauge(
                 "ragstream_index_optimizations_running",

@@ -4,6 +4,8 @@
 //! source ─ok─► VersionGuard ─► Chunk ─┐
 //!             hydrated chunk ids @0 ─┴► arrange_from_upsert(DocKey → ChunkIds) ─► ChunkDiff ─► Embed ─ok─► IndexWrite ─ok─┐
 //!   └─err──────────────────────────────────────────────────────────────────────────────────────────┴err──────────┴err─► DlqWrite ─┴► acks probe
+//!                                                                  hydrated BM25 statistics @0 ─┐   AckStats ◄───────────┘
+//!                                                                                               └─────┴► ShareStats (first worker of each process)
 //! ```
 
 use std::sync::Arc;
@@ -23,9 +25,11 @@ use ragstream_operators::ingest::embed::{EmbedChunks, IndexDelta};
 use ragstream_operators::ingest::guard::GuardVersions;
 use ragstream_operators::ingest::hydrate::Hydrated;
 use ragstream_operators::ingest::index_write::{IndexAck, WriteIndex};
+use ragstream_operators::ingest::stats::ShareStats;
 use ragstream_operators::io::dlq_sink::{DlqSink, WriteDlq};
 use ragstream_operators::model::{ChunkIds, DocKey, DocOp};
 use ragstream_operators::stage::map_stage;
+use ragstream_operators::store::stats::CorpusStats;
 use ragstream_operators::store::VectorStore;
 
 /// Everything one worker's ingest flow needs.
@@ -42,6 +46,10 @@ pub struct IngestParts {
     pub optimize_every: usize,
     /// Where refused events go.
     pub dlq: Box<dyn DlqSink>,
+    /// The process's BM25 statistics (applied here when this worker is a leader).
+    pub stats: Arc<CorpusStats>,
+    /// The first worker of every process: each applies every shard's statistics deltas.
+    pub stats_leaders: Vec<usize>,
 }
 
 /// Wires the ingest flow behind `events`; the index and DLQ writers report to `acks`.
@@ -60,6 +68,8 @@ pub fn ingest<'scope>(
         store,
         optimize_every,
         dlq,
+        stats,
+        stats_leaders,
     } = parts;
     let guard = hydrated.guard();
     let (ops, refused): (
@@ -76,6 +86,7 @@ pub fn ingest<'scope>(
         .map(|(key, ids)| (key, Some(ids), HYDRATION_TIME))
         .collect::<Vec<_>>()
         .to_stream(scope);
+    let hydrated_stats = vec![hydrated.stats()].to_stream(scope);
     drop(hydrated);
     let arranged = arrange_from_upsert::<
         ValBuilder<DocKey, ChunkIds, u64, isize>,
@@ -97,7 +108,10 @@ pub fn ingest<'scope>(
     ) = work
         .write_index(store, optimize_every)
         .ok_err(|result| result);
-    written.probe_with(acks);
+    let stats_deltas = map_stage(written, "AckStats", |ack: IndexAck| ack.stats).probe_with(acks);
+    hydrated_stats
+        .concat(stats_deltas)
+        .share_stats(stats, stats_leaders);
     refused
         .concat(embed_refused)
         .concat(index_refused)

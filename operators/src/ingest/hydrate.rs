@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 
 use super::guard::VersionGuard;
 use crate::model::{ChunkIds, DocKey};
-use crate::store::{SearchFilter, StoreError, StoredChunk, VectorStore};
+use crate::store::stats::StatsDelta;
+use crate::store::{Bm25Encoder, SearchFilter, StoreError, StoredChunk, VectorStore};
 
 /// The index's contents, grouped by document.
 #[derive(Debug, Default)]
@@ -43,6 +44,20 @@ impl Hydrated {
             let version = stored.iter().map(|s| s.version).max().unwrap_or(0);
             (key.clone(), ChunkIds { version, ids })
         })
+    }
+
+    /// The BM25 statistics of the hydrated chunks ([`crate::store::stats`]), their vectors encoded
+    /// from the stored text as the embed step encoded them.
+    pub fn stats(&self) -> StatsDelta {
+        let encoder = Bm25Encoder::default();
+        let mut stats = StatsDelta::default();
+        for (key, stored) in &self.documents {
+            for chunk in stored {
+                let sparse = encoder.encode_document(&chunk.chunk.embedding_input());
+                stats.count(&key.tenant, &sparse, 1);
+            }
+        }
+        stats
     }
 }
 

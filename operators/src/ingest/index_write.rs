@@ -33,26 +33,18 @@ use super::embed::IndexDelta;
 use crate::background::{with_backoff, Background, Deliver};
 use crate::metrics::metrics;
 use crate::model::DocKey;
-use crate::store::{PointWrite, StoreError, VectorStore};
+use crate::store::stats::StatsDelta;
+use crate::store::{Bm25Encoder, PointWrite, SparseVector, StoreError, VectorStore};
 
 /// What one write batch did.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    Default,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    serde::Serialize,
-    serde::Deserialize,
-)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct IndexAck {
     /// Points upserted.
     pub upserted: usize,
     /// Points deleted.
     pub deleted: usize,
+    /// What the batch changed in the corpus's BM25 statistics ([`crate::store::stats`]).
+    pub stats: StatsDelta,
 }
 
 /// What the writer did with one batch: what it wrote, and the documents the index refused.
@@ -65,9 +57,11 @@ pub struct BatchOutcome {
 }
 
 /// Writes a batch; if the index refuses it, writes its documents one by one and reports those it still
-/// refuses. Outages are retried inside [`write_batch`] until the index is back.
+/// refuses. Outages are retried inside [`write_batch`] until the index is back. The ack's statistics
+/// delta is what the shard holds after the writes minus what it held before, for the batch's points.
 pub fn write_isolating(store: &dyn VectorStore, batch: &[IndexDelta]) -> BatchOutcome {
-    match write_batch(store, batch) {
+    let before = points_held(store, batch.iter());
+    let mut outcome = match write_batch(store, batch) {
         Ok(ack) => BatchOutcome {
             ack,
             refused: Vec::new(),
@@ -90,7 +84,98 @@ pub fn write_isolating(store: &dyn VectorStore, batch: &[IndexDelta]) -> BatchOu
             }
             outcome
         }
+    };
+    outcome.ack.stats = match before {
+        Some(before) => stats_change(store, batch, before, &outcome.refused),
+        None => StatsDelta::default(),
+    };
+    outcome
+}
+
+/// The batch's points the shard holds, with their BM25 vectors (re-encoded from the stored text, as
+/// the embed step encoded them); `None` (logged) when the index cannot say.
+fn points_held<'a>(
+    store: &dyn VectorStore,
+    batch: impl Iterator<Item = &'a IndexDelta>,
+) -> Option<HashMap<uuid::Uuid, (String, SparseVector)>> {
+    let ids: Vec<uuid::Uuid> = batch
+        .flat_map(|d| {
+            d.deletes
+                .iter()
+                .copied()
+                .chain(d.points.iter().chain(&d.restamp).map(|p| p.id))
+        })
+        .collect();
+    if ids.is_empty() {
+        return Some(HashMap::new());
     }
+    let retryable = |error: &StoreError| matches!(error, StoreError::Unavailable(_));
+    match with_backoff("index", retryable, || store.get(&ids)) {
+        Ok(stored) => {
+            let encoder = Bm25Encoder::default();
+            Some(
+                stored
+                    .into_iter()
+                    .map(|s| {
+                        let sparse = encoder.encode_document(&s.chunk.embedding_input());
+                        (s.id, (s.key.tenant, sparse))
+                    })
+                    .collect(),
+            )
+        }
+        Err(error) => {
+            tracing::warn!(%error, "index refused to read a batch's points; BM25 statistics miss the batch");
+            None
+        }
+    }
+}
+
+/// The statistics delta of a written batch: its points held after the writes minus those held
+/// before (`before`). Written documents end as [`write_batch`] leaves them (deletes, then upserts; a
+/// restamp only where the point was held); a refused document's points are read back.
+fn stats_change(
+    store: &dyn VectorStore,
+    batch: &[IndexDelta],
+    before: HashMap<uuid::Uuid, (String, SparseVector)>,
+    refused: &[(DocKey, StoreError)],
+) -> StatsDelta {
+    let mut stats = StatsDelta::default();
+    for (tenant, sparse) in before.values() {
+        stats.count(tenant, sparse, -1);
+    }
+    let mut after = before.clone();
+    let written = |d: &&IndexDelta| refused.iter().all(|(key, _)| key != &d.key);
+    for delta in batch.iter().filter(written) {
+        for id in &delta.deletes {
+            after.remove(id);
+        }
+    }
+    for delta in batch.iter().filter(written) {
+        let restamped = delta.restamp.iter().filter(|p| before.contains_key(&p.id));
+        for point in delta.points.iter().chain(restamped) {
+            after.insert(point.id, (point.key.tenant.clone(), point.sparse.clone()));
+        }
+    }
+    let refused_docs: Vec<&IndexDelta> = batch.iter().filter(|d| !written(d)).collect();
+    if !refused_docs.is_empty() {
+        for delta in &refused_docs {
+            for id in delta
+                .deletes
+                .iter()
+                .chain(delta.points.iter().chain(&delta.restamp).map(|p| &p.id))
+            {
+                after.remove(id);
+            }
+        }
+        match points_held(store, refused_docs.into_iter()) {
+            Some(held) => after.extend(held),
+            None => return StatsDelta::default(),
+        }
+    }
+    for (tenant, sparse) in after.values() {
+        stats.count(tenant, sparse, 1);
+    }
+    stats
 }
 
 /// The DLQ record of a document the index refused.
@@ -157,6 +242,7 @@ pub fn write_batch(store: &dyn VectorStore, batch: &[IndexDelta]) -> Result<Inde
         metrics().index_generation.inc();
     }
     Ok(IndexAck {
+        stats: StatsDelta::default(),
         upserted: points.len(),
         deleted: deletes.len(),
     })
@@ -314,16 +400,51 @@ mod tests {
                 acks.push(outcome.ack);
             }
         }
-        assert_eq!(
-            acks,
-            vec![
-                IndexAck {
-                    upserted: 0,
-                    deleted: 0
-                };
-                3
-            ]
+        assert_eq!(acks, vec![IndexAck::default(); 3]);
+    }
+
+    /// The statistics delta of each batch is what the shard gained minus what it lost: a replayed
+    /// batch and a repeated delete change nothing, a refused document counts nothing.
+    #[test]
+    fn the_statistics_delta_is_what_the_shard_gained_and_lost() {
+        use crate::store::contract::{sample_point, DIMENSION};
+        let dir = tempfile::tempdir().unwrap();
+        let inner: Arc<dyn VectorStore> =
+            Arc::new(EdgeStore::open(&dir.path().join("shard"), DIMENSION).unwrap());
+        let rules = dir.path().join("rules");
+        std::fs::write(&rules, "refuse c\n").unwrap();
+        let store = crate::faults::FaultyStore::with_rules(inner, rules);
+        let point = |doc: &str, text: &str| sample_point("t", doc, 1, text, &[]);
+        let upsert = |point: &PointWrite| IndexDelta {
+            points: vec![point.clone()],
+            ..delta(&point.key.doc_id)
+        };
+        let counted = |points: &[&PointWrite], sign: i64| {
+            let mut stats = StatsDelta::default();
+            for point in points {
+                stats.count("t", &point.sparse, sign);
+            }
+            stats
+        };
+        let (a, b, c) = (
+            point("a", "alpha beta"),
+            point("b", "beta gamma"),
+            point("c", "gamma delta"),
         );
+        let batch = [upsert(&a), upsert(&b), upsert(&c)];
+        let first = write_isolating(&store, &batch);
+        assert_eq!(first.refused.len(), 1, "c is refused");
+        assert_eq!(first.ack.stats, counted(&[&a, &b], 1));
+        let replay = write_isolating(&store, &batch[..2]);
+        assert!(replay.ack.stats.is_empty(), "{:?}", replay.ack.stats);
+        let delete_a = IndexDelta {
+            deletes: vec![a.id],
+            ..delta("a")
+        };
+        let gone = write_isolating(&store, std::slice::from_ref(&delete_a));
+        assert_eq!(gone.ack.stats, counted(&[&a], -1));
+        let again = write_isolating(&store, &[delete_a]);
+        assert!(again.ack.stats.is_empty(), "{:?}", again.ack.stats);
     }
 
     #[test]

@@ -14,3 +14,4 @@ pub mod embed;
 pub mod guard;
 pub mod hydrate;
 pub mod index_write;
+pub mod stats;

@@ -102,9 +102,12 @@ pub fn validate(query: &Query) -> Result<(), String> {
     if query.prompt.is_some() && query.context_window.is_none() {
         return Err("prompt needs context_window".into());
     }
-    if let Some(threshold) = query.score_threshold {
-        if !threshold.is_finite() {
-            return Err("score_threshold must be a finite number".into());
+    for (name, threshold) in [
+        ("score_threshold", query.score_threshold),
+        ("bm25_score_threshold", query.bm25_score_threshold),
+    ] {
+        if threshold.is_some_and(|t| !t.is_finite()) {
+            return Err(format!("{name} must be a finite number"));
         }
     }
     Ok(())
@@ -199,7 +202,7 @@ mod tests {
         fn hostile_fields_never_panic(
             fields in proptest::collection::vec((
                 proptest::sample::select(vec!["query_id", "tenant", "text", "mode", "k", "token_budget",
-                    "context_window", "reserve_output", "acl", "score_threshold", "consistency",
+                    "context_window", "reserve_output", "acl", "score_threshold", "bm25_score_threshold", "consistency",
                     "tokenizer", "trace", "filters"]),
                 proptest::prop_oneof![
                     proptest::prelude::any::<i64>().prop_map(|n| n.to_string()),

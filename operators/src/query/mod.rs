@@ -143,9 +143,13 @@ pub struct Query {
     /// chunks only (no labels), unless the job runs with `query.absent_acl = "all"`.
     #[serde(default)]
     pub acl: Option<Vec<String>>,
-    /// Lowest engine score a candidate may have (on either lane).
+    /// Lowest cosine similarity (−1..1) a dense-lane candidate may have.
     #[serde(default)]
     pub score_threshold: Option<f32>,
+    /// Lowest BM25 score a keyword-lane candidate may have: the sum, over the query's terms, of the
+    /// term's IDF in the tenant's corpus times its saturated frequency in the chunk (0..~3 per term).
+    #[serde(default)]
+    pub bm25_score_threshold: Option<f32>,
     /// `o200k_base` (default) or `cl100k_base`.
     #[serde(default)]
     pub tokenizer: Option<String>,

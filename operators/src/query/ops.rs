@@ -48,6 +48,7 @@ use crate::io::context_sink::ContextPublisher;
 use crate::io::dlq_sink::DlqSink;
 use crate::io::query_source::IngestProgress;
 use crate::metrics::metrics;
+use crate::store::stats::CorpusStats;
 use crate::store::{Bm25Encoder, SearchFilter, VectorStore};
 use crate::tokens::{Encoding, TokenCounter};
 use crate::wire::Wire;
@@ -205,6 +206,8 @@ pub struct QueryServices {
     pub progress: Arc<IngestProgress>,
     /// The ingest acknowledgement probe (its frontier is the index watermark).
     pub acks: ProbeHandle<u64>,
+    /// The corpus's BM25 statistics: IDF weights of query terms.
+    pub stats: Arc<CorpusStats>,
 }
 
 impl std::fmt::Debug for QueryServices {
@@ -468,7 +471,18 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
         let search = services.clone();
         let worker = self.scope().index();
         // Jobs and answers cross processes in a cluster: as JSON (see `crate::wire`).
-        let wired = map_stage(self, "WireQuery", Wire).broadcast();
+        // The BM25 vector carries each term's IDF over the tenant's whole corpus, weighed once here so
+        // every shard scores with the same weights.
+        // (An index created with the engine's own per-shard IDF gets the bare query vector.)
+        let stats = services.stats.clone();
+        let engine_idf = services.shards.iter().any(|shard| shard.engine_idf());
+        let wired = map_stage(self, "WireQuery", move |mut job: QueryJob| {
+            if !engine_idf && !job.vectors.sparse.indices.is_empty() {
+                job.vectors.sparse = stats.weigh(&job.query.tenant, &job.vectors.sparse);
+            }
+            Wire(job)
+        })
+        .broadcast();
         let answers = map_stage(wired, "SearchShard", move |Wire(job): Wire<QueryJob>| {
             let started = Instant::now();
             let skip = job.cached.is_some() || (search.shared_index && worker != 0);

@@ -131,7 +131,6 @@ pub fn search_shard(
                 }
             }
             _ => {
-                let threshold = query.score_threshold;
                 let lane_timer = |lane: &str, started: std::time::Instant| {
                     metrics()
                         .query_stage_seconds
@@ -144,7 +143,7 @@ pub fn search_shard(
                         &SearchVector::Dense(vectors.dense.clone()),
                         &filter,
                         pool,
-                        threshold,
+                        query.score_threshold,
                     )?;
                     lane_timer("retrieve_dense", started);
                 }
@@ -154,7 +153,7 @@ pub fn search_shard(
                         &SearchVector::Sparse(vectors.sparse.clone()),
                         &filter,
                         pool,
-                        threshold,
+                        query.bm25_score_threshold,
                     )?;
                     lane_timer("retrieve_bm25", started);
                 }
@@ -286,5 +285,40 @@ mod tests {
             .collect();
         assert_eq!(docs, vec!["a", "b"]);
         assert_eq!(merged.sources.len(), 2);
+    }
+
+    /// `score_threshold` bounds the dense lane's cosine, `bm25_score_threshold` the BM25 lane's score;
+    /// neither touches the other lane.
+    #[test]
+    fn each_lane_has_its_own_threshold() {
+        use crate::store::contract::{sample_point, DIMENSION};
+        use crate::store::edge::EdgeStore;
+        use crate::store::Bm25Encoder;
+        let dir = tempfile::tempdir().unwrap();
+        let store = EdgeStore::open(dir.path(), DIMENSION).unwrap();
+        let point = sample_point("t", "a", 1, "rollback the release", &[]);
+        store.upsert(std::slice::from_ref(&point)).unwrap();
+        store.flush().unwrap();
+        let vectors = QueryVectors {
+            dense: point.dense.clone(),
+            sparse: Bm25Encoder::default().encode_query("rollback release"),
+        };
+        let lanes = |thresholds: &str| {
+            let query = decode_query(
+                format!(r#"{{"query_id":"q","tenant":"t","text":"rollback release"{thresholds}}}"#)
+                    .as_bytes(),
+                8192,
+            )
+            .unwrap();
+            let answer = search_shard(&store, &query, &vectors, 10);
+            assert_eq!(answer.error, None);
+            (answer.dense.len(), answer.bm25.len())
+        };
+        assert_eq!(lanes(""), (1, 1));
+        // The point's cosine is 1.0 and its BM25 score (two terms of weight 1) under 3.
+        assert_eq!(lanes(r#","score_threshold":0.999"#), (1, 1));
+        assert_eq!(lanes(r#","score_threshold":1.5"#), (0, 1));
+        assert_eq!(lanes(r#","bm25_score_threshold":1.5"#), (1, 1));
+        assert_eq!(lanes(r#","bm25_score_threshold":5.0"#), (1, 0));
     }
 }

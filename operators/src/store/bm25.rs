@@ -6,8 +6,13 @@
 //! Terms are lowercased, English stop words dropped, and stemmed with the Snowball English stemmer.
 //!
 //! Document vectors hold BM25 term-frequency weights `tf·(k1+1) / (tf + k1·(1 − b + b·len/avg_len))`;
-//! query vectors hold 1.0 per distinct term. The collection's sparse vector uses Qdrant's IDF modifier,
-//! so the engine multiplies in IDF at query time over the live corpus (deletes included).
+//! query vectors hold 1.0 per distinct term, which the query flow replaces by the term's IDF over the
+//! tenant's whole corpus ([`super::stats`]): a chunk's BM25 score does not depend on the shard that
+//! holds it. The length normalisation uses a fixed reference length, [`BM25_AVG_LEN`], not the
+//! corpus's running mean: a stored weight would otherwise go stale whenever the mean moved (every
+//! vector of the tenant rewritten to follow it), and a chunk's weights would depend on when, and so on
+//! which shard's schedule, it was written. The chunker bounds chunk lengths, so the reference sits
+//! near the real mean.
 
 use std::collections::BTreeMap;
 

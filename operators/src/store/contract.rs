@@ -44,7 +44,7 @@ pub fn sample_point(
         id: chunk.point_id(&key),
         key,
         version,
-        sparse: Bm25Encoder::default().encode_document(text),
+        sparse: Bm25Encoder::default().encode_document(&chunk.embedding_input()),
         dense: unit(axis),
         chunk,
         embedder_version: "test-embedder".into(),

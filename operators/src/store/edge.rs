@@ -63,6 +63,16 @@ fn int8() -> QuantizationConfig {
     .expect("scalar quantization config deserialises")
 }
 
+/// Whether the shard's sparse vector has the engine's IDF modifier (shards created before the
+/// corpus-wide statistics).
+fn engine_idf(shard: &EdgeShard) -> bool {
+    shard
+        .config()
+        .sparse_vectors
+        .get(SPARSE_VECTOR)
+        .is_some_and(|params| params.modifier == Some(Modifier::Idf))
+}
+
 /// How [`EdgeStore::search_dense`] searches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DenseSearch {
@@ -181,7 +191,6 @@ impl EdgeStore {
             .sparse_vector(
                 SPARSE_VECTOR,
                 EdgeSparseVectorParams::builder()
-                    .modifier(Modifier::Idf)
                     .on_disk(tuning.indexes_on_disk)
                     .build(),
             )
@@ -214,6 +223,12 @@ impl EdgeStore {
                     expected: "(this job)".into(),
                     expected_dimension: dimension,
                 });
+            }
+            if engine_idf(&shard) {
+                tracing::warn!(
+                    shard = %path.display(),
+                    "the shard was created with the engine's per-shard BM25 IDF: its BM25 ranking depends on the number of shards until the index is rebuilt"
+                );
             }
             let quantized = found.is_some_and(|v| v.quantization_config.is_some());
             if quantized != tuning.quantized {
@@ -370,6 +385,10 @@ impl EdgeStore {
 impl VectorStore for EdgeStore {
     fn optimize(&self) -> Result<(), StoreError> {
         EdgeStore::optimize(self).map(|_| ())
+    }
+
+    fn engine_idf(&self) -> bool {
+        engine_idf(&self.shard)
     }
 
     fn backend(&self) -> &'static str {
@@ -558,6 +577,31 @@ mod tests {
         let open =
             |path: &Path| EdgeStore::open(path, super::super::contract::DIMENSION).expect("open");
         super::super::contract::run(&|| Box::new(open(dir.path())) as Box<dyn VectorStore>);
+    }
+
+    /// A shard created with the engine's per-shard IDF (before the corpus-wide statistics) says so,
+    /// and is searched with the engine's IDF still; a new shard stores plain BM25 weights.
+    #[test]
+    fn shards_with_the_engine_idf_are_recognised() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let legacy = dir.path().join("legacy");
+        let config = EdgeConfig::builder()
+            .vector(
+                DENSE_VECTOR,
+                EdgeVectorParams::builder(4, Distance::Cosine).build(),
+            )
+            .sparse_vector(
+                SPARSE_VECTOR,
+                EdgeSparseVectorParams::builder()
+                    .modifier(Modifier::Idf)
+                    .build(),
+            )
+            .build();
+        std::fs::create_dir_all(&legacy).expect("dir");
+        drop(EdgeShard::new(&legacy, config).expect("legacy shard"));
+        assert!(EdgeStore::open(&legacy, 4).expect("open").engine_idf());
+        let fresh = EdgeStore::open(&dir.path().join("fresh"), 4).expect("open");
+        assert!(!VectorStore::engine_idf(&fresh));
     }
 
     /// Points of a shard large enough for the optimizer to build HNSW graphs and int8 vectors (the

@@ -5,7 +5,7 @@
 //! - [`server::ServerStore`]: a Qdrant server through qdrant-client (production).
 //!
 //! Both hold the same collection layout: a named dense vector `dense` (cosine, the embedder's dimension)
-//! and a sparse vector `bm25` with the IDF modifier; keyword payload indexes on `tenant` (as the tenant
+//! and a sparse vector `bm25` of BM25 term weights (IDF is in the query vector: [`stats`]); keyword payload indexes on `tenant` (as the tenant
 //! index), `doc_id`, `source`, `kind`, `acl`. Point ids are deterministic ([`crate::model::point_id`]), so
 //! every write is idempotent. Tenant and ACL filters are part of every search request and are evaluated
 //! by the engine inside the vector search, never after it.
@@ -16,6 +16,7 @@
 pub mod bm25;
 pub mod edge;
 pub mod server;
+pub mod stats;
 
 use serde_json::{json, Map, Value};
 
@@ -284,6 +285,12 @@ pub trait VectorStore: Send + Sync {
     fn get(&self, ids: &[uuid::Uuid]) -> Result<Vec<StoredChunk>, StoreError>;
     /// Dense vectors of the given points (missing ids are skipped).
     fn dense_vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, Vec<f32>)>, StoreError>;
+    /// Whether the index multiplies BM25 IDF into sparse scores itself (the engine's IDF modifier, per
+    /// shard): indexes created before the corpus-wide statistics of [`stats`]. Queries to such an index
+    /// carry no IDF of their own, and its BM25 ranking depends on the number of shards.
+    fn engine_idf(&self) -> bool {
+        false
+    }
     /// Housekeeping after many writes: vacuum deleted points and build search indexes. A no-op where
     /// the engine does it by itself (the Qdrant server).
     fn optimize(&self) -> Result<(), StoreError> {

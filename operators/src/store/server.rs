@@ -77,6 +77,9 @@ pub struct ServerStore {
     collection: String,
     dimension: usize,
     tuning: IndexTuning,
+    /// The collection's sparse vector has the server's IDF modifier (created before the corpus-wide
+    /// statistics): set by `ensure_collection`.
+    engine_idf: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for ServerStore {
@@ -254,6 +257,7 @@ impl ServerStore {
             collection: collection.to_string(),
             dimension,
             tuning,
+            engine_idf: std::sync::atomic::AtomicBool::new(false),
         };
         store.ensure_collection()?;
         Ok(store)
@@ -296,7 +300,7 @@ impl ServerStore {
             sparse.add_named_vector_params(
                 SPARSE_VECTOR,
                 SparseVectorParamsBuilder::default()
-                    .modifier(Modifier::Idf)
+                    .modifier(Modifier::None)
                     .index(
                         SparseIndexConfigBuilder::default().on_disk(self.tuning.indexes_on_disk),
                     ),
@@ -321,7 +325,15 @@ impl ServerStore {
                 Err(error) => return Err(store_error(error)),
             }
         }
-        let found = self.collection_dimension()?;
+        let (found, engine_idf) = self.collection_params()?;
+        if engine_idf {
+            tracing::warn!(
+                collection = %self.collection,
+                "the collection was created with the server's BM25 IDF modifier; queries carry no IDF of their own until it is rebuilt"
+            );
+        }
+        self.engine_idf
+            .store(engine_idf, std::sync::atomic::Ordering::Relaxed);
         if found != Some(self.dimension) {
             return Err(StoreError::EmbedderMismatch {
                 found: "(existing index)".into(),
@@ -360,29 +372,41 @@ impl ServerStore {
     }
 
     /// Size of the collection's named dense vector; `None` if it has none.
-    fn collection_dimension(&self) -> Result<Option<usize>, StoreError> {
+    /// The collection's dense dimension, and whether its sparse vector has the IDF modifier.
+    fn collection_params(&self) -> Result<(Option<usize>, bool), StoreError> {
         let info = self
             .runtime
             .block_on(self.client.collection_info(&self.collection))
             .map_err(store_error)?;
-        let config = info
+        let params = info
             .result
             .and_then(|info| info.config)
-            .and_then(|config| config.params)
+            .and_then(|config| config.params);
+        let engine_idf = params
+            .as_ref()
+            .and_then(|params| params.sparse_vectors_config.as_ref())
+            .and_then(|sparse| sparse.map.get(SPARSE_VECTOR))
+            .is_some_and(|params| params.modifier == Some(Modifier::Idf as i32));
+        let config = params
             .and_then(|params| params.vectors_config)
             .and_then(|vectors| vectors.config);
-        Ok(match config {
+        let dimension = match config {
             Some(VectorsConfigKind::ParamsMap(map)) => {
                 map.map.get(DENSE_VECTOR).map(|params| params.size as usize)
             }
             _ => None,
-        })
+        };
+        Ok((dimension, engine_idf))
     }
 }
 
 impl VectorStore for ServerStore {
     fn backend(&self) -> &'static str {
         "server"
+    }
+
+    fn engine_idf(&self) -> bool {
+        self.engine_idf.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn check_embedder(&self, embedder_version: &str, dimension: usize) -> Result<(), StoreError> {
@@ -401,7 +425,7 @@ impl VectorStore for ServerStore {
             .result
             .first()
             .and_then(|point| stored_chunk(point.id.as_ref(), &point.payload));
-        let found_dimension = self.collection_dimension()?.unwrap_or(0);
+        let found_dimension = self.collection_params()?.0.unwrap_or(0);
         check_compatible(found.as_ref(), found_dimension, embedder_version, dimension)
     }
 
