@@ -29,7 +29,7 @@ use ragstream_operators::ingest::stats::ShareStats;
 use ragstream_operators::io::dlq_sink::{DlqSink, WriteDlq};
 use ragstream_operators::model::{ChunkIds, DocKey, DocOp};
 use ragstream_operators::stage::map_stage;
-use ragstream_operators::store::stats::CorpusStats;
+use ragstream_operators::store::stats::{CorpusStats, StatsDelta};
 use ragstream_operators::store::VectorStore;
 
 /// Everything one worker's ingest flow needs.
@@ -86,7 +86,13 @@ pub fn ingest<'scope>(
         .map(|(key, ids)| (key, Some(ids), HYDRATION_TIME))
         .collect::<Vec<_>>()
         .to_stream(scope);
-    let hydrated_stats = vec![hydrated.stats()].to_stream(scope);
+    // An index that applies IDF itself (the server's shared collection) needs no statistics.
+    let initial_stats = if store.engine_idf() {
+        StatsDelta::default()
+    } else {
+        hydrated.stats()
+    };
+    let hydrated_stats = vec![initial_stats].to_stream(scope);
     drop(hydrated);
     let arranged = arrange_from_upsert::<
         ValBuilder<DocKey, ChunkIds, u64, isize>,

@@ -58,9 +58,14 @@ pub struct BatchOutcome {
 
 /// Writes a batch; if the index refuses it, writes its documents one by one and reports those it still
 /// refuses. Outages are retried inside [`write_batch`] until the index is back. The ack's statistics
-/// delta is what the shard holds after the writes minus what it held before, for the batch's points.
+/// delta is what the shard holds after the writes minus what it held before, for the batch's points
+/// (none for an index that applies IDF itself, [`VectorStore::engine_idf`]).
 pub fn write_isolating(store: &dyn VectorStore, batch: &[IndexDelta]) -> BatchOutcome {
-    let before = points_held(store, batch.iter());
+    let before = if store.engine_idf() {
+        None
+    } else {
+        points_held(store, batch.iter())
+    };
     let mut outcome = match write_batch(store, batch) {
         Ok(ack) => BatchOutcome {
             ack,

@@ -5,7 +5,8 @@
 //! - [`server::ServerStore`]: a Qdrant server through qdrant-client (production).
 //!
 //! Both hold the same collection layout: a named dense vector `dense` (cosine, the embedder's dimension)
-//! and a sparse vector `bm25` of BM25 term weights (IDF is in the query vector: [`stats`]); keyword payload indexes on `tenant` (as the tenant
+//! and a sparse vector `bm25` of BM25 term weights (IDF: the query vector's from [`stats`] on the embedded
+//! index, the server's IDF modifier over the one shared collection on the server); keyword payload indexes on `tenant` (as the tenant
 //! index), `doc_id`, `source`, `kind`, `acl`. Point ids are deterministic ([`crate::model::point_id`]), so
 //! every write is idempotent. Tenant and ACL filters are part of every search request and are evaluated
 //! by the engine inside the vector search, never after it.
@@ -285,9 +286,10 @@ pub trait VectorStore: Send + Sync {
     fn get(&self, ids: &[uuid::Uuid]) -> Result<Vec<StoredChunk>, StoreError>;
     /// Dense vectors of the given points (missing ids are skipped).
     fn dense_vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, Vec<f32>)>, StoreError>;
-    /// Whether the index multiplies BM25 IDF into sparse scores itself (the engine's IDF modifier, per
-    /// shard): indexes created before the corpus-wide statistics of [`stats`]. Queries to such an index
-    /// carry no IDF of their own, and its BM25 ranking depends on the number of shards.
+    /// Whether the index multiplies BM25 IDF into sparse scores itself (the engine's IDF modifier): the
+    /// Qdrant server's one collection, shared by every job instance, and embedded shards created before
+    /// the corpus-wide statistics of [`stats`] (whose ranking then depends on the number of shards).
+    /// Such an index gets no statistics kept and queries with no IDF of their own.
     fn engine_idf(&self) -> bool {
         false
     }

@@ -77,8 +77,9 @@ pub struct ServerStore {
     collection: String,
     dimension: usize,
     tuning: IndexTuning,
-    /// The collection's sparse vector has the server's IDF modifier (created before the corpus-wide
-    /// statistics): set by `ensure_collection`.
+    /// The collection's sparse vector has the server's IDF modifier (as this store creates it): the
+    /// server computes IDF over the whole collection, which every job instance shares. Set by
+    /// `ensure_collection`.
     engine_idf: std::sync::atomic::AtomicBool,
 }
 
@@ -300,7 +301,7 @@ impl ServerStore {
             sparse.add_named_vector_params(
                 SPARSE_VECTOR,
                 SparseVectorParamsBuilder::default()
-                    .modifier(Modifier::None)
+                    .modifier(Modifier::Idf)
                     .index(
                         SparseIndexConfigBuilder::default().on_disk(self.tuning.indexes_on_disk),
                     ),
@@ -326,10 +327,10 @@ impl ServerStore {
             }
         }
         let (found, engine_idf) = self.collection_params()?;
-        if engine_idf {
+        if !engine_idf {
             tracing::warn!(
                 collection = %self.collection,
-                "the collection was created with the server's BM25 IDF modifier; queries carry no IDF of their own until it is rebuilt"
+                "the collection's sparse vector has no IDF modifier: BM25 scores are term weights only (recreate the collection)"
             );
         }
         self.engine_idf
