@@ -2,7 +2,8 @@
 # The test command: installs what the tests need (model, Tansu broker, Prometheus) when missing, then
 # runs every test.
 #   RAGSTREAM_CACHE   cache root for the model, Tansu and (in CI) the cargo target dir (default ~/.cache/ragstream)
-#   QDRANT_URL        when set, the index contract suite also runs against that Qdrant server
+#   QDRANT_URL        a Qdrant server for the server backend's contract suite; without it the suite runs
+#                     against a local server (deploy/scripts/install-qdrant.sh, QDRANT_BIN), else is SKIPPED
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cache="${RAGSTREAM_CACHE:-$HOME/.cache/ragstream}"
@@ -35,7 +36,19 @@ cargo test --workspace --no-fail-fast --lib --bins --tests --examples -- --test-
 cargo test --workspace --benches
 if [ -n "${QDRANT_URL:-}" ]; then
   echo "== index contract suite against the Qdrant server at $QDRANT_URL"
-  cargo test -p ragstream-operators server_store_passes_the_contract -- --ignored
+  cargo test -p ragstream-operators server_store_passes_the_contract -- --ignored --show-output
 else
-  echo "SKIPPED: index contract suite against a Qdrant server (QDRANT_URL is not set; no Qdrant server can be installed here)"
+  set +e
+  qdrant_bin="$(deploy/scripts/install-qdrant.sh)"
+  status=$?
+  set -e
+  if [ "$status" -eq 0 ]; then
+    echo "== index contract suite against a local Qdrant server ($("$qdrant_bin" --version 2>/dev/null | head -n 1))"
+    deploy/scripts/qdrant-local.sh "$qdrant_bin" \
+      cargo test -p ragstream-operators server_store_passes_the_contract -- --ignored --show-output
+  elif [ "$status" -eq 3 ]; then
+    echo "SKIPPED: index contract suite against a Qdrant server (no QDRANT_URL, no QDRANT_BIN, no ../shared/bin/install-qdrant.sh)"
+  else
+    exit "$status"
+  fi
 fi

@@ -48,6 +48,16 @@ pub struct IndexDelta {
     pub time: u64,
 }
 
+impl IndexDelta {
+    /// Every point id the delta touches: deletes, upserts and restamps.
+    pub fn ids(&self) -> impl Iterator<Item = uuid::Uuid> + '_ {
+        self.deletes
+            .iter()
+            .copied()
+            .chain(self.points.iter().chain(&self.restamp).map(|p| p.id))
+    }
+}
+
 /// Texts per request to the inference service (whole documents: a request may hold more).
 pub const REQUEST_TEXTS: usize = 64;
 /// Requests of one Embed operator in the service at once.

@@ -103,14 +103,7 @@ fn points_held<'a>(
     store: &dyn VectorStore,
     batch: impl Iterator<Item = &'a IndexDelta>,
 ) -> Option<HashMap<uuid::Uuid, (String, SparseVector)>> {
-    let ids: Vec<uuid::Uuid> = batch
-        .flat_map(|d| {
-            d.deletes
-                .iter()
-                .copied()
-                .chain(d.points.iter().chain(&d.restamp).map(|p| p.id))
-        })
-        .collect();
+    let ids: Vec<uuid::Uuid> = batch.flat_map(IndexDelta::ids).collect();
     if ids.is_empty() {
         return Some(HashMap::new());
     }
@@ -163,14 +156,8 @@ fn stats_change(
     }
     let refused_docs: Vec<&IndexDelta> = batch.iter().filter(|d| !written(d)).collect();
     if !refused_docs.is_empty() {
-        for delta in &refused_docs {
-            for id in delta
-                .deletes
-                .iter()
-                .chain(delta.points.iter().chain(&delta.restamp).map(|p| &p.id))
-            {
-                after.remove(id);
-            }
+        for id in refused_docs.iter().flat_map(|d| d.ids()) {
+            after.remove(&id);
         }
         match points_held(store, refused_docs.into_iter()) {
             Some(held) => after.extend(held),
