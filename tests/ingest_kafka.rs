@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use common::broker::Broker;
 use common::job::{metric, metric_labeled, Job};
 use common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
+use common::qdrant::QdrantServer;
 
 const DOCS: &str = "docs";
 const DLQ: &str = "dlq";
@@ -49,6 +50,21 @@ fn wait_consumed(job: &mut Job, events: usize, timeout: Duration) -> String {
 
 #[test]
 fn squad_through_kafka_equals_the_oracle() {
+    squad_through_kafka(None);
+}
+
+/// The same with `index.kind = "server"`: the production backend, a Qdrant server on loopback.
+#[test]
+fn squad_through_kafka_into_a_qdrant_server_equals_the_oracle() {
+    let Some(server) = QdrantServer::start() else {
+        return;
+    };
+    squad_through_kafka(Some(&server));
+}
+
+/// The SQuAD oracle test into the embedded index, or into `server`.
+fn squad_through_kafka(server: Option<&QdrantServer>) {
+    const COLLECTION: &str = "squad_oracle";
     let broker = Broker::start();
     broker.create_topic(DOCS, PARTITIONS);
     broker.create_topic(DLQ, 1);
@@ -155,7 +171,11 @@ fn squad_through_kafka_equals_the_oracle() {
     );
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut job = Job::start(dir.path(), &config(&broker), 1);
+    let job_config = match server {
+        Some(server) => server.index_config(&config(&broker), COLLECTION),
+        None => config(&broker),
+    };
+    let mut job = Job::start(dir.path(), &job_config, 1);
     job.wait_ready(Duration::from_secs(60));
     let started = Instant::now();
     let phase1 = wait_consumed(&mut job, events.len(), Duration::from_secs(1200));
@@ -290,10 +310,21 @@ fn squad_through_kafka_equals_the_oracle() {
 
     // The index equals the oracle exactly.
     let expected = oracle.expected(&chunker);
-    let actual = index_contents(&dir.path().join("index"));
+    let actual = match server {
+        Some(server) => server.contents(COLLECTION),
+        None => index_contents(&dir.path().join("index")),
+    };
     let (lost, stale, example) = compare(&expected, &actual);
     assert_eq!((lost, stale), (0, 0), "{example}");
-    eprintln!("index: {} chunks, equal to the oracle", actual.len());
+    eprintln!(
+        "index ({}): {} chunks, equal to the oracle",
+        if server.is_some() {
+            "Qdrant server"
+        } else {
+            "embedded"
+        },
+        actual.len()
+    );
 
     // DLQ records carry reason, error and source offset.
     let dlq = broker.read_all(DLQ, bad.len());

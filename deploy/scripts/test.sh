@@ -18,6 +18,16 @@ export RAGSTREAM_TANSU
 echo "== Prometheus (Debian package prometheus)"
 RAGSTREAM_PROMETHEUS_BIN="$(deploy/scripts/install-prometheus.sh)"
 export RAGSTREAM_PROMETHEUS_BIN
+echo "== Qdrant server (../shared/bin or QDRANT_BIN)"
+set +e
+qdrant_bin="$(deploy/scripts/install-qdrant.sh)"
+status=$?
+set -e
+case "$status" in
+  0) export RAGSTREAM_QDRANT="$qdrant_bin"; "$qdrant_bin" --version | head -n 1 ;;
+  3) qdrant_bin=""; echo "no Qdrant server to install: the server backend's tests are SKIPPED" ;;
+  *) exit "$status" ;;
+esac
 if [ "${CI:-}" = "true" ] && [ -z "${CARGO_TARGET_DIR:-}" ]; then
   # Fresh clones in CI reuse compiled dependencies from the cache.
   export CARGO_TARGET_DIR="$cache/target"
@@ -37,18 +47,10 @@ cargo test --workspace --benches
 if [ -n "${QDRANT_URL:-}" ]; then
   echo "== index contract suite against the Qdrant server at $QDRANT_URL"
   cargo test -p ragstream-operators server_store_passes_the_contract -- --ignored --show-output
+elif [ -n "$qdrant_bin" ]; then
+  echo "== index contract suite against a local Qdrant server"
+  deploy/scripts/qdrant-local.sh "$qdrant_bin" \
+    cargo test -p ragstream-operators server_store_passes_the_contract -- --ignored --show-output
 else
-  set +e
-  qdrant_bin="$(deploy/scripts/install-qdrant.sh)"
-  status=$?
-  set -e
-  if [ "$status" -eq 0 ]; then
-    echo "== index contract suite against a local Qdrant server ($("$qdrant_bin" --version 2>/dev/null | head -n 1))"
-    deploy/scripts/qdrant-local.sh "$qdrant_bin" \
-      cargo test -p ragstream-operators server_store_passes_the_contract -- --ignored --show-output
-  elif [ "$status" -eq 3 ]; then
-    echo "SKIPPED: index contract suite against a Qdrant server (no QDRANT_URL, no QDRANT_BIN, no ../shared/bin/install-qdrant.sh)"
-  else
-    exit "$status"
-  fi
+  echo "SKIPPED: index contract suite against a Qdrant server (no QDRANT_URL, no QDRANT_BIN, no ../shared/bin/install-qdrant.sh)"
 fi

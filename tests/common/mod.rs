@@ -5,6 +5,7 @@
 pub mod broker;
 pub mod job;
 pub mod oracle;
+pub mod qdrant;
 
 use std::path::PathBuf;
 

@@ -142,22 +142,29 @@ pub fn index_contents(index: &Path) -> BTreeSet<ChunkId> {
             continue;
         }
         let store = EdgeStore::open(&entry.path(), 384).expect("open shard");
-        store
-            .scroll(&SearchFilter::default(), &mut |stored| {
-                let layout = stored.chunk.layout();
-                if !out.insert((
-                    stored.key.to_string(),
-                    stored.chunk.order_index,
-                    stored.chunk.content_hash,
-                    layout,
-                )) {
-                    duplicates += 1;
-                }
-            })
-            .expect("scroll");
+        duplicates += store_contents(&store, &mut out);
     }
     assert_eq!(duplicates, 0, "a chunk is stored twice");
     out
+}
+
+/// Adds every chunk `store` holds to `out`; returns how many were there already.
+pub fn store_contents(store: &dyn VectorStore, out: &mut BTreeSet<ChunkId>) -> usize {
+    let mut duplicates = 0;
+    store
+        .scroll(&SearchFilter::default(), &mut |stored| {
+            let layout = stored.chunk.layout();
+            if !out.insert((
+                stored.key.to_string(),
+                stored.chunk.order_index,
+                stored.chunk.content_hash,
+                layout,
+            )) {
+                duplicates += 1;
+            }
+        })
+        .expect("scroll");
+    duplicates
 }
 
 /// Lost (expected, missing) and stale (present, unexpected) chunk counts, with examples.

@@ -1,0 +1,110 @@
+//! A throw-away Qdrant server on loopback for the server backend's tests: free ports, storage in a
+//! temp directory, killed when dropped. The binary comes from `RAGSTREAM_QDRANT` (the test command
+//! sets it from `deploy/scripts/install-qdrant.sh`).
+
+use std::collections::BTreeSet;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ragstream_operators::store::server::ServerStore;
+use ragstream_operators::store::IndexTuning;
+
+use super::broker::free_port;
+use super::job::http_get;
+use super::oracle::{store_contents, ChunkId};
+
+/// A running Qdrant server.
+pub struct QdrantServer {
+    child: Child,
+    http_port: u16,
+    grpc_port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl QdrantServer {
+    /// Starts a server and waits until `/readyz` answers; `None` (with a `SKIPPED` line) when no
+    /// binary is configured, as where the test command found no Qdrant server to install.
+    pub fn start() -> Option<Self> {
+        let Some(binary) = std::env::var_os("RAGSTREAM_QDRANT") else {
+            println!("SKIPPED: RAGSTREAM_QDRANT is not set (the test command sets it where a Qdrant server can be installed)");
+            return None;
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let http_port = free_port();
+        let grpc_port = free_port();
+        let log = std::fs::File::create(dir.path().join("qdrant.log")).expect("log file");
+        let storage = dir.path().join("storage");
+        let snapshots = dir.path().join("snapshots");
+        let child = Command::new(binary)
+            .arg("--disable-telemetry")
+            .current_dir(dir.path())
+            .env("QDRANT__SERVICE__HOST", "127.0.0.1")
+            .env("QDRANT__SERVICE__HTTP_PORT", http_port.to_string())
+            .env("QDRANT__SERVICE__GRPC_PORT", grpc_port.to_string())
+            .env("QDRANT__STORAGE__STORAGE_PATH", &storage)
+            .env("QDRANT__STORAGE__SNAPSHOTS_PATH", &snapshots)
+            .env("QDRANT__TELEMETRY_DISABLED", "true")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("qdrant starts");
+        let server = Self {
+            child,
+            http_port,
+            grpc_port,
+            dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while http_get(http_port, "/readyz").map(|(status, _)| status) != Some(200) {
+            assert!(
+                Instant::now() < deadline,
+                "qdrant not ready; log: {}",
+                server.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(server)
+    }
+
+    /// The gRPC URL (what qdrant-client and `index.url` take).
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.grpc_port)
+    }
+
+    /// The server's log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("qdrant.log")).unwrap_or_default()
+    }
+
+    /// `config` (a job configuration with the `[index]` section [`super::kafka_config`] writes) with
+    /// its index on this server, in `collection`.
+    pub fn index_config(&self, config: &str, collection: &str) -> String {
+        let edge = "[index]\npath = \"{dir}/index\"";
+        assert!(config.contains(edge), "an [index] section to replace");
+        config.replace(
+            edge,
+            &format!(
+                "[index]\nkind = \"server\"\nurl = \"{}\"\ncollection = \"{collection}\"",
+                self.url()
+            ),
+        )
+    }
+
+    /// Every chunk of `collection`, as [`super::oracle::index_contents`] reads an embedded index.
+    pub fn contents(&self, collection: &str) -> BTreeSet<ChunkId> {
+        let store =
+            ServerStore::connect(&self.url(), None, collection, 384, IndexTuning::default())
+                .expect("connect");
+        let mut out = BTreeSet::new();
+        let duplicates = store_contents(&store, &mut out);
+        assert_eq!(duplicates, 0, "a chunk is stored twice");
+        out
+    }
+}
+
+impl Drop for QdrantServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
