@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use common::broker::{free_port, Broker};
+use common::contexts::{comparable, queries};
 use common::job::Job;
 use common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
 use ragstream_operators::query::Context;
@@ -60,31 +61,6 @@ fn wait_indexed(broker: &Broker, group: &str, jobs: &[&Job], chunks: usize) -> f
     started.elapsed().as_secs_f64()
 }
 
-/// The queries: bounded at two budgets, deep, files and list_sources, over SQuAD paragraphs' phrases.
-fn queries(paragraphs: &[common::oracle::Paragraph]) -> Vec<(String, serde_json::Value)> {
-    let mut out = Vec::new();
-    for (i, p) in paragraphs.iter().step_by(10).take(24).enumerate() {
-        let phrase: Vec<&str> = p.text.split_whitespace().skip(12).take(9).collect();
-        let text = phrase.join(" ");
-        let (mode, budget) = match i % 6 {
-            0 | 1 => ("bounded", 500),
-            2 | 3 => ("bounded", 1500),
-            4 => ("deep", 0),
-            _ => ("files", 0),
-        };
-        let mut query = json!({"tenant": "squad", "text": text, "mode": mode, "k": 5});
-        if budget > 0 {
-            query["token_budget"] = json!(budget);
-        }
-        out.push((format!("q{i}"), query));
-    }
-    out.push((
-        "sources".to_string(),
-        json!({"tenant": "squad", "text": "", "mode": "list_sources"}),
-    ));
-    out
-}
-
 /// Produces the queries on `queries-{run}` and reads their contexts from `contexts-{run}`; every
 /// query must be answered exactly once.
 fn ask(
@@ -129,21 +105,6 @@ fn ask(
             queries.len()
         );
     }
-}
-
-/// What must be equal between the runs: the items and the packed text (not latencies or watermarks).
-fn comparable(context: &Context) -> serde_json::Value {
-    json!({
-        "error": context.error,
-        "intent": context.intent,
-        "tokens_used": context.tokens_used,
-        "chunks_available": context.chunks_available,
-        "items": context.items.iter().map(|item| json!({
-            "chunk_id": item.chunk_id, "tier": item.tier, "lines": item.lines, "text": item.text,
-        })).collect::<Vec<_>>(),
-        "sources": context.sources.iter().map(|s| json!([s.source, s.chunks, s.hits])).collect::<Vec<_>>(),
-        "context": context.context,
-    })
 }
 
 #[test]

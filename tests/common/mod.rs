@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod broker;
+pub mod contexts;
 pub mod job;
 pub mod oracle;
 pub mod qdrant;
