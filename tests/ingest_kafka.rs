@@ -3,7 +3,9 @@
 //! malformed events, then edits at the head, middle and tail of long documents. The index must equal
 //! the oracle exactly, unchanged chunks must not be re-embedded (an edit embeds at most 3 chunks),
 //! bad events must land in the DLQ with their reasons, and committed offsets must reach the end of
-//! every partition. A second test kills the job with SIGKILL mid-stream and restarts it.
+//! every partition. The same test runs into a Qdrant server (`index.kind = "server"`), which is then
+//! SIGKILLed and restarted: it must still hold the same chunks. Another test kills the job with SIGKILL
+//! mid-stream and restarts it.
 
 mod common;
 
@@ -56,15 +58,29 @@ fn squad_through_kafka_equals_the_oracle() {
 /// The same with `index.kind = "server"`: the production backend, a Qdrant server on loopback.
 #[test]
 fn squad_through_kafka_into_a_qdrant_server_equals_the_oracle() {
-    let Some(server) = QdrantServer::start() else {
+    let Some(mut server) = QdrantServer::start() else {
         return;
     };
     squad_through_kafka(Some(&server));
+    // What the server acknowledged survives a SIGKILL of the server.
+    let before = server.contents(SERVER_COLLECTION);
+    server.kill_and_restart();
+    let after = server.contents(SERVER_COLLECTION);
+    assert_eq!(
+        before, after,
+        "the server's contents after a SIGKILL and restart"
+    );
+    eprintln!(
+        "Qdrant server SIGKILLed and restarted: {} chunks, unchanged",
+        after.len()
+    );
 }
+
+/// The collection of the server variant.
+const SERVER_COLLECTION: &str = "squad_oracle";
 
 /// The SQuAD oracle test into the embedded index, or into `server`.
 fn squad_through_kafka(server: Option<&QdrantServer>) {
-    const COLLECTION: &str = "squad_oracle";
     let broker = Broker::start();
     broker.create_topic(DOCS, PARTITIONS);
     broker.create_topic(DLQ, 1);
@@ -172,7 +188,7 @@ fn squad_through_kafka(server: Option<&QdrantServer>) {
 
     let dir = tempfile::tempdir().expect("tempdir");
     let job_config = match server {
-        Some(server) => server.index_config(&config(&broker), COLLECTION),
+        Some(server) => server.index_config(&config(&broker), SERVER_COLLECTION),
         None => config(&broker),
     };
     let mut job = Job::start(dir.path(), &job_config, 1);
@@ -311,7 +327,7 @@ fn squad_through_kafka(server: Option<&QdrantServer>) {
     // The index equals the oracle exactly.
     let expected = oracle.expected(&chunker);
     let actual = match server {
-        Some(server) => server.contents(COLLECTION),
+        Some(server) => server.contents(SERVER_COLLECTION),
         None => index_contents(&dir.path().join("index")),
     };
     let (lost, stale, example) = compare(&expected, &actual);

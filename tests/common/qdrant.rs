@@ -16,6 +16,7 @@ use super::oracle::{store_contents, ChunkId};
 /// A running Qdrant server.
 pub struct QdrantServer {
     child: Child,
+    binary: std::ffi::OsString,
     http_port: u16,
     grpc_port: u16,
     dir: tempfile::TempDir,
@@ -30,40 +31,43 @@ impl QdrantServer {
             return None;
         };
         let dir = tempfile::tempdir().expect("tempdir");
-        let http_port = free_port();
-        let grpc_port = free_port();
-        let log = std::fs::File::create(dir.path().join("qdrant.log")).expect("log file");
-        let storage = dir.path().join("storage");
-        let snapshots = dir.path().join("snapshots");
-        let child = Command::new(binary)
-            .arg("--disable-telemetry")
-            .current_dir(dir.path())
-            .env("QDRANT__SERVICE__HOST", "127.0.0.1")
-            .env("QDRANT__SERVICE__HTTP_PORT", http_port.to_string())
-            .env("QDRANT__SERVICE__GRPC_PORT", grpc_port.to_string())
-            .env("QDRANT__STORAGE__STORAGE_PATH", &storage)
-            .env("QDRANT__STORAGE__SNAPSHOTS_PATH", &snapshots)
-            .env("QDRANT__TELEMETRY_DISABLED", "true")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("qdrant starts");
+        let (http_port, grpc_port) = (free_port(), free_port());
+        let child = spawn(&binary, dir.path(), http_port, grpc_port);
         let server = Self {
             child,
+            binary,
             http_port,
             grpc_port,
             dir,
         };
+        server.wait_ready();
+        Some(server)
+    }
+
+    /// Kills the server (SIGKILL: no shutdown of its own) and starts it again on the same storage and
+    /// ports.
+    pub fn kill_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn(
+            &self.binary,
+            self.dir.path(),
+            self.http_port,
+            self.grpc_port,
+        );
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while http_get(http_port, "/readyz").map(|(status, _)| status) != Some(200) {
+        while http_get(self.http_port, "/readyz").map(|(status, _)| status) != Some(200) {
             assert!(
                 Instant::now() < deadline,
                 "qdrant not ready; log: {}",
-                server.log()
+                self.log()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Some(server)
     }
 
     /// The gRPC URL (what qdrant-client and `index.url` take).
@@ -100,6 +104,28 @@ impl QdrantServer {
         assert_eq!(duplicates, 0, "a chunk is stored twice");
         out
     }
+}
+
+/// Starts the server binary with its storage under `dir`, on loopback `http_port` and `grpc_port`.
+fn spawn(binary: &std::ffi::OsStr, dir: &std::path::Path, http_port: u16, grpc_port: u16) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("qdrant.log"))
+        .expect("log file");
+    Command::new(binary)
+        .arg("--disable-telemetry")
+        .current_dir(dir)
+        .env("QDRANT__SERVICE__HOST", "127.0.0.1")
+        .env("QDRANT__SERVICE__HTTP_PORT", http_port.to_string())
+        .env("QDRANT__SERVICE__GRPC_PORT", grpc_port.to_string())
+        .env("QDRANT__STORAGE__STORAGE_PATH", dir.join("storage"))
+        .env("QDRANT__STORAGE__SNAPSHOTS_PATH", dir.join("snapshots"))
+        .env("QDRANT__TELEMETRY_DISABLED", "true")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("qdrant starts")
 }
 
 impl Drop for QdrantServer {
