@@ -23,6 +23,7 @@ use ragstream_operators::embed::service::{InferenceService, Priority, ServiceCon
 use ragstream_operators::embed::Embedder;
 use ragstream_operators::ingest::chunk::{Chunker, ChunkerConfig};
 use ragstream_operators::ingest::decode::DecodeConfig;
+use ragstream_operators::ingest::guard::Rehydration;
 use ragstream_operators::ingest::hydrate::hydrate;
 use ragstream_operators::io::checkpoint::IndexCheckpoint;
 use ragstream_operators::io::context_sink::ContextPublisher;
@@ -44,6 +45,7 @@ use ragstream_topologies::config::{
 };
 use ragstream_topologies::ingest::{ingest, IngestParts};
 use ragstream_topologies::query::{query, QueryParts};
+use timely::dataflow::operators::generic::operator::empty;
 use timely::dataflow::ProbeHandle;
 
 use crate::http::{serve, QueryTokens, Readiness};
@@ -407,8 +409,14 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                 };
                 let shutdown = shutdown.clone();
                 let config = config.clone();
+                // A shared index (the server's one collection) is read again at every assignment.
+                let rehydration = (config.index.kind == IndexKind::Server).then(|| Rehydration {
+                    store: store.clone(),
+                    owns: Arc::new(owns),
+                    acks: acks.clone(),
+                });
                 worker.dataflow::<u64, _, _>(|scope| {
-                    let events = match config.source.kind {
+                    let (events, assigned) = match config.source.kind {
                         SourceKind::Kafka => {
                             let source_config = KafkaSourceConfig {
                                 client: config.kafka.client_config(),
@@ -430,20 +438,24 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                                 progress.clone(),
                             )
                         }
-                        _ => local_source(
-                            scope,
-                            input,
-                            LocalSourceConfig {
-                                batch: 256,
-                                max_in_flight: 2048,
-                            },
-                            acks.clone(),
-                            shutdown.clone(),
+                        _ => (
+                            local_source(
+                                scope,
+                                input,
+                                LocalSourceConfig {
+                                    batch: 256,
+                                    max_in_flight: 2048,
+                                },
+                                acks.clone(),
+                                shutdown.clone(),
+                            ),
+                            empty(scope),
                         ),
                     };
                     ingest(
                         scope,
                         events,
+                        assigned,
                         IngestParts {
                             hydrated,
                             chunker,
@@ -453,6 +465,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                             dlq,
                             stats: corpus_stats.clone(),
                             stats_leaders: stats_leaders.clone(),
+                            rehydration,
                         },
                         &acks,
                     );

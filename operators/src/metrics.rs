@@ -26,6 +26,8 @@ pub struct Metrics {
     pub chunks_unchanged: IntCounter,
     /// Chunks loaded from the index at start (hydration).
     pub chunks_hydrated: IntCounter,
+    /// Reads of a shared index at partition assignments ([`crate::ingest::guard`]).
+    pub rehydrations: IntCounter,
     /// Seconds per embedding batch.
     pub embed_seconds: Histogram,
     /// Word pieces (model tokens) embedded.
@@ -305,7 +307,11 @@ impl Metrics {
             ),
             chunks_hydrated: counter(
                 "ragstream_chunks_hydrated_total",
-                "Chunks loaded from the index at start.",
+                "Chunks loaded from the index: at start, and from a shared index at assignments.",
+            ),
+            rehydrations: counter(
+                "ragstream_rehydrations_total",
+                "Reads of the shared index at partition assignments.",
             ),
             embed_seconds: histogram(
                 "ragstream_embed_batch_seconds",

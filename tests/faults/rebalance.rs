@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use super::common::broker::Broker;
 use super::common::job::{metric, Job};
+use super::common::oracle::{compare, default_chunker};
+use super::common::qdrant::QdrantServer;
 use super::support::{lost_stale, wait_committed, Workload};
 
 const DOCS: &str = "docs";
@@ -89,5 +91,81 @@ fn an_instance_joining_and_leaving_mid_stream_loses_nothing() {
     );
     assert!(resumed > 0, "no partition came back through the checkpoint");
     assert_eq!((lost, stale), (0, 0), "{example}");
+    assert_eq!(dlq, 0.0);
+}
+
+/// The same rebalance with the production backend: two instances share one Qdrant server collection
+/// and one consumer group. Each instance's upsert state is only its own view of the collection: at
+/// every assignment it reads the collection again (the documents' stored chunks and versions), so the
+/// updates, shrinks and deletes that follow a rebalance retract what the other instance wrote. A small
+/// pool of documents makes most events touch a document the other instance wrote last.
+#[test]
+fn two_instances_on_one_qdrant_collection_rebalance_without_stale_chunks() {
+    let Some(server) = QdrantServer::start() else {
+        return;
+    };
+    const SHARED_GROUP: &str = "rebalance-server";
+    const COLLECTION: &str = "rebalance";
+    let broker = Broker::start();
+    broker.create_topic(DOCS, PARTITIONS);
+    broker.create_topic(DLQ, 1);
+    let config = server.index_config(
+        &super::common::kafka_config(
+            &broker.bootstrap(),
+            &format!(
+                "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{SHARED_GROUP}\""
+            ),
+            "",
+        ),
+        COLLECTION,
+    );
+    let mut workload = Workload::new(29, 120);
+    broker.produce(DOCS, &workload.batch(100));
+    let first_dir = tempfile::tempdir().expect("tempdir");
+    let mut first = Job::start(first_dir.path(), &config, 1);
+    first.wait_ready(Duration::from_secs(60));
+    wait_committed(&broker, SHARED_GROUP, DOCS, PARTITIONS, &first);
+
+    // The second instance joins while events stream in.
+    let second_dir = tempfile::tempdir().expect("tempdir");
+    let mut second = Job::start(second_dir.path(), &config, 1);
+    second.wait_ready(Duration::from_secs(60));
+    let joined = Instant::now();
+    stream(&broker, &mut workload, 400, || {
+        metric(&second.metrics(), "ragstream_source_events_total") >= 40.0
+            && joined.elapsed() > Duration::from_secs(8)
+    });
+    wait_committed(&broker, SHARED_GROUP, DOCS, PARTITIONS, &first);
+    let second_consumed = metric(&second.metrics(), "ragstream_source_events_total");
+    let (lost_joined, stale_joined, example_joined) = compare(
+        &workload.oracle.expected(&default_chunker()),
+        &server.contents(COLLECTION),
+    );
+
+    // It leaves; the first instance takes every partition back and events keep coming.
+    assert!(second.stop().success(), "{}", second.log());
+    stream(&broker, &mut workload, 200, || false);
+    wait_committed(&broker, SHARED_GROUP, DOCS, PARTITIONS, &first);
+    let rehydrations = metric(&first.metrics(), "ragstream_rehydrations_total");
+    let dlq = metric(&first.metrics(), "ragstream_dlq_records_total");
+    assert!(first.stop().success());
+    let (lost, stale, example) = compare(
+        &workload.oracle.expected(&default_chunker()),
+        &server.contents(COLLECTION),
+    );
+    println!(
+        "FAULT rebalance, Qdrant server: {} events over {PARTITIONS} partitions into one collection; the second instance consumed {second_consumed} events and left; after the join lost {lost_joined}, stale {stale_joined}; after the leave lost {lost}, stale {stale}; the first instance read the collection again {rehydrations} time(s); DLQ {dlq}",
+        workload.produced,
+    );
+    assert!(
+        second_consumed > 0.0,
+        "the second instance never got a partition"
+    );
+    assert_eq!(
+        (lost_joined, stale_joined),
+        (0, 0),
+        "after the join: {example_joined}"
+    );
+    assert_eq!((lost, stale), (0, 0), "after the leave: {example}");
     assert_eq!(dlq, 0.0);
 }

@@ -1,8 +1,10 @@
 //! The ingest topology: wiring only.
 //!
 //! ```text
+//!   assignments ─┐
 //! source ─ok─► VersionGuard ─► Chunk ─┐
-//!             hydrated chunk ids @0 ─┴► arrange_from_upsert(DocKey → ChunkIds) ─► ChunkDiff ─► Embed ─ok─► IndexWrite ─ok─┐
+//!                   └─ ids read again at assignments (shared index) ─┐
+//!             hydrated chunk ids @0 ─┴─────────────────────────────┴► arrange_from_upsert(DocKey → ChunkIds) ─► ChunkDiff ─► Embed ─ok─► IndexWrite ─ok─┐
 //!   └─err──────────────────────────────────────────────────────────────────────────────────────────┴err──────────┴err─► DlqWrite ─┴► acks probe
 //!                                                                  hydrated BM25 statistics @0 ─┐   AckStats ◄───────────┘
 //!                                                                                               └─────┴► ShareStats (first worker of each process)
@@ -22,11 +24,12 @@ use ragstream_operators::ingest::chunk_op::ChunkDocuments;
 use ragstream_operators::ingest::diff::{DiffChunks, HYDRATION_TIME};
 use ragstream_operators::ingest::dlq::DlqRecord;
 use ragstream_operators::ingest::embed::{EmbedChunks, IndexDelta};
-use ragstream_operators::ingest::guard::GuardVersions;
+use ragstream_operators::ingest::guard::{GuardVersions, Rehydration};
 use ragstream_operators::ingest::hydrate::Hydrated;
 use ragstream_operators::ingest::index_write::{IndexAck, WriteIndex};
 use ragstream_operators::ingest::stats::ShareStats;
 use ragstream_operators::io::dlq_sink::{DlqSink, WriteDlq};
+use ragstream_operators::io::kafka_source::Assigned;
 use ragstream_operators::model::{ChunkIds, DocKey, DocOp};
 use ragstream_operators::stage::map_stage;
 use ragstream_operators::store::stats::{CorpusStats, StatsDelta};
@@ -50,6 +53,8 @@ pub struct IngestParts {
     pub stats: Arc<CorpusStats>,
     /// The first worker of every process: each applies every shard's statistics deltas.
     pub stats_leaders: Vec<usize>,
+    /// With a shared index: how the version guard reads it again at every partition assignment.
+    pub rehydration: Option<Rehydration>,
 }
 
 /// Wires the ingest flow behind `events`; the index and DLQ writers report to `acks`.
@@ -58,6 +63,7 @@ pub struct IngestParts {
 pub fn ingest<'scope>(
     scope: Scope<'scope, u64>,
     events: StreamVec<'scope, u64, Result<DocOp, DlqRecord>>,
+    assigned: StreamVec<'scope, u64, Assigned>,
     parts: IngestParts,
     acks: &ProbeHandle<u64>,
 ) {
@@ -70,13 +76,15 @@ pub fn ingest<'scope>(
         dlq,
         stats,
         stats_leaders,
+        rehydration,
     } = parts;
     let guard = hydrated.guard();
     let (ops, refused): (
         StreamVec<'scope, u64, DocOp>,
         StreamVec<'scope, u64, DlqRecord>,
     ) = events.ok_err(|event| event);
-    let sets = ops.guard_versions(guard).chunk_documents(chunker);
+    let (admitted, rehydrated) = ops.guard_versions(guard, assigned, rehydration);
+    let sets = admitted.chunk_documents(chunker);
     let ids = map_stage(sets.clone(), "ChunkIds", |(key, set, time)| {
         let ids = set.as_ref().map(|set| set.ids(&key));
         (key, ids, time)
@@ -99,7 +107,7 @@ pub fn ingest<'scope>(
         ValSpine<DocKey, ChunkIds, u64, isize>,
         DocKey,
         ChunkIds,
-    >(hydration.concat(ids), "DocUpsert");
+    >(hydration.concat(rehydrated).concat(ids), "DocUpsert");
     let deltas = arranged
         .as_collection(|key: &DocKey, ids: &ChunkIds| (key.clone(), ids.clone()))
         .inner

@@ -9,8 +9,9 @@
 //! embedded and upserted, moved chunks rewritten with their stored vectors, and unchanged chunks are
 //! neither re-embedded nor rewritten (only counted).
 //!
-//! Time 0 is the hydration epoch: it loads what the index already holds into the collection and
-//! produces no index work.
+//! A value no event fed (no chunk set at its time) is the index's own: the hydration at time 0 loads
+//! what the index holds at start, and a shared index is read again at every partition assignment
+//! ([`super::guard`]). It produces no index work; the document's next event is diffed against it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -169,22 +170,21 @@ impl<'scope> DiffChunks<'scope> for StreamVec<'scope, u64, ((DocKey, ChunkIds), 
                         let time = *entry.key();
                         let (cap, changes) = entry.remove();
                         let mut sets_at = chunks.remove(&time).unwrap_or_default();
-                        if time == HYDRATION_TIME {
-                            let hydrated: usize = changes
-                                .values()
-                                .filter_map(|(_, new)| new.as_ref())
-                                .map(|ids| ids.ids.len())
-                                .sum();
-                            metrics().chunks_hydrated.inc_by(hydrated as u64);
-                            continue;
-                        }
                         let mut session = output.session(&cap);
+                        let mut hydrated = 0;
                         for (key, (old, new)) in changes {
-                            let new = new.map(|ids| {
-                                sets_at
-                                    .remove(&(key.clone(), ids.version))
-                                    .expect("the upsert's value was fed at its time")
-                            });
+                            let new = match new {
+                                Some(ids) => match sets_at.remove(&(key.clone(), ids.version)) {
+                                    Some(set) => Some(set),
+                                    None => {
+                                        // Not fed by an event: the index's own ids (hydration at
+                                        // start, or a shared index read again at an assignment).
+                                        hydrated += ids.ids.len();
+                                        continue;
+                                    }
+                                },
+                                None => None,
+                            };
                             let delta = diff_chunk_sets(&key, old.as_ref(), new.as_ref(), time);
                             metrics().chunks_unchanged.inc_by(delta.unchanged as u64);
                             if !delta.deletes.is_empty()
@@ -194,6 +194,7 @@ impl<'scope> DiffChunks<'scope> for StreamVec<'scope, u64, ((DocKey, ChunkIds), 
                                 session.give(delta);
                             }
                         }
+                        metrics().chunks_hydrated.inc_by(hydrated as u64);
                     }
                     // Sets of done times the upsert showed no change for (identical re-upserts).
                     while let Some(entry) = chunks.first_entry() {

@@ -9,16 +9,37 @@
 //!
 //! The stream must be exchanged by [`DocKey::route`] so each key is guarded by the worker that owns its
 //! index shard (and seeded from that shard).
-
-use std::collections::{BTreeMap, HashMap};
+//!
+//! Rehydration (a shared index only: the Qdrant server's one collection, written by every job instance
+//! of the group). The upsert state of this instance is its own view of the index; after a rebalance
+//! another instance may have written the documents of the partitions this one is assigned. At each
+//! assignment marker (time `r`, before any message of the assigned partitions), once every write of
+//! this job before `r` is acknowledged, the guard reads its documents' stored chunks again (on a helper
+//! thread), reseeds its versions from them and emits each document's stored ids at `r` on its second
+//! output, for the upsert: the next event of a document is diffed against what the index holds. A
+//! document the guard knew that the index no longer holds is emitted with no ids. Documents with an
+//! event at `r` itself keep the upsert's state (this instance wrote them last). Markers that follow one
+//! another with no event between share one read.
+//!
+//! Known window: a write the previous owner still had in flight when its partitions were revoked can
+//! land after this read; its events are replayed here (their offsets were not committed), so the index
+//! ends exact unless a later event of the same document is applied here before that write lands.
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
 
 use timely::container::CapacityContainerBuilder;
-use timely::dataflow::channels::pact::Exchange;
-use timely::dataflow::operators::{Capability, Operator};
-use timely::dataflow::StreamVec;
+use timely::dataflow::channels::pact::{Exchange, Pipeline};
+use timely::dataflow::operators::vec::Broadcast;
+use timely::dataflow::operators::{Capability, OkErr, Operator};
+use timely::dataflow::{ProbeHandle, StreamVec};
 
+use super::hydrate::{hydrate, Hydrated};
+use crate::background::{with_backoff, Background, Deliver};
+use crate::io::kafka_source::Assigned;
 use crate::metrics::metrics;
-use crate::model::{DocKey, DocOp, Document};
+use crate::model::{ChunkIds, DocKey, DocOp, Document};
+use crate::store::VectorStore;
 
 /// What the guard decided for one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,57 +92,166 @@ impl VersionGuard {
     }
 }
 
+/// Reading the index again at every assignment (a shared index only).
+pub struct Rehydration {
+    /// The shared index.
+    pub store: Arc<dyn VectorStore>,
+    /// Whether this worker guards a document (the guard's exchange: `route % peers == index`).
+    pub owns: Arc<dyn Fn(&DocKey) -> bool + Send + Sync>,
+    /// The index and DLQ writers' frontier: the index is read once every earlier write is acknowledged.
+    pub acks: ProbeHandle<u64>,
+}
+
+/// An upsert admitted by the guard, `(key, Some(doc) | None, time)`.
+pub type Admitted = (DocKey, Option<Document>, u64);
+/// A document's ids as the index holds them, `(key, Some(ids), time)`, read at an assignment.
+pub type Rehydrated = (DocKey, Option<ChunkIds>, u64);
+
+/// How often a pending rehydration checks whether the writes before it are acknowledged.
+const ACK_POLL: Duration = Duration::from_millis(10);
+
+impl VersionGuard {
+    /// The documents the guard has seen (seeded or admitted).
+    pub fn keys(&self) -> impl Iterator<Item = &DocKey> + '_ {
+        self.versions.keys()
+    }
+}
+
 /// Extension trait: guard a stream of document events.
 pub trait GuardVersions<'scope> {
-    /// Emits `(key, Some(doc) | None, time)` upserts, at most one per key and time, in version order.
+    /// Emits `(key, Some(doc) | None, time)` upserts, at most one per key and time, in version order;
+    /// with `rehydration`, the index's ids of the guarded documents at every `assigned` marker.
     fn guard_versions(
         self,
         guard: VersionGuard,
-    ) -> StreamVec<'scope, u64, (DocKey, Option<Document>, u64)>;
+        assigned: StreamVec<'scope, u64, Assigned>,
+        rehydration: Option<Rehydration>,
+    ) -> (
+        StreamVec<'scope, u64, Admitted>,
+        StreamVec<'scope, u64, Rehydrated>,
+    );
 }
 
 impl<'scope> GuardVersions<'scope> for StreamVec<'scope, u64, DocOp> {
     fn guard_versions(
         self,
         mut guard: VersionGuard,
-    ) -> StreamVec<'scope, u64, (DocKey, Option<Document>, u64)> {
+        assigned: StreamVec<'scope, u64, Assigned>,
+        rehydration: Option<Rehydration>,
+    ) -> (
+        StreamVec<'scope, u64, Admitted>,
+        StreamVec<'scope, u64, Rehydrated>,
+    ) {
+        let scope = self.scope();
         let pact = Exchange::new(|op: &DocOp| op.key().route());
-        self.unary_frontier::<CapacityContainerBuilder<Vec<_>>, _, _, _>(pact, "VersionGuard", move |_cap, _info| {
-            let mut stash: BTreeMap<u64, (Capability<u64>, Vec<DocOp>)> = BTreeMap::new();
-            move |(input, frontier), output| {
-                input.for_each(|cap, data| {
-                    if let Some(&time) = cap.least() {
-                        let entry = stash.entry(time).or_insert_with(|| (cap.retain_least(0).expect("time of the batch"), Vec::new()));
-                        entry.1.append(data);
-                    }
+        let guarded = self.binary_frontier::<_, CapacityContainerBuilder<Vec<Result<Admitted, Rehydrated>>>, _, _, _, _>(
+            assigned.broadcast(),
+            pact,
+            Pipeline,
+            "VersionGuard",
+            move |_cap, info| {
+                let activator = scope.activator_for(info.address.clone());
+                let reader = rehydration.map(|rehydration| {
+                    let Rehydration { store, owns, acks } = rehydration;
+                    let waker = crate::background::operator_waker(scope.worker(), &info.address);
+                    let read = Background::start(
+                        "ragstream-rehydrate",
+                        move |(), deliver: &Deliver<Hydrated>| {
+                            let hydrated = with_backoff("rehydrate", |_| true, || hydrate(store.as_ref(), &*owns));
+                            deliver.send(hydrated.expect("every error is retried"));
+                        },
+                        waker,
+                    );
+                    (read, acks)
                 });
-                // Times complete in order; holding each capability until its time is complete keeps the
-                // output frontier at or below the earliest unprocessed event.
-                while let Some(entry) = stash.first_entry() {
-                    if frontier.less_equal(entry.key()) {
-                        break;
-                    }
-                    let time = *entry.key();
-                    let (cap, ops) = entry.remove();
-                    let mut last: BTreeMap<DocKey, Option<Document>> = BTreeMap::new();
-                    for op in ops {
-                        let op_name = if matches!(op, DocOp::Upsert(_)) { "upsert" } else { "delete" };
-                        match guard.admit(op) {
-                            Admission::Apply(key, document) => {
-                                metrics().record_document(op_name, "applied");
-                                last.insert(key, document);
-                            }
-                            Admission::Stale { key, version, applied } => {
-                                metrics().record_document(op_name, "stale");
-                                metrics().stale_versions.inc();
-                                tracing::debug!(%key, version, applied, "ignored stale version");
+                let mut stash: BTreeMap<u64, (Capability<u64>, Vec<DocOp>)> = BTreeMap::new();
+                let mut markers: BTreeMap<u64, Capability<u64>> = BTreeMap::new();
+                // The marker time whose read is on the helper thread.
+                let mut reading: Option<u64> = None;
+                move |(input, frontier), (marks, marks_frontier), output| {
+                    input.for_each(|cap, data| {
+                        if let Some(&time) = cap.least() {
+                            let entry = stash.entry(time).or_insert_with(|| (cap.retain_least(0).expect("time of the batch"), Vec::new()));
+                            entry.1.append(data);
+                        }
+                    });
+                    marks.for_each(|cap, _| {
+                        // Without a shared index there is nothing to read again.
+                        if reader.is_some() {
+                            if let Some(&time) = cap.least() {
+                                markers.entry(time).or_insert_with(|| cap.retain_least(0).expect("time of the marker"));
                             }
                         }
+                    });
+                    // Times complete in order (events and markers alike); holding each capability until its
+                    // time is complete keeps the output frontier at or below the earliest unprocessed one.
+                    let done = |time: &u64| !frontier.less_equal(time) && !marks_frontier.less_equal(time);
+                    loop {
+                        let event = stash.keys().next().copied().filter(done);
+                        let marker = markers.keys().next().copied().filter(done);
+                        if let Some(at) = marker.filter(|at| event.is_none_or(|event| *at <= event)) {
+                            let (read, acks) = reader.as_ref().expect("markers are kept only with a reader");
+                            if reading.is_none() {
+                                if acks.less_than(&at) {
+                                    activator.activate_after(ACK_POLL);
+                                    break;
+                                }
+                                read.submit(());
+                                reading = Some(at);
+                            }
+                            let Some(hydrated) = read.try_result() else {
+                                // The helper wakes the operator with the result.
+                                break;
+                            };
+                            reading = None;
+                            let cap = markers.remove(&at).expect("the marker read");
+                            // Markers up to the next event share this read.
+                            while let Some(next) = markers.keys().next().copied().filter(|next| done(next) && event.is_none_or(|event| *next <= event)) {
+                                markers.remove(&next);
+                            }
+                            let busy: HashSet<&DocKey> = stash.get(&at).map(|(_, ops)| ops.iter().map(DocOp::key).collect()).unwrap_or_default();
+                            let mut session = output.session(&cap);
+                            let mut documents = 0usize;
+                            for (key, ids) in hydrated.ids() {
+                                if !busy.contains(&key) {
+                                    guard.seed(key.clone(), ids.version);
+                                    session.give(Err((key, Some(ids), at)));
+                                    documents += 1;
+                                }
+                            }
+                            let gone: Vec<DocKey> = guard.keys().filter(|key| !busy.contains(key) && !hydrated.documents.contains_key(*key)).cloned().collect();
+                            for key in &gone {
+                                session.give(Err((key.clone(), Some(ChunkIds { version: 0, ids: Vec::new() }), at)));
+                            }
+                            metrics().rehydrations.inc();
+                            tracing::info!(time = at, documents, gone = gone.len(), chunks = hydrated.chunk_count(), "partitions assigned: read the shared index again");
+                            continue;
+                        }
+                        let Some(time) = event else {
+                            break;
+                        };
+                        let (cap, ops) = stash.remove(&time).expect("the first stashed time");
+                        let mut last: BTreeMap<DocKey, Option<Document>> = BTreeMap::new();
+                        for op in ops {
+                            let op_name = if matches!(op, DocOp::Upsert(_)) { "upsert" } else { "delete" };
+                            match guard.admit(op) {
+                                Admission::Apply(key, document) => {
+                                    metrics().record_document(op_name, "applied");
+                                    last.insert(key, document);
+                                }
+                                Admission::Stale { key, version, applied } => {
+                                    metrics().record_document(op_name, "stale");
+                                    metrics().stale_versions.inc();
+                                    tracing::debug!(%key, version, applied, "ignored stale version");
+                                }
+                            }
+                        }
+                        output.session(&cap).give_iterator(last.into_iter().map(|(key, document)| Ok((key, document, time))));
                     }
-                    output.session(&cap).give_iterator(last.into_iter().map(|(key, document)| (key, document, time)));
                 }
-            }
-        })
+            },
+        );
+        guarded.ok_err(|item| item)
     }
 }
 
@@ -212,7 +342,12 @@ mod tests {
                 },
             ]
             .to_stream(scope)
-            .guard_versions(VersionGuard::default())
+            .guard_versions(
+                VersionGuard::default(),
+                timely::dataflow::operators::generic::operator::empty(scope),
+                None,
+            )
+            .0
             .capture()
         });
         type Update = (DocKey, Option<Document>, u64);

@@ -130,7 +130,8 @@ fn points_held<'a>(
 
 /// The statistics delta of a written batch: its points held after the writes minus those held
 /// before (`before`). Written documents end as [`write_batch`] leaves them (deletes, then upserts; a
-/// restamp only where the point was held); a refused document's points are read back.
+/// restamp only where the point was held); a refused document's points are read back (and, where
+/// the index cannot say, counted as before the batch).
 fn stats_change(
     store: &dyn VectorStore,
     batch: &[IndexDelta],
@@ -156,12 +157,18 @@ fn stats_change(
     }
     let refused_docs: Vec<&IndexDelta> = batch.iter().filter(|d| !written(d)).collect();
     if !refused_docs.is_empty() {
-        for id in refused_docs.iter().flat_map(|d| d.ids()) {
-            after.remove(&id);
-        }
-        match points_held(store, refused_docs.into_iter()) {
-            Some(held) => after.extend(held),
-            None => return StatsDelta::default(),
+        match points_held(store, refused_docs.iter().copied()) {
+            Some(held) => {
+                for id in refused_docs.iter().flat_map(|d| d.ids()) {
+                    after.remove(&id);
+                }
+                after.extend(held);
+            }
+            // The refused documents count as they were before; the written ones' changes still count.
+            None => tracing::warn!(
+                documents = refused_docs.len(),
+                "BM25 statistics keep the refused documents as they were before the batch"
+            ),
         }
     }
     for (tenant, sparse) in after.values() {

@@ -15,7 +15,11 @@
 //! index's own checkpoint ([`IndexCheckpoint`]) when it has one, not from the group's offset: a
 //! partition that another instance consumed for a while and then gave back is replayed from where
 //! this index left it, so nothing that instance saw is missing here. Checkpoints advance with the
-//! stored offsets, whether or not the partition is still assigned.
+//! stored offsets, whether or not the partition is still assigned. With a shared index (the Qdrant
+//! server, written by every instance of the group) the source instead marks each assignment on a
+//! second stream, [`Assigned`], at a time before any message of the assigned partitions: the version
+//! guard reads the index again there ([`crate::ingest::guard`]), since another instance may have
+//! written those partitions' documents since this one last saw them.
 //!
 //! Flow control: when more than `max_in_flight` messages are unacknowledged, the assigned partitions are
 //! paused (polling continues, so the group membership stays alive) and resumed once the index brought
@@ -33,6 +37,7 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, Statistics, TopicPartitionList};
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::operators::generic::source;
+use timely::dataflow::operators::OkErr;
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 
 use super::checkpoint::IndexCheckpoint;
@@ -86,7 +91,12 @@ pub struct LagContext {
     topic: String,
     checkpoint: Option<Arc<IndexCheckpoint>>,
     errors: super::kafka_log::ErrorDedup,
+    /// Set by an assignment, taken by the source operator after its poll.
+    assigned: AtomicBool,
 }
+
+/// A marker: this worker's consumer was assigned partitions (the marker's time precedes their messages).
+pub type Assigned = ();
 
 impl LagContext {
     /// Sets, in an assignment, the start of every partition the index has a checkpoint for.
@@ -156,6 +166,7 @@ impl ConsumerContext for LagContext {
         );
         let result = match error {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                self.assigned.store(true, Ordering::SeqCst);
                 let starts = self.start_at_checkpoint(assignment);
                 let assigned = if cooperative {
                     consumer.incremental_assign(assignment)
@@ -248,6 +259,7 @@ pub fn consumer(
             topic: config.topic.clone(),
             checkpoint: config.checkpoint.clone(),
             errors: Default::default(),
+            assigned: AtomicBool::new(false),
         })?;
     consumer.subscribe(&[&config.topic])?;
     Ok(consumer)
@@ -257,6 +269,12 @@ fn now_after(previous: u64) -> u64 {
     crate::now_millis().max(previous)
 }
 
+/// A source's document events (refused ones as DLQ records) and its assignment markers.
+pub type SourceStreams<'scope> = (
+    StreamVec<'scope, u64, Result<DocOp, DlqRecord>>,
+    StreamVec<'scope, u64, Assigned>,
+);
+
 /// The source operator. `acks` is the probe of the index and DLQ writers; `shutdown` stops it gracefully.
 pub fn kafka_source<'scope>(
     scope: Scope<'scope, u64>,
@@ -265,174 +283,189 @@ pub fn kafka_source<'scope>(
     acks: ProbeHandle<u64>,
     shutdown: Arc<AtomicBool>,
     progress: Arc<IngestProgress>,
-) -> StreamVec<'scope, u64, Result<DocOp, DlqRecord>> {
-    source::<_, CapacityContainerBuilder<Vec<_>>, _, _>(scope, "KafkaSource", move |cap, info| {
-        let activator = scope.activator_for(info.address.clone());
-        let consumer = consumer(&config, scope.index())
-            .unwrap_or_else(|e| panic!("cannot create the Kafka consumer: {e}"));
-        let mut cap = Some(cap);
-        // time → (partition → (first, last) offset) of batches not yet acknowledged.
-        let mut pending: BTreeMap<u64, BTreeMap<i32, (i64, i64)>> = BTreeMap::new();
-        let mut pending_count: BTreeMap<u64, usize> = BTreeMap::new();
-        let mut paused = false;
-        let mut poll_failing = false;
-        let mut reported_in_flight = 0i64;
-        move |output| {
-            let Some(capability) = cap.as_mut() else {
-                return;
-            };
-            // 1. Store offsets of acknowledged times.
-            let mut stored = false;
-            while let Some(entry) = pending.first_entry() {
-                if acks.less_equal(entry.key()) {
-                    break;
-                }
-                let time = *entry.key();
-                let mut positions = Vec::new();
-                for (partition, (_, offset)) in entry.remove() {
-                    // Stores offset + 1 (the next to consume); fails only if the partition was revoked,
-                    // in which case its new owner replays from the last committed offset.
-                    if let Err(error) = consumer.store_offset(&config.topic, partition, offset) {
-                        tracing::debug!(partition, offset, %error, "offset not stored (partition revoked?)");
-                    }
-                    positions.push((partition, offset + 1));
-                }
-                if let Some(checkpoint) = &config.checkpoint {
-                    // Behind is safe (a replay into an idempotent index); never crash the job for it.
-                    if let Err(error) = checkpoint.advance(&positions) {
-                        tracing::warn!(%error, "index checkpoint not written");
-                    }
-                }
-                pending_count.remove(&time);
-                stored = true;
-            }
-            if stored {
-                crate::faults::fail_point(crate::faults::AFTER_OFFSET_STORE);
-            }
-            let in_flight: usize = pending_count.values().sum();
-            // The gauge is the process's total: each worker adds the change of its own count.
-            metrics().in_flight_messages.add(
-                in_flight as i64 - std::mem::replace(&mut reported_in_flight, in_flight as i64),
-            );
-            if let Ok(frontier) = acks.with_frontier(|f| f.first().copied().ok_or(())) {
-                let lag = crate::now_millis().saturating_sub(frontier) as f64 / 1000.0;
-                metrics().ingest_frontier_lag_seconds.set(lag);
-            }
-            if shutdown.load(Ordering::SeqCst) {
-                // Graceful stop: poll nothing more, wait for what is in flight, commit, release.
-                if pending.is_empty() {
-                    if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync) {
-                        tracing::debug!(%error, "final commit");
-                    }
-                    cap = None;
-                } else {
-                    activator.activate_after(Duration::from_millis(10));
-                }
-                return;
-            }
-            // 2. Flow control.
-            let over = if paused {
-                in_flight > config.max_in_flight / 2
-            } else {
-                in_flight > config.max_in_flight
-            };
-            if over != paused {
-                if let Ok(assignment) = consumer.assignment() {
-                    let result = if over {
-                        consumer.pause(&assignment)
-                    } else {
-                        consumer.resume(&assignment)
-                    };
-                    if result.is_ok() {
-                        paused = over;
-                        tracing::info!(paused, in_flight, "flow control");
-                    }
-                }
-            }
-            // 3. Poll a batch.
-            let time = now_after(*capability.time());
-            capability.downgrade(&time);
-            let mut batch = Vec::new();
-            let mut offsets: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
-            // Fill the batch for up to `BATCH_LINGER` once a first message arrived: larger batches embed
-            // with less padding per forward pass, at a bounded cost in latency.
-            let mut first_at: Option<std::time::Instant> = None;
-            while batch.len() < config.max_batch {
-                let lingering = first_at.is_some_and(|at| at.elapsed() < BATCH_LINGER);
-                if first_at.is_some() && !lingering {
-                    break;
-                }
-                let wait = if lingering {
-                    Duration::from_millis(2)
-                } else {
-                    Duration::from_millis(1)
+) -> SourceStreams<'scope> {
+    type Item = Result<Result<DocOp, DlqRecord>, Assigned>;
+    let items = source::<_, CapacityContainerBuilder<Vec<Item>>, _, _>(
+        scope,
+        "KafkaSource",
+        move |cap, info| {
+            let activator = scope.activator_for(info.address.clone());
+            let consumer = consumer(&config, scope.index())
+                .unwrap_or_else(|e| panic!("cannot create the Kafka consumer: {e}"));
+            let mut cap = Some(cap);
+            // time → (partition → (first, last) offset) of batches not yet acknowledged.
+            let mut pending: BTreeMap<u64, BTreeMap<i32, (i64, i64)>> = BTreeMap::new();
+            let mut pending_count: BTreeMap<u64, usize> = BTreeMap::new();
+            let mut paused = false;
+            let mut poll_failing = false;
+            let mut reported_in_flight = 0i64;
+            move |output| {
+                let Some(capability) = cap.as_mut() else {
+                    return;
                 };
-                match consumer.poll(wait) {
-                    None if lingering => continue,
-                    None => break,
-                    Some(Err(error)) => {
-                        // Once per failure, not once per poll: the consumer retries by itself.
-                        if !poll_failing {
-                            tracing::warn!(%error, "kafka poll error (logged once until polling works again)");
-                            poll_failing = true;
-                        }
+                // 1. Store offsets of acknowledged times.
+                let mut stored = false;
+                while let Some(entry) = pending.first_entry() {
+                    if acks.less_equal(entry.key()) {
                         break;
                     }
-                    Some(Ok(message)) => {
-                        if std::mem::take(&mut poll_failing) {
-                            tracing::info!("kafka polling works again");
+                    let time = *entry.key();
+                    let mut positions = Vec::new();
+                    for (partition, (_, offset)) in entry.remove() {
+                        // Stores offset + 1 (the next to consume); fails only if the partition was revoked,
+                        // in which case its new owner replays from the last committed offset.
+                        if let Err(error) = consumer.store_offset(&config.topic, partition, offset)
+                        {
+                            tracing::debug!(partition, offset, %error, "offset not stored (partition revoked?)");
                         }
-                        first_at.get_or_insert_with(std::time::Instant::now);
-                        let origin = Origin::Kafka {
-                            topic: message.topic().to_string(),
-                            partition: message.partition(),
-                            offset: message.offset(),
+                        positions.push((partition, offset + 1));
+                    }
+                    if let Some(checkpoint) = &config.checkpoint {
+                        // Behind is safe (a replay into an idempotent index); never crash the job for it.
+                        if let Err(error) = checkpoint.advance(&positions) {
+                            tracing::warn!(%error, "index checkpoint not written");
+                        }
+                    }
+                    pending_count.remove(&time);
+                    stored = true;
+                }
+                if stored {
+                    crate::faults::fail_point(crate::faults::AFTER_OFFSET_STORE);
+                }
+                let in_flight: usize = pending_count.values().sum();
+                // The gauge is the process's total: each worker adds the change of its own count.
+                metrics().in_flight_messages.add(
+                    in_flight as i64 - std::mem::replace(&mut reported_in_flight, in_flight as i64),
+                );
+                if let Ok(frontier) = acks.with_frontier(|f| f.first().copied().ok_or(())) {
+                    let lag = crate::now_millis().saturating_sub(frontier) as f64 / 1000.0;
+                    metrics().ingest_frontier_lag_seconds.set(lag);
+                }
+                if shutdown.load(Ordering::SeqCst) {
+                    // Graceful stop: poll nothing more, wait for what is in flight, commit, release.
+                    if pending.is_empty() {
+                        if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync) {
+                            tracing::debug!(%error, "final commit");
+                        }
+                        cap = None;
+                    } else {
+                        activator.activate_after(Duration::from_millis(10));
+                    }
+                    return;
+                }
+                // 2. Flow control.
+                let over = if paused {
+                    in_flight > config.max_in_flight / 2
+                } else {
+                    in_flight > config.max_in_flight
+                };
+                if over != paused {
+                    if let Ok(assignment) = consumer.assignment() {
+                        let result = if over {
+                            consumer.pause(&assignment)
+                        } else {
+                            consumer.resume(&assignment)
                         };
-                        offsets
-                            .entry(message.partition())
-                            .and_modify(|(_, last)| *last = message.offset())
-                            .or_insert((message.offset(), message.offset()));
-                        let decoded = decode_event(message.key(), message.payload(), &decode)
-                            .map_err(|error| {
-                                metrics().record_dlq(error.reason.as_str());
-                                let tenant = message
-                                    .key()
-                                    .and_then(|k| std::str::from_utf8(k).ok())
-                                    .and_then(|k| k.split_once('/'))
-                                    .map(|(t, _)| t.to_string());
-                                DlqRecord::new(
-                                    error.reason.as_str(),
-                                    error.to_string(),
-                                    origin,
-                                    tenant,
-                                    message.key(),
-                                    message.payload(),
-                                )
-                            });
-                        batch.push(decoded);
+                        if result.is_ok() {
+                            paused = over;
+                            tracing::info!(paused, in_flight, "flow control");
+                        }
                     }
                 }
+                // 3. Poll a batch.
+                let time = now_after(*capability.time());
+                capability.downgrade(&time);
+                let mut batch = Vec::new();
+                let mut offsets: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
+                // Fill the batch for up to `BATCH_LINGER` once a first message arrived: larger batches embed
+                // with less padding per forward pass, at a bounded cost in latency.
+                let mut first_at: Option<std::time::Instant> = None;
+                while batch.len() < config.max_batch {
+                    let lingering = first_at.is_some_and(|at| at.elapsed() < BATCH_LINGER);
+                    if first_at.is_some() && !lingering {
+                        break;
+                    }
+                    let wait = if lingering {
+                        Duration::from_millis(2)
+                    } else {
+                        Duration::from_millis(1)
+                    };
+                    match consumer.poll(wait) {
+                        None if lingering => continue,
+                        None => break,
+                        Some(Err(error)) => {
+                            // Once per failure, not once per poll: the consumer retries by itself.
+                            if !poll_failing {
+                                tracing::warn!(%error, "kafka poll error (logged once until polling works again)");
+                                poll_failing = true;
+                            }
+                            break;
+                        }
+                        Some(Ok(message)) => {
+                            if std::mem::take(&mut poll_failing) {
+                                tracing::info!("kafka polling works again");
+                            }
+                            first_at.get_or_insert_with(std::time::Instant::now);
+                            let origin = Origin::Kafka {
+                                topic: message.topic().to_string(),
+                                partition: message.partition(),
+                                offset: message.offset(),
+                            };
+                            offsets
+                                .entry(message.partition())
+                                .and_modify(|(_, last)| *last = message.offset())
+                                .or_insert((message.offset(), message.offset()));
+                            let decoded = decode_event(message.key(), message.payload(), &decode)
+                                .map_err(|error| {
+                                    metrics().record_dlq(error.reason.as_str());
+                                    let tenant = message
+                                        .key()
+                                        .and_then(|k| std::str::from_utf8(k).ok())
+                                        .and_then(|k| k.split_once('/'))
+                                        .map(|(t, _)| t.to_string());
+                                    DlqRecord::new(
+                                        error.reason.as_str(),
+                                        error.to_string(),
+                                        origin,
+                                        tenant,
+                                        message.key(),
+                                        message.payload(),
+                                    )
+                                });
+                            batch.push(decoded);
+                        }
+                    }
+                }
+                let polled = batch.len();
+                metrics().source_events.inc_by(polled as u64);
+                let mut time = time;
+                if consumer.context().assigned.swap(false, Ordering::SeqCst) {
+                    // The marker goes first; this poll's messages (the assigned partitions' first ones
+                    // among them) follow at a later time.
+                    output.session(&*capability).give(Err(()));
+                    time += 1;
+                    capability.downgrade(&time);
+                }
+                if !batch.is_empty() {
+                    output
+                        .session(&*capability)
+                        .give_iterator(batch.into_iter().map(Ok));
+                    pending.insert(time, offsets);
+                    pending_count.insert(time, polled);
+                    // The batch's time can now complete.
+                    capability.downgrade(&(time + 1));
+                    crate::faults::fail_point(crate::faults::AFTER_CONSUME);
+                }
+                publish_progress(&consumer, &pending, &progress);
+                if polled > 0 {
+                    activator.activate();
+                } else {
+                    activator.activate_after(config.idle_poll);
+                }
             }
-            let polled = batch.len();
-            metrics().source_events.inc_by(polled as u64);
-            if !batch.is_empty() {
-                output
-                    .session(&*capability)
-                    .give_iterator(batch.into_iter());
-                pending.insert(time, offsets);
-                pending_count.insert(time, polled);
-                // The batch's time can now complete.
-                capability.downgrade(&(time + 1));
-                crate::faults::fail_point(crate::faults::AFTER_CONSUME);
-            }
-            publish_progress(&consumer, &pending, &progress);
-            if polled > 0 {
-                activator.activate();
-            } else {
-                activator.activate_after(config.idle_poll);
-            }
-        }
-    })
+        },
+    );
+    items.ok_err(|item| item)
 }
 
 /// Publishes, per assigned partition, the next offset not yet acknowledged by the index: the first
