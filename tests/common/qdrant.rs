@@ -47,8 +47,18 @@ impl QdrantServer {
     /// Kills the server (SIGKILL: no shutdown of its own) and starts it again on the same storage and
     /// ports.
     pub fn kill_and_restart(&mut self) {
+        self.kill();
+        self.restart();
+    }
+
+    /// Kills the server (SIGKILL).
+    pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Starts the killed server again on the same storage and ports; waits until it is ready.
+    pub fn restart(&mut self) {
         self.child = spawn(
             &self.binary,
             self.dir.path(),
@@ -56,6 +66,11 @@ impl QdrantServer {
             self.grpc_port,
         );
         self.wait_ready();
+    }
+
+    /// The gRPC port.
+    pub fn grpc_port(&self) -> u16 {
+        self.grpc_port
     }
 
     fn wait_ready(&self) {
@@ -83,14 +98,16 @@ impl QdrantServer {
     /// `config` (a job configuration with the `[index]` section [`super::kafka_config`] writes) with
     /// its index on this server, in `collection`.
     pub fn index_config(&self, config: &str, collection: &str) -> String {
+        self.index_config_at(config, collection, &self.url())
+    }
+
+    /// As [`QdrantServer::index_config`], reaching the server through `url` (a proxy in front of it).
+    pub fn index_config_at(&self, config: &str, collection: &str, url: &str) -> String {
         let edge = "[index]\npath = \"{dir}/index\"";
         assert!(config.contains(edge), "an [index] section to replace");
         config.replace(
             edge,
-            &format!(
-                "[index]\nkind = \"server\"\nurl = \"{}\"\ncollection = \"{collection}\"",
-                self.url()
-            ),
+            &format!("[index]\nkind = \"server\"\nurl = \"{url}\"\ncollection = \"{collection}\""),
         )
     }
 
@@ -132,5 +149,76 @@ impl Drop for QdrantServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A TCP proxy on loopback in front of a server that holds every chunk of bytes, each way, for a
+/// settable delay before passing it on: a server that answers slowly (at capacity, or far away).
+pub struct DelayProxy {
+    /// The proxy's port.
+    pub port: u16,
+    delay_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl DelayProxy {
+    /// Starts forwarding connections on a free port to `127.0.0.1:upstream`, with no delay.
+    pub fn start(upstream: u16) -> Self {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::Arc;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let delay_ms = Arc::new(AtomicU64::new(0));
+        let delay = delay_ms.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                // Small gRPC frames go out at once, as on a direct connection.
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                for (mut from, mut to) in [
+                    (
+                        client.try_clone().expect("clone"),
+                        server.try_clone().expect("clone"),
+                    ),
+                    (server, client),
+                ] {
+                    let delay = delay.clone();
+                    std::thread::spawn(move || {
+                        use std::io::{Read, Write};
+                        let mut buffer = vec![0u8; 64 * 1024];
+                        loop {
+                            let read = match from.read(&mut buffer) {
+                                Ok(0) | Err(_) => break,
+                                Ok(read) => read,
+                            };
+                            let ms = delay.load(Ordering::Relaxed);
+                            if ms > 0 {
+                                std::thread::sleep(Duration::from_millis(ms));
+                            }
+                            if to.write_all(&buffer[..read]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Self { port, delay_ms }
+    }
+
+    /// Holds every chunk for `delay` from now on.
+    pub fn set_delay(&self, delay: Duration) {
+        self.delay_ms.store(
+            delay.as_millis() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// The URL to give the job instead of the server's.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
     }
 }

@@ -11,5 +11,6 @@ mod poison;
 mod queries;
 mod rebalance;
 mod security;
+mod server;
 mod soak;
 mod support;

@@ -12,6 +12,7 @@ use ragstream_operators::faults;
 use super::common::broker::Broker;
 use super::common::job::{http_get, http_post_json, metric, metric_labeled, Job};
 use super::common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
+use super::common::qdrant::QdrantServer;
 use super::support::{embedder_section, lost_stale, wait_committed, EmbeddingServer, Workload};
 
 const DOCS: &str = "docs";
@@ -358,11 +359,27 @@ fn embedder_down_for_20_seconds_while_queries_are_served() {
 /// The first must hold the update and report its wait; the second must answer at once without it.
 #[test]
 fn read_your_writes_waits_for_an_update_still_being_embedded_and_eventual_does_not() {
+    read_your_writes(None);
+}
+
+/// The same on the production index, a Qdrant server.
+#[test]
+fn read_your_writes_on_a_qdrant_server() {
+    if let Some(server) = QdrantServer::start() {
+        read_your_writes(Some(&server));
+    }
+}
+
+fn read_your_writes(server: Option<&QdrantServer>) {
     let broker = setup();
     let dir = tempfile::tempdir().expect("tempdir");
     let embedder = EmbeddingServer::start();
     let sections = embedder_section(&embedder.url);
-    let mut job = Job::start(dir.path(), &config(&broker, "ryw", &sections), 1);
+    let mut config = config(&broker, "ryw", &sections);
+    if let Some(server) = server {
+        config = server.index_config(&config, "ryw");
+    }
+    let mut job = Job::start(dir.path(), &config, 1);
     job.wait_ready(Duration::from_secs(60));
     let event = |version: u64, text: &str| {
         let body = serde_json::json!({"op": "upsert", "tenant": "squad", "doc_id": "office",
@@ -430,7 +447,8 @@ fn read_your_writes_waits_for_an_update_still_being_embedded_and_eventual_does_n
         .as_f64()
         .unwrap_or(0.0);
     println!(
-        "FAULT read_your_writes under a 3 s/text embedder: eventual answered in {eventual_seconds:.2} s without the update; read_your_writes waited {waited_ms:.0} ms (round trip {ryw_seconds:.2} s) and holds it"
+        "FAULT read_your_writes under a 3 s/text embedder{}: eventual answered in {eventual_seconds:.2} s without the update; read_your_writes waited {waited_ms:.0} ms (round trip {ryw_seconds:.2} s) and holds it",
+        if server.is_some() { ", Qdrant server" } else { "" }
     );
     assert!(
         text(&eventual).contains("old mill") && !text(&eventual).contains("quokka"),

@@ -1,0 +1,185 @@
+//! The production index under faults: a Qdrant server SIGKILLed mid-stream and restarted 10 s later,
+//! and a server that answers slowly (a delaying proxy in front of it). The job must not crash, must
+//! retry rather than dead-letter what was only unavailable, must keep answering queries, and its
+//! collection must end equal to the oracle.
+
+use std::time::{Duration, Instant};
+
+use super::common::broker::Broker;
+use super::common::job::{http_post_json, metric, Job};
+use super::common::oracle::{compare, default_chunker, squad};
+use super::common::qdrant::{DelayProxy, QdrantServer};
+use super::support::{median, wait_committed, Workload};
+
+const DOCS: &str = "docs";
+const DLQ: &str = "dlq";
+const PARTITIONS: i32 = 2;
+
+fn config(broker: &Broker, group: &str) -> String {
+    super::common::kafka_config(
+        &broker.bootstrap(),
+        &format!("documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{group}\""),
+        "",
+    )
+}
+
+fn setup() -> Broker {
+    let broker = Broker::start();
+    broker.create_topic(DOCS, PARTITIONS);
+    broker.create_topic(DLQ, 1);
+    broker
+}
+
+#[test]
+fn qdrant_server_killed_mid_stream_and_restarted_loses_nothing() {
+    let Some(mut server) = QdrantServer::start() else {
+        return;
+    };
+    const GROUP: &str = "server-killed";
+    const COLLECTION: &str = "killed";
+    let broker = setup();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut workload = Workload::new(31, 600);
+    broker.produce(DOCS, &workload.batch(60));
+    let mut job = Job::start(
+        dir.path(),
+        &server.index_config(&config(&broker, GROUP), COLLECTION),
+        1,
+    );
+    job.wait_ready(Duration::from_secs(60));
+    wait_committed(&broker, GROUP, DOCS, PARTITIONS, &job);
+
+    // Events keep coming; the server is killed while they are embedded and written.
+    broker.produce(DOCS, &workload.batch(100));
+    std::thread::sleep(Duration::from_secs(1));
+    let upserted_at_kill = metric(&job.metrics(), "ragstream_chunks_upserted_total");
+    server.kill();
+    let down = Instant::now();
+    broker.produce(DOCS, &workload.batch(100));
+    while down.elapsed() < Duration::from_secs(10) {
+        assert!(
+            job.running(),
+            "the job died with the server:\n{}",
+            job.log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let retries = metric(&job.metrics(), "ragstream_retries_total");
+    server.restart();
+    let back = Instant::now();
+    broker.produce(DOCS, &workload.batch(60));
+    wait_committed(&broker, GROUP, DOCS, PARTITIONS, &job);
+    let recovery = back.elapsed().as_secs_f64();
+    let metrics = job.metrics();
+    let dlq = metric(&metrics, "ragstream_dlq_records_total");
+    let upserted = metric(&metrics, "ragstream_chunks_upserted_total");
+    assert!(job.stop().success(), "{}", job.log());
+    let (lost, stale, example) = compare(
+        &workload.oracle.expected(&default_chunker()),
+        &server.contents(COLLECTION),
+    );
+    println!(
+        "FAULT Qdrant server SIGKILLed mid-stream, down 10 s: {} events; {upserted_at_kill} of {upserted} chunks written at the kill; {retries} retries while down; all committed {recovery:.1} s after the restart; lost {lost}, stale {stale}, DLQ {dlq}",
+        workload.produced
+    );
+    assert!(
+        retries > 0.0,
+        "nothing was retried: the kill missed the stream"
+    );
+    assert!(
+        upserted_at_kill < upserted,
+        "everything was written before the kill"
+    );
+    assert_eq!((lost, stale), (0, 0), "{example}");
+    assert_eq!(dlq, 0.0, "something only unavailable was dead-lettered");
+}
+
+/// Round trip of one `POST /query` in ms; the context must hold items.
+fn ask(job: &Job, id: &str, text: &str) -> f64 {
+    let body =
+        serde_json::json!({"query_id": id, "tenant": "squad", "text": text, "token_budget": 500})
+            .to_string();
+    let started = Instant::now();
+    let (status, answer) = http_post_json(job.http_port, "/query", &body).expect("query answered");
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    assert_eq!(status, 200, "{answer}");
+    let context: serde_json::Value = serde_json::from_str(&answer).expect("context JSON");
+    assert!(
+        context["items"]
+            .as_array()
+            .is_some_and(|items| !items.is_empty()),
+        "an empty context: {context}"
+    );
+    ms
+}
+
+#[test]
+fn a_slow_qdrant_server_slows_queries_and_loses_nothing() {
+    let Some(server) = QdrantServer::start() else {
+        return;
+    };
+    const GROUP: &str = "server-slow";
+    const COLLECTION: &str = "slow";
+    const DELAY: Duration = Duration::from_millis(100);
+    let proxy = DelayProxy::start(server.grpc_port());
+    let broker = setup();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut workload = Workload::new(37, 600);
+    broker.produce(DOCS, &workload.batch(60));
+    let mut job = Job::start(
+        dir.path(),
+        &server.index_config_at(&config(&broker, GROUP), COLLECTION, &proxy.url()),
+        1,
+    );
+    job.wait_ready(Duration::from_secs(60));
+    wait_committed(&broker, GROUP, DOCS, PARTITIONS, &job);
+    // Forty different questions, so no context comes from the job's cache.
+    let questions: Vec<String> = squad()
+        .iter()
+        .take(40)
+        .map(|p| {
+            p.text
+                .split_whitespace()
+                .take(8)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    let mut fast: Vec<f64> = questions[..20]
+        .iter()
+        .enumerate()
+        .map(|(i, q)| ask(&job, &format!("fast{i}"), q))
+        .collect();
+
+    // Every chunk of bytes to and from the server now waits 100 ms; events keep coming.
+    proxy.set_delay(DELAY);
+    let slowed = Instant::now();
+    broker.produce(DOCS, &workload.batch(100));
+    let mut slow: Vec<f64> = questions[20..]
+        .iter()
+        .enumerate()
+        .map(|(i, q)| ask(&job, &format!("slow{i}"), q))
+        .collect();
+    let upserted_slow = metric(&job.metrics(), "ragstream_chunks_upserted_total");
+    let slow_for = slowed.elapsed().as_secs_f64();
+    proxy.set_delay(Duration::ZERO);
+    wait_committed(&broker, GROUP, DOCS, PARTITIONS, &job);
+    let dlq = metric(&job.metrics(), "ragstream_dlq_records_total");
+    assert!(job.stop().success(), "{}", job.log());
+    let (lost, stale, example) = compare(
+        &workload.oracle.expected(&default_chunker()),
+        &server.contents(COLLECTION),
+    );
+    let (fast_p50, slow_p50) = (median(&mut fast), median(&mut slow));
+    let slow_max = slow.iter().copied().fold(0.0, f64::max);
+    println!(
+        "FAULT Qdrant server answering 100 ms late each way, {slow_for:.1} s: {} events; 20 queries answered, round trip p50 {fast_p50:.1} ms at full speed, p50 {slow_p50:.1} ms (max {slow_max:.0} ms) slowed, while {upserted_slow} chunks were written; lost {lost}, stale {stale}, DLQ {dlq}",
+        workload.produced
+    );
+    assert!(
+        slow_p50 > fast_p50 + DELAY.as_millis() as f64,
+        "the delay did not reach the queries"
+    );
+    assert_eq!((lost, stale), (0, 0), "{example}");
+    assert_eq!(dlq, 0.0);
+}
