@@ -1,7 +1,8 @@
 //! `ragstream bench load`: `POST /query` round trips while documents stream in at full embedding speed,
 //! against the same kind of queries with ingest idle, in one run of the job in this process.
 //!
-//! The job reads a fresh Kafka topic into a fresh embedded index with the configured embedder (the local
+//! The job reads a fresh Kafka topic into a fresh embedded index (or a fresh collection of the Qdrant
+//! server at `--index-url`) with the configured embedder (the local
 //! int8 model by default). One client sends queries one after another over HTTP; each pair of queries is
 //! a new question (embedded on the query path) and an earlier question at another budget (its vector
 //! comes from the job's embedding cache: no model on the path, and no context-cache hit).
@@ -36,6 +37,8 @@ pub struct LoadBench {
     pub queries: usize,
     /// Extra config lines (TOML, appended), e.g. `[embedder]\nthreads = 1`.
     pub config_extra: String,
+    /// A Qdrant server (gRPC URL) to index into, in a fresh collection, instead of an embedded index.
+    pub index_url: Option<String>,
 }
 
 /// Round trips of one phase: (new questions, cached vectors).
@@ -69,12 +72,17 @@ pub fn load(args: LoadBench) -> anyhow::Result<Value> {
     );
     let index = std::env::temp_dir().join(format!("ragstream-bench-load-{run}"));
     let config_path = std::env::temp_dir().join(format!("ragstream-bench-load-{run}.toml"));
+    let index_section = match &args.index_url {
+        Some(url) => {
+            format!("kind = \"server\"\nurl = {url:?}\ncollection = \"load_{run}\"")
+        }
+        None => format!("path = {:?}", index.display().to_string()),
+    };
     std::fs::write(
         &config_path,
         format!(
-            "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"{}\"\ndocuments_topic = \"load-docs-{run}\"\nqueries_topic = \"load-queries-{run}\"\ncontexts_topic = \"load-contexts-{run}\"\ndlq_topic = \"load-dlq-{run}\"\ngroup_id = \"load-{run}\"\n[index]\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = 1\n{}\n",
+            "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"{}\"\ndocuments_topic = \"load-docs-{run}\"\nqueries_topic = \"load-queries-{run}\"\ncontexts_topic = \"load-contexts-{run}\"\ndlq_topic = \"load-dlq-{run}\"\ngroup_id = \"load-{run}\"\n[index]\n{index_section}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = 1\n{}\n",
             args.brokers,
-            index.display().to_string(),
             args.config_extra,
         ),
     )?;
@@ -192,6 +200,7 @@ pub fn load(args: LoadBench) -> anyhow::Result<Value> {
     let p50 = |v: &[f64]| summary(v.to_vec())["p50_ms"].as_f64().unwrap_or(0.0);
     Ok(json!({
         "embedder": embedder,
+        "index": if args.index_url.is_some() { "qdrant server" } else { "embedded" },
         "documents": {"seed": args.seed, "streamed": rest.len()},
         "idle": {"with_query_embedding": summary(idle.embedded.clone()), "embedding_cached": summary(idle.cached.clone()), "job_latency_total": summary(idle.job_total.clone())},
         "loaded": {"with_query_embedding": summary(loaded.embedded.clone()), "embedding_cached": summary(loaded.cached.clone()), "job_latency_total": summary(loaded.job_total.clone())},

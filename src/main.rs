@@ -266,6 +266,9 @@ enum BenchCommand {
         /// Extra config (TOML), e.g. `[embedder] threads = 1` as "[embedder]\nthreads = 1".
         #[arg(long, default_value = "")]
         config_extra: String,
+        /// A Qdrant server (gRPC URL) to index into instead of a fresh embedded index.
+        #[arg(long, default_value = "")]
+        index_url: String,
     },
     /// Token counting, embedding-only and end-to-end Kafka ingest throughput, freshness, peak RSS.
     Ingest {
@@ -335,6 +338,7 @@ fn main() -> anyhow::Result<()> {
             seed,
             queries,
             config_extra,
+            index_url,
         }) => {
             let report = bench_load::load(bench_load::LoadBench {
                 corpus: data.corpus,
@@ -343,6 +347,7 @@ fn main() -> anyhow::Result<()> {
                 seed,
                 queries,
                 config_extra: config_extra.replace("\\n", "\n"),
+                index_url: (!index_url.is_empty()).then_some(index_url),
             })?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
