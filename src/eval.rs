@@ -28,8 +28,10 @@ use serde_json::{json, Value};
 
 /// Arguments of `ragstream eval`.
 pub struct EvalArgs {
-    /// `squad` or `scifact` (a directory under `data`).
+    /// `squad`, `scifact` or `cosqa` (a directory under `data`).
     pub dataset: String,
+    /// The document kind the corpus is indexed as (default: the dataset's own, `code` for CoSQA).
+    pub kind: Option<String>,
     /// The BEIR data root.
     pub data: PathBuf,
     /// Index directory (reused across runs).
@@ -42,6 +44,8 @@ pub struct EvalArgs {
     pub concurrency: usize,
     /// Where to write one line per question and budget (JSONL), if anywhere.
     pub details: Option<PathBuf>,
+    /// Extra configuration (TOML lines appended to the job's), e.g. `[query]\nadapt_fusion = false`.
+    pub config_extra: String,
 }
 
 /// One evaluation query: id, text, answer strings, graded relevant documents.
@@ -51,6 +55,29 @@ struct Dataset {
     tenant: String,
     corpus: PathBuf,
     queries: Vec<EvalQuery>,
+    /// The kind its documents are indexed as, and the extension their sources get.
+    kind: &'static str,
+    extension: &'static str,
+}
+
+/// Graded relevance per query from a BEIR qrels file (`query-id corpus-id score`, a header line).
+fn read_qrels(path: &Path) -> anyhow::Result<HashMap<String, BTreeMap<String, u32>>> {
+    let qrels =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut relevant: HashMap<String, BTreeMap<String, u32>> = HashMap::new();
+    for line in qrels.lines().skip(1) {
+        let fields: Vec<&str> = line.split('\t').collect();
+        if fields.len() == 3 {
+            let score: u32 = fields[2].trim().parse().unwrap_or(0);
+            if score > 0 {
+                relevant
+                    .entry(fields[0].to_string())
+                    .or_default()
+                    .insert(fields[1].to_string(), score);
+            }
+        }
+    }
+    Ok(relevant)
 }
 
 fn read_jsonl(path: &Path) -> anyhow::Result<Vec<Value>> {
@@ -93,25 +120,16 @@ fn dataset(args: &EvalArgs) -> anyhow::Result<Dataset> {
                 tenant: "squad".into(),
                 corpus: root.join("corpus.jsonl"),
                 queries,
+                kind: "prose",
+                extension: "",
             })
         }
-        "scifact" => {
-            let root = args.data.join("scifact");
-            let qrels = std::fs::read_to_string(root.join("qrels/train.tsv"))
-                .context("reading scifact qrels")?;
-            let mut relevant: HashMap<String, BTreeMap<String, u32>> = HashMap::new();
-            for line in qrels.lines().skip(1) {
-                let fields: Vec<&str> = line.split('\t').collect();
-                if fields.len() == 3 {
-                    let score: u32 = fields[2].trim().parse().unwrap_or(0);
-                    if score > 0 {
-                        relevant
-                            .entry(fields[0].to_string())
-                            .or_default()
-                            .insert(fields[1].to_string(), score);
-                    }
-                }
-            }
+        "scifact" | "cosqa" => {
+            let (root, qrels) = match args.dataset.as_str() {
+                "scifact" => (args.data.join("scifact"), "qrels/train.tsv"),
+                _ => (args.data.join("cosqa"), "qrels/dev.tsv"),
+            };
+            let relevant = read_qrels(&root.join(qrels))?;
             let queries = read_jsonl(&root.join("queries.jsonl"))?
                 .into_iter()
                 .filter_map(|q| {
@@ -120,18 +138,27 @@ fn dataset(args: &EvalArgs) -> anyhow::Result<Dataset> {
                     Some((id, str_of(&q, "text"), Vec::new(), judged))
                 })
                 .collect();
+            let code = args.dataset == "cosqa";
             Ok(Dataset {
-                tenant: "scifact".into(),
+                tenant: args.dataset.clone(),
                 corpus: root.join("corpus.jsonl"),
                 queries,
+                kind: if code { "code" } else { "prose" },
+                extension: if code { ".py" } else { "" },
             })
         }
-        other => bail!("unknown dataset {other:?} (squad or scifact)"),
+        other => bail!("unknown dataset {other:?} (squad, scifact or cosqa)"),
     }
 }
 
-/// Writes the corpus as document events (tenant = dataset, source = `<tenant>/<_id>`, kind prose).
-fn write_events(corpus: &Path, tenant: &str, out: &Path) -> anyhow::Result<usize> {
+/// Writes the corpus as document events (tenant = dataset, source = `<tenant>/<_id><extension>`, of
+/// `kind`).
+fn write_events(
+    corpus: &Path,
+    tenant: &str,
+    (kind, extension): (&str, &str),
+    out: &Path,
+) -> anyhow::Result<usize> {
     let docs = read_jsonl(corpus)?;
     let mut lines = String::new();
     for doc in &docs {
@@ -141,8 +168,8 @@ fn write_events(corpus: &Path, tenant: &str, out: &Path) -> anyhow::Result<usize
             "tenant": tenant,
             "doc_id": id,
             "version": 1,
-            "source": format!("{tenant}/{id}"),
-            "kind": "prose",
+            "source": format!("{tenant}/{id}{extension}"),
+            "kind": kind,
             "title": doc.get("title").and_then(Value::as_str).unwrap_or_default(),
             "text": doc.get("text").and_then(Value::as_str).unwrap_or_default(),
         });
@@ -224,14 +251,28 @@ fn answered(context: &str, answers: &[String]) -> bool {
     })
 }
 
-/// Packed item tokens ÷ tokens of their distinct sentences.
-fn redundancy(items: &[(String, String)], counter: TokenCounter) -> (usize, usize) {
+/// Packed item tokens ÷ tokens of their distinct sentences (of their distinct non-blank lines, for
+/// code: `by_lines`).
+fn redundancy(items: &[(String, String)], counter: TokenCounter, by_lines: bool) -> (usize, usize) {
     let mut seen = BTreeSet::new();
     let mut distinct = Vec::new();
     let mut packed = 0;
     for (_, text) in items {
         packed += counter.count(text);
-        for (a, b) in sentences(text) {
+        let units: Vec<(usize, usize)> = if by_lines {
+            let mut at = 0;
+            text.split_inclusive('\n')
+                .map(|line| {
+                    let span = (at, at + line.len());
+                    at += line.len();
+                    span
+                })
+                .filter(|&(a, b)| !text[a..b].trim().is_empty())
+                .collect()
+        } else {
+            sentences(text)
+        };
+        for (a, b) in units {
             let sentence = normalise(&text[a..b]);
             if seen.insert(sentence) {
                 distinct.push(&text[a..b]);
@@ -263,6 +304,8 @@ fn garbage(
 
 #[derive(Default)]
 struct Tally {
+    /// Redundancy counted by lines (code) rather than sentences.
+    by_lines: bool,
     answered: usize,
     overruns: usize,
     packed: usize,
@@ -294,7 +337,7 @@ impl Tally {
         if tokens_used > budget || counter.count_whole(context) > budget {
             self.overruns += 1;
         }
-        let (packed, distinct) = redundancy(items, counter);
+        let (packed, distinct) = redundancy(items, counter, self.by_lines);
         self.packed += packed;
         self.distinct += distinct;
         let (bad, total) = garbage(items, relevant, answers, counter);
@@ -409,13 +452,20 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
     let events_path = args
         .index
         .with_extension(format!("{}.events.jsonl", data.tenant));
-    let documents = write_events(&data.corpus, &data.tenant, &events_path)?;
+    let kind = args.kind.as_deref().unwrap_or(data.kind);
+    let documents = write_events(
+        &data.corpus,
+        &data.tenant,
+        (kind, data.extension),
+        &events_path,
+    )?;
     let config_path = args.index.with_extension("eval.toml");
     std::fs::write(&config_path, format!(
-        "[source]\nkind = \"jsonl\"\npath = {:?}\n[index]\nkind = \"edge\"\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = 1\nserve = true\ndlq_path = {:?}\n",
+        "[source]\nkind = \"jsonl\"\npath = {:?}\n[index]\nkind = \"edge\"\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = 1\nserve = true\ndlq_path = {:?}\n{}\n",
         events_path.display().to_string(),
         args.index.display().to_string(),
         args.index.with_extension("dlq.jsonl").display().to_string(),
+        args.config_extra,
     ))?;
     let config = Config::load(&config_path)?;
     assert_eq!(config.source.kind, SourceKind::Jsonl);
@@ -439,7 +489,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
 
     // 2. Queries through the real query flow.
     let mut budgets = args.budgets.clone();
-    let qrels_mode = data.tenant == "scifact";
+    let qrels_mode = data.tenant != "squad";
     if qrels_mode {
         budgets = vec![ragstream_operators::query::DEFAULT_BUDGET];
     }
@@ -516,6 +566,8 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
     // 4. Scores.
     let mut report = json!({
         "dataset": args.dataset,
+        "kind": kind,
+        "config_extra": args.config_extra,
         "documents": documents,
         "queries": queries.len(),
         "index_seconds": index_seconds,
@@ -604,7 +656,11 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
     let mut naive_by_budget = serde_json::Map::new();
     let mut details = String::new();
     for (bi, &budget) in budgets.iter().enumerate() {
-        let (mut ours, mut theirs) = (Tally::default(), Tally::default());
+        let tally = || Tally {
+            by_lines: kind == "code",
+            ..Tally::default()
+        };
+        let (mut ours, mut theirs) = (tally(), tally());
         for (qi, (_, _, answers, relevant)) in queries.iter().enumerate() {
             let (context, _) = &contexts[&(qi, bi)];
             let items: Vec<(String, String)> = context

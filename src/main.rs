@@ -104,9 +104,14 @@ enum Command {
     /// Retrieval and packing quality on a BEIR-layout dataset, through the real job, against a naive
     /// baseline measured in the same run.
     Eval {
-        /// `squad` (Answer Recall@Budget) or `scifact` (nDCG@10 with train qrels).
+        /// `squad` (Answer Recall@Budget), `scifact` (nDCG@10 with train qrels) or `cosqa` (nDCG@10
+        /// on code search, dev qrels).
         #[arg(long)]
         dataset: String,
+        /// Index the corpus as this document kind (`prose`, `code`, …) instead of the dataset's own
+        /// (`code` for CoSQA, `prose` for the others), to compare.
+        #[arg(long)]
+        kind: Option<String>,
         /// BEIR data root.
         #[arg(long, default_value = "../shared/data", env = "RAGSTREAM_DATA")]
         data: PathBuf,
@@ -129,6 +134,9 @@ enum Command {
         /// candidates with lane ranks and rerank factors, what was packed and why.
         #[arg(long)]
         details: Option<PathBuf>,
+        /// Extra config (TOML) for the job, e.g. "[query]\nadapt_fusion = false" to compare.
+        #[arg(long, default_value = "")]
+        config_extra: String,
     },
     /// Benchmarks (figures measured in one run on this machine).
     #[command(subcommand)]
@@ -432,6 +440,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Eval {
             dataset,
+            kind,
             data,
             index,
             limit,
@@ -439,15 +448,18 @@ fn main() -> anyhow::Result<()> {
             concurrency,
             out,
             details,
+            config_extra,
         } => {
             let report = eval::eval(eval::EvalArgs {
                 dataset,
+                kind,
                 data,
                 index,
                 limit,
                 budgets,
                 concurrency,
                 details,
+                config_extra: config_extra.replace("\\n", "\n"),
             })?;
             let text = serde_json::to_string_pretty(&report)?;
             if let Some(out) = out {

@@ -76,6 +76,8 @@ pub struct Metrics {
     pub bm25_corpus_chunks: IntGauge,
     /// Queries by intent.
     pub queries_by_intent: IntCounterVec,
+    /// Queries whose fusion the lanes' evidence changed, by rule ([`crate::query::adapt`]).
+    pub fusion_adapted: IntCounterVec,
     /// Fusion weight chosen per lane (`dense`, `bm25`).
     pub fusion_weight: HistogramVec,
     /// Token budget of bounded contexts.
@@ -156,6 +158,11 @@ impl Metrics {
                 "ragstream_queries_by_intent_total",
                 "Queries by the intent the analyzer chose.",
                 &["intent"],
+            ),
+            fusion_adapted: counter_vec(
+                "ragstream_fusion_adapted_total",
+                "Queries whose fusion weights the lanes' hits changed, by rule.",
+                &["rule"],
             ),
             fusion_weight: histogram_vec(
                 "ragstream_fusion_weight",

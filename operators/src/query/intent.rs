@@ -275,6 +275,7 @@ pub fn analyze(text: &str, bm25: &Bm25Encoder) -> Plan {
         terms,
         entities,
         dates,
+        lexical: 1.0,
     }
 }
 

@@ -8,6 +8,7 @@
 //! an index) plus a thin timely extension trait in [`ops`]. The records here are the wire contracts of
 //! the queries and contexts topics (ARCHITECTURE.md).
 
+pub mod adapt;
 pub mod cache;
 pub mod decode;
 pub mod dedup;
@@ -196,6 +197,14 @@ pub struct Plan {
     pub entities: Vec<String>,
     /// Years and date literals in the query.
     pub dates: Vec<String>,
+    /// Scale of the rerank's lexical features (1 but where [`adapt`] found the words of the query a
+    /// weak signal).
+    #[serde(default = "one")]
+    pub lexical: f32,
+}
+
+fn one() -> f32 {
+    1.0
 }
 
 /// Rank (1-based) and raw engine score of a candidate on one lane.
@@ -250,11 +259,11 @@ impl Candidate {
 /// Why a candidate left the pipeline, or what happened to it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
-    /// The point id.
+    /// The point id (empty for a decision about the whole query, such as adapted fusion weights).
     pub chunk_id: String,
     /// The step that decided (`fuse`, `dedup`, `mmr`, `pack`, …).
     pub step: std::borrow::Cow<'static, str>,
-    /// What it decided (`dropped`, `deferred`, `expanded`, `snippet`, `surrogate`, …).
+    /// What it decided (`adapted`, `dropped`, `deferred`, `expanded`, `snippet`, `surrogate`, …).
     pub action: std::borrow::Cow<'static, str>,
     /// Why.
     pub reason: String,
@@ -513,6 +522,8 @@ pub struct QueryConfig {
     pub max_query_bytes: usize,
     /// What a query without `acl` sees: `public` (chunks without labels) or `all`.
     pub absent_acl: AbsentAcl,
+    /// Let the lanes' hits change the intent's fusion weights ([`adapt`]); off: the intent's alone.
+    pub adapt_fusion: bool,
 }
 
 impl Default for QueryConfig {
@@ -531,6 +542,7 @@ impl Default for QueryConfig {
             consistency_timeout_ms: 10_000,
             max_query_bytes: 8192,
             absent_acl: AbsentAcl::Public,
+            adapt_fusion: true,
         }
     }
 }

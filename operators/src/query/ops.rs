@@ -23,6 +23,7 @@ use timely::dataflow::operators::vec::Broadcast;
 use timely::dataflow::operators::{Capability, Operator};
 use timely::dataflow::{ProbeHandle, StreamVec};
 
+use super::adapt::adapt;
 use super::cache::LruTtl;
 use super::decode::QueryError;
 use super::dedup::dedup;
@@ -39,8 +40,8 @@ use super::retrieve::{gather, pool_size, results_wanted, search_shard, QueryVect
 use crate::stage::{flat_map_stage, map_stage};
 
 use super::{
-    Candidate, Consistency, Context, Mode, Plan, Query, QueryConfig, Trace, TraceCandidate,
-    Watermark,
+    Candidate, Consistency, Context, Decision, Mode, Plan, Query, QueryConfig, Trace,
+    TraceCandidate, Watermark,
 };
 use crate::embed::service::{InferenceService, Priority, Ticket};
 use crate::ingest::dlq::DlqRecord;
@@ -599,6 +600,18 @@ fn step<'scope>(
 impl<'scope> AnswerSteps<'scope> for StreamVec<'scope, u64, Working> {
     fn fuse(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working> {
         step(self, "Fuse", move |working| {
+            if let Some(plan) = working.job.plan.as_mut().filter(|_| config.adapt_fusion) {
+                if let Some(reason) = adapt(plan, &working.answer.dense) {
+                    metrics()
+                        .fusion_adapted
+                        .with_label_values(&[plan.intent.as_str()])
+                        .inc();
+                    working
+                        .trace
+                        .decisions
+                        .push(Decision::new("", "fuse", "adapted", reason));
+                }
+            }
             let weights = working
                 .job
                 .plan

@@ -434,10 +434,10 @@ pub fn rerank(
         .max(f32::EPSILON);
     let lanes = lane_scores(candidates, plan);
     let weight = |name: &str| match name {
-        "term_recall" => config.term_recall,
-        "sentence_recall" => config.sentence_recall,
-        "term_precision" => config.term_precision,
-        "entity" => config.entity,
+        "term_recall" => config.term_recall * plan.lexical,
+        "sentence_recall" => config.sentence_recall * plan.lexical,
+        "term_precision" => config.term_precision * plan.lexical,
+        "entity" => config.entity * plan.lexical,
         "date" => config.date,
         _ => -config.distractor,
     };

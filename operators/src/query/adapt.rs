@@ -1,0 +1,125 @@
+//! Adapt: fusion weights that follow what the lanes found, not only the query's wording.
+//!
+//! The intent analyzer ([`super::intent`]) reads the query text alone. Once the lanes have answered,
+//! their hits are evidence too. The rule applied here, before fusion:
+//!
+//! **Code search.** A query in plain words (no identifier, no quoted phrase) whose dense lane's top
+//! [`HEAD`] hits are mostly source code (at least [`CODE_SHARE`] of them) is looking for code by what
+//! it does. Its words are seldom the code's own identifiers, so exact-term matching earns little: the
+//! intent becomes `code_search`, the lanes are weighted [`CODE_SEARCH`], and the rerank's lexical
+//! features (term recall and precision, sentence recall, entity coverage) are scaled by the BM25
+//! lane's share of the weights relative to an even split ([`Plan::lexical`]). A query that names an
+//! identifier keeps its intent: there, the code's own words are what it asks for.
+//!
+//! The decision and its figures go to the trace, and `ragstream_fusion_adapted_total{rule}` counts it.
+
+use super::{Plan, Weights};
+use crate::model::DocKind;
+use crate::store::Hit;
+
+/// Dense hits looked at.
+pub const HEAD: usize = 10;
+/// The share of them that must be code.
+pub const CODE_SHARE: f32 = 0.6;
+/// Lane weights of a code search.
+pub const CODE_SEARCH: Weights = Weights {
+    dense: 0.85,
+    bm25: 0.15,
+};
+
+/// Adapts `plan` to the dense lane's hits (best first); returns the reason when it changed it.
+pub fn adapt(plan: &mut Plan, dense: &[Hit]) -> Option<String> {
+    let exact = plan
+        .signals
+        .iter()
+        .any(|s| s == "identifier" || s == "quoted_phrase");
+    let head = &dense[..dense.len().min(HEAD)];
+    if exact || head.is_empty() {
+        return None;
+    }
+    let code = head
+        .iter()
+        .filter(|hit| hit.stored.chunk.kind == DocKind::Code)
+        .count();
+    if (code as f32) < CODE_SHARE * head.len() as f32 {
+        return None;
+    }
+    let before = plan.weights;
+    plan.intent = "code_search".into();
+    plan.signals.push("code_hits".into());
+    plan.weights = CODE_SEARCH;
+    plan.lexical = 2.0 * CODE_SEARCH.bm25 / (CODE_SEARCH.dense + CODE_SEARCH.bm25);
+    Some(format!(
+        "{code} of the dense lane's top {} hits are code and the query names no identifier: code search, lanes weighted dense {:.2} / BM25 {:.2} (were {:.2} / {:.2}), lexical rerank features x{:.2}",
+        head.len(),
+        plan.weights.dense,
+        plan.weights.bm25,
+        before.dense,
+        before.bm25,
+        plan.lexical
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::fuse::tests::stored;
+    use crate::query::intent::analyze;
+    use crate::store::Bm25Encoder;
+
+    fn hits(kinds: &[DocKind]) -> Vec<Hit> {
+        kinds
+            .iter()
+            .enumerate()
+            .map(|(i, kind)| {
+                let mut stored = stored(&format!("d{i}"), 0, "text");
+                stored.chunk.kind = *kind;
+                Hit {
+                    stored,
+                    score: 1.0 - i as f32 / 100.0,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn plain_words_over_code_hits_become_a_code_search() {
+        let mut plan = analyze(
+            "python check if a variable is iterable",
+            &Bm25Encoder::default(),
+        );
+        let mut kinds = vec![DocKind::Code; 6];
+        kinds.extend([DocKind::Prose; 4]);
+        let reason = adapt(&mut plan, &hits(&kinds)).expect("adapted");
+        assert_eq!(plan.intent, "code_search");
+        assert_eq!(plan.weights, CODE_SEARCH);
+        assert!((plan.lexical - 0.3).abs() < 1e-6, "{}", plan.lexical);
+        assert!(
+            reason.starts_with("6 of the dense lane's top 10 hits are code"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn prose_hits_identifiers_and_quotes_keep_the_intent() {
+        let bm25 = Bm25Encoder::default();
+        let mut kinds = vec![DocKind::Code; 5];
+        kinds.extend([DocKind::Markdown; 5]);
+        let mut mostly_prose = analyze("how to sort a list", &bm25);
+        let before = mostly_prose.clone();
+        assert_eq!(adapt(&mut mostly_prose, &hits(&kinds)), None);
+        assert_eq!(mostly_prose, before);
+        for text in ["where is parse_config called", "find \"sort order\" here"] {
+            let mut plan = analyze(text, &bm25);
+            let before = plan.clone();
+            assert_eq!(
+                adapt(&mut plan, &hits(&[DocKind::Code; 10])),
+                None,
+                "{text}"
+            );
+            assert_eq!(plan, before);
+        }
+        let mut empty = analyze("how to sort a list", &bm25);
+        assert_eq!(adapt(&mut empty, &[]), None);
+    }
+}
