@@ -7,25 +7,17 @@ use std::time::Duration;
 use super::common::broker::Broker;
 use super::common::job::{metric, Job};
 use super::common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
-use super::support::wait_committed;
+use super::support::{broker_with_topics, group_config, wait_committed, DOCS};
 
-const DOCS: &str = "docs";
-const DLQ: &str = "dlq";
 const PARTITIONS: i32 = 2;
 
 fn config(broker: &Broker, group: &str) -> String {
-    super::common::kafka_config(
-        &broker.bootstrap(),
-        &format!("documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{group}\""),
-        "",
-    )
+    group_config(broker, group, "", "")
 }
 
 #[test]
 fn redelivering_the_whole_topic_leaves_the_index_unchanged() {
-    let broker = Broker::start();
-    broker.create_topic(DOCS, PARTITIONS);
-    broker.create_topic(DLQ, 1);
+    let broker = broker_with_topics(PARTITIONS);
     let paragraphs: Vec<_> = squad().into_iter().take(80).collect();
     let mut oracle = Oracle::default();
     let mut events: Vec<_> = paragraphs

@@ -13,30 +13,22 @@ use super::common::broker::Broker;
 use super::common::job::{http_get, http_post_json, metric, metric_labeled, Job};
 use super::common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
 use super::common::qdrant::QdrantServer;
-use super::support::{embedder_section, lost_stale, wait_committed, EmbeddingServer, Workload};
+use super::support::{
+    broker_with_topics, embedder_section, group_config, lost_stale, wait_committed,
+    EmbeddingServer, Workload, DLQ, DOCS,
+};
 
-const DOCS: &str = "docs";
-const DLQ: &str = "dlq";
 const PARTITIONS: i32 = 2;
 
 /// librdkafka's prefetch is 4 MiB (these documents are ~1 KiB; the 64 MiB default is sized for 50 MB documents): while
 /// the index is down the workers do not poll, and the prefetch is what fills.
 /// `sections`: further TOML sections (the embedder).
 fn config(broker: &Broker, group: &str, sections: &str) -> String {
-    super::common::kafka_config(
-        &broker.bootstrap(),
-        &format!(
-            "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{group}\"\nprefetch_kbytes = 4096"
-        ),
-        sections,
-    )
+    group_config(broker, group, "prefetch_kbytes = 4096", sections)
 }
 
 fn setup() -> Broker {
-    let broker = Broker::start();
-    broker.create_topic(DOCS, PARTITIONS);
-    broker.create_topic(DLQ, 1);
-    broker
+    broker_with_topics(PARTITIONS)
 }
 
 #[test]

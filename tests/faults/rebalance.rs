@@ -10,20 +10,16 @@ use super::common::broker::Broker;
 use super::common::job::{metric, Job};
 use super::common::oracle::{compare, default_chunker};
 use super::common::qdrant::QdrantServer;
-use super::support::{lost_stale, wait_committed, Workload};
+use super::support::{
+    broker_with_topics, group_config, lost_stale, wait_committed, Workload, DOCS,
+};
 
-const DOCS: &str = "docs";
-const DLQ: &str = "dlq";
 const PARTITIONS: i32 = 4;
 const GROUP: &str = "rebalance";
 
-/// A job in the group (a dynamic member: it leaves the group at once when it stops).
-fn config(broker: &Broker) -> String {
-    super::common::kafka_config(
-        &broker.bootstrap(),
-        &format!("documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{GROUP}\""),
-        "",
-    )
+/// A job in `group` (a dynamic member: it leaves the group at once when it stops).
+fn config(broker: &Broker, group: &str) -> String {
+    group_config(broker, group, "", "")
 }
 
 /// Produces `total` events of `workload` in slices of 20, one slice every 250 ms (a stream, not a
@@ -43,27 +39,42 @@ fn stream(
     produced
 }
 
+/// Starts a second instance in `dir` with `config` and streams events until it has consumed 40 of
+/// them and 8 s have passed since it was ready (at most 400 events).
+fn join_mid_stream(
+    broker: &Broker,
+    workload: &mut Workload,
+    dir: &std::path::Path,
+    config: &str,
+) -> Job {
+    let mut second = Job::start(dir, config, 1);
+    second.wait_ready(Duration::from_secs(60));
+    let joined = Instant::now();
+    stream(broker, workload, 400, || {
+        metric(&second.metrics(), "ragstream_source_events_total") >= 40.0
+            && joined.elapsed() > Duration::from_secs(8)
+    });
+    second
+}
+
 #[test]
 fn an_instance_joining_and_leaving_mid_stream_loses_nothing() {
-    let broker = Broker::start();
-    broker.create_topic(DOCS, PARTITIONS);
-    broker.create_topic(DLQ, 1);
+    let broker = broker_with_topics(PARTITIONS);
     let mut workload = Workload::new(23, 900);
     broker.produce(DOCS, &workload.batch(100));
     let first_dir = tempfile::tempdir().expect("tempdir");
-    let mut first = Job::start(first_dir.path(), &config(&broker), 1);
+    let mut first = Job::start(first_dir.path(), &config(&broker, GROUP), 1);
     first.wait_ready(Duration::from_secs(60));
     wait_committed(&broker, GROUP, DOCS, PARTITIONS, &first);
 
     // A second instance joins while events stream in; it must take part.
     let second_dir = tempfile::tempdir().expect("tempdir");
-    let mut second = Job::start(second_dir.path(), &config(&broker), 1);
-    second.wait_ready(Duration::from_secs(60));
-    let joined = Instant::now();
-    stream(&broker, &mut workload, 400, || {
-        metric(&second.metrics(), "ragstream_source_events_total") >= 40.0
-            && joined.elapsed() > Duration::from_secs(8)
-    });
+    let mut second = join_mid_stream(
+        &broker,
+        &mut workload,
+        second_dir.path(),
+        &config(&broker, GROUP),
+    );
     wait_committed(&broker, GROUP, DOCS, PARTITIONS, &first);
     let second_consumed = metric(&second.metrics(), "ragstream_source_events_total");
     let second_upserted = metric(&second.metrics(), "ragstream_chunks_upserted_total");
@@ -106,19 +117,8 @@ fn two_instances_on_one_qdrant_collection_rebalance_without_stale_chunks() {
     };
     const SHARED_GROUP: &str = "rebalance-server";
     const COLLECTION: &str = "rebalance";
-    let broker = Broker::start();
-    broker.create_topic(DOCS, PARTITIONS);
-    broker.create_topic(DLQ, 1);
-    let config = server.index_config(
-        &super::common::kafka_config(
-            &broker.bootstrap(),
-            &format!(
-                "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{SHARED_GROUP}\""
-            ),
-            "",
-        ),
-        COLLECTION,
-    );
+    let broker = broker_with_topics(PARTITIONS);
+    let config = server.index_config(&config(&broker, SHARED_GROUP), COLLECTION);
     let mut workload = Workload::new(29, 120);
     broker.produce(DOCS, &workload.batch(100));
     let first_dir = tempfile::tempdir().expect("tempdir");
@@ -128,13 +128,7 @@ fn two_instances_on_one_qdrant_collection_rebalance_without_stale_chunks() {
 
     // The second instance joins while events stream in.
     let second_dir = tempfile::tempdir().expect("tempdir");
-    let mut second = Job::start(second_dir.path(), &config, 1);
-    second.wait_ready(Duration::from_secs(60));
-    let joined = Instant::now();
-    stream(&broker, &mut workload, 400, || {
-        metric(&second.metrics(), "ragstream_source_events_total") >= 40.0
-            && joined.elapsed() > Duration::from_secs(8)
-    });
+    let mut second = join_mid_stream(&broker, &mut workload, second_dir.path(), &config);
     wait_committed(&broker, SHARED_GROUP, DOCS, PARTITIONS, &first);
     let second_consumed = metric(&second.metrics(), "ragstream_source_events_total");
     let (lost_joined, stale_joined, example_joined) = compare(

@@ -9,25 +9,16 @@ use super::common::broker::Broker;
 use super::common::job::{http_post_json, metric, Job};
 use super::common::oracle::{compare, default_chunker, squad};
 use super::common::qdrant::{DelayProxy, QdrantServer};
-use super::support::{median, wait_committed, Workload};
+use super::support::{broker_with_topics, group_config, median, wait_committed, Workload, DOCS};
 
-const DOCS: &str = "docs";
-const DLQ: &str = "dlq";
 const PARTITIONS: i32 = 2;
 
 fn config(broker: &Broker, group: &str) -> String {
-    super::common::kafka_config(
-        &broker.bootstrap(),
-        &format!("documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{group}\""),
-        "",
-    )
+    group_config(broker, group, "", "")
 }
 
 fn setup() -> Broker {
-    let broker = Broker::start();
-    broker.create_topic(DOCS, PARTITIONS);
-    broker.create_topic(DLQ, 1);
-    broker
+    broker_with_topics(PARTITIONS)
 }
 
 #[test]

@@ -12,6 +12,31 @@ use super::common::broker::Broker;
 use super::common::job::Job;
 use super::common::oracle::{compare, default_chunker, index_contents, squad, Oracle, Paragraph};
 
+/// The documents topic of the fault cases.
+pub const DOCS: &str = "docs";
+/// Their dead-letter topic.
+pub const DLQ: &str = "dlq";
+
+/// A broker with the documents topic (`partitions` partitions) and the DLQ topic.
+pub fn broker_with_topics(partitions: i32) -> Broker {
+    let broker = Broker::start();
+    broker.create_topic(DOCS, partitions);
+    broker.create_topic(DLQ, 1);
+    broker
+}
+
+/// A job reading [`DOCS`] as `group` and dead-lettering to [`DLQ`]; `kafka`: further `[kafka]` lines,
+/// `sections`: further TOML sections.
+pub fn group_config(broker: &Broker, group: &str, kafka: &str, sections: &str) -> String {
+    super::common::kafka_config(
+        &broker.bootstrap(),
+        &format!(
+            "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{group}\"\n{kafka}"
+        ),
+        sections,
+    )
+}
+
 /// Waits until `group` committed the high watermark of every partition of `topic`; returns seconds.
 pub fn wait_committed(
     broker: &Broker,
