@@ -73,9 +73,14 @@ impl QdrantServer {
         self.grpc_port
     }
 
+    /// Waits until `/readyz` answers 200 and the gRPC port (what the job and the store use) accepts
+    /// connections: after a restart the HTTP side can be ready first.
     fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while http_get(self.http_port, "/readyz").map(|(status, _)| status) != Some(200) {
+        let grpc_up = || std::net::TcpStream::connect(("127.0.0.1", self.grpc_port)).is_ok();
+        while http_get(self.http_port, "/readyz").map(|(status, _)| status) != Some(200)
+            || !grpc_up()
+        {
             assert!(
                 Instant::now() < deadline,
                 "qdrant not ready; log: {}",
