@@ -88,7 +88,7 @@ pub fn load(args: LoadBench) -> anyhow::Result<Value> {
     )?;
     let config = Config::load(&config_path)?;
     config.validate()?;
-    let embedder = json!({"kind": format!("{:?}", config.embedder.kind), "precision": format!("{:?}", config.embedder.precision), "threads": config.embedder.threads, "slice_word_pieces": config.embedder.slice_word_pieces});
+    let embedder = json!({"kind": format!("{:?}", config.embedder.kind), "precision": format!("{:?}", config.embedder.precision), "threads": config.embedder.threads, "executors": config.embedder.executors(), "query_executor": config.embedder.query_executor(), "slice_word_pieces": config.embedder.slice_word_pieces});
     ragstream_operators::io::kafka_admin::ensure_topics(
         &config.kafka.client_config(),
         &[(format!("load-docs-{run}").as_str(), 1)],

@@ -79,15 +79,17 @@ pub fn embedder(config: &Config) -> anyhow::Result<Box<dyn Embedder>> {
 }
 
 /// Starts the process's inference service: `embedder.executors` instances of the configured embedder
-/// on threads of their own.
+/// on threads of their own, and one more for queries when `embedder.query_executor` is on.
 pub fn inference_service(config: &Config) -> anyhow::Result<InferenceService> {
-    let executors = (0..config.embedder.executors())
+    let query_executor = config.embedder.query_executor();
+    let executors = (0..config.embedder.executors() + usize::from(query_executor))
         .map(|_| embedder(config))
         .collect::<anyhow::Result<Vec<_>>>()?;
     Ok(InferenceService::start(
         executors,
         ServiceConfig {
             slice_word_pieces: config.embedder.slice_word_pieces,
+            query_executor,
             ..ServiceConfig::default()
         },
     )?)

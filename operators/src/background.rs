@@ -24,7 +24,7 @@ use crate::metrics::metrics;
 pub const HELPER_NICE: i32 = 5;
 
 /// Lowers the calling thread's CPU priority to [`HELPER_NICE`] (Linux: nice is a thread's own).
-fn lower_priority() {
+pub(crate) fn lower_priority() {
     #[cfg(target_os = "linux")]
     // SAFETY: `gettid` has no preconditions; `setpriority` on the caller's own thread id only
     // changes that thread's nice value (raising it needs no privilege).

@@ -308,10 +308,15 @@ pub struct EmbedderConfig {
     /// (minilm): faster inference, at the price of cycles the dataflow workers could use.
     #[serde(default = "default_spinning")]
     pub spinning: bool,
-    /// Embedders the inference service runs side by side: model instances (minilm, default 1: the
-    /// runtime's own threads parallelise one) or concurrent requests (http, default 4).
+    /// Embedders the inference service runs side by side for ingest: model instances of `threads`
+    /// threads each (minilm, default one per core, at most 4) or concurrent requests (http, default 4).
     #[serde(default)]
     pub executors: Option<usize>,
+    /// One more executor that serves queries only, while the others serve ingest only at a lower CPU
+    /// priority, so a query never waits behind an ingest slice (minilm default true: one more model
+    /// instance, ~135 MiB; http default false: queries go first among the concurrent requests).
+    #[serde(default)]
+    pub query_executor: Option<bool>,
     /// Estimated word pieces per ingest slice: a query waits behind at most one slice of model time.
     #[serde(default = "default_slice_word_pieces")]
     pub slice_word_pieces: usize,
@@ -330,9 +335,10 @@ pub enum EmbedderPrecision {
 fn default_precision() -> EmbedderPrecision {
     EmbedderPrecision::Int8
 }
-/// Chosen on 2 cores with `bench load` (BENCHMARKS.md, "Query latency under ingest"; README).
+/// One thread an executor, an executor a core: chosen on 2 cores with `bench ingest` and `bench load`
+/// (BENCHMARKS.md, "Executors of one thread and a query executor"; README).
 fn default_inference_threads() -> usize {
-    2
+    1
 }
 /// Chosen on 2 cores with `bench load` (BENCHMARKS.md, "Query latency under ingest"; README).
 fn default_spinning() -> bool {
@@ -401,14 +407,22 @@ impl EmbedderConfig {
         cache.join("onnxruntime/libonnxruntime.so")
     }
 
-    /// Executors of the inference service.
+    /// Ingest executors of the inference service.
     pub fn executors(&self) -> usize {
         self.executors
             .unwrap_or(match self.kind {
-                EmbedderKind::Minilm => 1,
+                EmbedderKind::Minilm => std::thread::available_parallelism()
+                    .map_or(1, |cores| cores.get())
+                    .min(4),
                 EmbedderKind::Http => 4,
             })
             .max(1)
+    }
+
+    /// Whether the inference service has an executor of its own for queries.
+    pub fn query_executor(&self) -> bool {
+        self.query_executor
+            .unwrap_or(self.kind == EmbedderKind::Minilm)
     }
 }
 

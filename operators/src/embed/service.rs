@@ -10,6 +10,12 @@
 //!   them, in one call) before any ingest work. Ingest requests are cut into slices of about
 //!   `slice_word_pieces` word pieces (estimated from the text length), so a query arriving while the model
 //!   runs waits at most one slice.
+//! - **Or a query executor of its own** ([`ServiceConfig::query_executor`]): the last executor takes
+//!   only queries and the others only ingest slices, on threads at a lower CPU priority
+//!   ([`HELPER_NICE`](crate::background::HELPER_NICE) on Linux). A query then waits behind no slice at
+//!   all, and where the cores are short the scheduler runs it (and the worker) before ingest.
+//! - **Every executor busy while there is work:** a submit wakes one executor, and an executor that
+//!   takes work while more is waiting wakes the next.
 //! - **Order.** Each request's vectors come back in the order of its texts. An ingest request's texts are
 //!   embedded shortest first (slices of similar lengths pad little), and its ticket completes only when
 //!   all of them are embedded.
@@ -53,6 +59,9 @@ pub struct ServiceConfig {
     pub slice_word_pieces: usize,
     /// Most query requests embedded together in one call.
     pub query_batch: usize,
+    /// The last executor serves queries only; the others serve ingest only, at a lower CPU priority
+    /// (needs at least two executors; with one it is ignored).
+    pub query_executor: bool,
 }
 
 impl Default for ServiceConfig {
@@ -60,6 +69,7 @@ impl Default for ServiceConfig {
         Self {
             slice_word_pieces: DEFAULT_SLICE_WORD_PIECES,
             query_batch: 32,
+            query_executor: false,
         }
     }
 }
@@ -149,6 +159,13 @@ struct Request {
     word_pieces: usize,
 }
 
+impl Request {
+    /// Whether texts of this request wait for an executor (never handed out, or handed back).
+    fn has_slices(&self) -> bool {
+        !self.retry.is_empty() || self.next < self.order.len()
+    }
+}
+
 #[derive(Default)]
 struct Queues {
     query: VecDeque<Request>,
@@ -162,8 +179,33 @@ struct Queues {
 
 struct Shared {
     queues: Mutex<Queues>,
+    /// Wakes the executors that take ingest work (and queries, without a query executor).
     work: Condvar,
+    /// Wakes the query executor.
+    query_work: Condvar,
     config: ServiceConfig,
+}
+
+/// What an executor takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Queries first, then ingest slices.
+    Both,
+    /// Ingest slices only (beside a query executor), at a lower CPU priority.
+    Ingest,
+    /// Queries only.
+    Query,
+}
+
+impl Shared {
+    /// Wakes an executor that takes queries.
+    fn wake_for_queries(&self) {
+        if self.config.query_executor {
+            self.query_work.notify_one();
+        } else {
+            self.work.notify_one();
+        }
+    }
 }
 
 /// Stops the executors when the last handle goes.
@@ -176,6 +218,7 @@ impl Drop for Owner {
     fn drop(&mut self) {
         lock(&self.shared.queues).stopping = true;
         self.shared.work.notify_all();
+        self.shared.query_work.notify_all();
         for thread in lock(&self.threads).drain(..) {
             let _ = thread.join();
         }
@@ -237,19 +280,27 @@ impl InferenceService {
                 ..Queues::default()
             }),
             work: Condvar::new(),
+            query_work: Condvar::new(),
             config: ServiceConfig {
                 slice_word_pieces: config.slice_word_pieces.max(1),
                 query_batch: config.query_batch.max(1),
+                query_executor: config.query_executor && executors.len() > 1,
             },
         });
+        let last = executors.len() - 1;
         let threads = executors
             .into_iter()
             .enumerate()
             .map(|(index, embedder)| {
                 let shared = shared.clone();
+                let (role, name) = match shared.config.query_executor {
+                    false => (Role::Both, format!("ragstream-embed-{index}")),
+                    true if index == last => (Role::Query, "ragstream-embed-query".to_string()),
+                    true => (Role::Ingest, format!("ragstream-embed-{index}")),
+                };
                 std::thread::Builder::new()
-                    .name(format!("ragstream-embed-{index}"))
-                    .spawn(move || run_executor(&shared, embedder))
+                    .name(name)
+                    .spawn(move || run_executor(&shared, embedder, role))
                     .map_err(|e| EmbedError::Load {
                         path: String::new(),
                         message: format!("cannot start an inference thread: {e}"),
@@ -313,7 +364,10 @@ impl InferenceService {
             Priority::Ingest => queues.ingest.push_back(request),
         }
         drop(queues);
-        self.shared.work.notify_one();
+        match priority {
+            Priority::Query => self.shared.wake_for_queries(),
+            Priority::Ingest => self.shared.work.notify_one(),
+        }
         ticket
     }
 
@@ -334,33 +388,48 @@ impl InferenceService {
     }
 }
 
-/// The next work for an executor, or `None` when the service stops.
-fn next_work(shared: &Shared) -> Option<Work> {
+/// The next work for an executor of `role`, or `None` when the service stops.
+fn next_work(shared: &Shared, role: Role) -> Option<Work> {
+    let condvar = match role {
+        Role::Query => &shared.query_work,
+        Role::Both | Role::Ingest => &shared.work,
+    };
     let mut queues = lock(&shared.queues);
     loop {
         if queues.stopping {
             return None;
         }
-        if !queues.query.is_empty() {
-            let take = queues.query.len().min(shared.config.query_batch);
-            return Some(Work::Queries(queues.query.drain(..take).collect()));
-        }
         let now = Instant::now();
-        let paused_until = queues.backoff_until.filter(|&until| until > now);
-        if paused_until.is_none() {
-            if let Some(work) = take_slice(&mut queues.ingest, shared.config.slice_word_pieces) {
-                return Some(work);
+        let paused_until = queues
+            .backoff_until
+            .filter(|&until| until > now && role != Role::Query);
+        let work = if !queues.query.is_empty() && role != Role::Ingest {
+            let take = queues.query.len().min(shared.config.query_batch);
+            Some(Work::Queries(queues.query.drain(..take).collect()))
+        } else if paused_until.is_none() && role != Role::Query {
+            take_slice(&mut queues.ingest, shared.config.slice_word_pieces)
+        } else {
+            None
+        };
+        if let Some(work) = work {
+            // A submit wakes one executor: with work left, this one passes the wake on, so every
+            // executor is busy while there is work (not only after the next submit).
+            if !queues.query.is_empty() {
+                shared.wake_for_queries();
             }
+            if paused_until.is_none() && queues.ingest.iter().any(Request::has_slices) {
+                shared.work.notify_one();
+            }
+            return Some(work);
         }
         queues = match paused_until {
             Some(until) => {
-                shared
-                    .work
+                condvar
                     .wait_timeout(queues, until - now)
                     .unwrap_or_else(|e| e.into_inner())
                     .0
             }
-            None => shared.work.wait(queues).unwrap_or_else(|e| e.into_inner()),
+            None => condvar.wait(queues).unwrap_or_else(|e| e.into_inner()),
         };
     }
 }
@@ -368,9 +437,7 @@ fn next_work(shared: &Shared) -> Option<Work> {
 /// About `budget` estimated word pieces (at least one text) from the first ingest request with texts
 /// not yet handed out.
 fn take_slice(ingest: &mut VecDeque<Request>, budget: usize) -> Option<Work> {
-    let request = ingest
-        .iter_mut()
-        .find(|r| !r.retry.is_empty() || r.next < r.order.len())?;
+    let request = ingest.iter_mut().find(|r| r.has_slices())?;
     let positions = match request.retry.pop() {
         Some(positions) => positions,
         None => {
@@ -395,8 +462,11 @@ fn take_slice(ingest: &mut VecDeque<Request>, budget: usize) -> Option<Work> {
     })
 }
 
-fn run_executor(shared: &Shared, mut embedder: Box<dyn Embedder>) {
-    while let Some(work) = next_work(shared) {
+fn run_executor(shared: &Shared, mut embedder: Box<dyn Embedder>, role: Role) {
+    if role == Role::Ingest {
+        crate::background::lower_priority();
+    }
+    while let Some(work) = next_work(shared, role) {
         match work {
             Work::Queries(requests) => run_queries(embedder.as_mut(), requests),
             Work::Slice {
@@ -539,6 +609,30 @@ mod tests {
         poison: Option<&'static str>,
         /// Holds each call this long.
         delay: Duration,
+        /// Calls running now, and the most that ever ran at once.
+        running: Arc<AtomicUsize>,
+        most_running: Arc<AtomicUsize>,
+        /// Calls without [`QUERY`] wait until this is opened (set to true).
+        gate: Option<Arc<(Mutex<bool>, Condvar)>>,
+        /// Per call: the thread's name and, on Linux, its nice value.
+        callers: Arc<Mutex<Vec<(String, i32, Vec<String>)>>>,
+    }
+
+    const QUERY: &str = "the query";
+
+    fn open(gate: &(Mutex<bool>, Condvar)) {
+        *lock(&gate.0) = true;
+        gate.1.notify_all();
+    }
+
+    #[cfg(target_os = "linux")]
+    fn own_nice() -> i32 {
+        // SAFETY: `gettid` has no preconditions; `getpriority` only reads the thread's nice value.
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+    }
+    #[cfg(not(target_os = "linux"))]
+    fn own_nice() -> i32 {
+        0
     }
 
     impl Embedder for Scripted {
@@ -549,7 +643,24 @@ mod tests {
             2
         }
         fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            lock(&self.callers).push((
+                std::thread::current()
+                    .name()
+                    .unwrap_or_default()
+                    .to_string(),
+                own_nice(),
+                texts.iter().map(|t| t.to_string()).collect(),
+            ));
+            if let Some(gate) = self.gate.as_ref().filter(|_| !texts.contains(&QUERY)) {
+                let mut open = lock(&gate.0);
+                while !*open {
+                    open = gate.1.wait(open).unwrap_or_else(|e| e.into_inner());
+                }
+            }
+            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_running.fetch_max(now, Ordering::SeqCst);
             std::thread::sleep(self.delay);
+            self.running.fetch_sub(1, Ordering::SeqCst);
             let mut calls = lock(&self.calls);
             let call = calls.len();
             calls.push(texts.iter().map(|t| t.to_string()).collect());
@@ -579,7 +690,60 @@ mod tests {
         ServiceConfig {
             slice_word_pieces: slice,
             query_batch: 8,
+            query_executor: false,
         }
+    }
+
+    #[test]
+    fn a_query_executor_answers_while_every_ingest_executor_is_busy() {
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let embedder = Scripted {
+            gate: Some(gate.clone()),
+            ..Scripted::default()
+        };
+        let executors: Vec<Box<dyn Embedder>> = (0..3)
+            .map(|_| Box::new(embedder.clone()) as Box<dyn Embedder>)
+            .collect();
+        let service = InferenceService::start(
+            executors,
+            ServiceConfig {
+                query_executor: true,
+                ..config(1)
+            },
+        )
+        .unwrap();
+        let ingest = service.submit(texts(&[10; 6]), Priority::Ingest, || {});
+        // Both ingest executors are inside a slice that cannot finish until the gate opens.
+        while lock(&embedder.callers).len() < 2 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let (done, answered) = std::sync::mpsc::channel();
+        let query = service.submit(vec![QUERY.into()], Priority::Query, move || {
+            let _ = done.send(());
+        });
+        let waited = answered.recv_timeout(Duration::from_secs(10));
+        open(&gate);
+        assert!(waited.is_ok(), "the query was answered behind no slice");
+        assert_eq!(query.try_take().unwrap().unwrap().vectors.len(), 1);
+        assert_eq!(ingest.wait().unwrap().vectors.len(), 6);
+        let callers = lock(&embedder.callers).clone();
+        for (thread, nice, texts) in &callers {
+            if texts.iter().any(|t| t == QUERY) {
+                assert_eq!(thread, "ragstream-embed-query");
+            } else {
+                assert_ne!(
+                    thread, "ragstream-embed-query",
+                    "ingest ran on the query executor"
+                );
+                if cfg!(target_os = "linux") {
+                    assert!(
+                        *nice >= crate::background::HELPER_NICE,
+                        "ingest at nice {nice}"
+                    );
+                }
+            }
+        }
+        assert_eq!(callers.len(), 7, "six slices of one text and the query");
     }
 
     #[test]
@@ -692,6 +856,8 @@ mod tests {
             .map(|_| Box::new(embedder.clone()) as Box<dyn Embedder>)
             .collect();
         let service = InferenceService::start(executors, config(1)).unwrap();
+        // The executors are waiting for work before it comes.
+        std::thread::sleep(Duration::from_millis(50));
         let lengths: Vec<usize> = (1..=30).collect();
         let vectors = service
             .embed_blocking(texts(&lengths), Priority::Ingest)
@@ -702,5 +868,11 @@ mod tests {
             lengths
         );
         assert_eq!(lock(&embedder.calls).len(), 30, "one text per slice");
+        // One submit wakes one executor; the one that takes work wakes the next while work is left.
+        assert_eq!(
+            embedder.most_running.load(Ordering::SeqCst),
+            3,
+            "all three executors worked on the one request at once"
+        );
     }
 }

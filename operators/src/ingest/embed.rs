@@ -417,6 +417,7 @@ mod tests {
             ServiceConfig {
                 slice_word_pieces: slice,
                 query_batch: 8,
+                query_executor: false,
             },
         )
         .unwrap()
