@@ -36,6 +36,8 @@ echo "== format"
 cargo fmt --all --check
 echo "== deployment files (Dockerfile, compose, Kubernetes manifests; offline)"
 deploy/scripts/check-deploy.sh
+echo "== layers (core < operators < topologies < binary)"
+deploy/scripts/check-layers.sh
 echo "== tests"
 # Integration tests start brokers and jobs: one test binary at a time, one test at a time inside them.
 # RAGSTREAM_FAULTS_LONG=1 runs the long variants of the fault suite (a 10-minute overload soak).

@@ -1,8 +1,12 @@
-//! ragstream operators.
+//! ragstream operators: the timely operators and the adapters to the outside world (Kafka, the two
+//! index backends, the embedders).
 //!
-//! Each operator is a pure core (plain Rust, unit-tested without timely, Kafka or Qdrant) plus a thin
-//! timely extension trait that wires it into a stream. Wiring lives in the `ragstream-topologies` crate.
+//! Each operator is a thin timely extension trait over a pure step of `ragstream-core` (records, tokens,
+//! chunkers, query steps, the embedder and vector-store contracts; re-exported here under the same
+//! paths). Wiring lives in the `ragstream-topologies` crate.
 #![forbid(missing_docs)]
+
+pub use ragstream_core::{model, tokens, wire};
 
 pub mod activations;
 pub mod background;
@@ -11,12 +15,9 @@ pub mod faults;
 pub mod ingest;
 pub mod io;
 pub mod metrics;
-pub mod model;
 pub mod query;
 pub mod stage;
 pub mod store;
-pub mod tokens;
-pub mod wire;
 
 /// Milliseconds since the Unix epoch: the dataflow's time domain.
 pub fn now_millis() -> u64 {

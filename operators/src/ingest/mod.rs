@@ -5,11 +5,10 @@
 //!    └──────────────────────────────────────── DLQ records ──────────────────────────────────────┴──► DlqWrite ─► ack probe
 //! ```
 
-pub mod chunk;
+pub use ragstream_core::ingest::{chunk, decode, dlq};
+
 pub mod chunk_op;
-pub mod decode;
 pub mod diff;
-pub mod dlq;
 pub mod embed;
 pub mod guard;
 pub mod hydrate;

@@ -216,7 +216,7 @@ pub fn gather(answers: Vec<ShardAnswer>, pool: usize) -> ShardAnswer {
 mod tests {
     use super::*;
     use crate::query::decode::decode_query;
-    use crate::query::fuse::tests::stored;
+    use ragstream_core::testing::stored;
 
     #[test]
     fn filters_and_sizes() {

@@ -2,54 +2,9 @@
 //! Qdrant server when `QDRANT_URL` is set).
 
 use super::*;
-use crate::ingest::chunk::content_hash;
+use crate::model::DocKind;
 
-/// Vector dimension used by the contract.
-pub const DIMENSION: usize = 8;
-
-fn unit(axis: usize) -> Vec<f32> {
-    let mut v = vec![0.01; DIMENSION];
-    v[axis % DIMENSION] = 1.0;
-    super::super::embed::l2_normalize(&mut v);
-    v
-}
-
-/// A point for `tenant/doc_id` with `text`, its dense vector on an axis derived from the text.
-pub fn sample_point(
-    tenant: &str,
-    doc_id: &str,
-    version: u64,
-    text: &str,
-    acl: &[&str],
-) -> PointWrite {
-    let mut chunk = Chunk {
-        order_index: 0,
-        section_path: vec!["Section".into()],
-        header: "Section".into(),
-        doc_title: doc_id.into(),
-        source: format!("docs/{doc_id}"),
-        kind: DocKind::Prose,
-        lines: (1, 1),
-        char_range: (0, text.len() as u32),
-        tokens: 3,
-        content_hash: String::new(),
-        occurrence: 0,
-        acl: acl.iter().map(|s| s.to_string()).collect(),
-        text: text.into(),
-    };
-    chunk.content_hash = content_hash(&chunk);
-    let axis = text.bytes().map(usize::from).sum::<usize>();
-    let key = DocKey::new(tenant, doc_id);
-    PointWrite {
-        id: chunk.point_id(&key),
-        key,
-        version,
-        sparse: Bm25Encoder::default().encode_document(&chunk.embedding_input()),
-        dense: unit(axis),
-        chunk,
-        embedder_version: "test-embedder".into(),
-    }
-}
+pub use ragstream_core::testing::{sample_point, DIMENSION};
 
 fn ids(hits: &[Hit]) -> Vec<String> {
     hits.iter()

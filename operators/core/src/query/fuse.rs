@@ -105,38 +105,7 @@ pub fn sort_by_score(candidates: &mut [Candidate]) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::model::{Chunk, DocKey, DocKind};
-    use crate::store::StoredChunk;
-
-    /// A stored chunk of `doc` at `order` with `text`.
-    pub fn stored(doc: &str, order: u32, text: &str) -> StoredChunk {
-        let start = order * 1000;
-        StoredChunk {
-            id: uuid::Uuid::new_v5(
-                &uuid::Uuid::NAMESPACE_OID,
-                format!("{doc}#{order}").as_bytes(),
-            ),
-            key: DocKey::new("t", doc),
-            version: 1,
-            embedder_version: "test".into(),
-            chunk: Chunk {
-                order_index: order,
-                section_path: vec![format!("{doc} section {order}")],
-                header: format!("{doc} section {order}"),
-                doc_title: format!("Title of {doc}"),
-                source: format!("src/{doc}.md"),
-                kind: DocKind::Prose,
-                lines: (order * 10 + 1, order * 10 + 9),
-                char_range: (start, start + text.len() as u32),
-                tokens: crate::tokens::TokenCounter::new(crate::tokens::Encoding::O200kBase)
-                    .count(text) as u32,
-                content_hash: blake3::hash(text.as_bytes()).to_hex().to_string(),
-                occurrence: 0,
-                acl: vec![],
-                text: text.into(),
-            },
-        }
-    }
+    pub use crate::testing::stored;
 
     fn hit(doc: &str, order: u32, score: f32) -> Hit {
         Hit {

@@ -1,0 +1,568 @@
+//! The query side: one query event in, one context out.
+//!
+//! ```text
+//! Decode ─► Intent ─► Retrieve (dense ∥ BM25, every shard) ─► gather by query id ─► Fuse ─► Rerank ─► Dedup ─► Mmr ─► Pack
+//! ```
+//!
+//! Each step is a pure function over plain values (unit- and property-tested without timely, Kafka or
+//! an index); the timely operators that run them are in `ragstream-operators` (`query::ops`,
+//! `query::retrieve`). The records here are the wire contracts of the queries and contexts topics
+//! (ARCHITECTURE.md).
+
+pub mod adapt;
+pub mod cache;
+pub mod decode;
+pub mod dedup;
+pub mod fuse;
+pub mod intent;
+pub mod mmr;
+pub mod modes;
+pub mod pack;
+pub mod rerank;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::DocKind;
+use crate::store::StoredChunk;
+
+/// Default token budget of a bounded context.
+pub const DEFAULT_BUDGET: usize = 3000;
+/// Default number of results.
+pub const DEFAULT_K: usize = 10;
+/// Most results of a `deep` query.
+pub const DEEP_MAX_K: usize = 50;
+
+/// What a query asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// A context packed into the token budget (the default).
+    #[default]
+    Bounded,
+    /// Full chunk texts of up to 50 results, no budget.
+    Deep,
+    /// The full text of one chunk (the query text is its id).
+    ReadChunk,
+    /// The tenant's documents with their chunk counts.
+    ListSources,
+    /// Files ranked by the concentration of chunk hits.
+    Files,
+    /// SQL schema tables: qualified names, row counts, columns and types.
+    SqlCompact,
+    /// SQL schema tables with distributions and up to 5 sample rows.
+    SqlFull,
+}
+
+impl Mode {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Bounded => "bounded",
+            Mode::Deep => "deep",
+            Mode::ReadChunk => "read_chunk",
+            Mode::ListSources => "list_sources",
+            Mode::Files => "files",
+            Mode::SqlCompact => "sql_compact",
+            Mode::SqlFull => "sql_full",
+        }
+    }
+
+    /// Whether the mode retrieves candidates with the query text.
+    pub fn retrieves(self) -> bool {
+        !matches!(self, Mode::ReadChunk | Mode::ListSources)
+    }
+}
+
+/// How fresh the index must be for a query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Consistency {
+    /// Whatever the index holds now.
+    #[default]
+    Eventual,
+    /// Wait until every document event written before the query arrived is indexed.
+    ReadYourWrites,
+}
+
+/// Filters applied inside the index query.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueryFilters {
+    /// Only sources under this path prefix (whole path components: `docs/` matches `docs/a.md`).
+    #[serde(default)]
+    pub source_prefix: Option<String>,
+    /// Only these kinds.
+    #[serde(default)]
+    pub kinds: Vec<DocKind>,
+    /// Only these documents.
+    #[serde(default)]
+    pub doc_ids: Vec<String>,
+}
+
+/// Prompt parts that share the model's context window with the packed context.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prompt {
+    /// System prompt.
+    #[serde(default)]
+    pub system: String,
+    /// Prompt template (without the context).
+    #[serde(default)]
+    pub template: String,
+    /// Conversation history.
+    #[serde(default)]
+    pub history: Vec<String>,
+}
+
+/// A query event (the queries topic's value, or the body of `POST /query`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Query {
+    /// Caller-chosen id; the context is keyed by it.
+    pub query_id: String,
+    /// The tenant whose documents are searched (nothing else is ever visible).
+    pub tenant: String,
+    /// The question, or the chunk id for `read_chunk`.
+    #[serde(default)]
+    pub text: String,
+    /// Token budget of the packed context.
+    #[serde(default)]
+    pub token_budget: Option<usize>,
+    /// Number of results.
+    #[serde(default)]
+    pub k: Option<usize>,
+    /// What to return.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Filters applied inside the index query.
+    #[serde(default)]
+    pub filters: QueryFilters,
+    /// The caller's ACL labels: chunks with labels are visible only when one is shared. Absent: public
+    /// chunks only (no labels), unless the job runs with `query.absent_acl = "all"`.
+    #[serde(default)]
+    pub acl: Option<Vec<String>>,
+    /// Lowest cosine similarity (−1..1) a dense-lane candidate may have.
+    #[serde(default)]
+    pub score_threshold: Option<f32>,
+    /// Lowest BM25 score a keyword-lane candidate may have: the sum, over the query's terms, of the
+    /// term's IDF in the tenant's corpus times its saturated frequency in the chunk (0..~3 per term).
+    #[serde(default)]
+    pub bm25_score_threshold: Option<f32>,
+    /// `o200k_base` (default) or `cl100k_base`.
+    #[serde(default)]
+    pub tokenizer: Option<String>,
+    /// The model's context window; with `prompt`, the budget is derived from it.
+    #[serde(default)]
+    pub context_window: Option<usize>,
+    /// Prompt parts that share the window.
+    #[serde(default)]
+    pub prompt: Option<Prompt>,
+    /// Tokens reserved for the model's answer (default: 25 % of the window, at least 32).
+    #[serde(default)]
+    pub reserve_output: Option<usize>,
+    /// Freshness required.
+    #[serde(default)]
+    pub consistency: Consistency,
+    /// Return the trace of every decision.
+    #[serde(default)]
+    pub trace: bool,
+}
+
+/// Dense and BM25 weights of the fusion.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Weights {
+    /// Weight of the dense lane.
+    pub dense: f32,
+    /// Weight of the BM25 lane.
+    pub bm25: f32,
+}
+
+/// The analysed query: its intent, the fusion preset and the features the rerank uses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// The winning intent.
+    pub intent: String,
+    /// Every signal the analyzer saw (for the trace).
+    pub signals: Vec<String>,
+    /// Fusion weights.
+    pub weights: Weights,
+    /// Candidates fetched per lane.
+    pub pool: usize,
+    /// Analysed (stemmed) query terms.
+    pub terms: Vec<String>,
+    /// Entities: capitalised words, identifiers, quoted phrases, numbers.
+    pub entities: Vec<String>,
+    /// Years and date literals in the query.
+    pub dates: Vec<String>,
+    /// Scale of the rerank's lexical features (1 but where [`adapt`] found the words of the query a
+    /// weak signal).
+    #[serde(default = "one")]
+    pub lexical: f32,
+}
+
+fn one() -> f32 {
+    1.0
+}
+
+/// Rank (1-based) and raw engine score of a candidate on one lane.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LaneHit {
+    /// 1-based rank in the lane after deduplication.
+    pub rank: usize,
+    /// The engine's score (cosine or BM25).
+    pub score: f32,
+}
+
+/// One candidate chunk as it moves through fuse, rerank, dedup, MMR and pack.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// The chunk and its document.
+    pub stored: StoredChunk,
+    /// Dense lane rank and score.
+    pub dense: Option<LaneHit>,
+    /// BM25 lane rank and score.
+    pub bm25: Option<LaneHit>,
+    /// Weighted reciprocal-rank fusion score.
+    pub fused: f32,
+    /// Rerank factors (name → value), empty outside the rerank window. Names are the rerank's own
+    /// (borrowed, no allocation per candidate) unless deserialised.
+    pub factors: BTreeMap<std::borrow::Cow<'static, str>, f32>,
+    /// The score every later step orders by (fused, then reranked).
+    pub score: f32,
+    /// The stored dense vector (for near-duplicate removal and MMR), when fetched.
+    pub vector: Option<Vec<f32>>,
+}
+
+impl Candidate {
+    /// A candidate from a chunk, with no lane hits yet.
+    pub fn new(stored: StoredChunk) -> Self {
+        Self {
+            stored,
+            dense: None,
+            bm25: None,
+            fused: 0.0,
+            factors: BTreeMap::new(),
+            score: 0.0,
+            vector: None,
+        }
+    }
+
+    /// The point id as a string.
+    pub fn id(&self) -> String {
+        self.stored.id.to_string()
+    }
+}
+
+/// Why a candidate left the pipeline, or what happened to it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    /// The point id (empty for a decision about the whole query, such as adapted fusion weights).
+    pub chunk_id: String,
+    /// The step that decided (`fuse`, `dedup`, `mmr`, `pack`, …).
+    pub step: std::borrow::Cow<'static, str>,
+    /// What it decided (`adapted`, `dropped`, `deferred`, `expanded`, `snippet`, `surrogate`, …).
+    pub action: std::borrow::Cow<'static, str>,
+    /// Why.
+    pub reason: String,
+}
+
+impl Decision {
+    /// Builds a decision.
+    pub fn new(
+        chunk_id: impl Into<String>,
+        step: &'static str,
+        action: &'static str,
+        reason: impl Into<String>,
+    ) -> Self {
+        Self {
+            chunk_id: chunk_id.into(),
+            step: step.into(),
+            action: action.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A candidate as shown in the trace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceCandidate {
+    /// The point id.
+    pub chunk_id: String,
+    /// The document.
+    pub doc_id: String,
+    /// Dense lane rank and score.
+    pub dense: Option<LaneHit>,
+    /// BM25 lane rank and score.
+    pub bm25: Option<LaneHit>,
+    /// Fused score.
+    pub fused: f32,
+    /// Rerank factors.
+    pub factors: BTreeMap<String, f32>,
+    /// Final score.
+    pub score: f32,
+}
+
+impl From<&Candidate> for TraceCandidate {
+    fn from(candidate: &Candidate) -> Self {
+        Self {
+            chunk_id: candidate.id(),
+            doc_id: candidate.stored.key.doc_id.clone(),
+            dense: candidate.dense,
+            bm25: candidate.bm25,
+            fused: candidate.fused,
+            factors: candidate
+                .factors
+                .iter()
+                .map(|(name, value)| (name.to_string(), *value))
+                .collect(),
+            score: candidate.score,
+        }
+    }
+}
+
+/// The trace of every decision, returned when the query asks for it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Trace {
+    /// Intent signals.
+    pub signals: Vec<String>,
+    /// Candidates after fusion and rerank, in order.
+    pub candidates: Vec<TraceCandidate>,
+    /// Every decision, in pipeline order.
+    pub decisions: Vec<Decision>,
+}
+
+/// How an item was packed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// The top result with its section header and neighbours.
+    Expanded,
+    /// A sentence-bounded excerpt.
+    Snippet,
+    /// Title, section path and first sentence.
+    Surrogate,
+    /// The whole chunk (deep, read_chunk, sql modes).
+    Full,
+}
+
+impl Tier {
+    /// The tier's name (as serialised).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Expanded => "expanded",
+            Tier::Snippet => "snippet",
+            Tier::Surrogate => "surrogate",
+            Tier::Full => "full",
+        }
+    }
+}
+
+/// One item of a context.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContextItem {
+    /// The point id (of the top chunk for an expanded item).
+    pub chunk_id: String,
+    /// The document.
+    pub doc_id: String,
+    /// The document source.
+    pub source: String,
+    /// First and last line covered.
+    pub lines: (u32, u32),
+    /// Section path.
+    pub section_path: Vec<String>,
+    /// How it was packed.
+    pub tier: Tier,
+    /// Its final score.
+    pub score: f32,
+    /// Tokens of the item's rendering (header line included).
+    pub tokens: usize,
+    /// The item's text (without the `Source:` header).
+    pub text: String,
+}
+
+/// A document of `list_sources` or a file of `files`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceEntry {
+    /// The document.
+    pub doc_id: String,
+    /// Its source.
+    pub source: String,
+    /// Its title.
+    pub title: String,
+    /// Chunks the document has in the index.
+    pub chunks: usize,
+    /// Chunks among the query's candidates (`files`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hits: Option<usize>,
+    /// Concentration score (`files`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<f32>,
+}
+
+/// The answer to a query (the contexts topic's value, the body of the `POST /query` response).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Context {
+    /// The query's id.
+    pub query_id: String,
+    /// The tenant.
+    pub tenant: String,
+    /// The mode answered.
+    pub mode: String,
+    /// The packed items.
+    pub items: Vec<ContextItem>,
+    /// Documents (`list_sources`, `files`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourceEntry>,
+    /// The packed string, items prefixed `Source: … (lines a–b)`.
+    pub context: String,
+    /// Tokens of `context`, counted with the real tokenizer.
+    pub tokens_used: usize,
+    /// The budget it was packed into (`None` for unbounded modes).
+    pub token_budget: Option<usize>,
+    /// The tokenizer the counts use.
+    pub tokenizer: String,
+    /// Candidates that passed the filters.
+    pub chunks_available: usize,
+    /// Items returned.
+    pub chunks_returned: usize,
+    /// Whether anything was cut or left out for the budget.
+    pub truncated: bool,
+    /// What was cut, warnings, hints.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Tokens left for the answer when a context window was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_new_tokens: Option<usize>,
+    /// The intent the analyzer chose.
+    pub intent: String,
+    /// The fusion weights used.
+    pub weights: Weights,
+    /// What the index reflected: the ingest frontier (ms) and, with Kafka, the acknowledged offsets.
+    pub index_watermark: Watermark,
+    /// Present when the query asked for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Trace>,
+    /// Milliseconds per stage and in total.
+    pub latency_ms: BTreeMap<String, f64>,
+    /// Set when the query could not be answered (bad query, unknown chunk id, index failure).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Self {
+            dense: 0.5,
+            bm25: 0.5,
+        }
+    }
+}
+
+/// The ingest progress a context reflects.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Watermark {
+    /// Every document event with an earlier time (ms since the epoch) is indexed.
+    pub frontier_ms: u64,
+    /// Documents-topic partition → next offset not yet acknowledged by the index.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub offsets: BTreeMap<i32, i64>,
+}
+
+/// What a query that names no ACL labels may see.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AbsentAcl {
+    /// Only chunks without labels: closed by default.
+    #[default]
+    Public,
+    /// Every chunk of the tenant, whatever its labels (for deployments whose callers are all trusted).
+    All,
+}
+
+impl Query {
+    /// Applies the job's rule for queries without `acl`: under [`AbsentAcl::Public`] they carry an
+    /// empty label list, which the index filter reads as "chunks without labels only".
+    pub fn apply_absent_acl(&mut self, rule: AbsentAcl) {
+        if rule == AbsentAcl::Public && self.acl.is_none() {
+            self.acl = Some(Vec::new());
+        }
+    }
+}
+
+/// Tunables of the query pipeline (config section `query`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueryConfig {
+    /// Reciprocal-rank-fusion constant.
+    pub rrf_k: f32,
+    /// Fewest candidates fetched per lane (the intent's pool and twice `k` may ask for more).
+    pub min_pool: usize,
+    /// Rerank window and factor weights.
+    pub rerank: rerank::RerankConfig,
+    /// Cosine at or above which two chunks are near-duplicates.
+    pub near_duplicate: f32,
+    /// MMR trade-off between relevance (1.0) and diversity (0.0).
+    pub mmr_lambda: f32,
+    /// Most chunks of one document (lifted when the budget would be left unused).
+    pub per_document_cap: usize,
+    /// Most chunks of one section (lifted when the budget would be left unused).
+    pub per_section_cap: usize,
+    /// Packing tiers.
+    pub pack: pack::PackConfig,
+    /// Contexts cached (0 disables the cache).
+    pub cache_entries: usize,
+    /// Seconds a cached context lives.
+    pub cache_ttl_secs: u64,
+    /// Longest wait for `read_your_writes`, in milliseconds.
+    pub consistency_timeout_ms: u64,
+    /// Longest accepted query text, in bytes.
+    pub max_query_bytes: usize,
+    /// What a query without `acl` sees: `public` (chunks without labels) or `all`.
+    pub absent_acl: AbsentAcl,
+    /// Let the lanes' hits change the intent's fusion weights ([`adapt`]); off: the intent's alone.
+    pub adapt_fusion: bool,
+}
+
+impl Default for QueryConfig {
+    fn default() -> Self {
+        Self {
+            rrf_k: 60.0,
+            min_pool: 20,
+            rerank: rerank::RerankConfig::default(),
+            near_duplicate: 0.95,
+            mmr_lambda: 0.6,
+            per_document_cap: 2,
+            per_section_cap: 1,
+            pack: pack::PackConfig::default(),
+            cache_entries: 1024,
+            cache_ttl_secs: 60,
+            consistency_timeout_ms: 10_000,
+            max_query_bytes: 8192,
+            absent_acl: AbsentAcl::Public,
+            adapt_fusion: true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_without_acl_sees_public_chunks_only_unless_the_job_opens_it() {
+        let decode = |body: &str| decode::decode_query(body.as_bytes(), 8192).expect("valid");
+        let without = r#"{"query_id":"q","tenant":"acme","text":"x"}"#;
+        let mut closed = decode(without);
+        closed.apply_absent_acl(AbsentAcl::Public);
+        assert_eq!(closed.acl, Some(vec![]), "an empty label list: public only");
+        assert_eq!(QueryConfig::default().absent_acl, AbsentAcl::Public);
+        let mut open = decode(without);
+        open.apply_absent_acl(AbsentAcl::All);
+        assert_eq!(open.acl, None);
+        let mut named = decode(r#"{"query_id":"q","tenant":"acme","text":"x","acl":["eng"]}"#);
+        named.apply_absent_acl(AbsentAcl::Public);
+        assert_eq!(named.acl, Some(vec!["eng".to_string()]));
+    }
+}

@@ -1,0 +1,432 @@
+//! The vector index's contract: one [`VectorStore`] trait, its records, the BM25 encoder and the
+//! corpus statistics. The two backends live in `ragstream-operators` (`store::edge`: qdrant-edge, the
+//! Qdrant engine in-process, the embedded default; `store::server`: a Qdrant server through
+//! qdrant-client, production).
+//!
+//! Both hold the same collection layout: a named dense vector `dense` (cosine, the embedder's dimension)
+//! and a sparse vector `bm25` of BM25 term weights (IDF: the query vector's from [`stats`] on the embedded
+//! index, the server's IDF modifier over the one shared collection on the server); keyword payload indexes on `tenant` (as the tenant
+//! index), `doc_id`, `source`, `kind`, `acl`. Point ids are deterministic ([`crate::model::point_id`]), so
+//! every write is idempotent. Tenant and ACL filters are part of every search request and are evaluated
+//! by the engine inside the vector search, never after it.
+//!
+//! Durability contract: after [`VectorStore::flush`] returns `Ok`, every earlier write survives a crash
+//! of the process. The dataflow acknowledges (and Kafka offsets advance) only after a flush.
+
+pub mod bm25;
+pub mod stats;
+
+use serde_json::{json, Map, Value};
+
+use crate::model::{Chunk, DocKey, DocKind};
+pub use bm25::{Bm25Encoder, SparseVector};
+
+/// Name of the dense vector in the collection.
+pub const DENSE_VECTOR: &str = "dense";
+/// Name of the sparse BM25 vector in the collection.
+pub const SPARSE_VECTOR: &str = "bm25";
+/// Keyword payload fields with an index (tenant is the tenant index).
+pub const KEYWORD_INDEXES: [&str; 6] = [
+    "tenant",
+    "doc_id",
+    "source",
+    "source_prefixes",
+    "kind",
+    "acl",
+];
+
+/// Keyword indexes with about one value per document (many values, each on few points): memory-mapped
+/// when [`IndexTuning::indexes_on_disk`]. The others (tenant, kind, ACL) have few values and stay in RAM.
+pub const ON_DISK_KEYWORD_INDEXES: [&str; 3] = ["doc_id", "source", "source_prefixes"];
+
+/// How a backend builds and searches its dense index (`[index]` and `[index.hnsw]` in the config).
+///
+/// The defaults are chosen by `bench volume` at 200k and 1M chunks on two cores (BENCHMARKS.md, "Volume").
+/// The embedded index applies the HNSW settings to existing shards too; a Qdrant server collection
+/// takes all of them when it is created, and the search beam and re-scoring on every search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IndexTuning {
+    /// HNSW edges per node.
+    pub m: usize,
+    /// HNSW beam width while building.
+    pub ef_construct: usize,
+    /// HNSW beam width while searching (raised to the request's limit when that is larger).
+    pub ef: usize,
+    /// Dense vectors also kept as int8 (scalar quantisation, in RAM) and searched with those; the
+    /// float originals move to disk (memory-mapped) and re-score the best candidates, so the ranking
+    /// is the originals'. `false` keeps only the float vectors, in RAM.
+    pub quantized: bool,
+    /// Threads one optimization (HNSW build, merge) may use; 0 = every core but one, at least one, so
+    /// an optimization never takes the core the dataflow worker answers queries on (a Qdrant server
+    /// runs on its own machine: it takes a non-zero value, and its own default for 0).
+    pub indexing_threads: usize,
+    /// The BM25 lane's inverted index and the keyword indexes with a value per document
+    /// ([`ON_DISK_KEYWORD_INDEXES`]) are memory-mapped from disk instead of held in RAM: the kernel
+    /// keeps the pages searches touch and can drop the rest. `false` holds them in RAM.
+    pub indexes_on_disk: bool,
+    /// Points written (upserted or deleted) to an embedded shard between two optimizations. Points
+    /// written since the last optimization sit in the shard's appendable segment, which searches scan
+    /// point by point; an optimization indexes them (and merges segments). A Qdrant server optimizes
+    /// on its own and ignores it.
+    pub optimize_every: usize,
+}
+
+impl Default for IndexTuning {
+    fn default() -> Self {
+        Self {
+            m: 16,
+            ef_construct: 100,
+            ef: 100,
+            quantized: true,
+            indexing_threads: 0,
+            indexes_on_disk: true,
+            optimize_every: 20_000,
+        }
+    }
+}
+
+impl IndexTuning {
+    /// Candidates pre-selected with the int8 vectors per result, re-scored with the originals.
+    pub const OVERSAMPLING: f64 = 2.0;
+    /// Share of each vector component's values the int8 range covers (the rest are clipped).
+    pub const INT8_QUANTILE: f32 = 0.99;
+
+    /// The beam width for a search of `limit` results.
+    pub fn ef_for(&self, limit: usize) -> usize {
+        self.ef.max(limit)
+    }
+
+    /// Indexing threads with 0 resolved against this machine's cores.
+    pub fn threads(&self) -> usize {
+        match self.indexing_threads {
+            0 => std::thread::available_parallelism()
+                .map_or(1, |cores| cores.get().saturating_sub(1))
+                .max(1),
+            threads => threads,
+        }
+    }
+}
+
+/// Why an index operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The index is unreachable or failed transiently: retry with backoff, never drop.
+    #[error("index unavailable: {0}")]
+    Unavailable(String),
+    /// The collection holds vectors of another embedder or dimension.
+    #[error("the index holds vectors of embedder {found} (dimension {found_dimension}); this job embeds with {expected} (dimension {expected_dimension}); re-embed to switch")]
+    EmbedderMismatch {
+        /// Embedder version found in the index.
+        found: String,
+        /// Its dimension.
+        found_dimension: usize,
+        /// Embedder version of this job.
+        expected: String,
+        /// Its dimension.
+        expected_dimension: usize,
+    },
+    /// A request the engine refused (a bug or a bad filter): not retryable.
+    #[error("index refused the operation: {0}")]
+    Invalid(String),
+}
+
+/// One point to write: a chunk of a document, its vectors and versions.
+#[derive(Debug, Clone)]
+pub struct PointWrite {
+    /// The point id ([`Chunk::point_id`] for a new chunk, the stored id for a rewrite).
+    pub id: uuid::Uuid,
+    /// The document.
+    pub key: DocKey,
+    /// The document version that produced the chunk.
+    pub version: u64,
+    /// The chunk.
+    pub chunk: Chunk,
+    /// Dense embedding.
+    pub dense: Vec<f32>,
+    /// BM25 document vector.
+    pub sparse: SparseVector,
+    /// Embedder version of `dense`.
+    pub embedder_version: String,
+}
+
+/// A chunk as read back from the index (payload only).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StoredChunk {
+    /// Point id.
+    pub id: uuid::Uuid,
+    /// The document.
+    pub key: DocKey,
+    /// The document version that wrote the chunk.
+    pub version: u64,
+    /// Embedder version of the stored vector.
+    pub embedder_version: String,
+    /// The chunk.
+    pub chunk: Chunk,
+}
+
+/// Filters applied inside every search (and optionally scroll).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SearchFilter {
+    /// Only this tenant's points (required for searches).
+    pub tenant: Option<String>,
+    /// When set, a point matches if its `acl` is empty or shares a label with these.
+    pub acl: Option<Vec<String>>,
+    /// Only these kinds.
+    pub kinds: Vec<DocKind>,
+    /// Only these documents.
+    pub doc_ids: Vec<String>,
+    /// Only sources under this path prefix (whole components; see [`source_prefixes`]).
+    pub source_prefix: Option<String>,
+}
+
+/// Every path prefix of a source, by whole components (`docs/a/b.md` → `docs`, `docs/a`, `docs/a/b.md`):
+/// stored with each chunk, so a source-prefix filter is a keyword match inside the index query.
+pub fn source_prefixes(source: &str) -> Vec<String> {
+    let trimmed = source.trim_matches('/');
+    let mut out = Vec::new();
+    for (index, _) in trimmed.match_indices('/') {
+        out.push(trimmed[..index].to_string());
+    }
+    if !trimmed.is_empty() {
+        out.push(trimmed.to_string());
+    }
+    out
+}
+
+/// The conditions of a [`SearchFilter`], independent of the engine: each `must` entry is "the keyword
+/// field holds one of these values"; `acl`, when set, is "the point has no labels or shares one".
+#[derive(Debug, Clone, PartialEq)]
+pub struct FilterConditions {
+    /// `(field, accepted values)`, all required.
+    pub must: Vec<(&'static str, Vec<String>)>,
+    /// The query's ACL labels, if the query is ACL-restricted.
+    pub acl: Option<Vec<String>>,
+}
+
+impl SearchFilter {
+    /// The filter's conditions, in the form both backends translate.
+    pub fn conditions(&self) -> FilterConditions {
+        let mut must = Vec::new();
+        if let Some(tenant) = &self.tenant {
+            must.push(("tenant", vec![tenant.clone()]));
+        }
+        if !self.kinds.is_empty() {
+            must.push((
+                "kind",
+                self.kinds.iter().map(|k| k.as_str().to_string()).collect(),
+            ));
+        }
+        if !self.doc_ids.is_empty() {
+            must.push(("doc_id", self.doc_ids.clone()));
+        }
+        if let Some(prefix) = &self.source_prefix {
+            let prefix = prefix.trim_matches('/');
+            if !prefix.is_empty() {
+                must.push(("source_prefixes", vec![prefix.to_string()]));
+            }
+        }
+        FilterConditions {
+            must,
+            acl: self.acl.clone(),
+        }
+    }
+}
+
+/// A search on one lane.
+#[derive(Debug, Clone)]
+pub enum SearchVector {
+    /// Dense cosine search.
+    Dense(Vec<f32>),
+    /// BM25 search (IDF applied by the engine).
+    Sparse(SparseVector),
+}
+
+/// A search hit.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Hit {
+    /// The chunk.
+    pub stored: StoredChunk,
+    /// Engine score (cosine for dense, BM25 for sparse).
+    pub score: f32,
+}
+
+/// The index contract, implemented by both backends and checked by one contract test suite.
+pub trait VectorStore: Send + Sync {
+    /// Which backend this is (`edge`, `server`), for logs.
+    fn backend(&self) -> &'static str;
+    /// Checks the collection accepts vectors of `embedder_version`/`dimension` (an empty one accepts any).
+    fn check_embedder(&self, embedder_version: &str, dimension: usize) -> Result<(), StoreError>;
+    /// Inserts or replaces points (idempotent: same id, same content).
+    fn upsert(&self, points: &[PointWrite]) -> Result<(), StoreError>;
+    /// Deletes points by id (absent ids are ignored).
+    fn delete(&self, ids: &[uuid::Uuid]) -> Result<(), StoreError>;
+    /// Makes every earlier write durable.
+    fn flush(&self) -> Result<(), StoreError>;
+    /// Visits every stored chunk matching `filter` (payload only, no vectors), in id order.
+    fn scroll(
+        &self,
+        filter: &SearchFilter,
+        visit: &mut dyn FnMut(StoredChunk),
+    ) -> Result<(), StoreError>;
+    /// Number of points matching `filter`.
+    fn count(&self, filter: &SearchFilter) -> Result<usize, StoreError>;
+    /// Top `limit` hits of one lane, filters applied inside the engine's search.
+    fn search(
+        &self,
+        vector: &SearchVector,
+        filter: &SearchFilter,
+        limit: usize,
+        score_threshold: Option<f32>,
+    ) -> Result<Vec<Hit>, StoreError>;
+    /// The chunks of the given points, payload only (missing ids are skipped).
+    fn get(&self, ids: &[uuid::Uuid]) -> Result<Vec<StoredChunk>, StoreError>;
+    /// Dense vectors of the given points (missing ids are skipped).
+    fn dense_vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, Vec<f32>)>, StoreError>;
+    /// Whether the index multiplies BM25 IDF into sparse scores itself (the engine's IDF modifier): the
+    /// Qdrant server's one collection, shared by every job instance, and embedded shards created before
+    /// the corpus-wide statistics of [`stats`] (whose ranking then depends on the number of shards).
+    /// Such an index gets no statistics kept and queries with no IDF of their own.
+    fn engine_idf(&self) -> bool {
+        false
+    }
+    /// Housekeeping after many writes: vacuum deleted points and build search indexes. A no-op where
+    /// the engine does it by itself (the Qdrant server).
+    fn optimize(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+/// The embedder guard shared by the backends: an index whose stored vectors (`found`, any one point) or
+/// dimension differ from this job's embedder refuses it; an empty index only checks the dimension.
+pub fn check_compatible(
+    found: Option<&StoredChunk>,
+    found_dimension: usize,
+    embedder_version: &str,
+    dimension: usize,
+) -> Result<(), StoreError> {
+    let found_version = found.map(|stored| stored.embedder_version.as_str());
+    if found_dimension == dimension
+        && found_version.is_none_or(|version| version == embedder_version)
+    {
+        return Ok(());
+    }
+    Err(StoreError::EmbedderMismatch {
+        found: found_version.unwrap_or("(empty index)").to_string(),
+        found_dimension,
+        expected: embedder_version.to_string(),
+        expected_dimension: dimension,
+    })
+}
+
+/// The payload stored with a chunk.
+pub fn chunk_payload(point: &PointWrite) -> Map<String, Value> {
+    let chunk = &point.chunk;
+    let value = json!({
+        "tenant": point.key.tenant,
+        "doc_id": point.key.doc_id,
+        "version": point.version,
+        "order_index": chunk.order_index,
+        "section_path": chunk.section_path,
+        "header": chunk.header,
+        "doc_title": chunk.doc_title,
+        "source": chunk.source,
+        "source_prefixes": source_prefixes(&chunk.source),
+        "kind": chunk.kind.as_str(),
+        "lines": [chunk.lines.0, chunk.lines.1],
+        "char_range": [chunk.char_range.0, chunk.char_range.1],
+        "tokens": chunk.tokens,
+        "content_hash": chunk.content_hash,
+        "occurrence": chunk.occurrence,
+        "embedder_version": point.embedder_version,
+        "acl": chunk.acl,
+        "text": chunk.text,
+    });
+    match value {
+        Value::Object(map) => map,
+        _ => unreachable!("json! of an object literal"),
+    }
+}
+
+/// Reads a chunk back from its payload; `None` if a field is missing (not a ragstream point).
+pub fn chunk_from_payload(id: uuid::Uuid, payload: &Map<String, Value>) -> Option<StoredChunk> {
+    let text = |name: &str| {
+        payload
+            .get(name)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let number = |name: &str| payload.get(name).and_then(Value::as_u64);
+    let pair = |name: &str| {
+        let array = payload.get(name)?.as_array()?;
+        Some((
+            array.first()?.as_u64()? as u32,
+            array.get(1)?.as_u64()? as u32,
+        ))
+    };
+    let strings = |name: &str| -> Option<Vec<String>> {
+        payload
+            .get(name)?
+            .as_array()?
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect()
+    };
+    Some(StoredChunk {
+        id,
+        key: DocKey::new(text("tenant")?, text("doc_id")?),
+        version: number("version")?,
+        embedder_version: text("embedder_version")?,
+        chunk: Chunk {
+            order_index: number("order_index")? as u32,
+            section_path: strings("section_path")?,
+            header: text("header")?,
+            doc_title: text("doc_title")?,
+            source: text("source")?,
+            kind: DocKind::parse(&text("kind")?)?,
+            lines: pair("lines")?,
+            char_range: pair("char_range")?,
+            tokens: number("tokens")? as u32,
+            content_hash: text("content_hash")?,
+            // Absent from points written before chunks had stable ids (their id is the stored one).
+            occurrence: number("occurrence").unwrap_or(0) as u32,
+            acl: strings("acl")?,
+            text: text("text")?,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_roundtrip() {
+        let point = crate::testing::sample_point("t", "d", 2, "hello world", &["eng"]);
+        let payload = chunk_payload(&point);
+        let stored = chunk_from_payload(point.id, &payload).expect("roundtrip");
+        assert_eq!(stored.chunk, point.chunk);
+        assert_eq!(stored.key, point.key);
+        assert_eq!(stored.version, 2);
+        let mut broken = payload.clone();
+        broken.remove("content_hash");
+        assert!(chunk_from_payload(point.id, &broken).is_none());
+    }
+
+    #[test]
+    fn source_prefixes_by_component() {
+        assert_eq!(
+            source_prefixes("docs/guide/intro.md"),
+            vec!["docs", "docs/guide", "docs/guide/intro.md"]
+        );
+        assert_eq!(source_prefixes("README.md"), vec!["README.md"]);
+        let filter = SearchFilter {
+            source_prefix: Some("docs/guide/".into()),
+            ..SearchFilter::default()
+        };
+        assert_eq!(
+            filter.conditions().must,
+            vec![("source_prefixes", vec!["docs/guide".to_string()])]
+        );
+    }
+}
