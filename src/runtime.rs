@@ -34,7 +34,7 @@ use ragstream_operators::io::kafka_source::{kafka_source, KafkaSourceConfig};
 use ragstream_operators::io::local_source::{local_source, LocalInput, LocalSourceConfig};
 use ragstream_operators::io::query_source::{HttpIngress, IngestProgress, QueryKafkaConfig};
 use ragstream_operators::metrics::metrics;
-use ragstream_operators::query::ops::QueryServices;
+use ragstream_operators::query::job::QueryServices;
 use ragstream_operators::store::edge::EdgeStore;
 use ragstream_operators::store::server::ServerStore;
 use ragstream_operators::store::stats::CorpusStats;

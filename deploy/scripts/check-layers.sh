@@ -3,6 +3,7 @@
 #   ragstream-core        records, tokens, chunkers, pure query steps, contracts: no dataflow, broker,
 #                         index engine, model runtime or async runtime, and nothing from the crates above;
 #   ragstream-operators   timely operators and adapters: may use the core, never topologies or the binary;
+#                         its operators (ingest/, query/) never import its adapters (io/);
 #   ragstream-topologies  wiring and config: may use operators and core, never the binary.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -37,6 +38,12 @@ check_sources operators/core/src '\b(ragstream_operators|ragstream_topologies|ti
   "ragstream-core's sources name a crate outside its layer"
 check_sources operators/src '\bragstream_topologies::|\bragstream::' "ragstream-operators' sources name a crate above it"
 check_sources topologies/src '\bragstream::' "ragstream-topologies' sources name the binary"
+# Inside ragstream-operators the adapters (io/: Kafka and file sources and sinks) sit above the
+# operators: an operator sees them only through traits of the core or of its own module
+# (`DlqSink`, `query::publish::ContextSink`).
+if hits="$(grep -rnE '\b(crate|super)::io\b|super::super::io\b' operators/src --include='*.rs' | grep -v '^operators/src/io/')"; then
+  fail "an operator imports an adapter (io/):"$'\n'"$hits"
+fi
 
 if [ "$failed" -ne 0 ]; then
   exit 1

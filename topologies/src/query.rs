@@ -16,10 +16,11 @@ use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 use ragstream_operators::io::context_sink::ContextPublisher;
 use ragstream_operators::io::dlq_sink::DlqSink;
 use ragstream_operators::io::query_source::{query_source, HttpIngress, QueryKafkaConfig};
+use ragstream_operators::query::answer::AnswerSteps;
 use ragstream_operators::query::cache::LruTtl;
-use ragstream_operators::query::ops::{
-    AnswerSteps, PublishContexts, QueryJob, QueryServices, QuerySteps, Refusal, RefuseQueries,
-};
+use ragstream_operators::query::job::{QueryJob, QueryServices, Refusal};
+use ragstream_operators::query::publish::{PublishContexts, RefuseQueries};
+use ragstream_operators::query::steps::QuerySteps;
 use ragstream_operators::stage::map_stage;
 
 /// Everything one worker's query flow needs.

@@ -10,6 +10,7 @@
 pub mod embed;
 pub mod ingest;
 pub mod model;
+pub mod progress;
 pub mod query;
 pub mod store;
 pub mod tokens;

@@ -36,10 +36,13 @@ use timely::dataflow::{ProbeHandle, StreamVec};
 
 use super::hydrate::{hydrate, Hydrated};
 use crate::background::{with_backoff, Background, Deliver};
-use crate::io::kafka_source::Assigned;
 use crate::metrics::metrics;
 use crate::model::{ChunkIds, DocKey, DocOp, Document};
 use crate::store::VectorStore;
+
+/// A marker: a source was assigned partitions (the marker's time precedes their messages); with a
+/// shared index the guard reads its documents from the collection again at that time.
+pub type Assigned = ();
 
 /// What the guard decided for one event.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,7 +22,8 @@ use rdkafka::{ClientConfig, ClientContext};
 
 use super::query_source::HttpIngress;
 use crate::metrics::metrics;
-use crate::query::ops::Reply;
+use crate::query::job::Reply;
+use crate::query::publish::ContextSink;
 use crate::query::Context;
 
 /// The longest a revocation waits for the contexts sent to reach the broker.
@@ -92,6 +93,16 @@ impl std::fmt::Debug for ContextPublisher {
         f.debug_struct("ContextPublisher")
             .field("kafka_topic", &self.kafka.as_ref().map(|(_, t)| t))
             .finish()
+    }
+}
+
+impl ContextSink for ContextPublisher {
+    fn publish(&mut self, time: u64, contexts: Vec<(Context, Reply)>) -> Vec<(Context, Reply)> {
+        ContextPublisher::publish(self, time, contexts)
+    }
+
+    fn delivered(&self, time: u64) -> bool {
+        ContextPublisher::delivered(self, time)
     }
 }
 

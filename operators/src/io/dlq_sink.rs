@@ -25,11 +25,7 @@ use super::kafka_log::QuietContext;
 use crate::background::{with_backoff, Background, Deliver};
 use crate::ingest::dlq::{DlqRecord, Origin};
 
-/// A durable destination for DLQ records.
-pub trait DlqSink: Send {
-    /// Writes the records; they are durable when this returns `Ok`.
-    fn write(&mut self, records: &[DlqRecord]) -> Result<(), String>;
-}
+pub use crate::ingest::dlq::DlqSink;
 
 /// JSONL file DLQ.
 #[derive(Debug)]

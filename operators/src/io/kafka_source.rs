@@ -95,8 +95,7 @@ pub struct LagContext {
     assigned: AtomicBool,
 }
 
-/// A marker: this worker's consumer was assigned partitions (the marker's time precedes their messages).
-pub type Assigned = ();
+pub use crate::ingest::guard::Assigned;
 
 impl LagContext {
     /// Sets, in an assignment, the start of every partition the index has a checkpoint for.

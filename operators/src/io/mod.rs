@@ -8,5 +8,6 @@ pub mod kafka_admin;
 pub mod kafka_log;
 pub mod kafka_source;
 pub mod local_source;
-pub mod query_ledger;
+/// The query ledger is a pure step of the core (`ragstream_core::query::ledger`).
+pub use ragstream_core::query::ledger as query_ledger;
 pub mod query_source;

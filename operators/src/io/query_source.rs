@@ -10,7 +10,7 @@
 //!
 //! Read-your-writes: when a query asks for it and documents come from Kafka, the source records the
 //! documents topic's high watermarks at arrival; the query waits until the index acknowledged every
-//! offset below them (see [`crate::query::ops`]).
+//! offset below them (see [`crate::query::steps`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -31,7 +31,7 @@ use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 use crate::ingest::dlq::{DlqRecord, Origin};
 use crate::metrics::metrics;
 use crate::query::decode::QueryError;
-use crate::query::ops::{QueryJob, Refusal, Reply};
+use crate::query::job::{QueryJob, Refusal, Reply};
 use crate::query::{Consistency, Context};
 
 /// Requests from the HTTP server waiting for their contexts.
@@ -98,29 +98,7 @@ impl HttpIngress {
     }
 }
 
-/// Ingest progress shared by the document sources and the query flow.
-#[derive(Debug, Default)]
-pub struct IngestProgress {
-    /// Documents-topic partition → next offset not yet acknowledged by the index.
-    pub offsets: Mutex<BTreeMap<i32, i64>>,
-    /// Whether documents come from Kafka (read-your-writes then waits on offsets, else on the frontier).
-    pub kafka: AtomicBool,
-}
-
-impl IngestProgress {
-    /// Whether every offset below `wanted` is acknowledged.
-    pub fn covers(&self, wanted: &BTreeMap<i32, i64>) -> bool {
-        let offsets = self.offsets.lock().expect("progress");
-        wanted.iter().all(|(partition, high)| {
-            *high <= 0 || offsets.get(partition).is_some_and(|o| o >= high)
-        })
-    }
-
-    /// A copy of the acknowledged offsets.
-    pub fn snapshot(&self) -> BTreeMap<i32, i64> {
-        self.offsets.lock().expect("progress").clone()
-    }
-}
+pub use ragstream_core::progress::IngestProgress;
 
 /// Settings of the Kafka side of the query source.
 #[derive(Clone)]

@@ -131,3 +131,9 @@ mod tests {
         );
     }
 }
+
+/// A durable destination for DLQ records.
+pub trait DlqSink: Send {
+    /// Writes the records; they are durable when this returns `Ok`.
+    fn write(&mut self, records: &[DlqRecord]) -> Result<(), String>;
+}

@@ -5,8 +5,8 @@
 //! ```
 //!
 //! Each step is a pure function over plain values (unit- and property-tested without timely, Kafka or
-//! an index); the timely operators that run them are in `ragstream-operators` (`query::ops`,
-//! `query::retrieve`). The records here are the wire contracts of the queries and contexts topics
+//! an index); the timely operators that run them are in `ragstream-operators` (`query::steps`,
+//! `query::retrieve`, `query::answer`, `query::publish`). The records here are the wire contracts of the queries and contexts topics
 //! (ARCHITECTURE.md).
 
 pub mod adapt;
@@ -15,6 +15,7 @@ pub mod decode;
 pub mod dedup;
 pub mod fuse;
 pub mod intent;
+pub mod ledger;
 pub mod mmr;
 pub mod modes;
 pub mod pack;
