@@ -384,7 +384,7 @@ fn detail_line(query: &EvalQuery, budget: usize, context: &Context) -> String {
                         .iter()
                         .any(|c| c.chunk_id == d.chunk_id && relevant.contains_key(&c.doc_id))
                 })
-                .map(|d| format!("{} {}: {}", d.step, d.action, d.reason))
+                .map(|d| format!("{} {}: {}", d.step.as_str(), d.action.as_str(), d.reason))
                 .collect()
         })
         .unwrap_or_default();

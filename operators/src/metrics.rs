@@ -451,36 +451,21 @@ impl Metrics {
         self.dlq_records.with_label_values(&[reason]).inc();
     }
 
-    /// Records the pipeline's drop and defer decisions of one query, by bounded reason.
+    /// Records the pipeline's drop and defer decisions of one query, labelled by their cause.
     pub fn record_decisions(&self, decisions: &[crate::query::Decision]) {
+        use crate::query::Cause;
         for decision in decisions {
-            let (step, action, reason) = (
-                decision.step.as_ref(),
-                decision.action.as_ref(),
-                decision.reason.as_str(),
-            );
-            match (step, action) {
-                ("dedup", "dropped") if reason.starts_with("exact") => {
-                    self.dedup_drops.with_label_values(&["exact"]).inc()
-                }
-                ("dedup", "dropped") => self
-                    .dedup_drops
-                    .with_label_values(&["near_duplicate"])
-                    .inc(),
-                ("pack", "dropped") if reason.starts_with("text already") => {
-                    self.dedup_drops.with_label_values(&["overlap"]).inc()
-                }
-                ("mmr", "deferred") if reason.starts_with("document") => self
-                    .mmr_rejections
-                    .with_label_values(&["document_cap"])
-                    .inc(),
-                ("mmr", "deferred") => self
-                    .mmr_rejections
-                    .with_label_values(&["section_cap"])
-                    .inc(),
-                ("mmr", "dropped") => self.mmr_rejections.with_label_values(&["beyond_k"]).inc(),
-                _ => {}
-            }
+            let counter = match decision.cause {
+                Cause::Exact | Cause::NearDuplicate | Cause::Overlap => &self.dedup_drops,
+                Cause::DocumentCap | Cause::SectionCap | Cause::BeyondK => &self.mmr_rejections,
+                Cause::LaneDuplicate
+                | Cause::EvidenceRule
+                | Cause::OverBudget
+                | Cause::Fits
+                | Cause::Shortened
+                | Cause::BudgetLeft => continue,
+            };
+            counter.with_label_values(&[decision.cause.as_str()]).inc();
         }
     }
 

@@ -231,10 +231,10 @@ fn refusal(
     payload: &[u8],
     reply: Reply,
 ) -> Refusal {
-    metrics().record_dlq(error.reason);
+    metrics().record_dlq(error.reason.as_str());
     Refusal {
         dlq: DlqRecord::new(
-            error.reason,
+            error.reason.as_str(),
             error.message.clone(),
             origin,
             error.tenant.clone(),

@@ -26,7 +26,7 @@ use crate::stage::{flat_map_stage, map_stage};
 
 use super::job::*;
 use super::steps::*;
-use super::{Candidate, Context, Decision, Mode, QueryConfig, TraceCandidate};
+use super::{Action, Candidate, Cause, Context, Decision, Mode, QueryConfig, TraceCandidate};
 use crate::metrics::metrics;
 use crate::store::{Bm25Encoder, SearchFilter, VectorStore};
 use crate::tokens::{Encoding, TokenCounter};
@@ -86,10 +86,12 @@ impl<'scope> AnswerSteps<'scope> for StreamVec<'scope, u64, Working> {
                         .fusion_adapted
                         .with_label_values(&[plan.intent.as_str()])
                         .inc();
-                    working
-                        .trace
-                        .decisions
-                        .push(Decision::new("", "fuse", "adapted", reason));
+                    working.trace.decisions.push(Decision::new(
+                        "",
+                        Action::Adapted,
+                        Cause::EvidenceRule,
+                        reason,
+                    ));
                 }
             }
             let weights = working

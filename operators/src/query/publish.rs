@@ -60,7 +60,7 @@ impl<'scope> RefuseQueries<'scope> for StreamVec<'scope, u64, Refusal> {
                                 .with_label_values(&["unknown", "refused"])
                                 .inc();
                             tracing::warn!(
-                                reason = refusal.error.reason,
+                                reason = refusal.error.reason.as_str(),
                                 origin = %refusal.dlq.origin,
                                 error = %refusal.dlq.message,
                                 "query refused"

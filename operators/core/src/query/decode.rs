@@ -4,12 +4,43 @@
 use super::{Mode, Query, DEEP_MAX_K};
 use crate::tokens::Encoding;
 
+/// Why a query was refused, bounded (a metric and DLQ label: [`RefusalReason::as_str`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalReason {
+    /// Larger than the configured bound.
+    Oversize,
+    /// Not UTF-8.
+    InvalidUtf8,
+    /// Not JSON.
+    MalformedJson,
+    /// JSON, but not a valid query (missing or out-of-range fields).
+    InvalidQuery,
+}
+
+impl RefusalReason {
+    /// The reason's label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalReason::Oversize => "oversize",
+            RefusalReason::InvalidUtf8 => "invalid_utf8",
+            RefusalReason::MalformedJson => "malformed_json",
+            RefusalReason::InvalidQuery => "invalid_query",
+        }
+    }
+}
+
+impl std::fmt::Display for RefusalReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Why a query was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{reason}: {message}")]
 pub struct QueryError {
-    /// Short machine-readable reason (`malformed_json`, `invalid_utf8`, `invalid_query`, `oversize`).
-    pub reason: &'static str,
+    /// Why, bounded.
+    pub reason: RefusalReason,
     /// What is wrong.
     pub message: String,
     /// The query id, if it could be read: the caller gets an error context under it.
@@ -39,21 +70,31 @@ pub fn decode_query(bytes: &[u8], max_bytes: usize) -> Result<Query, QueryError>
     };
     if bytes.len() > max_bytes {
         return Err(refuse(
-            "oversize",
+            RefusalReason::Oversize,
             format!("query of {} bytes exceeds {max_bytes}", bytes.len()),
             None,
         ));
     }
-    let text = std::str::from_utf8(bytes)
-        .map_err(|e| refuse("invalid_utf8", format!("query is not UTF-8: {e}"), None))?;
-    let value: serde_json::Value = serde_json::from_str(text)
-        .map_err(|e| refuse("malformed_json", format!("query is not JSON: {e}"), None))?;
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        refuse(
+            RefusalReason::InvalidUtf8,
+            format!("query is not UTF-8: {e}"),
+            None,
+        )
+    })?;
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        refuse(
+            RefusalReason::MalformedJson,
+            format!("query is not JSON: {e}"),
+            None,
+        )
+    })?;
     // Counts first, so a negative or fractional one is named in the error (serde's message is not).
     for field in ["k", "token_budget", "context_window", "reserve_output"] {
         if let Some(given) = value.get(field).filter(|v| !v.is_null()) {
             if given.as_u64().is_none() {
                 return Err(refuse(
-                    "invalid_query",
+                    RefusalReason::InvalidQuery,
                     format!("{field} must be a positive integer, got {given}"),
                     Some(&value),
                 ));
@@ -61,8 +102,9 @@ pub fn decode_query(bytes: &[u8], max_bytes: usize) -> Result<Query, QueryError>
         }
     }
     let query: Query = serde_json::from_value(value.clone())
-        .map_err(|e| refuse("invalid_query", e.to_string(), Some(&value)))?;
-    validate(&query).map_err(|message| refuse("invalid_query", message, Some(&value)))?;
+        .map_err(|e| refuse(RefusalReason::InvalidQuery, e.to_string(), Some(&value)))?;
+    validate(&query)
+        .map_err(|message| refuse(RefusalReason::InvalidQuery, message, Some(&value)))?;
     Ok(query)
 }
 
@@ -127,25 +169,28 @@ mod tests {
         .expect("valid");
         assert_eq!(query.mode, Mode::Bounded);
         assert_eq!(query.token_budget, None);
-        let cases: [(&[u8], &str); 7] = [
-            (b"{not json", "malformed_json"),
-            (b"\xff\xfe", "invalid_utf8"),
-            (br#"{"query_id":"q","text":"x"}"#, "invalid_query"),
+        let cases: [(&[u8], RefusalReason); 7] = [
+            (b"{not json", RefusalReason::MalformedJson),
+            (b"\xff\xfe", RefusalReason::InvalidUtf8),
+            (
+                br#"{"query_id":"q","text":"x"}"#,
+                RefusalReason::InvalidQuery,
+            ),
             (
                 br#"{"query_id":"q","tenant":"t","text":"x","mode":"psychic"}"#,
-                "invalid_query",
+                RefusalReason::InvalidQuery,
             ),
             (
                 br#"{"query_id":"q","tenant":"t","text":"x","k":0}"#,
-                "invalid_query",
+                RefusalReason::InvalidQuery,
             ),
             (
                 br#"{"query_id":"q","tenant":"t","text":"x","surprise":1}"#,
-                "invalid_query",
+                RefusalReason::InvalidQuery,
             ),
             (
                 br#"{"query_id":"q","tenant":"t","text":"x","tokenizer":"gpt2"}"#,
-                "invalid_query",
+                RefusalReason::InvalidQuery,
             ),
         ];
         for (bytes, reason) in cases {
@@ -176,7 +221,7 @@ mod tests {
         );
         assert_eq!(
             decode_query(big.as_bytes(), 50).unwrap_err().reason,
-            "oversize"
+            RefusalReason::Oversize
         );
         // list_sources needs no text.
         decode_query(
@@ -193,7 +238,7 @@ mod tests {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
             if let Err(error) = decode_query(&bytes, 8192) {
-                proptest::prop_assert!(!error.reason.is_empty());
+                proptest::prop_assert!(!error.reason.as_str().is_empty());
             }
         }
 

@@ -4,7 +4,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::{Candidate, Decision};
+use super::{Action, Candidate, Cause, Decision};
 
 /// Whitespace as `char::is_whitespace` sees it, for ASCII bytes.
 fn is_space(byte: u8) -> bool {
@@ -129,8 +129,8 @@ pub fn dedup(mut candidates: Vec<Candidate>) -> (Vec<Candidate>, Vec<Decision>) 
         if duplicate {
             decisions.push(Decision::new(
                 candidate.id(),
-                "dedup",
-                "dropped",
+                Action::Dropped,
+                Cause::Exact,
                 "exact duplicate text",
             ));
             keep[index] = false;
@@ -193,7 +193,7 @@ mod tests {
         let docs: Vec<&str> = kept.iter().map(|c| c.stored.key.doc_id.as_str()).collect();
         assert_eq!(docs, vec!["a", "c"]);
         assert_eq!(decisions.len(), 1);
-        assert!(decisions[0].reason.contains("exact"));
+        assert_eq!(decisions[0].cause, Cause::Exact);
         // The ASCII fast path and the Unicode path agree on keys.
         assert_eq!(signature(" Hello \t World "), signature("hello world"));
         assert_eq!(signature("Ünïcode  Text"), signature("ünïcode text"));

@@ -7,7 +7,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::{Candidate, Decision, LaneHit, Weights};
+use super::{Action, Candidate, Cause, Decision, LaneHit, Weights};
 use crate::store::Hit;
 
 /// Which of a lane's hits to keep: repeated points and repeated document offsets leave, best rank
@@ -27,8 +27,8 @@ fn lane_keep(hits: &[Hit], lane: &str, decisions: &mut Vec<Decision>) -> Vec<boo
             if !fresh {
                 decisions.push(Decision::new(
                     stored.id.to_string(),
-                    "fuse",
-                    "dropped",
+                    Action::Dropped,
+                    Cause::LaneDuplicate,
                     format!("duplicate point or document offset on the {lane} lane"),
                 ));
             }
@@ -182,6 +182,7 @@ pub(crate) mod tests {
         assert!((fused[0].fused - 1.0 / 61.0).abs() < 1e-7);
         assert_eq!(fused[1].dense.map(|h| h.rank), Some(2));
         assert_eq!(decisions.len(), 1);
-        assert_eq!(decisions[0].action, "dropped");
+        assert_eq!(decisions[0].action, Action::Dropped);
+        assert_eq!(decisions[0].cause, Cause::LaneDuplicate);
     }
 }

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Candidate, Decision};
+use super::{Action, Candidate, Cause, Decision};
 use crate::embed::dot;
 
 /// MMR settings.
@@ -106,8 +106,8 @@ impl Similarities<'_> {
             if similarity >= self.near_duplicate {
                 return Some(Decision::new(
                     self.candidates[index].id(),
-                    "dedup",
-                    "dropped",
+                    Action::Dropped,
+                    Cause::NearDuplicate,
                     format!(
                         "near-duplicate of {} (cosine {similarity:.3})",
                         self.candidates[pick].id()
@@ -188,12 +188,19 @@ pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection
         if document_count >= config.per_document
             || (sectioned && section_count >= config.per_section)
         {
-            let reason = if document_count >= config.per_document {
-                format!("document cap ({}) reached", config.per_document)
+            let (cause, reason) = if document_count >= config.per_document {
+                let cap = config.per_document;
+                (Cause::DocumentCap, format!("document cap ({cap}) reached"))
             } else {
-                format!("section cap ({}) reached", config.per_section)
+                let cap = config.per_section;
+                (Cause::SectionCap, format!("section cap ({cap}) reached"))
             };
-            decisions.push(Decision::new(candidate.id(), "mmr", "deferred", reason));
+            decisions.push(Decision::new(
+                candidate.id(),
+                Action::Deferred,
+                cause,
+                reason,
+            ));
             deferred.push(index);
             continue;
         }
@@ -216,8 +223,8 @@ pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection
     for &index in &remaining {
         decisions.push(Decision::new(
             candidates[index].id(),
-            "mmr",
-            "dropped",
+            Action::Dropped,
+            Cause::BeyondK,
             format!("beyond k = {k}"),
         ));
     }
@@ -302,14 +309,19 @@ mod tests {
             if document_count >= config.per_document
                 || (sectioned && section_count >= config.per_section)
             {
-                let reason = if document_count >= config.per_document {
-                    format!("document cap ({}) reached", config.per_document)
+                let (cause, reason) = if document_count >= config.per_document {
+                    let cap = config.per_document;
+                    (Cause::DocumentCap, format!("document cap ({cap}) reached"))
                 } else {
-                    format!("section cap ({}) reached", config.per_section)
+                    let cap = config.per_section;
+                    (Cause::SectionCap, format!("section cap ({cap}) reached"))
                 };
-                selection
-                    .decisions
-                    .push(Decision::new(candidate.id(), "mmr", "deferred", reason));
+                selection.decisions.push(Decision::new(
+                    candidate.id(),
+                    Action::Deferred,
+                    cause,
+                    reason,
+                ));
                 selection.deferred.push(candidate);
                 continue;
             }
@@ -328,8 +340,8 @@ mod tests {
                     if similarity >= config.near_duplicate {
                         selection.decisions.push(Decision::new(
                             other.id(),
-                            "dedup",
-                            "dropped",
+                            Action::Dropped,
+                            Cause::NearDuplicate,
                             format!("near-duplicate of {picked_id} (cosine {similarity:.3})"),
                         ));
                         return false;
@@ -347,8 +359,8 @@ mod tests {
         {
             selection.decisions.push(Decision::new(
                 candidate.id(),
-                "mmr",
-                "dropped",
+                Action::Dropped,
+                Cause::BeyondK,
                 format!("beyond k = {k}"),
             ));
         }
@@ -449,7 +461,7 @@ mod tests {
         let dropped = loose
             .decisions
             .iter()
-            .find(|d| d.step == "dedup")
+            .find(|d| d.step == crate::query::Step::Dedup)
             .expect("decision");
         assert!(dropped.reason.contains("near-duplicate"));
     }
@@ -516,7 +528,7 @@ mod tests {
         let (selection, picked) = capped(candidates, 0.6, 0.95);
         assert_eq!(picked, vec!["a0", "a1", "b0"]);
         assert_eq!(selection.deferred.len(), 1);
-        assert!(selection.decisions[0].reason.contains("document cap"));
+        assert_eq!(selection.decisions[0].cause, Cause::DocumentCap);
     }
 
     #[test]
@@ -538,6 +550,6 @@ mod tests {
         let (selection, picked) = capped(candidates, 1.0, 0.99);
         assert_eq!(picked, vec!["a0", "p0", "p1"]);
         assert_eq!(selection.deferred.len(), 1);
-        assert!(selection.decisions[0].reason.contains("section cap"));
+        assert_eq!(selection.decisions[0].cause, Cause::SectionCap);
     }
 }

@@ -256,31 +256,171 @@ impl Candidate {
     }
 }
 
+/// The step that decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    /// Fusion of the lanes.
+    Fuse,
+    /// Duplicate removal (exact, and near-duplicates against each MMR pick).
+    Dedup,
+    /// MMR selection with its caps.
+    Mmr,
+    /// Packing into the budget.
+    Pack,
+}
+
+/// What the step did to the candidate (or the query).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// The query's fusion weights changed.
+    Adapted,
+    /// Left out.
+    Dropped,
+    /// Held back (MMR caps); packed only if budget is left.
+    Deferred,
+    /// Packed as the expanded tier.
+    Expanded,
+    /// Packed as a snippet.
+    Snippet,
+    /// Packed as a surrogate.
+    Surrogate,
+    /// Packed whole.
+    Full,
+}
+
+impl Step {
+    /// The step's name (as serialised).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Fuse => "fuse",
+            Step::Dedup => "dedup",
+            Step::Mmr => "mmr",
+            Step::Pack => "pack",
+        }
+    }
+}
+
+impl Action {
+    /// The action's name (as serialised).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Adapted => "adapted",
+            Action::Dropped => "dropped",
+            Action::Deferred => "deferred",
+            Action::Expanded => "expanded",
+            Action::Snippet => "snippet",
+            Action::Surrogate => "surrogate",
+            Action::Full => "full",
+        }
+    }
+}
+
+impl From<Tier> for Action {
+    fn from(tier: Tier) -> Self {
+        match tier {
+            Tier::Expanded => Action::Expanded,
+            Tier::Snippet => Action::Snippet,
+            Tier::Surrogate => Action::Surrogate,
+            Tier::Full => Action::Full,
+        }
+    }
+}
+
+/// Why, bounded: each cause belongs to one step, and metrics take their labels from it
+/// ([`Cause::as_str`]); the decision's `reason` adds the particulars for people.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// Fuse: the same point or document offset came twice from one lane.
+    LaneDuplicate,
+    /// Fuse: the lanes' evidence changed the intent's weights.
+    EvidenceRule,
+    /// Dedup: the same text (up to case and whitespace) was kept already.
+    Exact,
+    /// Dedup: within the near-duplicate cosine of an MMR pick.
+    NearDuplicate,
+    /// Mmr: the document's cap was reached.
+    DocumentCap,
+    /// Mmr: the section's cap was reached.
+    SectionCap,
+    /// Mmr: more than k candidates.
+    BeyondK,
+    /// Pack: the text is already in the context.
+    Overlap,
+    /// Pack: the lowest marginal value when over budget.
+    OverBudget,
+    /// Pack: packed in its first form.
+    Fits,
+    /// Pack: packed in a shorter form to fit.
+    Shortened,
+    /// Pack: a deferred candidate packed with budget left over.
+    BudgetLeft,
+}
+
+impl Cause {
+    /// The step this cause belongs to.
+    pub fn step(self) -> Step {
+        match self {
+            Cause::LaneDuplicate | Cause::EvidenceRule => Step::Fuse,
+            Cause::Exact | Cause::NearDuplicate => Step::Dedup,
+            Cause::DocumentCap | Cause::SectionCap | Cause::BeyondK => Step::Mmr,
+            Cause::Overlap
+            | Cause::OverBudget
+            | Cause::Fits
+            | Cause::Shortened
+            | Cause::BudgetLeft => Step::Pack,
+        }
+    }
+
+    /// The cause's name (as serialised, and as a metric label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::LaneDuplicate => "lane_duplicate",
+            Cause::EvidenceRule => "evidence_rule",
+            Cause::Exact => "exact",
+            Cause::NearDuplicate => "near_duplicate",
+            Cause::DocumentCap => "document_cap",
+            Cause::SectionCap => "section_cap",
+            Cause::BeyondK => "beyond_k",
+            Cause::Overlap => "overlap",
+            Cause::OverBudget => "over_budget",
+            Cause::Fits => "fits",
+            Cause::Shortened => "shortened",
+            Cause::BudgetLeft => "budget_left",
+        }
+    }
+}
+
 /// Why a candidate left the pipeline, or what happened to it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
     /// The point id (empty for a decision about the whole query, such as adapted fusion weights).
     pub chunk_id: String,
-    /// The step that decided (`fuse`, `dedup`, `mmr`, `pack`, …).
-    pub step: std::borrow::Cow<'static, str>,
-    /// What it decided (`adapted`, `dropped`, `deferred`, `expanded`, `snippet`, `surrogate`, …).
-    pub action: std::borrow::Cow<'static, str>,
-    /// Why.
+    /// The step that decided (always `cause.step()`).
+    pub step: Step,
+    /// What it decided.
+    pub action: Action,
+    /// Why, bounded.
+    pub cause: Cause,
+    /// Why, for people (the particulars: caps, cosines, tiers).
     pub reason: String,
 }
 
 impl Decision {
-    /// Builds a decision.
+    /// A decision with its step taken from `cause`.
     pub fn new(
         chunk_id: impl Into<String>,
-        step: &'static str,
-        action: &'static str,
+        action: Action,
+        cause: Cause,
         reason: impl Into<String>,
     ) -> Self {
         Self {
             chunk_id: chunk_id.into(),
-            step: step.into(),
-            action: action.into(),
+            step: cause.step(),
+            action,
+            cause,
             reason: reason.into(),
         }
     }
@@ -550,6 +690,45 @@ impl Default for QueryConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decision_names_are_their_serialised_forms_and_each_cause_has_one_step() {
+        let name = |value: serde_json::Value| value.as_str().unwrap().to_string();
+        for step in [Step::Fuse, Step::Dedup, Step::Mmr, Step::Pack] {
+            assert_eq!(name(serde_json::to_value(step).unwrap()), step.as_str());
+        }
+        for tier in [Tier::Expanded, Tier::Snippet, Tier::Surrogate, Tier::Full] {
+            let action = Action::from(tier);
+            assert_eq!(action.as_str(), tier.as_str());
+            assert_eq!(name(serde_json::to_value(action).unwrap()), action.as_str());
+        }
+        for action in [Action::Adapted, Action::Dropped, Action::Deferred] {
+            assert_eq!(name(serde_json::to_value(action).unwrap()), action.as_str());
+        }
+        let causes = [
+            Cause::LaneDuplicate,
+            Cause::EvidenceRule,
+            Cause::Exact,
+            Cause::NearDuplicate,
+            Cause::DocumentCap,
+            Cause::SectionCap,
+            Cause::BeyondK,
+            Cause::Overlap,
+            Cause::OverBudget,
+            Cause::Fits,
+            Cause::Shortened,
+            Cause::BudgetLeft,
+        ];
+        for cause in causes {
+            assert_eq!(name(serde_json::to_value(cause).unwrap()), cause.as_str());
+            let decision = Decision::new("id", Action::Dropped, cause, "why");
+            assert_eq!(decision.step, cause.step());
+            let json = serde_json::to_value(&decision).unwrap();
+            assert_eq!(json["step"], cause.step().as_str());
+            assert_eq!(json["cause"], cause.as_str());
+            assert_eq!(serde_json::from_value::<Decision>(json).unwrap(), decision);
+        }
+    }
 
     #[test]
     fn a_query_without_acl_sees_public_chunks_only_unless_the_job_opens_it() {

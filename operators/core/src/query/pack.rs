@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Candidate, ContextItem, Decision, Tier};
+use super::{Action, Candidate, Cause, ContextItem, Decision, Tier};
 use crate::embed::{cosine_with_norms, dot};
 use crate::store::StoredChunk;
 use crate::tokens::TokenCounter;
@@ -783,8 +783,8 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
         let Some(available) = uncovered(&stored.chunk, doc_covered) else {
             packed.decisions.push(Decision::new(
                 candidate.id(),
-                "pack",
-                "dropped",
+                Action::Dropped,
+                Cause::Overlap,
                 "text already in the context (overlapping window)",
             ));
             continue;
@@ -899,20 +899,23 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
                 if state > 0 {
                     shortened += 1;
                 }
-                let action = form.tier.as_str();
-                let reason = if state > 0 {
-                    format!(
-                        "shortened from {} to fit the budget",
-                        entry.forms[0].tier.as_str()
+                let (cause, reason) = if state > 0 {
+                    let first = entry.forms[0].tier.as_str();
+                    (
+                        Cause::Shortened,
+                        format!("shortened from {first} to fit the budget"),
                     )
                 } else if entry.deferred {
-                    "budget left unused: deferred candidate added".to_string()
+                    (
+                        Cause::BudgetLeft,
+                        "budget left unused: deferred candidate added".to_string(),
+                    )
                 } else {
-                    "fits".to_string()
+                    (Cause::Fits, "fits".to_string())
                 };
                 packed
                     .decisions
-                    .push(Decision::new(id, "pack", action, reason));
+                    .push(Decision::new(id, form.tier.into(), cause, reason));
                 let stored = &entry.candidate.stored;
                 packed.items.push(ContextItem {
                     chunk_id: entry.candidate.id(),
@@ -930,8 +933,8 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
                 left_out += 1;
                 packed.decisions.push(Decision::new(
                     id,
-                    "pack",
-                    "dropped",
+                    Action::Dropped,
+                    Cause::OverBudget,
                     "lowest marginal value (score, redundancy) when over budget",
                 ));
             }
