@@ -73,7 +73,7 @@ pub(crate) fn proc_status_mib(field: &str) -> f64 {
 /// Embeds `inputs` through an inference service built from `config`, all requests (`max_batch` texts
 /// each) submitted at once; answers seconds and word pieces.
 fn embed_all(config: &Config, inputs: &[String]) -> anyhow::Result<(f64, usize)> {
-    let service = crate::runtime::inference_service(config)?;
+    let service = ragstream_topologies::factory::inference_service(config)?;
     let started = Instant::now();
     let tickets: Vec<_> = inputs
         .chunks(config.kafka.max_batch)

@@ -477,7 +477,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
     let started_events = metrics().source_events.get();
     let upserted_before = metrics().chunks_upserted.get();
     let index_started = Instant::now();
-    let mut baseline_embedder = crate::runtime::embedder(&config)?;
+    let mut baseline_embedder = ragstream_topologies::factory::embedder(&config)?;
     let running = crate::runtime::start(config)?;
     wait_indexed(documents as u64, started_events)?;
     let index_seconds = index_started.elapsed().as_secs_f64();

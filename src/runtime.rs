@@ -1,4 +1,5 @@
-//! The runtime: opens shards and embedders, starts the timely workers and the HTTP endpoints.
+//! The runtime: builds what the configuration names (`ragstream_topologies::factory`: embedders,
+//! shards, sources, sinks), starts the timely workers and the HTTP endpoints, and stops them.
 //!
 //! Shards (edge backend) live at `<index.path>/shard-<i>` for worker `i`; `<index.path>/layout.json`
 //! records the worker count, and a job with another count refuses to start (documents are routed to
@@ -10,146 +11,31 @@
 //! first worker. Exchanges (documents to the worker owning their shard, queries to every shard and back
 //! to the worker that received them) cross processes through timely's communication layer.
 
-use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use ragstream_operators::embed::http::{HttpEmbedder, HttpEmbedderConfig};
-use ragstream_operators::embed::minilm::{MiniLm, MiniLmOptions, Precision};
-use ragstream_operators::embed::service::{InferenceService, Priority, ServiceConfig};
-use ragstream_operators::embed::Embedder;
+use ragstream_operators::embed::service::{InferenceService, Priority};
 use ragstream_operators::ingest::chunk::{Chunker, ChunkerConfig};
-use ragstream_operators::ingest::decode::DecodeConfig;
 use ragstream_operators::ingest::guard::Rehydration;
 use ragstream_operators::ingest::hydrate::hydrate;
 use ragstream_operators::io::checkpoint::IndexCheckpoint;
 use ragstream_operators::io::context_sink::ContextPublisher;
-use ragstream_operators::io::dir_source::{read_jsonl, DirSource};
-use ragstream_operators::io::dlq_sink::{DlqSink, FileDlq, KafkaDlq};
 use ragstream_operators::io::kafka_log::QuietContext;
-use ragstream_operators::io::kafka_source::{kafka_source, KafkaSourceConfig};
-use ragstream_operators::io::local_source::{local_source, LocalInput, LocalSourceConfig};
-use ragstream_operators::io::query_source::{HttpIngress, IngestProgress, QueryKafkaConfig};
+use ragstream_operators::io::query_source::{HttpIngress, IngestProgress};
 use ragstream_operators::metrics::metrics;
 use ragstream_operators::query::job::QueryServices;
-use ragstream_operators::store::edge::EdgeStore;
-use ragstream_operators::store::server::ServerStore;
 use ragstream_operators::store::stats::CorpusStats;
-use ragstream_operators::store::{SearchFilter, StoreError, VectorStore};
+use ragstream_operators::store::{StoreError, VectorStore};
 use ragstream_operators::tokens::Encoding;
-use ragstream_topologies::config::{
-    Config, EmbedderKind, EmbedderPrecision, IndexKind, SourceKind,
-};
+use ragstream_topologies::config::{Config, IndexKind, SourceKind};
+use ragstream_topologies::factory::{self, SourceParts};
 use ragstream_topologies::ingest::{ingest, IngestParts};
 use ragstream_topologies::query::{query, QueryParts};
-use timely::dataflow::operators::generic::operator::empty;
 use timely::dataflow::ProbeHandle;
 
 use crate::http::{serve, QueryTokens, Readiness};
-
-/// Builds one instance of the configured embedder.
-pub fn embedder(config: &Config) -> anyhow::Result<Box<dyn Embedder>> {
-    Ok(match config.embedder.kind {
-        EmbedderKind::Minilm => Box::new(
-            MiniLm::load(&MiniLmOptions {
-                model_dir: config.embedder.model_dir(),
-                runtime_library: config.embedder.runtime_library(),
-                precision: match config.embedder.precision {
-                    EmbedderPrecision::Int8 => Precision::Int8,
-                    EmbedderPrecision::Fp32 => Precision::Fp32,
-                },
-                threads: config.embedder.threads,
-                batch_size: config.embedder.batch_size,
-                spinning: config.embedder.spinning,
-            })
-            .with_context(|| "run deploy/scripts/fetch-model.sh to fetch the model")?,
-        ),
-        EmbedderKind::Http => Box::new(HttpEmbedder::new(HttpEmbedderConfig {
-            url: config.embedder.url.clone().unwrap_or_default(),
-            model: config.embedder.model.clone(),
-            dimension: config.embedder.dimension,
-            api_key: std::env::var(&config.embedder.api_key_env).ok(),
-            timeout: Duration::from_secs(config.embedder.timeout_secs),
-            batch_size: config.embedder.batch_size,
-        })),
-    })
-}
-
-/// Starts the process's inference service: `embedder.executors` instances of the configured embedder
-/// on threads of their own, and one more for queries when `embedder.query_executor` is on.
-pub fn inference_service(config: &Config) -> anyhow::Result<InferenceService> {
-    let query_executor = config.embedder.query_executor();
-    let executors = (0..config.embedder.executors() + usize::from(query_executor))
-        .map(|_| embedder(config))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok(InferenceService::start(
-        executors,
-        ServiceConfig {
-            slice_word_pieces: config.embedder.slice_word_pieces,
-            query_executor,
-            ..ServiceConfig::default()
-        },
-    )?)
-}
-
-/// Opens (or creates) every shard of a `workers`-worker job.
-pub fn open_shards(config: &Config, dimension: usize) -> anyhow::Result<Vec<Arc<dyn VectorStore>>> {
-    match config.index.kind {
-        IndexKind::Edge => {
-            let root = &config.index.path;
-            std::fs::create_dir_all(root)
-                .with_context(|| format!("creating {}", root.display()))?;
-            // In a cluster every process opens the shards of its own workers (global indices).
-            check_layout(root, config.runtime.total_workers())?;
-            let first = config.runtime.first_worker();
-            (first..first + config.runtime.workers)
-                .map(|i| {
-                    let path = root.join(format!("shard-{i}"));
-                    let store = EdgeStore::open_tuned(&path, dimension, config.index.tuning)
-                        .with_context(|| format!("opening {}", path.display()))?;
-                    Ok(Arc::new(store) as Arc<dyn VectorStore>)
-                })
-                .collect()
-        }
-        IndexKind::Server => {
-            // One shared collection: every worker writes its own documents into it.
-            let url = config.index.url.clone().expect("validated");
-            let api_key = std::env::var(&config.index.api_key_env).ok();
-            let store = ServerStore::connect(
-                &url,
-                api_key,
-                &config.index.collection,
-                dimension,
-                config.index.tuning,
-            )
-            .with_context(|| format!("connecting to Qdrant at {url}"))?;
-            let store: Arc<dyn VectorStore> = Arc::new(store);
-            Ok((0..config.runtime.workers).map(|_| store.clone()).collect())
-        }
-    }
-}
-
-fn check_layout(root: &Path, workers: usize) -> anyhow::Result<()> {
-    let path = root.join("layout.json");
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        let layout: serde_json::Value =
-            serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
-        let shards = layout
-            .get("shards")
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or(0) as usize;
-        if shards != workers {
-            bail!("the index at {} has {shards} shards but the job runs {workers} workers; run with --workers {shards} or re-index into a new path", root.display());
-        }
-        return Ok(());
-    }
-    std::fs::write(&path, serde_json::json!({ "shards": workers }).to_string())
-        .with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
-}
 
 /// A started job.
 pub struct Running {
@@ -213,10 +99,10 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     let encoding = Encoding::parse(&config.chunking.tokenizer).expect("validated");
     // The embedders first: their dimension shapes the collection. One inference service per process
     // serves every worker's ingest and queries, on threads of its own.
-    let service = inference_service(&config)?;
+    let service = factory::inference_service(&config)?;
     let dimension = service.dimension();
     let version = service.version().to_string();
-    let shards: Vec<_> = open_shards(&config, dimension)?
+    let shards: Vec<_> = factory::open_shards(&config, dimension)?
         .into_iter()
         .map(ragstream_operators::faults::maybe_faulty)
         .collect();
@@ -277,40 +163,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         );
     }
 
-    // The directory source deletes documents the index holds but the disk no longer has.
-    let local_input = match config.source.kind {
-        SourceKind::Dir => {
-            let mut known = BTreeMap::new();
-            let tenant = config.source.tenant.clone();
-            for shard in &shards {
-                let filter = SearchFilter {
-                    tenant: Some(tenant.clone()),
-                    ..SearchFilter::default()
-                };
-                shard.scroll(&filter, &mut |stored| {
-                    let version = known.entry(stored.key.doc_id.clone()).or_insert(0u64);
-                    *version = (*version).max(stored.version);
-                })?;
-            }
-            let root = config.source.path.clone().expect("validated");
-            let root = root
-                .canonicalize()
-                .with_context(|| format!("source.path {}", root.display()))?;
-            Some(LocalInput::Dir {
-                source: DirSource::new(root, tenant, config.ingest.max_document_bytes, known),
-                rescan: Duration::from_secs(config.source.rescan_secs.max(1)),
-            })
-        }
-        SourceKind::Jsonl => {
-            let path = config.source.path.clone().expect("validated");
-            let decode = decode_config(&config);
-            Some(LocalInput::Events(
-                read_jsonl(&path, &decode)
-                    .with_context(|| format!("reading {}", path.display()))?,
-            ))
-        }
-        SourceKind::Kafka => None,
-    };
+    let local_input = factory::local_input(&config, &shards)?;
     let local_input = Arc::new(Mutex::new(local_input));
     let shards = Arc::new(shards);
     let config = Arc::new(config);
@@ -361,29 +214,10 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                     schema_tokens: config.chunking.schema_tokens,
                     overlap_ratio: config.chunking.overlap_ratio,
                 });
-                let dlq: Box<dyn DlqSink> = match config.source.kind {
-                    SourceKind::Kafka => Box::new(
-                        KafkaDlq::new(&config.kafka.client_config(), &config.kafka.dlq_topic)
-                            .unwrap_or_else(|e| panic!("DLQ producer: {e}")),
-                    ),
-                    _ => Box::new(FileDlq::new(config.runtime.dlq_path.clone())),
-                };
+                let dlq = factory::dlq_sink(&config).unwrap_or_else(|e| panic!("{e:#}"));
+                let query_dlq = factory::dlq_sink(&config).unwrap_or_else(|e| panic!("{e:#}"));
                 let acks = ProbeHandle::new();
-                let query_dlq: Box<dyn DlqSink> = match config.source.kind {
-                    SourceKind::Kafka => Box::new(
-                        KafkaDlq::new(&config.kafka.client_config(), &config.kafka.dlq_topic)
-                            .unwrap_or_else(|e| panic!("DLQ producer: {e}")),
-                    ),
-                    _ => Box::new(FileDlq::new(config.runtime.dlq_path.clone())),
-                };
-                let kafka_queries =
-                    (config.source.kind == SourceKind::Kafka).then(|| QueryKafkaConfig {
-                        client: config.kafka.client_config(),
-                        topic: config.kafka.queries_topic.clone(),
-                        documents_topic: config.kafka.documents_topic.clone(),
-                        group_id: format!("{}-queries", config.kafka.group_id),
-                        instance_id: config.kafka.instance_id.clone(),
-                    });
+                let kafka_queries = factory::query_kafka(&config);
                 let publisher = ContextPublisher::new(
                     Some(ingress.clone()),
                     kafka_queries
@@ -418,42 +252,17 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                     acks: acks.clone(),
                 });
                 worker.dataflow::<u64, _, _>(|scope| {
-                    let (events, assigned) = match config.source.kind {
-                        SourceKind::Kafka => {
-                            let source_config = KafkaSourceConfig {
-                                client: config.kafka.client_config(),
-                                topic: config.kafka.documents_topic.clone(),
-                                group_id: config.kafka.group_id.clone(),
-                                max_batch: config.kafka.max_batch,
-                                max_in_flight: config.kafka.max_in_flight,
-                                prefetch_kbytes: config.kafka.prefetch_kbytes,
-                                idle_poll: Duration::from_millis(20),
-                                instance_id: config.kafka.instance_id.clone(),
-                                checkpoint: checkpoint.clone(),
-                            };
-                            kafka_source(
-                                scope,
-                                source_config,
-                                decode_config(&config),
-                                acks.clone(),
-                                shutdown.clone(),
-                                progress.clone(),
-                            )
-                        }
-                        _ => (
-                            local_source(
-                                scope,
-                                input,
-                                LocalSourceConfig {
-                                    batch: 256,
-                                    max_in_flight: 2048,
-                                },
-                                acks.clone(),
-                                shutdown.clone(),
-                            ),
-                            empty(scope),
-                        ),
-                    };
+                    let (events, assigned) = factory::document_source(
+                        scope,
+                        &config,
+                        SourceParts {
+                            local: input,
+                            checkpoint: checkpoint.clone(),
+                            acks: acks.clone(),
+                            shutdown: shutdown.clone(),
+                            progress: progress.clone(),
+                        },
+                    );
                     ingest(
                         scope,
                         events,
@@ -586,13 +395,6 @@ fn stop_on_signal(shutdown: Arc<AtomicBool>, ingress: &Arc<HttpIngress>) -> anyh
         .clone()
         .map_err(anyhow::Error::msg)
         .context("installing the signal handler")
-}
-
-fn decode_config(config: &Config) -> DecodeConfig {
-    DecodeConfig {
-        max_document_bytes: config.ingest.max_document_bytes,
-        allowed_tenants: config.ingest.allowed_tenants.clone(),
-    }
 }
 
 /// Sets `shutdown` once no document event has been seen for `idle` and nothing is in flight.

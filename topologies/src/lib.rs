@@ -2,5 +2,6 @@
 #![forbid(missing_docs)]
 
 pub mod config;
+pub mod factory;
 pub mod ingest;
 pub mod query;

@@ -1,0 +1,262 @@
+//! The factory: what the configuration names, built. Embedders and the inference service, the index
+//! shards, the DLQ sinks, the Kafka side of the query source, and the document source of a worker's
+//! dataflow: each chosen here, once, from `Config`, so the process's runtime only wires and runs them.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use ragstream_operators::embed::http::{HttpEmbedder, HttpEmbedderConfig};
+use ragstream_operators::embed::minilm::{MiniLm, MiniLmOptions, Precision};
+use ragstream_operators::embed::service::{InferenceService, ServiceConfig};
+use ragstream_operators::embed::Embedder;
+use ragstream_operators::ingest::decode::DecodeConfig;
+use ragstream_operators::io::checkpoint::IndexCheckpoint;
+use ragstream_operators::io::dir_source::{read_jsonl, DirSource};
+use ragstream_operators::io::dlq_sink::{DlqSink, FileDlq, KafkaDlq};
+use ragstream_operators::io::kafka_source::{kafka_source, KafkaSourceConfig, SourceStreams};
+use ragstream_operators::io::local_source::{local_source, LocalInput, LocalSourceConfig};
+use ragstream_operators::io::query_source::{IngestProgress, QueryKafkaConfig};
+use ragstream_operators::store::edge::EdgeStore;
+use ragstream_operators::store::server::ServerStore;
+use ragstream_operators::store::{SearchFilter, VectorStore};
+use timely::dataflow::operators::generic::operator::empty;
+use timely::dataflow::{ProbeHandle, Scope};
+
+use crate::config::{Config, EmbedderKind, EmbedderPrecision, IndexKind, SourceKind};
+
+/// Builds one instance of the configured embedder.
+pub fn embedder(config: &Config) -> anyhow::Result<Box<dyn Embedder>> {
+    Ok(match config.embedder.kind {
+        EmbedderKind::Minilm => Box::new(
+            MiniLm::load(&MiniLmOptions {
+                model_dir: config.embedder.model_dir(),
+                runtime_library: config.embedder.runtime_library(),
+                precision: match config.embedder.precision {
+                    EmbedderPrecision::Int8 => Precision::Int8,
+                    EmbedderPrecision::Fp32 => Precision::Fp32,
+                },
+                threads: config.embedder.threads,
+                batch_size: config.embedder.batch_size,
+                spinning: config.embedder.spinning,
+            })
+            .with_context(|| "run deploy/scripts/fetch-model.sh to fetch the model")?,
+        ),
+        EmbedderKind::Http => Box::new(HttpEmbedder::new(HttpEmbedderConfig {
+            url: config.embedder.url.clone().unwrap_or_default(),
+            model: config.embedder.model.clone(),
+            dimension: config.embedder.dimension,
+            api_key: std::env::var(&config.embedder.api_key_env).ok(),
+            timeout: Duration::from_secs(config.embedder.timeout_secs),
+            batch_size: config.embedder.batch_size,
+        })),
+    })
+}
+
+/// Starts the process's inference service: `embedder.executors` instances of the configured embedder
+/// on threads of their own, and one more for queries when `embedder.query_executor` is on.
+pub fn inference_service(config: &Config) -> anyhow::Result<InferenceService> {
+    let query_executor = config.embedder.query_executor();
+    let executors = (0..config.embedder.executors() + usize::from(query_executor))
+        .map(|_| embedder(config))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(InferenceService::start(
+        executors,
+        ServiceConfig {
+            slice_word_pieces: config.embedder.slice_word_pieces,
+            query_executor,
+            ..ServiceConfig::default()
+        },
+    )?)
+}
+
+/// Opens (or creates) every shard of this process's workers: one qdrant-edge shard a worker at
+/// `<index.path>/shard-<i>`, or one Qdrant server collection shared by all of them.
+pub fn open_shards(config: &Config, dimension: usize) -> anyhow::Result<Vec<Arc<dyn VectorStore>>> {
+    match config.index.kind {
+        IndexKind::Edge => {
+            let root = &config.index.path;
+            std::fs::create_dir_all(root)
+                .with_context(|| format!("creating {}", root.display()))?;
+            // In a cluster every process opens the shards of its own workers (global indices).
+            check_layout(root, config.runtime.total_workers())?;
+            let first = config.runtime.first_worker();
+            (first..first + config.runtime.workers)
+                .map(|i| {
+                    let path = root.join(format!("shard-{i}"));
+                    let store = EdgeStore::open_tuned(&path, dimension, config.index.tuning)
+                        .with_context(|| format!("opening {}", path.display()))?;
+                    Ok(Arc::new(store) as Arc<dyn VectorStore>)
+                })
+                .collect()
+        }
+        IndexKind::Server => {
+            // One shared collection: every worker writes its own documents into it.
+            let url = config.index.url.clone().expect("validated");
+            let api_key = std::env::var(&config.index.api_key_env).ok();
+            let store = ServerStore::connect(
+                &url,
+                api_key,
+                &config.index.collection,
+                dimension,
+                config.index.tuning,
+            )
+            .with_context(|| format!("connecting to Qdrant at {url}"))?;
+            let store: Arc<dyn VectorStore> = Arc::new(store);
+            Ok((0..config.runtime.workers).map(|_| store.clone()).collect())
+        }
+    }
+}
+
+/// `<root>/layout.json` records the worker count; another count is refused (documents are routed to
+/// shards by key hash modulo the worker count).
+fn check_layout(root: &Path, workers: usize) -> anyhow::Result<()> {
+    let path = root.join("layout.json");
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let layout: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+        let shards = layout
+            .get("shards")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0) as usize;
+        if shards != workers {
+            bail!("the index at {} has {shards} shards but the job runs {workers} workers; run with --workers {shards} or re-index into a new path", root.display());
+        }
+        return Ok(());
+    }
+    std::fs::write(&path, serde_json::json!({ "shards": workers }).to_string())
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// Where dead letters go: the DLQ topic with a Kafka source, else the JSONL file `runtime.dlq_path`.
+pub fn dlq_sink(config: &Config) -> anyhow::Result<Box<dyn DlqSink>> {
+    Ok(match config.source.kind {
+        SourceKind::Kafka => Box::new(
+            KafkaDlq::new(&config.kafka.client_config(), &config.kafka.dlq_topic)
+                .map_err(|e| anyhow::anyhow!("DLQ producer: {e}"))?,
+        ),
+        SourceKind::Dir | SourceKind::Jsonl => {
+            Box::new(FileDlq::new(config.runtime.dlq_path.clone()))
+        }
+    })
+}
+
+/// The queries topic's side of the query source, when documents come from Kafka.
+pub fn query_kafka(config: &Config) -> Option<QueryKafkaConfig> {
+    (config.source.kind == SourceKind::Kafka).then(|| QueryKafkaConfig {
+        client: config.kafka.client_config(),
+        topic: config.kafka.queries_topic.clone(),
+        documents_topic: config.kafka.documents_topic.clone(),
+        group_id: format!("{}-queries", config.kafka.group_id),
+        instance_id: config.kafka.instance_id.clone(),
+    })
+}
+
+/// The input of a local source: a directory (with the versions the index holds, so files gone from
+/// the disk are deleted from the index) or the events of a JSONL file; none with Kafka.
+pub fn local_input(
+    config: &Config,
+    shards: &[Arc<dyn VectorStore>],
+) -> anyhow::Result<Option<LocalInput>> {
+    Ok(match config.source.kind {
+        SourceKind::Dir => {
+            let mut known = BTreeMap::new();
+            let tenant = config.source.tenant.clone();
+            for shard in shards {
+                let filter = SearchFilter {
+                    tenant: Some(tenant.clone()),
+                    ..SearchFilter::default()
+                };
+                shard.scroll(&filter, &mut |stored| {
+                    let version = known.entry(stored.key.doc_id.clone()).or_insert(0u64);
+                    *version = (*version).max(stored.version);
+                })?;
+            }
+            let root = config.source.path.clone().expect("validated");
+            let root = root
+                .canonicalize()
+                .with_context(|| format!("source.path {}", root.display()))?;
+            Some(LocalInput::Dir {
+                source: DirSource::new(root, tenant, config.ingest.max_document_bytes, known),
+                rescan: Duration::from_secs(config.source.rescan_secs.max(1)),
+            })
+        }
+        SourceKind::Jsonl => {
+            let path = config.source.path.clone().expect("validated");
+            let decode = decode_config(config);
+            Some(LocalInput::Events(
+                read_jsonl(&path, &decode)
+                    .with_context(|| format!("reading {}", path.display()))?,
+            ))
+        }
+        SourceKind::Kafka => None,
+    })
+}
+
+/// Limits of document decoding.
+pub fn decode_config(config: &Config) -> DecodeConfig {
+    DecodeConfig {
+        max_document_bytes: config.ingest.max_document_bytes,
+        allowed_tenants: config.ingest.allowed_tenants.clone(),
+    }
+}
+
+/// What a worker's document source needs besides the configuration.
+pub struct SourceParts {
+    /// The directory or JSONL input (first worker of a process with a local source).
+    pub local: Option<LocalInput>,
+    /// The embedded index's position in the documents topic (Kafka with the edge backend).
+    pub checkpoint: Option<Arc<IndexCheckpoint>>,
+    /// The ingest acknowledgement probe.
+    pub acks: ProbeHandle<u64>,
+    /// Set to stop.
+    pub shutdown: Arc<AtomicBool>,
+    /// Acknowledged document offsets, for read-your-writes.
+    pub progress: Arc<IngestProgress>,
+}
+
+/// The configured document source in `scope`: its events and its assignment markers (none for a
+/// local source, which is never reassigned).
+pub fn document_source<'scope>(
+    scope: Scope<'scope, u64>,
+    config: &Config,
+    parts: SourceParts,
+) -> SourceStreams<'scope> {
+    match config.source.kind {
+        SourceKind::Kafka => kafka_source(
+            scope,
+            KafkaSourceConfig {
+                client: config.kafka.client_config(),
+                topic: config.kafka.documents_topic.clone(),
+                group_id: config.kafka.group_id.clone(),
+                max_batch: config.kafka.max_batch,
+                max_in_flight: config.kafka.max_in_flight,
+                prefetch_kbytes: config.kafka.prefetch_kbytes,
+                idle_poll: Duration::from_millis(20),
+                instance_id: config.kafka.instance_id.clone(),
+                checkpoint: parts.checkpoint,
+            },
+            decode_config(config),
+            parts.acks,
+            parts.shutdown,
+            parts.progress,
+        ),
+        SourceKind::Dir | SourceKind::Jsonl => (
+            local_source(
+                scope,
+                parts.local,
+                LocalSourceConfig {
+                    batch: 256,
+                    max_in_flight: 2048,
+                },
+                parts.acks,
+                parts.shutdown,
+            ),
+            empty(scope),
+        ),
+    }
+}
