@@ -131,3 +131,158 @@ impl<'scope> PublishContexts<'scope> for StreamVec<'scope, u64, (Context, Reply)
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use timely::dataflow::operators::vec::Input;
+    use timely::dataflow::operators::{Inspect, Probe};
+
+    use super::*;
+    use crate::ingest::dlq::Origin;
+    use crate::query::decode::{QueryError, RefusalReason};
+
+    /// Records what it is given; a time is delivered once the test says so.
+    struct HeldSink {
+        published: Rc<RefCell<Vec<(u64, String)>>>,
+        delivered: Arc<AtomicBool>,
+    }
+
+    impl ContextSink for HeldSink {
+        fn publish(&mut self, time: u64, contexts: Vec<(Context, Reply)>) -> Vec<(Context, Reply)> {
+            let mut published = self.published.borrow_mut();
+            published.extend(contexts.iter().map(|(c, _)| (time, c.query_id.clone())));
+            contexts
+        }
+        fn delivered(&self, _time: u64) -> bool {
+            self.delivered.load(Ordering::SeqCst)
+        }
+    }
+
+    fn context(id: &str) -> (Context, Reply) {
+        let context = Context {
+            query_id: id.into(),
+            ..Context::default()
+        };
+        (context, Reply::Http(1))
+    }
+
+    #[test]
+    fn publish_holds_a_time_until_its_contexts_are_delivered() {
+        timely::execute_directly(|worker| {
+            let published = Rc::new(RefCell::new(Vec::new()));
+            let delivered = Arc::new(AtomicBool::new(false));
+            let sink = HeldSink {
+                published: published.clone(),
+                delivered: delivered.clone(),
+            };
+            let (mut input, probe) = worker.dataflow(|scope| {
+                let (input, stream) = scope.new_input::<(Context, Reply)>();
+                (input, stream.publish(sink).probe().0)
+            });
+            input.send(context("q1"));
+            input.send(context("q2"));
+            input.advance_to(1);
+            for _ in 0..20 {
+                worker.step();
+            }
+            assert_eq!(
+                *published.borrow(),
+                vec![(0, "q1".to_string()), (0, "q2".to_string())]
+            );
+            assert!(
+                probe.less_equal(&0),
+                "time 0 completes only once its contexts are delivered"
+            );
+            delivered.store(true, Ordering::SeqCst);
+            // The operator polls the sink again on its own (it asked to be activated).
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while probe.less_equal(&0) && Instant::now() < deadline {
+                worker.step();
+            }
+            assert!(!probe.less_equal(&0), "time 0 completed after delivery");
+        });
+    }
+
+    /// Fails its first `failures` writes, then keeps the records.
+    struct FlakyDlq {
+        failures: usize,
+        written: Arc<std::sync::Mutex<Vec<DlqRecord>>>,
+    }
+
+    impl DlqSink for FlakyDlq {
+        fn write(&mut self, records: &[DlqRecord]) -> Result<(), String> {
+            if self.failures > 0 {
+                self.failures -= 1;
+                return Err("down".into());
+            }
+            self.written.lock().unwrap().extend_from_slice(records);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn refused_queries_are_dead_lettered_before_their_error_contexts_go_out() {
+        let written = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let dlq = FlakyDlq {
+            failures: 1,
+            written: written.clone(),
+        };
+        let seen = timely::execute_directly(move |worker| {
+            let seen = Rc::new(RefCell::new(Vec::new()));
+            let out = seen.clone();
+            let written = written.clone();
+            let (mut input, probe) = worker.dataflow(|scope| {
+                let (input, stream) = scope.new_input::<Refusal>();
+                let probe = stream
+                    .refuse(Box::new(dlq))
+                    .inspect(move |(context, reply): &(Context, Reply)| {
+                        // The record is durable before its context leaves.
+                        assert_eq!(written.lock().unwrap().len(), 1);
+                        out.borrow_mut().push((context.clone(), *reply));
+                    })
+                    .probe()
+                    .0;
+                (input, probe)
+            });
+            input.send(Refusal {
+                error: QueryError {
+                    reason: RefusalReason::MalformedJson,
+                    message: "query is not JSON".into(),
+                    query_id: Some("q9".into()),
+                    tenant: Some("acme".into()),
+                },
+                dlq: DlqRecord::new(
+                    RefusalReason::MalformedJson.as_str(),
+                    "query is not JSON".into(),
+                    Origin::Http {
+                        endpoint: "/query".into(),
+                    },
+                    Some("acme".into()),
+                    None,
+                    Some(b"{not json"),
+                ),
+                reply: Reply::Http(7),
+            });
+            input.advance_to(1);
+            while probe.less_equal(&0) {
+                worker.step();
+            }
+            seen.take()
+        });
+        assert_eq!(seen.len(), 1);
+        let (context, reply) = &seen[0];
+        assert_eq!(context.query_id, "q9");
+        assert_eq!(context.tenant, "acme");
+        assert!(context
+            .error
+            .as_deref()
+            .unwrap()
+            .starts_with("malformed_json"));
+        assert_eq!(*reply, Reply::Http(7));
+    }
+}
