@@ -182,25 +182,8 @@ pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection
         let section = (document, candidate.stored.chunk.section_path.as_slice());
         let document_count = per_document.get(document).copied().unwrap_or(0);
         let section_count = per_section.get(&section).copied().unwrap_or(0);
-        // Without a section path the "section" would be the whole document, and its cap would
-        // override the document's.
-        let sectioned = !candidate.stored.chunk.section_path.is_empty();
-        if document_count >= config.per_document
-            || (sectioned && section_count >= config.per_section)
-        {
-            let (cause, reason) = if document_count >= config.per_document {
-                let cap = config.per_document;
-                (Cause::DocumentCap, format!("document cap ({cap}) reached"))
-            } else {
-                let cap = config.per_section;
-                (Cause::SectionCap, format!("section cap ({cap}) reached"))
-            };
-            decisions.push(Decision::new(
-                candidate.id(),
-                Action::Deferred,
-                cause,
-                reason,
-            ));
+        if let Some(deferral) = capped(candidate, document_count, section_count, &config) {
+            decisions.push(deferral);
             deferred.push(index);
             continue;
         }
@@ -240,6 +223,33 @@ pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection
         deferred: take(deferred),
         decisions,
     }
+}
+
+/// The deferral of `candidate` when its document (or its section) already has its cap of picks.
+fn capped(
+    candidate: &Candidate,
+    document_count: usize,
+    section_count: usize,
+    config: &MmrConfig,
+) -> Option<Decision> {
+    // Without a section path the "section" would be the whole document, and its cap would
+    // override the document's.
+    let sectioned = !candidate.stored.chunk.section_path.is_empty();
+    let (cause, reason) = if document_count >= config.per_document {
+        let cap = config.per_document;
+        (Cause::DocumentCap, format!("document cap ({cap}) reached"))
+    } else if sectioned && section_count >= config.per_section {
+        let cap = config.per_section;
+        (Cause::SectionCap, format!("section cap ({cap}) reached"))
+    } else {
+        return None;
+    };
+    Some(Decision::new(
+        candidate.id(),
+        Action::Deferred,
+        cause,
+        reason,
+    ))
 }
 
 #[cfg(test)]
@@ -303,25 +313,10 @@ mod tests {
             let section_key = section(&candidate);
             let document_count = per_document.get(&document).copied().unwrap_or(0);
             let section_count = per_section.get(&section_key).copied().unwrap_or(0);
-            // Without a section path the "section" would be the whole document, and its cap would
-            // override the document's.
-            let sectioned = !candidate.stored.chunk.section_path.is_empty();
-            if document_count >= config.per_document
-                || (sectioned && section_count >= config.per_section)
+            if let Some(deferral) =
+                super::capped(&candidate, document_count, section_count, &config)
             {
-                let (cause, reason) = if document_count >= config.per_document {
-                    let cap = config.per_document;
-                    (Cause::DocumentCap, format!("document cap ({cap}) reached"))
-                } else {
-                    let cap = config.per_section;
-                    (Cause::SectionCap, format!("section cap ({cap}) reached"))
-                };
-                selection.decisions.push(Decision::new(
-                    candidate.id(),
-                    Action::Deferred,
-                    cause,
-                    reason,
-                ));
+                selection.decisions.push(deferral);
                 selection.deferred.push(candidate);
                 continue;
             }
