@@ -376,7 +376,11 @@ fn stop_on_signal(shutdown: Arc<AtomicBool>, ingress: &Arc<HttpIngress>) -> anyh
                     tracing::warn!(
                         "second signal: stopping now; unacknowledged work is redone on restart"
                     );
-                    std::process::exit(130);
+                    // At once, as a crash would: `_exit` runs no exit handlers, so the model
+                    // runtime's globals are not torn down under inference threads still running
+                    // (their calls would fail, and the documents be dead-lettered as unembeddable).
+                    // SAFETY: `_exit` has no preconditions; it ends the process.
+                    unsafe { libc::_exit(130) };
                 }
                 tracing::info!("stopping: finishing in-flight work (signal again to stop at once)");
                 for flag in FLAGS.lock().expect("signal flags").iter() {
