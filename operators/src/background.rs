@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::metrics::metrics;
+use crate::events::{InternalEvent, Retrying};
 
 /// The nice value of helper threads: CFS gives a nice-0 thread about 3x this one's CPU share
 /// when both want the same core.
@@ -173,8 +173,12 @@ pub fn with_backoff<T, E: std::fmt::Display>(
     loop {
         match attempt() {
             Err(error) if retryable(&error) => {
-                metrics().retries.with_label_values(&[component]).inc();
-                tracing::warn!(component, %error, retry_in_ms = delay.as_millis() as u64, "outage; retrying");
+                Retrying {
+                    component,
+                    error: &error,
+                    delay,
+                }
+                .emit();
                 std::thread::sleep(delay);
                 delay = (delay * 2).min(crate::embed::service::MAX_BACKOFF);
             }

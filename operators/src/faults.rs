@@ -105,6 +105,15 @@ pub struct FaultyStore {
 }
 
 impl FaultyStore {
+    /// `inner` with every write failing as unavailable while the file `down` exists.
+    pub fn with_down(inner: Arc<dyn VectorStore>, down: PathBuf) -> Self {
+        Self {
+            inner,
+            down: Some(down),
+            rules: None,
+        }
+    }
+
     /// `inner` with upserts following the per-document rules file at `rules` (see the module docs).
     pub fn with_rules(inner: Arc<dyn VectorStore>, rules: PathBuf) -> Self {
         Self {

@@ -6,11 +6,12 @@
 //! paths). Wiring lives in the `ragstream-topologies` crate.
 #![forbid(missing_docs)]
 
-pub use ragstream_core::{model, tokens, wire};
+pub use ragstream_core::{model, text, tokens, wire};
 
 pub mod activations;
 pub mod background;
 pub mod embed;
+pub mod events;
 pub mod faults;
 pub mod ingest;
 pub mod io;

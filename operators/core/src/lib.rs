@@ -13,6 +13,7 @@ pub mod model;
 pub mod progress;
 pub mod query;
 pub mod store;
+pub mod text;
 pub mod tokens;
 pub mod wire;
 

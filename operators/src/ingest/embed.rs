@@ -28,7 +28,6 @@ use super::diff::ChunkDelta;
 use super::dlq::{DlqRecord, Origin};
 use crate::embed::service::{InferenceService, Priority, Ticket};
 use crate::embed::EmbedError;
-use crate::metrics::metrics;
 use crate::model::DocKey;
 use crate::store::{Bm25Encoder, PointWrite};
 
@@ -82,7 +81,6 @@ fn dead_letter(
         .iter()
         .filter(|d| !d.upserts.is_empty())
         .map(|delta| {
-            metrics().record_dlq(reason);
             DlqRecord::new(
                 reason,
                 error.to_string(),
@@ -503,5 +501,98 @@ mod tests {
         assert_eq!(dlq.len(), 1);
         assert!(work[0].points.is_empty());
         assert_eq!(work[0].deletes, vec![uuid::Uuid::nil()]);
+    }
+
+    /// [`Picky`] behind a gate: each call waits until the gate opens.
+    struct Gated(Arc<std::sync::atomic::AtomicBool>);
+
+    impl Embedder for Gated {
+        fn version(&self) -> &str {
+            Picky.version()
+        }
+        fn dimension(&self) -> usize {
+            Picky.dimension()
+        }
+        fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            while !self.0.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Picky.embed(texts)
+        }
+        fn last_token_count(&self) -> usize {
+            0
+        }
+    }
+
+    /// In a small dataflow: while the model is busy, a batch's time stays incomplete and the worker
+    /// keeps stepping; once the vectors are back the batch's index work and DLQ records leave at its
+    /// time, and the time completes.
+    #[test]
+    fn a_time_completes_only_once_its_batch_is_embedded_and_the_worker_never_waits() {
+        use std::cell::RefCell;
+        use std::rc::Rc;
+        use std::time::Instant;
+        use timely::dataflow::operators::vec::Input;
+        use timely::dataflow::operators::{Inspect, Probe};
+
+        let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let service = InferenceService::start(
+            vec![Box::new(Gated(open.clone()))],
+            ServiceConfig {
+                slice_word_pieces: 1000,
+                query_batch: 8,
+                query_executor: false,
+            },
+        )
+        .unwrap();
+        let (steps_while_busy, outputs) = timely::execute_directly(move |worker| {
+            let outputs = Rc::new(RefCell::new(Vec::new()));
+            let seen = outputs.clone();
+            let (mut input, probe) = worker.dataflow(|scope| {
+                let (input, stream) = scope.new_input::<ChunkDelta>();
+                let probe = stream
+                    .embed_chunks(service)
+                    .inspect_core(move |event| {
+                        if let Ok((stamp, data)) = event {
+                            let time: u64 = *stamp.elements().first().expect("a time");
+                            let results: &Vec<Result<IndexDelta, DlqRecord>> = data;
+                            seen.borrow_mut()
+                                .extend(results.iter().map(|result| (time, result.clone())));
+                        }
+                    })
+                    .probe()
+                    .0;
+                (input, probe)
+            });
+            input.send(insert("a", "A good document."));
+            input.send(insert("b", "A BAD document."));
+            input.advance_to(1);
+            let (started, mut steps) = (Instant::now(), 0);
+            while started.elapsed() < Duration::from_millis(300) {
+                worker.step();
+                steps += 1;
+            }
+            assert!(probe.less_equal(&0), "time 0 is held while the model works");
+            assert!(outputs.borrow().is_empty(), "nothing emitted");
+            open.store(true, std::sync::atomic::Ordering::SeqCst);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while probe.less_equal(&0) && Instant::now() < deadline {
+                worker.step();
+            }
+            assert!(!probe.less_equal(&0), "time 0 completed once embedded");
+            (steps, outputs.take())
+        });
+        assert!(steps_while_busy > 50, "{steps_while_busy} steps in 300 ms");
+        let mut written: Vec<(u64, &str, usize)> = Vec::new();
+        let mut dead: Vec<(u64, &str)> = Vec::new();
+        for (time, result) in &outputs {
+            match result {
+                Ok(delta) => written.push((*time, delta.key.doc_id.as_str(), delta.points.len())),
+                Err(record) => dead.push((*time, record.reason.as_str())),
+            }
+        }
+        written.sort();
+        assert_eq!(written, [(0, "a", 1), (0, "b", 0)]);
+        assert_eq!(dead, [(0, "embedding_dimension")]);
     }
 }

@@ -36,6 +36,7 @@ use timely::dataflow::{ProbeHandle, StreamVec};
 
 use super::hydrate::{hydrate, Hydrated};
 use crate::background::{with_backoff, Background, Deliver};
+use crate::events::{InternalEvent, StaleVersion};
 use crate::metrics::metrics;
 use crate::model::{ChunkIds, DocKey, DocOp, Document};
 use crate::store::VectorStore;
@@ -243,9 +244,7 @@ impl<'scope> GuardVersions<'scope> for StreamVec<'scope, u64, DocOp> {
                                     last.insert(key, document);
                                 }
                                 Admission::Stale { key, version, applied } => {
-                                    metrics().record_document(op_name, "stale");
-                                    metrics().stale_versions.inc();
-                                    tracing::debug!(%key, version, applied, "ignored stale version");
+                                    StaleVersion { key: &key, version, applied, op: op_name }.emit();
                                 }
                             }
                         }

@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 
 use crate::ingest::decode::{decode_event, DecodeConfig, DecodeReason};
 use crate::ingest::dlq::{DlqRecord, Origin};
-use crate::metrics::metrics;
 use crate::model::{DocKey, DocKind, DocOp, Document};
 
 /// One scan's findings for a file.
@@ -124,7 +123,6 @@ impl DirSource {
                 if unchanged {
                     continue;
                 }
-                metrics().record_dlq(DecodeReason::Oversize.as_str());
                 let message = format!(
                     "oversize: file of {size} bytes exceeds the limit of {} bytes",
                     self.max_bytes
@@ -203,7 +201,6 @@ pub fn read_jsonl(
         .filter(|(_, line)| !line.iter().all(u8::is_ascii_whitespace))
         .map(|(index, line)| {
             decode_event(None, Some(line), decode).map_err(|error| {
-                metrics().record_dlq(error.reason.as_str());
                 let origin = Origin::File {
                     path: name.clone(),
                     line: Some(index as u64 + 1),

@@ -23,6 +23,7 @@ use timely::dataflow::StreamVec;
 
 use super::kafka_log::QuietContext;
 use crate::background::{with_backoff, Background, Deliver};
+use crate::events::{DeadLettered, InternalEvent};
 use crate::ingest::dlq::{DlqRecord, Origin};
 
 pub use crate::ingest::dlq::DlqSink;
@@ -192,34 +193,40 @@ pub trait WriteDlq<'scope> {
 impl<'scope> WriteDlq<'scope> for StreamVec<'scope, u64, DlqRecord> {
     fn write_dlq(self, mut sink: Box<dyn DlqSink>) -> StreamVec<'scope, u64, usize> {
         let scope = self.scope();
-        self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(Pipeline, "DlqWrite", move |_cap, info| {
-            let waker = crate::background::operator_waker(scope.worker(), &info.address);
-            let writer = Background::start(
-                "ragstream-dlq-writer",
-                move |records: Vec<DlqRecord>, deliver: &Deliver<usize>| {
-                    for record in &records {
-                        tracing::warn!(reason = %record.reason, origin = %record.origin, error = %record.message, "dead-lettered");
+        self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
+            Pipeline,
+            "DlqWrite",
+            move |_cap, info| {
+                let waker = crate::background::operator_waker(scope.worker(), &info.address);
+                let writer = Background::start(
+                    "ragstream-dlq-writer",
+                    move |records: Vec<DlqRecord>, deliver: &Deliver<usize>| {
+                        // A DLQ outage is an outage: retry until written; offsets wait for it.
+                        let written =
+                            with_backoff("dlq", |_: &String| true, || sink.write(&records));
+                        for record in &records {
+                            DeadLettered(record).emit();
+                        }
+                        deliver.send(if written.is_ok() { records.len() } else { 0 });
+                    },
+                    waker,
+                );
+                // The capabilities of the batches with the writer, oldest first.
+                let mut pending: std::collections::VecDeque<
+                    timely::dataflow::operators::Capability<u64>,
+                > = std::collections::VecDeque::new();
+                move |input, output| {
+                    input.for_each(|cap, data| {
+                        pending.push_back(cap.retain_least(0).expect("time of the batch"));
+                        writer.submit(std::mem::take(data));
+                    });
+                    while let Some(written) = writer.try_result() {
+                        let cap = pending.pop_front().expect("one capability per batch");
+                        output.session(&cap).give(written);
                     }
-                    // A DLQ outage is an outage: retry until written; offsets wait for it.
-                    let written = with_backoff("dlq", |_: &String| true, || sink.write(&records));
-                    deliver.send(if written.is_ok() { records.len() } else { 0 });
-                },
-                waker,
-            );
-            // The capabilities of the batches with the writer, oldest first.
-            let mut pending: std::collections::VecDeque<timely::dataflow::operators::Capability<u64>> =
-                std::collections::VecDeque::new();
-            move |input, output| {
-                input.for_each(|cap, data| {
-                    pending.push_back(cap.retain_least(0).expect("time of the batch"));
-                    writer.submit(std::mem::take(data));
-                });
-                while let Some(written) = writer.try_result() {
-                    let cap = pending.pop_front().expect("one capability per batch");
-                    output.session(&cap).give(written);
                 }
-            }
-        })
+            },
+        )
     }
 }
 

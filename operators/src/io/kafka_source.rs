@@ -416,7 +416,6 @@ pub fn kafka_source<'scope>(
                                 .or_insert((message.offset(), message.offset()));
                             let decoded = decode_event(message.key(), message.payload(), &decode)
                                 .map_err(|error| {
-                                    metrics().record_dlq(error.reason.as_str());
                                     let tenant = message
                                         .key()
                                         .and_then(|k| std::str::from_utf8(k).ok())

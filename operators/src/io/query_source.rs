@@ -231,7 +231,6 @@ fn refusal(
     payload: &[u8],
     reply: Reply,
 ) -> Refusal {
-    metrics().record_dlq(error.reason.as_str());
     Refusal {
         dlq: DlqRecord::new(
             error.reason.as_str(),

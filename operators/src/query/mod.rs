@@ -25,3 +25,6 @@ pub mod job;
 pub mod publish;
 pub mod retrieve;
 pub mod steps;
+
+#[cfg(test)]
+mod dataflow_tests;

@@ -11,6 +11,7 @@ use timely::dataflow::StreamVec;
 
 use super::job::*;
 use super::Context;
+use crate::events::{InternalEvent, QueryRefused};
 use crate::ingest::dlq::{DlqRecord, DlqSink};
 use crate::metrics::metrics;
 
@@ -55,16 +56,11 @@ impl<'scope> RefuseQueries<'scope> for StreamVec<'scope, u64, Refusal> {
                             delay = (delay * 2).min(Duration::from_secs(5));
                         }
                         for refusal in data.iter() {
-                            metrics()
-                                .queries
-                                .with_label_values(&["unknown", "refused"])
-                                .inc();
-                            tracing::warn!(
-                                reason = refusal.error.reason.as_str(),
-                                origin = %refusal.dlq.origin,
-                                error = %refusal.dlq.message,
-                                "query refused"
-                            );
+                            QueryRefused {
+                                reason: refusal.error.reason.as_str(),
+                                record: &refusal.dlq,
+                            }
+                            .emit();
                         }
                         output
                             .session(&cap)

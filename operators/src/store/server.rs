@@ -15,32 +15,29 @@
 //! now) are [`StoreError::Unavailable`] and retried by the caller; everything else (a bad request, a
 //! missing collection, a refused API key) is [`StoreError::Invalid`].
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use qdrant_client::qdrant::point_id::PointIdOptions;
-use qdrant_client::qdrant::r#match::MatchValue;
-use qdrant_client::qdrant::value::Kind;
 use qdrant_client::qdrant::vector_output::Vector as VectorOutputKind;
 use qdrant_client::qdrant::vectors_config::Config as VectorsConfigKind;
 use qdrant_client::qdrant::{
-    Condition, CountPointsBuilder, CreateCollectionBuilder, CreateFieldIndexCollectionBuilder,
-    DeleteCollectionBuilder, DeletePointsBuilder, Distance, FieldType, Filter, GetPointsBuilder,
-    HnswConfigDiffBuilder, KeywordIndexParamsBuilder, ListValue, Modifier, NamedVectors, PointId,
-    PointStruct, QuantizationSearchParamsBuilder, QuantizationType, Query, QueryPointsBuilder,
-    RepeatedStrings, ScalarQuantizationBuilder, ScrollPointsBuilder, SearchParamsBuilder,
-    SparseIndexConfigBuilder, SparseVectorParamsBuilder, SparseVectorsConfigBuilder, Struct,
-    UpsertPointsBuilder, Value, Vector, VectorInput, VectorParamsBuilder, VectorsConfigBuilder,
-    VectorsSelector,
+    CountPointsBuilder, CreateCollectionBuilder, CreateFieldIndexCollectionBuilder,
+    DeleteCollectionBuilder, DeletePointsBuilder, Distance, FieldType, GetPointsBuilder,
+    HnswConfigDiffBuilder, KeywordIndexParamsBuilder, Modifier, NamedVectors, PointId, PointStruct,
+    QuantizationSearchParamsBuilder, QuantizationType, Query, QueryPointsBuilder,
+    ScalarQuantizationBuilder, ScrollPointsBuilder, SearchParamsBuilder, SparseIndexConfigBuilder,
+    SparseVectorParamsBuilder, SparseVectorsConfigBuilder, UpsertPointsBuilder, Vector,
+    VectorInput, VectorParamsBuilder, VectorsConfigBuilder, VectorsSelector,
 };
-use qdrant_client::{Payload, Qdrant, QdrantError};
-use serde_json::{Map, Number, Value as JsonValue};
+use qdrant_client::Qdrant;
 
 use super::{
-    check_compatible, chunk_from_payload, chunk_payload, Hit, IndexTuning, PointWrite,
-    SearchFilter, SearchVector, StoreError, StoredChunk, VectorStore, DENSE_VECTOR,
-    KEYWORD_INDEXES, ON_DISK_KEYWORD_INDEXES, SPARSE_VECTOR,
+    check_compatible, chunk_payload, Hit, IndexTuning, PointWrite, SearchFilter, SearchVector,
+    StoreError, StoredChunk, VectorStore, DENSE_VECTOR, KEYWORD_INDEXES, ON_DISK_KEYWORD_INDEXES,
+    SPARSE_VECTOR,
 };
+
+mod convert;
+use convert::*;
 
 /// Points per scroll page.
 const SCROLL_PAGE: u32 = 512;
@@ -49,24 +46,6 @@ const SCROLL_PAGE: u32 = 512;
 /// the client's default (5 s); a request past it fails as [`StoreError::Unavailable`] and is retried
 /// (writes are idempotent).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// gRPC status codes (as `i32`, see `tonic::Code`) that mean "the server could not serve this now":
-/// the 5xx family (Unknown, Internal, Unavailable, DeadlineExceeded, DataLoss), rate limiting
-/// (ResourceExhausted), and Cancelled / Aborted. qdrant-client reports a failed connection as
-/// Internal. Unimplemented (also 5xx in HTTP terms) is left out: retrying never helps.
-const TRANSIENT_CODES: [i32; 8] = [
-    1,  // Cancelled
-    2,  // Unknown
-    4,  // DeadlineExceeded
-    8,  // ResourceExhausted
-    10, // Aborted
-    13, // Internal
-    14, // Unavailable
-    15, // DataLoss
-];
-
-/// gRPC `AlreadyExists`.
-const ALREADY_EXISTS: i32 = 6;
 
 /// A collection on a Qdrant server.
 pub struct ServerStore {
@@ -100,127 +79,6 @@ impl std::fmt::Debug for ServerStore {
             .field("dimension", &self.dimension)
             .finish()
     }
-}
-
-fn store_error(error: QdrantError) -> StoreError {
-    let transient = match &error {
-        QdrantError::ResponseError { status } => {
-            TRANSIENT_CODES.contains(&i32::from(status.code()))
-        }
-        QdrantError::ResourceExhaustedError { .. } | QdrantError::Io(_) => true,
-        _ => false,
-    };
-    if transient {
-        StoreError::Unavailable(error.to_string())
-    } else {
-        StoreError::Invalid(error.to_string())
-    }
-}
-
-/// Whether the server refused to create something because it exists (a collection, a payload index).
-fn already_exists(error: &QdrantError) -> bool {
-    match error {
-        QdrantError::ResponseError { status } => {
-            i32::from(status.code()) == ALREADY_EXISTS
-                || status.message().to_lowercase().contains("already exists")
-        }
-        _ => false,
-    }
-}
-
-fn any_of(field: &str, values: Vec<String>) -> Condition {
-    // Explicitly keywords: `MatchValue::from(String)` turns values with whitespace into full-text.
-    Condition::matches(
-        field,
-        MatchValue::Keywords(RepeatedStrings { strings: values }),
-    )
-}
-
-/// The server filter for a [`SearchFilter`] (see [`SearchFilter::conditions`]).
-fn server_filter(filter: &SearchFilter) -> Option<Filter> {
-    let conditions = filter.conditions();
-    let mut must: Vec<Condition> = conditions
-        .must
-        .into_iter()
-        .map(|(field, values)| any_of(field, values))
-        .collect();
-    if let Some(acl) = conditions.acl {
-        let mut should = vec![Condition::is_empty("acl")];
-        if !acl.is_empty() {
-            should.push(any_of("acl", acl));
-        }
-        must.push(Condition::from(Filter::should(should)));
-    }
-    (!must.is_empty()).then(|| Filter::must(must))
-}
-
-fn point_id(id: uuid::Uuid) -> PointId {
-    PointId::from(id.to_string())
-}
-
-fn uuid_of(id: Option<&PointId>) -> Option<uuid::Uuid> {
-    match id?.point_id_options.as_ref()? {
-        PointIdOptions::Uuid(text) => uuid::Uuid::parse_str(text).ok(),
-        PointIdOptions::Num(_) => None,
-    }
-}
-
-/// A JSON value as a payload value (qdrant-client's serde conversions are behind a feature we do
-/// not enable).
-fn to_value(json: &JsonValue) -> Value {
-    let kind = match json {
-        JsonValue::Null => Kind::NullValue(0),
-        JsonValue::Bool(b) => Kind::BoolValue(*b),
-        JsonValue::Number(n) => match n.as_i64() {
-            Some(i) => Kind::IntegerValue(i),
-            None => Kind::DoubleValue(n.as_f64().unwrap_or(f64::NAN)),
-        },
-        JsonValue::String(s) => Kind::StringValue(s.clone()),
-        JsonValue::Array(items) => Kind::ListValue(ListValue {
-            values: items.iter().map(to_value).collect(),
-        }),
-        JsonValue::Object(map) => Kind::StructValue(Struct {
-            fields: map.iter().map(|(k, v)| (k.clone(), to_value(v))).collect(),
-        }),
-    };
-    Value { kind: Some(kind) }
-}
-
-/// A payload value as JSON.
-fn to_json(value: &Value) -> JsonValue {
-    match &value.kind {
-        None | Some(Kind::NullValue(_)) => JsonValue::Null,
-        Some(Kind::BoolValue(b)) => JsonValue::Bool(*b),
-        Some(Kind::IntegerValue(i)) => JsonValue::Number(Number::from(*i)),
-        Some(Kind::DoubleValue(d)) => Number::from_f64(*d)
-            .map(JsonValue::Number)
-            .unwrap_or(JsonValue::Null),
-        Some(Kind::StringValue(s)) => JsonValue::String(s.clone()),
-        Some(Kind::ListValue(list)) => JsonValue::Array(list.values.iter().map(to_json).collect()),
-        Some(Kind::StructValue(object)) => JsonValue::Object(
-            object
-                .fields
-                .iter()
-                .map(|(k, v)| (k.clone(), to_json(v)))
-                .collect(),
-        ),
-    }
-}
-
-fn to_payload(map: &Map<String, JsonValue>) -> Payload {
-    let fields: HashMap<String, Value> =
-        map.iter().map(|(k, v)| (k.clone(), to_value(v))).collect();
-    Payload::from(fields)
-}
-
-/// A stored chunk from a point's id and payload; `None` if it is not a ragstream point.
-fn stored_chunk(id: Option<&PointId>, payload: &HashMap<String, Value>) -> Option<StoredChunk> {
-    let id = uuid_of(id)?;
-    let payload: Map<String, JsonValue> = payload
-        .iter()
-        .map(|(k, v)| (k.clone(), to_json(v)))
-        .collect();
-    chunk_from_payload(id, &payload)
 }
 
 impl ServerStore {
@@ -649,39 +507,4 @@ impl VectorStore for ServerStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    #[ignore = "needs a Qdrant server: set QDRANT_URL and run with --ignored"]
-    fn server_store_passes_the_contract() {
-        let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
-        let api_key = std::env::var("QDRANT_API_KEY").ok();
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let collection = format!("ragstream_contract_{}_{nanos}", std::process::id());
-        let open = || {
-            ServerStore::connect(
-                &url,
-                api_key.clone(),
-                &collection,
-                super::super::contract::DIMENSION,
-                IndexTuning::default(),
-            )
-            .expect("connect to the Qdrant server")
-        };
-        // Deletes the collection at the end, also when the contract fails.
-        struct Cleanup(ServerStore);
-        impl Drop for Cleanup {
-            fn drop(&mut self) {
-                if let Err(error) = self.0.delete_collection() {
-                    eprintln!("could not delete {}: {error}", self.0.collection());
-                }
-            }
-        }
-        let _cleanup = Cleanup(open());
-        super::super::contract::run(&|| Box::new(open()) as Box<dyn VectorStore>);
-    }
-}
+mod tests;

@@ -103,6 +103,12 @@ impl DlqRecord {
     }
 }
 
+/// A durable destination for DLQ records.
+pub trait DlqSink: Send {
+    /// Writes the records; they are durable when this returns `Ok`.
+    fn write(&mut self, records: &[DlqRecord]) -> Result<(), String>;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,10 +136,4 @@ mod tests {
             record.truncated && record.value.as_ref().map_or(0, Vec::len) == MAX_DLQ_VALUE_BYTES
         );
     }
-}
-
-/// A durable destination for DLQ records.
-pub trait DlqSink: Send {
-    /// Writes the records; they are durable when this returns `Ok`.
-    fn write(&mut self, records: &[DlqRecord]) -> Result<(), String>;
 }

@@ -102,79 +102,22 @@ pub struct Features<'a> {
 }
 
 /// The first three characters of each query term: a word stems to a term only if it starts with the
-/// term's prefix. Checked per word of every chunk, so prefixes of up to four bytes are compared as
-/// one masked integer, after a table of first byte pairs has rejected most words.
-struct Prefixes<'a> {
-    /// Bit `b1 % 64` of row `b0 % 64` is set for the first two bytes `b0 b1` of each prefix (the
-    /// whole row for a one-byte prefix, every row for an empty one): a word whose first two bytes
-    /// find no set bit starts with no prefix. Folding the bytes to six bits keeps the table at 512
-    /// bytes; a fold that collides only lets a word on to the exact test.
-    pairs: [u64; 64],
-    /// `(bytes, mask, length)` of each prefix of at most four bytes.
-    packed: Vec<(u32, u32, usize)>,
-    /// Longer prefixes (non-ASCII characters).
-    long: Vec<&'a str>,
-}
-
-/// The first four bytes of `bytes` as an integer (zeros past the end).
-fn head(bytes: &[u8]) -> u32 {
-    // Byte by byte (no copy call for a variable length).
-    (0..4).fold(0u32, |four, index| {
-        four | u32::from(bytes.get(index).copied().unwrap_or(0)) << (8 * index)
-    })
-}
+/// term's prefix, so the other words of a chunk are never stemmed.
+struct Prefixes<'a>(Vec<&'a str>);
 
 impl<'a> Prefixes<'a> {
     fn new(terms: &'a [String]) -> Self {
-        let mut prefixes = Self {
-            pairs: [0; 64],
-            packed: Vec::new(),
-            long: Vec::new(),
-        };
-        for term in terms {
-            let prefix = &term[..term.char_indices().nth(3).map_or(term.len(), |(i, _)| i)];
-            match *prefix.as_bytes() {
-                // An empty prefix starts every word.
-                [] => prefixes.pairs = [u64::MAX; 64],
-                [first] => prefixes.pairs[usize::from(first % 64)] = u64::MAX,
-                [first, second, ..] => {
-                    prefixes.pairs[usize::from(first % 64)] |= 1 << (second % 64)
-                }
-            }
-            if prefix.len() <= 4 {
-                let mask = u32::MAX
-                    .checked_shr(32 - 8 * prefix.len() as u32)
-                    .unwrap_or(0);
-                prefixes
-                    .packed
-                    .push((head(prefix.as_bytes()), mask, prefix.len()));
-            } else {
-                prefixes.long.push(prefix);
-            }
-        }
-        prefixes
+        Self(
+            terms
+                .iter()
+                .map(|term| &term[..term.char_indices().nth(3).map_or(term.len(), |(i, _)| i)])
+                .collect(),
+        )
     }
 
-    /// Whether `word` starts with any prefix: the table of pairs, inlined where words are visited,
-    /// turns most words away.
-    #[inline(always)]
+    /// Whether `word` starts with any prefix.
     fn start(&self, word: &str) -> bool {
-        let (b0, b1) = match *word.as_bytes() {
-            [] => (0, 0),
-            [b0] => (b0, 0),
-            [b0, b1, ..] => (b0, b1),
-        };
-        self.pairs[usize::from(b0 % 64)] >> (b1 % 64) & 1 != 0 && self.start_exactly(word)
-    }
-
-    /// Whether `word` starts with any prefix, tested one by one.
-    fn start_exactly(&self, word: &str) -> bool {
-        let bytes = word.as_bytes();
-        let first = head(bytes);
-        // Every prefix is tested (no early exit): a few integer compares cost less than the branches.
-        self.packed.iter().fold(false, |hit, &(key, mask, length)| {
-            hit | ((bytes.len() >= length) & (first & mask == key))
-        }) || self.long.iter().any(|p| word.starts_with(p))
+        self.0.iter().any(|prefix| word.starts_with(prefix))
     }
 }
 
@@ -488,22 +431,6 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// The packed prefix test is `starts_with` over the terms' first three characters (digits
-        /// and `p`–`r` share their six-bit folds in the table of pairs).
-        #[test]
-        fn prefixes_are_starts_with(
-            terms in proptest::collection::vec("[a-dp-r0-2é]{0,6}", 0..5),
-            words in proptest::collection::vec("[a-dp-r0-2é]{0,7}", 1..20),
-        ) {
-            let prefixes = Prefixes::new(&terms);
-            for word in &words {
-                let expected = terms.iter().any(|t| {
-                    word.starts_with(&t[..t.char_indices().nth(3).map_or(t.len(), |(i, _)| i)])
-                });
-                proptest::prop_assert_eq!(prefixes.start(word), expected, "{}", word);
-            }
-        }
-
         /// The word-start scan finds a cue exactly when an overlapping search for every cue finds one
         /// at word boundaries.
         #[test]

@@ -255,35 +255,6 @@ fn deferred_candidates_fill_an_unused_budget_only() {
         .all(|i| i.doc_id != "doc1" || i.tokens < roomy_deferred.tokens));
 }
 
-#[test]
-fn sentence_splitting() {
-    let text = "First one. Second? Third!\nFourth line without stop\n3.14 is pi.";
-    let spans: Vec<&str> = sentences(text).iter().map(|&(a, b)| &text[a..b]).collect();
-    assert_eq!(
-        spans,
-        vec![
-            "First one.",
-            "Second?",
-            "Third!",
-            "Fourth line without stop",
-            "3.14 is pi."
-        ]
-    );
-}
-
-proptest! {
-    /// The byte search finds the sentence end a scan of every byte finds.
-    #[test]
-    fn sentence_end_search_is_the_byte_scan(text in "[a-z .?!\n\t]{0,60}", from in 0usize..64) {
-        let bytes = text.as_bytes();
-        let from = from.min(bytes.len());
-        prop_assert_eq!(
-            next_sentence_end(bytes, from),
-            (from..bytes.len()).find(|&at| ends_sentence(bytes, at))
-        );
-    }
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 

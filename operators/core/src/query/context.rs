@@ -1,0 +1,135 @@
+//! What a query returns: the context, its items and their tiers, and the ingest progress it reflects.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Trace, Weights};
+
+/// How an item was packed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// The top result with its section header and neighbours.
+    Expanded,
+    /// A sentence-bounded excerpt.
+    Snippet,
+    /// Title, section path and first sentence.
+    Surrogate,
+    /// The whole chunk (deep, read_chunk, sql modes).
+    Full,
+}
+
+impl Tier {
+    /// The tier's name (as serialised).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Expanded => "expanded",
+            Tier::Snippet => "snippet",
+            Tier::Surrogate => "surrogate",
+            Tier::Full => "full",
+        }
+    }
+}
+
+/// One item of a context.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContextItem {
+    /// The point id (of the top chunk for an expanded item).
+    pub chunk_id: String,
+    /// The document.
+    pub doc_id: String,
+    /// The document source.
+    pub source: String,
+    /// First and last line covered.
+    pub lines: (u32, u32),
+    /// Section path.
+    pub section_path: Vec<String>,
+    /// How it was packed.
+    pub tier: Tier,
+    /// Its final score.
+    pub score: f32,
+    /// Tokens of the item's rendering (header line included).
+    pub tokens: usize,
+    /// The item's text (without the `Source:` header).
+    pub text: String,
+}
+
+/// A document of `list_sources` or a file of `files`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceEntry {
+    /// The document.
+    pub doc_id: String,
+    /// Its source.
+    pub source: String,
+    /// Its title.
+    pub title: String,
+    /// Chunks the document has in the index.
+    pub chunks: usize,
+    /// Chunks among the query's candidates (`files`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hits: Option<usize>,
+    /// Concentration score (`files`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<f32>,
+}
+
+/// The answer to a query (the contexts topic's value, the body of the `POST /query` response).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Context {
+    /// The query's id.
+    pub query_id: String,
+    /// The tenant.
+    pub tenant: String,
+    /// The mode answered.
+    pub mode: String,
+    /// The packed items.
+    pub items: Vec<ContextItem>,
+    /// Documents (`list_sources`, `files`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourceEntry>,
+    /// The packed string, items prefixed `Source: … (lines a–b)`.
+    pub context: String,
+    /// Tokens of `context`, counted with the real tokenizer.
+    pub tokens_used: usize,
+    /// The budget it was packed into (`None` for unbounded modes).
+    pub token_budget: Option<usize>,
+    /// The tokenizer the counts use.
+    pub tokenizer: String,
+    /// Candidates that passed the filters.
+    pub chunks_available: usize,
+    /// Items returned.
+    pub chunks_returned: usize,
+    /// Whether anything was cut or left out for the budget.
+    pub truncated: bool,
+    /// What was cut, warnings, hints.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Tokens left for the answer when a context window was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_new_tokens: Option<usize>,
+    /// The intent the analyzer chose.
+    pub intent: String,
+    /// The fusion weights used.
+    pub weights: Weights,
+    /// What the index reflected: the ingest frontier (ms) and, with Kafka, the acknowledged offsets.
+    pub index_watermark: Watermark,
+    /// Present when the query asked for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Trace>,
+    /// Milliseconds per stage and in total.
+    pub latency_ms: BTreeMap<String, f64>,
+    /// Set when the query could not be answered (bad query, unknown chunk id, index failure).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The ingest progress a context reflects.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Watermark {
+    /// Every document event with an earlier time (ms since the epoch) is indexed.
+    pub frontier_ms: u64,
+    /// Documents-topic partition → next offset not yet acknowledged by the index.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub offsets: BTreeMap<i32, i64>,
+}

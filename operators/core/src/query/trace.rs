@@ -1,0 +1,226 @@
+//! Why each candidate was kept, moved or dropped: typed decisions ([`Step`], [`Action`], [`Cause`]) and
+//! the trace a context carries. Metric labels are the enums' names (`as_str`), never parsed from text.
+
+use serde::{Deserialize, Serialize};
+
+use std::collections::BTreeMap;
+
+use super::{Candidate, LaneHit, Tier};
+
+/// The step that decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    /// Fusion of the lanes.
+    Fuse,
+    /// Duplicate removal (exact, and near-duplicates against each MMR pick).
+    Dedup,
+    /// MMR selection with its caps.
+    Mmr,
+    /// Packing into the budget.
+    Pack,
+}
+
+/// What the step did to the candidate (or the query).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// The query's fusion weights changed.
+    Adapted,
+    /// Left out.
+    Dropped,
+    /// Held back (MMR caps); packed only if budget is left.
+    Deferred,
+    /// Packed as the expanded tier.
+    Expanded,
+    /// Packed as a snippet.
+    Snippet,
+    /// Packed as a surrogate.
+    Surrogate,
+    /// Packed whole.
+    Full,
+}
+
+impl Step {
+    /// The step's name (as serialised).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Fuse => "fuse",
+            Step::Dedup => "dedup",
+            Step::Mmr => "mmr",
+            Step::Pack => "pack",
+        }
+    }
+}
+
+impl Action {
+    /// The action's name (as serialised).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Adapted => "adapted",
+            Action::Dropped => "dropped",
+            Action::Deferred => "deferred",
+            Action::Expanded => "expanded",
+            Action::Snippet => "snippet",
+            Action::Surrogate => "surrogate",
+            Action::Full => "full",
+        }
+    }
+}
+
+impl From<Tier> for Action {
+    fn from(tier: Tier) -> Self {
+        match tier {
+            Tier::Expanded => Action::Expanded,
+            Tier::Snippet => Action::Snippet,
+            Tier::Surrogate => Action::Surrogate,
+            Tier::Full => Action::Full,
+        }
+    }
+}
+
+/// Why, bounded: each cause belongs to one step, and metrics take their labels from it
+/// ([`Cause::as_str`]); the decision's `reason` adds the particulars for people.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// Fuse: the same point or document offset came twice from one lane.
+    LaneDuplicate,
+    /// Fuse: the lanes' evidence changed the intent's weights.
+    EvidenceRule,
+    /// Dedup: the same text (up to case and whitespace) was kept already.
+    Exact,
+    /// Dedup: within the near-duplicate cosine of an MMR pick.
+    NearDuplicate,
+    /// Mmr: the document's cap was reached.
+    DocumentCap,
+    /// Mmr: the section's cap was reached.
+    SectionCap,
+    /// Mmr: more than k candidates.
+    BeyondK,
+    /// Pack: the text is already in the context.
+    Overlap,
+    /// Pack: the lowest marginal value when over budget.
+    OverBudget,
+    /// Pack: packed in its first form.
+    Fits,
+    /// Pack: packed in a shorter form to fit.
+    Shortened,
+    /// Pack: a deferred candidate packed with budget left over.
+    BudgetLeft,
+}
+
+impl Cause {
+    /// The step this cause belongs to.
+    pub fn step(self) -> Step {
+        match self {
+            Cause::LaneDuplicate | Cause::EvidenceRule => Step::Fuse,
+            Cause::Exact | Cause::NearDuplicate => Step::Dedup,
+            Cause::DocumentCap | Cause::SectionCap | Cause::BeyondK => Step::Mmr,
+            Cause::Overlap
+            | Cause::OverBudget
+            | Cause::Fits
+            | Cause::Shortened
+            | Cause::BudgetLeft => Step::Pack,
+        }
+    }
+
+    /// The cause's name (as serialised, and as a metric label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::LaneDuplicate => "lane_duplicate",
+            Cause::EvidenceRule => "evidence_rule",
+            Cause::Exact => "exact",
+            Cause::NearDuplicate => "near_duplicate",
+            Cause::DocumentCap => "document_cap",
+            Cause::SectionCap => "section_cap",
+            Cause::BeyondK => "beyond_k",
+            Cause::Overlap => "overlap",
+            Cause::OverBudget => "over_budget",
+            Cause::Fits => "fits",
+            Cause::Shortened => "shortened",
+            Cause::BudgetLeft => "budget_left",
+        }
+    }
+}
+
+/// Why a candidate left the pipeline, or what happened to it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    /// The point id (empty for a decision about the whole query, such as adapted fusion weights).
+    pub chunk_id: String,
+    /// The step that decided (always `cause.step()`).
+    pub step: Step,
+    /// What it decided.
+    pub action: Action,
+    /// Why, bounded.
+    pub cause: Cause,
+    /// Why, for people (the particulars: caps, cosines, tiers).
+    pub reason: String,
+}
+
+impl Decision {
+    /// A decision with its step taken from `cause`.
+    pub fn new(
+        chunk_id: impl Into<String>,
+        action: Action,
+        cause: Cause,
+        reason: impl Into<String>,
+    ) -> Self {
+        Self {
+            chunk_id: chunk_id.into(),
+            step: cause.step(),
+            action,
+            cause,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A candidate as shown in the trace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceCandidate {
+    /// The point id.
+    pub chunk_id: String,
+    /// The document.
+    pub doc_id: String,
+    /// Dense lane rank and score.
+    pub dense: Option<LaneHit>,
+    /// BM25 lane rank and score.
+    pub bm25: Option<LaneHit>,
+    /// Fused score.
+    pub fused: f32,
+    /// Rerank factors.
+    pub factors: BTreeMap<String, f32>,
+    /// Final score.
+    pub score: f32,
+}
+
+impl From<&Candidate> for TraceCandidate {
+    fn from(candidate: &Candidate) -> Self {
+        Self {
+            chunk_id: candidate.id(),
+            doc_id: candidate.stored.key.doc_id.clone(),
+            dense: candidate.dense,
+            bm25: candidate.bm25,
+            fused: candidate.fused,
+            factors: candidate
+                .factors
+                .iter()
+                .map(|(name, value)| (name.to_string(), *value))
+                .collect(),
+            score: candidate.score,
+        }
+    }
+}
+
+/// The trace of every decision, returned when the query asks for it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Trace {
+    /// Intent signals.
+    pub signals: Vec<String>,
+    /// Candidates after fusion and rerank, in order.
+    pub candidates: Vec<TraceCandidate>,
+    /// Every decision, in pipeline order.
+    pub decisions: Vec<Decision>,
+}

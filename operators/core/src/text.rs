@@ -1,0 +1,322 @@
+//! Text: what a sentence, a word and a stem are, defined once here for the packer (snippets cut on
+//! sentences), the rerank (a sentence's evidence), BM25 (its terms) and the redundancy metric.
+//!
+//! - **Sentence**: a line break ends one, and so does `.`, `?` or `!` before whitespace or the end of
+//!   the text ([`ends_sentence`]); spans are trimmed and never empty. The chunker cuts paragraphs into
+//!   sentences with a finer rule of its own (`ingest::chunk::text`): a stop must be followed by what
+//!   starts a sentence, so `e.g. this` stays one unit.
+//! - **Word**: a run of alphanumeric characters, `_` and `-`, trimmed of `_` and `-` at its ends. A
+//!   plain word (a first character, then lowercase ASCII letters: `Word`, `1st`) is one term; another
+//!   identifier yields itself and its parts (`snake_case`, `camelCase`, `kebab-case`, `HTTPServer` →
+//!   `http`, `server`), so `parse_config` matches `parse_config`, `parseConfig` and `config`. Words
+//!   are lowercased; English stop words are dropped ([`visit_words`]).
+//! - **Stem**: the Snowball English stemmer over a lowercased word ([`Stemmer`]).
+//!
+//! Plain code throughout: put back alone, the largest of the hand-vectorised scans these replaced (the
+//! block word scan) changed no round trip of a job-level bench (BENCHMARKS.md, "Plain text scans").
+
+/// English stop words: dropped from BM25 terms and from the rerank's query terms.
+pub const STOP_WORDS: [&str; 47] = [
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it",
+    "its", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they",
+    "this", "to", "was", "were", "will", "with", "what", "which", "who", "whom", "how", "when",
+    "where", "why", "did", "does", "do", "has", "have", "had",
+];
+
+/// Whether `word` (lowercased) is one of [`STOP_WORDS`]. A `match` over the same words (a test
+/// checks both agree): the compiler branches on the length and the bytes instead of comparing every
+/// word in turn, and every word of every candidate passes through here.
+pub fn is_stop_word(word: &str) -> bool {
+    matches!(
+        word,
+        "a" | "an"
+            | "and"
+            | "are"
+            | "as"
+            | "at"
+            | "be"
+            | "but"
+            | "by"
+            | "for"
+            | "if"
+            | "in"
+            | "into"
+            | "is"
+            | "it"
+            | "its"
+            | "of"
+            | "on"
+            | "or"
+            | "such"
+            | "that"
+            | "the"
+            | "their"
+            | "then"
+            | "there"
+            | "these"
+            | "they"
+            | "this"
+            | "to"
+            | "was"
+            | "were"
+            | "will"
+            | "with"
+            | "what"
+            | "which"
+            | "who"
+            | "whom"
+            | "how"
+            | "when"
+            | "where"
+            | "why"
+            | "did"
+            | "does"
+            | "do"
+            | "has"
+            | "have"
+            | "had"
+    )
+}
+
+/// Whether a sentence ends at byte `at` of `bytes`: a line break, or `.`, `?` or `!` before whitespace
+/// or the end of the text.
+pub fn ends_sentence(bytes: &[u8], at: usize) -> bool {
+    match bytes[at] {
+        b'\n' => true,
+        b'.' | b'?' | b'!' => bytes.get(at + 1).is_none_or(|b| b.is_ascii_whitespace()),
+        _ => false,
+    }
+}
+
+/// Sentence byte ranges of `text` (trimmed, non-empty).
+pub fn sentences(text: &str) -> Vec<(usize, usize)> {
+    sentence_spans(text).collect()
+}
+
+/// Sentence byte ranges of `text` (trimmed, non-empty), found as they are asked for.
+pub fn sentence_spans(text: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        while start < bytes.len() {
+            let from = start;
+            start = (from..bytes.len())
+                .find(|&at| ends_sentence(bytes, at))
+                .map_or(bytes.len(), |at| at + 1);
+            let piece = &text[from..start];
+            let lead = piece.len() - piece.trim_start().len();
+            let trimmed = piece.trim();
+            if !trimmed.is_empty() {
+                return Some((from + lead, from + lead + trimmed.len()));
+            }
+        }
+        None
+    })
+}
+
+/// Splits an identifier into its camelCase / acronym / digit parts (`HTTPServerError` → `HTTP`,
+/// `Server`, `Error`; `utf8` → `utf`, `8`).
+fn camel_parts(word: &str) -> Vec<&str> {
+    let chars: Vec<(usize, char)> = word.char_indices().collect();
+    let mut parts = Vec::new();
+    let mut start = 0;
+    for i in 1..chars.len() {
+        let (index, c) = chars[i];
+        let previous = chars[i - 1].1;
+        let next_lower = chars.get(i + 1).is_some_and(|(_, n)| n.is_lowercase());
+        let boundary = (c.is_uppercase() && previous.is_lowercase())
+            || (c.is_uppercase() && previous.is_uppercase() && next_lower)
+            || (c.is_ascii_digit() != previous.is_ascii_digit()
+                && c.is_alphanumeric()
+                && previous.is_alphanumeric());
+        if boundary {
+            parts.push(&word[start..index]);
+            start = index;
+        }
+    }
+    parts.push(&word[start..]);
+    parts
+}
+
+/// Visits the words of `text` (see the module docs), lowercased, stop words dropped, before stemming:
+/// callers that only need some terms stem only those.
+pub fn visit_words(text: &str, visit: &mut dyn FnMut(&str)) {
+    let mut push = |term: &str| {
+        let lower: std::borrow::Cow<'_, str> = if term.chars().any(char::is_uppercase) {
+            std::borrow::Cow::Owned(term.to_lowercase())
+        } else {
+            std::borrow::Cow::Borrowed(term)
+        };
+        if !lower.is_empty() && !is_stop_word(&lower) {
+            visit(&lower);
+        }
+    };
+    for identifier in text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-')) {
+        let identifier = identifier.trim_matches(['_', '-']);
+        if identifier.is_empty() {
+            continue;
+        }
+        // A plain word (any first character, then lowercase ASCII letters: `word`, `Word`, `1st`) is
+        // one part.
+        if identifier.is_ascii() && identifier.bytes().skip(1).all(|b| b.is_ascii_lowercase()) {
+            push(identifier);
+            continue;
+        }
+        let mut parts: Vec<&str> = Vec::new();
+        for piece in identifier.split(['_', '-']).filter(|p| !p.is_empty()) {
+            parts.extend(camel_parts(piece));
+        }
+        if parts.len() > 1 {
+            push(identifier);
+        }
+        for part in parts {
+            push(part);
+        }
+    }
+}
+
+/// Visits the words of `text` as [`visit_words`] does, with `visit(None)` after each sentence (as
+/// [`sentences`] cuts them).
+pub fn visit_sentence_words(text: &str, mut visit: impl FnMut(Option<&str>)) {
+    for (from, to) in sentence_spans(text) {
+        visit_words(&text[from..to], &mut |word| visit(Some(word)));
+        visit(None);
+    }
+}
+
+/// The Snowball English stemmer.
+pub struct Stemmer(rust_stemmers::Stemmer);
+
+impl Default for Stemmer {
+    fn default() -> Self {
+        Self(rust_stemmers::Stemmer::create(
+            rust_stemmers::Algorithm::English,
+        ))
+    }
+}
+
+impl std::fmt::Debug for Stemmer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Stemmer(English)")
+    }
+}
+
+impl Stemmer {
+    /// The stem of one lowercased word.
+    pub fn stem(&self, lower: &str) -> String {
+        self.0.stem(lower).into_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        visit_words(text, &mut |w| out.push(w.to_string()));
+        out
+    }
+
+    #[test]
+    fn sentence_splitting() {
+        let text = "First one. Second? Third!\nFourth line without stop\n3.14 is pi.";
+        let spans: Vec<&str> = sentences(text).iter().map(|&(a, b)| &text[a..b]).collect();
+        assert_eq!(
+            spans,
+            vec![
+                "First one.",
+                "Second?",
+                "Third!",
+                "Fourth line without stop",
+                "3.14 is pi."
+            ]
+        );
+        assert!(sentences(" \n\n ").is_empty());
+    }
+
+    #[test]
+    fn identifiers_yield_themselves_and_their_parts() {
+        assert_eq!(
+            words("fn parse_config(HTTPServer) and kebab-case, utf8"),
+            vec![
+                "fn",
+                "parse_config",
+                "parse",
+                "config",
+                "httpserver",
+                "http",
+                "server",
+                "kebab-case",
+                "kebab",
+                "case",
+                "utf8",
+                "utf",
+                "8"
+            ]
+        );
+        // Plain words are one part; joiners at the ends are trimmed; stop words leave.
+        assert_eq!(
+            words("The -word_ Élan and 2024"),
+            vec!["word", "élan", "2024"]
+        );
+        // A first character then lowercase letters is one word; a digit run ends a part elsewhere.
+        assert_eq!(
+            words("1990s 1st p53"),
+            vec!["1990s", "1990", "s", "1st", "p53", "p", "53"]
+        );
+    }
+
+    #[test]
+    fn the_stop_word_match_is_the_list() {
+        for word in STOP_WORDS {
+            assert!(is_stop_word(word), "{word}");
+        }
+        let mut words = std::collections::BTreeSet::new();
+        for word in STOP_WORDS {
+            assert!(words.insert(word), "{word} twice");
+            // Every prefix and extension of a stop word that is not itself one is no stop word.
+            for cut in 0..word.len() {
+                assert_eq!(
+                    is_stop_word(&word[..cut]),
+                    STOP_WORDS.contains(&&word[..cut])
+                );
+            }
+            assert!(
+                !is_stop_word(&format!("{word}s")) || STOP_WORDS.contains(&&*format!("{word}s"))
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// A stop word is one of the list, whatever its spelling around it.
+        #[test]
+        fn stop_words_are_dropped(pick in 0..STOP_WORDS.len(), word in "[a-z]{1,8}") {
+            let stop = STOP_WORDS[pick];
+            proptest::prop_assert!(words(&stop.to_uppercase()).is_empty());
+            let expected = if STOP_WORDS.contains(&word.as_str()) { vec![] } else { vec![word.clone()] };
+            proptest::prop_assert_eq!(words(&word), expected);
+        }
+
+        /// With sentence ends, the words are those of each sentence `sentences` cuts, in order.
+        #[test]
+        fn sentence_words_are_the_words_of_each_sentence(
+            text in "([a-zA-Z0-9_-]{0,70}[ .,()?!\\n]{1,3}){0,8}",
+            unicode in proptest::bool::ANY,
+        ) {
+            let text = if unicode { format!("{text} é") } else { text };
+            let expected: Vec<Vec<String>> = sentences(&text)
+                .into_iter()
+                .map(|(from, to)| words(&text[from..to]))
+                .filter(|words| !words.is_empty())
+                .collect();
+            let mut found: Vec<Vec<String>> = vec![Vec::new()];
+            visit_sentence_words(&text, |w| match w {
+                Some(w) => found.last_mut().expect("open").push(w.to_string()),
+                None => found.push(Vec::new()),
+            });
+            found.retain(|words| !words.is_empty());
+            proptest::prop_assert_eq!(found, expected);
+        }
+    }
+}

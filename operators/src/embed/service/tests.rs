@@ -1,0 +1,280 @@
+use super::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Answers `[text length, call number]`; records each call's texts; can be told to fail.
+#[derive(Clone, Default)]
+struct Scripted {
+    calls: Arc<Mutex<Vec<Vec<String>>>>,
+    /// Calls (by number) that fail as an outage.
+    outages: Arc<Mutex<Vec<usize>>>,
+    /// A text that makes a call fail for good.
+    poison: Option<&'static str>,
+    /// Holds each call this long.
+    delay: Duration,
+    /// Calls running now, and the most that ever ran at once.
+    running: Arc<AtomicUsize>,
+    most_running: Arc<AtomicUsize>,
+    /// Calls without [`QUERY`] wait until this is opened (set to true).
+    gate: Option<Arc<(Mutex<bool>, Condvar)>>,
+    /// Per call: the thread's name and, on Linux, its nice value.
+    callers: Arc<Mutex<Vec<Call>>>,
+}
+
+/// One call: the thread's name, its nice value and the texts.
+type Call = (String, i32, Vec<String>);
+
+const QUERY: &str = "the query";
+
+fn open(gate: &(Mutex<bool>, Condvar)) {
+    *lock(&gate.0) = true;
+    gate.1.notify_all();
+}
+
+#[cfg(target_os = "linux")]
+fn own_nice() -> i32 {
+    // SAFETY: `gettid` has no preconditions; `getpriority` only reads the thread's nice value.
+    unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+}
+#[cfg(not(target_os = "linux"))]
+fn own_nice() -> i32 {
+    0
+}
+
+impl Embedder for Scripted {
+    fn version(&self) -> &str {
+        "scripted"
+    }
+    fn dimension(&self) -> usize {
+        2
+    }
+    fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        lock(&self.callers).push((
+            std::thread::current()
+                .name()
+                .unwrap_or_default()
+                .to_string(),
+            own_nice(),
+            texts.iter().map(|t| t.to_string()).collect(),
+        ));
+        if let Some(gate) = self.gate.as_ref().filter(|_| !texts.contains(&QUERY)) {
+            let mut open = lock(&gate.0);
+            while !*open {
+                open = gate.1.wait(open).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_running.fetch_max(now, Ordering::SeqCst);
+        std::thread::sleep(self.delay);
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        let mut calls = lock(&self.calls);
+        let call = calls.len();
+        calls.push(texts.iter().map(|t| t.to_string()).collect());
+        if lock(&self.outages).contains(&call) {
+            return Err(EmbedError::Unavailable("down".into()));
+        }
+        if let Some(poison) = self.poison {
+            if texts.iter().any(|t| t.contains(poison)) {
+                return Err(EmbedError::Refused("poison".into()));
+            }
+        }
+        Ok(texts
+            .iter()
+            .map(|t| vec![t.len() as f32, call as f32])
+            .collect())
+    }
+    fn last_token_count(&self) -> usize {
+        0
+    }
+}
+
+fn texts(lengths: &[usize]) -> Vec<String> {
+    lengths.iter().map(|&n| "x".repeat(n)).collect()
+}
+
+fn config(slice: usize) -> ServiceConfig {
+    ServiceConfig {
+        slice_word_pieces: slice,
+        query_batch: 8,
+        query_executor: false,
+    }
+}
+
+#[test]
+fn a_query_executor_answers_while_every_ingest_executor_is_busy() {
+    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let embedder = Scripted {
+        gate: Some(gate.clone()),
+        ..Scripted::default()
+    };
+    let executors: Vec<Box<dyn Embedder>> = (0..3)
+        .map(|_| Box::new(embedder.clone()) as Box<dyn Embedder>)
+        .collect();
+    let service = InferenceService::start(
+        executors,
+        ServiceConfig {
+            query_executor: true,
+            ..config(1)
+        },
+    )
+    .unwrap();
+    let ingest = service.submit(texts(&[10; 6]), Priority::Ingest, || {});
+    // Both ingest executors are inside a slice that cannot finish until the gate opens.
+    while lock(&embedder.callers).len() < 2 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (done, answered) = std::sync::mpsc::channel();
+    let query = service.submit(vec![QUERY.into()], Priority::Query, move || {
+        let _ = done.send(());
+    });
+    let waited = answered.recv_timeout(Duration::from_secs(10));
+    open(&gate);
+    assert!(waited.is_ok(), "the query was answered behind no slice");
+    assert_eq!(query.try_take().unwrap().unwrap().vectors.len(), 1);
+    assert_eq!(ingest.wait().unwrap().vectors.len(), 6);
+    let callers = lock(&embedder.callers).clone();
+    for (thread, nice, texts) in &callers {
+        if texts.iter().any(|t| t == QUERY) {
+            assert_eq!(thread, "ragstream-embed-query");
+        } else {
+            assert_ne!(
+                thread, "ragstream-embed-query",
+                "ingest ran on the query executor"
+            );
+            if cfg!(target_os = "linux") {
+                assert!(
+                    *nice >= crate::background::HELPER_NICE,
+                    "ingest at nice {nice}"
+                );
+            }
+        }
+    }
+    assert_eq!(callers.len(), 7, "six slices of one text and the query");
+}
+
+#[test]
+fn vectors_come_back_in_the_order_of_the_texts_embedded_in_slices_shortest_first() {
+    let embedder = Scripted::default();
+    let service = InferenceService::start(vec![Box::new(embedder.clone())], config(40)).unwrap();
+    let lengths = [400, 8, 120, 40, 16, 200, 4];
+    let result = service
+        .embed_blocking(texts(&lengths), Priority::Ingest)
+        .unwrap();
+    let got: Vec<f32> = result.vectors.iter().map(|v| v[0]).collect();
+    assert_eq!(got, lengths.iter().map(|&n| n as f32).collect::<Vec<_>>());
+    let calls = lock(&embedder.calls).clone();
+    let sizes: Vec<Vec<usize>> = calls
+        .iter()
+        .map(|c| c.iter().map(String::len).collect())
+        .collect();
+    // Estimated word pieces: len/4 + 2; slices of at most 40, or one text alone.
+    assert_eq!(
+        sizes,
+        vec![vec![4, 8, 16, 40], vec![120], vec![200], vec![400]]
+    );
+}
+
+#[test]
+fn a_query_submitted_during_ingest_runs_before_the_remaining_slices() {
+    let embedder = Scripted {
+        delay: Duration::from_millis(20),
+        ..Scripted::default()
+    };
+    let service = InferenceService::start(vec![Box::new(embedder.clone())], config(1)).unwrap();
+    let ingest = service.submit(texts(&[10; 20]), Priority::Ingest, || {});
+    // Let the executor start on the ingest work.
+    while lock(&embedder.calls).is_empty() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let woken = Arc::new(AtomicUsize::new(0));
+    let counter = woken.clone();
+    let query = service
+        .submit(vec!["the query".into()], Priority::Query, move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        })
+        .wait()
+        .unwrap();
+    // The waker runs right after the result is stored (and `wait` may return in between).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while woken.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(woken.load(Ordering::SeqCst), 1, "the waker ran once");
+    let query_call = query.vectors[0][1] as usize;
+    assert!(
+        query_call <= 2,
+        "the query waited behind {query_call} slices, not the whole ingest request"
+    );
+    assert_eq!(ingest.wait().unwrap().vectors.len(), 20);
+}
+
+#[test]
+fn an_outage_pauses_ingest_but_queries_fail_fast_and_nothing_is_lost() {
+    let embedder = Scripted::default();
+    lock(&embedder.outages).extend([0, 1, 2]);
+    let service = InferenceService::start(vec![Box::new(embedder.clone())], config(1000)).unwrap();
+    let started = Instant::now();
+    let ingest = service.submit(texts(&[3, 5, 7]), Priority::Ingest, || {});
+    // Calls 0, 1 and 2 fail: backoff 100 + 200 + 400 ms. A query in between is tried once.
+    std::thread::sleep(Duration::from_millis(150));
+    let query = service.embed_blocking(vec!["q".into()], Priority::Query);
+    assert!(
+        matches!(query, Err(EmbedError::Unavailable(_))),
+        "{query:?}"
+    );
+    let vectors = ingest.wait().unwrap().vectors;
+    assert_eq!(
+        vectors.iter().map(|v| v[0]).collect::<Vec<_>>(),
+        vec![3.0, 5.0, 7.0]
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "backed off"
+    );
+}
+
+#[test]
+fn a_refused_request_fails_whole_and_later_requests_go_on() {
+    let embedder = Scripted {
+        poison: Some("BAD"),
+        ..Scripted::default()
+    };
+    let service = InferenceService::start(vec![Box::new(embedder)], config(1)).unwrap();
+    let bad = service.submit(
+        vec!["good".into(), "BAD one".into(), "fine".into()],
+        Priority::Ingest,
+        || {},
+    );
+    let good = service.submit(vec!["later".into()], Priority::Ingest, || {});
+    assert!(matches!(bad.wait(), Err(EmbedError::Refused(_))));
+    assert_eq!(good.wait().unwrap().vectors[0][0], 5.0);
+}
+
+#[test]
+fn several_executors_share_one_request() {
+    let embedder = Scripted {
+        delay: Duration::from_millis(5),
+        ..Scripted::default()
+    };
+    let executors: Vec<Box<dyn Embedder>> = (0..3)
+        .map(|_| Box::new(embedder.clone()) as Box<dyn Embedder>)
+        .collect();
+    let service = InferenceService::start(executors, config(1)).unwrap();
+    // The executors are waiting for work before it comes.
+    std::thread::sleep(Duration::from_millis(50));
+    let lengths: Vec<usize> = (1..=30).collect();
+    let vectors = service
+        .embed_blocking(texts(&lengths), Priority::Ingest)
+        .unwrap()
+        .vectors;
+    assert_eq!(
+        vectors.iter().map(|v| v[0] as usize).collect::<Vec<_>>(),
+        lengths
+    );
+    assert_eq!(lock(&embedder.calls).len(), 30, "one text per slice");
+    // One submit wakes one executor; the one that takes work wakes the next while work is left.
+    assert_eq!(
+        embedder.most_running.load(Ordering::SeqCst),
+        3,
+        "all three executors worked on the one request at once"
+    );
+}

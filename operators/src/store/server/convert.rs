@@ -1,0 +1,157 @@
+//! Between this crate's records and the Qdrant client's: errors (transient or not), filters, point ids,
+//! payload values.
+
+use std::collections::HashMap;
+
+use qdrant_client::qdrant::point_id::PointIdOptions;
+use qdrant_client::qdrant::r#match::MatchValue;
+use qdrant_client::qdrant::value::Kind;
+use qdrant_client::qdrant::{
+    Condition, Filter, ListValue, PointId, RepeatedStrings, Struct, Value,
+};
+use qdrant_client::{Payload, QdrantError};
+use serde_json::{Map, Number, Value as JsonValue};
+
+use crate::store::{chunk_from_payload, SearchFilter, StoreError, StoredChunk};
+
+/// gRPC status codes (as `i32`, see `tonic::Code`) that mean "the server could not serve this now":
+/// the 5xx family (Unknown, Internal, Unavailable, DeadlineExceeded, DataLoss), rate limiting
+/// (ResourceExhausted), and Cancelled / Aborted. qdrant-client reports a failed connection as
+/// Internal. Unimplemented (also 5xx in HTTP terms) is left out: retrying never helps.
+pub(super) const TRANSIENT_CODES: [i32; 8] = [
+    1,  // Cancelled
+    2,  // Unknown
+    4,  // DeadlineExceeded
+    8,  // ResourceExhausted
+    10, // Aborted
+    13, // Internal
+    14, // Unavailable
+    15, // DataLoss
+];
+
+/// gRPC `AlreadyExists`.
+pub(super) const ALREADY_EXISTS: i32 = 6;
+
+pub(super) fn store_error(error: QdrantError) -> StoreError {
+    let transient = match &error {
+        QdrantError::ResponseError { status } => {
+            TRANSIENT_CODES.contains(&i32::from(status.code()))
+        }
+        QdrantError::ResourceExhaustedError { .. } | QdrantError::Io(_) => true,
+        _ => false,
+    };
+    if transient {
+        StoreError::Unavailable(error.to_string())
+    } else {
+        StoreError::Invalid(error.to_string())
+    }
+}
+
+/// Whether the server refused to create something because it exists (a collection, a payload index).
+pub(super) fn already_exists(error: &QdrantError) -> bool {
+    match error {
+        QdrantError::ResponseError { status } => {
+            i32::from(status.code()) == ALREADY_EXISTS
+                || status.message().to_lowercase().contains("already exists")
+        }
+        _ => false,
+    }
+}
+
+pub(super) fn any_of(field: &str, values: Vec<String>) -> Condition {
+    // Explicitly keywords: `MatchValue::from(String)` turns values with whitespace into full-text.
+    Condition::matches(
+        field,
+        MatchValue::Keywords(RepeatedStrings { strings: values }),
+    )
+}
+
+/// The server filter for a [`SearchFilter`] (see [`SearchFilter::conditions`]).
+pub(super) fn server_filter(filter: &SearchFilter) -> Option<Filter> {
+    let conditions = filter.conditions();
+    let mut must: Vec<Condition> = conditions
+        .must
+        .into_iter()
+        .map(|(field, values)| any_of(field, values))
+        .collect();
+    if let Some(acl) = conditions.acl {
+        let mut should = vec![Condition::is_empty("acl")];
+        if !acl.is_empty() {
+            should.push(any_of("acl", acl));
+        }
+        must.push(Condition::from(Filter::should(should)));
+    }
+    (!must.is_empty()).then(|| Filter::must(must))
+}
+
+pub(super) fn point_id(id: uuid::Uuid) -> PointId {
+    PointId::from(id.to_string())
+}
+
+pub(super) fn uuid_of(id: Option<&PointId>) -> Option<uuid::Uuid> {
+    match id?.point_id_options.as_ref()? {
+        PointIdOptions::Uuid(text) => uuid::Uuid::parse_str(text).ok(),
+        PointIdOptions::Num(_) => None,
+    }
+}
+
+/// A JSON value as a payload value (qdrant-client's serde conversions are behind a feature we do
+/// not enable).
+pub(super) fn to_value(json: &JsonValue) -> Value {
+    let kind = match json {
+        JsonValue::Null => Kind::NullValue(0),
+        JsonValue::Bool(b) => Kind::BoolValue(*b),
+        JsonValue::Number(n) => match n.as_i64() {
+            Some(i) => Kind::IntegerValue(i),
+            None => Kind::DoubleValue(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        JsonValue::String(s) => Kind::StringValue(s.clone()),
+        JsonValue::Array(items) => Kind::ListValue(ListValue {
+            values: items.iter().map(to_value).collect(),
+        }),
+        JsonValue::Object(map) => Kind::StructValue(Struct {
+            fields: map.iter().map(|(k, v)| (k.clone(), to_value(v))).collect(),
+        }),
+    };
+    Value { kind: Some(kind) }
+}
+
+/// A payload value as JSON.
+pub(super) fn to_json(value: &Value) -> JsonValue {
+    match &value.kind {
+        None | Some(Kind::NullValue(_)) => JsonValue::Null,
+        Some(Kind::BoolValue(b)) => JsonValue::Bool(*b),
+        Some(Kind::IntegerValue(i)) => JsonValue::Number(Number::from(*i)),
+        Some(Kind::DoubleValue(d)) => Number::from_f64(*d)
+            .map(JsonValue::Number)
+            .unwrap_or(JsonValue::Null),
+        Some(Kind::StringValue(s)) => JsonValue::String(s.clone()),
+        Some(Kind::ListValue(list)) => JsonValue::Array(list.values.iter().map(to_json).collect()),
+        Some(Kind::StructValue(object)) => JsonValue::Object(
+            object
+                .fields
+                .iter()
+                .map(|(k, v)| (k.clone(), to_json(v)))
+                .collect(),
+        ),
+    }
+}
+
+pub(super) fn to_payload(map: &Map<String, JsonValue>) -> Payload {
+    let fields: HashMap<String, Value> =
+        map.iter().map(|(k, v)| (k.clone(), to_value(v))).collect();
+    Payload::from(fields)
+}
+
+/// A stored chunk from a point's id and payload; `None` if it is not a ragstream point.
+pub(super) fn stored_chunk(
+    id: Option<&PointId>,
+    payload: &HashMap<String, Value>,
+) -> Option<StoredChunk> {
+    let id = uuid_of(id)?;
+    let payload: Map<String, JsonValue> = payload
+        .iter()
+        .map(|(k, v)| (k.clone(), to_json(v)))
+        .collect();
+    chunk_from_payload(id, &payload)
+}

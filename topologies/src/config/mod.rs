@@ -1,0 +1,217 @@
+//! The job's configuration: TOML files loaded with the `config` crate, `RAGSTREAM_<SECTION>__<KEY>`
+//! environment overrides, unknown keys rejected by name, cross-field checks in [`Config::validate`].
+//!
+//! Secrets never live here: the Kafka SASL password, the Qdrant API key and the embedder API key are
+//! read from environment variables (whose *names* are configurable) and never printed.
+
+mod pipeline;
+mod serving;
+mod sources;
+
+pub use pipeline::*;
+pub use serving::*;
+pub use sources::*;
+
+use serde::Deserialize;
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Ingest input.
+    pub source: SourceConfig,
+    /// Kafka (required when any flow uses it).
+    #[serde(default)]
+    pub kafka: KafkaConfig,
+    /// Ingest limits.
+    #[serde(default)]
+    pub ingest: IngestConfig,
+    /// Chunk sizes.
+    #[serde(default)]
+    pub chunking: ChunkingConfig,
+    /// Embedder.
+    #[serde(default)]
+    pub embedder: EmbedderConfig,
+    /// Index.
+    #[serde(default)]
+    pub index: IndexConfig,
+    /// HTTP endpoints.
+    #[serde(default)]
+    pub http: HttpConfig,
+    /// Runtime.
+    #[serde(default)]
+    pub runtime: RuntimeConfig,
+    /// Query pipeline tunables.
+    #[serde(default)]
+    pub query: ragstream_operators::query::QueryConfig,
+}
+
+/// A configuration error, naming the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file or environment could not be read or parsed (unknown keys land here, named).
+    #[error("{0}")]
+    Load(String),
+    /// A value is out of range or inconsistent with another.
+    #[error("invalid `{key}`: {message}")]
+    Invalid {
+        /// Dotted key.
+        key: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl Config {
+    /// Loads `path` (TOML), then `RAGSTREAM_<SECTION>__<KEY>` environment overrides, then validates.
+    pub fn load(path: &std::path::Path) -> Result<Self, ConfigError> {
+        let overrides: std::collections::HashMap<String, String> = std::env::vars()
+            .filter(|(name, _)| name.starts_with("RAGSTREAM_") && name.contains("__"))
+            .collect();
+        let loaded = config::Config::builder()
+            .add_source(config::File::from(path).format(config::FileFormat::Toml))
+            .add_source(
+                config::Environment::with_prefix("RAGSTREAM")
+                    .prefix_separator("_")
+                    .separator("__")
+                    .source(Some(overrides))
+                    .try_parsing(true),
+            )
+            .build()
+            .map_err(|e| ConfigError::Load(e.to_string()))?;
+        let config: Config = loaded
+            .try_deserialize()
+            .map_err(|e| ConfigError::Load(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Cross-field checks.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &'static str, message: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                message: message.into(),
+            })
+        };
+        if matches!(self.source.kind, SourceKind::Dir | SourceKind::Jsonl)
+            && self.source.path.is_none()
+        {
+            return invalid("source.path", "required for dir and jsonl sources");
+        }
+        if ragstream_operators::tokens::Encoding::parse(&self.chunking.tokenizer).is_none() {
+            return invalid("chunking.tokenizer", "must be o200k_base or cl100k_base");
+        }
+        for (key, value) in [
+            ("chunking.prose_tokens", self.chunking.prose_tokens),
+            ("chunking.code_tokens", self.chunking.code_tokens),
+            ("chunking.schema_tokens", self.chunking.schema_tokens),
+        ] {
+            if !(16..=8192).contains(&value) {
+                return Err(ConfigError::Invalid {
+                    key,
+                    message: format!("{value} is outside 16..=8192"),
+                });
+            }
+        }
+        if !(0.0..0.5).contains(&self.chunking.overlap_ratio) {
+            return invalid("chunking.overlap_ratio", "must be in [0, 0.5)");
+        }
+        if self.embedder.threads == 0 {
+            return invalid("embedder.threads", "must be at least 1");
+        }
+        if self.embedder.slice_word_pieces == 0 {
+            return invalid("embedder.slice_word_pieces", "must be at least 1");
+        }
+        if self.embedder.executors == Some(0) {
+            return invalid("embedder.executors", "must be at least 1");
+        }
+        if self.embedder.kind == EmbedderKind::Http && self.embedder.url.is_none() {
+            return invalid("embedder.url", "required for the http embedder");
+        }
+        if self.index.kind == IndexKind::Server && self.index.url.is_none() {
+            return invalid("index.url", "required for the server index");
+        }
+        let tuning = &self.index.tuning;
+        for (key, value, least) in [
+            ("index.tuning.m", tuning.m, 2),
+            ("index.tuning.ef_construct", tuning.ef_construct, 4),
+            ("index.tuning.ef", tuning.ef, 1),
+            ("index.tuning.optimize_every", tuning.optimize_every, 1),
+        ] {
+            if value < least {
+                return Err(ConfigError::Invalid {
+                    key,
+                    message: format!("{value} is below {least}"),
+                });
+            }
+        }
+        if self.runtime.workers == 0 || self.runtime.workers > 256 {
+            return invalid("runtime.workers", "must be 1..=256");
+        }
+        if self.runtime.processes == 0 || self.runtime.process >= self.runtime.processes {
+            return invalid(
+                "runtime.process",
+                "must be below runtime.processes (which must be at least 1)",
+            );
+        }
+        if self.runtime.processes > 1 {
+            if self.source.kind != SourceKind::Kafka {
+                return invalid(
+                    "runtime.processes",
+                    "a cluster reads its documents from Kafka (source.kind = \"kafka\")",
+                );
+            }
+            if self.runtime.hostfile.is_none() {
+                return invalid("runtime.hostfile", "required when runtime.processes > 1");
+            }
+        }
+        if self.kafka.max_batch == 0 || self.kafka.max_in_flight < self.kafka.max_batch {
+            return invalid(
+                "kafka.max_in_flight",
+                "must be at least kafka.max_batch (> 0)",
+            );
+        }
+        if self.ingest.max_document_bytes == 0 {
+            return invalid("ingest.max_document_bytes", "must be positive");
+        }
+        let query = &self.query;
+        if !(0.0..=1.0).contains(&query.mmr_lambda) {
+            return invalid("query.mmr_lambda", "must be in [0, 1]");
+        }
+        if !(query.near_duplicate > 0.0 && query.near_duplicate <= 1.0) {
+            return invalid("query.near_duplicate", "must be in (0, 1]");
+        }
+        if query.rrf_k <= 0.0 {
+            return invalid("query.rrf_k", "must be positive");
+        }
+        if query.per_document_cap == 0 || query.per_section_cap == 0 {
+            return invalid("query.per_document_cap", "caps must be at least 1");
+        }
+        let pack = &query.pack;
+        if pack.surrogate_tokens == 0
+            || pack.snippet_tokens < pack.surrogate_tokens
+            || pack.expanded_tokens < pack.snippet_tokens
+        {
+            return invalid(
+                "query.pack",
+                "need 0 < surrogate_tokens <= snippet_tokens <= expanded_tokens",
+            );
+        }
+        if query.max_query_bytes < 64 {
+            return invalid("query.max_query_bytes", "must be at least 64");
+        }
+        for (env, tenants) in &self.http.tokens {
+            if env.is_empty() || tenants.is_empty() || tenants.iter().any(String::is_empty) {
+                return invalid(
+                    "http.tokens",
+                    "maps environment variable names to non-empty lists of tenants",
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

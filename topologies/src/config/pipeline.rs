@@ -1,0 +1,248 @@
+//! How documents become vectors: `[ingest]`, `[chunking]` and `[embedder]`.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// Ingest limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestConfig {
+    /// Largest accepted document event in bytes.
+    #[serde(default = "default_max_document_bytes")]
+    pub max_document_bytes: usize,
+    /// When non-empty, only these tenants are accepted.
+    #[serde(default)]
+    pub allowed_tenants: Vec<String>,
+}
+
+fn default_max_document_bytes() -> usize {
+    ragstream_operators::ingest::decode::DEFAULT_MAX_DOCUMENT_BYTES
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        Self {
+            max_document_bytes: default_max_document_bytes(),
+            allowed_tenants: Vec::new(),
+        }
+    }
+}
+
+/// Chunk sizes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChunkingConfig {
+    /// `o200k_base` (default) or `cl100k_base`.
+    #[serde(default = "default_tokenizer")]
+    pub tokenizer: String,
+    /// Prose and markdown chunk budget in tokens.
+    #[serde(default = "default_prose_tokens")]
+    pub prose_tokens: usize,
+    /// Code chunk budget in tokens.
+    #[serde(default = "default_code_tokens")]
+    pub code_tokens: usize,
+    /// Schema (table) chunk budget in tokens.
+    #[serde(default = "default_schema_tokens")]
+    pub schema_tokens: usize,
+    /// Overlap between prose chunks, as a fraction of the budget.
+    #[serde(default = "default_overlap")]
+    pub overlap_ratio: f32,
+}
+
+fn default_tokenizer() -> String {
+    "o200k_base".into()
+}
+fn default_prose_tokens() -> usize {
+    ragstream_operators::ingest::chunk::DEFAULT_PROSE_TOKENS
+}
+fn default_code_tokens() -> usize {
+    ragstream_operators::ingest::chunk::DEFAULT_CODE_TOKENS
+}
+fn default_schema_tokens() -> usize {
+    ragstream_operators::ingest::chunk::DEFAULT_SCHEMA_TOKENS
+}
+fn default_overlap() -> f32 {
+    ragstream_operators::ingest::chunk::DEFAULT_OVERLAP_RATIO
+}
+
+impl Default for ChunkingConfig {
+    fn default() -> Self {
+        serde_json::from_str("{}").expect("defaults")
+    }
+}
+
+/// Which embedder runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EmbedderKind {
+    /// all-MiniLM-L6-v2 in-process (ONNX Runtime).
+    Minilm,
+    /// An OpenAI-compatible `/v1/embeddings` server.
+    Http,
+}
+
+/// Embedder settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbedderConfig {
+    /// `minilm` or `http`.
+    #[serde(default = "default_embedder_kind")]
+    pub kind: EmbedderKind,
+    /// Model directory (minilm); default `$RAGSTREAM_MODEL_DIR` or `~/.cache/ragstream/models/all-MiniLM-L6-v2`.
+    #[serde(default)]
+    pub model_dir: Option<PathBuf>,
+    /// Texts per forward pass or request.
+    #[serde(default = "default_embed_batch")]
+    pub batch_size: usize,
+    /// Server base URL (http).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Model name sent to the server (http).
+    #[serde(default = "default_http_model")]
+    pub model: String,
+    /// Vector dimension (http).
+    #[serde(default = "default_dimension")]
+    pub dimension: usize,
+    /// Name of the environment variable holding the server's API key (http).
+    #[serde(default = "default_embedder_key_env")]
+    pub api_key_env: String,
+    /// Request timeout in seconds (http).
+    #[serde(default = "default_embed_timeout")]
+    pub timeout_secs: u64,
+    /// Allow writing vectors of another embedder into an existing index (re-embed).
+    #[serde(default)]
+    pub reembed: bool,
+    /// Graph of the local model (minilm): `int8` (default; quantised weights, within the quality gate of
+    /// BENCHMARKS.md) or `fp32` (the reference vectors). The two write different embedder versions.
+    #[serde(default = "default_precision")]
+    pub precision: EmbedderPrecision,
+    /// ONNX Runtime threads of the local model (minilm).
+    #[serde(default = "default_inference_threads")]
+    pub threads: usize,
+    /// The ONNX Runtime library (minilm); default `$ORT_DYLIB_PATH`, else
+    /// `$RAGSTREAM_CACHE/onnxruntime/libonnxruntime.so` (`~/.cache/ragstream/…`), where
+    /// `deploy/scripts/fetch-model.sh` puts it.
+    #[serde(default)]
+    pub runtime_library: Option<PathBuf>,
+    /// Let the ONNX Runtime threads spin briefly between parallel steps instead of sleeping at once
+    /// (minilm): faster inference, at the price of cycles the dataflow workers could use.
+    #[serde(default = "default_spinning")]
+    pub spinning: bool,
+    /// Embedders the inference service runs side by side for ingest: model instances of `threads`
+    /// threads each (minilm, default one per core, at most 4) or concurrent requests (http, default 4).
+    #[serde(default)]
+    pub executors: Option<usize>,
+    /// One more executor that serves queries only, while the others serve ingest only at a lower CPU
+    /// priority, so a query never waits behind an ingest slice (minilm default true: one more model
+    /// instance, ~135 MiB; http default false: queries go first among the concurrent requests).
+    #[serde(default)]
+    pub query_executor: Option<bool>,
+    /// Estimated word pieces per ingest slice: a query waits behind at most one slice of model time.
+    #[serde(default = "default_slice_word_pieces")]
+    pub slice_word_pieces: usize,
+}
+
+/// Graph of the local model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EmbedderPrecision {
+    /// int8 weights, activations quantised at run time.
+    Int8,
+    /// Float weights and arithmetic.
+    Fp32,
+}
+
+fn default_precision() -> EmbedderPrecision {
+    EmbedderPrecision::Int8
+}
+/// One thread an executor, an executor a core: chosen on 2 cores with `bench ingest` and `bench load`
+/// (BENCHMARKS.md, "Executors of one thread and a query executor"; README).
+fn default_inference_threads() -> usize {
+    1
+}
+/// Chosen on 2 cores with `bench load` (BENCHMARKS.md, "Query latency under ingest"; README).
+fn default_spinning() -> bool {
+    true
+}
+fn default_slice_word_pieces() -> usize {
+    ragstream_operators::embed::service::DEFAULT_SLICE_WORD_PIECES
+}
+
+fn default_embedder_kind() -> EmbedderKind {
+    EmbedderKind::Minilm
+}
+fn default_embed_batch() -> usize {
+    32
+}
+fn default_http_model() -> String {
+    "all-MiniLM-L6-v2".into()
+}
+fn default_dimension() -> usize {
+    384
+}
+fn default_embedder_key_env() -> String {
+    "RAGSTREAM_EMBEDDER_API_KEY".into()
+}
+fn default_embed_timeout() -> u64 {
+    30
+}
+
+impl Default for EmbedderConfig {
+    fn default() -> Self {
+        serde_json::from_str("{}").expect("defaults")
+    }
+}
+
+impl EmbedderConfig {
+    /// The model directory, resolved.
+    pub fn model_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.model_dir {
+            return dir.clone();
+        }
+        if let Some(dir) = std::env::var_os("RAGSTREAM_MODEL_DIR") {
+            return PathBuf::from(dir);
+        }
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("."));
+        home.join(".cache/ragstream/models/all-MiniLM-L6-v2")
+    }
+
+    /// The ONNX Runtime library, resolved.
+    pub fn runtime_library(&self) -> PathBuf {
+        if let Some(path) = &self.runtime_library {
+            return path.clone();
+        }
+        if let Some(path) = std::env::var_os("ORT_DYLIB_PATH") {
+            return PathBuf::from(path);
+        }
+        let cache = std::env::var_os("RAGSTREAM_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                std::env::var_os("HOME")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| PathBuf::from("."))
+                    .join(".cache/ragstream")
+            });
+        cache.join("onnxruntime/libonnxruntime.so")
+    }
+
+    /// Ingest executors of the inference service.
+    pub fn executors(&self) -> usize {
+        self.executors
+            .unwrap_or(match self.kind {
+                EmbedderKind::Minilm => std::thread::available_parallelism()
+                    .map_or(1, |cores| cores.get())
+                    .min(4),
+                EmbedderKind::Http => 4,
+            })
+            .max(1)
+    }
+
+    /// Whether the inference service has an executor of its own for queries.
+    pub fn query_executor(&self) -> bool {
+        self.query_executor
+            .unwrap_or(self.kind == EmbedderKind::Minilm)
+    }
+}

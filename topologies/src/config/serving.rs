@@ -1,0 +1,151 @@
+//! Where chunks are kept and how the job is served and run: `[index]`, `[http]` and `[runtime]`.
+
+use std::path::PathBuf;
+
+use ragstream_operators::store::IndexTuning;
+use serde::Deserialize;
+
+/// Which index backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IndexKind {
+    /// qdrant-edge in-process, one shard directory per worker.
+    Edge,
+    /// A Qdrant server.
+    Server,
+}
+
+/// Index settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IndexConfig {
+    /// `edge` or `server`.
+    #[serde(default = "default_index_kind")]
+    pub kind: IndexKind,
+    /// Directory of the shards (edge).
+    #[serde(default = "default_index_path")]
+    pub path: PathBuf,
+    /// Qdrant gRPC URL (server).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Collection name (server).
+    #[serde(default = "default_collection")]
+    pub collection: String,
+    /// Name of the environment variable holding the Qdrant API key (server).
+    #[serde(default = "default_qdrant_key_env")]
+    pub api_key_env: String,
+    /// HNSW, quantisation and indexing threads of the dense index (`[index.tuning]`), both backends.
+    #[serde(default)]
+    pub tuning: IndexTuning,
+}
+
+fn default_index_kind() -> IndexKind {
+    IndexKind::Edge
+}
+fn default_index_path() -> PathBuf {
+    PathBuf::from(".ragstream/index")
+}
+fn default_collection() -> String {
+    "ragstream".into()
+}
+fn default_qdrant_key_env() -> String {
+    "QDRANT_API_KEY".into()
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        serde_json::from_str("{}").expect("defaults")
+    }
+}
+
+/// HTTP endpoints (metrics, health).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Listen address; loopback by default.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// Name of the environment variable holding a bearer token that may query every tenant. No token is
+    /// required while it is unset or empty and `tokens` names none that is set. Tokens themselves never
+    /// live in the configuration.
+    #[serde(default = "default_query_token_env")]
+    pub query_token_env: String,
+    /// Tenant-bound bearer tokens: environment variable name → the tenants its token may query
+    /// (`POST /query` for another tenant is answered 403).
+    #[serde(default)]
+    pub tokens: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+fn default_query_token_env() -> String {
+    "RAGSTREAM_QUERY_TOKEN".into()
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:9464".into()
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            listen: default_listen(),
+            query_token_env: default_query_token_env(),
+            tokens: Default::default(),
+        }
+    }
+}
+
+/// Process and worker settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// Timely worker threads.
+    #[serde(default = "default_workers")]
+    pub workers: usize,
+    /// DLQ file, used when the source is not Kafka.
+    #[serde(default = "default_dlq_path")]
+    pub dlq_path: PathBuf,
+    /// Exit after this many seconds without input and with nothing in flight (0 = never).
+    #[serde(default)]
+    pub exit_when_idle_secs: u64,
+    /// Keep answering queries after a finite (JSONL) input is indexed, until stopped.
+    #[serde(default)]
+    pub serve: bool,
+    /// Processes of a timely cluster (each runs `workers` threads); 1 = a single process.
+    #[serde(default = "default_processes")]
+    pub processes: usize,
+    /// This process's index in the cluster (0-based).
+    #[serde(default)]
+    pub process: usize,
+    /// The cluster's hostfile: one `host:port` per process, in process order (timely's format).
+    #[serde(default)]
+    pub hostfile: Option<PathBuf>,
+}
+
+fn default_processes() -> usize {
+    1
+}
+
+impl RuntimeConfig {
+    /// Workers of the whole cluster (= shards of an embedded index).
+    pub fn total_workers(&self) -> usize {
+        self.workers * self.processes
+    }
+
+    /// The global index of this process's first worker.
+    pub fn first_worker(&self) -> usize {
+        self.process * self.workers
+    }
+}
+
+fn default_workers() -> usize {
+    1
+}
+fn default_dlq_path() -> PathBuf {
+    PathBuf::from(".ragstream/dlq.jsonl")
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        serde_json::from_str("{}").expect("defaults")
+    }
+}

@@ -1,0 +1,124 @@
+use super::*;
+use std::path::PathBuf;
+
+fn write(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, text).expect("write");
+    (dir, path)
+}
+
+/// The error of loading a config of `text`.
+fn load_error(text: &str) -> String {
+    let (_dir, path) = write(text);
+    Config::load(&path).unwrap_err().to_string()
+}
+
+#[test]
+fn presets_load_and_validate() {
+    for preset in ["local.toml", "kafka.toml", "cluster.toml"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("presets")
+            .join(preset);
+        Config::load(&path).unwrap_or_else(|e| panic!("{preset}: {e}"));
+    }
+}
+
+#[test]
+fn cluster_settings_are_checked() {
+    let kafka = "[source]\nkind = \"kafka\"\n";
+    let err = load_error(&format!("{kafka}[runtime]\nprocesses = 2\nprocess = 2\n"));
+    assert!(err.contains("runtime.process"), "{err}");
+    let err = load_error(&format!("{kafka}[runtime]\nprocesses = 2\nprocess = 1\n"));
+    assert!(err.contains("runtime.hostfile"), "{err}");
+    let err = load_error(
+        "[source]\nkind = \"dir\"\npath = \".\"\n[runtime]\nprocesses = 2\nhostfile = \"h\"\n",
+    );
+    assert!(err.contains("runtime.processes"), "{err}");
+    let (_dir, path) = write(&format!(
+        "{kafka}[runtime]\nworkers = 3\nprocesses = 2\nprocess = 1\nhostfile = \"h\"\n"
+    ));
+    let runtime = Config::load(&path).expect("valid").runtime;
+    assert_eq!((runtime.total_workers(), runtime.first_worker()), (6, 3));
+}
+
+#[test]
+fn sasl_ssl_with_scram_is_accepted_by_librdkafka() {
+    use rdkafka::consumer::BaseConsumer;
+    use rdkafka::producer::BaseProducer;
+    let (_dir, path) = write(
+            "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"127.0.0.1:9\"\nsecurity_protocol = \"sasl_ssl\"\nsasl_mechanism = \"SCRAM-SHA-512\"\nsasl_username = \"ragstream\"\n",
+        );
+    let config = Config::load(&path).expect("valid");
+    let mut client = config.kafka.client_config();
+    client.set("sasl.password", "not-a-real-password");
+    // librdkafka refuses at creation a protocol or mechanism it was built without.
+    client
+        .create::<BaseProducer>()
+        .expect("SASL_SSL + SCRAM producer");
+    client
+        .set("group.id", "sasl-check")
+        .create::<BaseConsumer>()
+        .expect("SASL_SSL + SCRAM consumer");
+}
+
+#[test]
+fn unknown_keys_are_named() {
+    let err = load_error("[source]\nkind = \"dir\"\npath = \".\"\n[index]\npth = \"x\"\n");
+    assert!(err.contains("pth"), "{err}");
+    let err = load_error("[source]\nkind = \"dir\"\npath = \".\"\n[bogus]\nx = 1\n");
+    assert!(err.contains("bogus"), "{err}");
+}
+
+#[test]
+fn index_tuning_defaults_and_overrides() {
+    let dir = "[source]\nkind = \"dir\"\npath = \".\"\n";
+    let (_dir, path) = write(dir);
+    let tuning = Config::load(&path).expect("valid").index.tuning;
+    assert!(tuning.quantized && tuning.indexes_on_disk);
+    assert_eq!((tuning.m, tuning.ef_construct, tuning.ef), (16, 100, 100));
+    let (_dir, path) = write(&format!(
+            "{dir}[index.tuning]\nef = 128\nquantized = false\nindexing_threads = 3\nindexes_on_disk = false\n"
+        ));
+    let tuning = Config::load(&path).expect("valid").index.tuning;
+    assert_eq!(
+        (
+            tuning.ef,
+            tuning.quantized,
+            tuning.threads(),
+            tuning.indexes_on_disk
+        ),
+        (128, false, 3, false)
+    );
+    assert_eq!(
+        tuning.ef_for(200),
+        200,
+        "the beam is at least the results asked for"
+    );
+    let err = load_error(&format!("{dir}[index.tuning]\nef_construct = 2\n"));
+    assert!(err.contains("index.tuning.ef_construct"), "{err}");
+    let err = load_error(&format!("{dir}[index.tuning]\nefs = 2\n"));
+    assert!(err.contains("efs"), "{err}");
+}
+
+#[test]
+fn cross_field_checks_name_the_key() {
+    let err = load_error("[source]\nkind = \"dir\"\n");
+    assert!(err.contains("source.path"), "{err}");
+    let (_dir, path) = write("[source]\nkind = \"kafka\"\n[chunking]\nprose_tokens = 4\n");
+    assert!(Config::load(&path)
+        .unwrap_err()
+        .to_string()
+        .contains("chunking.prose_tokens"));
+}
+
+#[test]
+fn debug_never_shows_the_password() {
+    std::env::set_var("RAGSTREAM_TEST_SASL_SECRET", "hunter2-secret");
+    let (_dir, path) = write("[source]\nkind = \"kafka\"\n[kafka]\nsasl_username = \"u\"\nsasl_password_env = \"RAGSTREAM_TEST_SASL_SECRET\"\n");
+    let config = Config::load(&path).expect("valid");
+    assert!(!format!("{config:?}").contains("hunter2-secret"));
+    let client = config.kafka.client_config();
+    assert_eq!(client.get("sasl.password"), Some("hunter2-secret"));
+    assert!(!format!("{:?}", config.kafka).contains("hunter2"));
+}
