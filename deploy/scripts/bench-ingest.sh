@@ -9,4 +9,4 @@ limit="${2:-}"
 source deploy/scripts/bench-env.sh
 args=(bench ingest --corpus "$corpus" --brokers "127.0.0.1:$port")
 if [ -n "$limit" ]; then args+=(--limit "$limit"); fi
-RUST_LOG=warn "${CARGO_TARGET_DIR:-target}/debug/ragstream" "${args[@]}"
+RUST_LOG=warn "$bin" "${args[@]}"

@@ -16,5 +16,5 @@ queries="${4:-100}"
 extra="${5:-}"
 index_url="${6:-}"
 source deploy/scripts/bench-env.sh
-RUST_LOG=warn "${CARGO_TARGET_DIR:-target}/debug/ragstream" bench load --corpus "$corpus" --questions "$questions" \
+RUST_LOG=warn "$bin" bench load --corpus "$corpus" --questions "$questions" \
   --brokers "127.0.0.1:$port" --seed "$seed" --queries "$queries" --config-extra "$extra" --index-url "$index_url"

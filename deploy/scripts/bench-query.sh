@@ -7,4 +7,4 @@ cd "$(dirname "$0")/../.."
 rate="${1:-200}"
 seconds="${2:-20}"
 source deploy/scripts/bench-env.sh
-RUST_LOG=warn "${CARGO_TARGET_DIR:-target}/debug/ragstream" bench query --brokers "127.0.0.1:$port" --rate "$rate" --seconds "$seconds"
+RUST_LOG=warn "$bin" bench query --brokers "127.0.0.1:$port" --rate "$rate" --seconds "$seconds"

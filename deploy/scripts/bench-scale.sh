@@ -11,4 +11,4 @@ workers="${3:-1,2,4}"
 source deploy/scripts/bench-env.sh
 args=(bench scale --corpus "$corpus" --brokers "127.0.0.1:$port" --workers "$workers")
 if [ -n "$limit" ]; then args+=(--limit "$limit"); fi
-RUST_LOG=warn "${CARGO_TARGET_DIR:-target}/debug/ragstream" "${args[@]}"
+RUST_LOG=warn "$bin" "${args[@]}"

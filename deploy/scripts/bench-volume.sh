@@ -13,5 +13,5 @@ workers="${2:-1}"
 corpus="${3:-$data/squad-v1.1/corpus.jsonl}"
 questions="${4:-$data/squad-v1.1/questions.jsonl}"
 source deploy/scripts/bench-env.sh
-RUST_LOG=warn "${CARGO_TARGET_DIR:-target}/debug/ragstream" bench volume --corpus "$corpus" \
+RUST_LOG=warn "$bin" bench volume --corpus "$corpus" \
   --questions "$questions" --brokers "127.0.0.1:$port" --chunks "$chunks" --workers "$workers"
