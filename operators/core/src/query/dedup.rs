@@ -8,10 +8,15 @@ use super::{Action, Candidate, Cause, Decision};
 
 /// The text with case and whitespace runs normalised (lowercase, single spaces, trimmed).
 fn normalised(text: &str) -> String {
-    text.split_whitespace()
-        .map(str::to_lowercase)
-        .collect::<Vec<_>>()
-        .join(" ")
+    let lower = text.to_lowercase();
+    let mut out = String::with_capacity(lower.len());
+    for word in lower.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    out
 }
 
 /// Removes exact duplicates (same text up to case and whitespace) from `candidates` (best first),
