@@ -216,6 +216,9 @@ fn every_mode_through_kafka_with_tenant_isolation_and_read_your_writes() {
             .any(|c| c.dense.is_some() && c.bm25.is_some()),
         "both lanes in the trace"
     );
+    // A procedure leans on the dense lane, which is read deeper (24) than BM25 (the floor, 20).
+    let depth = trace.depth.expect("lane depths in the trace");
+    assert_eq!((depth.dense, depth.bm25), (24, 20));
     let budget = &all["budget"];
     assert!(budget.tokens_used <= 60 && budget.truncated && !budget.items.is_empty());
 

@@ -125,6 +125,7 @@ fn chunk(rng: &mut Rng, doc: usize, order: u32, counter: TokenCounter) -> Stored
             content_hash: blake3::hash(text.as_bytes()).to_hex().to_string(),
             occurrence: 0,
             acl: vec![],
+            lang: String::new(),
             text,
         },
     }

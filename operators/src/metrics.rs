@@ -219,8 +219,10 @@ impl Metrics {
         for tier in [Tier::Expanded, Tier::Snippet, Tier::Surrogate, Tier::Full] {
             metrics.context_items.with_label_values(&[tier.as_str()]);
         }
-        for (intent, ..) in crate::query::intent::PRESETS {
-            metrics.queries_by_intent.with_label_values(&[intent]);
+        for preset in crate::query::intent::PRESETS {
+            metrics
+                .queries_by_intent
+                .with_label_values(&[preset.intent]);
         }
         for reason in DEDUP_REASONS {
             metrics.dedup_drops.with_label_values(&[reason]);

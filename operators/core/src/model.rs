@@ -176,6 +176,9 @@ pub struct Chunk {
     pub occurrence: u32,
     /// Access-control labels copied from the document.
     pub acl: Vec<String>,
+    /// ISO 639-3 code of the document's language (`ingest::lang`); empty when none was detected (code,
+    /// schemas, texts too short to call).
+    pub lang: String,
     /// The chunk text.
     pub text: String,
 }
@@ -187,7 +190,7 @@ impl Chunk {
     }
 
     /// A fingerprint of everything the index stores with the chunk besides what the embedder sees and
-    /// the version: position, line and byte ranges, header, source, kind, token count, ACL. A chunk
+    /// the version: position, line and byte ranges, header, source, kind, token count, ACL, language. A chunk
     /// whose id is kept and whose layout changed is rewritten with its stored vector, not re-embedded.
     pub fn layout(&self) -> u64 {
         hash_prefix(&hash_fields(&[
@@ -201,6 +204,7 @@ impl Chunk {
             self.kind.as_str().as_bytes(),
             &self.tokens.to_le_bytes(),
             self.acl.join("\u{1f}").as_bytes(),
+            self.lang.as_bytes(),
         ]))
     }
 

@@ -30,6 +30,7 @@ pub fn stored(doc: &str, order: u32, text: &str) -> StoredChunk {
             content_hash: blake3::hash(text.as_bytes()).to_hex().to_string(),
             occurrence: 0,
             acl: vec![],
+            lang: "eng".into(),
             text: text.into(),
         },
     }
@@ -45,7 +46,8 @@ fn unit(axis: usize) -> Vec<f32> {
     v
 }
 
-/// A point for `tenant/doc_id` with `text`, its dense vector on an axis derived from the text.
+/// A point for `tenant/doc_id` with `text` (language `eng`), its dense vector on an axis derived from
+/// the text.
 pub fn sample_point(
     tenant: &str,
     doc_id: &str,
@@ -66,6 +68,7 @@ pub fn sample_point(
         content_hash: String::new(),
         occurrence: 0,
         acl: acl.iter().map(|s| s.to_string()).collect(),
+        lang: "eng".into(),
         text: text.into(),
     };
     chunk.content_hash = content_hash(&chunk);

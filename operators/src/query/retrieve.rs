@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Mode, Query, SourceEntry, DEEP_MAX_K, DEFAULT_K};
+use super::{Depth, Mode, Query, SourceEntry, DEEP_MAX_K, DEFAULT_K};
 use crate::metrics::metrics;
 use crate::model::DocKind;
 use crate::store::{
@@ -29,6 +29,7 @@ pub fn filter_for(query: &Query) -> SearchFilter {
         kinds,
         doc_ids: query.filters.doc_ids.clone(),
         source_prefix: query.filters.source_prefix.clone(),
+        langs: query.filters.langs.clone(),
     }
 }
 
@@ -42,12 +43,15 @@ pub fn results_wanted(query: &Query) -> usize {
     query.k.unwrap_or(default).clamp(1, DEEP_MAX_K)
 }
 
-/// Candidates per lane: the intent's pool, at least twice the results wanted and `min_pool`.
-pub fn pool_size(query: &Query, intent_pool: usize, min_pool: usize) -> usize {
-    intent_pool
-        .max(2 * results_wanted(query))
-        .max(min_pool)
-        .min(2 * DEEP_MAX_K)
+/// Candidates per lane: the intent's depth for that lane, at least twice the results wanted and
+/// `min_pool`, at most twice the deep mode's most results.
+pub fn lane_depths(query: &Query, intent: Depth, min_pool: usize) -> Depth {
+    let floor = (2 * results_wanted(query)).max(min_pool);
+    let depth = |lane: usize| lane.max(floor).min(2 * DEEP_MAX_K);
+    Depth {
+        dense: depth(intent.dense),
+        bm25: depth(intent.bm25),
+    }
 }
 
 /// The query's vectors.
@@ -103,7 +107,7 @@ pub fn search_shard(
     store: &dyn VectorStore,
     query: &Query,
     vectors: &QueryVectors,
-    pool: usize,
+    depth: Depth,
 ) -> ShardAnswer {
     let filter = filter_for(query);
     let result = (|| -> Result<ShardAnswer, StoreError> {
@@ -142,7 +146,7 @@ pub fn search_shard(
                     answer.dense = store.search(
                         &SearchVector::Dense(vectors.dense.clone()),
                         &filter,
-                        pool,
+                        depth.dense,
                         query.score_threshold,
                     )?;
                     lane_timer("retrieve_dense", started);
@@ -152,7 +156,7 @@ pub fn search_shard(
                     answer.bm25 = store.search(
                         &SearchVector::Sparse(vectors.sparse.clone()),
                         &filter,
-                        pool,
+                        depth.bm25,
                         query.bm25_score_threshold,
                     )?;
                     lane_timer("retrieve_bm25", started);
@@ -179,8 +183,8 @@ pub fn search_shard(
     })
 }
 
-/// Merges the answers of every shard: lanes re-sorted by score and cut to `pool`, sources summed.
-pub fn gather(answers: Vec<ShardAnswer>, pool: usize) -> ShardAnswer {
+/// Merges the answers of every shard: lanes re-sorted by score and cut to their depth, sources summed.
+pub fn gather(answers: Vec<ShardAnswer>, depth: Depth) -> ShardAnswer {
     let mut merged = ShardAnswer::default();
     let mut sources: BTreeMap<String, SourceEntry> = BTreeMap::new();
     for answer in answers {
@@ -200,13 +204,16 @@ pub fn gather(answers: Vec<ShardAnswer>, pool: usize) -> ShardAnswer {
             }
         }
     }
-    for lane in [&mut merged.dense, &mut merged.bm25] {
+    for (lane, depth) in [
+        (&mut merged.dense, depth.dense),
+        (&mut merged.bm25, depth.bm25),
+    ] {
         lane.sort_by(|a, b| {
             b.score
                 .total_cmp(&a.score)
                 .then_with(|| a.stored.id.cmp(&b.stored.id))
         });
-        lane.truncate(pool);
+        lane.truncate(depth);
     }
     merged.sources = sources.into_values().collect();
     merged
@@ -221,7 +228,7 @@ mod tests {
     #[test]
     fn filters_and_sizes() {
         let query = decode_query(
-            br#"{"query_id":"q","tenant":"acme","text":"x","acl":["eng"],"filters":{"source_prefix":"docs/","kinds":["code"],"doc_ids":["a"]}}"#,
+            br#"{"query_id":"q","tenant":"acme","text":"x","acl":["eng"],"filters":{"source_prefix":"docs/","kinds":["code"],"doc_ids":["a"],"langs":["fra"]}}"#,
             8192,
         )
         .unwrap();
@@ -230,9 +237,32 @@ mod tests {
         assert_eq!(filter.acl, Some(vec!["eng".to_string()]));
         assert_eq!(filter.kinds, vec![DocKind::Code]);
         assert_eq!(filter.source_prefix.as_deref(), Some("docs/"));
+        assert_eq!(filter.langs, vec!["fra".to_string()]);
         assert_eq!(results_wanted(&query), 10);
-        assert_eq!(pool_size(&query, 12, 0), 20);
-        assert_eq!(pool_size(&query, 12, 40), 40);
+        let intent = Depth {
+            dense: 12,
+            bm25: 30,
+        };
+        assert_eq!(
+            lane_depths(&query, intent, 0),
+            Depth {
+                dense: 20,
+                bm25: 30
+            },
+            "twice k is the floor; a deeper lane keeps its depth"
+        );
+        assert_eq!(
+            lane_depths(&query, intent, 40),
+            Depth {
+                dense: 40,
+                bm25: 40
+            }
+        );
+        let huge = Depth {
+            dense: 500,
+            bm25: 1,
+        };
+        assert_eq!(lane_depths(&query, huge, 0).dense, 2 * DEEP_MAX_K);
         let sql = decode_query(
             br#"{"query_id":"q","tenant":"t","text":"x","mode":"sql_compact"}"#,
             8192,
@@ -277,7 +307,7 @@ mod tests {
             }],
             ..ShardAnswer::default()
         };
-        let merged = gather(vec![one, two], 2);
+        let merged = gather(vec![one.clone(), two.clone()], Depth { dense: 2, bm25: 2 });
         let docs: Vec<&str> = merged
             .dense
             .iter()
@@ -285,6 +315,16 @@ mod tests {
             .collect();
         assert_eq!(docs, vec!["a", "b"]);
         assert_eq!(merged.sources.len(), 2);
+        // Each lane is cut to its own depth.
+        let with_bm25 = |mut answer: ShardAnswer| {
+            answer.bm25 = answer.dense.clone();
+            answer
+        };
+        let merged = gather(
+            vec![with_bm25(one), with_bm25(two)],
+            Depth { dense: 3, bm25: 1 },
+        );
+        assert_eq!((merged.dense.len(), merged.bm25.len()), (3, 1));
     }
 
     /// `score_threshold` bounds the dense lane's cosine, `bm25_score_threshold` the BM25 lane's score;
@@ -310,7 +350,11 @@ mod tests {
                 8192,
             )
             .unwrap();
-            let answer = search_shard(&store, &query, &vectors, 10);
+            let depth = Depth {
+                dense: 10,
+                bm25: 10,
+            };
+            let answer = search_shard(&store, &query, &vectors, depth);
             assert_eq!(answer.error, None);
             (answer.dense.len(), answer.bm25.len())
         };

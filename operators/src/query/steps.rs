@@ -13,11 +13,11 @@ use timely::dataflow::StreamVec;
 
 use super::cache::LruTtl;
 use super::intent::analyze;
-use super::retrieve::{gather, pool_size, search_shard, ShardAnswer};
+use super::retrieve::{gather, lane_depths, search_shard, ShardAnswer};
 use crate::stage::map_stage;
 
 use super::job::*;
-use super::{Consistency, Context, Query, Trace};
+use super::{Consistency, Context, Depth, Query, Trace};
 use crate::embed::service::{Priority, Ticket};
 use crate::metrics::metrics;
 use crate::store::Bm25Encoder;
@@ -261,12 +261,8 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
             let skip = job.cached.is_some() || (search.shared_index && worker != 0);
             let answer = match search.local_shard(worker) {
                 Some(shard) if !skip => {
-                    let pool = pool_size(
-                        &job.query,
-                        job.plan.as_ref().map_or(16, |p| p.pool),
-                        search.config.min_pool,
-                    );
-                    search_shard(shard.as_ref(), &job.query, &job.vectors, pool)
+                    let depth = lane_depths(&job.query, intent_depth(&job), search.config.min_pool);
+                    search_shard(shard.as_ref(), &job.query, &job.vectors, depth)
                 }
                 _ => ShardAnswer::default(),
             };
@@ -296,9 +292,9 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                             }
                             let (mut job, answers, seconds) =
                                 parts.remove(&id).expect("complete entry");
-                            let pool = pool_size(
+                            let depth = lane_depths(
                                 &job.query,
-                                job.plan.as_ref().map_or(16, |p| p.pool),
+                                intent_depth(&job),
                                 services.config.min_pool,
                             );
                             job.watermark = services.watermark();
@@ -308,11 +304,14 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                                 .with_label_values(&["retrieve"])
                                 .observe(seconds);
                             output.session(&cap).give(Working {
-                                answer: gather(answers, pool),
+                                answer: gather(answers, depth),
                                 job,
                                 candidates: Vec::new(),
                                 deferred: Vec::new(),
-                                trace: Trace::default(),
+                                trace: Trace {
+                                    depth: Some(depth),
+                                    ..Trace::default()
+                                },
                                 available: 0,
                                 neighbours: Vec::new(),
                             });
@@ -322,4 +321,16 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
             },
         )
     }
+}
+
+/// The lane depths the query's intent asks for (a job without a plan reads 16 a lane, raised to the
+/// query's floor by [`lane_depths`]).
+fn intent_depth(job: &QueryJob) -> Depth {
+    job.plan.as_ref().map_or(
+        Depth {
+            dense: 16,
+            bm25: 16,
+        },
+        |plan| plan.depth,
+    )
 }

@@ -29,13 +29,14 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
         "mmr diversifies the packed context",
         &["eng"],
     );
-    let a3 = sample_point(
+    let mut a3 = sample_point(
         "a",
         "three",
         1,
         "token budgets are counted with tiktoken",
         &["sales"],
     );
+    a3.chunk.lang = "fra".into();
     let b1 = sample_point(
         "b",
         "one",
@@ -140,6 +141,30 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
         ..SearchFilter::default()
     };
     assert_eq!(store.count(&code).expect("kind filter"), 0);
+
+    // Language filter (the `lang` payload field).
+    let langs = |langs: &[&str]| SearchFilter {
+        tenant: Some("a".into()),
+        langs: langs.iter().map(|l| l.to_string()).collect(),
+        ..SearchFilter::default()
+    };
+    assert_eq!(store.count(&langs(&["fra"])).expect("lang filter"), 1);
+    assert_eq!(store.count(&langs(&["eng"])).expect("lang filter"), 2);
+    assert_eq!(
+        store.count(&langs(&["eng", "fra"])).expect("lang filter"),
+        3
+    );
+    assert_eq!(store.count(&langs(&["deu"])).expect("lang filter"), 0);
+    let hits = store
+        .search(
+            &SearchVector::Dense(a1.dense.clone()),
+            &langs(&["fra"]),
+            10,
+            None,
+        )
+        .expect("lang search");
+    assert_eq!(ids(&hits), vec!["a/three"]);
+    assert_eq!(store.get(&[a3.id]).expect("get")[0].chunk.lang, "fra");
 
     // Source-prefix filter, by whole path components, inside the search.
     let under = |prefix: &str| SearchFilter {

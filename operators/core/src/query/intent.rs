@@ -1,4 +1,4 @@
-//! Intent: a rule-based query analyzer choosing the fusion weights and the candidate pool.
+//! Intent: a rule-based query analyzer choosing the fusion weights and each lane's retrieval depth.
 //!
 //! Signals are read from the raw text (identifier/code tokens, quoted phrases, SQL words, question
 //! words and cue phrases); the first matching intent in [`PRESETS`] order wins, so the more specific
@@ -6,23 +6,48 @@
 //! questions to the dense lane. The analysis also yields the terms, entities and dates the rerank
 //! scores candidates with.
 
-use super::{Plan, Weights};
+use super::{Depth, Plan, Weights};
 use crate::store::Bm25Encoder;
 
-/// An intent's preset: (name, dense weight, BM25 weight, candidates per lane).
-pub const PRESETS: [(&str, f32, f32, usize); 12] = [
-    ("identifier", 0.3, 0.7, 20),
-    ("quoted_phrase", 0.3, 0.7, 16),
-    ("sql", 0.4, 0.6, 20),
-    ("measurement", 0.45, 0.55, 16),
-    ("date_time", 0.45, 0.55, 16),
-    ("ownership", 0.5, 0.5, 16),
-    ("location", 0.5, 0.5, 16),
-    ("definition", 0.5, 0.5, 16),
-    ("procedure", 0.6, 0.4, 14),
-    ("multi_entity", 0.5, 0.5, 20),
-    ("claim", 0.5, 0.5, 16),
-    ("exploratory", 0.7, 0.3, 12),
+/// An intent's fusion preset: the lanes' weights and how deep each lane is read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Preset {
+    /// The intent's name (trace, metrics label).
+    pub intent: &'static str,
+    /// Fusion weights.
+    pub weights: Weights,
+    /// Candidates fetched per lane before the query's own floor (twice `k`, `query.min_pool`).
+    pub depth: Depth,
+}
+
+const fn preset(intent: &'static str, dense: f32, bm25: f32, depth: (usize, usize)) -> Preset {
+    Preset {
+        intent,
+        weights: Weights { dense, bm25 },
+        depth: Depth {
+            dense: depth.0,
+            bm25: depth.1,
+        },
+    }
+}
+
+/// The presets, most specific first. The lane an intent leans on is read deeper: an exact-match
+/// intent's answer may sit below BM25's twentieth hit when many chunks share the term, an open
+/// question's below the dense lane's. Both lanes are read at least to the query's floor, so a depth
+/// under it (16 on a balanced intent) only matters where `min_pool` is set lower.
+pub const PRESETS: [Preset; 12] = [
+    preset("identifier", 0.3, 0.7, (20, 40)),
+    preset("quoted_phrase", 0.3, 0.7, (16, 40)),
+    preset("sql", 0.4, 0.6, (20, 30)),
+    preset("measurement", 0.45, 0.55, (16, 24)),
+    preset("date_time", 0.45, 0.55, (16, 24)),
+    preset("ownership", 0.5, 0.5, (16, 16)),
+    preset("location", 0.5, 0.5, (16, 16)),
+    preset("definition", 0.5, 0.5, (16, 16)),
+    preset("procedure", 0.6, 0.4, (24, 16)),
+    preset("multi_entity", 0.5, 0.5, (20, 20)),
+    preset("claim", 0.5, 0.5, (16, 16)),
+    preset("exploratory", 0.7, 0.3, (30, 12)),
 ];
 
 const MONTHS: [&str; 12] = [
@@ -89,7 +114,7 @@ fn quoted(text: &str) -> Vec<String> {
     out
 }
 
-/// Analyzes a query: intent, weights, pool and rerank features.
+/// Analyzes a query: intent, weights, lane depths and rerank features.
 pub fn analyze(text: &str, bm25: &Bm25Encoder) -> Plan {
     let lower = text.to_lowercase();
     let words: Vec<&str> = text.split_whitespace().collect();
@@ -256,22 +281,19 @@ pub fn analyze(text: &str, bm25: &Bm25Encoder) -> Plan {
         });
     matched("claim", !question && words.len() >= 4);
 
-    let (intent, dense, bm25_weight, pool) = PRESETS
+    let preset = PRESETS
         .iter()
-        .find(|(name, ..)| signals.iter().any(|s| s == name))
+        .find(|preset| signals.iter().any(|s| s == preset.intent))
         .copied()
         .unwrap_or(PRESETS[PRESETS.len() - 1]);
     let mut terms = bm25.terms(text);
     terms.sort();
     terms.dedup();
     Plan {
-        intent: intent.to_string(),
+        intent: preset.intent.to_string(),
         signals,
-        weights: Weights {
-            dense,
-            bm25: bm25_weight,
-        },
-        pool,
+        weights: preset.weights,
+        depth: preset.depth,
         terms,
         entities,
         dates,
@@ -283,9 +305,9 @@ pub fn analyze(text: &str, bm25: &Bm25Encoder) -> Plan {
 mod tests {
     use super::*;
 
-    fn intent(text: &str) -> (String, Weights, usize) {
+    fn intent(text: &str) -> (String, Weights, Depth) {
         let plan = analyze(text, &Bm25Encoder::default());
-        (plan.intent, plan.weights, plan.pool)
+        (plan.intent, plan.weights, plan.depth)
     }
 
     #[test]
@@ -322,13 +344,29 @@ mod tests {
 
     #[test]
     fn presets_lean_as_documented() {
-        let (_, identifier, pool) = intent("where is parse_config called");
+        let (_, identifier, depth) = intent("where is parse_config called");
         assert!(identifier.bm25 > identifier.dense);
-        assert_eq!(pool, 20);
-        let (_, definition, pool) = intent("what is a vector database");
-        assert_eq!((definition.dense, definition.bm25, pool), (0.5, 0.5, 16));
-        let (_, exploratory, pool) = intent("why is the sky blue");
-        assert_eq!((exploratory.dense, exploratory.bm25, pool), (0.7, 0.3, 12));
+        assert_eq!((depth.dense, depth.bm25), (20, 40));
+        let (_, definition, depth) = intent("what is a vector database");
+        assert_eq!((definition.dense, definition.bm25), (0.5, 0.5));
+        assert_eq!((depth.dense, depth.bm25), (16, 16));
+        let (_, exploratory, depth) = intent("why is the sky blue");
+        assert_eq!((exploratory.dense, exploratory.bm25), (0.7, 0.3));
+        assert_eq!((depth.dense, depth.bm25), (30, 12));
+    }
+
+    #[test]
+    fn the_lane_an_intent_leans_on_is_read_at_least_as_deep() {
+        for preset in PRESETS {
+            let Preset { weights, depth, .. } = preset;
+            if weights.bm25 > weights.dense {
+                assert!(depth.bm25 > depth.dense, "{}", preset.intent);
+            } else if weights.dense > weights.bm25 {
+                assert!(depth.dense > depth.bm25, "{}", preset.intent);
+            } else {
+                assert_eq!(depth.dense, depth.bm25, "{}", preset.intent);
+            }
+        }
     }
 
     #[test]

@@ -105,6 +105,9 @@ pub struct QueryFilters {
     /// Only these documents.
     #[serde(default)]
     pub doc_ids: Vec<String>,
+    /// Only documents in these languages (ISO 639-3 codes as detected at ingest: `eng`, `fra`, …).
+    #[serde(default)]
+    pub langs: Vec<String>,
 }
 
 /// Prompt parts that share the model's context window with the packed context.
@@ -185,6 +188,15 @@ pub struct Weights {
     pub bm25: f32,
 }
 
+/// How many candidates each lane fetches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Depth {
+    /// Dense lane.
+    pub dense: usize,
+    /// BM25 lane.
+    pub bm25: usize,
+}
+
 /// The analysed query: its intent, the fusion preset and the features the rerank uses.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
@@ -194,8 +206,8 @@ pub struct Plan {
     pub signals: Vec<String>,
     /// Fusion weights.
     pub weights: Weights,
-    /// Candidates fetched per lane.
-    pub pool: usize,
+    /// Candidates fetched per lane, before the query's floor (twice `k`, `min_pool`).
+    pub depth: Depth,
     /// Analysed (stemmed) query terms.
     pub terms: Vec<String>,
     /// Entities: capitalised words, identifiers, quoted phrases, numbers.

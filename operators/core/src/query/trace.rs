@@ -219,6 +219,9 @@ impl From<&Candidate> for TraceCandidate {
 pub struct Trace {
     /// Intent signals.
     pub signals: Vec<String>,
+    /// Candidates each lane was asked for: the intent's depth raised to the query's floor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<super::Depth>,
     /// Candidates after fusion and rerank, in order.
     pub candidates: Vec<TraceCandidate>,
     /// Every decision, in pipeline order.

@@ -26,13 +26,14 @@ pub const DENSE_VECTOR: &str = "dense";
 /// Name of the sparse BM25 vector in the collection.
 pub const SPARSE_VECTOR: &str = "bm25";
 /// Keyword payload fields with an index (tenant is the tenant index).
-pub const KEYWORD_INDEXES: [&str; 6] = [
+pub const KEYWORD_INDEXES: [&str; 7] = [
     "tenant",
     "doc_id",
     "source",
     "source_prefixes",
     "kind",
     "acl",
+    "lang",
 ];
 
 /// Keyword indexes with about one value per document (many values, each on few points): memory-mapped
@@ -178,6 +179,8 @@ pub struct SearchFilter {
     pub doc_ids: Vec<String>,
     /// Only sources under this path prefix (whole components; see [`source_prefixes`]).
     pub source_prefix: Option<String>,
+    /// Only chunks of documents in these languages (ISO 639-3 codes, `ingest::lang`).
+    pub langs: Vec<String>,
 }
 
 /// Every path prefix of a source, by whole components (`docs/a/b.md` → `docs`, `docs/a`, `docs/a/b.md`):
@@ -219,6 +222,9 @@ impl SearchFilter {
         }
         if !self.doc_ids.is_empty() {
             must.push(("doc_id", self.doc_ids.clone()));
+        }
+        if !self.langs.is_empty() {
+            must.push(("lang", self.langs.clone()));
         }
         if let Some(prefix) = &self.source_prefix {
             let prefix = prefix.trim_matches('/');
@@ -340,6 +346,7 @@ pub fn chunk_payload(point: &PointWrite) -> Map<String, Value> {
         "occurrence": chunk.occurrence,
         "embedder_version": point.embedder_version,
         "acl": chunk.acl,
+        "lang": chunk.lang,
         "text": chunk.text,
     });
     match value {
@@ -391,6 +398,8 @@ pub fn chunk_from_payload(id: uuid::Uuid, payload: &Map<String, Value>) -> Optio
             // Absent from points written before chunks had stable ids (their id is the stored one).
             occurrence: number("occurrence").unwrap_or(0) as u32,
             acl: strings("acl")?,
+            // Absent from points written before languages were detected.
+            lang: text("lang").unwrap_or_default(),
             text: text("text")?,
         },
     })

@@ -144,6 +144,9 @@ impl Chunker {
             .title
             .clone()
             .unwrap_or_else(|| default_title(&doc.source));
+        let lang = crate::ingest::lang::detect(&doc.text, kind)
+            .unwrap_or_default()
+            .to_string();
         let mut occurrences: HashMap<String, u32> = HashMap::new();
         pieces
             .into_iter()
@@ -170,6 +173,7 @@ impl Chunker {
                     content_hash: String::new(),
                     occurrence: 0,
                     acl: doc.acl.clone(),
+                    lang: lang.clone(),
                     text,
                 };
                 chunk.content_hash = content_hash(&chunk);

@@ -92,6 +92,26 @@ fn markdown_carries_heading_paths() {
 }
 
 #[test]
+fn every_chunk_carries_its_documents_language() {
+    let french = "Le comité a approuvé le nouveau budget après un long débat sur les coûts du projet. \
+                  La ville attend les travaux depuis des années et les habitants sont satisfaits.\n\n"
+        .repeat(8);
+    let chunks = chunker(40, 300).chunk(&doc("rapport.txt", DocKind::Prose, &french));
+    assert!(chunks.len() > 1);
+    assert!(chunks.iter().all(|c| c.lang == "fra"), "{chunks:?}");
+    let code = chunker(200, 300).chunk(&doc(
+        "lib.rs",
+        DocKind::Code,
+        "// The committee approved the new budget after a long debate.\nfn main() {}\n",
+    ));
+    assert!(code.iter().all(|c| c.lang.is_empty()));
+    // The language is part of the stored layout: a chunk whose language changes is rewritten.
+    let mut relabelled = chunks[0].clone();
+    relabelled.lang = "eng".into();
+    assert_ne!(relabelled.layout(), chunks[0].layout());
+}
+
+#[test]
 fn heading_never_ends_a_chunk_alone() {
     // Small budget: the heading must travel with the start of its first paragraph.
     let text = "# Title\n\nFirst sentence is here. Second sentence follows it. Third one closes.\n";

@@ -53,6 +53,7 @@ fn document(doc: usize, sentences: usize, per_chunk: usize, overlap: usize) -> V
                 content_hash: blake3::hash(text.as_bytes()).to_hex().to_string(),
                 occurrence: 0,
                 acl: vec![],
+                lang: String::new(),
                 text,
             },
         });
