@@ -1,14 +1,17 @@
 //! The job's HTTP endpoints: `/metrics` (Prometheus text), `/healthz` (process up), `/readyz` (index
-//! open, model loaded, broker reachable) and `POST /query` (a query event in the body, its context as
-//! the response: the same dataflow as the queries topic). Bound to loopback unless configured otherwise.
+//! open, model loaded, broker reachable), `POST /query` (a query event in the body, its context as
+//! the response: the same dataflow as the queries topic) and `GET /invalidations?since=N` (the
+//! process's invalidations of published contexts numbered above N). Bound to loopback unless
+//! configured otherwise.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use ragstream_operators::io::query_source::HttpIngress;
+use ragstream_operators::query::invalidate::InvalidationLog;
 use ragstream_operators::query::Context;
 
 /// Readiness flags set by the runtime.
@@ -211,11 +214,45 @@ fn query(
     }
 }
 
+/// `GET /invalidations?since=N`: `{"invalidations": [...], "last": M, "truncated": bool}`, the
+/// invalidations numbered above N (of the tenants the caller's token opens), M the number to ask from
+/// next, `truncated` when some above N were already dropped from the log.
+fn invalidations(
+    request: tiny_http::Request,
+    params: &str,
+    log: &Mutex<InvalidationLog>,
+    tenants: Tenants,
+) {
+    let since = params
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("since="))
+        .map(str::parse::<u64>);
+    let since = match since {
+        None => 0,
+        Some(Ok(since)) => since,
+        Some(Err(_)) => {
+            return respond(
+                request,
+                400,
+                "{\"error\":\"since must be a number\"}".into(),
+                "application/json",
+            )
+        }
+    };
+    let (mut entries, last, truncated) = log.lock().expect("invalidation log").since(since);
+    if let Some(tenants) = tenants {
+        entries.retain(|entry| tenants.contains(&entry.tenant));
+    }
+    let body = serde_json::json!({"invalidations": entries, "last": last, "truncated": truncated});
+    respond(request, 200, body.to_string(), "application/json");
+}
+
 /// Serves until the process exits. Returns the bound address.
 pub fn serve(
     listen: &str,
     readiness: Arc<Readiness>,
     ingress: Arc<HttpIngress>,
+    invalidation_log: Arc<Mutex<InvalidationLog>>,
     max_query_bytes: usize,
     tokens: QueryTokens,
 ) -> anyhow::Result<std::net::SocketAddr> {
@@ -230,12 +267,15 @@ pub fn serve(
         let readiness = readiness.clone();
         let ingress = ingress.clone();
         let tokens = tokens.clone();
+        let invalidation_log = invalidation_log.clone();
         std::thread::Builder::new()
             .name(format!("http-{index}"))
             .spawn(move || {
                 while let Ok(request) = server.recv() {
                     let post = *request.method() == tiny_http::Method::Post;
-                    match request.url() {
+                    let url = request.url().to_string();
+                    let (path, params) = url.split_once('?').unwrap_or((url.as_str(), ""));
+                    match path {
                         "/query" if post => match tokens.grant(&request) {
                             Ok(tenants) => query(request, &ingress, max_query_bytes, tenants),
                             Err(Unauthorized) => {
@@ -254,6 +294,17 @@ pub fn serve(
                         "/query" => {
                             respond(request, 405, "POST a query event\n".into(), "text/plain")
                         }
+                        "/invalidations" => match tokens.grant(&request) {
+                            Ok(tenants) => {
+                                invalidations(request, params, &invalidation_log, tenants)
+                            }
+                            Err(Unauthorized) => respond(
+                                request,
+                                401,
+                                "{\"error\":\"missing or wrong bearer token\"}".into(),
+                                "application/json",
+                            ),
+                        },
                         "/metrics" => respond(
                             request,
                             200,

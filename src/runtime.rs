@@ -22,9 +22,11 @@ use ragstream_operators::ingest::guard::Rehydration;
 use ragstream_operators::ingest::hydrate::hydrate;
 use ragstream_operators::io::checkpoint::IndexCheckpoint;
 use ragstream_operators::io::context_sink::ContextPublisher;
+use ragstream_operators::io::invalidation_sink::InvalidationPublisher;
 use ragstream_operators::io::kafka_log::QuietContext;
 use ragstream_operators::io::query_source::{HttpIngress, IngestProgress};
 use ragstream_operators::metrics::metrics;
+use ragstream_operators::query::invalidate::InvalidationLog;
 use ragstream_operators::query::job::QueryServices;
 use ragstream_operators::store::stats::CorpusStats;
 use ragstream_operators::store::{StoreError, VectorStore};
@@ -125,14 +127,18 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     }
     let readiness = Arc::new(Readiness::default());
     let ingress = Arc::new(HttpIngress::default());
+    let invalidation_log = Arc::new(Mutex::new(InvalidationLog::new(
+        config.query.invalidations.log_entries,
+    )));
     let address = serve(
         &config.http.listen,
         readiness.clone(),
         ingress.clone(),
+        invalidation_log.clone(),
         config.query.max_query_bytes,
         QueryTokens::from_env(&config.http.query_token_env, &config.http.tokens),
     )?;
-    tracing::info!(%address, "serving /metrics, /healthz, /readyz, POST /query");
+    tracing::info!(%address, "serving /metrics, /healthz, /readyz, POST /query, GET /invalidations");
     let progress = Arc::new(IngestProgress::default());
     if config.source.kind == SourceKind::Kafka {
         progress.kafka.store(true, Ordering::SeqCst);
@@ -140,10 +146,11 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         let topics = [
             (config.kafka.queries_topic.as_str(), 1),
             (config.kafka.contexts_topic.as_str(), 1),
+            (config.kafka.invalidations_topic.as_str(), 1),
             (config.kafka.dlq_topic.as_str(), 1),
         ];
         if let Err(error) = ragstream_operators::io::kafka_admin::ensure_topics(&client, &topics) {
-            tracing::warn!(%error, "could not ensure the queries/contexts/dlq topics exist");
+            tracing::warn!(%error, "could not ensure the queries/contexts/invalidations/dlq topics exist");
         }
     }
 
@@ -225,6 +232,13 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                         .map(|k| (&k.client, config.kafka.contexts_topic.as_str())),
                 )
                 .unwrap_or_else(|e| panic!("contexts producer: {e}"));
+                let invalidations = InvalidationPublisher::new(
+                    invalidation_log.clone(),
+                    kafka_queries
+                        .as_ref()
+                        .map(|k| (&k.client, config.kafka.invalidations_topic.as_str())),
+                )
+                .unwrap_or_else(|e| panic!("invalidations producer: {e}"));
                 let services = QueryServices {
                     shards: shards.clone(),
                     first_worker,
@@ -263,7 +277,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                             progress: progress.clone(),
                         },
                     );
-                    ingest(
+                    let changed = ingest(
                         scope,
                         events,
                         assigned,
@@ -291,7 +305,9 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                             dlq: query_dlq,
                             shutdown,
                             finite_ingest: finite.then(|| acks.clone()),
+                            invalidations: Some(Box::new(invalidations)),
                         },
+                        changed,
                     );
                 });
                 if ready_workers.fetch_add(1, Ordering::SeqCst) + 1 == workers {

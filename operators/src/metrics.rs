@@ -63,6 +63,10 @@ declare_metrics! {
         "Chunks loaded from the index: at start, and from a shared index at assignments.");
     rehydrations: IntCounter = counter("ragstream_rehydrations_total",
         "Reads of the shared index at partition assignments.");
+    invalidations: IntCounter = counter("ragstream_invalidations_total",
+        "Published contexts invalidated: a chunk they cite was deleted or changed.");
+    citations_held: IntGauge = int_gauge("ragstream_citations_held",
+        "Chunk citations of published contexts kept to invalidate them (all workers of the process).");
     dlq_records: IntCounterVec = counter_vec("ragstream_dlq_records_total",
         "DLQ records by reason.", &["reason"]);
     retries: IntCounterVec = counter_vec("ragstream_retries_total",

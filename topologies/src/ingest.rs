@@ -6,6 +6,7 @@
 //!                   └─ ids read again at assignments (shared index) ─┐
 //!             hydrated chunk ids @0 ─┴─────────────────────────────┴► arrange_from_upsert(DocKey → ChunkIds) ─► ChunkDiff ─► Embed ─ok─► IndexWrite ─ok─┐
 //!   └─err──────────────────────────────────────────────────────────────────────────────────────────┴err──────────┴err─► DlqWrite ─┴► acks probe
+//!                                                                                     changed chunk ids (returned) ◄──────┤
 //!                                                                  hydrated BM25 statistics @0 ─┐   AckStats ◄───────────┘
 //!                                                                                               └─────┴► ShareStats (first worker of each process)
 //! ```
@@ -14,7 +15,7 @@ use std::sync::Arc;
 
 use differential_dataflow::operators::arrange::upsert::arrange_from_upsert;
 use differential_dataflow::trace::implementations::{ValBuilder, ValSpine};
-use timely::dataflow::operators::vec::ToStream;
+use timely::dataflow::operators::vec::{Map, ToStream};
 use timely::dataflow::operators::{Concat, OkErr, Probe};
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 
@@ -57,7 +58,9 @@ pub struct IngestParts {
     pub rehydration: Option<Rehydration>,
 }
 
-/// Wires the ingest flow behind `events`; the index and DLQ writers report to `acks`.
+/// Wires the ingest flow behind `events`; the index and DLQ writers report to `acks`. Returns the ids
+/// of the chunks each acknowledged write deleted or changed (for the invalidation of the contexts that
+/// cite them).
 // `Result<_, DlqRecord>` streams carry refused events as data to the DLQ, not error paths.
 #[allow(clippy::result_large_err)]
 pub fn ingest<'scope>(
@@ -66,7 +69,7 @@ pub fn ingest<'scope>(
     assigned: StreamVec<'scope, u64, Assigned>,
     parts: IngestParts,
     acks: &ProbeHandle<u64>,
-) {
+) -> StreamVec<'scope, u64, uuid::Uuid> {
     let IngestParts {
         hydrated,
         chunker,
@@ -122,6 +125,7 @@ pub fn ingest<'scope>(
     ) = work
         .write_index(store, optimize_every)
         .ok_err(|result| result);
+    let changed = written.clone().flat_map(|ack: IndexAck| ack.changed);
     let stats_deltas = map_stage(written, "AckStats", |ack: IndexAck| ack.stats).probe_with(acks);
     hydrated_stats
         .concat(stats_deltas)
@@ -131,4 +135,5 @@ pub fn ingest<'scope>(
         .concat(index_refused)
         .write_dlq(dlq)
         .probe_with(acks);
+    changed
 }

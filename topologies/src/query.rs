@@ -3,7 +3,9 @@
 //! ```text
 //! QuerySource ─ok─► (absent ACL rule) ─► AwaitConsistency ─► CacheLookup ─► Intent ─► EmbedQuery ─► Retrieve (broadcast, SearchShard, Gather)
 //!      │                                                                             ─► Fuse ─► Rerank ─► Dedup ─► Mmr ─► Pack ─┐
+//!      │                                                                                                         Cite ◄─┘ (citations)
 //!      └─err─► RefuseQueries (DLQ + error context) ──────────────────────────────────────────────────────────────────────────────┴► Publish ─► probe
+//! ingest's changed chunk ids ─► broadcast ─► Invalidate (contexts citing them) ─► invalidations topic, GET /invalidations
 //! ```
 
 use std::sync::atomic::AtomicBool;
@@ -18,6 +20,9 @@ use ragstream_operators::io::dlq_sink::DlqSink;
 use ragstream_operators::io::query_source::{query_source, HttpIngress, QueryKafkaConfig};
 use ragstream_operators::query::answer::AnswerSteps;
 use ragstream_operators::query::cache::LruTtl;
+use ragstream_operators::query::invalidation::{
+    CiteContexts, InvalidateContexts, InvalidationSink, Invalidator,
+};
 use ragstream_operators::query::job::{QueryJob, QueryServices, Refusal};
 use ragstream_operators::query::publish::{PublishContexts, RefuseQueries};
 use ragstream_operators::query::steps::QuerySteps;
@@ -39,12 +44,20 @@ pub struct QueryParts {
     pub shutdown: Arc<AtomicBool>,
     /// With a finite document input: the ingest probe; the query flow stops once it is done.
     pub finite_ingest: Option<ProbeHandle<u64>>,
+    /// Where invalidations of published contexts go (`None`, or `query.invalidations.enabled = false`:
+    /// no citation is kept).
+    pub invalidations: Option<Box<dyn InvalidationSink>>,
 }
 
-/// Wires the query flow; returns the probe of published contexts.
+/// Wires the query flow; `changed` are the chunk ids the index writes deleted or changed (ingest's
+/// output). Returns the probe of published contexts.
 // Refused queries travel as data to the DLQ writer, not as error paths.
 #[allow(clippy::result_large_err)]
-pub fn query<'scope>(scope: Scope<'scope, u64>, parts: QueryParts) -> ProbeHandle<u64> {
+pub fn query<'scope>(
+    scope: Scope<'scope, u64>,
+    parts: QueryParts,
+    changed: StreamVec<'scope, u64, uuid::Uuid>,
+) -> ProbeHandle<u64> {
     let QueryParts {
         services,
         kafka,
@@ -53,6 +66,7 @@ pub fn query<'scope>(scope: Scope<'scope, u64>, parts: QueryParts) -> ProbeHandl
         dlq,
         shutdown,
         finite_ingest,
+        invalidations,
     } = parts;
     let config = services.config.clone();
     let published = ProbeHandle::new();
@@ -90,7 +104,17 @@ pub fn query<'scope>(scope: Scope<'scope, u64>, parts: QueryParts) -> ProbeHandl
         .dedup()
         .mmr(config.clone())
         .neighbours(services.clone())
-        .pack(services, cache);
+        .pack(services.clone(), cache);
+    let settings = config.invalidations;
+    let contexts = match invalidations {
+        Some(sink) if settings.enabled => {
+            let invalidator =
+                Invalidator::new(settings.ttl_secs, settings.max_citations, sink, services);
+            changed.invalidate(invalidator.clone());
+            contexts.cite(invalidator)
+        }
+        _ => contexts,
+    };
     contexts
         .concat(refused.refuse(dlq))
         .publish(publisher)

@@ -44,6 +44,10 @@ pub struct ChunkDelta {
     /// (no embedding): those that moved or whose payload changed, and one chunk to carry a version bump
     /// that changed nothing else.
     pub restamp: Vec<Chunk>,
+    /// The ids a published context may cite whose stored record this delta deletes or rewrites with a
+    /// new layout (not the chunk that only carries a version bump): what invalidates such a context
+    /// (`query::invalidate`).
+    pub changed: Vec<uuid::Uuid>,
     /// The ingestion time of the change (milliseconds since the epoch).
     pub time: u64,
 }
@@ -84,6 +88,12 @@ pub fn diff_chunk_sets(
         .copied()
         .collect();
     deletes.sort();
+    let mut changed: Vec<uuid::Uuid> = deletes
+        .iter()
+        .copied()
+        .chain(restamp.iter().map(|chunk: &Chunk| chunk.point_id(key)))
+        .collect();
+    changed.sort();
     // The index must carry the new version even when no chunk changed (a same-text update, a shrink
     // that keeps the prefix): hydration seeds the version guard from the newest stored chunk version,
     // and a lagging one would let a late older event back in after a restart. Rewriting one unchanged
@@ -104,6 +114,7 @@ pub fn diff_chunk_sets(
         upserts,
         unchanged,
         restamp,
+        changed,
         time,
     }
 }
@@ -443,6 +454,25 @@ mod tests {
             "every kept chunk stands at a new position and is rewritten"
         );
         assert!(delta.restamp.iter().all(|c| c.order_index > 0));
+        // What a published context citing them must hear of: the moved chunks and the deleted ones.
+        let mut expected: Vec<uuid::Uuid> = delta
+            .deletes
+            .iter()
+            .copied()
+            .chain(moved.iter().map(|c| c.point_id(&key)))
+            .collect();
+        expected.sort();
+        assert_eq!(delta.changed, expected);
+
+        // A version bump that changes nothing rewrites one chunk to carry the version, and changes
+        // nothing a context cites.
+        let bumped = set_of(DocKind::Prose, &blocks, 3);
+        let bump = diff_chunk_sets(&key, Some(&original.ids(&key)), Some(&bumped), 3);
+        assert_eq!(bump.restamp.len(), 1);
+        assert!(bump.changed.is_empty());
+        // A delete changes every chunk.
+        let gone = diff_chunk_sets(&key, Some(&original.ids(&key)), None, 4);
+        assert_eq!(gone.changed.len(), original.chunks.len());
 
         let twin = "The same words appear twice in this document, word for word, so that two chunks \
             carry one text. They are kept apart by their occurrence, never merged into one point, and \

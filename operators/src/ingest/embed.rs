@@ -43,6 +43,8 @@ pub struct IndexDelta {
     /// Points to rewrite at a new version with the dense vector the index already holds: their `dense`
     /// is empty here and is read back from the store by the index writer (nothing is embedded).
     pub restamp: Vec<PointWrite>,
+    /// Ids deleted or rewritten with a new layout ([`ChunkDelta::changed`]).
+    pub changed: Vec<uuid::Uuid>,
     /// Ingestion time of the change.
     pub time: u64,
 }
@@ -142,6 +144,7 @@ fn index_work(
                 deletes: delta.deletes,
                 points,
                 restamp,
+                changed: delta.changed,
                 time: delta.time,
             }
         })

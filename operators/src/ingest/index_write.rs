@@ -46,6 +46,10 @@ pub struct IndexAck {
     pub deleted: usize,
     /// What the batch changed in the corpus's BM25 statistics ([`crate::store::stats`]).
     pub stats: StatsDelta,
+    /// Chunks of the written documents deleted or rewritten with a new layout
+    /// ([`IndexDelta::changed`]; none of a refused document).
+    #[serde(default)]
+    pub changed: Vec<uuid::Uuid>,
 }
 
 /// What the writer did with one batch: what it wrote, and the documents the index refused.
@@ -91,6 +95,11 @@ pub fn write_isolating(store: &dyn VectorStore, batch: &[IndexDelta]) -> BatchOu
             outcome
         }
     };
+    outcome.ack.changed = batch
+        .iter()
+        .filter(|delta| outcome.refused.iter().all(|(key, _)| key != &delta.key))
+        .flat_map(|delta| delta.changed.iter().copied())
+        .collect();
     outcome.ack.stats = match before {
         Some(before) => stats_change(store, batch, before, &outcome.refused),
         None => StatsDelta::default(),
@@ -244,6 +253,7 @@ pub fn write_batch(store: &dyn VectorStore, batch: &[IndexDelta]) -> Result<Inde
         stats: StatsDelta::default(),
         upserted: points.len(),
         deleted: deletes.len(),
+        changed: Vec::new(),
     })
 }
 
@@ -364,6 +374,7 @@ mod tests {
             deletes: vec![],
             points: vec![],
             restamp: vec![],
+            changed: vec![],
             time: 0,
         }
     }

@@ -4,6 +4,7 @@ pub mod checkpoint;
 pub mod context_sink;
 pub mod dir_source;
 pub mod dlq_sink;
+pub mod invalidation_sink;
 pub mod kafka_admin;
 pub mod kafka_log;
 pub mod kafka_source;

@@ -12,7 +12,8 @@
 //! - [`job`]: the records the operators pass along and the services they share;
 //! - [`steps`]: up to the shards' answers ([`steps::QuerySteps`]); [`retrieve`]: the lanes on a shard;
 //! - [`answer`]: fusion to packing ([`answer::AnswerSteps`]);
-//! - [`publish`]: refusals and publishing, through a [`publish::ContextSink`] the adapters implement.
+//! - [`publish`]: refusals and publishing, through a [`publish::ContextSink`] the adapters implement;
+//! - [`invalidation`]: what published contexts cite, and the invalidations when those chunks change.
 //!
 //! A query is answered (gathered, packed and published) on the worker that received it, so an HTTP
 //! caller's reply is delivered by the process holding its connection. Each step records its latency on
@@ -21,6 +22,7 @@
 pub use ragstream_core::query::*;
 
 pub mod answer;
+pub mod invalidation;
 pub mod job;
 pub mod publish;
 pub mod retrieve;

@@ -59,6 +59,10 @@ pub struct KafkaConfig {
     /// Contexts topic (answers, keyed by query id).
     #[serde(default = "default_contexts_topic")]
     pub contexts_topic: String,
+    /// Invalidations topic (a published context cites a chunk since deleted or changed; key = query
+    /// id).
+    #[serde(default = "default_invalidations_topic")]
+    pub invalidations_topic: String,
     /// Consumer group of the job.
     #[serde(default = "default_group")]
     pub group_id: String,
@@ -100,6 +104,7 @@ impl std::fmt::Debug for KafkaConfig {
             .field("dlq_topic", &self.dlq_topic)
             .field("queries_topic", &self.queries_topic)
             .field("contexts_topic", &self.contexts_topic)
+            .field("invalidations_topic", &self.invalidations_topic)
             .field("group_id", &self.group_id)
             .field("security_protocol", &self.security_protocol)
             .field("sasl_mechanism", &self.sasl_mechanism)
@@ -123,6 +128,9 @@ fn default_queries_topic() -> String {
 }
 fn default_contexts_topic() -> String {
     "ragstream.contexts".into()
+}
+fn default_invalidations_topic() -> String {
+    "ragstream.invalidations".into()
 }
 fn default_group() -> String {
     "ragstream".into()

@@ -16,6 +16,7 @@ pub mod decode;
 pub mod dedup;
 pub mod fuse;
 pub mod intent;
+pub mod invalidate;
 pub mod ledger;
 pub mod mmr;
 pub mod modes;
@@ -335,6 +336,34 @@ pub struct QueryConfig {
     pub absent_acl: AbsentAcl,
     /// Let the lanes' hits change the intent's fusion weights ([`adapt`]); off: the intent's alone.
     pub adapt_fusion: bool,
+    /// Invalidations of published contexts ([`invalidate`]).
+    pub invalidations: InvalidationConfig,
+}
+
+/// Invalidations of published contexts (config section `query.invalidations`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InvalidationConfig {
+    /// Remember what published contexts cite and publish an invalidation when a cited chunk is
+    /// deleted or changed.
+    pub enabled: bool,
+    /// Seconds a published context's citations are kept (a context older is never invalidated).
+    pub ttl_secs: u64,
+    /// Most chunk citations kept by one worker (the oldest contexts are forgotten first).
+    pub max_citations: usize,
+    /// Invalidations kept by a process for `GET /invalidations?since=`.
+    pub log_entries: usize,
+}
+
+impl Default for InvalidationConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            ttl_secs: 3600,
+            max_citations: 200_000,
+            log_entries: 10_000,
+        }
+    }
 }
 
 impl Default for QueryConfig {
@@ -354,6 +383,7 @@ impl Default for QueryConfig {
             max_query_bytes: 8192,
             absent_acl: AbsentAcl::Public,
             adapt_fusion: true,
+            invalidations: InvalidationConfig::default(),
         }
     }
 }

@@ -1,0 +1,124 @@
+//! InvalidationSink: invalidations to the process's log (`GET /invalidations?since=`) and, with Kafka,
+//! to the invalidations topic (key = query id, JSON value, idempotent producer).
+//!
+//! Invalidations are advice: the producer's own retries deliver them, a full local queue is waited
+//! out like the contexts producer's, and none holds a dataflow time or an offset.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
+use rdkafka::ClientConfig;
+
+use crate::query::invalidate::{Invalidation, InvalidationLog};
+use crate::query::invalidation::InvalidationSink;
+
+/// The longest a dropped publisher waits for its invalidations to reach the broker.
+const FLUSH_ON_DROP: Duration = Duration::from_secs(2);
+
+/// Where one worker's invalidations go.
+pub struct InvalidationPublisher {
+    log: Arc<Mutex<InvalidationLog>>,
+    kafka: Option<(BaseProducer<DefaultProducerContext>, String)>,
+}
+
+impl std::fmt::Debug for InvalidationPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InvalidationPublisher")
+            .field("kafka_topic", &self.kafka.as_ref().map(|(_, t)| t))
+            .finish()
+    }
+}
+
+impl InvalidationPublisher {
+    /// Appends to `log` (shared by the process's workers and its HTTP server) and, with
+    /// `kafka = (client, topic)`, publishes to the invalidations topic.
+    pub fn new(
+        log: Arc<Mutex<InvalidationLog>>,
+        kafka: Option<(&ClientConfig, &str)>,
+    ) -> Result<Self, String> {
+        let kafka = match kafka {
+            Some((client, topic)) => {
+                let producer: BaseProducer<DefaultProducerContext> = client
+                    .clone()
+                    .set("enable.idempotence", "true")
+                    .set("linger.ms", "5")
+                    .create()
+                    .map_err(|e| e.to_string())?;
+                Some((producer, topic.to_string()))
+            }
+            None => None,
+        };
+        Ok(Self { log, kafka })
+    }
+}
+
+impl InvalidationSink for InvalidationPublisher {
+    fn send(&mut self, invalidations: Vec<Invalidation>) {
+        for mut invalidation in invalidations {
+            invalidation.seq = self
+                .log
+                .lock()
+                .expect("invalidation log")
+                .push(invalidation.clone());
+            tracing::debug!(query = %invalidation.query_id, stale = invalidation.stale_chunk_ids.len(), "context invalidated");
+            let Some((producer, topic)) = &self.kafka else {
+                continue;
+            };
+            let payload = serde_json::to_vec(&invalidation).expect("invalidations serialise");
+            let mut record = BaseRecord::to(topic)
+                .key(invalidation.query_id.as_bytes())
+                .payload(&payload);
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((error, returned)) => {
+                        tracing::warn!(%error, "invalidations producer queue full; retrying");
+                        producer.poll(Duration::from_millis(100));
+                        record = returned;
+                    }
+                }
+            }
+        }
+        if let Some((producer, _)) = &self.kafka {
+            producer.poll(Duration::ZERO);
+        }
+    }
+}
+
+impl Drop for InvalidationPublisher {
+    fn drop(&mut self) {
+        if let Some((producer, _)) = &self.kafka {
+            let _ = producer.flush(FLUSH_ON_DROP);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::Watermark;
+
+    #[test]
+    fn numbers_each_invalidation_in_the_shared_log() {
+        let log = Arc::new(Mutex::new(InvalidationLog::new(10)));
+        let mut one = InvalidationPublisher::new(log.clone(), None).unwrap();
+        let mut two = InvalidationPublisher::new(log.clone(), None).unwrap();
+        let entry = |query: &str| Invalidation {
+            seq: 0,
+            query_id: query.into(),
+            tenant: "t".into(),
+            stale_chunk_ids: vec!["c".into()],
+            index_watermark: Watermark::default(),
+        };
+        one.send(vec![entry("a")]);
+        two.send(vec![entry("b"), entry("c")]);
+        let (entries, last, truncated) = log.lock().unwrap().since(0);
+        let seen: Vec<(u64, &str)> = entries
+            .iter()
+            .map(|e| (e.seq, e.query_id.as_str()))
+            .collect();
+        assert_eq!(seen, vec![(1, "a"), (2, "b"), (3, "c")]);
+        assert_eq!((last, truncated), (3, false));
+    }
+}

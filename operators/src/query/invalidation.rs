@@ -1,0 +1,133 @@
+//! The invalidation operators around the core's [`Citations`] registry.
+//!
+//! ```text
+//! Pack ─► Cite ─► Publish                    (each worker records what its published contexts cite)
+//! IndexWrite ─► changed ids ─► broadcast ─► Invalidate ─► InvalidationSink (topic, GET /invalidations)
+//! ```
+//!
+//! A context is answered on the worker that received its query, so each worker keeps the citations of
+//! its own contexts; every worker hears of every changed chunk. Invalidations are advice to whoever
+//! holds a context: they are sent as they are found and do not hold any time of the dataflow.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use timely::dataflow::operators::core::Inspect;
+use timely::dataflow::operators::vec::Broadcast;
+use timely::dataflow::StreamVec;
+
+use super::invalidate::{Citations, Invalidation};
+use super::job::{QueryServices, Reply};
+use super::Context;
+use crate::metrics::metrics;
+use crate::stage::map_stage;
+
+/// Where invalidations go (implemented by `io::invalidation_sink`).
+pub trait InvalidationSink {
+    /// Sends each invalidation (numbering them in the process's log).
+    fn send(&mut self, invalidations: Vec<Invalidation>);
+}
+
+/// One worker's citations and the sink of its invalidations.
+pub struct Invalidator {
+    citations: Citations,
+    sink: Box<dyn InvalidationSink>,
+    services: QueryServices,
+}
+
+impl Invalidator {
+    /// Citations kept `ttl_secs` and at most `max_citations` at once; invalidations to `sink`.
+    pub fn new(
+        ttl_secs: u64,
+        max_citations: usize,
+        sink: Box<dyn InvalidationSink>,
+        services: QueryServices,
+    ) -> Rc<RefCell<Self>> {
+        Rc::new(RefCell::new(Self {
+            citations: Citations::new(ttl_secs.saturating_mul(1000), max_citations),
+            sink,
+            services,
+        }))
+    }
+
+    fn send(&mut self, invalidations: Vec<Invalidation>) {
+        if !invalidations.is_empty() {
+            metrics().invalidations.inc_by(invalidations.len() as u64);
+            self.sink.send(invalidations);
+        }
+    }
+
+    fn cite(&mut self, context: &Context) {
+        let now = now_ms();
+        let took = context.latency_ms.get("total").copied().unwrap_or(0.0);
+        let retrieved = now.saturating_sub(took.ceil() as u64);
+        let before = self.citations.len();
+        let services = &self.services;
+        let found = self
+            .citations
+            .cite(context, retrieved, now, || services.watermark());
+        self.held_changed(before);
+        self.send(found.into_iter().collect());
+    }
+
+    fn changed(&mut self, ids: &[uuid::Uuid]) {
+        let before = self.citations.len();
+        let services = &self.services;
+        let found = self
+            .citations
+            .changed(ids, now_ms(), || services.watermark());
+        self.held_changed(before);
+        self.send(found);
+    }
+
+    fn held_changed(&self, before: usize) {
+        let after = self.citations.len();
+        metrics().citations_held.add(after as i64 - before as i64);
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Extension trait: record what published contexts cite.
+pub trait CiteContexts<'scope> {
+    /// Records each context's citations with `invalidator` (a context already stale is invalidated at
+    /// once) and passes it on unchanged.
+    fn cite(
+        self,
+        invalidator: Rc<RefCell<Invalidator>>,
+    ) -> StreamVec<'scope, u64, (Context, Reply)>;
+}
+
+impl<'scope> CiteContexts<'scope> for StreamVec<'scope, u64, (Context, Reply)> {
+    fn cite(
+        self,
+        invalidator: Rc<RefCell<Invalidator>>,
+    ) -> StreamVec<'scope, u64, (Context, Reply)> {
+        map_stage(self, "Cite", move |(context, reply): (Context, Reply)| {
+            invalidator.borrow_mut().cite(&context);
+            (context, reply)
+        })
+    }
+}
+
+/// Extension trait: invalidate contexts whose chunks changed.
+pub trait InvalidateContexts {
+    /// Broadcasts the ids of changed chunks to every worker, whose invalidator tells the holders of
+    /// the contexts citing them.
+    fn invalidate(self, invalidator: Rc<RefCell<Invalidator>>);
+}
+
+impl InvalidateContexts for StreamVec<'_, u64, uuid::Uuid> {
+    fn invalidate(self, invalidator: Rc<RefCell<Invalidator>>) {
+        self.broadcast().inspect_core(move |event| {
+            if let Ok((_, ids)) = event {
+                invalidator.borrow_mut().changed(ids);
+            }
+        });
+    }
+}
