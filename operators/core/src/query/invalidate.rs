@@ -10,8 +10,9 @@
 //! invalidated at most once.
 //!
 //! A change acknowledged after a context's retrieval began and before its citations were recorded is
-//! still caught: the registry keeps the recent changes for as long as it keeps citations, and
-//! [`Citations::cite`] checks the context against those newer than its retrieval. Bounds: citations
+//! still caught: the registry keeps the changes of the last [`RECENT_MS`] (no query takes longer from
+//! retrieval to publication), at most `max_citations` ids of them, and [`Citations::cite`] checks the
+//! context against those newer than its retrieval. Bounds: citations
 //! older than `ttl_ms` are forgotten, and at most `max_citations` chunk citations are kept (the oldest
 //! contexts go first); a context forgotten is never invalidated.
 
@@ -20,6 +21,10 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use super::{Context, Watermark};
+
+/// How long changes are kept to check contexts cited after them: the longest a query is waited for
+/// (`POST /query` gives up after 120 s).
+pub const RECENT_MS: u64 = 120_000;
 
 /// One context made stale by index writes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -60,6 +65,8 @@ pub struct Citations {
     held: usize,
     /// Recent changes: acknowledgement time → chunk ids.
     recent: BTreeMap<u64, Vec<uuid::Uuid>>,
+    /// Ids in `recent`.
+    recent_ids: usize,
 }
 
 impl Citations {
@@ -73,6 +80,7 @@ impl Citations {
             order: VecDeque::new(),
             held: 0,
             recent: BTreeMap::new(),
+            recent_ids: 0,
         }
     }
 
@@ -172,6 +180,14 @@ impl Citations {
             .entry(now_ms)
             .or_default()
             .extend_from_slice(changed);
+        self.recent_ids += changed.len();
+        // A bulk rewrite keeps at most as many ids as there may be citations; the oldest go first.
+        while self.recent_ids > self.max_citations {
+            match self.recent.pop_first() {
+                Some((_, ids)) => self.recent_ids -= ids.len(),
+                None => break,
+            }
+        }
         let mut stale: BTreeMap<String, Vec<uuid::Uuid>> = BTreeMap::new();
         for id in changed {
             for query_id in self.by_chunk.get(id).into_iter().flatten() {
@@ -224,7 +240,12 @@ impl Citations {
                 self.forget(&query_id);
             }
         }
-        self.recent = self.recent.split_off(&horizon);
+        let kept = self
+            .recent
+            .split_off(&now_ms.saturating_sub(self.ttl_ms.min(RECENT_MS)));
+        let dropped: usize = self.recent.values().map(Vec::len).sum();
+        self.recent_ids -= dropped;
+        self.recent = kept;
     }
 }
 
@@ -371,6 +392,26 @@ mod tests {
         assert!(citations
             .cite(&context("q2", &[1]), 160, 200, mark)
             .is_none());
+    }
+
+    #[test]
+    fn changes_are_kept_only_as_long_as_a_query_can_take_and_within_the_bound() {
+        let mut citations = Citations::new(3_600_000, 3);
+        citations.changed(&[id(1)], 1000, mark);
+        // Past RECENT_MS the change is forgotten: a context retrieved before it is not told.
+        let later = 1000 + RECENT_MS + 1;
+        assert!(citations
+            .cite(&context("q1", &[1]), 0, later, mark)
+            .is_none());
+        // A bulk change keeps at most `max_citations` ids, the newest.
+        citations.changed(&[id(2), id(3)], later, mark);
+        citations.changed(&[id(4), id(5)], later + 1, mark);
+        assert!(citations
+            .cite(&context("q2", &[2]), 0, later + 2, mark)
+            .is_none());
+        assert!(citations
+            .cite(&context("q3", &[4]), 0, later + 2, mark)
+            .is_some());
     }
 
     #[test]
