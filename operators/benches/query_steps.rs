@@ -238,6 +238,8 @@ fn steps(c: &mut Criterion) {
             terms: &plan.terms,
             cue: AnswerCue::of_question(QUESTION),
             config: &pack_config,
+            fill: true,
+            floor: 0.0,
         })
     };
     let packed = run_all(3000, lanes());
@@ -288,6 +290,8 @@ fn steps(c: &mut Criterion) {
                 terms: &plan.terms,
                 cue: AnswerCue::of_question(QUESTION),
                 config: &pack_config,
+                fill: true,
+                floor: 0.0,
             }))
         })
     });

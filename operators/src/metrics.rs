@@ -278,7 +278,8 @@ impl Metrics {
                 | Cause::OverBudget
                 | Cause::Fits
                 | Cause::Shortened
-                | Cause::BudgetLeft => continue,
+                | Cause::BudgetLeft
+                | Cause::EvidenceStop => continue,
             };
             counter.with_label_values(&[decision.cause.as_str()]).inc();
         }

@@ -12,6 +12,8 @@
 //!    - with answer strings: Answer Recall@Budget (an answer string occurs in the packed context);
 //!    - redundancy ratio (packed item tokens ÷ tokens of their distinct sentences), garbage fraction
 //!      (share of packed item tokens from non-relevant documents), budget overruns, latency percentiles.
+//!    - each question is asked at each budget twice: as the job answers by default (evidence stop,
+//!      `by_budget`) and with `fill: true` (packed to the budget, `by_budget_fill`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -120,17 +122,23 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
     if qrels_mode {
         budgets = vec![ragstream_operators::query::DEFAULT_BUDGET];
     }
+    // Each budget twice: as the job answers by default (evidence stop) and with `fill: true`
+    // (packed to the budget); the fill runs are numbered after the default ones.
     let mut requests: Vec<(usize, usize, Vec<u8>)> = Vec::new();
     for (qi, (id, text, _, _)) in queries.iter().enumerate() {
         for (bi, budget) in budgets.iter().enumerate() {
-            let body = json!({
-                "query_id": format!("{id}@{budget}"),
-                "tenant": data.tenant,
-                "text": text,
-                "token_budget": budget,
-                "trace": true,
-            });
-            requests.push((qi, bi, body.to_string().into_bytes()));
+            for fill in [false, true] {
+                let body = json!({
+                    "query_id": format!("{id}@{budget}{}", if fill { "+fill" } else { "" }),
+                    "tenant": data.tenant,
+                    "text": text,
+                    "token_budget": budget,
+                    "trace": true,
+                    "fill": fill,
+                });
+                let slot = if fill { bi + budgets.len() } else { bi };
+                requests.push((qi, slot, body.to_string().into_bytes()));
+            }
         }
     }
     let mut contexts: HashMap<(usize, usize), (Context, f64)> = HashMap::new();
@@ -280,6 +288,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
         naive["recall_at_10"] = json!(naive_r10 / n);
     }
     let mut by_budget = serde_json::Map::new();
+    let mut by_budget_fill = serde_json::Map::new();
     let mut naive_by_budget = serde_json::Map::new();
     let mut details = String::new();
     for (bi, &budget) in budgets.iter().enumerate() {
@@ -287,23 +296,28 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
             by_lines: kind == "code",
             ..Tally::default()
         };
-        let (mut ours, mut theirs) = (tally(), tally());
+        let (mut ours, mut filled, mut theirs) = (tally(), tally(), tally());
         for (qi, (_, _, answers, relevant)) in queries.iter().enumerate() {
             let (context, _) = &contexts[&(qi, bi)];
-            let items: Vec<(String, String)> = context
-                .items
-                .iter()
-                .map(|i| (i.doc_id.clone(), i.text.clone()))
-                .collect();
-            ours.add(
-                &items,
-                &context.context,
-                context.tokens_used,
-                budget,
-                relevant,
-                answers,
-                counter,
-            );
+            for (tally, context) in [
+                (&mut ours, context),
+                (&mut filled, &contexts[&(qi, bi + budgets.len())].0),
+            ] {
+                let items: Vec<(String, String)> = context
+                    .items
+                    .iter()
+                    .map(|i| (i.doc_id.clone(), i.text.clone()))
+                    .collect();
+                tally.add(
+                    &items,
+                    &context.context,
+                    context.tokens_used,
+                    budget,
+                    relevant,
+                    answers,
+                    counter,
+                );
+            }
             if args.details.is_some() {
                 details.push_str(&detail_line(&queries[qi], budget, context));
             }
@@ -334,12 +348,14 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
             );
         }
         by_budget.insert(budget.to_string(), ours.report(!qrels_mode));
+        by_budget_fill.insert(budget.to_string(), filled.report(!qrels_mode));
         naive_by_budget.insert(budget.to_string(), theirs.report(!qrels_mode));
     }
     if let Some(path) = &args.details {
         std::fs::write(path, details).with_context(|| format!("writing {}", path.display()))?;
     }
     ragstream["by_budget"] = Value::Object(by_budget);
+    ragstream["by_budget_fill"] = Value::Object(by_budget_fill);
     naive["by_budget"] = Value::Object(naive_by_budget);
     report["ragstream"] = ragstream;
     report["naive_dense_topk"] = naive;

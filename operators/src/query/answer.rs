@@ -119,6 +119,11 @@ impl<'scope> AnswerSteps<'scope> for StreamVec<'scope, u64, Working> {
             if let Some(plan) = &working.job.plan {
                 rerank(&mut working.candidates, plan, &config.rerank, &bm25);
             }
+            working.score_floor = working
+                .candidates
+                .iter()
+                .map(|c| c.score)
+                .fold(f32::INFINITY, f32::min);
             if working.job.query.trace {
                 working.trace.candidates = working
                     .candidates
@@ -331,6 +336,8 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
                 terms: &terms,
                 cue: AnswerCue::of_question(&query.text),
                 config: &services.config.pack,
+                fill: query.fill,
+                floor: working.score_floor,
             });
             context.token_budget = Some(budget);
             context.tokens_used = packed.tokens_used;

@@ -320,6 +320,7 @@ fn neighbours_come_from_the_worker_owning_the_top_hit() {
                 answer: Default::default(),
                 candidates: vec![Candidate::new(top)],
                 deferred: Vec::new(),
+                score_floor: 0.0,
                 trace: Trace::default(),
                 available: 1,
                 neighbours: Vec::new(),

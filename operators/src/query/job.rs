@@ -131,6 +131,8 @@ pub struct Working {
     pub candidates: Vec<Candidate>,
     /// Candidates held back by MMR caps.
     pub deferred: Vec<Candidate>,
+    /// The lowest score of any candidate after the rerank (the bottom of the evidence stop's scale).
+    pub score_floor: f32,
     /// Decisions so far.
     pub trace: Trace,
     /// Chunks that passed the filters (before dedup and MMR).

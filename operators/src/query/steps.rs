@@ -308,6 +308,7 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                                 job,
                                 candidates: Vec::new(),
                                 deferred: Vec::new(),
+                                score_floor: 0.0,
                                 trace: Trace {
                                     depth: Some(depth),
                                     ..Trace::default()

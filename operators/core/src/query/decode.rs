@@ -169,6 +169,13 @@ mod tests {
         .expect("valid");
         assert_eq!(query.mode, Mode::Bounded);
         assert_eq!(query.token_budget, None);
+        assert!(!query.fill, "the evidence stop is on unless asked");
+        let filled = decode_query(
+            br#"{"query_id":"q1","tenant":"t","text":"what is x","fill":true}"#,
+            8192,
+        )
+        .expect("valid");
+        assert!(filled.fill);
         let cases: [(&[u8], RefusalReason); 7] = [
             (b"{not json", RefusalReason::MalformedJson),
             (b"\xff\xfe", RefusalReason::InvalidUtf8),

@@ -178,6 +178,9 @@ pub struct Query {
     /// Return the trace of every decision.
     #[serde(default)]
     pub trace: bool,
+    /// Pack to the budget: no evidence stop (`query.pack.evidence_ratio`).
+    #[serde(default)]
+    pub fill: bool,
 }
 
 /// Dense and BM25 weights of the fusion.
@@ -419,6 +422,7 @@ mod tests {
             Cause::Fits,
             Cause::Shortened,
             Cause::BudgetLeft,
+            Cause::EvidenceStop,
         ];
         for cause in causes {
             assert_eq!(name(serde_json::to_value(cause).unwrap()), cause.as_str());

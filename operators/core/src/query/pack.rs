@@ -17,6 +17,13 @@
 //! assembled string is then counted with the real tokenizer; if it is still over budget another step
 //! is taken and it is counted again. The top result is never dropped while anything fits: its last
 //! form is its surrogate cut to the budget. Budget left over is filled with deferred candidates.
+//!
+//! **Evidence stop.** A context need not fill its budget: a candidate other than the top result is
+//! packed only while its score, on the scale from the lowest-scored candidate of the query (0) to
+//! the top result (1), is at least `evidence_ratio`. A query whose top result stands clear of the
+//! rest gets a short context; one whose candidates score alike gets them all, as before. The note
+//! and the trace (`evidence_stop`) say what was left out and why; a request with `fill: true`, or
+//! `evidence_ratio = 0`, packs to the budget.
 
 use std::collections::BTreeMap;
 
@@ -51,6 +58,9 @@ pub struct PackConfig {
     pub separator: String,
     /// Wrap the context in the untrusted-content delimiters ([`UNTRUSTED_OPEN`], [`UNTRUSTED_CLOSE`]).
     pub untrusted_delimiters: bool,
+    /// Evidence stop: the lowest score, on the scale from the query's lowest-scored candidate (0) to
+    /// its top result (1), of a candidate packed after the top result; 0 packs to the budget.
+    pub evidence_ratio: f32,
 }
 
 /// Opens a packed context: retrieved text is data to quote, never instructions to follow.
@@ -93,6 +103,7 @@ impl Default for PackConfig {
             redundancy_weight: 0.5,
             separator: "\n\n".into(),
             untrusted_delimiters: true,
+            evidence_ratio: 0.6,
         }
     }
 }
@@ -116,6 +127,10 @@ pub struct PackRequest<'a> {
     pub cue: AnswerCue,
     /// Tiers and separator.
     pub config: &'a PackConfig,
+    /// Pack to the budget (no evidence stop).
+    pub fill: bool,
+    /// The lowest score of the query's candidates (the bottom of the evidence stop's scale).
+    pub floor: f32,
 }
 
 /// The packed context.
@@ -218,6 +233,8 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
         terms,
         cue,
         config,
+        fill,
+        floor,
     } = request;
     let mut packed = Packed::default();
     let terms: Vec<memchr::memmem::Finder<'_>> = terms
@@ -245,7 +262,28 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
         .collect();
     let mut covered: BTreeMap<&crate::model::DocKey, Vec<(u32, u32)>> = BTreeMap::new();
     let mut entries: Vec<Entry<'_>> = Vec::with_capacity(all.len());
+    let stop = (!fill && config.evidence_ratio > 0.0).then(|| {
+        let top = all.iter().map(|(c, _)| c.score).fold(f32::MIN, f32::max);
+        (top, (top - floor.min(top)).max(f32::EPSILON))
+    });
+    let mut stopped = 0;
     for (position, (candidate, is_deferred)) in all.iter().enumerate() {
+        if let Some((top, range)) = stop.filter(|_| position > 0) {
+            let standing = 1.0 - (top - candidate.score) / range;
+            if standing < config.evidence_ratio {
+                stopped += 1;
+                packed.decisions.push(Decision::new(
+                    candidate.id(),
+                    Action::Dropped,
+                    Cause::EvidenceStop,
+                    format!(
+                        "evidence stop: score at {standing:.2} of the top result's (lowest candidate 0), below {}",
+                        config.evidence_ratio
+                    ),
+                ));
+                continue;
+            }
+        }
         let stored = &candidate.stored;
         let doc_covered = covered.entry(&stored.key).or_default();
         let Some(available) = uncovered(&stored.chunk, doc_covered) else {
@@ -410,10 +448,20 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
         }
     }
     packed.truncated = shortened + left_out > 0;
+    let mut notes = Vec::new();
     if packed.truncated {
-        packed.note = Some(format!(
+        notes.push(format!(
             "budget {budget}: {shortened} item(s) shortened, {left_out} left out (lowest marginal value first)"
         ));
+    }
+    if stopped > 0 {
+        notes.push(format!(
+            "evidence stop: {stopped} candidate(s) scored below {} of the top result's score (lowest candidate 0) left out; {} of {budget} tokens used (fill: true packs to the budget)",
+            config.evidence_ratio, packed.tokens_used
+        ));
+    }
+    if !notes.is_empty() {
+        packed.note = Some(notes.join("; "));
     }
     packed
 }

@@ -108,6 +108,8 @@ pub enum Cause {
     Shortened,
     /// Pack: a deferred candidate packed with budget left over.
     BudgetLeft,
+    /// Pack: left out by the evidence stop (scored too far below the top candidate).
+    EvidenceStop,
 }
 
 impl Cause {
@@ -121,7 +123,8 @@ impl Cause {
             | Cause::OverBudget
             | Cause::Fits
             | Cause::Shortened
-            | Cause::BudgetLeft => Step::Pack,
+            | Cause::BudgetLeft
+            | Cause::EvidenceStop => Step::Pack,
         }
     }
 
@@ -140,6 +143,7 @@ impl Cause {
             Cause::Fits => "fits",
             Cause::Shortened => "shortened",
             Cause::BudgetLeft => "budget_left",
+            Cause::EvidenceStop => "evidence_stop",
         }
     }
 }

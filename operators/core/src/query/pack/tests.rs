@@ -95,6 +95,8 @@ fn run(
         terms,
         cue: AnswerCue::None,
         config: &PackConfig::default(),
+        fill: true,
+        floor: 0.0,
     })
 }
 
@@ -211,6 +213,8 @@ fn separator_is_configurable_and_counted() {
         terms: &[],
         cue: AnswerCue::None,
         config: &config,
+        fill: true,
+        floor: 0.0,
     });
     assert!(packed.context.contains("\n-----\nSource: docs/doc1.md"));
     assert_eq!(packed.tokens_used, counter().count(&packed.context));
@@ -231,6 +235,8 @@ fn deferred_candidates_fill_an_unused_budget_only() {
         terms: &[],
         cue: AnswerCue::None,
         config: &PackConfig::default(),
+        fill: true,
+        floor: 0.0,
     });
     assert_eq!(with_room.items.len(), 2);
     let tight = pack(PackRequest {
@@ -244,6 +250,8 @@ fn deferred_candidates_fill_an_unused_budget_only() {
             terms: &[],
             cue: AnswerCue::None,
             config: &PackConfig::default(),
+            fill: true,
+            floor: 0.0,
         }
     });
     assert_eq!(tight.items[0].doc_id, "doc0");
@@ -329,6 +337,8 @@ fn tight_budgets_keep_the_sentence_holding_the_query_terms() {
         terms: &terms,
         cue: AnswerCue::None,
         config: &equal,
+        fill: true,
+        floor: 0.0,
     });
     assert!(packed.tokens_used <= 300);
     let with_answer = (0..5)
@@ -346,6 +356,8 @@ fn tight_budgets_keep_the_sentence_holding_the_query_terms() {
             sentence_tokens: 0,
             ..equal.clone()
         },
+        fill: true,
+        floor: 0.0,
     });
     let with_answer_before = (0..5)
         .filter(|d| without_sentences.context.contains(&terms[*d]))
@@ -425,6 +437,8 @@ fn the_context_is_marked_untrusted_and_a_document_cannot_close_the_block() {
         terms: &[],
         cue: AnswerCue::None,
         config: &plain,
+        fill: true,
+        floor: 0.0,
     });
     assert!(unwrapped.context.starts_with("Source: docs/doc0.md"));
     assert!(unwrapped.tokens_used < packed.tokens_used);
@@ -523,4 +537,104 @@ fn item_tokens_are_counted_on_the_rendered_item_not_estimated() {
         "items {sum} tokens, context {} (delimiters and separators only between them)",
         packed.tokens_used
     );
+}
+
+/// Five one-chunk documents scored `scores` (best first), with orthogonal vectors.
+fn scored(scores: &[f32]) -> Vec<Candidate> {
+    scores
+        .iter()
+        .enumerate()
+        .map(|(d, &score)| {
+            let mut vector = vec![0.0; scores.len()];
+            vector[d] = 1.0;
+            candidate(&document(d, 2, 2, 0)[0], score, vector)
+        })
+        .collect()
+}
+
+fn stop_pack(picked: &[Candidate], deferred: &[Candidate], fill: bool, ratio: f32) -> Packed {
+    pack(PackRequest {
+        picked,
+        deferred,
+        neighbours: &[],
+        budget: 3000,
+        counter: counter(),
+        terms: &[],
+        cue: AnswerCue::None,
+        config: &PackConfig {
+            evidence_ratio: ratio,
+            ..PackConfig::default()
+        },
+        fill,
+        floor: 0.0,
+    })
+}
+
+#[test]
+fn the_evidence_stop_leaves_out_candidates_far_below_the_top_and_says_why() {
+    // On the scale floor 0 .. top 2.0: 1.9 stands at 0.95, 1.3 at 0.65, 1.1 at 0.55, 0.2 at 0.1.
+    let picked = scored(&[2.0, 1.9, 1.3, 1.1, 0.2]);
+    let stopped = stop_pack(&picked, &[], false, 0.6);
+    let docs: Vec<&str> = stopped.items.iter().map(|i| i.doc_id.as_str()).collect();
+    assert_eq!(docs, ["doc0", "doc1", "doc2"]);
+    let left_out: Vec<&Decision> = stopped
+        .decisions
+        .iter()
+        .filter(|d| d.cause == Cause::EvidenceStop)
+        .collect();
+    assert_eq!(left_out.len(), 2);
+    assert!(left_out.iter().all(|d| d.action == Action::Dropped));
+    assert_eq!(left_out[0].chunk_id, picked[3].id());
+    assert!(
+        left_out[0].reason.contains("0.55"),
+        "{}",
+        left_out[0].reason
+    );
+    let note = stopped.note.as_deref().expect("a note");
+    assert!(note.contains("evidence stop: 2 candidate(s)"), "{note}");
+    assert!(!stopped.truncated, "nothing was cut for the budget");
+    // The same candidates with `fill: true`, or with the ratio at 0: all five, budget permitting.
+    let filled = stop_pack(&picked, &[], true, 0.6);
+    assert_eq!(filled.items.len(), 5);
+    assert!(filled.note.is_none());
+    assert!(filled.tokens_used > stopped.tokens_used);
+    assert_eq!(stop_pack(&picked, &[], false, 0.0).context, filled.context);
+}
+
+#[test]
+fn the_evidence_stop_keeps_a_close_field_whole_and_never_the_top_result_out() {
+    // Candidates that score alike all stay.
+    let close = scored(&[2.0, 1.95, 1.9, 1.85]);
+    assert_eq!(
+        stop_pack(&close, &[], false, 0.6).items.len(),
+        4,
+        "within 0.6 of the top"
+    );
+    // A lone top result stays whatever the ratio; a deferred candidate is held to the same rule.
+    let far = scored(&[2.0, 0.1, 0.1]);
+    let only = stop_pack(&far[..1], &far[1..], false, 0.99);
+    assert_eq!(only.items.len(), 1);
+    assert_eq!(only.items[0].doc_id, "doc0");
+    let deferred_close = stop_pack(&far[..1], &scored(&[2.0, 1.9])[1..], false, 0.6);
+    assert_eq!(deferred_close.items.len(), 2);
+}
+
+proptest! {
+    /// With the stop on, the context is the filled one's items less the stopped ones: never more
+    /// tokens, never an item the filled context lacks, the top result always in.
+    #[test]
+    fn the_evidence_stop_only_removes(scores in proptest::collection::vec(0.0f32..3.0, 1..6), ratio in 0.0f32..1.0) {
+        let mut scores = scores;
+        scores.sort_by(|a, b| b.total_cmp(a));
+        let picked = scored(&scores);
+        let stopped = stop_pack(&picked, &[], false, ratio);
+        let filled = stop_pack(&picked, &[], true, ratio);
+        prop_assert!(stopped.tokens_used <= filled.tokens_used);
+        prop_assert_eq!(&stopped.items[0].doc_id, "doc0");
+        for item in &stopped.items {
+            prop_assert!(filled.items.iter().any(|f| f.chunk_id == item.chunk_id));
+        }
+        let left_out = stopped.decisions.iter().filter(|d| d.cause == Cause::EvidenceStop).count();
+        prop_assert_eq!(stopped.items.len() + left_out, filled.items.len());
+    }
 }
