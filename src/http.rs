@@ -255,8 +255,13 @@ pub fn serve(
     invalidation_log: Arc<Mutex<InvalidationLog>>,
     max_query_bytes: usize,
     tokens: QueryTokens,
+    mcp_allowed_hosts: &[String],
 ) -> anyhow::Result<std::net::SocketAddr> {
     let server = listen_nodelay(listen)?;
+    let mcp = Arc::new(crate::mcp::McpHttp::new(
+        ingress.clone(),
+        mcp_allowed_hosts,
+    )?);
     let address = server
         .server_addr()
         .to_ip()
@@ -268,6 +273,7 @@ pub fn serve(
         let ingress = ingress.clone();
         let tokens = tokens.clone();
         let invalidation_log = invalidation_log.clone();
+        let mcp = mcp.clone();
         std::thread::Builder::new()
             .name(format!("http-{index}"))
             .spawn(move || {
@@ -304,6 +310,23 @@ pub fn serve(
                                 "{\"error\":\"missing or wrong bearer token\"}".into(),
                                 "application/json",
                             ),
+                        },
+                        "/mcp" => match tokens.grant(&request) {
+                            Ok(tenants) => {
+                                mcp.handle(request, crate::mcp::Grant(tenants), max_query_bytes)
+                            }
+                            Err(Unauthorized) => {
+                                tracing::warn!(
+                                    remote = ?request.remote_addr(),
+                                    "/mcp refused: missing or wrong bearer token"
+                                );
+                                respond(
+                                    request,
+                                    401,
+                                    "{\"error\":\"missing or wrong bearer token\"}".into(),
+                                    "application/json",
+                                )
+                            }
                         },
                         "/metrics" => respond(
                             request,

@@ -13,6 +13,7 @@ mod bench_volume;
 mod client;
 mod eval;
 mod http;
+mod mcp;
 mod runtime;
 
 /// mimalloc: the query steps allocate and free many small strings per query (BENCHMARKS.md has its
@@ -68,6 +69,17 @@ enum Command {
         /// Hostfile of the cluster: one `host:port` per process (overrides runtime.hostfile).
         #[arg(long)]
         hostfile: Option<PathBuf>,
+    },
+    /// Runs the job and serves its agent tools over MCP on stdin/stdout (for an MCP client that
+    /// launches its servers: rag_search, rag_search_deep, rag_read_chunk, rag_list_sources,
+    /// sql_search). Logs go to stderr; the job stops when the client closes stdin.
+    Mcp {
+        /// Configuration file (TOML).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The tenant the tools search. Without it, every call names its tenant.
+        #[arg(long, env = "RAGSTREAM_MCP_TENANT")]
+        tenant: Option<String>,
     },
     /// Sends a query to the running job (`POST /query`) and prints its context.
     Query {
@@ -340,6 +352,21 @@ fn main() -> anyhow::Result<()> {
             }
             config.validate()?;
             runtime::run(config)
+        }
+        Command::Mcp { config, tenant } => {
+            let config =
+                Config::load(&config).with_context(|| format!("loading {}", config.display()))?;
+            config.validate()?;
+            let running = runtime::start(config)?;
+            let grant = mcp::Grant(
+                tenant.map(|tenant| std::sync::Arc::new(std::iter::once(tenant).collect())),
+            );
+            let served = mcp::serve_stdio(running.ingress.clone(), grant);
+            running
+                .shutdown
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            running.join()?;
+            served
         }
         Command::Bench(BenchCommand::Load {
             data,

@@ -137,8 +137,9 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         invalidation_log.clone(),
         config.query.max_query_bytes,
         QueryTokens::from_env(&config.http.query_token_env, &config.http.tokens),
+        &config.http.mcp_allowed_hosts,
     )?;
-    tracing::info!(%address, "serving /metrics, /healthz, /readyz, POST /query, GET /invalidations");
+    tracing::info!(%address, "serving /metrics, /healthz, /readyz, POST /query, GET /invalidations, /mcp");
     let progress = Arc::new(IngestProgress::default());
     if config.source.kind == SourceKind::Kafka {
         progress.kafka.store(true, Ordering::SeqCst);

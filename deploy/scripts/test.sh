@@ -18,6 +18,9 @@ export RAGSTREAM_TANSU
 echo "== Prometheus (Debian package prometheus)"
 RAGSTREAM_PROMETHEUS_BIN="$(deploy/scripts/install-prometheus.sh)"
 export RAGSTREAM_PROMETHEUS_BIN
+echo "== MCP client (PyPI package mcp)"
+RAGSTREAM_MCP_PYTHON="$(deploy/scripts/install-mcp-client.sh)"
+export RAGSTREAM_MCP_PYTHON
 echo "== Qdrant server (../shared/bin or QDRANT_BIN)"
 set +e
 qdrant_bin="$(deploy/scripts/install-qdrant.sh)"

@@ -74,6 +74,11 @@ pub struct HttpConfig {
     /// (`POST /query` for another tenant is answered 403).
     #[serde(default)]
     pub tokens: std::collections::BTreeMap<String, Vec<String>>,
+    /// `Host` header values `POST /mcp` accepts (DNS-rebinding protection; `name` or `name:port`).
+    /// Empty: loopback names only (`localhost`, `127.0.0.1`, `::1`), right for a laptop; a job
+    /// served under a public name lists it here.
+    #[serde(default)]
+    pub mcp_allowed_hosts: Vec<String>,
 }
 
 fn default_query_token_env() -> String {
@@ -90,6 +95,7 @@ impl Default for HttpConfig {
             listen: default_listen(),
             query_token_env: default_query_token_env(),
             tokens: Default::default(),
+            mcp_allowed_hosts: Vec::new(),
         }
     }
 }

@@ -1,0 +1,526 @@
+//! Agent tools over the Model Context Protocol (rmcp): `rag_search` (a bounded context),
+//! `rag_search_deep`, `rag_read_chunk`, `rag_list_sources` and `sql_search`.
+//!
+//! Each tool builds a query event and submits it to the job's query ingress, the same path as
+//! `POST /query`: the query is decoded, validated (a malformed one gets its DLQ record) and answered
+//! by the dataflow. Two transports serve the same tools:
+//! - streamable HTTP at `POST /mcp` on the job's HTTP server, stateless, JSON responses; the bearer
+//!   token is checked as for `/query` and decides the tenants a call may search;
+//! - stdio (`ragstream mcp`): the job runs in the process and the tools answer on stdin/stdout; the
+//!   tenant is the one named at launch (`--tenant`), the credential of a local process.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use ragstream_operators::io::query_source::HttpIngress;
+use ragstream_operators::query::Context;
+use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
+use rmcp::model::{
+    CallToolResult, ContentBlock as Content, Extensions, Implementation, ServerCapabilities,
+    ServerConfig,
+};
+use rmcp::schemars::{self, JsonSchema};
+use rmcp::transport::streamable_http_server::{
+    session::never::NeverSessionManager, StreamableHttpServerConfig, StreamableHttpService,
+};
+use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// How long a tool waits for its context (as `POST /query` does).
+const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The tenants a caller may search: `None` every tenant (the unbound token, or no tokens
+/// configured), else these.
+#[derive(Debug, Clone)]
+pub struct Grant(pub Option<Arc<BTreeSet<String>>>);
+
+impl Grant {
+    /// The tenant a call searches: the one it names, if the grant opens it; else the grant's only
+    /// tenant.
+    fn tenant(&self, asked: Option<String>) -> Result<String, String> {
+        match (&self.0, asked) {
+            (Some(tenants), Some(asked)) if tenants.contains(&asked) => Ok(asked),
+            (Some(_), Some(asked)) => Err(format!("this credential may not search tenant {asked}")),
+            (Some(tenants), None) if tenants.len() == 1 => {
+                Ok(tenants.iter().next().expect("one").clone())
+            }
+            (Some(tenants), None) => Err(format!(
+                "this credential opens several tenants: name one in `tenant` ({})",
+                tenants.iter().cloned().collect::<Vec<_>>().join(", ")
+            )),
+            (None, Some(asked)) => Ok(asked),
+            (None, None) => Err("name the tenant to search in `tenant`".into()),
+        }
+    }
+}
+
+/// Restricts a search to some documents (applied inside the index query).
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DocFilter {
+    /// Only these document ids.
+    #[serde(default)]
+    pub doc_ids: Vec<String>,
+    /// Only sources under this path prefix (whole path components: `docs/` matches `docs/a.md`).
+    #[serde(default)]
+    pub source_prefix: Option<String>,
+    /// Only these kinds: `prose`, `markdown`, `code`, `sql_schema`.
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    /// Only documents in these languages (ISO 639-3, e.g. `eng`).
+    #[serde(default)]
+    pub langs: Vec<String>,
+}
+
+/// Arguments of `rag_search`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchArgs {
+    /// The question or search text.
+    pub query: String,
+    /// Token budget of the packed context (default 3000), counted with the o200k_base tokenizer.
+    #[serde(default)]
+    pub token_budget: Option<usize>,
+    /// Number of results to choose from (default 10).
+    #[serde(default)]
+    pub k: Option<usize>,
+    /// Lowest cosine similarity (-1..1) a dense-lane candidate may have.
+    #[serde(default)]
+    pub score_threshold: Option<f32>,
+    /// Restrict the search to some documents.
+    #[serde(default)]
+    pub doc_filter: Option<DocFilter>,
+    /// The tenant to search, when the credential opens more than one.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// Pack to the budget instead of stopping once the evidence is in (default false).
+    #[serde(default)]
+    pub fill: Option<bool>,
+}
+
+/// Arguments of `rag_search_deep`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeepArgs {
+    /// The question or search text.
+    pub query: String,
+    /// Number of whole chunks (default 10, at most 50).
+    #[serde(default)]
+    pub k: Option<usize>,
+    /// Lowest cosine similarity (-1..1) a dense-lane candidate may have.
+    #[serde(default)]
+    pub score_threshold: Option<f32>,
+    /// Restrict the search to some documents.
+    #[serde(default)]
+    pub doc_filter: Option<DocFilter>,
+    /// The tenant to search, when the credential opens more than one.
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
+/// Arguments of `rag_read_chunk`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadChunkArgs {
+    /// The chunk id (from a search result's `items[].chunk_id`).
+    pub chunk_id: String,
+    /// The tenant, when the credential opens more than one.
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
+/// Arguments of `rag_list_sources`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListSourcesArgs {
+    /// The tenant, when the credential opens more than one.
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
+/// How much `sql_search` tells about each table.
+#[derive(Debug, Default, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SqlDetail {
+    /// Qualified names, row counts, columns and types.
+    #[default]
+    Compact,
+    /// Also value distributions and up to 5 sample rows.
+    Full,
+}
+
+/// Arguments of `sql_search`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SqlArgs {
+    /// What the tables should hold (e.g. "orders per customer").
+    pub query: String,
+    /// `compact` (default) or `full`.
+    #[serde(default)]
+    pub detail: SqlDetail,
+    /// Number of tables (default 10).
+    #[serde(default)]
+    pub k: Option<usize>,
+    /// The tenant to search, when the credential opens more than one.
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
+/// The tools, answering through the job's query ingress.
+#[derive(Clone)]
+pub struct RagTools {
+    ingress: Arc<HttpIngress>,
+    /// The stdio transport's grant; over HTTP each request carries its own (`None` here).
+    grant: Option<Grant>,
+    next: Arc<AtomicU64>,
+    tool_router: ToolRouter<Self>,
+}
+
+fn filters(filter: Option<DocFilter>) -> Value {
+    let filter = filter.unwrap_or_default();
+    json!({
+        "doc_ids": filter.doc_ids,
+        "source_prefix": filter.source_prefix,
+        "kinds": filter.kinds,
+        "langs": filter.langs,
+    })
+}
+
+/// What a tool returns: the packed text (or listing) as text content, and the context's particulars
+/// (items without their text, tokens, notes, watermark) as structured content.
+fn result(context: Context) -> CallToolResult {
+    if let Some(error) = &context.error {
+        return CallToolResult::error(vec![Content::text(error.clone())]);
+    }
+    let items: Vec<Value> = context
+        .items
+        .iter()
+        .map(|item| {
+            json!({
+                "chunk_id": item.chunk_id,
+                "doc_id": item.doc_id,
+                "source": item.source,
+                "lines": item.lines,
+                "section_path": item.section_path,
+                "tier": item.tier,
+                "score": item.score,
+                "tokens": item.tokens,
+            })
+        })
+        .collect();
+    let structured = json!({
+        "query_id": context.query_id,
+        "tenant": context.tenant,
+        "mode": context.mode,
+        "intent": context.intent,
+        "tokens_used": context.tokens_used,
+        "token_budget": context.token_budget,
+        "truncated": context.truncated,
+        "note": context.note,
+        "items": items,
+        "sources": context.sources,
+        "index_watermark": context.index_watermark,
+    });
+    let mut out = CallToolResult::success(vec![Content::text(context.context)]);
+    out.structured_content = Some(structured);
+    out
+}
+
+#[tool_router]
+impl RagTools {
+    /// Tools answering through `ingress`; `grant` for stdio, `None` over HTTP (each request's own).
+    pub fn new(ingress: Arc<HttpIngress>, grant: Option<Grant>) -> Self {
+        Self {
+            ingress,
+            grant,
+            next: Arc::new(AtomicU64::new(0)),
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// The tenant of a call: from the HTTP request's grant, or the stdio launch's. A refusal is a
+    /// tool error, which the caller sees (a protocol error would reach it opaquely).
+    fn tenant(
+        &self,
+        extensions: &Extensions,
+        asked: Option<String>,
+    ) -> Result<String, Box<CallToolResult>> {
+        let refused =
+            |message: String| Box::new(CallToolResult::error(vec![Content::text(message)]));
+        let grant = extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Grant>())
+            .or(self.grant.as_ref())
+            .ok_or_else(|| refused("no credential with this request".into()))?;
+        grant.tenant(asked).map_err(refused)
+    }
+
+    /// Submits a query event and waits for its context (off the async executor).
+    async fn ask(&self, mut query: Value) -> Result<CallToolResult, ErrorData> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        query["query_id"] = json!(format!("mcp-{}-{id}", std::process::id()));
+        let ingress = self.ingress.clone();
+        let context = tokio::task::spawn_blocking(move || {
+            let (ticket, receiver) = ingress.submit(query.to_string().into_bytes());
+            match receiver.recv_timeout(TOOL_TIMEOUT) {
+                Ok(context) => Ok(context),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    Err("the job is stopping and takes no more queries")
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    ingress.abandon(ticket);
+                    Err("no context within 120 s")
+                }
+            }
+        })
+        .await
+        .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
+        match context {
+            Ok(context) => Ok(result(context)),
+            Err(message) => Ok(CallToolResult::error(vec![Content::text(message)])),
+        }
+    }
+
+    #[tool(
+        description = "Search the indexed documents and get one context packed into a token budget: the best passages with their sources (`Source: path (lines a-b)`), deduplicated and diversified. The context stops early once the evidence is in unless `fill` is true. Items carry chunk ids for rag_read_chunk."
+    )]
+    async fn rag_search(
+        &self,
+        Parameters(args): Parameters<SearchArgs>,
+        extensions: Extensions,
+    ) -> Result<CallToolResult, ErrorData> {
+        let tenant = match self.tenant(&extensions, args.tenant) {
+            Ok(tenant) => tenant,
+            Err(refused) => return Ok(*refused),
+        };
+        self.ask(json!({
+            "tenant": tenant,
+            "text": args.query,
+            "mode": "bounded",
+            "token_budget": args.token_budget,
+            "k": args.k,
+            "score_threshold": args.score_threshold,
+            "filters": filters(args.doc_filter),
+            "fill": args.fill.unwrap_or(false),
+        }))
+        .await
+    }
+
+    #[tool(
+        description = "Search and get up to 50 whole chunks, best first, with no token budget (check they fit your window)."
+    )]
+    async fn rag_search_deep(
+        &self,
+        Parameters(args): Parameters<DeepArgs>,
+        extensions: Extensions,
+    ) -> Result<CallToolResult, ErrorData> {
+        let tenant = match self.tenant(&extensions, args.tenant) {
+            Ok(tenant) => tenant,
+            Err(refused) => return Ok(*refused),
+        };
+        self.ask(json!({
+            "tenant": tenant,
+            "text": args.query,
+            "mode": "deep",
+            "k": args.k,
+            "score_threshold": args.score_threshold,
+            "filters": filters(args.doc_filter),
+        }))
+        .await
+    }
+
+    #[tool(description = "Read the full text of one chunk by its id (from a search result).")]
+    async fn rag_read_chunk(
+        &self,
+        Parameters(args): Parameters<ReadChunkArgs>,
+        extensions: Extensions,
+    ) -> Result<CallToolResult, ErrorData> {
+        let tenant = match self.tenant(&extensions, args.tenant) {
+            Ok(tenant) => tenant,
+            Err(refused) => return Ok(*refused),
+        };
+        self.ask(json!({"tenant": tenant, "text": args.chunk_id, "mode": "read_chunk"}))
+            .await
+    }
+
+    #[tool(description = "List the tenant's indexed documents with their titles and chunk counts.")]
+    async fn rag_list_sources(
+        &self,
+        Parameters(args): Parameters<ListSourcesArgs>,
+        extensions: Extensions,
+    ) -> Result<CallToolResult, ErrorData> {
+        let tenant = match self.tenant(&extensions, args.tenant) {
+            Ok(tenant) => tenant,
+            Err(refused) => return Ok(*refused),
+        };
+        self.ask(json!({"tenant": tenant, "text": "", "mode": "list_sources"}))
+            .await
+    }
+
+    #[tool(
+        description = "Find SQL tables by what they hold: qualified names, row counts, columns and types (`compact`), or also value distributions and sample rows (`full`)."
+    )]
+    async fn sql_search(
+        &self,
+        Parameters(args): Parameters<SqlArgs>,
+        extensions: Extensions,
+    ) -> Result<CallToolResult, ErrorData> {
+        let tenant = match self.tenant(&extensions, args.tenant) {
+            Ok(tenant) => tenant,
+            Err(refused) => return Ok(*refused),
+        };
+        let mode = match args.detail {
+            SqlDetail::Compact => "sql_compact",
+            SqlDetail::Full => "sql_full",
+        };
+        self.ask(json!({"tenant": tenant, "text": args.query, "mode": mode, "k": args.k}))
+            .await
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for RagTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("ragstream", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+            "Retrieval over the tenant's indexed documents. Start with rag_search (a context packed \
+             into a token budget, with sources); read a cited chunk whole with rag_read_chunk; \
+             rag_search_deep returns whole chunks without a budget; rag_list_sources lists the \
+             documents; sql_search finds SQL tables.",
+            )
+    }
+}
+
+/// The streamable HTTP side: the tools behind `POST /mcp` of the job's HTTP server.
+pub struct McpHttp {
+    runtime: tokio::runtime::Runtime,
+    service: StreamableHttpService<RagTools, NeverSessionManager>,
+}
+
+impl McpHttp {
+    /// Tools over `ingress`; `allowed_hosts` are the `Host` values accepted (empty: loopback only).
+    pub fn new(ingress: Arc<HttpIngress>, allowed_hosts: &[String]) -> anyhow::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("mcp")
+            .enable_all()
+            .build()?;
+        let mut config = StreamableHttpServerConfig::default()
+            .with_sse_keep_alive(None)
+            .with_sse_retry(None)
+            .with_legacy_session_mode(false)
+            .with_json_response(true);
+        if !allowed_hosts.is_empty() {
+            config = config.with_allowed_hosts(allowed_hosts.iter().cloned());
+        }
+        let tools = RagTools::new(ingress, None);
+        let service = StreamableHttpService::new(
+            move || Ok(tools.clone()),
+            Arc::new(NeverSessionManager::default()),
+            config,
+        );
+        Ok(Self { runtime, service })
+    }
+
+    /// Answers one HTTP request to `/mcp` whose bearer token granted `grant`.
+    pub fn handle(&self, mut request: tiny_http::Request, grant: Grant, max_bytes: usize) {
+        let mut body = Vec::new();
+        let limit = (max_bytes as u64).saturating_mul(2);
+        if let Err(error) = std::io::Read::read_to_end(
+            &mut std::io::Read::take(request.as_reader(), limit + 1),
+            &mut body,
+        ) {
+            let _ = request.respond(
+                tiny_http::Response::from_string(format!("cannot read the body: {error}"))
+                    .with_status_code(400),
+            );
+            return;
+        }
+        let mut builder = http::Request::builder()
+            .method(request.method().as_str())
+            .uri(request.url());
+        for header in request.headers() {
+            builder = builder.header(header.field.as_str().as_str(), header.value.as_str());
+        }
+        let built = match builder.body(Full::new(Bytes::from(body))) {
+            Ok(mut built) => {
+                built.extensions_mut().insert(grant);
+                built
+            }
+            Err(error) => {
+                let _ = request.respond(
+                    tiny_http::Response::from_string(format!("bad request: {error}"))
+                        .with_status_code(400),
+                );
+                return;
+            }
+        };
+        let (parts, body) = self.runtime.block_on(async {
+            let response = self.service.handle(built).await;
+            let (parts, body) = response.into_parts();
+            let body = match body.collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(never) => match never {},
+            };
+            (parts, body)
+        });
+        let mut response =
+            tiny_http::Response::from_data(body.to_vec()).with_status_code(parts.status.as_u16());
+        for (name, value) in &parts.headers {
+            if let Ok(header) = tiny_http::Header::from_bytes(name.as_str(), value.as_bytes()) {
+                response.add_header(header);
+            }
+        }
+        let _ = request.respond(response);
+    }
+}
+
+/// Serves the tools on stdin/stdout until the client closes stdin.
+pub fn serve_stdio(ingress: Arc<HttpIngress>, grant: Grant) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("mcp")
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let service = RagTools::new(ingress, Some(grant))
+            .serve(rmcp::transport::stdio())
+            .await?;
+        service.waiting().await?;
+        anyhow::Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(tenants: &[&str]) -> Grant {
+        Grant(Some(Arc::new(
+            tenants.iter().map(|t| t.to_string()).collect(),
+        )))
+    }
+
+    #[test]
+    fn the_credential_decides_the_tenant() {
+        let one = grant(&["acme"]);
+        assert_eq!(one.tenant(None).unwrap(), "acme");
+        assert_eq!(one.tenant(Some("acme".into())).unwrap(), "acme");
+        assert!(one
+            .tenant(Some("globex".into()))
+            .unwrap_err()
+            .contains("may not search tenant globex"));
+        let two = grant(&["acme", "globex"]);
+        assert!(two.tenant(None).unwrap_err().contains("acme, globex"));
+        assert_eq!(two.tenant(Some("globex".into())).unwrap(), "globex");
+        let every = Grant(None);
+        assert_eq!(every.tenant(Some("any".into())).unwrap(), "any");
+        assert!(every.tenant(None).is_err(), "no silent default tenant");
+    }
+}

@@ -1,0 +1,288 @@
+//! The agent tools over MCP, driven by a real MCP client (the PyPI package `mcp`, installed by
+//! `deploy/scripts/install-mcp-client.sh`, which the test command runs): over streamable HTTP at
+//! `/mcp` of a running job with a tenant-bound token, then over stdio (`ragstream mcp`). The client
+//! lists the tools and calls each one; the tenant comes from the credential.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::job::{http_post_json_with, metric, Job};
+use serde_json::{json, Value};
+
+const HANDBOOK: &str = "# Operations handbook\n\n## Deployment\n\nReleases ship every Tuesday through the deployctl pipeline. Each release is tagged with its version.\n\n## Rollback\n\nTo roll back a release, run `deployctl rollback --to <version>` from the ops bastion. A rollback takes about four minutes and pages the on-call engineer.\n";
+const FAQ: &str = "The Acme office is located in Lisbon, near the river. Visitors sign in at the front desk.\n\nThe cafeteria opens at eight. Coffee is free for employees and visitors.";
+const GLOBEX: &str = "Project zebra-quasar is the secret launch codename of Globex. To roll back a release at Globex, run deployctl rollback as well.";
+
+const TOOLS: [&str; 5] = [
+    "rag_search",
+    "rag_search_deep",
+    "rag_read_chunk",
+    "rag_list_sources",
+    "sql_search",
+];
+
+fn event(tenant: &str, doc_id: &str, kind: &str, title: &str, text: &str) -> String {
+    json!({
+        "op": "upsert", "tenant": tenant, "doc_id": doc_id, "version": 1,
+        "source": format!("{tenant}/{doc_id}"), "kind": kind, "title": title, "text": text,
+    })
+    .to_string()
+}
+
+fn warehouse() -> String {
+    json!({"tables": [
+        {"database": "shop", "schema": "public", "table_name": "orders", "row_count": 1200,
+         "columns": [{"name": "id", "type": "bigint"}, {"name": "customer_id", "type": "bigint"},
+                     {"name": "total_cents", "type": "integer", "distribution": {"mean": 4312}}],
+         "sample_rows": [{"id": 1, "customer_id": 7, "total_cents": 990}]},
+        {"database": "shop", "schema": "public", "table_name": "customers", "row_count": 880,
+         "columns": [{"name": "id", "type": "bigint"}, {"name": "email", "type": "text"}]}
+    ]})
+    .to_string()
+}
+
+fn python() -> PathBuf {
+    PathBuf::from(std::env::var_os("RAGSTREAM_MCP_PYTHON").expect(
+        "RAGSTREAM_MCP_PYTHON unset: run deploy/scripts/install-mcp-client.sh (the test command does)",
+    ))
+}
+
+fn client_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py")
+}
+
+/// The calls every transport makes: each tool, a read of the first chunk found, a filter, and a
+/// tenant the credential does not open.
+fn calls() -> Value {
+    json!([
+        ["search", "rag_search", {"query": "How do I roll back a release?", "token_budget": 300, "k": 5}],
+        ["read", "rag_read_chunk", {"chunk_id": "$chunk"}],
+        ["deep", "rag_search_deep", {"query": "rollback", "k": 2, "doc_filter": {"doc_ids": ["handbook"]}}],
+        ["filtered", "rag_search", {"query": "rollback", "doc_filter": {"source_prefix": "acme/faq"}}],
+        ["sources", "rag_list_sources", {}],
+        ["sql", "sql_search", {"query": "orders per customer", "detail": "compact", "k": 1}],
+        ["sql_full", "sql_search", {"query": "orders per customer", "detail": "full", "k": 1}],
+        ["other_tenant", "rag_search", {"query": "zebra-quasar codename", "tenant": "globex"}],
+    ])
+}
+
+fn run_client(args: &[&str], mode: &str) -> Value {
+    let output = Command::new(python())
+        .arg(client_script())
+        .args(args)
+        .env("MCP_CLIENT_MODE", mode)
+        .env("RAGSTREAM_MODEL_DIR", common::model_dir())
+        .output()
+        .expect("the MCP client runs");
+    assert!(
+        output.status.success(),
+        "MCP client failed: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "client output is not JSON ({error}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+/// What both transports must show.
+fn check(seen: &Value, transport: &str) {
+    let tools = seen["tools"].as_object().expect("tools");
+    let mut names: Vec<&str> = tools.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    let mut expected = TOOLS.to_vec();
+    expected.sort_unstable();
+    assert_eq!(names, expected, "{transport}: the tools listed");
+    let properties = |tool: &str| -> Vec<String> {
+        tools[tool]["input_schema"]["properties"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{transport}: {tool} has a JSON schema"))
+            .keys()
+            .cloned()
+            .collect()
+    };
+    for field in [
+        "query",
+        "token_budget",
+        "k",
+        "score_threshold",
+        "doc_filter",
+        "tenant",
+        "fill",
+    ] {
+        assert!(
+            properties("rag_search").contains(&field.to_string()),
+            "{transport}: rag_search takes {field}"
+        );
+    }
+    assert_eq!(
+        tools["rag_search"]["input_schema"]["required"],
+        json!(["query"])
+    );
+    assert!(properties("rag_read_chunk").contains(&"chunk_id".to_string()));
+    assert!(properties("sql_search").contains(&"detail".to_string()));
+
+    let call = |label: &str| -> &Value { &seen["calls"][label] };
+    let ok = |label: &str| {
+        assert_eq!(
+            call(label)["is_error"],
+            false,
+            "{transport}: {label}: {}",
+            call(label)
+        );
+    };
+    for label in [
+        "search", "read", "deep", "filtered", "sources", "sql", "sql_full",
+    ] {
+        ok(label);
+    }
+    // rag_search: a packed, bounded context with its sources, for the credential's tenant.
+    let search = call("search");
+    let text = search["text"].as_str().expect("text");
+    assert!(
+        text.contains("deployctl rollback"),
+        "{transport}: search text {text}"
+    );
+    assert!(
+        text.contains("Source: acme/handbook"),
+        "{transport}: {text}"
+    );
+    assert!(!text.contains("zebra-quasar"), "{transport}: other tenant");
+    let structured = &search["structured"];
+    assert_eq!(structured["tenant"], "acme");
+    assert_eq!(structured["mode"], "bounded");
+    assert!(structured["tokens_used"].as_u64().expect("tokens") <= 300);
+    let first = structured["items"][0]["chunk_id"]
+        .as_str()
+        .expect("an item");
+    // rag_read_chunk: the whole chunk the search cited.
+    let read = call("read");
+    assert_eq!(read["structured"]["items"][0]["chunk_id"], first);
+    assert!(read["text"]
+        .as_str()
+        .expect("text")
+        .contains("deployctl rollback --to"));
+    // rag_search_deep: whole chunks of the filtered document only, no budget.
+    let deep = &call("deep")["structured"];
+    assert_eq!(deep["mode"], "deep");
+    assert!(deep["token_budget"].is_null());
+    let deep_items = deep["items"].as_array().expect("items");
+    assert!(!deep_items.is_empty() && deep_items.len() <= 2);
+    assert!(deep_items.iter().all(|i| i["doc_id"] == "handbook"));
+    // doc_filter: a source prefix keeps the search inside the FAQ.
+    let filtered = call("filtered")["structured"]["items"]
+        .as_array()
+        .expect("items")
+        .clone();
+    assert!(
+        filtered.iter().all(|i| i["doc_id"] == "faq"),
+        "{filtered:?}"
+    );
+    // rag_list_sources: acme's documents only.
+    let sources = call("sources")["text"].as_str().expect("text");
+    for doc in ["acme/handbook", "acme/faq", "acme/warehouse"] {
+        assert!(sources.contains(doc), "{transport}: {sources}");
+    }
+    assert!(!sources.contains("globex"), "{transport}: {sources}");
+    // sql_search: compact names the table and its columns; full adds the sample rows.
+    let sql = call("sql")["text"].as_str().expect("text");
+    assert!(
+        sql.contains("orders") && sql.contains("customer_id"),
+        "{sql}"
+    );
+    let sql_full = call("sql_full")["text"].as_str().expect("text");
+    assert!(sql_full.len() > sql.len(), "{sql_full}");
+    // A tenant the credential does not open: a tool error, nothing of globex's.
+    let other = call("other_tenant");
+    assert_eq!(other["is_error"], true, "{transport}: {other}");
+    assert!(
+        other["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("may not search tenant globex")
+            || other.to_string().contains("may not search tenant globex"),
+        "{transport}: {other}"
+    );
+    assert!(!other.to_string().contains("zebra-quasar"));
+}
+
+#[test]
+fn an_mcp_client_lists_and_calls_every_tool_over_http_and_stdio() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let events = [
+        event(
+            "acme",
+            "handbook",
+            "markdown",
+            "Operations handbook",
+            HANDBOOK,
+        ),
+        event("acme", "faq", "prose", "FAQ", FAQ),
+        event("acme", "warehouse", "sql_schema", "Warehouse", &warehouse()),
+        event("globex", "secret", "prose", "Globex secrets", GLOBEX),
+    ];
+    std::fs::write(dir.path().join("events.jsonl"), events.join("\n") + "\n").expect("events");
+    // One token, bound to acme; no token opens every tenant (its variable is left unset).
+    let config = common::JSONL_SERVING.replace(
+        "[http]\n",
+        "[http]\nquery_token_env = \"MCP_TEST_ADMIN_TOKEN\"\ntokens = { ACME_TOKEN = [\"acme\"] }\n",
+    );
+    let mut job = Job::start_with_env(dir.path(), &config, 1, &[("ACME_TOKEN", "acme-secret")]);
+    job.wait_ready(Duration::from_secs(120));
+    job.wait_for(Duration::from_secs(300), "documents indexed", |m| {
+        metric(m, "ragstream_source_events_total") >= 4.0
+            && metric(m, "ragstream_in_flight_messages") == 0.0
+    });
+
+    // Without the token, /mcp is refused like /query.
+    let (status, _) = http_post_json_with(
+        job.http_port,
+        "/mcp",
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        &[],
+    )
+    .expect("answered");
+    assert_eq!(status, 401);
+
+    let url = format!("http://127.0.0.1:{}/mcp", job.http_port);
+    let calls = calls().to_string();
+    let seen = run_client(&["http", &url, "acme-secret", &calls], "auto");
+    assert_eq!(seen["server"], "ragstream");
+    eprintln!("MCP over HTTP: protocol {}", seen["protocol"]);
+    check(&seen, "http");
+    // A client of the earlier revisions (initialize handshake) is served the same tools.
+    let legacy = run_client(&["http", &url, "acme-secret", &calls], "legacy");
+    eprintln!(
+        "MCP over HTTP, legacy client: protocol {}",
+        legacy["protocol"]
+    );
+    assert_ne!(legacy["protocol"], seen["protocol"]);
+    check(&legacy, "http (legacy handshake)");
+    job.stop();
+
+    // stdio: the client launches `ragstream mcp` on the same index, the tenant named at launch.
+    let binary = env!("CARGO_BIN_EXE_ragstream");
+    let config_path = dir.path().join("ragstream.toml");
+    let config_arg = config_path.display().to_string();
+    let seen = run_client(
+        &[
+            "stdio",
+            &calls,
+            binary,
+            "mcp",
+            "--config",
+            &config_arg,
+            "--tenant",
+            "acme",
+        ],
+        "auto",
+    );
+    eprintln!("MCP over stdio: protocol {}", seen["protocol"]);
+    check(&seen, "stdio");
+}
