@@ -125,6 +125,8 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
             Err(error) => return Err(error.into()),
         }
     }
+    let reranker = factory::reranker(&config);
+    let writer = factory::passage_writer(&config);
     let readiness = Arc::new(Readiness::default());
     let ingress = Arc::new(HttpIngress::default());
     let invalidation_log = Arc::new(Mutex::new(InvalidationLog::new(
@@ -251,6 +253,8 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                     progress: progress.clone(),
                     acks: acks.clone(),
                     stats: corpus_stats.clone(),
+                    reranker: reranker.clone(),
+                    writer: writer.clone(),
                 };
                 let finite = config.source.kind == SourceKind::Jsonl && !config.runtime.serve;
                 let input = if index == first_worker {

@@ -113,6 +113,12 @@ declare_metrics! {
         "Queries by the intent the analyzer chose.", &["intent"]);
     fusion_adapted: IntCounterVec = counter_vec("ragstream_fusion_adapted_total",
         "Queries whose fusion weights the lanes' hits changed, by rule.", &["rule"]);
+    endpoint_calls: IntCounterVec = counter_vec("ragstream_endpoint_calls_total",
+        "Calls of the query flow's model endpoints (rerank_http, rerank_llm, hyde), by outcome (ok, fallback, cached).",
+        &["endpoint", "outcome"]);
+    endpoint_seconds: HistogramVec = histogram_vec("ragstream_endpoint_seconds",
+        "Duration of a model endpoint call, answered or not.", &["endpoint"],
+        vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]);
     fusion_weight: HistogramVec = histogram_vec("ragstream_fusion_weight",
         "Fusion weight chosen per lane (dense, bm25).", &["lane"],
         vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]);
@@ -279,7 +285,8 @@ impl Metrics {
                 | Cause::Fits
                 | Cause::Shortened
                 | Cause::BudgetLeft
-                | Cause::EvidenceStop => continue,
+                | Cause::EvidenceStop
+                | Cause::EndpointFallback => continue,
             };
             counter.with_label_values(&[decision.cause.as_str()]).inc();
         }

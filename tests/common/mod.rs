@@ -4,6 +4,7 @@
 
 pub mod broker;
 pub mod contexts;
+pub mod endpoints;
 pub mod job;
 pub mod oracle;
 pub mod qdrant;

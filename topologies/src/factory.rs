@@ -17,9 +17,11 @@ use ragstream_operators::ingest::decode::DecodeConfig;
 use ragstream_operators::io::checkpoint::IndexCheckpoint;
 use ragstream_operators::io::dir_source::{read_jsonl, DirSource};
 use ragstream_operators::io::dlq_sink::{DlqSink, FileDlq, KafkaDlq};
+use ragstream_operators::io::endpoints::{ChatPassageWriter, LlmReranker, TeiReranker};
 use ragstream_operators::io::kafka_source::{kafka_source, KafkaSourceConfig, SourceStreams};
 use ragstream_operators::io::local_source::{local_source, LocalInput, LocalSourceConfig};
 use ragstream_operators::io::query_source::{IngestProgress, QueryKafkaConfig};
+use ragstream_operators::query::endpoints::{PassageWriter, RerankKind, Reranker};
 use ragstream_operators::store::edge::EdgeStore;
 use ragstream_operators::store::server::ServerStore;
 use ragstream_operators::store::{SearchFilter, VectorStore};
@@ -71,6 +73,24 @@ pub fn inference_service(config: &Config) -> anyhow::Result<InferenceService> {
             ..ServiceConfig::default()
         },
     )?)
+}
+
+/// The reranker endpoint `query.rerank.kind` names, if any.
+pub fn reranker(config: &Config) -> Option<Arc<dyn Reranker>> {
+    let rerank = &config.query.rerank;
+    match rerank.kind {
+        RerankKind::None => None,
+        RerankKind::Http => Some(Arc::new(TeiReranker::new(&rerank.endpoint))),
+        RerankKind::Llm => Some(Arc::new(LlmReranker::new(&rerank.endpoint))),
+    }
+}
+
+/// The HyDE passage writer, when `query.hyde.enabled`.
+pub fn passage_writer(config: &Config) -> Option<Arc<dyn PassageWriter>> {
+    let hyde = &config.query.hyde;
+    hyde.enabled.then(|| {
+        Arc::new(ChatPassageWriter::new(&hyde.endpoint, hyde.max_tokens)) as Arc<dyn PassageWriter>
+    })
 }
 
 /// Opens (or creates) every shard of this process's workers: one qdrant-edge shard a worker at

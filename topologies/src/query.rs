@@ -25,6 +25,7 @@ use ragstream_operators::query::invalidation::{
 };
 use ragstream_operators::query::job::{QueryJob, QueryServices, Refusal};
 use ragstream_operators::query::publish::{PublishContexts, RefuseQueries};
+use ragstream_operators::query::remote::{RemoteRerank, RemoteSteps};
 use ragstream_operators::query::steps::QuerySteps;
 use ragstream_operators::stage::map_stage;
 
@@ -93,14 +94,28 @@ pub fn query<'scope>(
         config.cache_entries,
         Duration::from_secs(config.cache_ttl_secs),
     )));
-    let contexts = jobs
+    let planned = jobs
         .await_consistency(services.clone())
         .cache_lookup(cache.clone())
-        .intent()
+        .intent();
+    let planned = match &services.writer {
+        Some(writer) => planned.hyde(writer.clone(), config.hyde.clone()),
+        None => planned,
+    };
+    let reranked = planned
         .embed_query(services.clone())
         .retrieve(services.clone())
         .fuse(config.clone())
-        .rerank(config.clone())
+        .rerank(config.clone());
+    let reranked = match &services.reranker {
+        Some(reranker) => reranked.rerank_endpoint(
+            reranker.clone(),
+            config.rerank.endpoint_window,
+            config.rerank.endpoint.concurrency,
+        ),
+        None => reranked,
+    };
+    let contexts = reranked
         .dedup()
         .mmr(config.clone())
         .neighbours(services.clone())

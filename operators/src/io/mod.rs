@@ -4,6 +4,7 @@ pub mod checkpoint;
 pub mod context_sink;
 pub mod dir_source;
 pub mod dlq_sink;
+pub mod endpoints;
 pub mod invalidation_sink;
 pub mod kafka_admin;
 pub mod kafka_log;

@@ -68,6 +68,8 @@ fn services(
         progress: Arc::default(),
         acks,
         stats: Arc::new(CorpusStats::default()),
+        reranker: None,
+        writer: None,
     }
 }
 

@@ -62,6 +62,9 @@ pub struct QueryJob {
     pub generation: u64,
     /// A cached context for this query, if one was fresh.
     pub cached: Option<Box<Context>>,
+    /// HyDE: the hypothetical passage whose vector joins the dense query.
+    #[serde(default)]
+    pub hyde: Option<String>,
 }
 
 pub(crate) fn now_micros() -> u64 {
@@ -96,6 +99,7 @@ impl QueryJob {
             watermark: Watermark::default(),
             generation: 0,
             cached: None,
+            hyde: None,
         }
     }
 
@@ -165,6 +169,10 @@ pub struct QueryServices {
     pub acks: ProbeHandle<u64>,
     /// The corpus's BM25 statistics: IDF weights of query terms.
     pub stats: Arc<CorpusStats>,
+    /// The reranker endpoint after the built-in rerank (`query.rerank.kind`), if any.
+    pub reranker: Option<Arc<dyn super::endpoints::Reranker>>,
+    /// The HyDE passage writer (`query.hyde`), if enabled.
+    pub writer: Option<Arc<dyn super::endpoints::PassageWriter>>,
 }
 
 impl std::fmt::Debug for QueryServices {

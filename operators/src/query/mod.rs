@@ -13,7 +13,9 @@
 //! - [`steps`]: up to the shards' answers ([`steps::QuerySteps`]); [`retrieve`]: the lanes on a shard;
 //! - [`answer`]: fusion to packing ([`answer::AnswerSteps`]);
 //! - [`publish`]: refusals and publishing, through a [`publish::ContextSink`] the adapters implement;
-//! - [`invalidation`]: what published contexts cite, and the invalidations when those chunks change.
+//! - [`invalidation`]: what published contexts cite, and the invalidations when those chunks change;
+//! - [`remote`]: the optional model endpoints (HyDE after Intent, a reranker after Rerank), called
+//!   off the worker.
 //!
 //! A query is answered (gathered, packed and published) on the worker that received it, so an HTTP
 //! caller's reply is delivered by the process holding its connection. Each step records its latency on
@@ -25,6 +27,7 @@ pub mod answer;
 pub mod invalidation;
 pub mod job;
 pub mod publish;
+pub mod remote;
 pub mod retrieve;
 pub mod steps;
 

@@ -29,10 +29,21 @@ struct PendingEmbedding {
     jobs: Vec<QueryJob>,
     /// Jobs that need a dense vector.
     wanted: Vec<usize>,
-    /// Jobs whose vector was not cached (the request's texts, in order).
-    missing: Vec<usize>,
+    /// Texts whose vector was not cached (the request's texts, in order): the job, and whether the
+    /// text is its HyDE passage rather than its query.
+    missing: Vec<(usize, bool)>,
+    /// HyDE passage vectors found in the cache, by job.
+    passages: Vec<(usize, Vec<f32>)>,
     ticket: Ticket,
     started: Instant,
+}
+
+/// Mixes a job's HyDE passage vector into its dense query (a job whose query vector is missing keeps
+/// none: the dense lane is out either way).
+fn mix_passage(job: &mut QueryJob, passage: &[f32], weight: f32) {
+    if job.vectors.dense.len() == passage.len() && !passage.is_empty() {
+        job.vectors.dense = super::endpoints::mix(&job.vectors.dense, passage, weight);
+    }
 }
 
 /// Extension trait: every step of the query flow.
@@ -158,6 +169,7 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
     fn embed_query(self, services: QueryServices) -> StreamVec<'scope, u64, QueryJob> {
         // Repeated query texts (other budgets, other modes) are embedded once.
         let mut vectors: LruTtl<String, Vec<f32>> = LruTtl::new(16_384, Duration::from_secs(3600));
+        let hyde_weight = services.config.hyde.weight;
         let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
             Pipeline,
@@ -175,14 +187,24 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                         let wanted: Vec<usize> = (0..jobs.len())
                             .filter(|&i| jobs[i].cached.is_none() && jobs[i].query.mode.retrieves())
                             .collect();
-                        let mut missing: Vec<usize> = Vec::new();
+                        let mut missing: Vec<(usize, bool)> = Vec::new();
+                        let mut passages: Vec<(usize, Vec<f32>)> = Vec::new();
                         for &i in &wanted {
                             match vectors.get(&jobs[i].query.text, 0) {
                                 Some(vector) => jobs[i].vectors.dense = vector,
-                                None => missing.push(i),
+                                None => missing.push((i, false)),
+                            }
+                            if let Some(passage) = &jobs[i].hyde {
+                                match vectors.get(passage, 0) {
+                                    Some(vector) => passages.push((i, vector)),
+                                    None => missing.push((i, true)),
+                                }
                             }
                         }
                         if missing.is_empty() {
+                            for (i, passage) in passages {
+                                mix_passage(&mut jobs[i], &passage, hyde_weight);
+                            }
                             for &i in &wanted {
                                 jobs[i].record("embed", started);
                             }
@@ -191,7 +213,10 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                         }
                         let texts = missing
                             .iter()
-                            .map(|&i| jobs[i].query.text.clone())
+                            .map(|&(i, passage)| match passage {
+                                true => jobs[i].hyde.clone().expect("a passage"),
+                                false => jobs[i].query.text.clone(),
+                            })
                             .collect();
                         let waker = waker.clone();
                         let ticket = services
@@ -202,6 +227,7 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                             jobs,
                             wanted,
                             missing,
+                            passages,
                             ticket,
                             started,
                         });
@@ -213,17 +239,31 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                         let jobs = &mut pending.jobs;
                         match result {
                             Ok(embedded) => {
-                                for (&i, vector) in pending.missing.iter().zip(embedded.vectors) {
-                                    vectors.put(jobs[i].query.text.clone(), vector.clone(), 0);
-                                    jobs[i].vectors.dense = vector;
+                                for (&(i, passage), vector) in
+                                    pending.missing.iter().zip(embedded.vectors)
+                                {
+                                    if passage {
+                                        let text = jobs[i].hyde.clone().expect("a passage");
+                                        vectors.put(text, vector.clone(), 0);
+                                        pending.passages.push((i, vector));
+                                    } else {
+                                        vectors.put(jobs[i].query.text.clone(), vector.clone(), 0);
+                                        jobs[i].vectors.dense = vector;
+                                    }
+                                }
+                                for (i, passage) in std::mem::take(&mut pending.passages) {
+                                    mix_passage(&mut jobs[i], &passage, hyde_weight);
                                 }
                             }
                             Err(error) => {
                                 // The BM25 lane still answers; the context says the dense lane was out.
-                                for &i in &pending.missing {
-                                    jobs[i]
-                                        .notes
-                                        .push(format!("dense lane unavailable: {error}"));
+                                let mut told = std::collections::BTreeSet::new();
+                                for &(i, _) in &pending.missing {
+                                    if told.insert(i) {
+                                        jobs[i]
+                                            .notes
+                                            .push(format!("dense lane unavailable: {error}"));
+                                    }
                                 }
                             }
                         }

@@ -14,6 +14,7 @@ pub mod cache;
 mod context;
 pub mod decode;
 pub mod dedup;
+pub mod endpoints;
 pub mod fuse;
 pub mod intent;
 pub mod invalidate;
@@ -341,6 +342,8 @@ pub struct QueryConfig {
     pub adapt_fusion: bool,
     /// Invalidations of published contexts ([`invalidate`]).
     pub invalidations: InvalidationConfig,
+    /// Hypothetical-passage query expansion ([`endpoints`]), off by default.
+    pub hyde: endpoints::HydeConfig,
 }
 
 /// Invalidations of published contexts (config section `query.invalidations`).
@@ -387,6 +390,7 @@ impl Default for QueryConfig {
             absent_acl: AbsentAcl::Public,
             adapt_fusion: true,
             invalidations: InvalidationConfig::default(),
+            hyde: endpoints::HydeConfig::default(),
         }
     }
 }
@@ -423,6 +427,7 @@ mod tests {
             Cause::Shortened,
             Cause::BudgetLeft,
             Cause::EvidenceStop,
+            Cause::EndpointFallback,
         ];
         for cause in causes {
             assert_eq!(name(serde_json::to_value(cause).unwrap()), cause.as_str());

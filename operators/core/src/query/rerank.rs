@@ -47,6 +47,13 @@ pub struct RerankConfig {
     pub date: f32,
     /// Penalty for tentative/draft/checklist language.
     pub distractor: f32,
+    /// A reranker endpoint after the built-in rerank: `none` (default), `http` (the
+    /// text-embeddings-inference rerank API) or `llm` (a chat model grading passages).
+    pub kind: super::endpoints::RerankKind,
+    /// Candidates (the head of the built-in order) the endpoint reorders.
+    pub endpoint_window: usize,
+    /// The endpoint (`kind` other than `none`).
+    pub endpoint: super::endpoints::EndpointConfig,
 }
 
 impl Default for RerankConfig {
@@ -62,6 +69,9 @@ impl Default for RerankConfig {
             entity: 0.2,
             date: 0.15,
             distractor: 0.2,
+            kind: super::endpoints::RerankKind::None,
+            endpoint_window: 10,
+            endpoint: super::endpoints::EndpointConfig::default(),
         }
     }
 }

@@ -13,6 +13,8 @@ use super::{Candidate, LaneHit, Tier};
 pub enum Step {
     /// Fusion of the lanes.
     Fuse,
+    /// The reranker endpoint over the rerank window.
+    Rerank,
     /// Duplicate removal (exact, and near-duplicates against each MMR pick).
     Dedup,
     /// MMR selection with its caps.
@@ -46,6 +48,7 @@ impl Step {
     pub fn as_str(self) -> &'static str {
         match self {
             Step::Fuse => "fuse",
+            Step::Rerank => "rerank",
             Step::Dedup => "dedup",
             Step::Mmr => "mmr",
             Step::Pack => "pack",
@@ -110,6 +113,8 @@ pub enum Cause {
     BudgetLeft,
     /// Pack: left out by the evidence stop (scored too far below the top candidate).
     EvidenceStop,
+    /// Rerank: the reranker endpoint failed or timed out; the built-in order was kept.
+    EndpointFallback,
 }
 
 impl Cause {
@@ -125,6 +130,7 @@ impl Cause {
             | Cause::Shortened
             | Cause::BudgetLeft
             | Cause::EvidenceStop => Step::Pack,
+            Cause::EndpointFallback => Step::Rerank,
         }
     }
 
@@ -144,6 +150,7 @@ impl Cause {
             Cause::Shortened => "shortened",
             Cause::BudgetLeft => "budget_left",
             Cause::EvidenceStop => "evidence_stop",
+            Cause::EndpointFallback => "endpoint_fallback",
         }
     }
 }

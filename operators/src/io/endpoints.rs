@@ -1,0 +1,226 @@
+//! HTTP clients of the optional query-flow endpoints: the text-embeddings-inference rerank API
+//! (`POST /rerank`), and an OpenAI-compatible chat endpoint (`POST /v1/chat/completions`) that grades
+//! passages or writes a HyDE passage. Each call is bounded by the endpoint's timeout as a whole; the
+//! bearer token comes from the environment variable the config names and is never printed.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::query::endpoints::{
+    grading_prompt, hyde_prompt, parse_grades, EndpointConfig, PassageWriter, RerankKind, Reranker,
+};
+
+/// A JSON POST client of one endpoint.
+struct Client {
+    base: String,
+    model: String,
+    api_key: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl Client {
+    fn new(config: &EndpointConfig) -> Self {
+        let api_key = (!config.api_key_env.is_empty())
+            .then(|| std::env::var(&config.api_key_env).ok())
+            .flatten()
+            .filter(|key| !key.is_empty());
+        let agent = ureq::Agent::new_with_config(
+            ureq::Agent::config_builder()
+                .timeout_global(Some(Duration::from_millis(config.timeout_ms.max(1))))
+                .http_status_as_error(false)
+                .build(),
+        );
+        Self {
+            base: config.url.trim_end_matches('/').to_string(),
+            model: config.model.clone(),
+            api_key,
+            agent,
+        }
+    }
+
+    fn post(&self, path: &str, body: &Value) -> Result<Value, String> {
+        let url = format!("{}{path}", self.base);
+        let mut request = self
+            .agent
+            .post(&url)
+            .header("Content-Type", "application/json");
+        if let Some(key) = &self.api_key {
+            request = request.header("Authorization", &format!("Bearer {key}"));
+        }
+        let mut response = request
+            .send(body.to_string().as_bytes())
+            .map_err(|e| format!("{path}: {e}"))?;
+        let status = response.status().as_u16();
+        let text = response
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| format!("{path}: {e}"))?;
+        if status >= 400 {
+            return Err(format!(
+                "{path}: status {status}: {}",
+                text.chars().take(200).collect::<String>()
+            ));
+        }
+        serde_json::from_str(&text).map_err(|e| format!("{path}: invalid JSON: {e}"))
+    }
+
+    /// One chat completion's text.
+    fn chat(&self, system: &str, user: &str, max_tokens: usize) -> Result<String, String> {
+        let reply = self.post(
+            "/v1/chat/completions",
+            &json!({
+                "model": self.model,
+                "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+                "max_tokens": max_tokens,
+                "temperature": 0,
+            }),
+        )?;
+        reply["choices"][0]["message"]["content"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| "chat reply without choices[0].message.content".to_string())
+    }
+}
+
+/// A cross-encoder behind the text-embeddings-inference rerank API.
+#[derive(Debug)]
+pub struct TeiReranker(Client);
+
+impl TeiReranker {
+    /// A client of `config.url` (`/rerank` is appended).
+    pub fn new(config: &EndpointConfig) -> Self {
+        Self(Client::new(config))
+    }
+}
+
+impl Reranker for TeiReranker {
+    fn kind(&self) -> RerankKind {
+        RerankKind::Http
+    }
+
+    fn score(&self, query: &str, texts: &[String]) -> Result<Vec<f32>, String> {
+        let reply = self.0.post(
+            "/rerank",
+            &json!({"query": query, "texts": texts, "raw_scores": false, "truncate": true}),
+        )?;
+        parse_rerank(&reply, texts.len())
+    }
+}
+
+/// The scores of a rerank reply `[{"index": i, "score": s}, …]` (any order), by text index.
+fn parse_rerank(reply: &Value, n: usize) -> Result<Vec<f32>, String> {
+    let items = reply
+        .as_array()
+        .ok_or("rerank reply is not an array of {index, score}")?;
+    let mut scores = vec![None; n];
+    for item in items {
+        let index = item["index"].as_u64().ok_or("rerank item without index")? as usize;
+        let score = item["score"].as_f64().ok_or("rerank item without score")? as f32;
+        *scores
+            .get_mut(index)
+            .ok_or_else(|| format!("rerank index {index} for {n} texts"))? = Some(score);
+    }
+    scores
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| s.ok_or_else(|| format!("no rerank score for text {i}")))
+        .collect()
+}
+
+/// A chat model grading each passage 0–10.
+#[derive(Debug)]
+pub struct LlmReranker(Client);
+
+impl LlmReranker {
+    /// A client of the chat endpoint at `config.url`.
+    pub fn new(config: &EndpointConfig) -> Self {
+        Self(Client::new(config))
+    }
+}
+
+impl Reranker for LlmReranker {
+    fn kind(&self) -> RerankKind {
+        RerankKind::Llm
+    }
+
+    fn score(&self, query: &str, texts: &[String]) -> Result<Vec<f32>, String> {
+        let (system, user) = grading_prompt(query, texts);
+        let reply = self.0.chat(&system, &user, 8 * texts.len() + 16)?;
+        parse_grades(&reply, texts.len())
+    }
+}
+
+/// A chat model writing HyDE passages.
+#[derive(Debug)]
+pub struct ChatPassageWriter {
+    client: Client,
+    max_tokens: usize,
+}
+
+impl ChatPassageWriter {
+    /// A client of the chat endpoint at `config.url`, asking for at most `max_tokens`.
+    pub fn new(config: &EndpointConfig, max_tokens: usize) -> Self {
+        Self {
+            client: Client::new(config),
+            max_tokens,
+        }
+    }
+}
+
+impl PassageWriter for ChatPassageWriter {
+    fn write(&self, query: &str) -> Result<String, String> {
+        let (system, user) = hyde_prompt(query);
+        let passage = self.client.chat(&system, &user, self.max_tokens)?;
+        let passage = passage.trim();
+        if passage.is_empty() {
+            return Err("the model wrote an empty passage".into());
+        }
+        Ok(passage.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rerank_replies_are_read_by_index_and_checked() {
+        let reply = json!([{"index": 1, "score": 0.9}, {"index": 0, "score": 0.1}]);
+        assert_eq!(parse_rerank(&reply, 2).unwrap(), vec![0.1, 0.9]);
+        assert!(parse_rerank(&json!([{"index": 0, "score": 1.0}]), 2)
+            .unwrap_err()
+            .contains("no rerank score for text 1"));
+        assert!(parse_rerank(&json!([{"index": 5, "score": 1.0}]), 2)
+            .unwrap_err()
+            .contains("index 5"));
+        assert!(parse_rerank(&json!({"error": "x"}), 1).is_err());
+    }
+
+    #[test]
+    fn the_api_key_is_never_printed() {
+        std::env::set_var("RAGSTREAM_TEST_ENDPOINT_KEY", "s3cret-value");
+        let client = Client::new(&EndpointConfig {
+            url: "http://127.0.0.1:1".into(),
+            api_key_env: "RAGSTREAM_TEST_ENDPOINT_KEY".into(),
+            ..EndpointConfig::default()
+        });
+        assert_eq!(client.api_key.as_deref(), Some("s3cret-value"));
+        assert!(!format!("{client:?}").contains("s3cret"));
+        // Nothing listens there: a clear error, not a panic.
+        assert!(TeiReranker(client)
+            .score("q", &["a".into()])
+            .unwrap_err()
+            .contains("/rerank"));
+    }
+}
