@@ -184,6 +184,7 @@ pub(crate) fn read_corpus(path: &std::path::Path) -> anyhow::Result<Vec<Document
                 title: value["title"].as_str().map(str::to_string),
                 text: value["text"].as_str().context("text")?.to_string(),
                 acl: vec![],
+                updated_ms: 0,
             })
         })
         .collect()

@@ -110,6 +110,7 @@ fn chunk_set(chunker: &Chunker, kind: DocKind, text: &str, version: u64) -> Chun
         title: Some("Edit bench".into()),
         text: text.into(),
         acl: vec![],
+        updated_ms: 0,
     };
     ChunkSet {
         version,

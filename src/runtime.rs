@@ -126,6 +126,11 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         }
     }
     let reranker = factory::reranker(&config);
+    let access = Arc::new(Mutex::new(
+        ragstream_operators::query::surrogate::AccessCounts::new(
+            config.query.pack.surrogates.access_entries,
+        ),
+    ));
     let writer = factory::passage_writer(&config);
     let readiness = Arc::new(Readiness::default());
     let ingress = Arc::new(HttpIngress::default());
@@ -255,6 +260,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                     stats: corpus_stats.clone(),
                     reranker: reranker.clone(),
                     writer: writer.clone(),
+                    access: access.clone(),
                 };
                 let finite = config.source.kind == SourceKind::Jsonl && !config.runtime.serve;
                 let input = if index == first_worker {

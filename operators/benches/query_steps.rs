@@ -125,6 +125,7 @@ fn chunk(rng: &mut Rng, doc: usize, order: u32, counter: TokenCounter) -> Stored
             content_hash: blake3::hash(text.as_bytes()).to_hex().to_string(),
             occurrence: 0,
             acl: vec![],
+            updated_ms: 0,
             lang: String::new(),
             text,
         },
@@ -240,6 +241,7 @@ fn steps(c: &mut Criterion) {
             config: &pack_config,
             fill: true,
             floor: 0.0,
+            tiers: &[],
         })
     };
     let packed = run_all(3000, lanes());
@@ -292,6 +294,7 @@ fn steps(c: &mut Criterion) {
                 config: &pack_config,
                 fill: true,
                 floor: 0.0,
+                tiers: &[],
             }))
         })
     });

@@ -226,7 +226,7 @@ impl Metrics {
         for lane in ["dense", "bm25"] {
             metrics.fusion_weight.with_label_values(&[lane]);
         }
-        for tier in [Tier::Expanded, Tier::Snippet, Tier::Surrogate, Tier::Full] {
+        for tier in Tier::ALL {
             metrics.context_items.with_label_values(&[tier.as_str()]);
         }
         for preset in crate::query::intent::PRESETS {
@@ -286,7 +286,8 @@ impl Metrics {
                 | Cause::Shortened
                 | Cause::BudgetLeft
                 | Cause::EvidenceStop
-                | Cause::EndpointFallback => continue,
+                | Cause::EndpointFallback
+                | Cause::SurrogatePolicy => continue,
             };
             counter.with_label_values(&[decision.cause.as_str()]).inc();
         }
@@ -310,7 +311,7 @@ impl Metrics {
         if context.error.is_some() || context.items.is_empty() {
             return;
         }
-        for tier in [Tier::Expanded, Tier::Snippet, Tier::Surrogate, Tier::Full] {
+        for tier in Tier::ALL {
             let count = context.items.iter().filter(|i| i.tier == tier).count();
             self.context_items
                 .with_label_values(&[tier.as_str()])

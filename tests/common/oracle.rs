@@ -65,6 +65,7 @@ impl Oracle {
             title: Some(title.to_string()),
             text: text.to_string(),
             acl: vec![],
+            updated_ms: 0,
         };
         let body = serde_json::json!({
             "op": "upsert", "tenant": tenant, "doc_id": doc_id, "version": version,

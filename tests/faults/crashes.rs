@@ -183,6 +183,7 @@ fn text_with_chunks(paragraphs: &[String], chunks: usize) -> String {
             title: Some("Shrinking".into()),
             text: text.clone(),
             acl: vec![],
+            updated_ms: 0,
         };
         if chunker.chunk(&document).len() >= chunks {
             return text;

@@ -122,6 +122,9 @@ pub struct Document {
     pub text: String,
     /// Access-control labels; a query must carry one of them to see the document (empty = tenant-wide).
     pub acl: Vec<String>,
+    /// When the document last changed, milliseconds since the Unix epoch, as the event's `updated_at`
+    /// says; 0 when it does not (the age policy of surrogates then treats it as new).
+    pub updated_ms: u64,
 }
 
 /// A document event after decoding: an upsert or a delete.
@@ -179,6 +182,11 @@ pub struct Chunk {
     /// ISO 639-3 code of the document's language (`ingest::lang`); empty when none was detected (code,
     /// schemas, texts too short to call).
     pub lang: String,
+    /// When the chunk's document last changed as of the version that wrote it (the document's
+    /// `updated_ms`; 0 = unknown). Not part of the layout: an unchanged chunk keeps the time it was
+    /// written with.
+    #[serde(default)]
+    pub updated_ms: u64,
     /// The chunk text.
     pub text: String,
 }

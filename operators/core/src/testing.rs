@@ -30,6 +30,7 @@ pub fn stored(doc: &str, order: u32, text: &str) -> StoredChunk {
             content_hash: blake3::hash(text.as_bytes()).to_hex().to_string(),
             occurrence: 0,
             acl: vec![],
+            updated_ms: 0,
             lang: "eng".into(),
             text: text.into(),
         },
@@ -68,6 +69,7 @@ pub fn sample_point(
         content_hash: String::new(),
         occurrence: 0,
         acl: acl.iter().map(|s| s.to_string()).collect(),
+        updated_ms: 0,
         lang: "eng".into(),
         text: text.into(),
     };

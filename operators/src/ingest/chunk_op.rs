@@ -99,6 +99,7 @@ mod tests {
             title: None,
             text,
             acl: vec![],
+            updated_ms: 0,
         };
         (key, Some(doc), 0)
     }

@@ -239,6 +239,7 @@ mod tests {
             title: None,
             text: text.into(),
             acl: vec![],
+            updated_ms: 0,
         };
         ChunkSet {
             version,
@@ -360,6 +361,7 @@ mod tests {
             title: None,
             text: blocks.join("\n\n"),
             acl: vec![],
+            updated_ms: 0,
         };
         ChunkSet {
             version,

@@ -371,6 +371,7 @@ mod tests {
             title: None,
             text: text.into(),
             acl: vec![],
+            updated_ms: 0,
         };
         let set = ChunkSet {
             version: 1,

@@ -271,6 +271,7 @@ mod tests {
             title: None,
             text: format!("v{version}"),
             acl: vec![],
+            updated_ms: 0,
         })
     }
 

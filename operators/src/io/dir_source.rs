@@ -157,6 +157,12 @@ impl DirSource {
             }
             let version = self.next_version(&doc_id);
             let title = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            // The file's modification time is when the document last changed.
+            let updated_ms = std::fs::metadata(path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_millis() as u64);
             out.push(Ok(DocOp::Upsert(Document {
                 key: DocKey::new(self.tenant.clone(), doc_id.clone()),
                 version,
@@ -165,6 +171,7 @@ impl DirSource {
                 title,
                 text,
                 acl: Vec::new(),
+                updated_ms,
             })));
         }
         let mut vanished: Vec<String> = self

@@ -22,6 +22,7 @@ use super::modes::{
 use super::pack::{pack, render_full, AnswerCue, PackRequest};
 use super::rerank::rerank;
 use super::retrieve::results_wanted;
+use super::surrogate::{choose, SurrogatePolicy, SurrogateTier};
 use crate::stage::{flat_map_stage, map_stage};
 
 use super::job::*;
@@ -294,6 +295,33 @@ impl<'scope> AnswerSteps<'scope> for StreamVec<'scope, u64, Working> {
     }
 }
 
+/// The surrogate tier of each candidate (picked, then deferred) by the configured policy; empty when
+/// the policy is disabled.
+fn surrogate_tiers(
+    working: &Working,
+    services: &QueryServices,
+    plan: Option<&crate::query::Plan>,
+) -> Vec<(SurrogateTier, String)> {
+    let config = &services.config.pack.surrogates;
+    if config.policy == SurrogatePolicy::Disabled {
+        return Vec::new();
+    }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let entities: &[String] = plan.map_or(&[], |p| p.entities.as_slice());
+    let access = services.access.lock().expect("access counts");
+    working
+        .candidates
+        .iter()
+        .chain(&working.deferred)
+        .map(|c| {
+            let importance = access.frequency(&c.id());
+            choose(config, &c.stored.chunk, now_ms, importance, entities)
+        })
+        .collect()
+}
+
 /// Builds the context of a gathered query (every mode).
 fn answer(working: &mut Working, services: &QueryServices) -> Context {
     let job = &working.job;
@@ -327,6 +355,7 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
             let (budget, window) = budget_for(query, counter);
             let neighbours = std::mem::take(&mut working.neighbours);
             let terms = plan.as_ref().map(|p| p.terms.clone()).unwrap_or_default();
+            let tiers = surrogate_tiers(working, services, plan.as_ref());
             let packed = pack(PackRequest {
                 picked: &working.candidates,
                 deferred: &working.deferred,
@@ -338,6 +367,7 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
                 config: &services.config.pack,
                 fill: query.fill,
                 floor: working.score_floor,
+                tiers: &tiers,
             });
             context.token_budget = Some(budget);
             context.tokens_used = packed.tokens_used;
@@ -347,6 +377,13 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
             }
             if let Some((window, prompt)) = window {
                 context.max_new_tokens = Some(max_new_tokens(window, prompt, packed.tokens_used));
+            }
+            if services.config.pack.surrogates.policy == SurrogatePolicy::Importance {
+                services
+                    .access
+                    .lock()
+                    .expect("access counts")
+                    .record(packed.items.iter().map(|i| i.chunk_id.as_str()));
             }
             context.items = packed.items;
             context.context = packed.context;

@@ -70,6 +70,9 @@ fn services(
         stats: Arc::new(CorpusStats::default()),
         reranker: None,
         writer: None,
+        access: Arc::new(std::sync::Mutex::new(
+            crate::query::surrogate::AccessCounts::new(16),
+        )),
     }
 }
 

@@ -173,6 +173,8 @@ pub struct QueryServices {
     pub reranker: Option<Arc<dyn super::endpoints::Reranker>>,
     /// The HyDE passage writer (`query.hyde`), if enabled.
     pub writer: Option<Arc<dyn super::endpoints::PassageWriter>>,
+    /// How often this process packed each chunk (the importance policy of surrogate tiers).
+    pub access: Arc<std::sync::Mutex<super::surrogate::AccessCounts>>,
 }
 
 impl std::fmt::Debug for QueryServices {

@@ -1,7 +1,8 @@
 //! Decode: raw document events (Kafka key + value bytes) into [`DocOp`]s, or a [`DecodeError`] for the DLQ.
 //!
 //! Wire format (JSON, key = `tenant/doc_id`):
-//! `{"op": "upsert"|"delete", "tenant", "doc_id", "version", "source", "kind", "title"?, "text", "acl"?, "metadata"?}`.
+//! `{"op": "upsert"|"delete", "tenant", "doc_id", "version", "source", "kind", "title"?, "text", "acl"?, "updated_at"?, "metadata"?}`
+//! (`updated_at`: when the document last changed, milliseconds since the Unix epoch).
 //! A message with a key and no value (a Kafka tombstone) is a delete of that key.
 //!
 //! Guarantees: decoding never panics and never allocates more than the size limit for a payload it
@@ -113,6 +114,7 @@ struct WireEvent {
     text: Option<String>,
     #[serde(default)]
     acl: Vec<String>,
+    updated_at: Option<u64>,
     #[allow(dead_code)]
     metadata: Option<serde_json::Value>,
 }
@@ -218,6 +220,7 @@ pub fn decode_event(
                 title: wire.title,
                 text,
                 acl: wire.acl,
+                updated_ms: wire.updated_at.unwrap_or(0),
             }))
         }
         other => Err(DecodeError::new(

@@ -18,6 +18,10 @@ pub enum Tier {
     Surrogate,
     /// The whole chunk (deep, read_chunk, sql modes).
     Full,
+    /// Title, section path and the chunk's central sentences (surrogate tier `gist`).
+    Gist,
+    /// Title, section path and the chunk's key phrases (surrogate tier `micro`).
+    Micro,
 }
 
 impl Tier {
@@ -28,8 +32,20 @@ impl Tier {
             Tier::Snippet => "snippet",
             Tier::Surrogate => "surrogate",
             Tier::Full => "full",
+            Tier::Gist => "gist",
+            Tier::Micro => "micro",
         }
     }
+
+    /// Every tier.
+    pub const ALL: [Tier; 6] = [
+        Tier::Expanded,
+        Tier::Snippet,
+        Tier::Surrogate,
+        Tier::Full,
+        Tier::Gist,
+        Tier::Micro,
+    ];
 }
 
 /// One item of a context.

@@ -236,6 +236,7 @@ mod tests {
                 occurrence: 0,
                 acl: vec![],
                 lang: String::new(),
+                updated_ms: 0,
                 text: format!("text {id}"),
             },
         });

@@ -23,6 +23,7 @@ pub mod mmr;
 pub mod modes;
 pub mod pack;
 pub mod rerank;
+pub mod surrogate;
 mod trace;
 
 pub use context::*;
@@ -405,7 +406,7 @@ mod tests {
         for step in [Step::Fuse, Step::Dedup, Step::Mmr, Step::Pack] {
             assert_eq!(name(serde_json::to_value(step).unwrap()), step.as_str());
         }
-        for tier in [Tier::Expanded, Tier::Snippet, Tier::Surrogate, Tier::Full] {
+        for tier in Tier::ALL {
             let action = Action::from(tier);
             assert_eq!(action.as_str(), tier.as_str());
             assert_eq!(name(serde_json::to_value(action).unwrap()), action.as_str());
@@ -428,6 +429,7 @@ mod tests {
             Cause::BudgetLeft,
             Cause::EvidenceStop,
             Cause::EndpointFallback,
+            Cause::SurrogatePolicy,
         ];
         for cause in causes {
             assert_eq!(name(serde_json::to_value(cause).unwrap()), cause.as_str());

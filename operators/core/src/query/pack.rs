@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Action, Candidate, Cause, ContextItem, Decision, Tier};
 use crate::embed::{cosine_with_norms, dot};
+use crate::query::surrogate::SurrogateTier;
 use crate::store::StoredChunk;
 use crate::tokens::TokenCounter;
 
@@ -61,6 +62,8 @@ pub struct PackConfig {
     /// Evidence stop: the lowest score, on the scale from the query's lowest-scored candidate (0) to
     /// its top result (1), of a candidate packed after the top result; 0 packs to the budget.
     pub evidence_ratio: f32,
+    /// Surrogate tiers and the policy that picks them ([`crate::query::surrogate`]).
+    pub surrogates: crate::query::surrogate::SurrogateConfig,
 }
 
 /// Opens a packed context: retrieved text is data to quote, never instructions to follow.
@@ -104,6 +107,7 @@ impl Default for PackConfig {
             separator: "\n\n".into(),
             untrusted_delimiters: true,
             evidence_ratio: 0.6,
+            surrogates: Default::default(),
         }
     }
 }
@@ -131,6 +135,8 @@ pub struct PackRequest<'a> {
     pub fill: bool,
     /// The lowest score of the query's candidates (the bottom of the evidence stop's scale).
     pub floor: f32,
+    /// The surrogate tier of each candidate, picked then deferred, and why (empty: all `full`).
+    pub tiers: &'a [(SurrogateTier, String)],
 }
 
 /// The packed context.
@@ -159,6 +165,8 @@ struct Entry<'a> {
     state: Option<usize>,
     value: f32,
     deferred: bool,
+    /// Index into the picked-then-deferred list (and `tiers`).
+    position: usize,
 }
 
 /// Estimated tokens of the plan: items, separators and (when anything is in it) the delimiters.
@@ -235,6 +243,7 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
         config,
         fill,
         floor,
+        tiers,
     } = request;
     let mut packed = Packed::default();
     let terms: Vec<memchr::memmem::Finder<'_>> = terms
@@ -295,7 +304,10 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
             ));
             continue;
         };
-        let expanded_form = (position == 0)
+        let ceiling = tiers
+            .get(position)
+            .map_or(SurrogateTier::Full, |(tier, _)| *tier);
+        let expanded_form = (position == 0 && ceiling == SurrogateTier::Full)
             .then(|| expanded(stored, neighbours, counter, config.expanded_tokens))
             .flatten();
         let forms = forms(
@@ -305,11 +317,13 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
             config,
             counter,
             expanded_form,
+            ceiling,
         );
         doc_covered.push(forms[0].range);
         if forms[0].tier != Tier::Expanded {
             doc_covered.push(stored.chunk.char_range);
         }
+        let position_of = position;
         // Relevance by rank of the score (MMR chose the set; its pick order trades relevance for
         // diversity, which the redundancy discount below accounts for).
         let rank = all
@@ -340,6 +354,7 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
             forms,
             value,
             deferred: *is_deferred,
+            position: position_of,
         });
     }
     // Plan on estimates.
@@ -405,7 +420,15 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
                 if state > 0 {
                     shortened += 1;
                 }
-                let (cause, reason) = if state > 0 {
+                let (cause, reason) = if matches!(form.tier, Tier::Gist | Tier::Micro) {
+                    let why = tiers
+                        .get(entry.position)
+                        .map_or("", |(_, why)| why.as_str());
+                    (
+                        Cause::SurrogatePolicy,
+                        format!("surrogate tier {}: {why}", form.tier.as_str()),
+                    )
+                } else if state > 0 {
                     let first = entry.forms[0].tier.as_str();
                     (
                         Cause::Shortened,

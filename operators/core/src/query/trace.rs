@@ -41,6 +41,10 @@ pub enum Action {
     Surrogate,
     /// Packed whole.
     Full,
+    /// Packed as its gist (surrogate tier).
+    Gist,
+    /// Packed as its key phrases (surrogate tier).
+    Micro,
 }
 
 impl Step {
@@ -67,6 +71,8 @@ impl Action {
             Action::Snippet => "snippet",
             Action::Surrogate => "surrogate",
             Action::Full => "full",
+            Action::Gist => "gist",
+            Action::Micro => "micro",
         }
     }
 }
@@ -78,6 +84,8 @@ impl From<Tier> for Action {
             Tier::Snippet => Action::Snippet,
             Tier::Surrogate => Action::Surrogate,
             Tier::Full => Action::Full,
+            Tier::Gist => Action::Gist,
+            Tier::Micro => Action::Micro,
         }
     }
 }
@@ -115,6 +123,8 @@ pub enum Cause {
     EvidenceStop,
     /// Rerank: the reranker endpoint failed or timed out; the built-in order was kept.
     EndpointFallback,
+    /// Pack: packed in the surrogate tier its policy chose (gist or micro).
+    SurrogatePolicy,
 }
 
 impl Cause {
@@ -129,7 +139,8 @@ impl Cause {
             | Cause::Fits
             | Cause::Shortened
             | Cause::BudgetLeft
-            | Cause::EvidenceStop => Step::Pack,
+            | Cause::EvidenceStop
+            | Cause::SurrogatePolicy => Step::Pack,
             Cause::EndpointFallback => Step::Rerank,
         }
     }
@@ -151,6 +162,7 @@ impl Cause {
             Cause::BudgetLeft => "budget_left",
             Cause::EvidenceStop => "evidence_stop",
             Cause::EndpointFallback => "endpoint_fallback",
+            Cause::SurrogatePolicy => "surrogate_policy",
         }
     }
 }

@@ -347,6 +347,7 @@ pub fn chunk_payload(point: &PointWrite) -> Map<String, Value> {
         "embedder_version": point.embedder_version,
         "acl": chunk.acl,
         "lang": chunk.lang,
+        "updated_ms": chunk.updated_ms,
         "text": chunk.text,
     });
     match value {
@@ -400,6 +401,8 @@ pub fn chunk_from_payload(id: uuid::Uuid, payload: &Map<String, Value>) -> Optio
             acl: strings("acl")?,
             // Absent from points written before languages were detected.
             lang: text("lang").unwrap_or_default(),
+            // Absent from points written before document times were kept.
+            updated_ms: number("updated_ms").unwrap_or(0),
             text: text("text")?,
         },
     })

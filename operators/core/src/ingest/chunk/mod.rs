@@ -174,6 +174,7 @@ impl Chunker {
                     occurrence: 0,
                     acl: doc.acl.clone(),
                     lang: lang.clone(),
+                    updated_ms: doc.updated_ms,
                     text,
                 };
                 chunk.content_hash = content_hash(&chunk);

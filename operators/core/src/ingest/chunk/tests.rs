@@ -12,6 +12,7 @@ fn doc(source: &str, kind: DocKind, text: &str) -> Document {
         title: None,
         text: text.to_string(),
         acl: vec![],
+        updated_ms: 0,
     }
 }
 

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::{Candidate, PackConfig, Tier};
+use crate::query::surrogate::{gist, key_phrases, SurrogateTier};
 use crate::store::StoredChunk;
 use crate::text::{sentence_spans, sentences};
 use crate::tokens::TokenCounter;
@@ -296,12 +297,8 @@ pub(super) fn snippet(
     (spans[lo].0, spans[hi].1, false)
 }
 
-/// The surrogate text of a chunk: title › section path: first sentence (cut to `max_tokens`).
-pub(super) fn surrogate_text(
-    chunk: &crate::model::Chunk,
-    (from, to): (usize, usize),
-    max_tokens: usize,
-) -> (String, usize, usize) {
+/// The chunk's title › section path (cut to 160 bytes), the label of its surrogates.
+fn label_of(chunk: &crate::model::Chunk) -> String {
     let mut label = chunk.doc_title.clone();
     let path: Vec<&str> = chunk
         .section_path
@@ -315,12 +312,71 @@ pub(super) fn surrogate_text(
         }
         label.push_str(&path.join(" › "));
     }
+    cut_bytes(&label, 160).to_string()
+}
+
+/// The forms of a chunk whose surrogate tier is below `full`: its gist (tier `gist` only), then its
+/// key phrases, each after its label.
+fn tiered_forms(
+    chunk: &crate::model::Chunk,
+    (from, to): (usize, usize),
+    ceiling: SurrogateTier,
+    config: &PackConfig,
+    header_tokens: usize,
+) -> Vec<Form> {
+    let base = chunk.char_range.0;
+    let label = label_of(chunk);
+    let label_tokens = if label.is_empty() {
+        0
+    } else {
+        label.len() / 3 + 2
+    };
+    let part = &chunk.text[from..to];
+    let total = chunk.text.len();
+    let with_label = |text: &str| {
+        if label.is_empty() {
+            text.to_string()
+        } else {
+            format!("{label}: {text}")
+        }
+    };
+    let lines = (line_of(chunk, from), line_of(chunk, to));
+    let header = header(&chunk.source, lines);
+    let form = |tier, factor, text: String, bytes: usize| Form {
+        tier,
+        factor,
+        estimate: header_tokens + label_tokens + estimate(chunk.tokens, total, bytes),
+        header: header.clone(),
+        text,
+        lines,
+        range: (base + from as u32, base + to as u32),
+    };
+    let mut out = Vec::new();
+    if ceiling == SurrogateTier::Gist {
+        let budget = (config.surrogates.gist_tokens as f64 / 1.1 * total as f64
+            / chunk.tokens.max(1) as f64) as usize;
+        let gist = gist(part, budget.max(16));
+        if !gist.is_empty() {
+            out.push(form(Tier::Gist, 0.4, with_label(&gist), gist.len()));
+        }
+    }
+    let phrases = key_phrases(part, config.surrogates.micro_phrases);
+    out.push(form(Tier::Micro, 0.1, with_label(&phrases), phrases.len()));
+    out
+}
+
+/// The surrogate text of a chunk: title › section path: first sentence (cut to `max_tokens`).
+pub(super) fn surrogate_text(
+    chunk: &crate::model::Chunk,
+    (from, to): (usize, usize),
+    max_tokens: usize,
+) -> (String, usize, usize) {
+    let label = label_of(chunk);
     let part = &chunk.text[from..to];
     let first = sentence_spans(part).next().unwrap_or((0, part.len()));
     let sentence = &part[first.0..first.1];
     let total = chunk.text.len();
     // Label and sentence share the surrogate's tokens; the label is short metadata.
-    let label = cut_bytes(&label, 160).to_string();
     let label_tokens = label.len() / 3 + 1;
     let room = max_tokens.saturating_sub(label_tokens);
     let budget_bytes = (room as f64 / 1.1 * total as f64 / chunk.tokens.max(1) as f64) as usize;
@@ -442,13 +498,17 @@ pub(super) fn forms(
     config: &PackConfig,
     counter: TokenCounter,
     expanded_form: Option<Form>,
+    ceiling: SurrogateTier,
 ) -> Vec<Form> {
     let chunk = &candidate.stored.chunk;
     let base = chunk.char_range.0;
-    let mut out: Vec<Form> = expanded_form.into_iter().collect();
     // Every form's header names a sub-range of the chunk's lines: the header with the last line
     // twice has the most digits, an upper bound counted once for all of them.
     let header_tokens = counter.count(&header(&chunk.source, (chunk.lines.1, chunk.lines.1)));
+    if ceiling != SurrogateTier::Full {
+        return tiered_forms(chunk, available, ceiling, config, header_tokens);
+    }
+    let mut out: Vec<Form> = expanded_form.into_iter().collect();
     let mut scored = None;
     // A snippet, a shorter one (half the tokens) and the sentence holding most query terms, for
     // tight budgets: each keeps less of the candidate's value.

@@ -2,6 +2,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::model::{Chunk, DocKey, DocKind};
+use crate::query::surrogate::SurrogateTier;
 use crate::tokens::Encoding;
 
 fn counter() -> TokenCounter {
@@ -54,6 +55,7 @@ fn document(doc: usize, sentences: usize, per_chunk: usize, overlap: usize) -> V
                 occurrence: 0,
                 acl: vec![],
                 lang: String::new(),
+                updated_ms: 0,
                 text,
             },
         });
@@ -97,6 +99,7 @@ fn run(
         config: &PackConfig::default(),
         fill: true,
         floor: 0.0,
+        tiers: &[],
     })
 }
 
@@ -215,6 +218,7 @@ fn separator_is_configurable_and_counted() {
         config: &config,
         fill: true,
         floor: 0.0,
+        tiers: &[],
     });
     assert!(packed.context.contains("\n-----\nSource: docs/doc1.md"));
     assert_eq!(packed.tokens_used, counter().count(&packed.context));
@@ -237,6 +241,7 @@ fn deferred_candidates_fill_an_unused_budget_only() {
         config: &PackConfig::default(),
         fill: true,
         floor: 0.0,
+        tiers: &[],
     });
     assert_eq!(with_room.items.len(), 2);
     let tight = pack(PackRequest {
@@ -252,6 +257,7 @@ fn deferred_candidates_fill_an_unused_budget_only() {
             config: &PackConfig::default(),
             fill: true,
             floor: 0.0,
+            tiers: &[],
         }
     });
     assert_eq!(tight.items[0].doc_id, "doc0");
@@ -339,6 +345,7 @@ fn tight_budgets_keep_the_sentence_holding_the_query_terms() {
         config: &equal,
         fill: true,
         floor: 0.0,
+        tiers: &[],
     });
     assert!(packed.tokens_used <= 300);
     let with_answer = (0..5)
@@ -358,6 +365,7 @@ fn tight_budgets_keep_the_sentence_holding_the_query_terms() {
         },
         fill: true,
         floor: 0.0,
+        tiers: &[],
     });
     let with_answer_before = (0..5)
         .filter(|d| without_sentences.context.contains(&terms[*d]))
@@ -439,6 +447,7 @@ fn the_context_is_marked_untrusted_and_a_document_cannot_close_the_block() {
         config: &plain,
         fill: true,
         floor: 0.0,
+        tiers: &[],
     });
     assert!(unwrapped.context.starts_with("Source: docs/doc0.md"));
     assert!(unwrapped.tokens_used < packed.tokens_used);
@@ -567,6 +576,7 @@ fn stop_pack(picked: &[Candidate], deferred: &[Candidate], fill: bool, ratio: f3
         },
         fill,
         floor: 0.0,
+        tiers: &[],
     })
 }
 
@@ -637,4 +647,54 @@ proptest! {
         let left_out = stopped.decisions.iter().filter(|d| d.cause == Cause::EvidenceStop).count();
         prop_assert_eq!(stopped.items.len() + left_out, filled.items.len());
     }
+}
+
+#[test]
+fn surrogate_tiers_cap_each_candidate_and_the_trace_says_why() {
+    let picked = scored(&[2.0, 1.9, 1.8]);
+    let tiers = vec![
+        (SurrogateTier::Full, "age 1.0 days".to_string()),
+        (SurrogateTier::Gist, "age 12.0 days".to_string()),
+        (SurrogateTier::Micro, "age 90.0 days".to_string()),
+    ];
+    let packed = pack(PackRequest {
+        picked: &picked,
+        deferred: &[],
+        neighbours: &[],
+        budget: 3000,
+        counter: counter(),
+        terms: &[],
+        cue: AnswerCue::None,
+        config: &PackConfig::default(),
+        fill: true,
+        floor: 0.0,
+        tiers: &tiers,
+    });
+    let found: Vec<Tier> = packed.items.iter().map(|i| i.tier).collect();
+    assert_eq!(found[1..], [Tier::Gist, Tier::Micro]);
+    assert_ne!(found[0], Tier::Gist);
+    // Each keeps its label and less of the chunk than the full item of the same size.
+    assert!(
+        packed.items[1].text.starts_with("Title 1 › Part 1: "),
+        "{}",
+        packed.items[1].text
+    );
+    assert!(packed.items[2].text.starts_with("Title 2 › Part 2: "));
+    assert!(packed.items[2].tokens < packed.items[0].tokens);
+    let policy: Vec<&Decision> = packed
+        .decisions
+        .iter()
+        .filter(|d| d.cause == Cause::SurrogatePolicy)
+        .collect();
+    assert_eq!(policy.len(), 2);
+    assert_eq!(policy[0].action, Action::Gist);
+    assert_eq!(policy[0].reason, "surrogate tier gist: age 12.0 days");
+    assert_eq!(policy[1].action, Action::Micro);
+    assert!(packed.tokens_used <= 3000);
+    // No tiers: today's forms.
+    let plain = stop_pack(&picked, &[], true, 0.6);
+    assert!(plain
+        .items
+        .iter()
+        .all(|i| !matches!(i.tier, Tier::Gist | Tier::Micro)));
 }
