@@ -442,6 +442,15 @@ impl McpHttp {
             );
             return;
         }
+        if body.len() as u64 > limit {
+            let _ = request.respond(
+                tiny_http::Response::from_string(format!(
+                    "the body is over {limit} bytes (query.max_query_bytes × 2)"
+                ))
+                .with_status_code(413),
+            );
+            return;
+        }
         let mut builder = http::Request::builder()
             .method(request.method().as_str())
             .uri(request.url());

@@ -132,20 +132,37 @@ fn the_age_policy_shows_older_documents_smaller_and_the_query_raises_them() {
 fn the_importance_policy_follows_what_the_job_packed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut job = start(dir.path(), "importance");
-    // Nothing packed yet: every chunk's access frequency is 0, so each shows as key phrases.
-    let first = ask(&job, "i1", "when does the ferry leave the pier", 3000);
+    let question = "when does the ferry leave the pier";
+    // Nothing of the tenant packed yet: no scale, every chunk in full.
+    let first = ask(&job, "i1", question, 3000);
+    assert_eq!(tiers(&first).len(), 3);
     assert!(
-        tiers(&first).iter().all(|(_, t, _)| t == "micro"),
-        "{first}"
-    );
-    // The same question again (another budget: not the context cache): those chunks were packed
-    // once each, the most of any, so they show in full.
-    let second = ask(&job, "i2", "when does the ferry leave the pier", 2500);
-    assert!(
-        tiers(&second)
+        tiers(&first)
             .iter()
             .all(|(_, t, _)| t != "micro" && t != "gist"),
-        "{second}"
+        "{first}"
+    );
+    // The winter timetable is read three more times (a doc_ids filter keeps the others out).
+    for (i, budget) in [2900, 2800, 2700].into_iter().enumerate() {
+        let body = json!({"query_id": format!("w{i}"), "tenant": "port", "text": question,
+                          "token_budget": budget, "filters": {"doc_ids": ["older"]}});
+        let (status, reply) =
+            http_post_json(job.http_port, "/query", &body.to_string()).expect("answered");
+        assert_eq!(status, 200, "{reply}");
+    }
+    // Packed 4 times against 1: the winter timetable in full, the other two as key phrases.
+    let later = ask(&job, "i2", question, 2500);
+    assert!(
+        !["gist", "micro"].contains(&tier_of(&later, "older").as_str()),
+        "{later}"
+    );
+    assert_eq!(tier_of(&later, "recent"), "micro", "{later}");
+    assert_eq!(tier_of(&later, "old"), "micro", "{later}");
+    assert!(
+        later
+            .to_string()
+            .contains("surrogate tier micro: access frequency 0.25"),
+        "{later}"
     );
     job.stop();
 }

@@ -212,7 +212,11 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
     });
     let mut stage_latency: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut round_trip = Vec::new();
-    for ((_, _), (context, latency)) in &contexts {
+    // Latencies of the default contexts only (the `fill` ones are the same queries again).
+    for ((_, slot), (context, latency)) in &contexts {
+        if *slot >= budgets.len() {
+            continue;
+        }
         round_trip.push(*latency);
         for (stage, ms) in &context.latency_ms {
             stage_latency.entry(stage.clone()).or_default().push(*ms);

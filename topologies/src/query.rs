@@ -112,6 +112,7 @@ pub fn query<'scope>(
             reranker.clone(),
             config.rerank.endpoint_window,
             config.rerank.endpoint.concurrency,
+            Duration::from_millis(config.rerank.endpoint.timeout_ms),
         ),
         None => reranked,
     };

@@ -127,6 +127,9 @@ fn parse_rerank(reply: &Value, n: usize) -> Result<Vec<f32>, String> {
     for item in items {
         let index = item["index"].as_u64().ok_or("rerank item without index")? as usize;
         let score = item["score"].as_f64().ok_or("rerank item without score")? as f32;
+        if !score.is_finite() {
+            return Err(format!("rerank score {score} for text {}", item["index"]));
+        }
         *scores
             .get_mut(index)
             .ok_or_else(|| format!("rerank index {index} for {n} texts"))? = Some(score);
@@ -205,6 +208,9 @@ mod tests {
             .unwrap_err()
             .contains("index 5"));
         assert!(parse_rerank(&json!({"error": "x"}), 1).is_err());
+        assert!(parse_rerank(&json!([{"index": 0, "score": 1e300}]), 1)
+            .unwrap_err()
+            .contains("rerank score inf"));
     }
 
     #[test]

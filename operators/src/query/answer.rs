@@ -283,7 +283,9 @@ impl<'scope> AnswerSteps<'scope> for StreamVec<'scope, u64, Working> {
             context.latency_ms = working.job.latency.clone();
             let total = now_micros().saturating_sub(working.job.arrived_us) as f64 / 1000.0;
             context.latency_ms.insert("total".into(), total);
-            if context.error.is_none() {
+            // A context built while an optional endpoint was out is not kept: the next asker gets
+            // the endpoint's answer once it is back.
+            if context.error.is_none() && !working.job.degraded {
                 cache.lock().expect("cache").put(
                     cache_key(&working.job.query),
                     context.clone(),
@@ -316,7 +318,7 @@ fn surrogate_tiers(
         .iter()
         .chain(&working.deferred)
         .map(|c| {
-            let importance = access.frequency(&c.id());
+            let importance = access.frequency(&working.job.query.tenant, &c.id());
             choose(config, &c.stored.chunk, now_ms, importance, entities)
         })
         .collect()
@@ -379,11 +381,10 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
                 context.max_new_tokens = Some(max_new_tokens(window, prompt, packed.tokens_used));
             }
             if services.config.pack.surrogates.policy == SurrogatePolicy::Importance {
-                services
-                    .access
-                    .lock()
-                    .expect("access counts")
-                    .record(packed.items.iter().map(|i| i.chunk_id.as_str()));
+                services.access.lock().expect("access counts").record(
+                    &query.tenant,
+                    packed.items.iter().map(|i| i.chunk_id.as_str()),
+                );
             }
             context.items = packed.items;
             context.context = packed.context;

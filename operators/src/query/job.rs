@@ -64,7 +64,19 @@ pub struct QueryJob {
     pub cached: Option<Box<Context>>,
     /// HyDE: the hypothetical passage whose vector joins the dense query.
     #[serde(default)]
-    pub hyde: Option<String>,
+    pub hyde: Option<HydePassage>,
+    /// An optional endpoint fell back for this query: its context is not cached.
+    #[serde(default)]
+    pub degraded: bool,
+}
+
+/// A HyDE passage for a query.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HydePassage {
+    /// The passage the model wrote.
+    pub text: String,
+    /// Whether it came from the passage cache.
+    pub cached: bool,
 }
 
 pub(crate) fn now_micros() -> u64 {
@@ -100,6 +112,7 @@ impl QueryJob {
             generation: 0,
             cached: None,
             hyde: None,
+            degraded: false,
         }
     }
 

@@ -17,7 +17,7 @@ use timely::dataflow::operators::{Capability, Operator};
 use timely::dataflow::StreamVec;
 
 use super::endpoints::{apply_scores, PassageWriter, RerankKind, Reranker};
-use super::job::{QueryJob, Working};
+use super::job::{HydePassage, QueryJob, Working};
 use super::{cache::LruTtl, Action, Cause, Decision, Mode};
 use crate::metrics::metrics;
 
@@ -51,25 +51,32 @@ impl CallPool {
         Self { jobs }
     }
 
-    fn run(&self, call: Call) {
-        let _ = self.jobs.send(call);
+    /// Queues `call`; false when no thread is left to run it.
+    fn run(&self, call: Call) -> bool {
+        self.jobs.send(call).is_ok()
     }
 }
 
+/// An endpoint call: its answer, or why there is none.
+pub(crate) type EndpointCall<R> = Box<dyn FnOnce() -> Result<R, String> + Send>;
+
 /// A stage whose records may wait for an endpoint: `prepare` returns the call a record needs (or
-/// `None`: the record goes on at once); its result is handed to `finish` on the worker.
+/// `None`: the record goes on at once); its result is handed to `finish` on the worker. A call
+/// still queued when `timeout` has passed is not made, and a call that panics is an error: every
+/// record comes back.
 pub(crate) fn remote<'scope, T: 'static, R: Send + 'static>(
     stream: StreamVec<'scope, u64, T>,
     name: &'static str,
     threads: usize,
-    mut prepare: impl FnMut(&mut T) -> Option<Box<dyn FnOnce() -> R + Send>> + 'static,
-    mut finish: impl FnMut(&mut T, R, Duration) + 'static,
+    timeout: Duration,
+    mut prepare: impl FnMut(&mut T) -> Option<EndpointCall<R>> + 'static,
+    mut finish: impl FnMut(&mut T, Result<R, String>, Duration) + 'static,
 ) -> StreamVec<'scope, u64, T> {
     let scope = stream.scope();
     stream.unary::<CapacityContainerBuilder<Vec<T>>, _, _, _>(Pipeline, name, move |_, info| {
         let waker = crate::background::operator_waker(scope.worker(), &info.address);
         let pool = CallPool::new(&name.to_lowercase(), threads);
-        let (results, answered): Answers<R> = channel();
+        let (results, answered): Answers<Result<R, String>> = channel();
         let mut waiting: HashMap<u64, (Capability<u64>, T, Instant)> = HashMap::new();
         let mut next = 0u64;
         move |input, output| {
@@ -82,14 +89,34 @@ pub(crate) fn remote<'scope, T: 'static, R: Send + 'static>(
                             next += 1;
                             let results = results.clone();
                             let waker = waker.clone();
-                            pool.run(Box::new(move || {
-                                let result = call();
+                            let queued = Instant::now();
+                            let queued_call: Call = Box::new(move || {
+                                let result = if queued.elapsed() >= timeout {
+                                    Err(format!(
+                                        "no call slot free within the timeout ({} ms)",
+                                        timeout.as_millis()
+                                    ))
+                                } else {
+                                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
+                                        .unwrap_or_else(
+                                            |_| Err("the endpoint call panicked".into()),
+                                        )
+                                };
                                 if results.send((id, result)).is_ok() {
                                     waker();
                                 }
-                            }));
-                            let held = cap.retain_least(0).expect("time of the batch");
-                            waiting.insert(id, (held, record, Instant::now()));
+                            });
+                            if pool.run(queued_call) {
+                                let held = cap.retain_least(0).expect("time of the batch");
+                                waiting.insert(id, (held, record, queued));
+                            } else {
+                                finish(
+                                    &mut record,
+                                    Err("no endpoint call thread".into()),
+                                    Duration::ZERO,
+                                );
+                                ready.push(record);
+                            }
                         }
                         None => ready.push(record),
                     }
@@ -126,6 +153,7 @@ pub trait RemoteRerank<'scope> {
         reranker: Arc<dyn Reranker>,
         window: usize,
         threads: usize,
+        timeout: Duration,
     ) -> StreamVec<'scope, u64, Working>;
 }
 
@@ -157,6 +185,7 @@ impl<'scope> RemoteSteps<'scope> for StreamVec<'scope, u64, QueryJob> {
             self,
             "Hyde",
             config.endpoint.concurrency,
+            Duration::from_millis(config.endpoint.timeout_ms),
             move |job: &mut QueryJob| {
                 let wanted = job.cached.is_none()
                     && matches!(job.query.mode, Mode::Bounded | Mode::Deep)
@@ -168,9 +197,10 @@ impl<'scope> RemoteSteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                     return None;
                 }
                 if let Some(passage) = lookup.lock().expect("hyde cache").get(&job.query.text, 0) {
-                    job.notes
-                        .push("hyde: hypothetical passage (cached) joined the dense query".into());
-                    job.hyde = Some(passage);
+                    job.hyde = Some(HydePassage {
+                        text: passage,
+                        cached: true,
+                    });
                     metrics()
                         .endpoint_calls
                         .with_label_values(&["hyde", "cached"])
@@ -179,7 +209,7 @@ impl<'scope> RemoteSteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                 }
                 let writer = writer.clone();
                 let text = job.query.text.clone();
-                Some(Box::new(move || writer.write(&text)))
+                Some(Box::new(move || writer.write(&text)) as EndpointCall<String>)
             },
             move |job: &mut QueryJob, result: Result<String, String>, took| {
                 job.record("hyde", Instant::now() - took);
@@ -191,12 +221,14 @@ impl<'scope> RemoteSteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                             passage.clone(),
                             0,
                         );
-                        job.notes
-                            .push("hyde: hypothetical passage joined the dense query".into());
-                        job.hyde = Some(passage);
+                        job.hyde = Some(HydePassage {
+                            text: passage,
+                            cached: false,
+                        });
                     }
                     Err(error) => {
                         outcome("hyde", "fallback", took);
+                        job.degraded = true;
                         job.notes.push(format!(
                             "hyde endpoint unavailable ({error}): the query's own vector was used"
                         ));
@@ -213,6 +245,7 @@ impl<'scope> RemoteRerank<'scope> for StreamVec<'scope, u64, Working> {
         reranker: Arc<dyn Reranker>,
         window: usize,
         threads: usize,
+        timeout: Duration,
     ) -> StreamVec<'scope, u64, Working> {
         let kind: RerankKind = reranker.kind();
         let label = match kind {
@@ -223,6 +256,7 @@ impl<'scope> RemoteRerank<'scope> for StreamVec<'scope, u64, Working> {
             self,
             "RerankEndpoint",
             threads,
+            timeout,
             move |working: &mut Working| {
                 let ranked = working.job.cached.is_none()
                     && working.answer.error.is_none()
@@ -239,7 +273,7 @@ impl<'scope> RemoteRerank<'scope> for StreamVec<'scope, u64, Working> {
                     .collect();
                 let query = working.job.query.text.clone();
                 let reranker = reranker.clone();
-                Some(Box::new(move || reranker.score(&query, &texts)))
+                Some(Box::new(move || reranker.score(&query, &texts)) as EndpointCall<Vec<f32>>)
             },
             move |working: &mut Working, result: Result<Vec<f32>, String>, took| {
                 working.job.record("rerank_endpoint", Instant::now() - took);
@@ -257,6 +291,7 @@ impl<'scope> RemoteRerank<'scope> for StreamVec<'scope, u64, Working> {
                     }
                     Err(error) => {
                         outcome(label, "fallback", took);
+                        working.job.degraded = true;
                         working.trace.decisions.push(Decision::new(
                             "",
                             Action::Adapted,

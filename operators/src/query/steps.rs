@@ -38,11 +38,16 @@ struct PendingEmbedding {
     started: Instant,
 }
 
-/// Mixes a job's HyDE passage vector into its dense query (a job whose query vector is missing keeps
-/// none: the dense lane is out either way).
+/// Mixes a job's HyDE passage vector into its dense query and says so (a job whose query vector is
+/// missing keeps none: the dense lane is out either way, and its note says that).
 fn mix_passage(job: &mut QueryJob, passage: &[f32], weight: f32) {
     if job.vectors.dense.len() == passage.len() && !passage.is_empty() {
         job.vectors.dense = super::endpoints::mix(&job.vectors.dense, passage, weight);
+        let cached = job.hyde.as_ref().is_some_and(|h| h.cached);
+        job.notes.push(format!(
+            "hyde: hypothetical passage joined the dense query{}",
+            if cached { " (cached)" } else { "" }
+        ));
     }
 }
 
@@ -195,7 +200,7 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                                 None => missing.push((i, false)),
                             }
                             if let Some(passage) = &jobs[i].hyde {
-                                match vectors.get(passage, 0) {
+                                match vectors.get(&passage.text, 0) {
                                     Some(vector) => passages.push((i, vector)),
                                     None => missing.push((i, true)),
                                 }
@@ -214,7 +219,7 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                         let texts = missing
                             .iter()
                             .map(|&(i, passage)| match passage {
-                                true => jobs[i].hyde.clone().expect("a passage"),
+                                true => jobs[i].hyde.as_ref().expect("a passage").text.clone(),
                                 false => jobs[i].query.text.clone(),
                             })
                             .collect();
@@ -243,7 +248,8 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                                     pending.missing.iter().zip(embedded.vectors)
                                 {
                                     if passage {
-                                        let text = jobs[i].hyde.clone().expect("a passage");
+                                        let text =
+                                            jobs[i].hyde.as_ref().expect("a passage").text.clone();
                                         vectors.put(text, vector.clone(), 0);
                                         pending.passages.push((i, vector));
                                     } else {
@@ -256,14 +262,22 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                                 }
                             }
                             Err(error) => {
-                                // The BM25 lane still answers; the context says the dense lane was out.
-                                let mut told = std::collections::BTreeSet::new();
-                                for &(i, _) in &pending.missing {
-                                    if told.insert(i) {
+                                // The BM25 lane still answers; the context says the dense lane was
+                                // out. A passage not embedded leaves the query's own vector.
+                                for &(i, passage) in &pending.missing {
+                                    if passage {
+                                        jobs[i].degraded = true;
+                                        jobs[i].notes.push(format!(
+                                            "hyde passage not embedded ({error}): the query's own vector was used"
+                                        ));
+                                    } else {
                                         jobs[i]
                                             .notes
                                             .push(format!("dense lane unavailable: {error}"));
                                     }
+                                }
+                                for (i, passage) in std::mem::take(&mut pending.passages) {
+                                    mix_passage(&mut jobs[i], &passage, hyde_weight);
                                 }
                             }
                         }

@@ -117,6 +117,50 @@ impl Config {
         if !(0.0..0.5).contains(&self.chunking.overlap_ratio) {
             return invalid("chunking.overlap_ratio", "must be in [0, 0.5)");
         }
+        let pack = &self.query.pack;
+        if !(0.0..=1.0).contains(&pack.evidence_ratio) {
+            return invalid("query.pack.evidence_ratio", "must be in [0, 1]");
+        }
+        let surrogates = &pack.surrogates;
+        if !(surrogates.age_full_days >= 0.0
+            && surrogates.age_gist_days >= surrogates.age_full_days)
+        {
+            return invalid(
+                "query.pack.surrogates.age_gist_days",
+                "must be at least age_full_days (both at least 0)",
+            );
+        }
+        if !(0.0..=1.0).contains(&surrogates.importance_gist)
+            || !(surrogates.importance_gist..=1.0).contains(&surrogates.importance_full)
+        {
+            return invalid(
+                "query.pack.surrogates.importance_full",
+                "need 0 <= importance_gist <= importance_full <= 1",
+            );
+        }
+        let rerank = &self.query.rerank;
+        if rerank.kind != ragstream_operators::query::endpoints::RerankKind::None
+            && rerank.endpoint.url.is_empty()
+        {
+            return invalid(
+                "query.rerank.endpoint.url",
+                "required for a rerank endpoint",
+            );
+        }
+        if self.query.hyde.enabled && self.query.hyde.endpoint.url.is_empty() {
+            return invalid("query.hyde.endpoint.url", "required when hyde is enabled");
+        }
+        for (key, endpoint) in [
+            ("query.rerank.endpoint", &rerank.endpoint),
+            ("query.hyde.endpoint", &self.query.hyde.endpoint),
+        ] {
+            if endpoint.timeout_ms == 0 || endpoint.concurrency == 0 {
+                return Err(ConfigError::Invalid {
+                    key,
+                    message: "timeout_ms and concurrency must be at least 1".into(),
+                });
+            }
+        }
         if self.embedder.threads == 0 {
             return invalid("embedder.threads", "must be at least 1");
         }

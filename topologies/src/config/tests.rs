@@ -122,3 +122,33 @@ fn debug_never_shows_the_password() {
     assert_eq!(client.get("sasl.password"), Some("hunter2-secret"));
     assert!(!format!("{:?}", config.kafka).contains("hunter2"));
 }
+
+#[test]
+fn query_endpoint_and_packing_settings_are_checked() {
+    let kafka = "[source]\nkind = \"kafka\"\n";
+    for (section, key) in [
+        ("[query.pack]\nevidence_ratio = 1.5\n", "query.pack.evidence_ratio"),
+        (
+            "[query.pack.surrogates]\nage_full_days = 30.0\nage_gist_days = 7.0\n",
+            "query.pack.surrogates.age_gist_days",
+        ),
+        (
+            "[query.pack.surrogates]\nimportance_full = 0.2\nimportance_gist = 0.5\n",
+            "query.pack.surrogates.importance_full",
+        ),
+        ("[query.rerank]\nkind = \"http\"\n", "query.rerank.endpoint.url"),
+        ("[query.hyde]\nenabled = true\n", "query.hyde.endpoint.url"),
+        (
+            "[query.rerank]\nkind = \"llm\"\n[query.rerank.endpoint]\nurl = \"http://x\"\ntimeout_ms = 0\n",
+            "query.rerank.endpoint",
+        ),
+    ] {
+        let err = load_error(&format!("{kafka}{section}"));
+        assert!(err.contains(key), "{section}: {err}");
+    }
+    let (_dir, path) = write(&format!(
+        "{kafka}[query.rerank]\nkind = \"http\"\n[query.rerank.endpoint]\nurl = \"http://127.0.0.1:8080\"\n[query.pack.surrogates]\npolicy = \"age\"\n"
+    ));
+    let config = Config::load(&path).expect("valid");
+    assert_eq!(config.query.rerank.endpoint.timeout_ms, 2000);
+}

@@ -8,7 +8,8 @@
 //! Policies (`query.pack.surrogates.policy`): `disabled` (every chunk `full`, the default); `age`
 //! (the document changed < `age_full_days` ago: full; < `age_gist_days`: gist; older: micro; an
 //! unknown time counts as new); `importance` (the chunk's access frequency, its packings over the
-//! most-packed chunk's, > `importance_full`: full; > `importance_gist`: gist; else micro). The
+//! most-packed chunk's of its tenant, > `importance_full`: full; > `importance_gist`: gist; else
+//! micro; a tenant nothing of which was packed yet: full). The
 //! query-aware boost raises a chunk one tier when it holds one of the query's quoted phrases or
 //! named entities.
 
@@ -105,13 +106,14 @@ impl Default for SurrogateConfig {
 
 const DAY_MS: f64 = 86_400_000.0;
 
-/// The tier of `chunk` and why. `importance` is the chunk's access frequency (importance policy),
-/// `entities` the query's quoted phrases and named entities.
+/// The tier of `chunk` and why. `importance` is the chunk's access frequency (importance policy;
+/// `None` while nothing of the tenant was packed: full), `entities` the query's quoted phrases and
+/// named entities.
 pub fn choose(
     config: &SurrogateConfig,
     chunk: &Chunk,
     now_ms: u64,
-    importance: f32,
+    importance: Option<f32>,
     entities: &[String],
 ) -> (SurrogateTier, String) {
     let (tier, mut why) = match config.policy {
@@ -130,7 +132,12 @@ pub fn choose(
             };
             (tier, format!("age {days:.1} days"))
         }
+        SurrogatePolicy::Importance if importance.is_none() => (
+            SurrogateTier::Full,
+            "no access counts yet for this tenant".into(),
+        ),
         SurrogatePolicy::Importance => {
+            let importance = importance.unwrap_or(0.0);
             let tier = if importance > config.importance_full {
                 SurrogateTier::Full
             } else if importance > config.importance_gist {
@@ -202,6 +209,7 @@ pub fn gist(text: &str, max_bytes: usize) -> String {
         .collect();
     let mut order: Vec<usize> = (0..spans.len()).collect();
     order.sort_by(|&a, &b| centrality[b].total_cmp(&centrality[a]).then(a.cmp(&b)));
+    let order_first = order[0];
     let mut chosen = Vec::new();
     let mut used = 0;
     for index in order {
@@ -217,7 +225,7 @@ pub fn gist(text: &str, max_bytes: usize) -> String {
     }
     if chosen.is_empty() {
         // Even the most central sentence is too long: its beginning.
-        let (a, b) = spans[0];
+        let (a, b) = spans[order_first];
         let sentence = text[a..b].trim();
         let cut = sentence.floor_char_boundary(max_bytes.min(sentence.len()));
         return sentence[..cut].trim_end().to_string();
@@ -300,14 +308,19 @@ pub fn key_phrases(text: &str, n: usize) -> String {
     chosen.join("; ")
 }
 
-/// How often chunks were packed, for the importance policy: the least recently packed are forgotten
-/// first once `capacity` chunks are counted.
+/// How often chunks were packed, per tenant, for the importance policy. At most `capacity` chunks
+/// are counted; past that the least recently packed is forgotten (and its tenant's maximum
+/// recomputed if it held it).
 #[derive(Debug, Clone)]
 pub struct AccessCounts {
-    counts: HashMap<String, u64>,
-    order: VecDeque<String>,
+    /// (tenant, chunk id) → (packings, the clock of the last one).
+    counts: HashMap<(String, String), (u64, u64)>,
+    /// Packings, oldest first; an entry whose clock is not its chunk's last is stale and skipped.
+    order: VecDeque<((String, String), u64)>,
+    clock: u64,
     capacity: usize,
-    max: u64,
+    /// The most packings of one chunk, per tenant.
+    max: HashMap<String, u64>,
 }
 
 impl AccessCounts {
@@ -316,34 +329,70 @@ impl AccessCounts {
         Self {
             counts: HashMap::new(),
             order: VecDeque::new(),
+            clock: 0,
             capacity: capacity.max(1),
-            max: 0,
+            max: HashMap::new(),
         }
     }
 
-    /// One more packing of each of `chunk_ids`.
-    pub fn record<'a>(&mut self, chunk_ids: impl IntoIterator<Item = &'a str>) {
+    /// One more packing of each of `chunk_ids` of `tenant`.
+    pub fn record<'a>(&mut self, tenant: &str, chunk_ids: impl IntoIterator<Item = &'a str>) {
         for id in chunk_ids {
-            let count = self.counts.entry(id.to_string()).or_insert_with(|| {
-                self.order.push_back(id.to_string());
-                0
-            });
-            *count += 1;
-            self.max = self.max.max(*count);
+            self.clock += 1;
+            let key = (tenant.to_string(), id.to_string());
+            let entry = self.counts.entry(key.clone()).or_insert((0, 0));
+            entry.0 += 1;
+            entry.1 = self.clock;
+            let count = entry.0;
+            self.order.push_back((key, self.clock));
+            let max = self.max.entry(tenant.to_string()).or_insert(0);
+            *max = (*max).max(count);
         }
         while self.counts.len() > self.capacity {
-            if let Some(oldest) = self.order.pop_front() {
-                self.counts.remove(&oldest);
+            let Some((key, stamp)) = self.order.pop_front() else {
+                break;
+            };
+            if self
+                .counts
+                .get(&key)
+                .is_some_and(|(_, last)| *last == stamp)
+            {
+                let (count, _) = self.counts.remove(&key).expect("present");
+                if self.max.get(&key.0) == Some(&count) {
+                    let max = self
+                        .counts
+                        .iter()
+                        .filter(|((t, _), _)| *t == key.0)
+                        .map(|(_, (c, _))| *c)
+                        .max();
+                    match max {
+                        Some(max) => self.max.insert(key.0, max),
+                        None => self.max.remove(&key.0),
+                    };
+                }
             }
+        }
+        // Stale entries are dropped once they outnumber the live ones.
+        if self.order.len() > 4 * self.capacity + 64 {
+            let mut live: Vec<((String, String), u64)> = self
+                .counts
+                .iter()
+                .map(|(key, (_, last))| (key.clone(), *last))
+                .collect();
+            live.sort_by_key(|(_, last)| *last);
+            self.order = live.into();
         }
     }
 
-    /// A chunk's packings over the most-packed chunk's (0 when none was packed).
-    pub fn frequency(&self, chunk_id: &str) -> f32 {
-        if self.max == 0 {
-            return 0.0;
-        }
-        self.counts.get(chunk_id).copied().unwrap_or(0) as f32 / self.max as f32
+    /// A chunk's packings over the most packings of one chunk of its tenant; `None` while nothing
+    /// of the tenant was packed.
+    pub fn frequency(&self, tenant: &str, chunk_id: &str) -> Option<f32> {
+        let max = *self.max.get(tenant).filter(|m| **m > 0)?;
+        let count = self
+            .counts
+            .get(&(tenant.to_string(), chunk_id.to_string()))
+            .map_or(0, |(count, _)| *count);
+        Some(count as f32 / max as f32)
     }
 }
 
@@ -385,7 +434,7 @@ mod tests {
                 &config,
                 &chunk("The Lisbon office moved in May.", NOW - days * DAY),
                 NOW,
-                0.0,
+                None,
                 entities,
             )
         };
@@ -403,12 +452,12 @@ mod tests {
         assert_eq!(tier(10, &["lisbon".to_string()]).0, SurrogateTier::Full);
         // Unknown times count as new; a disabled policy is full.
         assert_eq!(
-            choose(&config, &chunk("x", 0), NOW, 0.0, &[]).0,
+            choose(&config, &chunk("x", 0), NOW, None, &[]).0,
             SurrogateTier::Full
         );
         let off = SurrogateConfig::default();
         assert_eq!(
-            choose(&off, &chunk("x", NOW - 400 * DAY), NOW, 0.0, &[]).0,
+            choose(&off, &chunk("x", NOW - 400 * DAY), NOW, None, &[]).0,
             SurrogateTier::Full
         );
     }
@@ -421,23 +470,47 @@ mod tests {
             ..SurrogateConfig::default()
         };
         let mut counts = AccessCounts::new(10);
+        let tier = |counts: &AccessCounts, tenant: &str, id: &str| {
+            choose(
+                &config,
+                &chunk("x", 0),
+                NOW,
+                counts.frequency(tenant, id),
+                &[],
+            )
+            .0
+        };
+        // Nothing packed yet: full, not micro.
+        assert_eq!(tier(&counts, "t", "any"), SurrogateTier::Full);
         for _ in 0..10 {
-            counts.record(["hot"]);
+            counts.record("t", ["hot"]);
         }
         for _ in 0..5 {
-            counts.record(["warm"]);
+            counts.record("t", ["warm"]);
         }
-        counts.record(["cold"]);
-        let tier = |id: &str| choose(&config, &chunk("x", 0), NOW, counts.frequency(id), &[]).0;
-        assert_eq!(tier("hot"), SurrogateTier::Full);
-        assert_eq!(tier("warm"), SurrogateTier::Gist);
-        assert_eq!(tier("cold"), SurrogateTier::Micro);
-        assert_eq!(tier("never"), SurrogateTier::Micro);
-        // Bounded: the least recently first-packed are forgotten.
+        counts.record("t", ["cold"]);
+        assert_eq!(tier(&counts, "t", "hot"), SurrogateTier::Full);
+        assert_eq!(tier(&counts, "t", "warm"), SurrogateTier::Gist);
+        assert_eq!(tier(&counts, "t", "cold"), SurrogateTier::Micro);
+        assert_eq!(tier(&counts, "t", "never"), SurrogateTier::Micro);
+        // Another tenant's traffic does not set this one's scale.
+        counts.record("other", ["x"]);
+        assert_eq!(counts.frequency("other", "x"), Some(1.0));
+        assert_eq!(counts.frequency("t", "warm"), Some(0.5));
+        // Bounded, least recently packed first: `a` packed again outlives `b`.
         let mut small = AccessCounts::new(2);
-        small.record(["a", "b", "c"]);
-        assert_eq!(small.frequency("a"), 0.0);
-        assert_eq!(small.frequency("c"), 1.0);
+        small.record("t", ["a", "b"]);
+        small.record("t", ["a"]);
+        small.record("t", ["c"]);
+        assert_eq!(small.frequency("t", "b"), Some(0.0), "forgotten");
+        assert_eq!(small.frequency("t", "a"), Some(1.0));
+        // Forgetting the chunk that held the maximum recomputes it.
+        small.record("t", ["c", "d"]);
+        assert_eq!(small.frequency("t", "c"), Some(1.0), "{small:?}");
+        for _ in 0..100 {
+            small.record("t", ["e"]);
+        }
+        assert!(small.order.len() <= 4 * 2 + 64 + 1);
     }
 
     #[test]
