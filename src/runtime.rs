@@ -53,6 +53,11 @@ pub struct Running {
 }
 
 impl Running {
+    /// Whether the job is still running (false once it stopped, or a worker panicked).
+    pub fn is_running(&self) -> bool {
+        !self.thread.is_finished()
+    }
+
     /// Waits for the job to finish.
     pub fn join(self) -> anyhow::Result<()> {
         self.thread

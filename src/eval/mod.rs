@@ -17,6 +17,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
@@ -55,7 +56,11 @@ mod measures;
 use dataset::*;
 use measures::*;
 
-fn wait_indexed(expected_events: u64, started_events: u64) -> anyhow::Result<()> {
+fn wait_indexed(
+    expected_events: u64,
+    started_events: u64,
+    running: &crate::runtime::Running,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(6 * 3600);
     loop {
         let seen = metrics().source_events.get().saturating_sub(started_events);
@@ -64,6 +69,9 @@ fn wait_indexed(expected_events: u64, started_events: u64) -> anyhow::Result<()>
         }
         if Instant::now() > deadline {
             bail!("indexing did not finish");
+        }
+        if !running.is_running() {
+            bail!("the job stopped while indexing (see its log above)");
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -108,7 +116,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
     let index_started = Instant::now();
     let mut baseline_embedder = ragstream_topologies::factory::embedder(&config)?;
     let running = crate::runtime::start(config)?;
-    wait_indexed(documents as u64, started_events)?;
+    wait_indexed(documents as u64, started_events, &running)?;
     let index_seconds = index_started.elapsed().as_secs_f64();
     let chunks_written = metrics().chunks_upserted.get() - upserted_before;
     eprintln!(
@@ -153,9 +161,24 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
             next += 1;
         }
         let (qi, bi, receiver, sent) = in_flight.pop_front().expect("in flight");
-        let context = receiver
-            .recv_timeout(Duration::from_secs(120))
-            .map_err(|_| anyhow::anyhow!("no context for query {qi} within 120 s"))?;
+        // Waits up to 120 s, but not for a job that stopped (a worker that panicked answers nothing).
+        let context = loop {
+            match receiver.recv_timeout(Duration::from_secs(1)) {
+                Ok(context) => break context,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    bail!("the job stopped before answering query {qi}")
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) if !running.is_running() => {
+                    bail!("the job stopped before answering query {qi} (see its log above)")
+                }
+                Err(mpsc::RecvTimeoutError::Timeout)
+                    if sent.elapsed() > Duration::from_secs(120) =>
+                {
+                    bail!("no context for query {qi} within 120 s")
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+        };
         if let Some(error) = &context.error {
             bail!("query {} failed: {error}", context.query_id);
         }
