@@ -397,6 +397,16 @@ impl ServerHandler for RagTools {
     }
 }
 
+/// The MCP transports' runtime: one thread for rmcp's tasks (the tools' waits for their contexts
+/// run on its blocking pool).
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("mcp")
+        .enable_all()
+        .build()
+}
+
 /// The streamable HTTP side: the tools behind `POST /mcp` of the job's HTTP server.
 pub struct McpHttp {
     runtime: tokio::runtime::Runtime,
@@ -406,11 +416,7 @@ pub struct McpHttp {
 impl McpHttp {
     /// Tools over `ingress`; `allowed_hosts` are the `Host` values accepted (empty: loopback only).
     pub fn new(ingress: Arc<HttpIngress>, allowed_hosts: &[String]) -> anyhow::Result<Self> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("mcp")
-            .enable_all()
-            .build()?;
+        let runtime = runtime()?;
         let mut config = StreamableHttpServerConfig::default()
             .with_sse_keep_alive(None)
             .with_sse_retry(None)
@@ -492,11 +498,7 @@ impl McpHttp {
 
 /// Serves the tools on stdin/stdout until the client closes stdin.
 pub fn serve_stdio(ingress: Arc<HttpIngress>, grant: Grant) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("mcp")
-        .enable_all()
-        .build()?;
+    let runtime = runtime()?;
     runtime.block_on(async move {
         let service = RagTools::new(ingress, Some(grant))
             .serve(rmcp::transport::stdio())
