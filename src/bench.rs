@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use ragstream_operators::embed::service::Priority;
 use ragstream_operators::ingest::chunk::{Chunker, ChunkerConfig};
+use ragstream_operators::ingest::embed::push_texts;
 use ragstream_operators::metrics::metrics;
 use ragstream_operators::model::{DocKey, DocKind, Document};
 use ragstream_operators::store::SearchFilter;
@@ -219,13 +220,6 @@ pub fn ingest(args: IngestBench) -> anyhow::Result<serde_json::Value> {
     }
     eprintln!("token counting MB/s: {counting:?}");
 
-    // 2. Embedding only, on exactly the chunks the pipeline will embed, in pipeline-sized calls.
-    let chunker = Chunker::new(ChunkerConfig::default());
-    let inputs: Vec<String> = documents
-        .iter()
-        .flat_map(|d| chunker.chunk(d))
-        .map(|c| c.embedding_input())
-        .collect();
     let config_text = format!(
         "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"{}\"\ndocuments_topic = \"bench-{}\"\ndlq_topic = \"bench-dlq\"\ngroup_id = \"bench-{}\"\n[index]\npath = \"{}\"\n[http]\nlisten = \"127.0.0.1:0\"\n",
         args.brokers,
@@ -237,13 +231,22 @@ pub fn ingest(args: IngestBench) -> anyhow::Result<serde_json::Value> {
         std::env::temp_dir().join(format!("ragstream-bench-{}.toml", std::process::id()));
     std::fs::write(&config_path, config_text)?;
     let config = Config::load(&config_path)?;
+    // 2. Embedding only, on exactly the texts the pipeline will embed (each chunk and its evidence
+    // units), in pipeline-sized calls.
+    let chunker = Chunker::new(ChunkerConfig::default());
+    let mut inputs: Vec<String> = Vec::new();
+    let mut chunk_count = 0usize;
+    for chunk in documents.iter().flat_map(|d| chunker.chunk(d)) {
+        push_texts(&chunk, config.embedder.evidence_units, &mut inputs);
+        chunk_count += 1;
+    }
     // Every configured ingest executor, each on whole calls of `max_batch` texts (one slice a call).
     let mut whole_calls = config.clone();
     whole_calls.embedder.slice_word_pieces = usize::MAX / 2;
     let (embed_seconds, word_pieces) = embed_all(&whole_calls, &inputs)?;
-    let embed_rate = inputs.len() as f64 / embed_seconds;
+    let embed_rate = chunk_count as f64 / embed_seconds;
     eprintln!(
-        "embedding only: {} chunks in {embed_seconds:.1}s = {embed_rate:.1} chunks/s, {:.0} word pieces/s ({} executor(s) of {} thread(s))",
+        "embedding only: {chunk_count} chunks ({} texts with their evidence units) in {embed_seconds:.1}s = {embed_rate:.1} chunks/s, {:.0} word pieces/s ({} executor(s) of {} thread(s))",
         inputs.len(),
         word_pieces as f64 / embed_seconds,
         config.embedder.executors(),
@@ -255,10 +258,10 @@ pub fn ingest(args: IngestBench) -> anyhow::Result<serde_json::Value> {
     eprintln!(
         "embedding only, in the service's slices of {} word pieces: {sliced_seconds:.1}s = {:.1} chunks/s",
         config.embedder.slice_word_pieces,
-        inputs.len() as f64 / sliced_seconds
+        chunk_count as f64 / sliced_seconds
     );
     // The pipeline is measured against the model at its best: the faster of the two.
-    let best_rate = inputs.len() as f64 / embed_seconds.min(sliced_seconds);
+    let best_rate = chunk_count as f64 / embed_seconds.min(sliced_seconds);
 
     // 3. End to end through Kafka.
     ragstream_operators::io::kafka_admin::ensure_topics(
@@ -362,8 +365,8 @@ pub fn ingest(args: IngestBench) -> anyhow::Result<serde_json::Value> {
         "documents": documents.len(),
         "corpus_mb": bytes as f64 / 1e6,
         "token_counting_mb_per_s": counting,
-        "embedding_only": {"chunks": inputs.len(), "seconds": embed_seconds, "chunks_per_s": embed_rate, "word_pieces_per_s": word_pieces as f64 / embed_seconds},
-        "embedding_only_sliced": {"slice_word_pieces": config.embedder.slice_word_pieces, "seconds": sliced_seconds, "chunks_per_s": inputs.len() as f64 / sliced_seconds},
+        "embedding_only": {"chunks": chunk_count, "texts": inputs.len(), "seconds": embed_seconds, "chunks_per_s": embed_rate, "word_pieces_per_s": word_pieces as f64 / embed_seconds},
+        "embedding_only_sliced": {"slice_word_pieces": config.embedder.slice_word_pieces, "seconds": sliced_seconds, "chunks_per_s": chunk_count as f64 / sliced_seconds},
         "end_to_end_kafka": {
             "chunks": chunks, "seconds": pipeline_seconds, "chunks_per_s": pipeline_rate,
             "seconds_to_first_event": first_event, "chunks_per_s_from_first_event": consuming_rate,

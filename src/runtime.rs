@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use ragstream_operators::embed::service::{InferenceService, Priority};
 use ragstream_operators::ingest::chunk::{Chunker, ChunkerConfig};
+use ragstream_operators::ingest::embed::{push_texts, take_vectors};
 use ragstream_operators::ingest::guard::Rehydration;
 use ragstream_operators::ingest::hydrate::hydrate;
 use ragstream_operators::io::checkpoint::IndexCheckpoint;
@@ -71,26 +72,40 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     start(config)?.join()
 }
 
-/// Re-embeds every chunk of a shard with `embedder` (same ids, new vectors and embedder version).
-fn reembed_shard(shard: &dyn VectorStore, embedder: &InferenceService) -> anyhow::Result<usize> {
+/// Re-embeds every chunk of a shard with `embedder` (same ids, new vectors and embedder version; with
+/// `evidence`, the chunks' evidence units too).
+fn reembed_shard(
+    shard: &dyn VectorStore,
+    embedder: &InferenceService,
+    evidence: bool,
+) -> anyhow::Result<usize> {
     let hydrated = hydrate(shard, &|_| true)?;
     let bm25 = ragstream_operators::store::Bm25Encoder::default();
     let mut written = 0;
     let all: Vec<_> = hydrated.documents.into_values().flatten().collect();
     for batch in all.chunks(256) {
-        let inputs: Vec<String> = batch.iter().map(|s| s.chunk.embedding_input()).collect();
-        let vectors = embedder.embed_blocking(inputs, Priority::Ingest)?.vectors;
+        let mut inputs = Vec::new();
+        for stored in batch {
+            push_texts(&stored.chunk, evidence, &mut inputs);
+        }
+        let mut vectors = embedder
+            .embed_blocking(inputs, Priority::Ingest)?
+            .vectors
+            .into_iter();
         let points: Vec<_> = batch
             .iter()
-            .zip(vectors)
-            .map(|(stored, dense)| ragstream_operators::store::PointWrite {
-                id: stored.id,
-                key: stored.key.clone(),
-                version: stored.version,
-                sparse: bm25.encode_document(&stored.chunk.embedding_input()),
-                dense,
-                chunk: stored.chunk.clone(),
-                embedder_version: embedder.version().to_string(),
+            .map(|stored| {
+                let (dense, units) = take_vectors(&stored.chunk, evidence, &mut vectors);
+                ragstream_operators::store::PointWrite {
+                    id: stored.id,
+                    key: stored.key.clone(),
+                    version: stored.version,
+                    sparse: bm25.encode_document(&stored.chunk.embedding_input()),
+                    dense,
+                    evidence: units,
+                    chunk: stored.chunk.clone(),
+                    embedder_version: embedder.version().to_string(),
+                }
             })
             .collect();
         shard.upsert(&points)?;
@@ -119,7 +134,8 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
             Err(StoreError::EmbedderMismatch {
                 found_dimension, ..
             }) if config.embedder.reembed && found_dimension == dimension => {
-                let written = reembed_shard(shard.as_ref(), &service)?;
+                let written =
+                    reembed_shard(shard.as_ref(), &service, config.embedder.evidence_units)?;
                 tracing::info!(shard = index, chunks = written, embedder = %version, "re-embedded");
             }
             Err(StoreError::EmbedderMismatch {
@@ -301,6 +317,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                             hydrated,
                             chunker,
                             embedder: service.clone(),
+                            evidence_units: config.embedder.evidence_units,
                             store,
                             optimize_every: config.index.tuning.optimize_every,
                             dlq,

@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::store::{
-    Hit, PointWrite, SearchFilter, SearchVector, StoreError, StoredChunk, VectorStore,
+    Hit, PointWrite, SearchFilter, SearchVector, StoreError, StoredChunk, StoredVectors,
+    VectorStore,
 };
 
 /// A batch was polled from Kafka and handed to the dataflow (nothing of it written yet).
@@ -211,8 +212,8 @@ impl VectorStore for FaultyStore {
     fn get(&self, ids: &[uuid::Uuid]) -> Result<Vec<StoredChunk>, StoreError> {
         self.inner.get(ids)
     }
-    fn dense_vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, Vec<f32>)>, StoreError> {
-        self.inner.dense_vectors(ids)
+    fn vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, StoredVectors)>, StoreError> {
+        self.inner.vectors(ids)
     }
     fn optimize(&self) -> Result<(), StoreError> {
         self.check()?;

@@ -44,6 +44,8 @@ pub struct IngestParts {
     pub chunker: Chunker,
     /// The process's inference service.
     pub embedder: InferenceService,
+    /// Whether each chunk's evidence units are embedded too (`embedder.evidence_units`).
+    pub evidence_units: bool,
     /// This worker's shard.
     pub store: Arc<dyn VectorStore>,
     /// Points written between two optimizations of the shard ([`ragstream_operators::store::IndexTuning::optimize_every`]).
@@ -74,6 +76,7 @@ pub fn ingest<'scope>(
         hydrated,
         chunker,
         embedder,
+        evidence_units,
         store,
         optimize_every,
         dlq,
@@ -118,7 +121,9 @@ pub fn ingest<'scope>(
     let (work, embed_refused): (
         StreamVec<'scope, u64, IndexDelta>,
         StreamVec<'scope, u64, DlqRecord>,
-    ) = deltas.embed_chunks(embedder).ok_err(|result| result);
+    ) = deltas
+        .embed_chunks(embedder, evidence_units)
+        .ok_err(|result| result);
     let (written, index_refused): (
         StreamVec<'scope, u64, IndexAck>,
         StreamVec<'scope, u64, DlqRecord>,

@@ -230,6 +230,43 @@ impl Chunk {
         input.push_str(&self.text);
         input
     }
+
+    /// The chunk's evidence units: its sentences (in code and schemas, where a line break ends a
+    /// sentence, its lines), each embedded on its own so the rerank can see the one sentence that
+    /// answers a query in a chunk about several things. Units without a word (two letters in a row)
+    /// are left out, repeats are kept once, at most [`MAX_EVIDENCE_UNITS`] are taken from the start,
+    /// and a chunk of one unit has none (its own vector is that sentence's).
+    pub fn evidence_units(&self) -> Vec<&str> {
+        let mut units: Vec<&str> = Vec::new();
+        for (start, end) in crate::text::sentence_spans(&self.text) {
+            let unit = &self.text[start..end];
+            if has_word(unit) && !units.contains(&unit) {
+                units.push(unit);
+                if units.len() == MAX_EVIDENCE_UNITS {
+                    break;
+                }
+            }
+        }
+        if units.len() < 2 {
+            units.clear();
+        }
+        units
+    }
+}
+
+/// Evidence units embedded per chunk at most ([`Chunk::evidence_units`]): a 200-token prose chunk
+/// holds about 8 sentences, a 300-token code chunk about 25 lines.
+pub const MAX_EVIDENCE_UNITS: usize = 32;
+
+/// Whether `text` holds two letters in a row.
+fn has_word(text: &str) -> bool {
+    let mut previous = false;
+    text.chars().any(|c| {
+        let letter = c.is_alphabetic();
+        let word = previous && letter;
+        previous = letter;
+        word
+    })
 }
 
 /// Everything the index holds for one document.
@@ -288,6 +325,52 @@ const POINT_NAMESPACE: uuid::Uuid =
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn chunk(kind: DocKind, text: &str) -> Chunk {
+        let mut chunk = crate::testing::sample_point("t", "d", 1, text, &[]).chunk;
+        chunk.kind = kind;
+        chunk
+    }
+
+    #[test]
+    fn evidence_units_are_sentences_or_lines_with_words() {
+        let prose = chunk(
+            DocKind::Prose,
+            "The ferry leaves at noon. Tickets cost 5 EUR!\n\nThe ferry leaves at noon. 42.",
+        );
+        // The repeated sentence is kept once; "42." holds no word.
+        assert_eq!(
+            prose.evidence_units(),
+            vec!["The ferry leaves at noon.", "Tickets cost 5 EUR!"]
+        );
+        let code = chunk(
+            DocKind::Code,
+            "def is_iterable(value):\n    \"\"\"Whether value can be iterated.\"\"\"\n    try:\n        iter(value)\n    except TypeError:\n        return False\n    return True\n}",
+        );
+        assert_eq!(
+            code.evidence_units(),
+            vec![
+                "def is_iterable(value):",
+                "\"\"\"Whether value can be iterated.\"\"\"",
+                "try:",
+                "iter(value)",
+                "except TypeError:",
+                "return False",
+                "return True",
+            ]
+        );
+        // One unit: the chunk's own vector is that sentence's.
+        assert!(chunk(DocKind::Prose, "Only one sentence here.")
+            .evidence_units()
+            .is_empty());
+        let long: String = (0..50)
+            .map(|i| format!("Sentence number {i} is here. "))
+            .collect();
+        let long = chunk(DocKind::Prose, &long);
+        let units = long.evidence_units();
+        assert_eq!(units.len(), MAX_EVIDENCE_UNITS);
+        assert_eq!(units[0], "Sentence number 0 is here.");
+    }
 
     #[test]
     fn doc_key_parses_first_slash_only() {

@@ -82,6 +82,7 @@ pub fn sample_point(
         version,
         sparse: Bm25Encoder::default().encode_document(&chunk.embedding_input()),
         dense: unit(axis),
+        evidence: Vec::new(),
         chunk,
         embedder_version: "test-embedder".into(),
     }

@@ -28,7 +28,7 @@ use super::diff::ChunkDelta;
 use super::dlq::{DlqRecord, Origin};
 use crate::embed::service::{InferenceService, Priority, Ticket};
 use crate::embed::EmbedError;
-use crate::model::DocKey;
+use crate::model::{Chunk, DocKey};
 use crate::store::{Bm25Encoder, PointWrite};
 
 /// The index work of one document, ready to write.
@@ -40,7 +40,7 @@ pub struct IndexDelta {
     pub deletes: Vec<uuid::Uuid>,
     /// Points to upsert.
     pub points: Vec<PointWrite>,
-    /// Points to rewrite at a new version with the dense vector the index already holds: their `dense`
+    /// Points to rewrite at a new version with the vectors the index already holds: their `dense`
     /// is empty here and is read back from the store by the index writer (nothing is embedded).
     pub restamp: Vec<PointWrite>,
     /// Ids deleted or rewritten with a new layout ([`ChunkDelta::changed`]).
@@ -96,15 +96,45 @@ fn dead_letter(
             )
         })
         .collect();
-    (index_work(version, bm25, deltas, None), dlq)
+    (index_work(version, bm25, deltas, None, false), dlq)
 }
 
-/// Index work of `deltas`: their deletes, and their upserts with `vectors` (none: deletes only).
+/// Adds what is embedded for `chunk` to `texts`: its embedding input, then (with `evidence`) its
+/// evidence units ([`Chunk::evidence_units`]).
+pub fn push_texts(chunk: &Chunk, evidence: bool, texts: &mut Vec<String>) {
+    texts.push(chunk.embedding_input());
+    if evidence {
+        texts.extend(chunk.evidence_units().into_iter().map(str::to_string));
+    }
+}
+
+/// Takes `chunk`'s vectors from `vectors`, in the order [`push_texts`] gave its texts: the chunk's own,
+/// then its evidence units'.
+pub fn take_vectors(
+    chunk: &Chunk,
+    evidence: bool,
+    vectors: &mut impl Iterator<Item = Vec<f32>>,
+) -> (Vec<f32>, Vec<Vec<f32>>) {
+    let dense = vectors.next().expect("one vector per input");
+    let units = if evidence {
+        chunk.evidence_units().len()
+    } else {
+        0
+    };
+    let evidence = (0..units)
+        .map(|_| vectors.next().expect("one vector per evidence unit"))
+        .collect();
+    (dense, evidence)
+}
+
+/// Index work of `deltas`: their deletes, and their upserts with `vectors` (none: deletes only), laid
+/// out as [`push_texts`] gave the texts.
 fn index_work(
     version: &str,
     bm25: &Bm25Encoder,
     deltas: Vec<ChunkDelta>,
     vectors: Option<Vec<Vec<f32>>>,
+    evidence: bool,
 ) -> Vec<IndexDelta> {
     let mut vectors = vectors.map(Vec::into_iter);
     deltas
@@ -114,14 +144,18 @@ fn index_work(
                 Some(vectors) => delta
                     .upserts
                     .into_iter()
-                    .map(|chunk| PointWrite {
-                        id: chunk.point_id(&delta.key),
-                        key: delta.key.clone(),
-                        version: delta.version,
-                        sparse: bm25.encode_document(&chunk.embedding_input()),
-                        dense: vectors.next().expect("one vector per input"),
-                        chunk,
-                        embedder_version: version.to_string(),
+                    .map(|chunk| {
+                        let (dense, units) = take_vectors(&chunk, evidence, vectors);
+                        PointWrite {
+                            id: chunk.point_id(&delta.key),
+                            key: delta.key.clone(),
+                            version: delta.version,
+                            sparse: bm25.encode_document(&chunk.embedding_input()),
+                            dense,
+                            evidence: units,
+                            chunk,
+                            embedder_version: version.to_string(),
+                        }
                     })
                     .collect(),
                 None => Vec::new(),
@@ -135,6 +169,7 @@ fn index_work(
                     version: delta.version,
                     sparse: bm25.encode_document(&chunk.embedding_input()),
                     dense: Vec::new(),
+                    evidence: Vec::new(),
                     chunk,
                     embedder_version: version.to_string(),
                 })
@@ -180,17 +215,26 @@ pub struct EmbedQueue<C> {
     in_flight: VecDeque<InFlight<C>>,
     request_texts: usize,
     max_in_flight: usize,
+    evidence: bool,
 }
 
 impl<C: Clone> EmbedQueue<C> {
-    /// Requests of about `request_texts` texts, at most `max_in_flight` at once.
+    /// Requests of about `request_texts` chunks, at most `max_in_flight` at once; chunks only (see
+    /// [`Self::with_evidence`]).
     pub fn new(request_texts: usize, max_in_flight: usize) -> Self {
         Self {
             queued: VecDeque::new(),
             in_flight: VecDeque::new(),
             request_texts: request_texts.max(1),
             max_in_flight: max_in_flight.max(1),
+            evidence: false,
         }
+    }
+
+    /// With `evidence`, each chunk's evidence units are embedded with it ([`push_texts`]).
+    pub fn with_evidence(mut self, evidence: bool) -> Self {
+        self.evidence = evidence;
+        self
     }
 
     /// Queues `deltas` of the time `cap` stands for.
@@ -217,7 +261,7 @@ impl<C: Clone> EmbedQueue<C> {
                 self.queued.pop_front();
             }
             self.in_flight
-                .push_back(Self::request(service, waker, cap, taken));
+                .push_back(Self::request(service, waker, cap, taken, self.evidence));
         }
     }
 
@@ -226,11 +270,12 @@ impl<C: Clone> EmbedQueue<C> {
         waker: &Waker,
         cap: C,
         deltas: Vec<ChunkDelta>,
+        evidence: bool,
     ) -> InFlight<C> {
-        let texts = deltas
-            .iter()
-            .flat_map(|d| d.upserts.iter().map(|c| c.embedding_input()))
-            .collect();
+        let mut texts = Vec::new();
+        for chunk in deltas.iter().flat_map(|d| &d.upserts) {
+            push_texts(chunk, evidence, &mut texts);
+        }
         let waker = waker.clone();
         let ticket = service.submit(texts, Priority::Ingest, move || waker());
         InFlight {
@@ -257,13 +302,20 @@ impl<C: Clone> EmbedQueue<C> {
             let InFlight { cap, deltas, .. } = self.in_flight.pop_front().expect("front exists");
             match result {
                 Ok(embedded) => {
-                    let work = index_work(service.version(), bm25, deltas, Some(embedded.vectors));
+                    let work = index_work(
+                        service.version(),
+                        bm25,
+                        deltas,
+                        Some(embedded.vectors),
+                        self.evidence,
+                    );
                     ready.push((cap, work, Vec::new()));
                 }
                 Err(error) if deltas.iter().filter(|d| !d.upserts.is_empty()).count() > 1 => {
                     tracing::warn!(%error, documents = deltas.len(), "embedding a request failed: isolating the failing documents");
                     for delta in deltas.into_iter().rev() {
-                        let one = Self::request(service, waker, cap.clone(), vec![delta]);
+                        let one =
+                            Self::request(service, waker, cap.clone(), vec![delta], self.evidence);
                         self.in_flight.push_front(one);
                     }
                 }
@@ -279,10 +331,12 @@ impl<C: Clone> EmbedQueue<C> {
 
 /// Extension trait: embed chunk deltas.
 pub trait EmbedChunks<'scope> {
-    /// Embeds each batch through `service`; `Ok` index work, `Err` DLQ records.
+    /// Embeds each batch through `service` (with `evidence`, each chunk's evidence units too); `Ok`
+    /// index work, `Err` DLQ records.
     fn embed_chunks(
         self,
         service: InferenceService,
+        evidence: bool,
     ) -> StreamVec<'scope, u64, Result<IndexDelta, DlqRecord>>;
 }
 
@@ -290,6 +344,7 @@ impl<'scope> EmbedChunks<'scope> for StreamVec<'scope, u64, ChunkDelta> {
     fn embed_chunks(
         self,
         service: InferenceService,
+        evidence: bool,
     ) -> StreamVec<'scope, u64, Result<IndexDelta, DlqRecord>> {
         let pact = Exchange::new(|delta: &ChunkDelta| delta.key.route());
         let bm25 = Bm25Encoder::default();
@@ -299,7 +354,7 @@ impl<'scope> EmbedChunks<'scope> for StreamVec<'scope, u64, ChunkDelta> {
             let waker = crate::background::operator_waker(scope.worker(), &info.address);
             // Each batch keeps its capability until its work is given: a time is not complete
             // downstream (and its offsets not committed) while any of its documents is being embedded.
-            let mut queue = EmbedQueue::new(REQUEST_TEXTS, MAX_IN_FLIGHT);
+            let mut queue = EmbedQueue::new(REQUEST_TEXTS, MAX_IN_FLIGHT).with_evidence(evidence);
             move |input, output| {
                 input.for_each(|cap, data| {
                     queue.push(
@@ -493,6 +548,40 @@ mod tests {
     }
 
     #[test]
+    fn evidence_units_get_their_own_vectors_beside_their_chunks() {
+        let large = long_document("large");
+        let upserts = large.upserts.len();
+        let service = service(3, 64);
+        let mut queue = EmbedQueue::new(8, 2).with_evidence(true);
+        queue.push(
+            1,
+            vec![
+                insert(
+                    "two",
+                    "The ferry leaves at noon. Tickets are sold at the pier.",
+                ),
+                insert("one", "A single sentence."),
+                large,
+            ],
+        );
+        let results = run(&mut queue, &service);
+        let points: Vec<&PointWrite> = results
+            .iter()
+            .flat_map(|(_, work, _)| work.iter().flat_map(|d| &d.points))
+            .collect();
+        assert_eq!(points.len(), 2 + upserts);
+        let mut with_units = 0;
+        for point in points {
+            assert_eq!(point.dense, expected_vector(&point.chunk.embedding_input()));
+            let units = point.chunk.evidence_units();
+            let expected: Vec<Vec<f32>> = units.iter().map(|u| expected_vector(u)).collect();
+            assert_eq!(point.evidence, expected, "{}", point.key);
+            with_units += usize::from(!units.is_empty());
+        }
+        assert!(with_units > 1, "{with_units} chunks with evidence units");
+    }
+
+    #[test]
     fn a_document_that_fails_in_a_request_of_its_own_keeps_its_retractions() {
         let mut bad = insert("bad", "A BAD document.");
         bad.deletes.push(uuid::Uuid::nil());
@@ -555,7 +644,7 @@ mod tests {
             let (mut input, probe) = worker.dataflow(|scope| {
                 let (input, stream) = scope.new_input::<ChunkDelta>();
                 let probe = stream
-                    .embed_chunks(service)
+                    .embed_chunks(service, false)
                     .inspect_core(move |event| {
                         if let Ok((stamp, data)) = event {
                             let time: u64 = *stamp.elements().first().expect("a time");

@@ -35,7 +35,7 @@ use crate::events::{InternalEvent, ShardOptimized};
 use crate::metrics::metrics;
 use crate::model::DocKey;
 use crate::store::stats::StatsDelta;
-use crate::store::{Bm25Encoder, PointWrite, SparseVector, StoreError, VectorStore};
+use crate::store::{Bm25Encoder, PointWrite, SparseVector, StoreError, StoredVectors, VectorStore};
 
 /// What one write batch did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -218,14 +218,15 @@ pub fn write_batch(store: &dyn VectorStore, batch: &[IndexDelta]) -> Result<Inde
     let restamp: Vec<&PointWrite> = batch.iter().flat_map(|d| d.restamp.iter()).collect();
     if !restamp.is_empty() {
         let ids: Vec<uuid::Uuid> = restamp.iter().map(|point| point.id).collect();
-        let stored: HashMap<uuid::Uuid, Vec<f32>> =
-            with_backoff("index", retryable, || store.dense_vectors(&ids))?
+        let stored: HashMap<uuid::Uuid, StoredVectors> =
+            with_backoff("index", retryable, || store.vectors(&ids))?
                 .into_iter()
                 .collect();
         for point in restamp {
             match stored.get(&point.id) {
-                Some(dense) => points.push(PointWrite {
-                    dense: dense.clone(),
+                Some(vectors) => points.push(PointWrite {
+                    dense: vectors.dense.clone(),
+                    evidence: vectors.evidence.clone(),
                     ..point.clone()
                 }),
                 // Not in the index (its embedding was dead-lettered): nothing to carry the version.

@@ -13,7 +13,7 @@ use timely::dataflow::StreamVec;
 use super::adapt::adapt;
 use super::cache::LruTtl;
 use super::dedup::dedup;
-use super::fuse::{attach_vectors, fuse};
+use super::fuse::{attach_evidence, attach_vectors, fuse};
 use super::mmr::{mmr, MmrConfig};
 use super::modes::{
     budget_for, max_new_tokens, rank_files, sql_compact, sql_full, unknown_chunk,
@@ -108,6 +108,10 @@ impl<'scope> AnswerSteps<'scope> for StreamVec<'scope, u64, Working> {
                 config.rrf_k,
             );
             attach_vectors(&mut candidates, std::mem::take(&mut working.answer.vectors));
+            attach_evidence(
+                &mut candidates,
+                std::mem::take(&mut working.answer.evidence),
+            );
             working.available = candidates.len();
             working.candidates = candidates;
             working.trace.decisions.extend(decisions);

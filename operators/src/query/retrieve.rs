@@ -72,6 +72,9 @@ pub struct ShardAnswer {
     pub bm25: Vec<Hit>,
     /// Stored vectors of the hits.
     pub vectors: Vec<(uuid::Uuid, Vec<f32>)>,
+    /// Sentence evidence of the hits ([`crate::store::StoredVectors::evidence_score`]), computed
+    /// where the vectors are (only a number per hit leaves the shard).
+    pub evidence: Vec<(uuid::Uuid, f32)>,
     /// Documents and chunk counts (`list_sources`, `files`, unknown `read_chunk` ids).
     pub sources: Vec<SourceEntry>,
     /// The chunk asked for (`read_chunk`).
@@ -169,7 +172,14 @@ pub fn search_shard(
                     .collect();
                 ids.sort();
                 ids.dedup();
-                answer.vectors = store.dense_vectors(&ids)?;
+                for (id, stored) in store.vectors(&ids)? {
+                    if !vectors.dense.is_empty() {
+                        answer
+                            .evidence
+                            .push((id, stored.evidence_score(&vectors.dense)));
+                    }
+                    answer.vectors.push((id, stored.dense));
+                }
                 if query.mode == Mode::Files {
                     answer.sources = list_sources(store, &filter)?;
                 }
@@ -191,6 +201,7 @@ pub fn gather(answers: Vec<ShardAnswer>, depth: Depth) -> ShardAnswer {
         merged.dense.extend(answer.dense);
         merged.bm25.extend(answer.bm25);
         merged.vectors.extend(answer.vectors);
+        merged.evidence.extend(answer.evidence);
         merged.chunk = merged.chunk.or(answer.chunk);
         if merged.error.is_none() {
             merged.error = answer.error;

@@ -6,6 +6,13 @@ use crate::model::DocKind;
 
 pub use ragstream_core::testing::{sample_point, DIMENSION};
 
+/// A unit vector along dimension `at`.
+fn axis(at: usize) -> Vec<f32> {
+    let mut vector = vec![0.0; DIMENSION];
+    vector[at] = 1.0;
+    vector
+}
+
 fn ids(hits: &[Hit]) -> Vec<String> {
     hits.iter()
         .map(|h| format!("{}/{}", h.stored.key.tenant, h.stored.key.doc_id))
@@ -22,13 +29,19 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
         "kafka offsets are committed after the index flush",
         &[],
     );
-    let a2 = sample_point(
+    let mut a2 = sample_point(
         "a",
         "two",
         1,
         "mmr diversifies the packed context",
         &["eng"],
     );
+    // Two evidence units, each a vector of its own, on axes other than the chunk's.
+    let own = (0..DIMENSION)
+        .max_by(|&i, &j| a2.dense[i].total_cmp(&a2.dense[j]))
+        .expect("dimensions");
+    let (first, second) = ((own + 1) % DIMENSION, (own + 2) % DIMENSION);
+    a2.evidence = vec![axis(first), axis(second)];
     let mut a3 = sample_point(
         "a",
         "three",
@@ -190,13 +203,32 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].chunk, a2.chunk);
 
-    // Stored vectors come back for MMR.
+    // Stored vectors come back for MMR, with the evidence units' vectors in their order; a point
+    // written without any has none.
     let vectors = store
-        .dense_vectors(&[a2.id, uuid::Uuid::nil()])
+        .vectors(&[a2.id, a3.id, uuid::Uuid::nil()])
         .expect("vectors");
-    assert_eq!(vectors.len(), 1);
-    let cosine = crate::embed::cosine(&vectors[0].1, &a2.dense);
+    assert_eq!(vectors.len(), 2);
+    let of = |id| &vectors.iter().find(|(v, _)| *v == id).expect("returned").1;
+    let cosine = crate::embed::cosine(&of(a2.id).dense, &a2.dense);
     assert!(cosine > 0.999, "stored vector cosine {cosine}");
+    assert_eq!(of(a2.id).evidence.len(), 2);
+    for (stored, written) in of(a2.id).evidence.iter().zip(&a2.evidence) {
+        let cosine = crate::embed::cosine(stored, written);
+        assert!(cosine > 0.999, "stored evidence cosine {cosine}");
+    }
+    assert!(of(a3.id).evidence.is_empty());
+    // The sentence evidence of a2 is its closest unit's, not its own vector's; a3 has no units and
+    // counts its own.
+    let score = of(a2.id).evidence_score(&axis(second));
+    assert!(score > 0.999, "evidence score {score}");
+    let score = of(a2.id).evidence_score(&a2.dense);
+    assert!(
+        score < 0.5,
+        "evidence score {score}: the chunk's own vector is not a unit"
+    );
+    let score = of(a3.id).evidence_score(&a3.dense);
+    assert!(score > 0.999, "evidence score {score}");
 
     // Deletes; absent ids are fine.
     store.delete(&[a1.id, uuid::Uuid::nil()]).expect("delete");

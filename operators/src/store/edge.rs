@@ -14,17 +14,18 @@ use std::sync::Mutex;
 use qdrant_edge::{
     Condition, CountRequest, CreateIndex, Distance, EdgeConfig, EdgeOptimizersConfig, EdgeShard,
     EdgeSparseVectorParams, EdgeVectorParams, FieldCondition, FieldIndexOperations, Filter,
-    HnswIndexConfig, JsonPath, KeywordIndexParams, Match, Modifier, NamedQuery, PayloadFieldSchema,
-    PayloadSchemaParams, PayloadSchemaType, PointId, PointInsertOperations, PointOperations,
-    PointStruct, QuantizationConfig, QuantizationSearchParams, QueryEnum, QueryRequest,
-    ScoringQuery, ScrollRequest, SearchParams, UpdateOperation, Vector, VectorInternal,
-    VectorStructInternal, Vectors, WithPayloadInterface, WithVector,
+    HnswIndexConfig, JsonPath, KeywordIndexParams, Match, Modifier, MultiVectorComparator,
+    MultiVectorConfig, NamedQuery, PayloadFieldSchema, PayloadSchemaParams, PayloadSchemaType,
+    PointId, PointInsertOperations, PointOperations, PointStruct, QuantizationConfig,
+    QuantizationSearchParams, QueryEnum, QueryRequest, ScoringQuery, ScrollRequest, SearchParams,
+    UpdateOperation, Vector, VectorInternal, VectorStorageDatatype, VectorStructInternal, Vectors,
+    WithPayloadInterface, WithVector,
 };
 
 use super::{
     check_compatible, chunk_from_payload, chunk_payload, Hit, IndexTuning, PointWrite,
-    SearchFilter, SearchVector, StoreError, StoredChunk, VectorStore, DENSE_VECTOR,
-    KEYWORD_INDEXES, ON_DISK_KEYWORD_INDEXES, SPARSE_VECTOR,
+    SearchFilter, SearchVector, StoreError, StoredChunk, StoredVectors, VectorStore, DENSE_VECTOR,
+    EVIDENCE_VECTOR, KEYWORD_INDEXES, ON_DISK_KEYWORD_INDEXES, SPARSE_VECTOR,
 };
 
 /// Points per scroll page.
@@ -43,6 +44,21 @@ fn optimizers() -> EdgeOptimizersConfig {
         default_segment_number: Some(SEGMENTS),
         ..EdgeOptimizersConfig::default()
     }
+}
+
+/// The evidence units' multi-vector: cosine, compared by the rerank (never searched, so no HNSW
+/// graph is built for it), stored as 16-bit floats (half the memory, cosines within 1e-3).
+fn evidence_params(dimension: usize) -> EdgeVectorParams {
+    EdgeVectorParams::builder(dimension, Distance::Cosine)
+        .multivector_config(MultiVectorConfig {
+            comparator: MultiVectorComparator::MaxSim,
+        })
+        .datatype(VectorStorageDatatype::Float16)
+        .hnsw_config(HnswIndexConfig {
+            m: 0,
+            ..HnswIndexConfig::default()
+        })
+        .build()
 }
 
 fn hnsw(tuning: &IndexTuning) -> HnswIndexConfig {
@@ -90,6 +106,8 @@ pub struct EdgeStore {
     path: PathBuf,
     dimension: usize,
     tuning: IndexTuning,
+    /// Whether the shard has the evidence multi-vector (shards created before it do not).
+    evidence: bool,
     /// Held by writers (update, flush, optimize); readers take none. See the module docs.
     writer: Mutex<()>,
 }
@@ -188,6 +206,7 @@ impl EdgeStore {
         }
         let config = EdgeConfig::builder()
             .vector(DENSE_VECTOR, dense.build())
+            .vector(EVIDENCE_VECTOR, evidence_params(dimension))
             .sparse_vector(
                 SPARSE_VECTOR,
                 EdgeSparseVectorParams::builder()
@@ -230,6 +249,12 @@ impl EdgeStore {
                     "the shard was created with the engine's per-shard BM25 IDF: its BM25 ranking depends on the number of shards until the index is rebuilt"
                 );
             }
+            if !shard.config().vectors.contains_key(EVIDENCE_VECTOR) {
+                tracing::warn!(
+                    shard = %path.display(),
+                    "the shard was created without evidence vectors: the rerank's sentence evidence falls back to each chunk's own vector until the index is rebuilt"
+                );
+            }
             let quantized = found.is_some_and(|v| v.quantization_config.is_some());
             if quantized != tuning.quantized {
                 tracing::warn!(
@@ -239,7 +264,9 @@ impl EdgeStore {
                 );
             }
         }
+        let evidence = shard.config().vectors.contains_key(EVIDENCE_VECTOR);
         let store = Self {
+            evidence,
             shard,
             path: path.to_path_buf(),
             dimension,
@@ -432,10 +459,23 @@ impl VectorStore for EdgeStore {
             let sparse =
                 Vector::new_sparse(point.sparse.indices.clone(), point.sparse.values.clone())
                     .map_err(engine_error)?;
-            let vectors = Vectors::new_named([
+            let mut named = vec![
                 (DENSE_VECTOR, Vector::new_dense(point.dense.clone())),
                 (SPARSE_VECTOR, sparse),
-            ]);
+            ];
+            if self.evidence && !point.evidence.is_empty() {
+                if point.evidence.iter().any(|v| v.len() != self.dimension) {
+                    return Err(StoreError::Invalid(format!(
+                        "evidence vector of a dimension other than the index's {}",
+                        self.dimension
+                    )));
+                }
+                named.push((
+                    EVIDENCE_VECTOR,
+                    Vector::new_multi(point.evidence.clone()).map_err(engine_error)?,
+                ));
+            }
+            let vectors = Vectors::new_named(named);
             let payload = serde_json::Value::Object(chunk_payload(point));
             list.push(PointStruct::new(point_id(point.id), vectors, payload).into());
         }
@@ -538,7 +578,7 @@ impl VectorStore for EdgeStore {
             .collect())
     }
 
-    fn dense_vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, Vec<f32>)>, StoreError> {
+    fn vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, StoredVectors)>, StoreError> {
         let ids: Vec<PointId> = ids.iter().map(|id| point_id(*id)).collect();
         let records = self
             .shard
@@ -552,15 +592,19 @@ impl VectorStore for EdgeStore {
             .into_iter()
             .filter_map(|record| {
                 let id = uuid_of(&record.id)?;
-                match record.vector? {
-                    VectorStructInternal::Named(mut vectors) => {
-                        match vectors.remove(DENSE_VECTOR)? {
-                            VectorInternal::Dense(dense) => Some((id, dense)),
-                            _ => None,
-                        }
+                let VectorStructInternal::Named(mut vectors) = record.vector? else {
+                    return None;
+                };
+                let VectorInternal::Dense(dense) = vectors.remove(DENSE_VECTOR)? else {
+                    return None;
+                };
+                let evidence = match vectors.remove(EVIDENCE_VECTOR) {
+                    Some(VectorInternal::MultiDense(multi)) => {
+                        multi.multi_vectors().map(<[f32]>::to_vec).collect()
                     }
-                    _ => None,
-                }
+                    _ => Vec::new(),
+                };
+                Some((id, StoredVectors { dense, evidence }))
             })
             .collect())
     }

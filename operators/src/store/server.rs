@@ -20,20 +20,21 @@ use std::time::Duration;
 use qdrant_client::qdrant::vector_output::Vector as VectorOutputKind;
 use qdrant_client::qdrant::vectors_config::Config as VectorsConfigKind;
 use qdrant_client::qdrant::{
-    CountPointsBuilder, CreateCollectionBuilder, CreateFieldIndexCollectionBuilder,
+    CountPointsBuilder, CreateCollectionBuilder, CreateFieldIndexCollectionBuilder, Datatype,
     DeleteCollectionBuilder, DeletePointsBuilder, Distance, FieldType, GetPointsBuilder,
-    HnswConfigDiffBuilder, KeywordIndexParamsBuilder, Modifier, NamedVectors, PointId, PointStruct,
-    QuantizationSearchParamsBuilder, QuantizationType, Query, QueryPointsBuilder,
-    ScalarQuantizationBuilder, ScrollPointsBuilder, SearchParamsBuilder, SparseIndexConfigBuilder,
-    SparseVectorParamsBuilder, SparseVectorsConfigBuilder, UpsertPointsBuilder, Vector,
-    VectorInput, VectorParamsBuilder, VectorsConfigBuilder, VectorsSelector,
+    HnswConfigDiffBuilder, KeywordIndexParamsBuilder, Modifier, MultiVectorComparator,
+    MultiVectorConfigBuilder, NamedVectors, PointId, PointStruct, QuantizationSearchParamsBuilder,
+    QuantizationType, Query, QueryPointsBuilder, ScalarQuantizationBuilder, ScrollPointsBuilder,
+    SearchParamsBuilder, SparseIndexConfigBuilder, SparseVectorParamsBuilder,
+    SparseVectorsConfigBuilder, UpsertPointsBuilder, Vector, VectorInput, VectorParamsBuilder,
+    VectorsConfigBuilder, VectorsSelector,
 };
 use qdrant_client::Qdrant;
 
 use super::{
     check_compatible, chunk_payload, Hit, IndexTuning, PointWrite, SearchFilter, SearchVector,
-    StoreError, StoredChunk, VectorStore, DENSE_VECTOR, KEYWORD_INDEXES, ON_DISK_KEYWORD_INDEXES,
-    SPARSE_VECTOR,
+    StoreError, StoredChunk, StoredVectors, VectorStore, DENSE_VECTOR, EVIDENCE_VECTOR,
+    KEYWORD_INDEXES, ON_DISK_KEYWORD_INDEXES, SPARSE_VECTOR,
 };
 
 mod convert;
@@ -60,6 +61,9 @@ pub struct ServerStore {
     /// server computes IDF over the whole collection, which every job instance shares. Set by
     /// `ensure_collection`.
     engine_idf: std::sync::atomic::AtomicBool,
+    /// Whether the collection has the evidence multi-vector (collections created before it do not).
+    /// Set by `ensure_collection`.
+    evidence: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for ServerStore {
@@ -117,6 +121,7 @@ impl ServerStore {
             dimension,
             tuning,
             engine_idf: std::sync::atomic::AtomicBool::new(false),
+            evidence: std::sync::atomic::AtomicBool::new(false),
         };
         store.ensure_collection()?;
         Ok(store)
@@ -155,6 +160,16 @@ impl ServerStore {
                 );
             }
             vectors.add_named_vector_params(DENSE_VECTOR, dense);
+            // The evidence units: compared by the rerank, never searched (no HNSW graph).
+            vectors.add_named_vector_params(
+                EVIDENCE_VECTOR,
+                VectorParamsBuilder::new(self.dimension as u64, Distance::Cosine)
+                    .multivector_config(MultiVectorConfigBuilder::new(
+                        MultiVectorComparator::MaxSim,
+                    ))
+                    .datatype(Datatype::Float16)
+                    .hnsw_config(HnswConfigDiffBuilder::default().m(0)),
+            );
             let mut sparse = SparseVectorsConfigBuilder::default();
             sparse.add_named_vector_params(
                 SPARSE_VECTOR,
@@ -184,7 +199,15 @@ impl ServerStore {
                 Err(error) => return Err(store_error(error)),
             }
         }
-        let (found, engine_idf) = self.collection_params()?;
+        let (found, engine_idf, evidence) = self.collection_params()?;
+        if !evidence {
+            tracing::warn!(
+                collection = %self.collection,
+                "the collection has no evidence vectors: the rerank's sentence evidence falls back to each chunk's own vector (recreate the collection)"
+            );
+        }
+        self.evidence
+            .store(evidence, std::sync::atomic::Ordering::Relaxed);
         if !engine_idf {
             tracing::warn!(
                 collection = %self.collection,
@@ -231,8 +254,9 @@ impl ServerStore {
     }
 
     /// Size of the collection's named dense vector; `None` if it has none.
-    /// The collection's dense dimension, and whether its sparse vector has the IDF modifier.
-    fn collection_params(&self) -> Result<(Option<usize>, bool), StoreError> {
+    /// The collection's dense dimension, whether its sparse vector has the IDF modifier, and whether
+    /// it has the evidence multi-vector.
+    fn collection_params(&self) -> Result<(Option<usize>, bool, bool), StoreError> {
         let info = self
             .runtime
             .block_on(self.client.collection_info(&self.collection))
@@ -249,13 +273,14 @@ impl ServerStore {
         let config = params
             .and_then(|params| params.vectors_config)
             .and_then(|vectors| vectors.config);
-        let dimension = match config {
-            Some(VectorsConfigKind::ParamsMap(map)) => {
-                map.map.get(DENSE_VECTOR).map(|params| params.size as usize)
-            }
-            _ => None,
+        let (dimension, evidence) = match config {
+            Some(VectorsConfigKind::ParamsMap(map)) => (
+                map.map.get(DENSE_VECTOR).map(|params| params.size as usize),
+                map.map.contains_key(EVIDENCE_VECTOR),
+            ),
+            _ => (None, false),
         };
-        Ok((dimension, engine_idf))
+        Ok((dimension, engine_idf, evidence))
     }
 }
 
@@ -308,12 +333,24 @@ impl VectorStore for ServerStore {
                     point.sparse.values.len()
                 )));
             }
-            let vectors = NamedVectors::default()
+            let mut vectors = NamedVectors::default()
                 .add_vector(DENSE_VECTOR, Vector::new_dense(point.dense.clone()))
                 .add_vector(
                     SPARSE_VECTOR,
                     Vector::new_sparse(point.sparse.indices.clone(), point.sparse.values.clone()),
                 );
+            if !point.evidence.is_empty()
+                && self.evidence.load(std::sync::atomic::Ordering::Relaxed)
+            {
+                if point.evidence.iter().any(|v| v.len() != self.dimension) {
+                    return Err(StoreError::Invalid(format!(
+                        "evidence vector of a dimension other than the index's {}",
+                        self.dimension
+                    )));
+                }
+                vectors =
+                    vectors.add_vector(EVIDENCE_VECTOR, Vector::new_multi(point.evidence.clone()));
+            }
             list.push(PointStruct::new(
                 point_id(point.id),
                 vectors,
@@ -480,14 +517,18 @@ impl VectorStore for ServerStore {
             .collect())
     }
 
-    fn dense_vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, Vec<f32>)>, StoreError> {
+    fn vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, StoredVectors)>, StoreError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
         let ids: Vec<PointId> = ids.iter().map(|id| point_id(*id)).collect();
+        let mut names = vec![DENSE_VECTOR.to_string()];
+        if self.evidence.load(std::sync::atomic::Ordering::Relaxed) {
+            names.push(EVIDENCE_VECTOR.to_string());
+        }
         let request = GetPointsBuilder::new(&self.collection, ids)
             .with_payload(false)
-            .with_vectors(VectorsSelector::new(vec![DENSE_VECTOR.to_string()]));
+            .with_vectors(VectorsSelector::new(names));
         let response = self
             .runtime
             .block_on(self.client.get_points(request))
@@ -497,10 +538,24 @@ impl VectorStore for ServerStore {
             .iter()
             .filter_map(|point| {
                 let id = uuid_of(point.id.as_ref())?;
-                match point.vectors.as_ref()?.get_vector_by_name(DENSE_VECTOR)? {
-                    VectorOutputKind::Dense(dense) => Some((id, dense.data)),
-                    _ => None,
-                }
+                let vectors = point.vectors.as_ref()?;
+                let VectorOutputKind::Dense(dense) = vectors.get_vector_by_name(DENSE_VECTOR)?
+                else {
+                    return None;
+                };
+                let evidence = match vectors.get_vector_by_name(EVIDENCE_VECTOR) {
+                    Some(VectorOutputKind::MultiDense(multi)) => {
+                        multi.vectors.into_iter().map(|v| v.data).collect()
+                    }
+                    _ => Vec::new(),
+                };
+                Some((
+                    id,
+                    StoredVectors {
+                        dense: dense.data,
+                        evidence,
+                    },
+                ))
             })
             .collect())
     }

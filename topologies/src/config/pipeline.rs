@@ -141,6 +141,15 @@ pub struct EmbedderConfig {
     /// Estimated word pieces per ingest slice: a query waits behind at most one slice of model time.
     #[serde(default = "default_slice_word_pieces")]
     pub slice_word_pieces: usize,
+    /// Also embed each chunk's sentences (in code, its lines) one by one, for the rerank's sentence
+    /// evidence (`query.rerank.sentence_evidence`). About doubles the model time of ingest; off, the
+    /// evidence of every chunk is its own vector's cosine.
+    #[serde(default = "default_evidence_units")]
+    pub evidence_units: bool,
+}
+
+fn default_evidence_units() -> bool {
+    true
 }
 
 /// Graph of the local model.

@@ -93,6 +93,15 @@ pub fn attach_vectors(candidates: &mut [Candidate], vectors: Vec<(uuid::Uuid, Ve
     }
 }
 
+/// Gives each candidate its sentence evidence (the best cosine between the query and one of the
+/// chunk's evidence units, or the chunk's own), as the shards computed it.
+pub fn attach_evidence(candidates: &mut [Candidate], evidence: Vec<(uuid::Uuid, f32)>) {
+    let evidence: FxHashMap<uuid::Uuid, f32> = evidence.into_iter().collect();
+    for candidate in candidates {
+        candidate.evidence = evidence.get(&candidate.stored.id).copied();
+    }
+}
+
 /// Sorts best first; ties by point id, so every run orders identically.
 pub fn sort_by_score(candidates: &mut [Candidate]) {
     candidates.sort_by(|a, b| {

@@ -257,6 +257,11 @@ pub struct Candidate {
     pub score: f32,
     /// The stored dense vector (for near-duplicate removal and MMR), when fetched.
     pub vector: Option<Vec<f32>>,
+    /// Sentence evidence: the best cosine between the query and one of the chunk's evidence units
+    /// ([`crate::model::Chunk::evidence_units`]; the chunk's own where it has none), when the shard
+    /// computed it.
+    #[serde(default)]
+    pub evidence: Option<f32>,
 }
 
 impl Candidate {
@@ -270,6 +275,7 @@ impl Candidate {
             factors: BTreeMap::new(),
             score: 0.0,
             vector: None,
+            evidence: None,
         }
     }
 

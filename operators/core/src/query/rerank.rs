@@ -2,12 +2,17 @@
 //!
 //! Within a window (default the top 20, plus each lane's top 3 wherever fusion ranked them) each
 //! candidate gets
-//! `score = w_fused · fused/max_fused + w_lanes · lane_scores + w_recall · term_recall
+//! `score = w_fused · fused/max_fused + w_lanes · lane_scores + w_evidence · sentence_evidence
+//!        + w_recall · term_recall
 //!        + w_sentence · sentence_recall + w_precision · term_precision + w_entity · entity_coverage
 //!        + w_date · date_match − w_distractor · distractor`
 //! where lane scores are the engines' raw scores min-max normalised over each lane's hits and
 //! combined with the intent's lane weights (rank fusion keeps only ranks; how far apart the scores are
-//! says how sure a lane is), term recall is the share of query terms the chunk holds, sentence recall
+//! says how sure a lane is), sentence evidence the best cosine between the query vector and one of the
+//! chunk's evidence units (its sentences, in code its lines, embedded one by one at ingest: a chunk
+//! about several things is as close to the query as its closest sentence; a chunk of one sentence
+//! counts its own vector), term
+//! recall is the share of query terms the chunk holds, sentence recall
 //! the largest share of them one sentence holds, term precision the share of the
 //! chunk's terms that are query terms, entity coverage the share of query entities it names, date
 //! match the share of the query's years/date literals it contains, and distractor is 1 for tentative,
@@ -35,6 +40,9 @@ pub struct RerankConfig {
     pub fused: f32,
     /// Weight of the lanes' normalised raw scores.
     pub lanes: f32,
+    /// Weight of sentence evidence: the best cosine between the query and one of the chunk's sentences
+    /// (code: lines), each embedded on its own at ingest (the chunk's own where it has none).
+    pub sentence_evidence: f32,
     /// Weight of term recall.
     pub term_recall: f32,
     /// Weight of sentence recall (the most query terms one sentence holds, as a share).
@@ -63,6 +71,7 @@ impl Default for RerankConfig {
             lane_heads: 3,
             fused: 0.5,
             lanes: 1.0,
+            sentence_evidence: 1.0,
             term_recall: 0.3,
             sentence_recall: 0.3,
             term_precision: 0.1,
@@ -405,6 +414,13 @@ pub fn rerank(
         candidate
             .factors
             .insert(Cow::Borrowed("lane_scores"), lane_score);
+        // No evidence where the shard had no query vector (the query's embedding failed: then no
+        // candidate has any).
+        let evidence = candidate.evidence.unwrap_or(0.0);
+        score += config.sentence_evidence * evidence;
+        candidate
+            .factors
+            .insert(Cow::Borrowed("sentence_evidence"), evidence);
         // The text the chunk was embedded as: title, section path and text, a line each.
         let chunk = &candidate.stored.chunk;
         let path = chunk.section_path.join(" > ");
@@ -487,6 +503,38 @@ mod tests {
         assert_eq!(candidates[0].stored.key.doc_id, "b");
         assert!(candidates[0].factors["term_recall"] > candidates[1].factors["term_recall"]);
         assert_eq!(candidates[2].stored.key.doc_id, "c");
+    }
+
+    #[test]
+    fn sentence_evidence_orders_chunks_equal_on_every_other_feature() {
+        let bm25 = Bm25Encoder::default();
+        let plan = analyze("When does the keeper wind the clock?", &bm25);
+        let text = "The keeper winds the clock. The bakery sells bread.";
+        let mut diluted = candidate("diluted", text, 0.030);
+        diluted.evidence = Some(0.4);
+        let mut answering = candidate("answering", text, 0.030);
+        answering.evidence = Some(0.9);
+        let mut closer = candidate("closer", text, 0.030);
+        closer.evidence = Some(0.6);
+        let mut candidates = vec![diluted, closer, answering];
+        let config = RerankConfig {
+            lanes: 0.0,
+            ..RerankConfig::default()
+        };
+        rerank(&mut candidates, &plan, &config, &bm25);
+        let order: Vec<&str> = candidates
+            .iter()
+            .map(|c| c.stored.key.doc_id.as_str())
+            .collect();
+        assert_eq!(order, vec!["answering", "closer", "diluted"]);
+        let evidence: Vec<f32> = candidates
+            .iter()
+            .map(|c| c.factors["sentence_evidence"])
+            .collect();
+        assert_eq!(evidence, vec![0.9, 0.6, 0.4]);
+        // The factor's weight is the score difference it makes.
+        let gap = candidates[0].score - candidates[2].score;
+        assert!((gap - 0.5 * config.sentence_evidence).abs() < 1e-5, "{gap}");
     }
 
     #[test]

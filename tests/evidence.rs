@@ -1,0 +1,129 @@
+//! Sentence evidence end to end (README, "Sentence evidence"): each chunk's sentences are embedded on
+//! their own at ingest and kept in the index, so a chunk about several things is as close to a query
+//! as its closest sentence. The rerank's `sentence_evidence` factor shows it in the trace; with
+//! `embedder.evidence_units = false` the factor is the chunk's own cosine.
+
+mod common;
+
+use std::time::Duration;
+
+use common::job::{http_post_json, metric, Job};
+use serde_json::{json, Value};
+
+/// `mixed` covers four unrelated things in one chunk; one sentence answers the query. `general` is
+/// about the query's subject as a whole without answering it.
+const DOCS: [(&str, &str); 2] = [
+    (
+        "mixed",
+        "The village bakery opens at six and sells rye bread until noon. \
+         The football club trains on the school pitch on Tuesday evenings. \
+         The lighthouse keeper winds the lamp clock every Sunday at noon. \
+         Bus 12 to the railway station leaves from the market square every half hour.",
+    ),
+    (
+        "general",
+        "Lighthouses guide ships along dangerous coasts. A lighthouse keeper once lived in the tower, \
+         kept the lamp burning through the night and logged passing ships and the weather.",
+    ),
+];
+
+const QUESTION: &str = "When does the lighthouse keeper wind the lamp clock?";
+
+fn start(dir: &std::path::Path, extra: &str) -> Job {
+    let events: Vec<String> = DOCS
+        .iter()
+        .map(|(id, text)| {
+            json!({"op": "upsert", "tenant": "town", "doc_id": id, "version": 1,
+                   "source": format!("town/{id}"), "kind": "prose", "title": "", "text": text})
+            .to_string()
+        })
+        .collect();
+    std::fs::write(dir.join("events.jsonl"), events.join("\n") + "\n").expect("events");
+    let config = format!("{}{extra}", common::JSONL_SERVING);
+    let mut job = Job::start(dir, &config, 1);
+    job.wait_ready(Duration::from_secs(120));
+    job.wait_for(Duration::from_secs(300), "documents indexed", |m| {
+        metric(m, "ragstream_source_events_total") >= DOCS.len() as f64
+            && metric(m, "ragstream_in_flight_messages") == 0.0
+    });
+    job
+}
+
+/// A trace candidate: document, dense lane score, sentence evidence, final score.
+type Scored = (String, f64, f64, f64);
+
+/// Each document's scores, and the packed documents.
+fn ask(job: &Job) -> (Vec<Scored>, Vec<String>) {
+    let body = json!({"query_id": "q", "tenant": "town", "text": QUESTION, "token_budget": 400,
+                      "trace": true, "fill": true});
+    let (status, reply) =
+        http_post_json(job.http_port, "/query", &body.to_string()).expect("answered");
+    assert_eq!(status, 200, "{reply}");
+    let context: Value = serde_json::from_str(&reply).expect("context JSON");
+    let candidates = context["trace"]["candidates"]
+        .as_array()
+        .expect("trace candidates")
+        .iter()
+        .map(|c| {
+            (
+                c["doc_id"].as_str().expect("doc").to_string(),
+                c["dense"]["score"].as_f64().expect("dense lane hit"),
+                c["factors"]["sentence_evidence"]
+                    .as_f64()
+                    .expect("sentence evidence"),
+                c["score"].as_f64().expect("score"),
+            )
+        })
+        .collect();
+    let items = context["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| i["doc_id"].as_str().expect("doc").to_string())
+        .collect();
+    (candidates, items)
+}
+
+fn of<'a>(candidates: &'a [(String, f64, f64, f64)], doc: &str) -> &'a (String, f64, f64, f64) {
+    candidates
+        .iter()
+        .find(|c| c.0 == doc)
+        .unwrap_or_else(|| panic!("{doc} in {candidates:?}"))
+}
+
+#[test]
+fn a_chunk_is_as_close_as_its_closest_sentence() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = start(dir.path(), "");
+    let (candidates, items) = ask(&job);
+    let mixed = of(&candidates, "mixed");
+    let general = of(&candidates, "general");
+    // The whole mixed chunk is diluted by its other topics; its lighthouse sentence is not.
+    assert!(
+        mixed.2 > mixed.1 + 0.1,
+        "sentence evidence {} over the chunk's cosine {}: {candidates:?}",
+        mixed.2,
+        mixed.1
+    );
+    assert!(mixed.2 > 0.7, "{candidates:?}");
+    // The general chunk's closest sentence answers less than the mixed chunk's.
+    assert!(mixed.2 > general.2, "{candidates:?}");
+    // Sentence evidence puts the answering chunk first.
+    assert_eq!(
+        items.first().map(String::as_str),
+        Some("mixed"),
+        "{items:?}"
+    );
+    drop(job);
+
+    // Without evidence units the factor is each chunk's own cosine.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = start(dir.path(), "[embedder]\nevidence_units = false\n");
+    let (candidates, _) = ask(&job);
+    for (doc, dense, evidence, _) in &candidates {
+        assert!(
+            (dense - evidence).abs() < 1e-3,
+            "{doc}: evidence {evidence} is not the chunk's cosine {dense}"
+        );
+    }
+}
