@@ -222,7 +222,7 @@ fn squad_through_kafka(server: Option<&QdrantServer>) {
     }
 
     // Phase 2: identical re-sends (newer versions, same text) are not re-embedded; real changes are.
-    let embedded_before = metric(&phase1, "ragstream_embed_texts_total");
+    let embedded_before = metric(&phase1, "ragstream_chunks_embedded_total");
     let unchanged_before = metric(&phase1, "ragstream_chunks_unchanged_total");
     let chunker = default_chunker();
     let mut resend = Vec::new();
@@ -302,7 +302,7 @@ fn squad_through_kafka(server: Option<&QdrantServer>) {
         events.len() + resend.len(),
         Duration::from_secs(300),
     );
-    let embedded = metric(&phase2, "ragstream_embed_texts_total") - embedded_before;
+    let embedded = metric(&phase2, "ragstream_chunks_embedded_total") - embedded_before;
     let unchanged = metric(&phase2, "ragstream_chunks_unchanged_total") - unchanged_before;
     eprintln!("phase 2: {embedded} chunks re-embedded (expected {changed_new_chunks}), {unchanged} unchanged (>= {identical_chunks})");
     assert_eq!(

@@ -80,7 +80,10 @@ declare_metrics! {
     embed_seconds: Histogram = histogram("ragstream_embed_batch_seconds",
         "Seconds per embedding batch.", seconds());
     embed_tokens: IntCounter = counter("ragstream_embed_tokens_total", "Word pieces embedded.");
-    embed_texts: IntCounter = counter("ragstream_embed_texts_total", "Texts embedded.");
+    embed_texts: IntCounter = counter("ragstream_embed_texts_total",
+        "Texts embedded (chunks, their evidence units and queries).");
+    chunks_embedded: IntCounter = counter("ragstream_chunks_embedded_total",
+        "Chunks embedded at ingest (each with its evidence units).");
     embed_batch_tokens: Histogram = histogram("ragstream_embed_batch_tokens",
         "Word pieces per embedding batch.", tokens());
 

@@ -302,6 +302,10 @@ impl<C: Clone> EmbedQueue<C> {
             let InFlight { cap, deltas, .. } = self.in_flight.pop_front().expect("front exists");
             match result {
                 Ok(embedded) => {
+                    let chunks: usize = deltas.iter().map(|d| d.upserts.len()).sum();
+                    crate::metrics::metrics()
+                        .chunks_embedded
+                        .inc_by(chunks as u64);
                     let work = index_work(
                         service.version(),
                         bm25,
