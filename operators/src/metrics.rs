@@ -289,6 +289,7 @@ impl Metrics {
                 | Cause::Shortened
                 | Cause::BudgetLeft
                 | Cause::EvidenceStop
+                | Cause::EvidenceBand
                 | Cause::EndpointFallback
                 | Cause::SurrogatePolicy => continue,
             };

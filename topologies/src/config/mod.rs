@@ -121,6 +121,9 @@ impl Config {
         if !(0.0..=1.0).contains(&pack.evidence_ratio) {
             return invalid("query.pack.evidence_ratio", "must be in [0, 1]");
         }
+        if !(0.0..=1.0).contains(&pack.sentence_ratio) {
+            return invalid("query.pack.sentence_ratio", "must be in [0, 1]");
+        }
         let surrogates = &pack.surrogates;
         if !(surrogates.age_full_days >= 0.0
             && surrogates.age_gist_days >= surrogates.age_full_days)

@@ -128,6 +128,7 @@ fn query_endpoint_and_packing_settings_are_checked() {
     let kafka = "[source]\nkind = \"kafka\"\n";
     for (section, key) in [
         ("[query.pack]\nevidence_ratio = 1.5\n", "query.pack.evidence_ratio"),
+        ("[query.pack]\nsentence_ratio = -0.1\n", "query.pack.sentence_ratio"),
         (
             "[query.pack.surrogates]\nage_full_days = 30.0\nage_gist_days = 7.0\n",
             "query.pack.surrogates.age_gist_days",

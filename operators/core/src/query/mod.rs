@@ -434,6 +434,7 @@ mod tests {
             Cause::Shortened,
             Cause::BudgetLeft,
             Cause::EvidenceStop,
+            Cause::EvidenceBand,
             Cause::EndpointFallback,
             Cause::SurrogatePolicy,
         ];

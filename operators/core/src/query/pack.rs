@@ -21,9 +21,12 @@
 //! **Evidence stop.** A context need not fill its budget: a candidate other than the top result is
 //! packed only while its score, on the scale from the lowest-scored candidate of the query (0) to
 //! the top result (1), is at least `evidence_ratio`. A query whose top result stands clear of the
-//! rest gets a short context; one whose candidates score alike gets them all, as before. The note
-//! and the trace (`evidence_stop`) say what was left out and why; a request with `fill: true`, or
-//! `evidence_ratio = 0`, packs to the budget.
+//! rest gets a short context; one whose candidates score alike gets them all, as before. A candidate
+//! standing at or above `evidence_ratio` but below `sentence_ratio` (the **evidence band**) is packed
+//! as its best sentence only (code and schemas: its smallest snippet): a weak candidate's value is in
+//! the sentence that matches the query, not in the rest of its chunk. The note and the trace
+//! (`evidence_stop`, `evidence_band`) say what was left out or cut and why; a request with
+//! `fill: true`, or `evidence_ratio = 0`, packs to the budget with neither.
 
 use std::collections::BTreeMap;
 
@@ -62,6 +65,10 @@ pub struct PackConfig {
     /// Evidence stop: the lowest score, on the scale from the query's lowest-scored candidate (0) to
     /// its top result (1), of a candidate packed after the top result; 0 packs to the budget.
     pub evidence_ratio: f32,
+    /// Evidence band: a candidate after the top result whose score stands below this on the same
+    /// scale (and at or above `evidence_ratio`) is packed as its best sentence (code and schemas:
+    /// its smallest snippet); at or below `evidence_ratio` there is no band.
+    pub sentence_ratio: f32,
     /// Surrogate tiers and the policy that picks them ([`crate::query::surrogate`]).
     pub surrogates: crate::query::surrogate::SurrogateConfig,
 }
@@ -107,6 +114,7 @@ impl Default for PackConfig {
             separator: "\n\n".into(),
             untrusted_delimiters: true,
             evidence_ratio: 0.6,
+            sentence_ratio: 0.77,
             surrogates: Default::default(),
         }
     }
@@ -167,6 +175,8 @@ struct Entry<'a> {
     deferred: bool,
     /// Index into the picked-then-deferred list (and `tiers`).
     position: usize,
+    /// The candidate's standing when the evidence band holds it to its best sentence.
+    band: Option<f32>,
 }
 
 /// Estimated tokens of the plan: items, separators and (when anything is in it) the delimiters.
@@ -275,10 +285,14 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
         let top = all.iter().map(|(c, _)| c.score).fold(f32::MIN, f32::max);
         (top, (top - floor.min(top)).max(f32::EPSILON))
     });
-    let mut stopped = 0;
+    let (mut stopped, mut banded) = (0, 0);
     for (position, (candidate, is_deferred)) in all.iter().enumerate() {
+        let mut band = None;
         if let Some((top, range)) = stop.filter(|_| position > 0) {
             let standing = 1.0 - (top - candidate.score) / range;
+            if standing < config.sentence_ratio {
+                band = Some(standing);
+            }
             if standing < config.evidence_ratio {
                 stopped += 1;
                 packed.decisions.push(Decision::new(
@@ -318,6 +332,11 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
             counter,
             expanded_form,
             ceiling,
+            if band.is_some() {
+                Room::Sentence
+            } else {
+                Room::Whole
+            },
         );
         doc_covered.push(forms[0].range);
         if forms[0].tier != Tier::Expanded {
@@ -355,6 +374,7 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
             value,
             deferred: *is_deferred,
             position: position_of,
+            band,
         });
     }
     // Plan on estimates.
@@ -428,6 +448,15 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
                         Cause::SurrogatePolicy,
                         format!("surrogate tier {}: {why}", form.tier.as_str()),
                     )
+                } else if let (Some(standing), 0) = (entry.band, state) {
+                    banded += 1;
+                    (
+                        Cause::EvidenceBand,
+                        format!(
+                            "evidence band: score at {standing:.2} of the top result's (lowest candidate 0), below {}: its best sentence only",
+                            config.sentence_ratio
+                        ),
+                    )
                 } else if state > 0 {
                     let first = entry.forms[0].tier.as_str();
                     (
@@ -475,6 +504,12 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
     if packed.truncated {
         notes.push(format!(
             "budget {budget}: {shortened} item(s) shortened, {left_out} left out (lowest marginal value first)"
+        ));
+    }
+    if banded > 0 {
+        notes.push(format!(
+            "evidence band: {banded} candidate(s) scored below {} of the top result's score packed as their best sentence (fill: true packs them whole)",
+            config.sentence_ratio
         ));
     }
     if stopped > 0 {

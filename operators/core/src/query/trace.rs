@@ -121,6 +121,8 @@ pub enum Cause {
     BudgetLeft,
     /// Pack: left out by the evidence stop (scored too far below the top candidate).
     EvidenceStop,
+    /// Pack: held to its best sentence by the evidence band (scored well below the top candidate).
+    EvidenceBand,
     /// Rerank: the reranker endpoint failed or timed out; the built-in order was kept.
     EndpointFallback,
     /// Pack: packed in the surrogate tier its policy chose (gist or micro).
@@ -140,6 +142,7 @@ impl Cause {
             | Cause::Shortened
             | Cause::BudgetLeft
             | Cause::EvidenceStop
+            | Cause::EvidenceBand
             | Cause::SurrogatePolicy => Step::Pack,
             Cause::EndpointFallback => Step::Rerank,
         }
@@ -161,6 +164,7 @@ impl Cause {
             Cause::Shortened => "shortened",
             Cause::BudgetLeft => "budget_left",
             Cause::EvidenceStop => "evidence_stop",
+            Cause::EvidenceBand => "evidence_band",
             Cause::EndpointFallback => "endpoint_fallback",
             Cause::SurrogatePolicy => "surrogate_policy",
         }

@@ -491,6 +491,46 @@ pub(super) fn expanded(
     })
 }
 
+/// The best sentence of `chunk[from..to]` (most query terms, then the answer's kind, then the
+/// earliest), cut at a word boundary to `max_tokens` when longer; `None` when there is none.
+fn best_sentence(
+    chunk: &crate::model::Chunk,
+    (from, to): (usize, usize),
+    scored: &mut Option<Scored>,
+    (terms, cue): (Terms<'_>, AnswerCue),
+    max_tokens: usize,
+) -> Option<(usize, usize, bool)> {
+    let total = chunk.text.len();
+    let Scored { spans, scores } =
+        scored.get_or_insert_with(|| Scored::of(chunk, (from, to), terms, cue));
+    if spans.len() <= 1 {
+        // One sentence: the snippet rules cut it (and keep it whole when it fits).
+        return None;
+    }
+    let best = (0..spans.len())
+        .max_by(|&a, &b| scores[a].cmp(&scores[b]).then(b.cmp(&a)))
+        .expect("non-empty");
+    let (a, b) = spans[best];
+    if estimate(chunk.tokens, total, b - a) <= max_tokens {
+        return Some((a, b, false));
+    }
+    let budget_bytes =
+        (max_tokens as f64 / 1.1 * total as f64 / chunk.tokens.max(1) as f64) as usize;
+    let kept = cut_bytes(&chunk.text[a..b], budget_bytes.saturating_sub(8));
+    (!kept.is_empty()).then_some((a, a + kept.len(), false))
+}
+
+/// How much of a candidate the evidence allows into the context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Room {
+    /// Any form, from the richest.
+    Whole,
+    /// Its best sentence at most (prose); its smallest snippet (code, schemas: one line of a
+    /// function is rarely readable alone).
+    Sentence,
+}
+
+#[allow(clippy::too_many_arguments)]
 pub(super) fn forms(
     candidate: &Candidate,
     available: (usize, usize),
@@ -499,6 +539,7 @@ pub(super) fn forms(
     counter: TokenCounter,
     expanded_form: Option<Form>,
     ceiling: SurrogateTier,
+    room: Room,
 ) -> Vec<Form> {
     let chunk = &candidate.stored.chunk;
     let base = chunk.char_range.0;
@@ -519,11 +560,34 @@ pub(super) fn forms(
     if config.sentence_tokens < config.snippet_tokens / 2 {
         limits.push((config.sentence_tokens, 0.45));
     }
+    let prose = matches!(
+        chunk.kind,
+        crate::model::DocKind::Prose | crate::model::DocKind::Markdown
+    );
+    if room == Room::Sentence {
+        // Prose: the whole best sentence up to the short snippet's size (a sentence cut short
+        // loses what it ends with); code: the smallest snippet.
+        let smallest = limits
+            .last()
+            .copied()
+            .unwrap_or((config.sentence_tokens, 0.45));
+        limits = vec![if prose {
+            (config.snippet_tokens / 2, smallest.1)
+        } else {
+            smallest
+        }];
+    }
     for (limit, factor) in limits {
         if limit == 0 {
             continue;
         }
-        let (from, to, whole) = snippet(chunk, available, &mut scored, (terms, cue), limit);
+        let cut = (room == Room::Sentence && prose)
+            .then(|| best_sentence(chunk, available, &mut scored, (terms, cue), limit))
+            .flatten();
+        let (from, to, whole) = match cut {
+            Some(sentence) => sentence,
+            None => snippet(chunk, available, &mut scored, (terms, cue), limit),
+        };
         if to <= from
             || out.iter().any(|f| {
                 f.tier == Tier::Snippet && f.range == (base + from as u32, base + to as u32)

@@ -698,3 +698,85 @@ fn surrogate_tiers_cap_each_candidate_and_the_trace_says_why() {
         .iter()
         .all(|i| !matches!(i.tier, Tier::Gist | Tier::Micro)));
 }
+
+#[test]
+fn the_evidence_band_packs_a_weak_candidate_as_its_best_sentence_and_says_why() {
+    // On the scale floor 0 .. top 2.0: 1.9 stands at 0.95 (whole), 1.4 at 0.70 (band), 1.1 at 0.55
+    // (stopped).
+    let picked = scored(&[2.0, 1.9, 1.4, 1.1]);
+    let terms = vec!["d2w9".to_string()];
+    let request = |fill: bool, sentence_ratio: f32| {
+        pack(PackRequest {
+            picked: &picked,
+            deferred: &[],
+            neighbours: &[],
+            budget: 3000,
+            counter: counter(),
+            terms: &terms,
+            cue: AnswerCue::None,
+            config: &PackConfig {
+                sentence_ratio,
+                ..PackConfig::default()
+            },
+            fill,
+            floor: 0.0,
+            tiers: &[],
+        })
+    };
+    let packed = request(false, 0.8);
+    let docs: Vec<&str> = packed.items.iter().map(|i| i.doc_id.as_str()).collect();
+    assert_eq!(docs, ["doc0", "doc1", "doc2"]);
+    let chunk = &picked[2].stored.chunk;
+    let second = &chunk.text[chunk.text.find("d2w8").unwrap()..];
+    assert_eq!(
+        packed.items[2].text, second,
+        "the sentence holding the query term, alone"
+    );
+    assert_eq!(packed.items[2].tier, Tier::Snippet);
+    assert_eq!(packed.items[1].text, picked[1].stored.chunk.text, "whole");
+    let band: Vec<&Decision> = packed
+        .decisions
+        .iter()
+        .filter(|d| d.cause == Cause::EvidenceBand)
+        .collect();
+    assert_eq!(band.len(), 1);
+    assert_eq!(band[0].chunk_id, picked[2].id());
+    assert_eq!(band[0].action, Action::Snippet);
+    assert!(band[0].reason.contains("0.70"), "{}", band[0].reason);
+    let note = packed.note.as_deref().expect("a note");
+    assert!(note.contains("evidence band: 1 candidate(s)"), "{note}");
+    assert!(note.contains("evidence stop: 1 candidate(s)"), "{note}");
+    // `fill: true` packs it whole; a band no higher than the stop keeps it whole too.
+    for whole in [request(true, 0.8), request(false, 0.6)] {
+        assert_eq!(whole.items[2].text, chunk.text);
+        assert!(whole
+            .decisions
+            .iter()
+            .all(|d| d.cause != Cause::EvidenceBand));
+    }
+    // Code is held to its smallest snippet, not one line: with room for the whole chunk in that
+    // snippet, the code stays whole where prose is cut to its sentence.
+    let roomy = PackConfig {
+        sentence_tokens: 90,
+        ..PackConfig::default()
+    };
+    assert!(chunk.tokens < 90);
+    let mut code = picked.clone();
+    code[2].stored.chunk.kind = DocKind::Code;
+    for (candidates, expected) in [(&picked, second), (&code, chunk.text.as_str())] {
+        let packed = pack(PackRequest {
+            picked: candidates,
+            deferred: &[],
+            neighbours: &[],
+            budget: 3000,
+            counter: counter(),
+            terms: &terms,
+            cue: AnswerCue::None,
+            config: &roomy,
+            fill: false,
+            floor: 0.0,
+            tiers: &[],
+        });
+        assert_eq!(packed.items[2].text, expected);
+    }
+}
