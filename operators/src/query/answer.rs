@@ -121,14 +121,14 @@ impl<'scope> AnswerSteps<'scope> for StreamVec<'scope, u64, Working> {
     fn rerank(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working> {
         let bm25 = Bm25Encoder::default();
         step(self, "Rerank", move |working| {
-            if let Some(plan) = &working.job.plan {
-                rerank(&mut working.candidates, plan, &config.rerank, &bm25);
-            }
-            working.score_floor = working
-                .candidates
-                .iter()
-                .map(|c| c.score)
-                .fold(f32::INFINITY, f32::min);
+            working.score_floor = match &working.job.plan {
+                Some(plan) => rerank(&mut working.candidates, plan, &config.rerank, &bm25),
+                None => working
+                    .candidates
+                    .iter()
+                    .map(|c| c.score)
+                    .fold(f32::INFINITY, f32::min),
+            };
             if working.job.query.trace {
                 working.trace.candidates = working
                     .candidates

@@ -148,7 +148,8 @@ pub struct Working {
     pub candidates: Vec<Candidate>,
     /// Candidates held back by MMR caps.
     pub deferred: Vec<Candidate>,
-    /// The lowest score of any candidate after the rerank (the bottom of the evidence stop's scale).
+    /// The bottom of the evidence stop's scale: one below the lowest reranked score (without a rerank
+    /// plan, the lowest score).
     pub score_floor: f32,
     /// Decisions so far.
     pub trace: Trace,

@@ -19,7 +19,8 @@
 //! form is its surrogate cut to the budget. Budget left over is filled with deferred candidates.
 //!
 //! **Evidence stop.** A context need not fill its budget: a candidate other than the top result is
-//! packed only while its score, on the scale from the lowest-scored candidate of the query (0) to
+//! packed only while its score, on the scale from the bottom of the rerank's scale (0: one below the
+//! lowest reranked score, where candidates below the rerank window start) to
 //! the top result (1), is at least `evidence_ratio`. A query whose top result stands clear of the
 //! rest gets a short context; one whose candidates score alike gets them all, as before. A candidate
 //! standing at or above `evidence_ratio` but below `sentence_ratio` (the **evidence band**) is packed
@@ -62,7 +63,7 @@ pub struct PackConfig {
     pub separator: String,
     /// Wrap the context in the untrusted-content delimiters ([`UNTRUSTED_OPEN`], [`UNTRUSTED_CLOSE`]).
     pub untrusted_delimiters: bool,
-    /// Evidence stop: the lowest score, on the scale from the query's lowest-scored candidate (0) to
+    /// Evidence stop: the lowest score, on the scale from the bottom of the rerank's scale (0) to
     /// its top result (1), of a candidate packed after the top result; 0 packs to the budget.
     pub evidence_ratio: f32,
     /// Evidence band: a candidate after the top result whose score stands below this on the same
@@ -113,8 +114,8 @@ impl Default for PackConfig {
             redundancy_weight: 0.5,
             separator: "\n\n".into(),
             untrusted_delimiters: true,
-            evidence_ratio: 0.6,
-            sentence_ratio: 0.77,
+            evidence_ratio: 0.68,
+            sentence_ratio: 0.82,
             surrogates: Default::default(),
         }
     }
@@ -141,7 +142,8 @@ pub struct PackRequest<'a> {
     pub config: &'a PackConfig,
     /// Pack to the budget (no evidence stop).
     pub fill: bool,
-    /// The lowest score of the query's candidates (the bottom of the evidence stop's scale).
+    /// The bottom of the evidence stop's scale: what [`crate::query::rerank::rerank`] returns (one
+    /// below the lowest reranked score), at most the lowest candidate's score.
     pub floor: f32,
     /// The surrogate tier of each candidate, picked then deferred, and why (empty: all `full`).
     pub tiers: &'a [(SurrogateTier, String)],
@@ -300,7 +302,7 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
                     Action::Dropped,
                     Cause::EvidenceStop,
                     format!(
-                        "evidence stop: score at {standing:.2} of the top result's (lowest candidate 0), below {}",
+                        "evidence stop: score at {standing:.2} of the top result's (scale bottom 0), below {}",
                         config.evidence_ratio
                     ),
                 ));
@@ -453,7 +455,7 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
                     (
                         Cause::EvidenceBand,
                         format!(
-                            "evidence band: score at {standing:.2} of the top result's (lowest candidate 0), below {}: its best sentence only",
+                            "evidence band: score at {standing:.2} of the top result's (scale bottom 0), below {}: its best sentence only",
                             config.sentence_ratio
                         ),
                     )
@@ -514,7 +516,7 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
     }
     if stopped > 0 {
         notes.push(format!(
-            "evidence stop: {stopped} candidate(s) scored below {} of the top result's score (lowest candidate 0) left out; {} of {budget} tokens used (fill: true packs to the budget)",
+            "evidence stop: {stopped} candidate(s) scored below {} of the top result's score (scale bottom 0) left out; {} of {budget} tokens used (fill: true packs to the budget)",
             config.evidence_ratio, packed.tokens_used
         ));
     }

@@ -1,6 +1,6 @@
 //! Rerank: answer-focused features over the top of the fused list.
 //!
-//! Within a window (default the top 20, plus each lane's top 3 wherever fusion ranked them) each
+//! Within a window (default the top 40, plus each lane's top 3 wherever fusion ranked them) each
 //! candidate gets
 //! `score = w_fused · fused/max_fused + w_lanes · lane_scores + w_evidence · sentence_evidence
 //!        + w_recall · term_recall
@@ -67,7 +67,7 @@ pub struct RerankConfig {
 impl Default for RerankConfig {
     fn default() -> Self {
         Self {
-            window: 20,
+            window: 40,
             lane_heads: 3,
             fused: 0.5,
             lanes: 1.0,
@@ -365,15 +365,22 @@ fn lane_scores(candidates: &[Candidate], plan: &Plan) -> Vec<f32> {
 }
 
 /// Reranks the window of `candidates` (sorted by fused score) in place.
+///
+/// Returns the bottom of the reranked scale: the lowest reranked score less one, where candidates
+/// below the window start. The evidence stop measures a candidate's standing from it, so its scale
+/// is the same whether or not any candidate lies below the window (with no window: the lowest score).
 pub fn rerank(
     candidates: &mut [Candidate],
     plan: &Plan,
     config: &RerankConfig,
     bm25: &Bm25Encoder,
-) {
+) -> f32 {
     let mut window = config.window.min(candidates.len());
     if window == 0 {
-        return;
+        return candidates
+            .iter()
+            .map(|c| c.score)
+            .fold(f32::INFINITY, f32::min);
     }
     // Lane heads below the window move up to join it; the others keep their fused order.
     let head = |c: &Candidate| {
@@ -440,6 +447,7 @@ pub fn rerank(
         candidate.score = floor - 1.0 + candidate.fused / max_fused;
     }
     sort_by_score(&mut candidates[..window]);
+    floor - 1.0
 }
 
 #[cfg(test)]
@@ -585,6 +593,41 @@ mod tests {
                 candidate(&format!("d{i}"), text, 0.05 - i as f32 * 0.001)
             })
             .collect()
+    }
+
+    #[test]
+    fn the_bottom_of_the_scale_does_not_depend_on_candidates_below_the_window() {
+        let bm25 = Bm25Encoder::default();
+        let plan = analyze("exact words here", &bm25);
+        let bottom = |window: usize| {
+            let mut candidates = five_with_the_match_last();
+            let config = RerankConfig {
+                window,
+                lane_heads: 0,
+                ..RerankConfig::default()
+            };
+            let bottom = rerank(&mut candidates, &plan, &config, &bm25);
+            let reranked = candidates[..window.min(5)]
+                .iter()
+                .map(|c| c.score)
+                .fold(f32::INFINITY, f32::min);
+            assert_eq!(
+                bottom,
+                reranked - 1.0,
+                "one below the lowest reranked score"
+            );
+            assert!(candidates.iter().all(|c| c.score > bottom));
+            (bottom, candidates)
+        };
+        // The same five reranked, with none below the window and with none: the same bottom.
+        let (all, _) = bottom(5);
+        let (wide, _) = bottom(40);
+        assert_eq!(all, wide);
+        // With two below the window they lie between the bottom and the lowest reranked score.
+        let (narrow, candidates) = bottom(3);
+        for c in &candidates[3..] {
+            assert!(c.score > narrow && c.score <= narrow + 1.0, "{}", c.score);
+        }
     }
 
     #[test]
