@@ -250,17 +250,25 @@ impl Scored {
 }
 
 /// The snippet of `chunk[from..to]`: whole if it fits, else the best sentence window (`scored`
-/// holds the sentences of `from..to`, computed on first need).
+/// holds the sentences of `from..to`, computed on first need). With `sentence_only` and more than
+/// one sentence, the best sentence alone, whatever fits.
 pub(super) fn snippet(
     chunk: &crate::model::Chunk,
     (from, to): (usize, usize),
     scored: &mut Option<Scored>,
     (terms, cue): (Terms<'_>, AnswerCue),
     max_tokens: usize,
+    sentence_only: bool,
 ) -> (usize, usize, bool) {
     let total = chunk.text.len();
     let whole = from == 0 && to == total;
-    if estimate(chunk.tokens, total, to - from) <= max_tokens {
+    let sentence_only = sentence_only
+        && scored
+            .get_or_insert_with(|| Scored::of(chunk, (from, to), terms, cue))
+            .spans
+            .len()
+            > 1;
+    if !sentence_only && estimate(chunk.tokens, total, to - from) <= max_tokens {
         return (from, to, whole);
     }
     let Scored { spans, scores } =
@@ -282,6 +290,9 @@ pub(super) fn snippet(
             budget_bytes.saturating_sub(8),
         );
         return (spans[best].0, spans[best].0 + kept.len(), false);
+    }
+    if sentence_only {
+        return (spans[best].0, spans[best].1, false);
     }
     loop {
         let after =
@@ -491,35 +502,6 @@ pub(super) fn expanded(
     })
 }
 
-/// The best sentence of `chunk[from..to]` (most query terms, then the answer's kind, then the
-/// earliest), cut at a word boundary to `max_tokens` when longer; `None` when there is none.
-fn best_sentence(
-    chunk: &crate::model::Chunk,
-    (from, to): (usize, usize),
-    scored: &mut Option<Scored>,
-    (terms, cue): (Terms<'_>, AnswerCue),
-    max_tokens: usize,
-) -> Option<(usize, usize, bool)> {
-    let total = chunk.text.len();
-    let Scored { spans, scores } =
-        scored.get_or_insert_with(|| Scored::of(chunk, (from, to), terms, cue));
-    if spans.len() <= 1 {
-        // One sentence: the snippet rules cut it (and keep it whole when it fits).
-        return None;
-    }
-    let best = (0..spans.len())
-        .max_by(|&a, &b| scores[a].cmp(&scores[b]).then(b.cmp(&a)))
-        .expect("non-empty");
-    let (a, b) = spans[best];
-    if estimate(chunk.tokens, total, b - a) <= max_tokens {
-        return Some((a, b, false));
-    }
-    let budget_bytes =
-        (max_tokens as f64 / 1.1 * total as f64 / chunk.tokens.max(1) as f64) as usize;
-    let kept = cut_bytes(&chunk.text[a..b], budget_bytes.saturating_sub(8));
-    (!kept.is_empty()).then_some((a, a + kept.len(), false))
-}
-
 /// How much of a candidate the evidence allows into the context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Room {
@@ -564,30 +546,29 @@ pub(super) fn forms(
         chunk.kind,
         crate::model::DocKind::Prose | crate::model::DocKind::Markdown
     );
+    let sentence_only = room == Room::Sentence && prose;
     if room == Room::Sentence {
         // Prose: the whole best sentence up to the short snippet's size (a sentence cut short
         // loses what it ends with); code: the smallest snippet.
-        let smallest = limits
-            .last()
-            .copied()
-            .unwrap_or((config.sentence_tokens, 0.45));
+        let (smallest, factor) = *limits.last().expect("two limits at least");
         limits = vec![if prose {
-            (config.snippet_tokens / 2, smallest.1)
+            (config.snippet_tokens / 2, factor)
         } else {
-            smallest
+            (smallest, factor)
         }];
     }
     for (limit, factor) in limits {
         if limit == 0 {
             continue;
         }
-        let cut = (room == Room::Sentence && prose)
-            .then(|| best_sentence(chunk, available, &mut scored, (terms, cue), limit))
-            .flatten();
-        let (from, to, whole) = match cut {
-            Some(sentence) => sentence,
-            None => snippet(chunk, available, &mut scored, (terms, cue), limit),
-        };
+        let (from, to, whole) = snippet(
+            chunk,
+            available,
+            &mut scored,
+            (terms, cue),
+            limit,
+            sentence_only,
+        );
         if to <= from
             || out.iter().any(|f| {
                 f.tier == Tier::Snippet && f.range == (base + from as u32, base + to as u32)

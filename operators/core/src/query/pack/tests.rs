@@ -501,6 +501,7 @@ fn among_sentences_with_as_many_terms_the_snippet_takes_the_one_of_the_answers_k
         &mut None,
         (&terms, AnswerCue::Place),
         14,
+        false,
     );
     assert!(text[from..to].contains("Wembley"), "{}", &text[from..to]);
     let (from, to, _) = snippet(
@@ -509,6 +510,7 @@ fn among_sentences_with_as_many_terms_the_snippet_takes_the_one_of_the_answers_k
         &mut None,
         (&terms, AnswerCue::None),
         14,
+        false,
     );
     assert!(
         text[from..to].starts_with("The final was"),
@@ -705,23 +707,27 @@ fn the_evidence_band_packs_a_weak_candidate_as_its_best_sentence_and_says_why() 
     // (stopped).
     let picked = scored(&[2.0, 1.9, 1.4, 1.1]);
     let terms = vec!["d2w9".to_string()];
-    let request = |fill: bool, sentence_ratio: f32| {
+    let with = |picked: &[Candidate], config: &PackConfig, fill: bool| {
         pack(PackRequest {
-            picked: &picked,
+            picked,
             deferred: &[],
             neighbours: &[],
             budget: 3000,
             counter: counter(),
             terms: &terms,
             cue: AnswerCue::None,
-            config: &PackConfig {
-                sentence_ratio,
-                ..PackConfig::default()
-            },
+            config,
             fill,
             floor: 0.0,
             tiers: &[],
         })
+    };
+    let request = |fill: bool, sentence_ratio: f32| {
+        let config = PackConfig {
+            sentence_ratio,
+            ..PackConfig::default()
+        };
+        with(&picked, &config, fill)
     };
     let packed = request(false, 0.8);
     let docs: Vec<&str> = packed.items.iter().map(|i| i.doc_id.as_str()).collect();
@@ -764,19 +770,6 @@ fn the_evidence_band_packs_a_weak_candidate_as_its_best_sentence_and_says_why() 
     let mut code = picked.clone();
     code[2].stored.chunk.kind = DocKind::Code;
     for (candidates, expected) in [(&picked, second), (&code, chunk.text.as_str())] {
-        let packed = pack(PackRequest {
-            picked: candidates,
-            deferred: &[],
-            neighbours: &[],
-            budget: 3000,
-            counter: counter(),
-            terms: &terms,
-            cue: AnswerCue::None,
-            config: &roomy,
-            fill: false,
-            floor: 0.0,
-            tiers: &[],
-        });
-        assert_eq!(packed.items[2].text, expected);
+        assert_eq!(with(candidates, &roomy, false).items[2].text, expected);
     }
 }
