@@ -286,19 +286,36 @@ pub fn analyze(text: &str, bm25: &Bm25Encoder) -> Plan {
         .find(|preset| signals.iter().any(|s| s == preset.intent))
         .copied()
         .unwrap_or(PRESETS[PRESETS.len() - 1]);
-    let mut terms = bm25.terms(text);
+    let sequence = bm25.terms(text);
+    let mut terms = sequence.clone();
     terms.sort();
     terms.dedup();
+    let pairs = term_pairs(&sequence, &terms);
     Plan {
         intent: preset.intent.to_string(),
         signals,
         weights: preset.weights,
         depth: preset.depth,
         terms,
+        pairs,
         entities,
         dates,
         lexical: 1.0,
     }
+}
+
+/// The pairs of terms that follow each other in `sequence` (the query's terms in order), as indices
+/// into `terms` (sorted, each once), each pair once; a term followed by itself is no phrase.
+fn term_pairs(sequence: &[String], terms: &[String]) -> Vec<(u32, u32)> {
+    let index = |term: &String| terms.binary_search(term).ok().map(|i| i as u32);
+    let mut pairs: Vec<(u32, u32)> = sequence
+        .windows(2)
+        .filter_map(|w| Some((index(&w[0])?, index(&w[1])?)))
+        .filter(|(a, b)| a != b)
+        .collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    pairs
 }
 
 #[cfg(test)]

@@ -216,6 +216,10 @@ pub struct Plan {
     pub depth: Depth,
     /// Analysed (stemmed) query terms.
     pub terms: Vec<String>,
+    /// The query's phrases: each pair of analysed terms that follow each other in the query (stop
+    /// words between them skipped), as indices into `terms`, each pair once.
+    #[serde(default)]
+    pub pairs: Vec<(u32, u32)>,
     /// Entities: capitalised words, identifiers, quoted phrases, numbers.
     pub entities: Vec<String>,
     /// Years and date literals in the query.

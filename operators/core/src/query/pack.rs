@@ -114,7 +114,7 @@ impl Default for PackConfig {
             redundancy_weight: 0.5,
             separator: "\n\n".into(),
             untrusted_delimiters: true,
-            evidence_ratio: 0.68,
+            evidence_ratio: 0.65,
             sentence_ratio: 0.82,
             surrogates: Default::default(),
         }

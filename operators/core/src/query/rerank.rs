@@ -4,8 +4,8 @@
 //! candidate gets
 //! `score = w_fused · fused/max_fused + w_lanes · lane_scores + w_evidence · sentence_evidence
 //!        + w_recall · term_recall
-//!        + w_sentence · sentence_recall + w_precision · term_precision + w_entity · entity_coverage
-//!        + w_date · date_match − w_distractor · distractor`
+//!        + w_sentence · sentence_recall + w_phrase · phrase + w_precision · term_precision
+//!        + w_entity · entity_coverage + w_date · date_match − w_distractor · distractor`
 //! where lane scores are the engines' raw scores min-max normalised over each lane's hits and
 //! combined with the intent's lane weights (rank fusion keeps only ranks; how far apart the scores are
 //! says how sure a lane is), sentence evidence the best cosine between the query vector and one of the
@@ -13,7 +13,10 @@
 //! about several things is as close to the query as its closest sentence; a chunk of one sentence
 //! counts its own vector), term
 //! recall is the share of query terms the chunk holds, sentence recall
-//! the largest share of them one sentence holds, term precision the share of the
+//! the largest share of them one sentence holds, phrase the share of the query's phrases (each two
+//! terms next to each other in the query, stop words skipped) the chunk holds next to each other in
+//! the same order within a sentence (a question is worded like the passage that answers it: "papal
+//! legate" next to each other says more than both words somewhere), term precision the share of the
 //! chunk's terms that are query terms, entity coverage the share of query entities it names, date
 //! match the share of the query's years/date literals it contains, and distractor is 1 for tentative,
 //! draft or checklist language. Candidates below the window keep their order, after the window.
@@ -47,6 +50,9 @@ pub struct RerankConfig {
     pub term_recall: f32,
     /// Weight of sentence recall (the most query terms one sentence holds, as a share).
     pub sentence_recall: f32,
+    /// Weight of phrase matches (the share of the query's adjacent term pairs the chunk holds
+    /// adjacent, in order, within a sentence).
+    pub phrase: f32,
     /// Weight of term precision.
     pub term_precision: f32,
     /// Weight of entity coverage.
@@ -74,6 +80,7 @@ impl Default for RerankConfig {
             sentence_evidence: 1.0,
             term_recall: 0.3,
             sentence_recall: 0.3,
+            phrase: 0.5,
             term_precision: 0.1,
             entity: 0.2,
             date: 0.15,
@@ -211,8 +218,12 @@ impl<'a> Features<'a> {
 
     /// The features of a chunk whose text is `parts` joined by line breaks (title, section path,
     /// text).
-    pub fn of(&mut self, parts: &[&str]) -> [(&'static str, f32); 6] {
+    pub fn of(&mut self, parts: &[&str]) -> [(&'static str, f32); 7] {
         let terms = &self.plan.terms;
+        let pairs = &self.plan.pairs;
+        // The query's phrases the chunk holds: two of its terms next to each other, in the query's
+        // order, within one sentence (stop words between them skipped, as in the query).
+        let mut phrases = vec![false; pairs.len()];
         let mut total = 0usize;
         let mut matching = 0usize;
         let mut present = vec![false; terms.len()];
@@ -238,13 +249,17 @@ impl<'a> Features<'a> {
                 in_sentence.iter_mut().for_each(|p| *p = false);
                 *count = 0;
             };
+            // The query term the previous word stems to (None: another word, or a sentence start).
+            let mut previous: Option<usize> = None;
             bm25.visit_sentence_words(part, |word: Option<&str>| {
                 let Some(word) = word else {
                     end_sentence(&mut in_sentence, &mut sentence_count);
+                    previous = None;
                     return;
                 };
                 total += 1;
                 if !prefixes.start(word) {
+                    previous = None;
                     return;
                 }
                 let index = match stems.get(word) {
@@ -255,6 +270,13 @@ impl<'a> Features<'a> {
                         index
                     }
                 };
+                if let (Some(before), Some(index)) = (previous, index) {
+                    let pair = (before as u32, index as u32);
+                    if let Some(found) = pairs.iter().position(|p| *p == pair) {
+                        phrases[found] = true;
+                    }
+                }
+                previous = index;
                 if let Some(index) = index {
                     matching += 1;
                     present[index] = true;
@@ -319,12 +341,13 @@ impl<'a> Features<'a> {
             ("date", share(&dates)),
             ("distractor", if distractor { 1.0 } else { 0.0 }),
             ("sentence_recall", of_terms(best_sentence)),
+            ("phrase", share(&phrases)),
         ]
     }
 }
 
 /// The features of one chunk text for one query (see [`Features`] for many chunks).
-pub fn factors(plan: &Plan, text: &str, bm25: &Bm25Encoder) -> [(&'static str, f32); 6] {
+pub fn factors(plan: &Plan, text: &str, bm25: &Bm25Encoder) -> [(&'static str, f32); 7] {
     Features::new(plan, bm25).of(&[text])
 }
 
@@ -405,6 +428,7 @@ pub fn rerank(
     let weight = |name: &str| match name {
         "term_recall" => config.term_recall * plan.lexical,
         "sentence_recall" => config.sentence_recall * plan.lexical,
+        "phrase" => config.phrase * plan.lexical,
         "term_precision" => config.term_precision * plan.lexical,
         "entity" => config.entity * plan.lexical,
         "date" => config.date,
@@ -701,6 +725,48 @@ mod tests {
         );
         assert_eq!(get(&together, "sentence_recall"), 1.0);
         assert!(get(&scattered, "sentence_recall") <= 0.25);
+    }
+
+    #[test]
+    fn phrase_counts_the_query_words_next_to_each_other_in_its_order() {
+        let bm25 = Bm25Encoder::default();
+        // Terms "papal", "legat", "order", "arrest" (stemmed, stop words gone): three pairs.
+        let plan = analyze("When did the papal legate order an arrest?", &bm25);
+        assert_eq!(plan.pairs.len(), 3, "{plan:?}");
+        let phrase = |text: &str| {
+            factors(&plan, text, &bm25)
+                .iter()
+                .find(|(n, _)| *n == "phrase")
+                .unwrap()
+                .1
+        };
+        // All three, across stop words and inflections ("ordered" stems to "order").
+        assert_eq!(
+            phrase("The papal legate ordered the arrest of Luther."),
+            1.0
+        );
+        assert_eq!(
+            phrase("A papal legate of the church ordered nothing."),
+            1.0 / 3.0
+        );
+        // The same words, none next to its neighbour of the query in the query's order.
+        assert_eq!(phrase("Arrest orders came; the legate was papal."), 0.0);
+        // A sentence end breaks a pair.
+        assert_eq!(
+            phrase("He was papal. Legate orders and an arrest followed."),
+            2.0 / 3.0
+        );
+        // So does a word between two terms that is no stop word.
+        assert_eq!(phrase("The papal envoy and legate gave orders."), 0.0);
+        // A query of one term has no phrases: the feature is 0, not undefined.
+        let single = analyze("legate", &bm25);
+        assert!(single.pairs.is_empty());
+        let value = factors(&single, "legate legate", &bm25)
+            .iter()
+            .find(|(n, _)| *n == "phrase")
+            .unwrap()
+            .1;
+        assert_eq!(value, 0.0);
     }
 
     #[test]
