@@ -13,7 +13,10 @@
 //! document that spells either delimiter has it defused, so no text can close the block early). Planning uses the token counts stored at ingest (parts of a chunk are estimated by their
 //! byte share, rounded up with a margin), so no chunk is re-tokenized per query. While the plan is over
 //! budget, the step with the least value lost per token saved is taken: shrink an item one form or
-//! drop it, where an item's value is its relevance discounted by its redundancy with better items. The
+//! drop it, where an item's value is its relevance discounted by its redundancy with better items, and
+//! its relevance follows its score's standing on the evidence stop's scale (below), not its rank:
+//! `exp(−10 · (1 − standing))`, so a second result that scores nearly as well as the top keeps nearly
+//! as much room, and one far below it gives way first. The
 //! assembled string is then counted with the real tokenizer; if it is still over budget another step
 //! is taken and it is counted again. The top result is never dropped while anything fits: its last
 //! form is its surrogate cut to the budget. Budget left over is filled with deferred candidates.
@@ -55,7 +58,12 @@ pub struct PackConfig {
     pub sentence_tokens: usize,
     /// Most tokens of a surrogate.
     pub surrogate_tokens: usize,
-    /// Value by rank: `1 / (1 + position_decay · position)`.
+    /// An item's relevance by its standing: `exp(−standing_decay · (1 − standing))`, the standing
+    /// being its score on the evidence stop's scale (0: the bottom of the rerank's scale, 1: the top
+    /// result), with or without the stop; 0 values every item alike.
+    pub standing_decay: f32,
+    /// And by its rank among the candidates' scores: times `1 / (1 + position_decay · rank)`
+    /// (0: rank does not count).
     pub position_decay: f32,
     /// How much an item's value is discounted by its highest cosine to a better item (0 = none).
     pub redundancy_weight: f32,
@@ -110,12 +118,13 @@ impl Default for PackConfig {
             snippet_tokens: 200,
             sentence_tokens: 60,
             surrogate_tokens: 60,
-            position_decay: 3.0,
+            standing_decay: 10.0,
+            position_decay: 0.0,
             redundancy_weight: 0.5,
             separator: "\n\n".into(),
             untrusted_delimiters: true,
-            evidence_ratio: 0.65,
-            sentence_ratio: 0.82,
+            evidence_ratio: 0.68,
+            sentence_ratio: 0.78,
             surrogates: Default::default(),
         }
     }
@@ -283,10 +292,11 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
         .collect();
     let mut covered: BTreeMap<&crate::model::DocKey, Vec<(u32, u32)>> = BTreeMap::new();
     let mut entries: Vec<Entry<'_>> = Vec::with_capacity(all.len());
-    let stop = (!fill && config.evidence_ratio > 0.0).then(|| {
+    let scale = {
         let top = all.iter().map(|(c, _)| c.score).fold(f32::MIN, f32::max);
         (top, (top - floor.min(top)).max(f32::EPSILON))
-    });
+    };
+    let stop = (!fill && config.evidence_ratio > 0.0).then_some(scale);
     let (mut stopped, mut banded) = (0, 0);
     for (position, (candidate, is_deferred)) in all.iter().enumerate() {
         let mut band = None;
@@ -345,13 +355,17 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
             doc_covered.push(stored.chunk.char_range);
         }
         let position_of = position;
-        // Relevance by rank of the score (MMR chose the set; its pick order trades relevance for
-        // diversity, which the redundancy discount below accounts for).
+        // Relevance by the score, not by MMR's pick order (that trades relevance for diversity,
+        // which the redundancy discount below accounts for).
         let rank = all
             .iter()
             .filter(|(other, _)| other.score > candidate.score)
             .count();
-        let relevance = 1.0 / (1.0 + config.position_decay * rank as f32);
+        // By standing on the evidence stop's scale: candidates that score alike are worth alike,
+        // whatever their ranks; one far below the top is worth little even at rank 2.
+        let standing = 1.0 - (scale.0 - candidate.score) / scale.1;
+        let relevance = (-config.standing_decay * (1.0 - standing)).exp()
+            / (1.0 + config.position_decay * rank as f32);
         let redundancy = candidate.vector.as_ref().map_or(0.0, |v| {
             all[..position]
                 .iter()

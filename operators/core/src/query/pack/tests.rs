@@ -171,11 +171,12 @@ fn tight_budgets_use_surrogates_and_drop_the_redundant_first() {
     let a = document(0, 12, 12, 0);
     let b = document(1, 12, 12, 0);
     let c = document(2, 12, 12, 0);
-    // b is nearly the same as a (cosine 0.99) and scores higher than c.
+    // b is nearly the same as a (cosine 0.99) and scores a little higher than c (its redundancy
+    // halves its value; the score gap is worth less than that).
     let picked = [
         candidate(&a[0], 1.0, vec![1.0, 0.0, 0.0]),
         candidate(&b[0], 0.8, vec![0.99, 0.14, 0.0]),
-        candidate(&c[0], 0.7, vec![0.0, 0.0, 1.0]),
+        candidate(&c[0], 0.75, vec![0.0, 0.0, 1.0]),
     ];
     let full = run(&picked, &[], 100_000, &[]);
     let needed = full.tokens_used;
@@ -331,6 +332,7 @@ fn tight_budgets_keep_the_sentence_holding_the_query_terms() {
     let terms: Vec<String> = (0..5).map(|d| format!("d{d}w{}", 9 * 8 + 3)).collect();
     // Equal value per candidate, so the budget is shared rather than spent on the top ones.
     let equal = PackConfig {
+        standing_decay: 0.0,
         position_decay: 0.0,
         ..PackConfig::default()
     };
@@ -408,6 +410,55 @@ fn value_follows_the_score_not_the_pick_order() {
             .map(|i| (&i.doc_id, i.tier, i.tokens))
             .collect::<Vec<_>>()
     );
+}
+
+#[test]
+fn a_second_result_scoring_like_the_top_keeps_room_that_one_far_below_gives_up() {
+    // The same three candidates at the same ranks; only how far the second scores below the top
+    // differs. Valued by standing, the close second keeps more of itself; valued by rank alone the
+    // two packings are the same.
+    let docs: Vec<Vec<StoredChunk>> = (0..3).map(|d| document(d, 12, 12, 0)).collect();
+    let three = |second: f32| {
+        [
+            candidate(&docs[0][0], 1.0, vec![1.0, 0.0, 0.0]),
+            candidate(&docs[1][0], second, vec![0.0, 1.0, 0.0]),
+            candidate(&docs[2][0], 0.3, vec![0.0, 0.0, 1.0]),
+        ]
+    };
+    let second_tokens = |config: &PackConfig, second: f32| {
+        let picked = three(second);
+        let packed = pack(PackRequest {
+            picked: &picked,
+            deferred: &[],
+            neighbours: &[],
+            budget: 450,
+            counter: counter(),
+            terms: &[],
+            cue: AnswerCue::None,
+            config,
+            fill: true,
+            floor: 0.0,
+            tiers: &[],
+        });
+        assert!(packed.tokens_used <= 450);
+        packed
+            .items
+            .iter()
+            .find(|i| i.doc_id == "doc1")
+            .map_or(0, |i| i.tokens)
+    };
+    let by_standing = PackConfig::default();
+    let (close, far) = (
+        second_tokens(&by_standing, 0.97),
+        second_tokens(&by_standing, 0.4),
+    );
+    assert!(close > far, "close {close} vs far {far}");
+    let by_rank = PackConfig {
+        standing_decay: 0.0,
+        position_decay: 3.0,
+        ..PackConfig::default()
+    };
+    assert_eq!(second_tokens(&by_rank, 0.97), second_tokens(&by_rank, 0.4));
 }
 
 #[test]
