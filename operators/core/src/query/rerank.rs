@@ -4,8 +4,9 @@
 //! candidate gets
 //! `score = w_fused · fused/max_fused + w_lanes · lane_scores + w_evidence · sentence_evidence
 //!        + w_recall · term_recall
-//!        + w_sentence · sentence_recall + w_phrase · phrase + w_precision · term_precision
-//!        + w_entity · entity_coverage + w_date · date_match − w_distractor · distractor`
+//!        + w_sentence · sentence_recall + w_weighted · weighted_sentence_recall + w_phrase · phrase
+//!        + w_precision · term_precision + w_entity · entity_coverage + w_date · date_match
+//!        − w_distractor · distractor`
 //! where lane scores are the engines' raw scores min-max normalised over each lane's hits and
 //! combined with the intent's lane weights (rank fusion keeps only ranks; how far apart the scores are
 //! says how sure a lane is), sentence evidence the best cosine between the query vector and one of the
@@ -13,7 +14,9 @@
 //! about several things is as close to the query as its closest sentence; a chunk of one sentence
 //! counts its own vector), term
 //! recall is the share of query terms the chunk holds, sentence recall
-//! the largest share of them one sentence holds, phrase the share of the query's phrases (each two
+//! the largest share of them one sentence holds, weighted sentence recall the same with each term
+//! weighted by how few of the window's candidates hold it (`ln(1 + n / (1 + df))`: a term every
+//! candidate holds does not tell them apart), phrase the share of the query's phrases (each two
 //! terms next to each other in the query, stop words skipped) the chunk holds next to each other in
 //! the same order within a sentence (a question is worded like the passage that answers it: "papal
 //! legate" next to each other says more than both words somewhere), term precision the share of the
@@ -50,6 +53,9 @@ pub struct RerankConfig {
     pub term_recall: f32,
     /// Weight of sentence recall (the most query terms one sentence holds, as a share).
     pub sentence_recall: f32,
+    /// Weight of weighted sentence recall: the largest share of the query terms' weight one sentence
+    /// holds, a term weighing more the fewer of the window's candidates hold it.
+    pub weighted_sentence_recall: f32,
     /// Weight of phrase matches (the share of the query's adjacent term pairs the chunk holds
     /// adjacent, in order, within a sentence).
     pub phrase: f32,
@@ -81,6 +87,7 @@ impl Default for RerankConfig {
             term_recall: 0.3,
             sentence_recall: 0.3,
             phrase: 0.5,
+            weighted_sentence_recall: 0.4,
             term_precision: 0.1,
             entity: 0.2,
             date: 0.15,
@@ -125,6 +132,9 @@ pub struct Features<'a> {
     stems: rustc_hash::FxHashMap<String, Option<usize>>,
     /// The lowercased text of the part being searched (reused).
     lowered: String,
+    /// The query terms each sentence of the last chunk holds, one bit per term (the first 64 terms),
+    /// sentences without any left out: what [`weighted_sentence_recall`] weighs.
+    sentences: Vec<u64>,
 }
 
 /// The first three characters of each query term: a word stems to a term only if it starts with the
@@ -213,6 +223,7 @@ impl<'a> Features<'a> {
             always,
             stems: rustc_hash::FxHashMap::default(),
             lowered: String::new(),
+            sentences: Vec::new(),
         }
     }
 
@@ -232,6 +243,8 @@ impl<'a> Features<'a> {
         let mut best_sentence = 0usize;
         let mut in_sentence = vec![false; terms.len()];
         let mut sentence_count = 0usize;
+        let mut sentence_mask = 0u64;
+        self.sentences.clear();
         let mut entities = vec![false; self.plan.entities.len()];
         let mut dates = vec![false; self.plan.dates.len()];
         let mut distractor = false;
@@ -243,17 +256,21 @@ impl<'a> Features<'a> {
         }
         for part in parts {
             let prefixes = &self.prefixes;
-            let (stems, bm25) = (&mut self.stems, self.bm25);
-            let mut end_sentence = |in_sentence: &mut [bool], count: &mut usize| {
+            let (stems, bm25, sentences) = (&mut self.stems, self.bm25, &mut self.sentences);
+            let mut end_sentence = |in_sentence: &mut [bool], count: &mut usize, mask: &mut u64| {
                 best_sentence = best_sentence.max(*count);
                 in_sentence.iter_mut().for_each(|p| *p = false);
                 *count = 0;
+                if *mask != 0 {
+                    sentences.push(*mask);
+                }
+                *mask = 0;
             };
             // The query term the previous word stems to (None: another word, or a sentence start).
             let mut previous: Option<usize> = None;
             bm25.visit_sentence_words(part, |word: Option<&str>| {
                 let Some(word) = word else {
-                    end_sentence(&mut in_sentence, &mut sentence_count);
+                    end_sentence(&mut in_sentence, &mut sentence_count, &mut sentence_mask);
                     previous = None;
                     return;
                 };
@@ -278,6 +295,9 @@ impl<'a> Features<'a> {
                 }
                 previous = index;
                 if let Some(index) = index {
+                    if index < 64 {
+                        sentence_mask |= 1 << index;
+                    }
                     matching += 1;
                     present[index] = true;
                     if !in_sentence[index] {
@@ -286,7 +306,7 @@ impl<'a> Features<'a> {
                     }
                 }
             });
-            end_sentence(&mut in_sentence, &mut sentence_count);
+            end_sentence(&mut in_sentence, &mut sentence_count, &mut sentence_mask);
             // Cues and needles are searched for in the lowercased text.
             if part.is_ascii() {
                 self.lowered.clear();
@@ -355,6 +375,47 @@ fn is_word_boundary(text: &str, at: usize, len: usize) -> bool {
     let before = text[..at].chars().next_back();
     let after = text[at + len..].chars().next();
     !before.is_some_and(char::is_alphanumeric) && !after.is_some_and(char::is_alphanumeric)
+}
+
+/// Per candidate, the largest share of the query terms' weight one of its sentences holds, each term
+/// weighted by how few of the candidates hold it: `ln(1 + n / (1 + df))` for `n` candidates of which
+/// `df` hold the term anywhere. `sentences` holds, per candidate, each sentence's terms as bits (the
+/// first 64 terms of `terms`). A term every candidate holds tells them apart least, so the sentence
+/// that holds the rare words of the question counts most: "Who was the MVP of Super Bowl 50?" over
+/// passages all about Super Bowl 50 is decided by "MVP".
+pub fn weighted_sentence_recall(sentences: &[Vec<u64>], terms: usize) -> Vec<f32> {
+    let terms = terms.min(64);
+    let n = sentences.len() as f32;
+    let weights: Vec<f32> = (0..terms)
+        .map(|term| {
+            let df = sentences
+                .iter()
+                .filter(|chunk| chunk.iter().any(|mask| mask & (1 << term) != 0))
+                .count() as f32;
+            (1.0 + n / (1.0 + df)).ln()
+        })
+        .collect();
+    let total: f32 = weights.iter().sum();
+    sentences
+        .iter()
+        .map(|chunk| {
+            if total <= 0.0 {
+                return 0.0;
+            }
+            let best = chunk
+                .iter()
+                .map(|mask| {
+                    weights
+                        .iter()
+                        .enumerate()
+                        .filter(|(term, _)| mask & (1 << term) != 0)
+                        .map(|(_, w)| w)
+                        .sum::<f32>()
+                })
+                .fold(0.0f32, f32::max);
+            best / total
+        })
+        .collect()
 }
 
 /// Each candidate's lane scores: per lane, `(score − min) / (max − min)` over every candidate that lane
@@ -435,6 +496,7 @@ pub fn rerank(
         _ => -config.distractor,
     };
     let mut features = Features::new(plan, bm25);
+    let mut sentences: Vec<Vec<u64>> = Vec::with_capacity(window);
     for (candidate, lane_score) in candidates[..window].iter_mut().zip(lanes) {
         let normalised = candidate.fused / max_fused;
         let mut score = config.fused * normalised + config.lanes * lane_score;
@@ -460,7 +522,16 @@ pub fn rerank(
             score += weight(name) * value;
             candidate.factors.insert(Cow::Borrowed(name), value);
         }
+        sentences.push(std::mem::take(&mut features.sentences));
         candidate.score = score;
+    }
+    // Needs the whole window: how many of its candidates hold each term.
+    let recall = weighted_sentence_recall(&sentences, plan.terms.len());
+    for (candidate, value) in candidates[..window].iter_mut().zip(recall) {
+        candidate.score += config.weighted_sentence_recall * plan.lexical * value;
+        candidate
+            .factors
+            .insert(Cow::Borrowed("weighted_sentence_recall"), value);
     }
     // Below the window: fused order, strictly after every reranked candidate.
     let floor = candidates[..window]
@@ -725,6 +796,88 @@ mod tests {
         );
         assert_eq!(get(&together, "sentence_recall"), 1.0);
         assert!(get(&scattered, "sentence_recall") <= 0.25);
+    }
+
+    #[test]
+    fn weighted_sentence_recall_counts_the_terms_few_candidates_hold() {
+        // Terms 0 ("super"), 1 ("bowl"), 2 ("mvp"). Every candidate holds 0 and 1; one also holds 2,
+        // in a sentence of its own; another holds 0 and 1 together in one sentence.
+        let both = 0b011u64;
+        let sentences = vec![
+            vec![both],         // "Super Bowl 50 was played in February."
+            vec![0b001, 0b110], // "Super Bowl 50 ..." / "Bowl MVP Von Miller ..."
+            vec![0b001, 0b010], // the two words in different sentences
+        ];
+        let recall = weighted_sentence_recall(&sentences, 3);
+        // n = 3; df 3, 3, 1: weights ln(1.75), ln(1.75), ln(2.5).
+        let (common, rare) = ((1.0f32 + 3.0 / 4.0).ln(), (1.0f32 + 3.0 / 2.0).ln());
+        let total = 2.0 * common + rare;
+        assert!((recall[0] - 2.0 * common / total).abs() < 1e-6);
+        assert!((recall[1] - (common + rare) / total).abs() < 1e-6);
+        assert!((recall[2] - common / total).abs() < 1e-6);
+        // Unweighted, the first two tie (two of three terms in one sentence); weighted, the sentence
+        // with the rare term wins.
+        assert!(recall[1] > recall[0] && recall[0] > recall[2]);
+        // No terms, or no candidates: nothing, not NaN.
+        assert_eq!(
+            weighted_sentence_recall(&[vec![], vec![]], 0),
+            vec![0.0, 0.0]
+        );
+        assert!(weighted_sentence_recall(&[], 3).is_empty());
+    }
+
+    #[test]
+    fn the_rerank_adds_the_weighted_sentence_recall_of_its_window() {
+        let bm25 = Bm25Encoder::default();
+        let plan = analyze("Who was the MVP of Super Bowl 50?", &bm25);
+        // Every chunk names Super Bowl 50; only b has a sentence with "MVP" in it.
+        let window = || {
+            vec![
+                candidate(
+                    "a",
+                    "Super Bowl 50 was played in February. The crowd was large.",
+                    0.03,
+                ),
+                candidate(
+                    "b",
+                    "Denver won it. The MVP of Super Bowl 50 was Von Miller.",
+                    0.03,
+                ),
+                candidate(
+                    "c",
+                    "Super Bowl 50 had a halftime show. Tickets sold out.",
+                    0.03,
+                ),
+            ]
+        };
+        let (mut with, mut without) = (window(), window());
+        rerank(&mut with, &plan, &RerankConfig::default(), &bm25);
+        let off = RerankConfig {
+            weighted_sentence_recall: 0.0,
+            ..RerankConfig::default()
+        };
+        rerank(&mut without, &plan, &off, &bm25);
+        let by_doc = |list: &[Candidate], doc: &str| {
+            list.iter()
+                .find(|c| c.stored.key.doc_id == doc)
+                .cloned()
+                .unwrap()
+        };
+        let value = |doc: &str| by_doc(&with, doc).factors["weighted_sentence_recall"];
+        // b's second sentence holds every term; a's and c's first hold the three every chunk has,
+        // 3 ln(1.75) of 3 ln(1.75) + ln(2.5) (n = 3; "mvp" in one chunk).
+        assert_eq!(value("b"), 1.0);
+        let common = 3.0 * 1.75f32.ln();
+        assert!(
+            (value("a") - common / (common + 2.5f32.ln())).abs() < 1e-6,
+            "{}",
+            value("a")
+        );
+        assert_eq!(value("a"), value("c"));
+        for doc in ["a", "b", "c"] {
+            let added = by_doc(&with, doc).score - by_doc(&without, doc).score;
+            assert!((added - 0.4 * value(doc)).abs() < 1e-5, "{doc}: {added}");
+        }
     }
 
     #[test]
