@@ -123,7 +123,7 @@ impl Default for PackConfig {
             redundancy_weight: 0.5,
             separator: "\n\n".into(),
             untrusted_delimiters: true,
-            evidence_ratio: 0.64,
+            evidence_ratio: 0.62,
             sentence_ratio: 0.78,
             surrogates: Default::default(),
         }

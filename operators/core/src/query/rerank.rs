@@ -87,7 +87,7 @@ impl Default for RerankConfig {
             term_recall: 0.3,
             sentence_recall: 0.3,
             phrase: 0.5,
-            weighted_sentence_recall: 0.4,
+            weighted_sentence_recall: 0.6,
             term_precision: 0.1,
             entity: 0.2,
             date: 0.15,
@@ -876,7 +876,7 @@ mod tests {
         assert_eq!(value("a"), value("c"));
         for doc in ["a", "b", "c"] {
             let added = by_doc(&with, doc).score - by_doc(&without, doc).score;
-            assert!((added - 0.4 * value(doc)).abs() < 1e-5, "{doc}: {added}");
+            assert!((added - 0.6 * value(doc)).abs() < 1e-5, "{doc}: {added}");
         }
     }
 
