@@ -356,16 +356,18 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
         }
         let position_of = position;
         // Relevance by the score, not by MMR's pick order (that trades relevance for diversity,
-        // which the redundancy discount below accounts for).
-        let rank = all
-            .iter()
-            .filter(|(other, _)| other.score > candidate.score)
-            .count();
-        // By standing on the evidence stop's scale: candidates that score alike are worth alike,
-        // whatever their ranks; one far below the top is worth little even at rank 2.
+        // which the redundancy discount below accounts for): by its standing on the evidence stop's
+        // scale (candidates that score alike are worth alike, whatever their ranks; one far below
+        // the top is worth little even at rank 2), and by its rank where `position_decay` asks.
         let standing = 1.0 - (scale.0 - candidate.score) / scale.1;
-        let relevance = (-config.standing_decay * (1.0 - standing)).exp()
-            / (1.0 + config.position_decay * rank as f32);
+        let mut relevance = (-config.standing_decay * (1.0 - standing)).exp();
+        if config.position_decay > 0.0 {
+            let rank = all
+                .iter()
+                .filter(|(other, _)| other.score > candidate.score)
+                .count();
+            relevance /= 1.0 + config.position_decay * rank as f32;
+        }
         let redundancy = candidate.vector.as_ref().map_or(0.0, |v| {
             all[..position]
                 .iter()

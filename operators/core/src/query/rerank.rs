@@ -386,12 +386,14 @@ fn is_word_boundary(text: &str, at: usize, len: usize) -> bool {
 pub fn weighted_sentence_recall(sentences: &[Vec<u64>], terms: usize) -> Vec<f32> {
     let terms = terms.min(64);
     let n = sentences.len() as f32;
+    // The terms each candidate holds anywhere: its sentences' bits together.
+    let held: Vec<u64> = sentences
+        .iter()
+        .map(|chunk| chunk.iter().fold(0, |all, mask| all | mask))
+        .collect();
     let weights: Vec<f32> = (0..terms)
         .map(|term| {
-            let df = sentences
-                .iter()
-                .filter(|chunk| chunk.iter().any(|mask| mask & (1 << term) != 0))
-                .count() as f32;
+            let df = held.iter().filter(|all| *all & (1 << term) != 0).count() as f32;
             (1.0 + n / (1.0 + df)).ln()
         })
         .collect();
