@@ -19,7 +19,10 @@
 //! as much room, and one far below it gives way first. The
 //! assembled string is then counted with the real tokenizer; if it is still over budget another step
 //! is taken and it is counted again. The top result is never dropped while anything fits: its last
-//! form is its surrogate cut to the budget. Budget left over is filled with deferred candidates.
+//! form is its surrogate cut to the budget. Budget left over is filled with deferred candidates. The
+//! expanded top result covers the text of its document's other candidates, which are cut to what it
+//! leaves; when the budget then shrinks it to a smaller form, the plan is made again without the
+//! expanded form, so that those candidates compete for the budget on their own.
 //!
 //! **Evidence stop.** A context need not fill its budget: a candidate other than the top result is
 //! packed only while its score, on the scale from the bottom of the rerank's scale (0: one below the
@@ -253,6 +256,23 @@ fn render(header: &str, text: &str) -> String {
 
 /// Packs `request` into its budget.
 pub fn pack(request: PackRequest<'_>) -> Packed {
+    // The expanded top result covers its neighbours' text, so candidates of its document are cut
+    // to what it leaves (or left out). When the budget then shrinks it to a smaller form, that text
+    // is no longer in the context: pack again without the expanded form, so that they compete for
+    // the budget on their own.
+    match pack_once(request, true) {
+        (first, true) => {
+            let mut packed = pack_once(request, false).0;
+            packed.counts += first.counts;
+            packed
+        }
+        (packed, false) => packed,
+    }
+}
+
+/// One packing; with `offer_expanded`, the top result's first form is its expanded one. Also
+/// whether the expanded form covered another candidate's text and was then given up.
+fn pack_once(request: PackRequest<'_>, offer_expanded: bool) -> (Packed, bool) {
     let PackRequest {
         picked,
         deferred,
@@ -283,7 +303,7 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
         .chain(deferred.iter().map(|c| (c, true)))
         .collect();
     if all.is_empty() {
-        return packed;
+        return (packed, false);
     }
     // Each vector's dot product with itself, for the cosines between items.
     let self_dots: Vec<Option<f32>> = all
@@ -298,6 +318,7 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
     };
     let stop = (!fill && config.evidence_ratio > 0.0).then_some(scale);
     let (mut stopped, mut banded) = (0, 0);
+    let mut expanded_covers_others = false;
     for (position, (candidate, is_deferred)) in all.iter().enumerate() {
         let mut band = None;
         if let Some((top, range)) = stop.filter(|_| position > 0) {
@@ -320,6 +341,12 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
             }
         }
         let stored = &candidate.stored;
+        expanded_covers_others |= position > 0
+            && entries.first().is_some_and(|top: &Entry<'_>| {
+                top.position == 0
+                    && top.forms[0].tier == Tier::Expanded
+                    && top.candidate.stored.key == stored.key
+            });
         let doc_covered = covered.entry(&stored.key).or_default();
         let Some(available) = uncovered(&stored.chunk, doc_covered) else {
             packed.decisions.push(Decision::new(
@@ -333,7 +360,7 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
         let ceiling = tiers
             .get(position)
             .map_or(SurrogateTier::Full, |(tier, _)| *tier);
-        let expanded_form = (position == 0 && ceiling == SurrogateTier::Full)
+        let expanded_form = (offer_expanded && position == 0 && ceiling == SurrogateTier::Full)
             .then(|| expanded(stored, neighbours, counter, config.expanded_tokens))
             .flatten();
         let forms = forms(
@@ -539,7 +566,10 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
     if !notes.is_empty() {
         packed.note = Some(notes.join("; "));
     }
-    packed
+    let expanded_given_up = entries.first().is_some_and(|top| {
+        top.position == 0 && top.forms[0].tier == Tier::Expanded && top.state != Some(0)
+    });
+    (packed, expanded_covers_others && expanded_given_up)
 }
 
 /// Renders whole chunks (deep, read_chunk and SQL modes): no budget.

@@ -381,6 +381,46 @@ fn tight_budgets_keep_the_sentence_holding_the_query_terms() {
 }
 
 #[test]
+fn a_neighbour_the_expanded_top_covered_comes_back_when_the_top_is_shrunk() {
+    // The top result's document has a second chunk, also a candidate, that holds the query term.
+    // Expanded, the top covers it; the budget cannot hold the expanded form, so the top shrinks to
+    // a snippet of its own chunk: the second chunk's text must then be packed on its own, not left
+    // out as "already in the context".
+    let doc = document(0, 12, 6, 0);
+    let other = document(1, 6, 6, 0);
+    let term = format!("d0w{}", 9 * 8 + 3);
+    assert!(doc[1].chunk.text.contains(&term) && !doc[0].chunk.text.contains(&term));
+    let picked = [
+        candidate(&doc[0], 1.0, vec![1.0, 0.0, 0.0]),
+        candidate(&other[0], 0.95, vec![0.0, 1.0, 0.0]),
+        candidate(&doc[1], 0.9, vec![0.0, 0.0, 1.0]),
+    ];
+    let expanded_tokens = doc[0].chunk.tokens + doc[1].chunk.tokens;
+    let budget = 300;
+    assert!(budget < expanded_tokens as usize);
+    let packed = run(&picked, &doc, budget, std::slice::from_ref(&term));
+    assert!(packed.tokens_used <= budget);
+    assert!(
+        packed.items.iter().all(|item| item.tier != Tier::Expanded),
+        "{:?}",
+        packed.items
+    );
+    assert!(packed.context.contains(&term), "{}", packed.context);
+    assert!(
+        !packed
+            .decisions
+            .iter()
+            .any(|d| d.chunk_id == picked[2].id() && d.cause == Cause::Overlap),
+        "{:?}",
+        packed.decisions
+    );
+    // With room for the expanded form, the neighbour is inside it and not packed twice.
+    let roomy = run(&picked, &doc, 3000, std::slice::from_ref(&term));
+    assert_eq!(roomy.items[0].tier, Tier::Expanded);
+    assert_eq!(roomy.context.matches(&term).count(), 1);
+}
+
+#[test]
 fn value_follows_the_score_not_the_pick_order() {
     // MMR picked a diverse low-scoring candidate second; the better-scoring third keeps more room.
     let docs: Vec<Vec<StoredChunk>> = (0..3).map(|d| document(d, 12, 12, 0)).collect();
