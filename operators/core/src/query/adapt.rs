@@ -3,7 +3,8 @@
 //! The intent analyzer ([`super::intent`]) reads the query text alone. Once the lanes have answered,
 //! their hits are evidence too. The rule applied here, before fusion:
 //!
-//! **Code search.** A query in plain words (no identifier, no quoted phrase) whose dense lane's top
+//! **Code search.** A query in plain words (no identifier; quoted words count as plain ones, as the
+//! BM25 lane analyses them alike and matches no phrases) whose dense lane's top
 //! [`HEAD`] hits are mostly source code (at least [`CODE_SHARE`] of them) is looking for code by what
 //! it does. Its words are seldom the code's own identifiers, so exact-term matching earns little: the
 //! intent becomes `code_search`, the lanes are weighted [`CODE_SEARCH`], and the rerank's lexical
@@ -29,10 +30,7 @@ pub const CODE_SEARCH: Weights = Weights {
 
 /// Adapts `plan` to the dense lane's hits (best first); returns the reason when it changed it.
 pub fn adapt(plan: &mut Plan, dense: &[Hit]) -> Option<String> {
-    let exact = plan
-        .signals
-        .iter()
-        .any(|s| s == "identifier" || s == "quoted_phrase");
+    let exact = plan.signals.iter().any(|s| s == "identifier");
     let head = &dense[..dense.len().min(HEAD)];
     if exact || head.is_empty() {
         return None;
@@ -101,7 +99,7 @@ mod tests {
     }
 
     #[test]
-    fn prose_hits_identifiers_and_quotes_keep_the_intent() {
+    fn prose_hits_and_identifiers_keep_the_intent() {
         let bm25 = Bm25Encoder::default();
         let mut kinds = vec![DocKind::Code; 5];
         kinds.extend([DocKind::Markdown; 5]);
@@ -109,7 +107,11 @@ mod tests {
         let before = mostly_prose.clone();
         assert_eq!(adapt(&mut mostly_prose, &hits(&kinds)), None);
         assert_eq!(mostly_prose, before);
-        for text in ["where is parse_config called", "find \"sort order\" here"] {
+        for text in [
+            "where is parse_config called",
+            "find \"parse_config\" here",
+            "find \"sortOrder\" here",
+        ] {
             let mut plan = analyze(text, &bm25);
             let before = plan.clone();
             assert_eq!(
@@ -119,6 +121,20 @@ mod tests {
             );
             assert_eq!(plan, before);
         }
+        let mut empty = analyze("how to sort a list", &bm25);
+        assert_eq!(adapt(&mut empty, &[]), None);
+    }
+
+    #[test]
+    fn quoted_plain_words_over_code_hits_are_a_code_search() {
+        // The BM25 lane analyses a quoted phrase into the same terms as unquoted words (it does not
+        // match phrases), so quoting plain words does not make them the code's own.
+        let bm25 = Bm25Encoder::default();
+        let mut plan = analyze("python \"is not none\" check", &bm25);
+        assert!(plan.signals.iter().any(|s| s == "quoted_phrase"));
+        assert!(adapt(&mut plan, &hits(&[DocKind::Code; 10])).is_some());
+        assert_eq!(plan.intent, "code_search");
+        assert_eq!(plan.weights, CODE_SEARCH);
         let mut empty = analyze("how to sort a list", &bm25);
         assert_eq!(adapt(&mut empty, &[]), None);
     }
