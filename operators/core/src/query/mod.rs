@@ -390,7 +390,7 @@ impl Default for QueryConfig {
             min_pool: 20,
             rerank: rerank::RerankConfig::default(),
             near_duplicate: 0.95,
-            mmr_lambda: 0.6,
+            mmr_lambda: 0.8,
             per_document_cap: 2,
             per_section_cap: 1,
             pack: pack::PackConfig::default(),

@@ -126,7 +126,7 @@ impl Default for PackConfig {
             redundancy_weight: 0.5,
             separator: "\n\n".into(),
             untrusted_delimiters: true,
-            evidence_ratio: 0.62,
+            evidence_ratio: 0.64,
             sentence_ratio: 0.78,
             surrogates: Default::default(),
         }
