@@ -318,6 +318,9 @@ fn pack_once(request: PackRequest<'_>, offer_expanded: bool) -> (Packed, bool) {
     };
     let stop = (!fill && config.evidence_ratio > 0.0).then_some(scale);
     let (mut stopped, mut banded) = (0, 0);
+    // The document of the top result when its first form is expanded, and whether that form
+    // covered a later candidate of it.
+    let mut expanded_document = None;
     let mut expanded_covers_others = false;
     for (position, (candidate, is_deferred)) in all.iter().enumerate() {
         let mut band = None;
@@ -341,12 +344,7 @@ fn pack_once(request: PackRequest<'_>, offer_expanded: bool) -> (Packed, bool) {
             }
         }
         let stored = &candidate.stored;
-        expanded_covers_others |= position > 0
-            && entries.first().is_some_and(|top: &Entry<'_>| {
-                top.position == 0
-                    && top.forms[0].tier == Tier::Expanded
-                    && top.candidate.stored.key == stored.key
-            });
+        expanded_covers_others |= expanded_document == Some(&stored.key);
         let doc_covered = covered.entry(&stored.key).or_default();
         let Some(available) = uncovered(&stored.chunk, doc_covered) else {
             packed.decisions.push(Decision::new(
@@ -378,7 +376,9 @@ fn pack_once(request: PackRequest<'_>, offer_expanded: bool) -> (Packed, bool) {
             },
         );
         doc_covered.push(forms[0].range);
-        if forms[0].tier != Tier::Expanded {
+        if forms[0].tier == Tier::Expanded {
+            expanded_document = Some(&stored.key);
+        } else {
             doc_covered.push(stored.chunk.char_range);
         }
         let position_of = position;
