@@ -90,15 +90,23 @@ fn queries_in_flight_when_their_partition_moves_get_one_context() {
     let (total, second_handed_over) = std::thread::scope(|scope| {
         let producer = scope.spawn(|| ask_until(&broker, &stop));
         std::thread::sleep(Duration::from_secs(2));
-        // A second instance joins the group: partitions move while queries are in flight.
-        let second_dir = tempfile::tempdir().expect("tempdir");
-        let mut second = Job::start(second_dir.path(), &config(&broker, &embedder), 1);
-        second.wait_ready(Duration::from_secs(60));
-        std::thread::sleep(Duration::from_secs(3));
-        let second_handed_over = handed_over(&second);
-        // It leaves: its partitions go back to the first instance.
-        assert!(second.stop().success(), "{}", second.log());
-        std::thread::sleep(Duration::from_secs(2));
+        // A second instance joins the group (partitions move while queries are in flight), then
+        // leaves (its partitions go back to the first). Whether a query is mid-embedding at the
+        // instant of a revocation is up to the scheduler, so the join and leave repeat (at most
+        // three times) until one was.
+        let mut second_handed_over = 0.0;
+        for _ in 0..3 {
+            let second_dir = tempfile::tempdir().expect("tempdir");
+            let mut second = Job::start(second_dir.path(), &config(&broker, &embedder), 1);
+            second.wait_ready(Duration::from_secs(60));
+            std::thread::sleep(Duration::from_secs(3));
+            second_handed_over += handed_over(&second);
+            assert!(second.stop().success(), "{}", second.log());
+            std::thread::sleep(Duration::from_secs(2));
+            if handed_over(&first) + second_handed_over > 0.0 {
+                break;
+            }
+        }
         stop.store(true, Ordering::Relaxed);
         (producer.join().expect("producer"), second_handed_over)
     });
