@@ -1,13 +1,17 @@
-//! Sentence evidence end to end (README, "Sentence evidence"): each chunk's sentences are embedded on
-//! their own at ingest and kept in the index, so a chunk about several things is as close to a query
-//! as its closest sentence. The rerank's `sentence_evidence` factor shows it in the trace; with
-//! `embedder.evidence_units = false` the factor is the chunk's own cosine.
+//! Evidence end to end.
+//! - Sentence evidence (README, "Sentence evidence"): each chunk's sentences are embedded on their
+//!   own at ingest and kept in the index, so a chunk about several things is as close to a query as
+//!   its closest sentence. The rerank's `sentence_evidence` factor shows it in the trace; with
+//!   `embedder.evidence_units = false` the factor is the chunk's own cosine.
+//! - The lanes' evidence adapts the fusion weights (README, "Querying", after the intent table):
+//!   a query in plain words whose dense hits are code becomes a code search, in the context, its
+//!   trace and the metrics.
 
 mod common;
 
 use std::time::Duration;
 
-use common::job::{http_post_json, metric, Job};
+use common::job::{http_post_json, metric, metric_labeled, Job};
 use serde_json::{json, Value};
 
 /// `mixed` covers four unrelated things in one chunk; one sentence answers the query. `general` is
@@ -30,11 +34,23 @@ const DOCS: [(&str, &str); 2] = [
 const QUESTION: &str = "When does the lighthouse keeper wind the lamp clock?";
 
 fn start(dir: &std::path::Path, extra: &str) -> Job {
-    let events: Vec<String> = DOCS
+    start_with(dir, extra, &DOCS, "prose", "")
+}
+
+/// Indexes `docs` of `kind` (sources `town/{id}{extension}`) through the job's JSONL source.
+fn start_with(
+    dir: &std::path::Path,
+    extra: &str,
+    docs: &[(&str, &str)],
+    kind: &str,
+    extension: &str,
+) -> Job {
+    let events: Vec<String> = docs
         .iter()
         .map(|(id, text)| {
             json!({"op": "upsert", "tenant": "town", "doc_id": id, "version": 1,
-                   "source": format!("town/{id}"), "kind": "prose", "title": "", "text": text})
+                   "source": format!("town/{id}{extension}"), "kind": kind, "title": "",
+                   "text": text})
             .to_string()
         })
         .collect();
@@ -43,7 +59,7 @@ fn start(dir: &std::path::Path, extra: &str) -> Job {
     let mut job = Job::start(dir, &config, 1);
     job.wait_ready(Duration::from_secs(120));
     job.wait_for(Duration::from_secs(300), "documents indexed", |m| {
-        metric(m, "ragstream_source_events_total") >= DOCS.len() as f64
+        metric(m, "ragstream_source_events_total") >= docs.len() as f64
             && metric(m, "ragstream_in_flight_messages") == 0.0
     });
     job
@@ -126,4 +142,94 @@ fn a_chunk_is_as_close_as_its_closest_sentence() {
             "{doc}: evidence {evidence} is not the chunk's cosine {dense}"
         );
     }
+}
+
+/// Three Python functions: every dense hit of any query is code.
+const CODE: [(&str, &str); 3] = [
+    (
+        "empty",
+        "def is_empty(items):\n    \"\"\"Return True when the list holds no elements.\"\"\"\n    return len(items) == 0\n",
+    ),
+    (
+        "reverse",
+        "def reverse_words(sentence):\n    \"\"\"Reverse the order of the words of a sentence.\"\"\"\n    return ' '.join(reversed(sentence.split()))\n",
+    ),
+    (
+        "mean",
+        "def mean(values):\n    \"\"\"Average of a list of numbers.\"\"\"\n    return sum(values) / len(values)\n",
+    ),
+];
+
+fn context(job: &Job, id: &str, text: &str) -> Value {
+    let body = json!({"query_id": id, "tenant": "town", "text": text, "token_budget": 400,
+                      "trace": true});
+    let (status, reply) =
+        http_post_json(job.http_port, "/query", &body.to_string()).expect("answered");
+    assert_eq!(status, 200, "{reply}");
+    serde_json::from_str(&reply).expect("context JSON")
+}
+
+#[test]
+fn plain_words_over_code_hits_are_a_code_search_in_the_context_trace_and_metrics() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = start_with(dir.path(), "", &CODE, "code", ".py");
+
+    // Plain words (the analyzer's `claim`, lanes 0.5 / 0.5): the dense hits are all code.
+    let plain = context(&job, "plain", "python check whether a list has no elements");
+    assert_eq!(plain["intent"], "code_search", "{plain}");
+    assert!((plain["weights"]["dense"].as_f64().unwrap() - 0.85).abs() < 1e-6);
+    assert!((plain["weights"]["bm25"].as_f64().unwrap() - 0.15).abs() < 1e-6);
+    let signals = plain["trace"]["signals"].as_array().expect("signals");
+    assert!(signals.iter().any(|s| s == "code_hits"), "{signals:?}");
+    let adapted: Vec<&Value> = plain["trace"]["decisions"]
+        .as_array()
+        .expect("decisions")
+        .iter()
+        .filter(|d| d["action"] == "adapted")
+        .collect();
+    assert_eq!(adapted.len(), 1, "{plain}");
+    assert_eq!(adapted[0]["cause"], "evidence_rule");
+    assert_eq!(adapted[0]["step"], "fuse");
+    assert_eq!(plain["items"][0]["doc_id"], "empty", "{plain}");
+
+    // A query naming an identifier keeps the analyzer's intent and weights.
+    let named = context(&job, "named", "where is is_empty defined");
+    assert_ne!(named["intent"], "code_search", "{named}");
+    let named_dense = named["weights"]["dense"].as_f64().unwrap();
+
+    // The metrics: the analyzer's intents, one adaptation, and the weights fusion used.
+    let metrics = job.metrics();
+    assert_eq!(
+        metric_labeled(
+            &metrics,
+            "ragstream_fusion_adapted_total",
+            "rule=\"code_search\""
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric_labeled(
+            &metrics,
+            "ragstream_queries_by_intent_total",
+            "intent=\"claim\""
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric_labeled(
+            &metrics,
+            "ragstream_queries_by_intent_total",
+            "intent=\"code_search\""
+        ),
+        0.0
+    );
+    assert_eq!(
+        metric_labeled(&metrics, "ragstream_fusion_weight_count", "lane=\"dense\""),
+        2.0
+    );
+    let dense_sum = metric_labeled(&metrics, "ragstream_fusion_weight_sum", "lane=\"dense\"");
+    assert!(
+        (dense_sum - (0.85 + named_dense)).abs() < 1e-6,
+        "dense weights observed {dense_sum}, used 0.85 + {named_dense}"
+    );
 }

@@ -26,13 +26,14 @@ const DLQ: &str = "dlq";
 /// What `$__rate_interval` stands for when the test evaluates panel expressions.
 const RATE_WINDOW: &str = "1m";
 /// Label names a ragstream metric may carry: each has a small, fixed set of values.
-const BOUNDED_LABELS: [&str; 15] = [
+const BOUNDED_LABELS: [&str; 16] = [
     "op",
     "outcome",
     "reason",
     "partition",
     "mode",
     "intent",
+    "rule",
     "stage",
     "lane",
     "tier",

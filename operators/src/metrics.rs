@@ -123,7 +123,7 @@ declare_metrics! {
         "Duration of a model endpoint call, answered or not.", &["endpoint"],
         vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]);
     fusion_weight: HistogramVec = histogram_vec("ragstream_fusion_weight",
-        "Fusion weight chosen per lane (dense, bm25).", &["lane"],
+        "Fusion weight used per lane (dense, bm25), after any adaptation to the lanes' hits.", &["lane"],
         vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]);
     dedup_drops: IntCounterVec = counter_vec("ragstream_dedup_drops_total",
         "Candidates dropped as duplicates, by reason.", &["reason"]);
@@ -229,6 +229,9 @@ impl Metrics {
         for lane in ["dense", "bm25"] {
             metrics.fusion_weight.with_label_values(&[lane]);
         }
+        metrics
+            .fusion_adapted
+            .with_label_values(&[crate::query::adapt::CODE_SEARCH_INTENT]);
         for tier in Tier::ALL {
             metrics.context_items.with_label_values(&[tier.as_str()]);
         }

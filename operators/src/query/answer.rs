@@ -101,6 +101,14 @@ impl<'scope> AnswerSteps<'scope> for StreamVec<'scope, u64, Working> {
                 .as_ref()
                 .map(|p| p.weights)
                 .unwrap_or_default();
+            // The weights fusion uses, after any adaptation (the intent's preset where none).
+            let m = metrics();
+            m.fusion_weight
+                .with_label_values(&["dense"])
+                .observe(weights.dense as f64);
+            m.fusion_weight
+                .with_label_values(&["bm25"])
+                .observe(weights.bm25 as f64);
             let (mut candidates, decisions) = fuse(
                 std::mem::take(&mut working.answer.dense),
                 std::mem::take(&mut working.answer.bm25),

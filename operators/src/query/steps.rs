@@ -154,16 +154,10 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                 if job.query.mode.retrieves() {
                     job.vectors.sparse = bm25.encode_query(&job.query.text);
                 }
-                let m = metrics();
-                m.queries_by_intent
+                metrics()
+                    .queries_by_intent
                     .with_label_values(&[plan.intent.as_str()])
                     .inc();
-                m.fusion_weight
-                    .with_label_values(&["dense"])
-                    .observe(plan.weights.dense as f64);
-                m.fusion_weight
-                    .with_label_values(&["bm25"])
-                    .observe(plan.weights.bm25 as f64);
                 job.plan = Some(plan);
                 job.record("intent", started);
             }

@@ -8,8 +8,9 @@
 //! [`HEAD`] hits are mostly source code (at least [`CODE_SHARE`] of them) is looking for code by what
 //! it does. Its words are seldom the code's own identifiers, so exact-term matching earns little: the
 //! intent becomes `code_search`, the lanes are weighted [`CODE_SEARCH`], and the rerank's lexical
-//! features (term recall and precision, sentence recall, entity coverage) are scaled by the BM25
-//! lane's share of the weights relative to an even split ([`Plan::lexical`]). A query that names an
+//! features (term recall and precision, sentence recall, weighted sentence recall, phrase, entity
+//! coverage) are scaled by the BM25 lane's share of the weights relative to an even split
+//! ([`Plan::lexical`]). A query that names an
 //! identifier keeps its intent: there, the code's own words are what it asks for.
 //!
 //! The decision and its figures go to the trace, and `ragstream_fusion_adapted_total{rule}` counts it.
@@ -22,6 +23,8 @@ use crate::store::Hit;
 pub const HEAD: usize = 10;
 /// The share of them that must be code.
 pub const CODE_SHARE: f32 = 0.6;
+/// The intent (and the `ragstream_fusion_adapted_total` rule) of a query the code-search rule adapted.
+pub const CODE_SEARCH_INTENT: &str = "code_search";
 /// Lane weights of a code search.
 pub const CODE_SEARCH: Weights = Weights {
     dense: 0.85,
@@ -43,7 +46,7 @@ pub fn adapt(plan: &mut Plan, dense: &[Hit]) -> Option<String> {
         return None;
     }
     let before = plan.weights;
-    plan.intent = "code_search".into();
+    plan.intent = CODE_SEARCH_INTENT.into();
     plan.signals.push("code_hits".into());
     plan.weights = CODE_SEARCH;
     plan.lexical = 2.0 * CODE_SEARCH.bm25 / (CODE_SEARCH.dense + CODE_SEARCH.bm25);
