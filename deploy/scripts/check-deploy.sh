@@ -19,7 +19,7 @@
 #     dependencies, environment overrides.
 #   - Prometheus config as compose mounts it: promtool (Debian package, deploy/scripts/install-prometheus.sh).
 #   - TOML and environment overrides: keys and enum values against the config structs in
-#     topologies/src/config.rs (which reject unknown keys).
+#     topologies/src/config/ (which reject unknown keys).
 #   - Dockerfile: structure (stages, non-root user, model from fetch-model.sh, no pipe-to-shell).
 #
 # First use installs into a cache and later runs reuse it (network: PyPI, the npm registry, Debian):

