@@ -62,21 +62,41 @@ pub enum ConfigError {
     },
 }
 
+/// The list-valued keys an environment override may set, as comma-separated values.
+pub const LIST_KEYS: [&str; 3] = [
+    "ingest.allowed_tenants",
+    "http.mcp_allowed_hosts",
+    "query.hyde.intents",
+];
+
 impl Config {
     /// Loads `path` (TOML), then `RAGSTREAM_<SECTION>__<KEY>` environment overrides, then validates.
     pub fn load(path: &std::path::Path) -> Result<Self, ConfigError> {
         let overrides: std::collections::HashMap<String, String> = std::env::vars()
             .filter(|(name, _)| name.starts_with("RAGSTREAM_") && name.contains("__"))
             .collect();
+        Self::load_with(path, overrides)
+    }
+
+    /// [`Self::load`] with the overrides given (`RAGSTREAM_<SECTION>__<KEY>` → value). A scalar key
+    /// takes its value as written (numbers and booleans parsed); a key of [`LIST_KEYS`] a
+    /// comma-separated list. Tables (`http.tokens`) are set in the file only.
+    pub fn load_with(
+        path: &std::path::Path,
+        overrides: std::collections::HashMap<String, String>,
+    ) -> Result<Self, ConfigError> {
+        let environment = LIST_KEYS.iter().fold(
+            config::Environment::with_prefix("RAGSTREAM")
+                .prefix_separator("_")
+                .separator("__")
+                .list_separator(",")
+                .source(Some(overrides))
+                .try_parsing(true),
+            |environment, key| environment.with_list_parse_key(key),
+        );
         let loaded = config::Config::builder()
             .add_source(config::File::from(path).format(config::FileFormat::Toml))
-            .add_source(
-                config::Environment::with_prefix("RAGSTREAM")
-                    .prefix_separator("_")
-                    .separator("__")
-                    .source(Some(overrides))
-                    .try_parsing(true),
-            )
+            .add_source(environment)
             .build()
             .map_err(|e| ConfigError::Load(e.to_string()))?;
         let config: Config = loaded

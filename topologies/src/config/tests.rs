@@ -153,3 +153,36 @@ fn query_endpoint_and_packing_settings_are_checked() {
     let config = Config::load(&path).expect("valid");
     assert_eq!(config.query.rerank.endpoint.timeout_ms, 2000);
 }
+
+#[test]
+fn environment_overrides_set_scalars_and_comma_separated_lists() {
+    let (_dir, path) = write("[source]\nkind = \"jsonl\"\npath = \"e.jsonl\"\n");
+    let overrides = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<std::collections::HashMap<_, _>>()
+    };
+    let config = Config::load_with(
+        &path,
+        overrides(&[
+            ("RAGSTREAM_INGEST__ALLOWED_TENANTS", "acme,globex"),
+            (
+                "RAGSTREAM_HTTP__MCP_ALLOWED_HOSTS",
+                "localhost,rag.example.com",
+            ),
+            ("RAGSTREAM_QUERY__HYDE__INTENTS", "exploratory"),
+            ("RAGSTREAM_QUERY__MMR_LAMBDA", "0.7"),
+            ("RAGSTREAM_QUERY__ADAPT_FUSION", "false"),
+        ]),
+    )
+    .expect("loads");
+    assert_eq!(config.ingest.allowed_tenants, ["acme", "globex"]);
+    assert_eq!(
+        config.http.mcp_allowed_hosts,
+        ["localhost", "rag.example.com"]
+    );
+    assert_eq!(config.query.hyde.intents, ["exploratory"]);
+    assert!((config.query.mmr_lambda - 0.7).abs() < 1e-6);
+    assert!(!config.query.adapt_fusion);
+}
