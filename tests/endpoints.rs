@@ -32,10 +32,7 @@ fn start(dir: &std::path::Path, endpoint: &str) -> Job {
     let config = format!("{}{endpoint}", common::JSONL_SERVING);
     let mut job = Job::start(dir, &config, 1);
     job.wait_ready(Duration::from_secs(120));
-    job.wait_for(Duration::from_secs(300), "documents indexed", |m| {
-        common::job::metric(m, "ragstream_source_events_total") >= DOCS.len() as f64
-            && common::job::metric(m, "ragstream_in_flight_messages") == 0.0
-    });
+    job.wait_indexed(DOCS.len());
     job
 }
 

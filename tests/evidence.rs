@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::job::{http_post_json, metric, metric_labeled, Job};
+use common::job::{http_post_json, metric_labeled, Job};
 use serde_json::{json, Value};
 
 /// `mixed` covers four unrelated things in one chunk; one sentence answers the query. `general` is
@@ -58,10 +58,7 @@ fn start_with(
     let config = format!("{}{extra}", common::JSONL_SERVING);
     let mut job = Job::start(dir, &config, 1);
     job.wait_ready(Duration::from_secs(120));
-    job.wait_for(Duration::from_secs(300), "documents indexed", |m| {
-        metric(m, "ragstream_source_events_total") >= docs.len() as f64
-            && metric(m, "ragstream_in_flight_messages") == 0.0
-    });
+    job.wait_indexed(docs.len());
     job
 }
 

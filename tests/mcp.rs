@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::job::{http_post_json_with, metric, Job};
+use common::job::{http_post_json_with, Job};
 use serde_json::{json, Value};
 
 const HANDBOOK: &str = "# Operations handbook\n\n## Deployment\n\nReleases ship every Tuesday through the deployctl pipeline. Each release is tagged with its version.\n\n## Rollback\n\nTo roll back a release, run `deployctl rollback --to <version>` from the ops bastion. A rollback takes about four minutes and pages the on-call engineer.\n";
@@ -235,10 +235,7 @@ fn an_mcp_client_lists_and_calls_every_tool_over_http_and_stdio() {
     );
     let mut job = Job::start_with_env(dir.path(), &config, 1, &[("ACME_TOKEN", "acme-secret")]);
     job.wait_ready(Duration::from_secs(120));
-    job.wait_for(Duration::from_secs(300), "documents indexed", |m| {
-        metric(m, "ragstream_source_events_total") >= 4.0
-            && metric(m, "ragstream_in_flight_messages") == 0.0
-    });
+    job.wait_indexed(4);
 
     // Without the token, /mcp is refused like /query.
     let (status, _) = http_post_json_with(

@@ -136,10 +136,7 @@ fn every_mode_through_kafka_with_tenant_isolation_and_read_your_writes() {
         document("globex", "secret", 1, "prose", "Globex secrets", GLOBEX),
     ];
     broker.produce(DOCS, &docs);
-    job.wait_for(Duration::from_secs(300), "documents indexed", |m| {
-        metric(m, "ragstream_source_events_total") >= 5.0
-            && metric(m, "ragstream_in_flight_messages") == 0.0
-    });
+    job.wait_indexed(5);
 
     // Round 1: every mode but read_chunk, plus isolation probes.
     broker.produce(

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::job::{http_post_json, metric, Job};
+use common::job::{http_post_json, Job};
 use serde_json::{json, Value};
 
 const DAY_MS: u64 = 86_400_000;
@@ -39,10 +39,7 @@ fn start(dir: &std::path::Path, policy: &str) -> Job {
     );
     let mut job = Job::start(dir, &config, 1);
     job.wait_ready(Duration::from_secs(120));
-    job.wait_for(Duration::from_secs(300), "documents indexed", |m| {
-        metric(m, "ragstream_source_events_total") >= DOCS.len() as f64
-            && metric(m, "ragstream_in_flight_messages") == 0.0
-    });
+    job.wait_indexed(DOCS.len());
     job
 }
 

@@ -177,6 +177,15 @@ impl Job {
             .unwrap_or_default()
     }
 
+    /// Waits (up to 5 minutes) until the job's source has read `events` document events and none is
+    /// in flight: readiness only means the index and embedder are open, not that documents are in.
+    pub fn wait_indexed(&mut self, events: usize) -> String {
+        self.wait_for(Duration::from_secs(300), "documents indexed", |m| {
+            metric(m, "ragstream_source_events_total") >= events as f64
+                && metric(m, "ragstream_in_flight_messages") == 0.0
+        })
+    }
+
     /// Waits until `predicate(metrics)` holds.
     pub fn wait_for(
         &mut self,

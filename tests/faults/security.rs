@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use super::common::job::{http_get, http_post_json_with, metric, Job};
+use super::common::job::{http_get, http_post_json_with, Job};
 use super::common::JSONL_SERVING;
 use serde_json::json;
 
@@ -39,11 +39,7 @@ fn bearer_token_guards_queries_and_secrets_stay_out_of_logs() {
         ],
     );
     job.wait_ready(Duration::from_secs(120));
-    // Ready means the index and embedder are open, not that the two documents are in: wait for them.
-    job.wait_for(Duration::from_secs(300), "documents indexed", |m| {
-        metric(m, "ragstream_source_events_total") >= 2.0
-            && metric(m, "ragstream_in_flight_messages") == 0.0
-    });
+    job.wait_indexed(2);
     let body = json!({"query_id": "q1", "tenant": "acme", "text": "how to roll back"}).to_string();
     let post = |headers: &[(&str, &str)]| {
         http_post_json_with(job.http_port, "/query", &body, headers).expect("answer")

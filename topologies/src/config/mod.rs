@@ -63,7 +63,7 @@ pub enum ConfigError {
 }
 
 /// The list-valued keys an environment override may set, as comma-separated values.
-pub const LIST_KEYS: [&str; 3] = [
+const LIST_KEYS: [&str; 3] = [
     "ingest.allowed_tenants",
     "http.mcp_allowed_hosts",
     "query.hyde.intents",
@@ -81,7 +81,7 @@ impl Config {
     /// [`Self::load`] with the overrides given (`RAGSTREAM_<SECTION>__<KEY>` → value). A scalar key
     /// takes its value as written (numbers and booleans parsed); a key of [`LIST_KEYS`] a
     /// comma-separated list. Tables (`http.tokens`) are set in the file only.
-    pub fn load_with(
+    pub(crate) fn load_with(
         path: &std::path::Path,
         overrides: std::collections::HashMap<String, String>,
     ) -> Result<Self, ConfigError> {

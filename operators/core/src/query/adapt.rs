@@ -10,8 +10,8 @@
 //! intent becomes `code_search`, the lanes are weighted [`CODE_SEARCH`], and the rerank's lexical
 //! features (term recall and precision, sentence recall, weighted sentence recall, phrase, entity
 //! coverage) are scaled by the BM25 lane's share of the weights relative to an even split
-//! ([`Plan::lexical`]). A query that names an
-//! identifier keeps its intent: there, the code's own words are what it asks for.
+//! ([`Plan::lexical`]). A query that names an identifier keeps its intent: there, the code's own
+//! words are what it asks for.
 //!
 //! The decision and its figures go to the trace, and `ragstream_fusion_adapted_total{rule}` counts it.
 
