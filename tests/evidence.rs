@@ -5,7 +5,8 @@
 //!   `embedder.evidence_units = false` the factor is the chunk's own cosine.
 //! - The lanes' evidence adapts the fusion weights (README, "Querying", after the intent table):
 //!   a query in plain words whose dense hits are code becomes a code search, in the context, its
-//!   trace and the metrics.
+//!   trace and the metrics; a query that names a programming language does so where code is the
+//!   smaller part of the corpus.
 
 mod common;
 
@@ -45,9 +46,18 @@ fn start_with(
     kind: &str,
     extension: &str,
 ) -> Job {
+    let docs: Vec<(&str, &str, &str, &str)> = docs
+        .iter()
+        .map(|(id, text)| (*id, *text, kind, extension))
+        .collect();
+    start_mixed(dir, extra, &docs)
+}
+
+/// Indexes `docs` (id, text, kind, source extension) through the job's JSONL source.
+fn start_mixed(dir: &std::path::Path, extra: &str, docs: &[(&str, &str, &str, &str)]) -> Job {
     let events: Vec<String> = docs
         .iter()
-        .map(|(id, text)| {
+        .map(|(id, text, kind, extension)| {
             json!({"op": "upsert", "tenant": "town", "doc_id": id, "version": 1,
                    "source": format!("town/{id}{extension}"), "kind": kind, "title": "",
                    "text": text})
@@ -228,5 +238,85 @@ fn plain_words_over_code_hits_are_a_code_search_in_the_context_trace_and_metrics
     assert!(
         (dense_sum - (0.85 + named_dense)).abs() < 1e-6,
         "dense weights observed {dense_sum}, used 0.85 + {named_dense}"
+    );
+}
+
+/// Seven documents in prose about lists, numbers and words: beside [`CODE`], code is three of ten.
+const DOCS_ABOUT_CODE: [(&str, &str); 7] = [
+    (
+        "guide",
+        "The style guide asks for short functions with a docstring that says what they return.",
+    ),
+    (
+        "lists",
+        "A shopping list is empty when every item has been bought and crossed out.",
+    ),
+    (
+        "averages",
+        "The class average is the sum of all marks divided by the number of pupils.",
+    ),
+    (
+        "words",
+        "Some poems read the same when the order of their words is reversed.",
+    ),
+    (
+        "release",
+        "The release notes list the new helpers and the functions that were removed.",
+    ),
+    (
+        "review",
+        "Reviewers check that each element of a change has a test before it is merged.",
+    ),
+    (
+        "library",
+        "The town library lends books about programming and mathematics to every member.",
+    ),
+];
+
+#[test]
+fn a_query_naming_its_language_is_a_code_search_where_code_is_the_smaller_part() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut docs: Vec<(&str, &str, &str, &str)> = CODE
+        .iter()
+        .map(|(id, text)| (*id, *text, "code", ".py"))
+        .collect();
+    docs.extend(
+        DOCS_ABOUT_CODE
+            .iter()
+            .map(|(id, text)| (*id, *text, "prose", ".txt")),
+    );
+    let job = start_mixed(dir.path(), "", &docs);
+
+    // Every document is among the dense lane's ten hits: three are code.
+    let named = context(
+        &job,
+        "named",
+        "check whether a list has no elements in python",
+    );
+    let hits = named["trace"]["candidates"]
+        .as_array()
+        .expect("trace candidates")
+        .len();
+    assert_eq!(hits, 10, "{named}");
+    assert_eq!(named["intent"], "code_search", "{named}");
+    let signals = named["trace"]["signals"].as_array().expect("signals");
+    assert!(signals.iter().any(|s| s == "names_language"), "{signals:?}");
+    assert!(signals.iter().any(|s| s == "code_hits"), "{signals:?}");
+    assert!(
+        named
+            .to_string()
+            .contains("(it names a programming language)"),
+        "{named}"
+    );
+
+    // The same words without the language: three code hits of ten are no code search.
+    let unnamed = context(&job, "unnamed", "check whether a list has no elements");
+    assert_ne!(unnamed["intent"], "code_search", "{unnamed}");
+    let signals = unnamed["trace"]["signals"].as_array().expect("signals");
+    assert!(
+        !signals
+            .iter()
+            .any(|s| s == "names_language" || s == "code_hits"),
+        "{signals:?}"
     );
 }

@@ -6,7 +6,10 @@
 //! **Code search.** A query in plain words (no identifier; quoted words count as plain ones, as the
 //! BM25 lane analyses them alike and matches no phrases) whose dense lane's top
 //! [`HEAD`] hits are mostly source code (at least [`CODE_SHARE`] of them) is looking for code by what
-//! it does. Its words are seldom the code's own identifiers, so exact-term matching earns little: the
+//! it does; a query that names a programming language (the intent's `names_language` signal: "read
+//! a csv file in python") says so itself, and then [`CODE_SHARE_NAMED`] of the hits suffice, so the
+//! rule also fires in a corpus where code is the smaller part (a repository's docs beside its code).
+//! Its words are seldom the code's own identifiers, so exact-term matching earns little: the
 //! intent becomes `code_search`, the lanes are weighted [`CODE_SEARCH`], and the rerank's lexical
 //! features (term recall and precision, sentence recall, weighted sentence recall, phrase, entity
 //! coverage) are scaled by the BM25 lane's share of the weights relative to an even split
@@ -15,6 +18,7 @@
 //!
 //! The decision and its figures go to the trace, and `ragstream_fusion_adapted_total{rule}` counts it.
 
+use super::intent::NAMES_LANGUAGE;
 use super::{Plan, Weights};
 use crate::model::DocKind;
 use crate::store::Hit;
@@ -23,6 +27,8 @@ use crate::store::Hit;
 pub const HEAD: usize = 10;
 /// The share of them that must be code.
 pub const CODE_SHARE: f32 = 0.6;
+/// The share of them that must be code when the query names a programming language.
+pub const CODE_SHARE_NAMED: f32 = 0.3;
 /// The intent (and the `ragstream_fusion_adapted_total` rule) of a query the code-search rule adapted.
 pub const CODE_SEARCH_INTENT: &str = "code_search";
 /// Lane weights of a code search.
@@ -42,7 +48,9 @@ pub fn adapt(plan: &mut Plan, dense: &[Hit]) -> Option<String> {
         .iter()
         .filter(|hit| hit.stored.chunk.kind == DocKind::Code)
         .count();
-    if (code as f32) < CODE_SHARE * head.len() as f32 {
+    let named = plan.signals.iter().any(|s| s == NAMES_LANGUAGE);
+    let share = if named { CODE_SHARE_NAMED } else { CODE_SHARE };
+    if (code as f32) < share * head.len() as f32 {
         return None;
     }
     let before = plan.weights;
@@ -50,8 +58,13 @@ pub fn adapt(plan: &mut Plan, dense: &[Hit]) -> Option<String> {
     plan.signals.push("code_hits".into());
     plan.weights = CODE_SEARCH;
     plan.lexical = 2.0 * CODE_SEARCH.bm25 / (CODE_SEARCH.dense + CODE_SEARCH.bm25);
+    let language = if named {
+        " (it names a programming language)"
+    } else {
+        ""
+    };
     Some(format!(
-        "{code} of the dense lane's top {} hits are code and the query names no identifier: code search, lanes weighted dense {:.2} / BM25 {:.2} (were {:.2} / {:.2}), lexical rerank features x{:.2}",
+        "{code} of the dense lane's top {} hits are code and the query names no identifier{language}: code search, lanes weighted dense {:.2} / BM25 {:.2} (were {:.2} / {:.2}), lexical rerank features x{:.2}",
         head.len(),
         plan.weights.dense,
         plan.weights.bm25,
@@ -138,5 +151,31 @@ mod tests {
         assert!(adapt(&mut plan, &hits(&[DocKind::Code; 10])).is_some());
         assert_eq!(plan.intent, "code_search");
         assert_eq!(plan.weights, CODE_SEARCH);
+    }
+
+    #[test]
+    fn a_named_language_needs_fewer_code_hits() {
+        let bm25 = Bm25Encoder::default();
+        let mixed = |code: usize| {
+            let mut kinds = vec![DocKind::Code; code];
+            kinds.extend(vec![DocKind::Markdown; 10 - code]);
+            hits(&kinds)
+        };
+        let mut named = analyze("how to sort a list in python", &bm25);
+        let reason = adapt(&mut named, &mixed(3)).expect("adapted");
+        assert_eq!(named.intent, CODE_SEARCH_INTENT);
+        assert_eq!(named.weights, CODE_SEARCH);
+        assert!(
+            reason.contains("(it names a programming language)"),
+            "{reason}"
+        );
+        let mut too_few = analyze("how to sort a list in python", &bm25);
+        assert_eq!(adapt(&mut too_few, &mixed(2)), None);
+        assert_eq!(too_few.intent, "procedure");
+        // Unnamed, three code hits of ten are not enough.
+        let mut unnamed = analyze("how to sort a list", &bm25);
+        assert_eq!(adapt(&mut unnamed, &mixed(3)), None);
+        assert_eq!(adapt(&mut unnamed, &mixed(5)), None);
+        assert!(adapt(&mut unnamed, &mixed(6)).is_some());
     }
 }

@@ -9,6 +9,9 @@
 use super::{Depth, Plan, Weights};
 use crate::store::Bm25Encoder;
 
+/// The signal of a query that names a programming language ([`LANGUAGES`]).
+pub const NAMES_LANGUAGE: &str = "names_language";
+
 /// An intent's fusion preset: the lanes' weights and how deep each lane is read.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Preset {
@@ -68,6 +71,52 @@ const MONTHS: [&str; 12] = [
 const SQL_WORDS: [&str; 10] = [
     "select", "table", "tables", "column", "columns", "schema", "join", "sql", "rows", "query",
 ];
+
+/// Programming languages a query may name ("read a csv file in python"): a query that names one asks
+/// about code in words, and [`super::adapt`] then needs fewer code hits to call it a code search.
+const LANGUAGES: [&str; 18] = [
+    "python",
+    "javascript",
+    "typescript",
+    "java",
+    "golang",
+    "kotlin",
+    "php",
+    "perl",
+    "haskell",
+    "c++",
+    "c#",
+    "csharp",
+    "cpp",
+    "scala",
+    "bash",
+    "powershell",
+    "matlab",
+    "node.js",
+];
+
+/// Language names that are everyday words too: they count only after "in", "using" or "with"
+/// ("sort a map in go").
+const LANGUAGES_AFTER_IN: [&str; 8] = ["go", "rust", "ruby", "swift", "c", "r", "dart", "julia"];
+
+/// Whether `words` (the query's words, split on whitespace) name a programming language.
+fn names_language(words: &[&str]) -> bool {
+    let clean: Vec<String> = words
+        .iter()
+        .map(|w| {
+            w.trim_start_matches(['(', '"', '\'', '`'])
+                .trim_end_matches(['.', ',', '?', '!', ':', ';', ')', '"', '\'', '`'])
+                .to_lowercase()
+        })
+        .collect();
+    clean.iter().enumerate().any(|(index, word)| {
+        LANGUAGES.contains(&word.as_str())
+            || (LANGUAGES_AFTER_IN.contains(&word.as_str())
+                && index
+                    .checked_sub(1)
+                    .is_some_and(|p| ["in", "using", "with"].contains(&clean[p].as_str())))
+    })
+}
 
 fn is_identifier(word: &str) -> bool {
     let inner = word.trim_matches(|c: char| !c.is_alphanumeric());
@@ -280,6 +329,8 @@ pub fn analyze(text: &str, bm25: &Bm25Encoder) -> Plan {
             .contains(&w.as_str())
         });
     matched("claim", !question && words.len() >= 4);
+    // Not an intent of its own (no preset): evidence for the code-search rule ([`super::adapt`]).
+    matched(NAMES_LANGUAGE, names_language(&words));
 
     let preset = PRESETS
         .iter()
@@ -401,5 +452,43 @@ mod tests {
         assert!(analyze("it may rain", &Bm25Encoder::default())
             .dates
             .is_empty());
+    }
+
+    #[test]
+    fn a_named_programming_language_is_a_signal_not_an_intent() {
+        let bm25 = Bm25Encoder::default();
+        for text in [
+            "read a csv file in Python",
+            "how to reverse a string (javascript)",
+            "c++ sort a vector descending",
+            "parse json with C#",
+            "sort a map by value in go",
+            "handle errors using Rust?",
+        ] {
+            let plan = analyze(text, &bm25);
+            assert!(
+                plan.signals.iter().any(|s| s == NAMES_LANGUAGE),
+                "{text}: {:?}",
+                plan.signals
+            );
+            assert!(PRESETS.iter().all(|p| p.intent != NAMES_LANGUAGE));
+        }
+        // The intent is the one the other signals choose.
+        assert_eq!(
+            analyze("how to read a file in python", &bm25).intent,
+            "procedure"
+        );
+        // Everyday words that name a language elsewhere.
+        for text in [
+            "go to the main page",
+            "rust on the iron bridge",
+            "the ruby was found in 1912",
+            "which python species lives in Florida",
+            "how to hold a c major chord",
+        ] {
+            let plan = analyze(text, &bm25);
+            let named = plan.signals.iter().any(|s| s == NAMES_LANGUAGE);
+            assert_eq!(named, text.contains("python"), "{text}: {:?}", plan.signals);
+        }
     }
 }
