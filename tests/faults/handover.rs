@@ -1,7 +1,8 @@
 //! Query partitions moving mid-stream: queries stream in on a 4-partition queries topic while each
 //! query's embedding takes a while (a throttled embedder), so many are in flight at any moment; a
 //! second job instance joins the queries group (the group takes partitions from the first), then
-//! leaves (they come back). Every query must get exactly one context on the contexts topic: the
+//! leaves (they come back). Queries finish in the order they were read (one embedding request at a
+//! time), and every query must get exactly one context on the contexts topic: the
 //! queries in flight on a revoked partition are dropped by the instance that read them (counted as
 //! `handed_over`) and answered by the partition's next owner, which starts at the offset committed
 //! at the revocation.
@@ -30,7 +31,10 @@ fn config(broker: &Broker, embedder: &EmbeddingServer) -> String {
         &format!(
             "documents_topic = \"{DOCS}\"\nqueries_topic = \"{QUERIES}\"\ncontexts_topic = \"{CONTEXTS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{GROUP}\""
         ),
-        &embedder_section(&embedder.url),
+        // One embedding request at a time: queries finish in the order they were read. Out of order,
+        // a later query sent before an earlier one still in flight at a revocation is answered again
+        // by the next owner, which starts at the earlier one (the exception the ledger documents).
+        &format!("{}executors = 1\n", embedder_section(&embedder.url)),
     )
 }
 
