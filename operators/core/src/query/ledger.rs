@@ -17,7 +17,8 @@
 //! # Guarantees
 //! - Across rebalances of live members, a query gets one context, unless a later query of the same
 //!   partition was sent before an earlier one that was still in flight at the revocation (queries
-//!   that wait for read-your-writes can finish out of order): the later one is answered again.
+//!   that wait for read-your-writes, and queries embedded in concurrent requests, can finish out of
+//!   order): the later one is answered again.
 //! - After a crash the group restarts from its last commit (at most one second old, plus the batches
 //!   whose contexts were not yet acknowledged): those queries are answered again, with the same query
 //!   id. Contexts are therefore at-least-once, keyed by query id; consumers keep the first per id.
