@@ -6,7 +6,8 @@
 //! 2. Every query goes through the real query flow of the running job (the same ingress as
 //!    `POST /query`): intent, both lanes, fusion, rerank, dedup, MMR, packing.
 //! 3. Reported, side by side with a naive baseline computed in the same run (dense top-k, budget by
-//!    characters ÷ 4, no dedup, MMR or rerank):
+//!    characters ÷ 4, no dedup, MMR or rerank; its ranking is the first ten distinct documents of the
+//!    dense lane, as the job's ranking counts a document once):
 //!    - with qrels: nDCG@10 and Recall@10 / Recall@pool over the ranked documents (the trace's candidates
 //!      after fusion and rerank);
 //!    - with answer strings: Answer Recall@Budget (an answer string occurs in the packed context);
@@ -27,6 +28,11 @@ use ragstream_operators::store::{SearchFilter, SearchVector};
 use ragstream_operators::tokens::{Encoding, TokenCounter};
 use ragstream_topologies::config::{Config, IndexKind, SourceKind};
 use serde_json::{json, Value};
+
+/// Chunks the dense-only baseline reads for its ranking: its nDCG@10 and Recall@10 are over the
+/// first ten distinct documents of these (a document of several chunks takes one place, as in the
+/// job's ranking), not over the documents of the top ten chunks.
+const NAIVE_RANKING_DEPTH: usize = 4 * ragstream_operators::query::DEFAULT_K;
 
 /// Arguments of `ragstream eval`.
 pub struct EvalArgs {
@@ -205,16 +211,19 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
         let per_query = started.elapsed().as_secs_f64() * 1000.0 / texts.len() as f64;
         for vector in vectors {
             let started = Instant::now();
+            // Deep enough for ten distinct documents where a document has several chunks; the
+            // naive context packs the top k chunks, as a plain top-k retriever would.
             let hits = shard.search(
                 &SearchVector::Dense(vector),
                 &filter,
-                ragstream_operators::query::DEFAULT_K,
+                NAIVE_RANKING_DEPTH,
                 None,
             )?;
             naive_latency.push(per_query + started.elapsed().as_secs_f64() * 1000.0);
             naive_ranked.push(hits.iter().map(|h| h.stored.key.doc_id.clone()).collect());
             naive_items.push(
                 hits.iter()
+                    .take(ragstream_operators::query::DEFAULT_K)
                     .map(|h| (h.stored.key.doc_id.clone(), h.stored.chunk.text.clone()))
                     .collect(),
             );
