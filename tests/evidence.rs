@@ -320,3 +320,33 @@ fn a_query_naming_its_language_is_a_code_search_where_code_is_the_smaller_part()
         "{signals:?}"
     );
 }
+
+#[test]
+fn code_indexed_as_prose_is_read_as_code_by_the_code_search_rule() {
+    // The same ten documents, the three functions indexed as prose in `.txt` files: only their
+    // text says they are code.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let docs: Vec<(&str, &str, &str, &str)> = CODE
+        .iter()
+        .chain(DOCS_ABOUT_CODE.iter())
+        .map(|(id, text)| (*id, *text, "prose", ".txt"))
+        .collect();
+    let job = start_mixed(dir.path(), "", &docs);
+
+    let named = context(
+        &job,
+        "named",
+        "check whether a list has no elements in python",
+    );
+    assert_eq!(named["intent"], "code_search", "{named}");
+    assert!(
+        named.to_string().contains(
+            "3 of the dense lane's top 10 hits are code (3 indexed as text that reads as code)"
+        ),
+        "{named}"
+    );
+    let top = named["trace"]["candidates"][0]["doc_id"]
+        .as_str()
+        .expect("first candidate");
+    assert_eq!(top, "empty", "{named}");
+}

@@ -6,7 +6,9 @@
 //! **Code search.** A query in plain words (no identifier; quoted words count as plain ones, as the
 //! BM25 lane analyses them alike and matches no phrases) whose dense lane's top
 //! [`HEAD`] hits are mostly source code (at least [`CODE_SHARE`] of them) is looking for code by what
-//! it does; a query that names a programming language (the intent's `names_language` signal: "read
+//! it does (a hit indexed as prose or markdown counts when its text reads as code,
+//! [`crate::text::looks_like_code`]: code pasted into a text file, or a corpus indexed without its
+//! kind); a query that names a programming language (the intent's `names_language` signal: "read
 //! a csv file in python") says so itself, and then [`CODE_SHARE_NAMED`] of the hits suffice, so the
 //! rule also fires in a corpus where code is the smaller part (a repository's docs beside its code).
 //! Its words are seldom the code's own identifiers, so exact-term matching earns little: the
@@ -44,10 +46,16 @@ pub fn adapt(plan: &mut Plan, dense: &[Hit]) -> Option<String> {
     if exact || head.is_empty() {
         return None;
     }
-    let code = head
+    let by_text = |hit: &&Hit| {
+        matches!(hit.stored.chunk.kind, DocKind::Prose | DocKind::Markdown)
+            && crate::text::looks_like_code(&hit.stored.chunk.text)
+    };
+    let labelled = head
         .iter()
         .filter(|hit| hit.stored.chunk.kind == DocKind::Code)
         .count();
+    let read = head.iter().filter(by_text).count();
+    let code = labelled + read;
     let named = plan.signals.iter().any(|s| s == NAMES_LANGUAGE);
     let share = if named { CODE_SHARE_NAMED } else { CODE_SHARE };
     if (code as f32) < share * head.len() as f32 {
@@ -63,8 +71,13 @@ pub fn adapt(plan: &mut Plan, dense: &[Hit]) -> Option<String> {
     } else {
         ""
     };
+    let read = if read > 0 {
+        format!(" ({read} indexed as text that reads as code)")
+    } else {
+        String::new()
+    };
     Some(format!(
-        "{code} of the dense lane's top {} hits are code and the query names no identifier{language}: code search, lanes weighted dense {:.2} / BM25 {:.2} (were {:.2} / {:.2}), lexical rerank features x{:.2}",
+        "{code} of the dense lane's top {} hits are code{read} and the query names no identifier{language}: code search, lanes weighted dense {:.2} / BM25 {:.2} (were {:.2} / {:.2}), lexical rerank features x{:.2}",
         head.len(),
         plan.weights.dense,
         plan.weights.bm25,
@@ -177,5 +190,35 @@ mod tests {
         assert_eq!(adapt(&mut unnamed, &mixed(3)), None);
         assert_eq!(adapt(&mut unnamed, &mixed(5)), None);
         assert!(adapt(&mut unnamed, &mixed(6)).is_some());
+    }
+
+    #[test]
+    fn hits_indexed_as_text_count_as_code_when_their_text_reads_as_code() {
+        let bm25 = Bm25Encoder::default();
+        let function = "def paste(xsel=False):\n    \"\"\"Returns the clipboard.\"\"\"\n    selection = \"primary\" if xsel else \"clipboard\"\n    return run(selection)";
+        let prose = "Paste copies the clipboard into the document.\nIt keeps the formatting of the source,\nunless the user asks for plain text.";
+        let with_texts = |code_text: usize| {
+            let mut hits = hits(&[DocKind::Prose; 10]);
+            for (i, hit) in hits.iter_mut().enumerate() {
+                hit.stored.chunk.text = if i < code_text { function } else { prose }.into();
+            }
+            hits
+        };
+        let mut plan = analyze("paste from the clipboard", &bm25);
+        let reason = adapt(&mut plan, &with_texts(6)).expect("adapted");
+        assert_eq!(plan.intent, CODE_SEARCH_INTENT);
+        assert!(
+            reason.contains("(6 indexed as text that reads as code)"),
+            "{reason}"
+        );
+        let mut fewer = analyze("paste from the clipboard", &bm25);
+        assert_eq!(adapt(&mut fewer, &with_texts(5)), None);
+        // Schema chunks are never read as code, whatever their text.
+        let mut schemas = with_texts(10);
+        for hit in &mut schemas {
+            hit.stored.chunk.kind = DocKind::SqlSchema;
+        }
+        let mut plan = analyze("paste from the clipboard", &bm25);
+        assert_eq!(adapt(&mut plan, &schemas), None);
     }
 }
