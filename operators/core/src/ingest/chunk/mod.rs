@@ -199,7 +199,8 @@ pub fn content_hash(chunk: &Chunk) -> String {
     hash.to_hex()[..32].to_string()
 }
 
-/// Resolves `Auto` from the source's extension, then the content.
+/// Resolves `Auto` from the source's extension, then the content: SQL-schema JSON, text that reads as
+/// code ([`crate::text::looks_like_code`], without a markdown code fence), markdown headings, else prose.
 pub fn resolve_kind(doc: &Document) -> DocKind {
     if doc.kind != DocKind::Auto {
         return doc.kind;
@@ -218,6 +219,16 @@ pub fn resolve_kind(doc: &Document) -> DocKind {
     if (trimmed.starts_with('{') || trimmed.starts_with('[')) && schema::looks_like_schema(trimmed)
     {
         return DocKind::SqlSchema;
+    }
+    // Before headings: a Python comment line reads as a markdown heading. A text with a code fence
+    // is markdown that shows code.
+    if crate::text::looks_like_code(&doc.text)
+        && !doc
+            .text
+            .lines()
+            .any(|line| line.trim_start().starts_with("```"))
+    {
+        return DocKind::Code;
     }
     if doc
         .text

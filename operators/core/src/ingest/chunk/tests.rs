@@ -371,3 +371,32 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn auto_reads_code_without_an_extension_by_its_text() {
+    let python = "import os\n\n# Paths of the cache.\ndef cache_dir(name):\n    \"\"\"The cache directory of `name`.\"\"\"\n    return os.path.join(HOME, name)\n\n\ndef clear(name):\n    for entry in os.listdir(cache_dir(name)):\n        os.remove(entry)\n";
+    for source in ["notes/cache.txt", "snippets/cache"] {
+        let chunks = chunker(200, 40).chunk(&doc(source, DocKind::Auto, python));
+        assert!(
+            chunks.iter().all(|c| c.kind == DocKind::Code),
+            "{source}: {chunks:?}"
+        );
+        assert!(
+            chunks
+                .iter()
+                .any(|c| c.section_path.last().is_some_and(|p| p.contains("clear"))),
+            "items are boundaries: {chunks:?}"
+        );
+    }
+    // Markdown that shows code in a fence stays markdown; prose stays prose.
+    let guide = doc("notes/guide", DocKind::Auto, MARKDOWN);
+    assert!(chunker(200, 300)
+        .chunk(&guide)
+        .iter()
+        .all(|c| c.kind == DocKind::Markdown));
+    let prose = "The cache keeps one directory per name.\nClearing it removes every entry,\nand the next run fills it again.";
+    assert!(chunker(200, 300)
+        .chunk(&doc("notes/cache.txt", DocKind::Auto, prose))
+        .iter()
+        .all(|c| c.kind == DocKind::Prose));
+}
