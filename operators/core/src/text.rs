@@ -286,6 +286,10 @@ fn code_line(line: &str) -> bool {
 /// line never is: prose paragraphs arrive as one line. Over the dev corpora: 6234 of CoSQA's 6267
 /// Python functions, none of SQuAD's 2067 paragraphs or SciFact's 5183 abstracts.
 pub fn looks_like_code(text: &str) -> bool {
+    // One line never holds two code lines; a prose corpus's paragraphs end here.
+    if !text.trim().contains('\n') {
+        return false;
+    }
     let (mut lines, mut code) = (0usize, 0usize);
     let mut docstring = false;
     for line in text.lines() {
