@@ -307,8 +307,11 @@ pub fn looks_like_code(text: &str) -> bool {
             continue;
         }
         lines += 1;
-        let unquoted: String = line.split('`').step_by(2).collect();
-        code += usize::from(code_line(unquoted.trim()));
+        code += usize::from(if line.contains('`') {
+            code_line(line.split('`').step_by(2).collect::<String>().trim())
+        } else {
+            code_line(line)
+        });
     }
     code >= 2 && code * 5 >= lines * 2
 }
