@@ -216,15 +216,42 @@ impl Chunk {
         ]))
     }
 
-    /// The text handed to the embedder: title and section path give the passage its context.
+    /// The text handed to the embedder (and to the BM25 encoder): title and section path give the
+    /// passage its context. A title or section-path element is left out when it adds nothing: an
+    /// opaque name ([`crate::text::is_opaque_name`]: a file called `4711.py` or by a hash), a path
+    /// element equal to the title (a document without a title is titled by its file name), or one
+    /// the text's first lines already hold as a word (the item's signature, the section's heading).
+    /// Such a repeat weighs the identifier twice in a vector that should say what the passage does:
+    /// over CoSQA's functions, dense-only nDCG@10 was 0.5873 with the `<file> > <name>` line,
+    /// 0.5936 without the opaque file name and 0.6021 without either.
     pub fn embedding_input(&self) -> String {
         let mut input = String::with_capacity(self.text.len() + 64);
-        if !self.doc_title.is_empty() {
-            input.push_str(&self.doc_title);
+        let title = self.doc_title.trim();
+        let title = if crate::text::is_opaque_name(title) {
+            ""
+        } else {
+            title
+        };
+        if !title.is_empty() {
+            input.push_str(title);
             input.push('\n');
         }
-        if !self.section_path.is_empty() {
-            input.push_str(&self.section_path.join(" > "));
+        let opening = opening_lines(&self.text);
+        let mut first = true;
+        for element in &self.section_path {
+            if crate::text::is_opaque_name(element)
+                || element.trim() == title
+                || crate::text::holds_word(opening, element)
+            {
+                continue;
+            }
+            if !first {
+                input.push_str(" > ");
+            }
+            input.push_str(element);
+            first = false;
+        }
+        if !first {
             input.push('\n');
         }
         input.push_str(&self.text);
@@ -257,6 +284,28 @@ impl Chunk {
 /// Evidence units embedded per chunk at most ([`Chunk::evidence_units`]): a 200-token prose chunk
 /// holds about 8 sentences, a 300-token code chunk about 25 lines.
 pub const MAX_EVIDENCE_UNITS: usize = 32;
+
+/// Lines of a chunk's opening that may repeat its section path: a signature after its decorators or
+/// attributes, a heading.
+const OPENING_LINES: usize = 3;
+
+/// The first [`OPENING_LINES`] non-blank lines of `text`, as one slice.
+fn opening_lines(text: &str) -> &str {
+    let mut seen = 0;
+    let mut end = text.len();
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        offset += line.len();
+        if !line.trim().is_empty() {
+            seen += 1;
+            if seen == OPENING_LINES {
+                end = offset;
+                break;
+            }
+        }
+    }
+    &text[..end]
+}
 
 /// Whether `text` holds two letters in a row.
 fn has_word(text: &str) -> bool {
@@ -370,6 +419,43 @@ mod tests {
         let units = long.evidence_units();
         assert_eq!(units.len(), MAX_EVIDENCE_UNITS);
         assert_eq!(units[0], "Sentence number 0 is here.");
+    }
+
+    #[test]
+    fn embedding_input_leaves_out_opaque_and_repeated_path_elements() {
+        let mut function = chunk(
+            DocKind::Code,
+            "@cached\ndef write_boolean(self, n):\n    self.stream.write(n)",
+        );
+        function.doc_title = String::new();
+        function.section_path = vec!["4711.py".into(), "write_boolean".into()];
+        // The file name says nothing, the name is in the signature: the text alone.
+        assert_eq!(function.embedding_input(), function.text);
+        function.section_path = vec!["stream_writer.py".into(), "write_boolean".into()];
+        assert_eq!(
+            function.embedding_input(),
+            format!("stream_writer.py\n{}", function.text)
+        );
+        // A later piece of the function does not open with its signature: the name is context.
+        let mut piece = function.clone();
+        piece.text = "    if n:\n        self.flush()\n    return n".into();
+        assert_eq!(
+            piece.embedding_input(),
+            format!("stream_writer.py > write_boolean\n{}", piece.text)
+        );
+        // A name inside a longer identifier is not a repeat.
+        piece.text = "    write_boolean_flag(n)\n".into();
+        assert!(piece
+            .embedding_input()
+            .starts_with("stream_writer.py > write_boolean\n"));
+        // Markdown: the innermost heading opens the chunk, the outer one is context.
+        let mut section = chunk(DocKind::Markdown, "## Install\n\nRun the script.");
+        section.doc_title = "Guide".into();
+        section.section_path = vec!["Setup".into(), "Install".into()];
+        assert_eq!(
+            section.embedding_input(),
+            "Guide\nSetup\n## Install\n\nRun the script."
+        );
     }
 
     #[test]

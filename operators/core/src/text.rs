@@ -278,6 +278,36 @@ fn code_line(line: &str) -> bool {
     line.ends_with(['{', '}', ';', ':', ',', ')']) && (call || line.contains(['[', '{']))
 }
 
+/// Whether a name (a file name, a path element) is opaque: its stem, before the last `.`, has no
+/// letter (`4711.py`, `2024-05-01`), or is a hex run of at least 8 characters with a digit (a hash, a
+/// UUID). Such a name tells an embedder nothing about the passage it labels.
+pub fn is_opaque_name(name: &str) -> bool {
+    let stem = name.rsplit_once('.').map_or(name, |(stem, _)| stem).trim();
+    if stem.is_empty() {
+        return !name.trim().chars().any(char::is_alphabetic);
+    }
+    if !stem.chars().any(char::is_alphabetic) {
+        return true;
+    }
+    stem.len() >= 8
+        && stem.chars().any(|c| c.is_ascii_digit())
+        && stem.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+}
+
+/// Whether `text` holds `word` with no letter, digit or `_` touching it on either side.
+pub fn holds_word(text: &str, word: &str) -> bool {
+    let word = word.trim();
+    if word.is_empty() {
+        return false;
+    }
+    let identifier = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(word).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + word.len()..].chars().next();
+        !before.is_some_and(identifier) && !after.is_some_and(identifier)
+    })
+}
+
 /// Whether `text` reads as source code: of its lines that are not blank, comments, headings, list
 /// items or table rows (starting `#`, `//`, `/*`, `*` or `|`) and not in a `"""` or `'''` block
 /// (docstrings: these say nothing either way), at least two and at least 40 % are code lines
@@ -318,6 +348,39 @@ pub fn looks_like_code(text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn opaque_names_have_no_letters_or_are_hashes() {
+        for name in [
+            "4711.py",
+            "0",
+            "2024-05-01.md",
+            "3f2a9c01.rs",
+            "550e8400-e29b-41d4-a716-446655440000",
+        ] {
+            assert!(is_opaque_name(name), "{name}");
+        }
+        for name in [
+            "service.rs",
+            "add.py",
+            "deadbeef.c",
+            ".bashrc",
+            "v1.2",
+            "README",
+            "face.py",
+        ] {
+            assert!(!is_opaque_name(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn holds_word_needs_a_boundary_on_both_sides() {
+        assert!(holds_word("def add(a, b):", "add"));
+        assert!(holds_word("## Install", "Install"));
+        assert!(!holds_word("def address(a):", "add"));
+        assert!(!holds_word("x = _add", "add"));
+        assert!(!holds_word("anything", ""));
+    }
     use super::*;
 
     fn words(text: &str) -> Vec<String> {

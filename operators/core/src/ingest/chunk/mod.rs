@@ -187,15 +187,12 @@ impl Chunker {
     }
 }
 
-/// Hash of what the embedder sees of a chunk ([`Chunk::embedding_input`]: title, section path, text):
-/// 128 bits of blake3, hex. Positions and the rest of the payload are left out, so a chunk that moved
-/// keeps its hash (and its point id).
+/// Hash of what the embedder sees of a chunk, [`Chunk::embedding_input`] itself: 128 bits of
+/// blake3, hex. Positions and the rest of the payload are left out, so a chunk that moved keeps its
+/// hash (and its point id); a change in what the embedder is handed, whether in the document or in
+/// the rule that builds the input, gives a new id, so no vector outlives the input it was made from.
 pub fn content_hash(chunk: &Chunk) -> String {
-    let hash = hash_fields(&[
-        chunk.text.as_bytes(),
-        chunk.section_path.join("\u{1f}").as_bytes(),
-        chunk.doc_title.as_bytes(),
-    ]);
+    let hash = hash_fields(&[chunk.embedding_input().as_bytes()]);
     hash.to_hex()[..32].to_string()
 }
 

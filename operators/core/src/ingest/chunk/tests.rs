@@ -324,6 +324,23 @@ fn content_hash_follows_what_the_embedder_sees_and_nothing_else() {
         a.point_id(&DocKey::new("t", "d")),
         elsewhere.point_id(&DocKey::new("t", "d"))
     );
+    // Code: an opaque file name (the default title and the path's first element) is not in the
+    // embedder's input, so renaming `1.py` to `2.py` keeps the ids; a meaningful one is, once.
+    let code = |source: &str| {
+        chunker(200, 300)
+            .chunk(&doc(
+                source,
+                DocKind::Code,
+                "def add(a, b):\n    return a + b\n",
+            ))
+            .remove(0)
+    };
+    assert_eq!(code("1.py").content_hash, code("2.py").content_hash);
+    assert_ne!(code("1.py").content_hash, code("adder.py").content_hash);
+    assert_eq!(
+        code("adder.py").embedding_input(),
+        "adder.py\ndef add(a, b):\n    return a + b"
+    );
     let again = chunker(200, 300).chunk(&doc("a.txt", DocKind::Prose, "One sentence here."));
     let twice = chunker(200, 300).chunk(&doc("a.txt", DocKind::Prose, "One sentence here."));
     assert_eq!(again, twice, "chunking is deterministic");
