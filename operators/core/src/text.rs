@@ -348,6 +348,7 @@ pub fn looks_like_code(text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn opaque_names_have_no_letters_or_are_hashes() {
@@ -381,7 +382,6 @@ mod tests {
         assert!(!holds_word("x = _add", "add"));
         assert!(!holds_word("anything", ""));
     }
-    use super::*;
 
     fn words(text: &str) -> Vec<String> {
         let mut out = Vec::new();
