@@ -236,7 +236,7 @@ impl Chunk {
             input.push_str(title);
             input.push('\n');
         }
-        let opening = opening_lines(&self.text);
+        let opening = opening_lines(&self.text, self.kind == DocKind::Code);
         let mut first = true;
         for element in &self.section_path {
             if crate::text::is_opaque_name(element)
@@ -285,18 +285,24 @@ impl Chunk {
 /// holds about 8 sentences, a 300-token code chunk about 25 lines.
 pub const MAX_EVIDENCE_UNITS: usize = 32;
 
-/// Lines of a chunk's opening that may repeat its section path: a signature after its decorators or
-/// attributes, a heading.
+/// Lines of a chunk's opening that may repeat its section path: a signature, a heading.
 const OPENING_LINES: usize = 3;
 
-/// The first [`OPENING_LINES`] non-blank lines of `text`, as one slice.
-fn opening_lines(text: &str) -> &str {
+/// The start of `text` up to its [`OPENING_LINES`]th non-blank line, as one slice. In code, lines of
+/// doc comments, attributes and decorators (starting `//`, `/*`, `*`, `#` or `@`) do not count: a
+/// code item's chunk opens with them and its signature follows.
+fn opening_lines(text: &str, code: bool) -> &str {
     let mut seen = 0;
     let mut end = text.len();
     let mut offset = 0;
     for line in text.split_inclusive('\n') {
         offset += line.len();
-        if !line.trim().is_empty() {
+        let line = line.trim();
+        let prefix = code
+            && ["//", "/*", "*", "#", "@"]
+                .iter()
+                .any(|p| line.starts_with(p));
+        if !line.is_empty() && !prefix {
             seen += 1;
             if seen == OPENING_LINES {
                 end = offset;
@@ -442,6 +448,14 @@ mod tests {
         assert_eq!(
             piece.embedding_input(),
             format!("stream_writer.py > write_boolean\n{}", piece.text)
+        );
+        // Doc comments and attributes above the signature do not count as lines of the opening.
+        let mut documented = function.clone();
+        documented.text = "/// Writes a boolean.\n/// Flushes first.\n///\n#[inline]\npub fn write_boolean(n: bool) {\n    write(n);\n}".into();
+        documented.section_path = vec!["writer.rs".into(), "write_boolean".into()];
+        assert_eq!(
+            documented.embedding_input(),
+            format!("writer.rs\n{}", documented.text)
         );
         // A name inside a longer identifier is not a repeat.
         piece.text = "    write_boolean_flag(n)\n".into();
