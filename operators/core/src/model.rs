@@ -298,10 +298,7 @@ fn opening_lines(text: &str, code: bool) -> &str {
     for line in text.split_inclusive('\n') {
         offset += line.len();
         let line = line.trim();
-        let prefix = code
-            && ["//", "/*", "*", "#", "@"]
-                .iter()
-                .any(|p| line.starts_with(p));
+        let prefix = code && (crate::text::comment_line(line) || line.starts_with('@'));
         if !line.is_empty() && !prefix {
             seen += 1;
             if seen == OPENING_LINES {

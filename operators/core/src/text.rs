@@ -278,6 +278,12 @@ fn code_line(line: &str) -> bool {
     line.ends_with(['{', '}', ';', ':', ',', ')']) && (call || line.contains(['[', '{']))
 }
 
+/// Whether a trimmed line is a comment of a common language, a doc comment or a Rust attribute
+/// (starting `#`, `*`, `//` or `/*`); in markdown, `#` starts a heading.
+pub fn comment_line(line: &str) -> bool {
+    line.starts_with(['#', '*']) || line.starts_with("//") || line.starts_with("/*")
+}
+
 /// Whether a name (a file name, a path element) is opaque: its stem, before the last `.`, has no
 /// letter (`4711.py`, `2024-05-01`), or is a hex run of at least 8 characters with a digit (a hash, a
 /// UUID). Such a name tells an embedder nothing about the passage it labels.
@@ -329,11 +335,7 @@ pub fn looks_like_code(text: &str) -> bool {
             docstring ^= quotes % 2 == 1;
             continue;
         }
-        if line.is_empty()
-            || line.starts_with(['#', '*', '|'])
-            || line.starts_with("//")
-            || line.starts_with("/*")
-        {
+        if line.is_empty() || comment_line(line) || line.starts_with('|') {
             continue;
         }
         lines += 1;
