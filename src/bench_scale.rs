@@ -46,9 +46,22 @@ const PARTITIONS: i32 = 4;
 pub(crate) const DIMENSION: usize = 384;
 const QUERIES_IN_FLIGHT: usize = 32;
 
+/// A tiny_http server on `listen` whose connections send each write at once (`TCP_NODELAY`, which
+/// accepted sockets inherit from the listener on Linux): tiny_http writes a response's head and body
+/// separately, and with Nagle's algorithm the body waited for the client's delayed ACK.
+fn listen_nodelay(listen: &str) -> anyhow::Result<tiny_http::Server> {
+    let listener = std::net::TcpListener::bind(listen)
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+    socket2::SockRef::from(&listener)
+        .set_tcp_nodelay(true)
+        .map_err(|e| anyhow::anyhow!("TCP_NODELAY on {listen}: {e}"))?;
+    tiny_http::Server::from_listener(listener, None)
+        .map_err(|e| anyhow::anyhow!("cannot serve on {listen}: {e}"))
+}
+
 /// Serves an instant OpenAI-compatible `/v1/embeddings` on loopback; returns its URL.
 pub(crate) fn instant_embedder() -> anyhow::Result<String> {
-    let server = crate::http::listen_nodelay("127.0.0.1:0")?;
+    let server = listen_nodelay("127.0.0.1:0")?;
     let url = format!(
         "http://{}",
         server.server_addr().to_ip().context("a TCP address")?

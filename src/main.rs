@@ -7,6 +7,7 @@ mod bench;
 mod bench_edits;
 mod bench_embed;
 mod bench_load;
+mod bench_pathological;
 mod bench_query;
 mod bench_scale;
 mod bench_volume;
@@ -272,6 +273,16 @@ enum BenchCommand {
         #[arg(long)]
         texts_out: Option<PathBuf>,
     },
+    /// Chunking time of pathological documents (one 8 MiB line, an 8 MiB table, one 8 MiB function)
+    /// against 1 MiB ones, and `POST /query` round trips while two of them are ingested against idle.
+    Pathological {
+        /// Size of the large documents, MiB.
+        #[arg(long, default_value_t = 8)]
+        size_mib: usize,
+        /// Round trips with ingest idle.
+        #[arg(long, default_value_t = 200)]
+        queries: usize,
+    },
     /// `POST /query` round trips while documents stream in at full embedding speed, and with ingest idle.
     Load {
         /// The corpus, questions and broker.
@@ -367,6 +378,14 @@ fn main() -> anyhow::Result<()> {
                 .store(true, std::sync::atomic::Ordering::SeqCst);
             running.join()?;
             served
+        }
+        Command::Bench(BenchCommand::Pathological { size_mib, queries }) => {
+            let report = bench_pathological::pathological(bench_pathological::PathologicalBench {
+                size_mib,
+                queries,
+            })?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
         }
         Command::Bench(BenchCommand::Load {
             data,

@@ -397,7 +397,7 @@ impl ServerHandler for RagTools {
     }
 }
 
-/// The MCP transports' runtime: one thread for rmcp's tasks (the tools' waits for their contexts
+/// The stdio transport's runtime: one thread for rmcp's tasks (the tools' waits for their contexts
 /// run on its blocking pool).
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
@@ -407,16 +407,16 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
-/// The streamable HTTP side: the tools behind `POST /mcp` of the job's HTTP server.
+/// The streamable HTTP side: the tools behind `/mcp` of the job's HTTP server, rmcp's tower service
+/// called with each request (on the HTTP server's runtime; the tools' waits for their contexts run
+/// on its blocking pool).
 pub struct McpHttp {
-    runtime: tokio::runtime::Runtime,
     service: StreamableHttpService<RagTools, NeverSessionManager>,
 }
 
 impl McpHttp {
     /// Tools over `ingress`; `allowed_hosts` are the `Host` values accepted (empty: loopback only).
-    pub fn new(ingress: Arc<HttpIngress>, allowed_hosts: &[String]) -> anyhow::Result<Self> {
-        let runtime = runtime()?;
+    pub fn new(ingress: Arc<HttpIngress>, allowed_hosts: &[String]) -> Self {
         let mut config = StreamableHttpServerConfig::default()
             .with_sse_keep_alive(None)
             .with_sse_retry(None)
@@ -431,68 +431,26 @@ impl McpHttp {
             Arc::new(NeverSessionManager::default()),
             config,
         );
-        Ok(Self { runtime, service })
+        Self { service }
     }
 
-    /// Answers one HTTP request to `/mcp` whose bearer token granted `grant`.
-    pub fn handle(&self, mut request: tiny_http::Request, grant: Grant, max_bytes: usize) {
-        let mut body = Vec::new();
-        let limit = (max_bytes as u64).saturating_mul(2);
-        if let Err(error) = std::io::Read::read_to_end(
-            &mut std::io::Read::take(request.as_reader(), limit + 1),
-            &mut body,
-        ) {
-            let _ = request.respond(
-                tiny_http::Response::from_string(format!("cannot read the body: {error}"))
-                    .with_status_code(400),
-            );
-            return;
-        }
-        if body.len() as u64 > limit {
-            let _ = request.respond(
-                tiny_http::Response::from_string(format!(
-                    "the body is over {limit} bytes (query.max_query_bytes × 2)"
-                ))
-                .with_status_code(413),
-            );
-            return;
-        }
-        let mut builder = http::Request::builder()
-            .method(request.method().as_str())
-            .uri(request.url());
-        for header in request.headers() {
-            builder = builder.header(header.field.as_str().as_str(), header.value.as_str());
-        }
-        let built = match builder.body(Full::new(Bytes::from(body))) {
-            Ok(mut built) => {
-                built.extensions_mut().insert(grant);
-                built
-            }
-            Err(error) => {
-                let _ = request.respond(
-                    tiny_http::Response::from_string(format!("bad request: {error}"))
-                        .with_status_code(400),
-                );
-                return;
-            }
+    /// Answers one request to `/mcp` (its body already read within the server's limits) whose
+    /// bearer token granted `grant`.
+    pub async fn handle(
+        &self,
+        parts: http::request::Parts,
+        body: Bytes,
+        grant: Grant,
+    ) -> http::Response<Full<Bytes>> {
+        let mut request = http::Request::from_parts(parts, Full::new(body));
+        request.extensions_mut().insert(grant);
+        let response = self.service.handle(request).await;
+        let (parts, body) = response.into_parts();
+        let body = match body.collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(never) => match never {},
         };
-        let (parts, body) = self.runtime.block_on(async {
-            let response = self.service.handle(built).await;
-            let (parts, body) = response.into_parts();
-            let body = match body.collect().await {
-                Ok(collected) => collected.to_bytes(),
-                Err(never) => match never {},
-            };
-            (parts, body)
-        });
-        let mut response =
-            tiny_http::Response::from_data(body.to_vec()).with_status_code(parts.status.as_u16());
-        for (name, value) in &parts.headers {
-            if let Ok(header) = tiny_http::Header::from_bytes(name.as_str(), value.as_bytes()) {
-                response.add_header(header);
-            }
-        }
-        let _ = request.respond(response);
+        http::Response::from_parts(parts, Full::new(body))
     }
 }
 

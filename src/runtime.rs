@@ -38,7 +38,7 @@ use ragstream_topologies::ingest::{ingest, IngestParts};
 use ragstream_topologies::query::{query, QueryParts};
 use timely::dataflow::ProbeHandle;
 
-use crate::http::{serve, QueryTokens, Readiness};
+use crate::http::{check_open, serve, Limits, QueryTokens, Readiness};
 
 /// A started job.
 pub struct Running {
@@ -158,14 +158,25 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     let invalidation_log = Arc::new(Mutex::new(InvalidationLog::new(
         config.query.invalidations.log_entries,
     )));
+    let tokens = QueryTokens::from_env(&config.http.query_token_env, &config.http.tokens);
+    check_open(
+        &config.http.listen,
+        tokens.is_empty(),
+        config.http.anonymous,
+    )?;
     let address = serve(
         &config.http.listen,
         readiness.clone(),
         ingress.clone(),
         invalidation_log.clone(),
-        config.query.max_query_bytes,
-        QueryTokens::from_env(&config.http.query_token_env, &config.http.tokens),
-        &config.http.mcp_allowed_hosts,
+        tokens,
+        &config.http.allowed_hosts,
+        Limits {
+            max_connections: config.http.max_connections,
+            max_queries_in_flight: config.http.max_queries_in_flight,
+            read_timeout: Duration::from_secs(config.http.read_timeout_secs),
+            max_body_bytes: config.query.max_query_bytes.saturating_mul(2),
+        },
     )?;
     tracing::info!(%address, "serving /metrics, /healthz, /readyz, POST /query, GET /invalidations, /mcp");
     let progress = Arc::new(IngestProgress::default());

@@ -868,6 +868,10 @@ def check_statefulset_wiring():
             ref = entry.get("valueFrom", {}).get("secretKeyRef")
             if not ref:
                 problems.append(f"{name} is not read from a Secret (secretKeyRef)")
+            elif name == "RAGSTREAM_QUERY_TOKEN":
+                # The pods listen beyond loopback: the job refuses to start without a token.
+                if ref.get("optional") is True:
+                    problems.append(f"{name}: secretKeyRef is optional (the job listens beyond loopback and needs a token)")
             elif ref.get("optional") is not True:
                 problems.append(f"{name}: secretKeyRef is not optional (pods would not start without the Secret)")
     # Probes on the named HTTP port: /healthz for liveness, /readyz for readiness.

@@ -6,6 +6,7 @@ mod common;
 mod crashes;
 mod duplicates;
 mod handover;
+mod hostile;
 mod outages;
 mod poison;
 mod queries;

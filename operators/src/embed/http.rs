@@ -1,8 +1,8 @@
 //! An OpenAI-compatible `/v1/embeddings` client (GPU or production embedding servers).
 //!
 //! The API key is read from the environment variable named in the config, never from a config file,
-//! and never printed. Outages (connection errors, 5xx, 429) are [`EmbedError::Unavailable`] so the
-//! dataflow retries with backoff; a wrong vector dimension is [`EmbedError::Dimension`] and dead-letters
+//! and never printed. Outages (connection errors, 5xx, 429, 408, and 401/403/404: a rotated key or an
+//! endpoint being redeployed) are [`EmbedError::Unavailable`] so the dataflow retries with backoff; a wrong vector dimension is [`EmbedError::Dimension`] and dead-letters
 //! the batch's records.
 
 use std::time::Duration;
@@ -86,7 +86,10 @@ impl HttpEmbedder {
             .body_mut()
             .read_to_string()
             .map_err(|e| EmbedError::Unavailable(e.to_string()))?;
-        if status == 429 || status >= 500 {
+        // Outages: the server cannot serve now (5xx, 429, 408), or the job's key or the endpoint is not
+        // right now (401, 403, 404: a rotated key, a model being redeployed). Nothing about the texts:
+        // retried, never dead-lettered. What is left (400, 413, 422, …) refuses these texts.
+        if matches!(status, 401 | 403 | 404 | 408 | 429) || status >= 500 {
             return Err(EmbedError::Unavailable(format!("status {status}")));
         }
         if status >= 400 {

@@ -4,6 +4,11 @@
 //! 500 documents chunked in one go kept the worker from queries for up to ~100 ms. The operator takes
 //! at most [`CHUNK_STEP`] of chunking per activation; the rest of its input waits, capability held, and
 //! the operator activates itself again, so the worker answers queries in between.
+//!
+//! A document over [`LARGE_DOCUMENT_BYTES`] is chunked on the operator's helper thread instead (one
+//! such document takes seconds at 8 MiB, far more than a step): the operator hands it over, yields the
+//! worker, and is woken when its chunks are ready. Documents after it wait for it, so chunk sets leave
+//! in the order their documents arrived.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -14,10 +19,14 @@ use timely::dataflow::operators::{Capability, Operator};
 use timely::dataflow::StreamVec;
 
 use super::chunk::Chunker;
-use crate::model::{ChunkSet, DocKey, Document};
+use crate::background::Background;
+use crate::model::{Chunk, ChunkSet, DocKey, Document};
 
 /// Chunking time one activation of the operator may take before it yields the worker.
 pub const CHUNK_STEP: Duration = Duration::from_millis(5);
+
+/// Documents whose text is longer than this are chunked on the helper thread, off the worker.
+pub const LARGE_DOCUMENT_BYTES: usize = 64 * 1024;
 
 type Upsert = (DocKey, Option<Document>, u64);
 
@@ -41,8 +50,17 @@ impl<'scope> ChunkDocuments<'scope> for StreamVec<'scope, u64, Upsert> {
             "Chunk",
             move |_cap, info| {
                 let activator = scope.activator_for(info.address.clone());
+                let waker = crate::background::operator_waker(scope.worker(), &info.address);
+                let helper_chunker = chunker.clone();
+                let helper: Background<Document, Vec<Chunk>> = Background::start(
+                    "chunk",
+                    move |document, deliver| deliver.send(helper_chunker.chunk(&document)),
+                    waker,
+                );
                 let mut pending: VecDeque<(Capability<u64>, std::vec::IntoIter<Upsert>)> =
                     VecDeque::new();
+                // The front batch's document on the helper thread: its key, version and time.
+                let mut on_helper: Option<(DocKey, u64, u64)> = None;
                 move |input, output| {
                     input.for_each(|cap, data| {
                         let cap = cap.retain_least(0).expect("time of the batch");
@@ -50,24 +68,49 @@ impl<'scope> ChunkDocuments<'scope> for StreamVec<'scope, u64, Upsert> {
                     });
                     let started = Instant::now();
                     while let Some((cap, upserts)) = pending.front_mut() {
+                        if let Some((key, version, time)) = on_helper.take() {
+                            match helper.try_result() {
+                                Some(chunks) => {
+                                    let set = ChunkSet { version, chunks };
+                                    output.session(cap).give((key, Some(set), time));
+                                }
+                                None => {
+                                    // Still chunking: the helper wakes the operator when done.
+                                    on_helper = Some((key, version, time));
+                                    return;
+                                }
+                            }
+                        }
                         let mut session = output.session(cap);
                         for (key, document, time) in upserts.by_ref() {
-                            let set = document.map(|doc| ChunkSet {
-                                version: doc.version,
-                                chunks: chunker.chunk(&doc),
-                            });
-                            session.give((key, set, time));
+                            match document {
+                                Some(doc) if doc.text.len() > LARGE_DOCUMENT_BYTES => {
+                                    on_helper = Some((key, doc.version, time));
+                                    helper.submit(doc);
+                                    break;
+                                }
+                                document => {
+                                    let set = document.map(|doc| ChunkSet {
+                                        version: doc.version,
+                                        chunks: chunker.chunk(&doc),
+                                    });
+                                    session.give((key, set, time));
+                                }
+                            }
                             if started.elapsed() >= CHUNK_STEP {
                                 break;
                             }
                         }
                         drop(session);
+                        if on_helper.is_some() {
+                            continue;
+                        }
                         if upserts.len() > 0 {
                             break;
                         }
                         pending.pop_front();
                     }
-                    if !pending.is_empty() {
+                    if !pending.is_empty() && on_helper.is_none() {
                         activator.activate();
                     }
                 }
@@ -143,6 +186,45 @@ mod tests {
                 .chain([("gone".to_string(), false)])
                 .collect();
             assert_eq!(*seen, expected, "every document once, in order");
+        });
+    }
+
+    #[test]
+    fn a_large_document_is_chunked_off_the_worker_and_keeps_its_place() {
+        timely::execute_directly(|worker| {
+            let seen = Rc::new(RefCell::new(Vec::new()));
+            let sink = seen.clone();
+            let (mut input, probe) = worker.dataflow(|scope| {
+                let (input, stream) = scope.new_input::<Upsert>();
+                let probe = stream
+                    .chunk_documents(Chunker::new(ChunkerConfig::default()))
+                    .inspect(move |(key, set, _)| {
+                        let chunks = set.as_ref().map_or(0, |s| s.chunks.len());
+                        sink.borrow_mut().push((key.doc_id.clone(), chunks))
+                    })
+                    .probe()
+                    .0;
+                (input, probe)
+            });
+            let (key, large, time) = upsert(1);
+            let mut large = large.expect("an upsert");
+            large.text = "One long line of words without an end ".repeat(4000);
+            assert!(large.text.len() > LARGE_DOCUMENT_BYTES);
+            input.send(upsert(0));
+            input.send((key, Some(large), time));
+            input.send(upsert(2));
+            input.advance_to(1);
+            while probe.less_than(&1) {
+                worker.step();
+            }
+            let seen = seen.borrow();
+            let order: Vec<&str> = seen.iter().map(|(id, _)| id.as_str()).collect();
+            assert_eq!(
+                order,
+                ["d0", "d1", "d2"],
+                "chunk sets leave in arrival order"
+            );
+            assert!(seen[1].1 > 10, "the large document was chunked: {seen:?}");
         });
     }
 }

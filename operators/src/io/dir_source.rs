@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use crate::ingest::decode::{decode_event, DecodeConfig, DecodeReason};
+use crate::ingest::decode::{check_bounds, decode_event, DecodeConfig, DecodeReason};
 use crate::ingest::dlq::{DlqRecord, Origin};
 use crate::model::{DocKey, DocKind, DocOp, Document};
 
@@ -106,6 +106,25 @@ impl DirSource {
                 path: doc_id.clone(),
                 line: None,
             };
+            if let Err(refused) = check_bounds(&self.tenant, &doc_id, Some(&doc_id), None, &[]) {
+                // A path too long or too deep to index: refused once while it stays.
+                let seen = Seen {
+                    hash: *blake3::hash(b"refused path").as_bytes(),
+                };
+                let unchanged = self.seen.get(&doc_id) == Some(&seen);
+                present.insert(doc_id.clone(), seen);
+                if !unchanged {
+                    out.push(Err(DlqRecord::new(
+                        refused.reason.as_str(),
+                        refused.to_string(),
+                        origin,
+                        Some(self.tenant.clone()),
+                        None,
+                        None,
+                    )));
+                }
+                continue;
+            }
             let size = entry.metadata().map(|m| m.len() as usize).unwrap_or(0);
             if size > self.max_bytes {
                 // Refused once per content change: remember it by size and modification time.

@@ -11,9 +11,9 @@
 //! its WAL, which it replays after a crash) before the call returns. [`VectorStore::flush`] therefore
 //! has nothing left to do.
 //!
-//! Errors: transport failures and the 5xx-like gRPC statuses (the server could not serve the request
-//! now) are [`StoreError::Unavailable`] and retried by the caller; everything else (a bad request, a
-//! missing collection, a refused API key) is [`StoreError::Invalid`].
+//! Errors: transport failures, the 5xx-like gRPC statuses (the server could not serve the request
+//! now), a refused API key and a missing collection are [`StoreError::Unavailable`] and retried by the
+//! caller, which commits nothing meanwhile; what is left (a bad request) is [`StoreError::Invalid`].
 
 use std::time::Duration;
 

@@ -63,8 +63,9 @@ pub enum ConfigError {
 }
 
 /// The list-valued keys an environment override may set, as comma-separated values.
-const LIST_KEYS: [&str; 3] = [
+const LIST_KEYS: [&str; 4] = [
     "ingest.allowed_tenants",
+    "http.allowed_hosts",
     "http.mcp_allowed_hosts",
     "query.hyde.intents",
 ];
@@ -265,8 +266,18 @@ impl Config {
                 "need 0 < surrogate_tokens <= snippet_tokens <= expanded_tokens",
             );
         }
-        if query.max_query_bytes < 64 {
-            return invalid("query.max_query_bytes", "must be at least 64");
+        if !(64..=(1 << 24)).contains(&query.max_query_bytes) {
+            return invalid("query.max_query_bytes", "must be in 64..=16777216");
+        }
+        let http = &self.http;
+        if !(1..=65_536).contains(&http.max_connections) {
+            return invalid("http.max_connections", "must be in 1..=65536");
+        }
+        if !(1..=4096).contains(&http.max_queries_in_flight) {
+            return invalid("http.max_queries_in_flight", "must be in 1..=4096");
+        }
+        if !(1..=600).contains(&http.read_timeout_secs) {
+            return invalid("http.read_timeout_secs", "must be in 1..=600");
         }
         for (env, tenants) in &self.http.tokens {
             if env.is_empty() || tenants.is_empty() || tenants.iter().any(String::is_empty) {

@@ -74,11 +74,38 @@ pub struct HttpConfig {
     /// (`POST /query` for another tenant is answered 403).
     #[serde(default)]
     pub tokens: std::collections::BTreeMap<String, Vec<String>>,
-    /// `Host` header values `POST /mcp` accepts (DNS-rebinding protection; `name` or `name:port`).
-    /// Empty: loopback names only (`localhost`, `127.0.0.1`, `::1`), right for a laptop; a job
-    /// served under a public name lists it here.
+    /// `Host` header values that `/query`, `/invalidations` and `/mcp` accept (DNS-rebinding
+    /// protection; `name` or `name:port`, `*` for any). Empty: loopback names only (`localhost`,
+    /// `127.0.0.1`, `[::1]`), right for a laptop; a job served under other names lists them here.
+    /// `/healthz`, `/readyz` and `/metrics` answer any `Host`. Formerly `mcp_allowed_hosts`.
+    #[serde(default, alias = "mcp_allowed_hosts")]
+    pub allowed_hosts: Vec<String>,
+    /// Serve without bearer tokens on a non-loopback address. A job listening beyond loopback with
+    /// no token set refuses to start unless this says so in so many words.
     #[serde(default)]
-    pub mcp_allowed_hosts: Vec<String>,
+    pub anonymous: bool,
+    /// Open connections at once; a connection over the cap is closed at once.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// `POST /query` and `/mcp` requests waiting for their contexts at once; beyond, 503 with
+    /// `Retry-After`.
+    #[serde(default = "default_max_queries_in_flight")]
+    pub max_queries_in_flight: usize,
+    /// Seconds a client has to send a request's head, and again its body.
+    #[serde(default = "default_read_timeout_secs")]
+    pub read_timeout_secs: u64,
+}
+
+fn default_max_connections() -> usize {
+    1024
+}
+
+fn default_max_queries_in_flight() -> usize {
+    256
+}
+
+fn default_read_timeout_secs() -> u64 {
+    10
 }
 
 fn default_query_token_env() -> String {
@@ -95,7 +122,11 @@ impl Default for HttpConfig {
             listen: default_listen(),
             query_token_env: default_query_token_env(),
             tokens: Default::default(),
-            mcp_allowed_hosts: Vec::new(),
+            allowed_hosts: Vec::new(),
+            anonymous: false,
+            max_connections: default_max_connections(),
+            max_queries_in_flight: default_max_queries_in_flight(),
+            read_timeout_secs: default_read_timeout_secs(),
         }
     }
 }

@@ -178,10 +178,7 @@ fn environment_overrides_set_scalars_and_comma_separated_lists() {
     )
     .expect("loads");
     assert_eq!(config.ingest.allowed_tenants, ["acme", "globex"]);
-    assert_eq!(
-        config.http.mcp_allowed_hosts,
-        ["localhost", "rag.example.com"]
-    );
+    assert_eq!(config.http.allowed_hosts, ["localhost", "rag.example.com"]);
     assert_eq!(config.query.hyde.intents, ["exploratory"]);
     assert!((config.query.mmr_lambda - 0.7).abs() < 1e-6);
     assert!(!config.query.adapt_fusion);

@@ -30,6 +30,21 @@ impl Default for DecodeConfig {
     }
 }
 
+/// Longest `tenant`, in bytes.
+pub const MAX_TENANT_BYTES: usize = 128;
+/// Longest `doc_id` (and message key), in bytes.
+pub const MAX_DOC_ID_BYTES: usize = 1024;
+/// Longest `source`, in bytes; every path prefix of it is stored with each chunk.
+pub const MAX_SOURCE_BYTES: usize = 1024;
+/// Most `/`-separated components of a `source` (the path prefixes stored per chunk).
+pub const MAX_SOURCE_COMPONENTS: usize = 32;
+/// Longest `title`, in bytes.
+pub const MAX_TITLE_BYTES: usize = 1024;
+/// Most ACL labels of a document, and the longest label in bytes.
+pub const MAX_ACL_LABELS: usize = 64;
+/// Longest ACL label, in bytes.
+pub const MAX_ACL_LABEL_BYTES: usize = 256;
+
 /// Default size limit of one document event: 8 MiB.
 pub const DEFAULT_MAX_DOCUMENT_BYTES: usize = 8 << 20;
 
@@ -168,6 +183,13 @@ pub fn decode_event(
     })?;
     let tenant = required(wire.tenant, "tenant")?;
     let doc_id = required(wire.doc_id, "doc_id")?;
+    check_bounds(
+        &tenant,
+        &doc_id,
+        wire.source.as_deref(),
+        wire.title.as_deref(),
+        &wire.acl,
+    )?;
     if tenant.contains('/') {
         return Err(DecodeError::new(
             DecodeReason::BadKey,
@@ -228,6 +250,55 @@ pub fn decode_event(
             format!("unknown op {:?}", prefix(other)),
         )),
     }
+}
+
+/// The identifying fields of a document within their bounds ([`MAX_DOC_ID_BYTES`] and the other
+/// `MAX_` constants); beyond, the document is refused as oversize. Every source checks them.
+pub fn check_bounds(
+    tenant: &str,
+    doc_id: &str,
+    source: Option<&str>,
+    title: Option<&str>,
+    acl: &[String],
+) -> Result<(), DecodeError> {
+    let over = |field: &str, length: usize, limit: usize| {
+        DecodeError::new(
+            DecodeReason::Oversize,
+            format!("{field} of {length} bytes exceeds the limit of {limit} bytes"),
+        )
+    };
+    for (field, value, limit) in [
+        ("tenant", Some(tenant), MAX_TENANT_BYTES),
+        ("doc_id", Some(doc_id), MAX_DOC_ID_BYTES),
+        ("source", source, MAX_SOURCE_BYTES),
+        ("title", title, MAX_TITLE_BYTES),
+    ] {
+        if let Some(value) = value.filter(|v| v.len() > limit) {
+            return Err(over(field, value.len(), limit));
+        }
+    }
+    if let Some(source) = source {
+        let components = source.split('/').filter(|c| !c.is_empty()).count();
+        if components > MAX_SOURCE_COMPONENTS {
+            return Err(DecodeError::new(
+                DecodeReason::Oversize,
+                format!("source has {components} path components, over the limit of {MAX_SOURCE_COMPONENTS}"),
+            ));
+        }
+    }
+    if acl.len() > MAX_ACL_LABELS {
+        return Err(DecodeError::new(
+            DecodeReason::Oversize,
+            format!(
+                "{} ACL labels exceed the limit of {MAX_ACL_LABELS}",
+                acl.len()
+            ),
+        ));
+    }
+    if let Some(label) = acl.iter().find(|l| l.len() > MAX_ACL_LABEL_BYTES) {
+        return Err(over("an ACL label", label.len(), MAX_ACL_LABEL_BYTES));
+    }
+    Ok(())
 }
 
 fn required(field: Option<String>, name: &str) -> Result<String, DecodeError> {
@@ -356,6 +427,46 @@ mod tests {
                 decode_event(key, Some(value), &DecodeConfig::default()).expect_err("must refuse");
             assert_eq!(err.reason, reason, "{err}");
         }
+    }
+
+    #[test]
+    fn identifying_fields_are_bounded() {
+        let event = |field: &str, value: serde_json::Value| {
+            let mut event = serde_json::json!({
+                "tenant": "t", "doc_id": "d", "version": 1, "source": "a.md", "text": "x"
+            });
+            event[field] = value;
+            decode(None, Some(&event.to_string()))
+        };
+        for (field, limit) in [
+            ("tenant", MAX_TENANT_BYTES),
+            ("doc_id", MAX_DOC_ID_BYTES),
+            ("source", MAX_SOURCE_BYTES),
+            ("title", MAX_TITLE_BYTES),
+        ] {
+            assert!(
+                event(field, "a".repeat(limit).into()).is_ok(),
+                "{field} at its limit"
+            );
+            let refused = event(field, "a".repeat(limit + 1).into()).unwrap_err();
+            assert_eq!(refused.reason, DecodeReason::Oversize, "{field}");
+            assert!(refused.message.starts_with(field), "{}", refused.message);
+        }
+        let deep = "a/".repeat(MAX_SOURCE_COMPONENTS + 1);
+        assert_eq!(
+            event("source", deep.into()).unwrap_err().reason,
+            DecodeReason::Oversize
+        );
+        let labels: Vec<String> = (0..=MAX_ACL_LABELS).map(|i| i.to_string()).collect();
+        assert_eq!(
+            event("acl", labels.into()).unwrap_err().reason,
+            DecodeReason::Oversize
+        );
+        let long = vec!["l".repeat(MAX_ACL_LABEL_BYTES + 1)];
+        assert_eq!(
+            event("acl", long.into()).unwrap_err().reason,
+            DecodeReason::Oversize
+        );
     }
 
     #[test]

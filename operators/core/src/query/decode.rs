@@ -134,6 +134,13 @@ pub fn validate(query: &Query) -> Result<(), String> {
             }
         }
     }
+    if let Some(reserve) = query.reserve_output {
+        if reserve > MAX_BUDGET {
+            return Err(format!(
+                "reserve_output must be in 0..={MAX_BUDGET}, got {reserve}"
+            ));
+        }
+    }
     if let Some(name) = &query.tokenizer {
         if Encoding::parse(name).is_none() {
             return Err(format!(
@@ -238,6 +245,35 @@ mod tests {
         .expect("list_sources without text");
     }
 
+    /// Numbers at and beyond every bound a numeric field has (as JSON text).
+    const EXTREMES: [&str; 10] = [
+        "0",
+        "1",
+        "-1",
+        "50",
+        "1000000",
+        "1000001",
+        "4294967296",
+        "9223372036854775807",
+        "18446744073709551615",
+        "18446744073709551616",
+    ];
+
+    #[test]
+    fn an_overflowing_reserve_is_refused() {
+        let error = decode_query(
+            br#"{"query_id":"r","tenant":"local","text":"x","context_window":1000,"reserve_output":18446744073709551615}"#,
+            8192,
+        )
+        .unwrap_err();
+        assert_eq!(error.reason, RefusalReason::InvalidQuery);
+        assert!(
+            error.message.contains("reserve_output"),
+            "{}",
+            error.message
+        );
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
 
@@ -268,6 +304,30 @@ mod tests {
         ) {
             let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
             let _ = decode_query(format!("{{{}}}", body.join(",")).as_bytes(), 8192);
+        }
+
+        /// Fuzz: every accepted combination of the numeric fields, at 0, 1, the limits and beyond,
+        /// decodes or refuses, and an accepted one computes its budget without overflow.
+        #[test]
+        fn numeric_extremes_never_overflow(
+            k in proptest::sample::select(EXTREMES.to_vec()),
+            budget in proptest::sample::select(EXTREMES.to_vec()),
+            window in proptest::sample::select(EXTREMES.to_vec()),
+            reserve in proptest::sample::select(EXTREMES.to_vec()),
+            prompt in proptest::prelude::any::<bool>(),
+        ) {
+            let prompt = if prompt { r#","prompt":{"system":"be brief","history":["a","b"]}"# } else { "" };
+            let body = format!(
+                r#"{{"query_id":"q","tenant":"t","text":"x","k":{k},"token_budget":{budget},"context_window":{window},"reserve_output":{reserve}{prompt}}}"#
+            );
+            if let Ok(query) = decode_query(body.as_bytes(), 8192) {
+                let counter = crate::tokens::TokenCounter::new(Encoding::O200kBase);
+                let (budget, window) = crate::query::modes::budget_for(&query, counter);
+                proptest::prop_assert!(budget <= MAX_BUDGET);
+                if let Some((window, prompt)) = window {
+                    let _ = crate::query::modes::max_new_tokens(window, prompt, budget);
+                }
+            }
         }
     }
 }

@@ -22,15 +22,20 @@ pub fn budget_for(query: &Query, counter: TokenCounter) -> (usize, Option<(usize
     let Some(window) = query.context_window else {
         return (query.token_budget.unwrap_or(DEFAULT_BUDGET), None);
     };
+    // Saturating throughout: the decoder bounds each number, and this holds whatever it lets through.
     let prompt = query.prompt.as_ref().map_or(0, |p| {
-        counter.count(&p.system)
-            + counter.count(&p.template)
-            + p.history.iter().map(|h| counter.count(h)).sum::<usize>()
+        p.history.iter().fold(
+            counter
+                .count(&p.system)
+                .saturating_add(counter.count(&p.template)),
+            |sum, h| sum.saturating_add(counter.count(h)),
+        )
     });
     let reserve = query
         .reserve_output
         .unwrap_or(((window as f32 * RESERVE_RATIO) as usize).max(MIN_RESERVE));
-    let mut budget = window.saturating_sub(prompt + reserve + SAFETY_MARGIN);
+    let mut budget =
+        window.saturating_sub(prompt.saturating_add(reserve).saturating_add(SAFETY_MARGIN));
     if let Some(limit) = query.token_budget {
         budget = budget.min(limit);
     }
@@ -39,7 +44,11 @@ pub fn budget_for(query: &Query, counter: TokenCounter) -> (usize, Option<(usize
 
 /// Tokens left for the answer once the context is packed.
 pub fn max_new_tokens(window: usize, prompt: usize, tokens_used: usize) -> usize {
-    window.saturating_sub(prompt + tokens_used + SAFETY_MARGIN)
+    window.saturating_sub(
+        prompt
+            .saturating_add(tokens_used)
+            .saturating_add(SAFETY_MARGIN),
+    )
 }
 
 /// Files ranked by the concentration of chunk hits: `Σ 1/rank · sqrt(hits / chunks)` over the file's

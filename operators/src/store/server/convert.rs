@@ -14,19 +14,26 @@ use serde_json::{Map, Number, Value as JsonValue};
 
 use crate::store::{chunk_from_payload, SearchFilter, StoreError, StoredChunk};
 
-/// gRPC status codes (as `i32`, see `tonic::Code`) that mean "the server could not serve this now":
-/// the 5xx family (Unknown, Internal, Unavailable, DeadlineExceeded, DataLoss), rate limiting
-/// (ResourceExhausted), and Cancelled / Aborted. qdrant-client reports a failed connection as
-/// Internal. Unimplemented (also 5xx in HTTP terms) is left out: retrying never helps.
-pub(super) const TRANSIENT_CODES: [i32; 8] = [
+/// gRPC status codes (as `i32`, see `tonic::Code`) that are outages, not refusals of a request: the
+/// server could not serve it now (the 5xx family: Unknown, Internal, Unavailable, DeadlineExceeded,
+/// DataLoss; rate limiting: ResourceExhausted; Cancelled, Aborted), or the job's credentials or
+/// collection are not right now (Unauthenticated, PermissionDenied: a rotated API key; NotFound: the
+/// collection was deleted). None of these says anything about the document written, so the caller
+/// retries with backoff and commits nothing meanwhile; a refused document is InvalidArgument and the
+/// like. qdrant-client reports a failed connection as Internal. Unimplemented (also 5xx in HTTP terms)
+/// is left out: retrying never helps.
+pub(super) const TRANSIENT_CODES: [i32; 11] = [
     1,  // Cancelled
     2,  // Unknown
     4,  // DeadlineExceeded
+    5,  // NotFound
+    7,  // PermissionDenied
     8,  // ResourceExhausted
     10, // Aborted
     13, // Internal
     14, // Unavailable
     15, // DataLoss
+    16, // Unauthenticated
 ];
 
 /// gRPC `AlreadyExists`.

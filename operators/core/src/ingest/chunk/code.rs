@@ -7,6 +7,9 @@
 use super::{pack_units, split_oversized, Piece, Unit};
 use crate::tokens::TokenCounter;
 
+/// Longest item name kept in a code chunk's section path, in chars.
+const MAX_ITEM_NAME_CHARS: usize = 128;
+
 /// Languages with item recognisers; anything else uses the generic rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Language {
@@ -130,6 +133,8 @@ impl Language {
                         c.is_alphanumeric()
                             || matches!(c, '_' | '$' | ':' | '<' | '>' | ' ' | '*' | ')')
                     })
+                    // An item's name labels every chunk of the item: bounded, as headings are.
+                    .take(MAX_ITEM_NAME_CHARS)
                     .collect();
                 let name = name
                     .split_whitespace()

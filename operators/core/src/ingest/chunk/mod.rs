@@ -287,7 +287,7 @@ fn split_oversized(
     let mut cursor = start;
     while cursor < end {
         let rest = &text[cursor..end];
-        let prefix = counter.truncate(rest, budget.max(1));
+        let prefix = truncate_near(counter, rest, budget.max(1));
         let mut cut = prefix.len();
         if cut < rest.len() {
             // Prefer the last whitespace in the second half of the prefix.
@@ -318,6 +318,33 @@ fn split_oversized(
         }
     }
     out
+}
+
+/// Bytes of text encoded per token of budget when looking for a cut (doubled while too few tokens).
+const CUT_WINDOW_BYTES_PER_TOKEN: usize = 16;
+/// Tokens the window must hold past the budget before its cut is taken: the cut then lies well before
+/// the window's end, whose last piece the window may have split.
+const CUT_WINDOW_SLACK_TOKENS: usize = 16;
+
+/// The longest prefix of `rest` with at most `budget` tokens, encoding only a window of `rest` near its
+/// start, so that cutting a long text into pieces costs time linear in its length (encoding the whole
+/// remainder at every cut was quadratic: minutes for a few MiB on one line).
+fn truncate_near(counter: TokenCounter, rest: &str, budget: usize) -> &str {
+    let mut window = budget.saturating_mul(CUT_WINDOW_BYTES_PER_TOKEN).max(1024);
+    loop {
+        if window >= rest.len() {
+            return counter.truncate(rest, budget);
+        }
+        let mut end = window;
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        let part = &rest[..end];
+        if counter.count(part) > budget.saturating_add(CUT_WINDOW_SLACK_TOKENS) {
+            return counter.truncate(part, budget);
+        }
+        window = window.saturating_mul(2);
+    }
 }
 
 /// Packs consecutive units into chunk ranges of at most `budget` tokens (measured on the exact slice),

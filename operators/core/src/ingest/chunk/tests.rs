@@ -417,3 +417,53 @@ fn auto_reads_code_without_an_extension_by_its_text() {
         .iter()
         .all(|c| c.kind == DocKind::Prose));
 }
+
+/// Texts far longer than a chunk with nothing to cut at (one line, no sentence end; one word with no
+/// whitespace; a one-line table row run; one code item) are cut into chunks that cover them, each
+/// within the budget: the cuts encode only a window near each cut.
+#[test]
+fn long_runs_without_boundaries_are_cut_within_the_budget() {
+    let script: String = (0..6000)
+        .map(|i| format!("function f{i}(a,b){{return a*{i}+b}};"))
+        .collect();
+    let word = "ab".repeat(60_000);
+    let mixed: String = (0..20_000)
+        .map(|i| {
+            if i % 97 == 0 {
+                "東京 ".to_string()
+            } else {
+                format!("x{i}")
+            }
+        })
+        .collect();
+    let table: String = (0..5000)
+        .map(|i| format!("| {i} | item {i} | {} |", i * 3))
+        .collect();
+    for (name, kind, text) in [
+        ("bundle.min.js", DocKind::Auto, script),
+        ("word.txt", DocKind::Prose, word),
+        ("mixed.txt", DocKind::Prose, mixed),
+        ("table.md", DocKind::Markdown, table),
+    ] {
+        let document = doc(name, kind, &text);
+        let chunks = chunker(200, 200).chunk(&document);
+        assert!(chunks.len() > 10, "{name}: {} chunks", chunks.len());
+        assert_covers(&document, &chunks);
+        assert_budget(&chunks, 200);
+    }
+}
+
+#[test]
+fn headings_and_item_names_are_bounded_in_section_paths() {
+    let heading = format!(
+        "# {}\n\nText under a very long heading.\n",
+        "h".repeat(10_000)
+    );
+    let chunks = chunker(200, 200).chunk(&doc("long.md", DocKind::Markdown, &heading));
+    let path = &chunks[0].section_path;
+    assert!(path.iter().all(|p| p.len() <= 256), "{path:?}");
+    let name = format!("fn {}() {{\n    1\n}}\n", "n".repeat(10_000));
+    let chunks = chunker(200, 200).chunk(&doc("long.rs", DocKind::Code, &name));
+    let path = &chunks[0].section_path;
+    assert!(path.iter().all(|p| p.chars().count() <= 140), "{path:?}");
+}

@@ -17,13 +17,22 @@ pub(super) fn heading_level(line: &str) -> Option<usize> {
     (rest.is_empty() || rest.starts_with(' ') || rest.starts_with('\t')).then_some(level)
 }
 
+/// Longest heading title kept in a section path, in bytes (a longer one is cut at a char boundary):
+/// every chunk under the heading carries its path.
+pub(super) const MAX_HEADING_BYTES: usize = 256;
+
 fn heading_title(line: &str) -> String {
-    line.trim()
+    let title = line
+        .trim()
         .trim_start_matches('#')
         .trim()
         .trim_end_matches('#')
-        .trim()
-        .to_string()
+        .trim();
+    let mut end = title.len().min(MAX_HEADING_BYTES);
+    while !title.is_char_boundary(end) {
+        end -= 1;
+    }
+    title[..end].to_string()
 }
 
 fn is_fence(line: &str) -> bool {

@@ -1,0 +1,259 @@
+//! `ragstream bench pathological`: documents that once stalled the job, measured in one run.
+//!
+//! 1. chunking time of three shapes (one line of minified script, a markdown table, one code item of
+//!    a single function) at 1 MiB and at `size_mib`, the median of 3 passes each, and the ratio of
+//!    the two (linear chunking: about the ratio of the sizes);
+//! 2. the job in this process on its embedded default (a watched directory, the local model, a fresh
+//!    embedded index): `POST /query` round trips from one client with ingest idle, then while the
+//!    one-line script and the table of `size_mib` each are dropped into the directory and ingested
+//!    (the client goes on until both are indexed).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use ragstream_operators::ingest::chunk::{Chunker, ChunkerConfig};
+use ragstream_operators::metrics::metrics;
+use ragstream_operators::model::{DocKey, DocKind, Document};
+use ragstream_topologies::config::Config;
+use serde_json::{json, Value};
+
+use crate::bench::latency_summary as summary;
+
+/// Arguments of `bench pathological`.
+pub struct PathologicalBench {
+    /// Size of the large documents, MiB (each stays just under the job's document limit).
+    pub size_mib: usize,
+    /// Round trips with ingest idle.
+    pub queries: usize,
+}
+
+/// The three shapes, `bytes` long: (name, file name, text).
+fn shapes(bytes: usize) -> Vec<(&'static str, &'static str, String)> {
+    let fill = |mut item: Box<dyn FnMut(usize) -> String>, head: &str, tail: &str| {
+        let mut text = String::with_capacity(bytes + 256);
+        text.push_str(head);
+        let mut i = 0;
+        while text.len() + tail.len() < bytes {
+            text.push_str(&item(i));
+            i += 1;
+        }
+        text.push_str(tail);
+        text
+    };
+    vec![
+        (
+            "one line of minified script",
+            "bundle.min.js",
+            fill(
+                Box::new(|i| {
+                    format!(
+                        "function f{i}(a,b){{return a*{i}+b[{}]||g{i}(a)}};var v{i}=f{i}(1,[2]);",
+                        i % 7
+                    )
+                }),
+                "",
+                "\n",
+            ),
+        ),
+        (
+            "a markdown table",
+            "table.md",
+            fill(
+                Box::new(|i| {
+                    format!(
+                        "| {i} | item {i} | warehouse {} | {}.{:02} |\n",
+                        i % 97,
+                        i * 3,
+                        i % 100
+                    )
+                }),
+                "# Inventory\n\n| id | name | location | price |\n|---|---|---|---|\n",
+                "",
+            ),
+        ),
+        (
+            "one code item",
+            "generated.rs",
+            fill(
+                Box::new(|i| {
+                    format!(
+                        "    let value_{i} = compute({i}, value_{}) + offset;\n",
+                        i.saturating_sub(1)
+                    )
+                }),
+                "pub fn generated(offset: u64) -> u64 {\n    let value_0 = offset;\n",
+                "    value_0\n}\n",
+            ),
+        ),
+    ]
+}
+
+/// Median seconds of 3 chunkings of `text` as the file `name`, and the chunks made.
+fn chunk_seconds(chunker: &Chunker, name: &str, text: &str) -> (f64, usize) {
+    let document = Document {
+        key: DocKey::new("bench", name),
+        version: 1,
+        source: name.to_string(),
+        kind: DocKind::Auto,
+        title: None,
+        text: text.to_string(),
+        acl: Vec::new(),
+        updated_ms: 0,
+    };
+    let mut seconds = Vec::new();
+    let mut chunks = 0;
+    for _ in 0..3 {
+        let started = Instant::now();
+        chunks = chunker.chunk(&document).len();
+        seconds.push(started.elapsed().as_secs_f64());
+    }
+    (crate::bench::median(&mut seconds), chunks)
+}
+
+fn applied() -> u64 {
+    metrics()
+        .documents
+        .with_label_values(&["upsert", "applied"])
+        .get()
+}
+
+/// Questions the idle and loaded phases ask in turn (each asked once with a serial, so neither the
+/// context cache nor the embedding cache answers it).
+const QUESTIONS: [&str; 4] = [
+    "how are oversized documents refused",
+    "which warehouse holds item 42",
+    "what does the generated function return",
+    "how is the index kept exact on deletes",
+];
+
+/// Runs the benchmark and returns its report.
+pub fn pathological(args: PathologicalBench) -> anyhow::Result<Value> {
+    let bytes = (args.size_mib << 20).saturating_sub(64 << 10);
+    let small = (1 << 20) - (64 << 10);
+    let chunker = Chunker::new(ChunkerConfig::default());
+    let mut chunking = Vec::new();
+    for ((name, file, one), (_, _, large)) in shapes(small).into_iter().zip(shapes(bytes)) {
+        let (small_s, small_chunks) = chunk_seconds(&chunker, file, &one);
+        let (large_s, large_chunks) = chunk_seconds(&chunker, file, &large);
+        eprintln!(
+            "chunking {name}: 1 MiB {small_s:.3} s, {} MiB {large_s:.3} s",
+            args.size_mib
+        );
+        chunking.push(json!({
+            "shape": name,
+            "small": {"bytes": one.len(), "seconds": small_s, "chunks": small_chunks},
+            "large": {"bytes": large.len(), "seconds": large_s, "chunks": large_chunks},
+            "time_ratio": large_s / small_s,
+            "size_ratio": large.len() as f64 / one.len() as f64,
+        }));
+    }
+
+    let run = format!(
+        "{}-{}",
+        std::process::id(),
+        ragstream_operators::now_millis()
+    );
+    let root = std::env::temp_dir().join(format!("ragstream-bench-pathological-{run}"));
+    let docs = root.join("docs");
+    std::fs::create_dir_all(&docs)?;
+    std::fs::write(
+        docs.join("guide.md"),
+        "# Ingest\n\nOversized documents are refused with a DLQ record that keeps their value.\n\n\
+         # Index\n\nThe index is kept exact on deletes: every chunk of a deleted document is removed.\n",
+    )?;
+    let config_path = root.join("ragstream.toml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "[source]\nkind = \"dir\"\npath = {:?}\ntenant = \"bench\"\nrescan_secs = 1\n[index]\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = 1\ndlq_path = {:?}\n",
+            docs.display().to_string(),
+            root.join("index").display().to_string(),
+            root.join("dlq.jsonl").display().to_string(),
+        ),
+    )?;
+    let config = Config::load(&config_path)?;
+    config.validate()?;
+    let running = crate::runtime::start(config)?;
+    let url = format!("http://{}/query", running.address);
+    let agent = ureq::Agent::new_with_defaults();
+    let mut serial = 0usize;
+    let mut ask = || -> anyhow::Result<f64> {
+        let text = format!("{} {serial}", QUESTIONS[serial % QUESTIONS.len()]);
+        let body = json!({"query_id": format!("p-{serial}-{run}"), "tenant": "bench", "text": text, "token_budget": 600});
+        serial += 1;
+        let started = Instant::now();
+        let mut response = agent
+            .post(&url)
+            .header("content-type", "application/json")
+            .send(body.to_string())?;
+        let context: Value = serde_json::from_str(&response.body_mut().read_to_string()?)?;
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        anyhow::ensure!(
+            context["error"].is_null(),
+            "query failed: {}",
+            context["error"]
+        );
+        Ok(ms)
+    };
+    let wait = |target: u64, limit: Duration| {
+        let deadline = Instant::now() + limit;
+        while applied() < target && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        applied() >= target
+    };
+    let before = applied();
+    anyhow::ensure!(
+        wait(before + 1, Duration::from_secs(600)),
+        "the seed document was not indexed"
+    );
+    for _ in 0..5 {
+        ask()?;
+    }
+    let idle: Vec<f64> = (0..args.queries)
+        .map(|_| ask())
+        .collect::<anyhow::Result<_>>()?;
+    eprintln!("idle: {} round trips", idle.len());
+
+    let large = shapes(bytes);
+    let chunks_before = metrics().chunks_upserted.get();
+    let target = applied() + 2;
+    let loaded_start = Instant::now();
+    for (_, file, text) in large.iter().take(2) {
+        write_atomically(&root.join(file), &docs.join(file), text)?;
+    }
+    let mut loaded = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    while applied() < target && Instant::now() < deadline {
+        loaded.push(ask()?);
+    }
+    let ingest_seconds = loaded_start.elapsed().as_secs_f64();
+    let chunks = metrics().chunks_upserted.get() - chunks_before;
+    eprintln!(
+        "loaded: {} round trips while {chunks} chunks were ingested in {ingest_seconds:.1} s",
+        loaded.len()
+    );
+    running
+        .shutdown
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let _ = running.join();
+    let _ = std::fs::remove_dir_all(&root);
+    let p = |v: &[f64], key: &str| summary(v.to_vec())[key].as_f64().unwrap_or(0.0);
+    Ok(json!({
+        "chunking": chunking,
+        "queries": {
+            "idle": summary(idle.clone()),
+            "ingesting": summary(loaded.clone()),
+            "ingesting_over_idle": {"p50": p(&loaded, "p50_ms") / p(&idle, "p50_ms"), "p99": p(&loaded, "p99_ms") / p(&idle, "p99_ms")},
+        },
+        "ingest": {"documents": [large[0].1, large[1].1], "bytes_each": bytes, "chunks": chunks, "seconds": ingest_seconds, "indexed": applied() >= target},
+    }))
+}
+
+/// Writes `text` to `outside` (not watched) and moves it to `path`, so the directory source never
+/// reads half a file.
+fn write_atomically(outside: &Path, path: &Path, text: &str) -> anyhow::Result<()> {
+    std::fs::write(outside, text)?;
+    std::fs::rename(outside, path)?;
+    Ok(())
+}
