@@ -282,6 +282,12 @@ enum BenchCommand {
         /// Round trips with ingest idle.
         #[arg(long, default_value_t = 200)]
         queries: usize,
+        /// Least milliseconds between the starts of two round trips.
+        #[arg(long, default_value_t = 50)]
+        interval_ms: u64,
+        /// Longest the loaded phase lasts, seconds.
+        #[arg(long, default_value_t = 120)]
+        loaded_seconds: u64,
     },
     /// `POST /query` round trips while documents stream in at full embedding speed, and with ingest idle.
     Load {
@@ -379,10 +385,17 @@ fn main() -> anyhow::Result<()> {
             running.join()?;
             served
         }
-        Command::Bench(BenchCommand::Pathological { size_mib, queries }) => {
+        Command::Bench(BenchCommand::Pathological {
+            size_mib,
+            queries,
+            interval_ms,
+            loaded_seconds,
+        }) => {
             let report = bench_pathological::pathological(bench_pathological::PathologicalBench {
                 size_mib,
                 queries,
+                interval_ms,
+                loaded_seconds,
             })?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())

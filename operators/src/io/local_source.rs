@@ -116,11 +116,16 @@ pub fn local_source<'scope>(
             capability.downgrade(&time);
             if in_flight < config.max_in_flight && !queue.is_empty() {
                 let count = config.batch.min(queue.len());
-                crate::metrics::metrics().source_events.inc_by(count as u64);
                 output
                     .session(&*capability)
                     .give_iterator(queue.drain(..count));
                 pending.insert(time, count);
+                // Counted in flight from the moment they are emitted (a reader of the two metrics
+                // never sees them emitted and not in flight).
+                crate::metrics::metrics()
+                    .in_flight_messages
+                    .set((in_flight + count + queue.len()) as i64);
+                crate::metrics::metrics().source_events.inc_by(count as u64);
                 capability.downgrade(&(time + 1));
             }
             if queue.is_empty() && in_flight == 0 {

@@ -55,11 +55,11 @@ struct Cited {
 pub struct Citations {
     ttl_ms: u64,
     max_citations: usize,
-    /// Query id → its context's citations.
+    /// Query key ([`cited_key`]: tenant and query id) → its context's citations.
     contexts: HashMap<String, Cited>,
-    /// Chunk id → the query ids citing it.
+    /// Chunk id → the keys of the queries citing it.
     by_chunk: HashMap<uuid::Uuid, Vec<String>>,
-    /// Query ids in citation order, with the time they were cited (oldest first).
+    /// Query keys in citation order, with the time they were cited (oldest first).
     order: VecDeque<(u64, String)>,
     /// Chunk citations held.
     held: usize,
@@ -130,18 +130,17 @@ impl Citations {
                 watermark(),
             ));
         }
-        // A query answered again (at-least-once delivery) replaces its earlier citations.
-        self.forget(&context.query_id);
+        // A query answered again (at-least-once delivery) replaces its earlier citations; the same
+        // query id of another tenant is another query.
+        let key = cited_key(&context.tenant, &context.query_id);
+        self.forget(&key);
         for id in &chunk_ids {
-            self.by_chunk
-                .entry(*id)
-                .or_default()
-                .push(context.query_id.clone());
+            self.by_chunk.entry(*id).or_default().push(key.clone());
         }
         self.held += chunk_ids.len();
-        self.order.push_back((now_ms, context.query_id.clone()));
+        self.order.push_back((now_ms, key.clone()));
         self.contexts.insert(
-            context.query_id.clone(),
+            key,
             Cited {
                 tenant: context.tenant.clone(),
                 chunk_ids,
@@ -195,26 +194,28 @@ impl Citations {
             }
         }
         let mut out = Vec::with_capacity(stale.len());
-        for (query_id, ids) in stale {
+        for (key, ids) in stale {
             let tenant = self
                 .contexts
-                .get(&query_id)
+                .get(&key)
                 .map(|cited| cited.tenant.clone())
                 .unwrap_or_default();
-            self.forget(&query_id);
-            out.push(invalidation(&query_id, &tenant, ids, watermark()));
+            self.forget(&key);
+            let query_id = key.split_once('/').map_or(key.as_str(), |(_, id)| id);
+            out.push(invalidation(query_id, &tenant, ids, watermark()));
         }
         out
     }
 
-    fn forget(&mut self, query_id: &str) {
-        let Some(cited) = self.contexts.remove(query_id) else {
+    /// Forgets the citations of the query `key` ([`cited_key`]).
+    fn forget(&mut self, key: &str) {
+        let Some(cited) = self.contexts.remove(key) else {
             return;
         };
         self.held -= cited.chunk_ids.len();
         for id in cited.chunk_ids {
             if let Some(queries) = self.by_chunk.get_mut(&id) {
-                queries.retain(|q| q != query_id);
+                queries.retain(|q| q != key);
                 if queries.is_empty() {
                     self.by_chunk.remove(&id);
                 }
@@ -309,6 +310,12 @@ impl InvalidationLog {
     }
 }
 
+/// The key a query's citations are held under: its tenant and its id (a tenant holds no `/`), so two
+/// tenants' queries of the same id neither replace nor invalidate each other's.
+fn cited_key(tenant: &str, query_id: &str) -> String {
+    format!("{tenant}/{query_id}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,6 +353,31 @@ mod tests {
             frontier_ms: 7,
             ..Watermark::default()
         }
+    }
+
+    #[test]
+    fn the_same_query_id_of_two_tenants_is_two_queries() {
+        let mut citations = Citations::new(60_000, 1000);
+        let mut other = context("q1", &[5]);
+        other.tenant = "globex".into();
+        assert!(citations
+            .cite(&context("q1", &[1]), 90, 100, mark)
+            .is_none());
+        // globex's q1 neither replaces acme's q1 nor is replaced by it.
+        assert!(citations.cite(&other, 90, 100, mark).is_none());
+        assert_eq!(citations.len(), 2);
+        let out = citations.changed(&[id(1)], 200, mark);
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            (out[0].tenant.as_str(), out[0].query_id.as_str()),
+            ("acme", "q1")
+        );
+        let out = citations.changed(&[id(5)], 300, mark);
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            (out[0].tenant.as_str(), out[0].query_id.as_str()),
+            ("globex", "q1")
+        );
     }
 
     #[test]

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Pathological documents on this machine: chunking time of one 8 MiB line of minified script, an 8 MiB
+# markdown table and one 8 MiB function against 1 MiB ones, then `POST /query` round trips from one
+# client with ingest idle and while the script and the table are dropped into the job's watched
+# directory (the embedded default: local model, embedded index, no broker). Prints the JSON report.
+#   ./deploy/scripts/bench-pathological.sh [SIZE_MIB] [QUERIES] [INTERVAL_MS] [LOADED_SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export RAGSTREAM_MODEL_DIR="${RAGSTREAM_MODEL_DIR:-${RAGSTREAM_CACHE:-$HOME/.cache/ragstream}/models/all-MiniLM-L6-v2}"
+deploy/scripts/fetch-model.sh "$RAGSTREAM_MODEL_DIR" >/dev/null
+if [ -n "${RAGSTREAM_BIN:-}" ]; then
+  bin="$RAGSTREAM_BIN"
+else
+  cargo build -q
+  bin="${CARGO_TARGET_DIR:-target}/debug/ragstream"
+fi
+# The bench leaves its job's working directory (index, watched files) under TMPDIR: removed on exit.
+export TMPDIR="$(mktemp -d)"
+trap 'rm -rf "$TMPDIR"' EXIT
+RUST_LOG=error "$bin" bench pathological --size-mib "${1:-8}" --queries "${2:-200}" \
+  --interval-ms "${3:-50}" --loaded-seconds "${4:-120}"
