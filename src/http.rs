@@ -126,32 +126,53 @@ pub struct Limits {
 
 /// The tenants a token may query (`None`: every tenant).
 type Tenants = Option<Arc<BTreeSet<String>>>;
+/// The ACL labels a token's queries carry (`None`: the labels a request names, unchecked).
+type Labels = Option<Arc<Vec<String>>>;
 
-/// The bearer tokens of `POST /query`, each with the tenants it may query.
+/// What a request's token opens.
+#[derive(Clone)]
+struct Access {
+    tenants: Tenants,
+    labels: Labels,
+}
+
+/// The bearer tokens of `POST /query`, each with the tenants it may query and, for a tenant-bound
+/// token, the ACL labels its queries carry.
 /// Deliberately not `Debug`: the tokens are secrets.
 #[derive(Default, Clone)]
 pub struct QueryTokens {
-    tokens: Vec<(Arc<str>, Tenants)>,
+    tokens: Vec<(Arc<str>, Access)>,
 }
 
 /// A request's bearer token did not match.
 struct Unauthorized;
 
 impl QueryTokens {
-    /// The tokens found in the environment: the one named by `every_tenant_env`, and those of `bound`
-    /// (variable name → tenants). Unset or empty variables are skipped.
-    pub fn from_env(every_tenant_env: &str, bound: &BTreeMap<String, Vec<String>>) -> Self {
+    /// The tokens found in the environment: the one named by `every_tenant_env` (every tenant, any
+    /// labels), and those of `bound` (variable name → tenants), whose queries carry the labels
+    /// `labels` gives the same variable (none: public chunks only). Unset or empty variables are
+    /// skipped.
+    pub fn from_env(
+        every_tenant_env: &str,
+        bound: &BTreeMap<String, Vec<String>>,
+        labels: &BTreeMap<String, Vec<String>>,
+    ) -> Self {
         let read = |name: &str| std::env::var(name).ok().filter(|t| !t.is_empty());
-        let mut tokens: Vec<(Arc<str>, Tenants)> = Vec::new();
+        let mut tokens: Vec<(Arc<str>, Access)> = Vec::new();
         if let Some(token) = read(every_tenant_env) {
-            tokens.push((Arc::from(token), None));
+            let access = Access {
+                tenants: None,
+                labels: None,
+            };
+            tokens.push((Arc::from(token), access));
         }
         for (name, tenants) in bound {
             if let Some(token) = read(name) {
-                tokens.push((
-                    Arc::from(token),
-                    Some(Arc::new(tenants.iter().cloned().collect())),
-                ));
+                let access = Access {
+                    tenants: Some(Arc::new(tenants.iter().cloned().collect())),
+                    labels: Some(Arc::new(labels.get(name).cloned().unwrap_or_default())),
+                };
+                tokens.push((Arc::from(token), access));
             }
         }
         Self { tokens }
@@ -164,9 +185,12 @@ impl QueryTokens {
 
     /// The tenants `request`'s `Authorization: Bearer <token>` opens (`None`: every tenant; also when no
     /// token is configured). Tokens are compared in constant time.
-    fn grant(&self, headers: &HeaderMap) -> Result<Tenants, Unauthorized> {
+    fn grant(&self, headers: &HeaderMap) -> Result<Access, Unauthorized> {
         if self.tokens.is_empty() {
-            return Ok(None);
+            return Ok(Access {
+                tenants: None,
+                labels: None,
+            });
         }
         // Every byte of the token is compared whatever the given value's length or first difference.
         let equal = |given: &str, token: &str| {
@@ -188,19 +212,46 @@ impl QueryTokens {
                 self.tokens
                     .iter()
                     .find(|(token, _)| equal(given, token))
-                    .map(|(_, tenants)| tenants.clone())
+                    .map(|(_, access)| access.clone())
             })
             .ok_or(Unauthorized)
     }
 }
 
-/// The `tenant` of a query body, when it is one.
-fn tenant_of(body: &[u8]) -> Option<String> {
-    serde_json::from_slice::<serde_json::Value>(body)
-        .ok()?
-        .get("tenant")?
-        .as_str()
-        .map(str::to_string)
+/// The query body as the token allows it: with a tenant-bound token, the body must be a JSON object
+/// naming one of its tenants, and its `acl` (if any) only labels of the token's; a body without `acl`
+/// carries the token's labels. Other tokens pass the body as it is. `Err`: why it is refused (403).
+fn bind(body: Bytes, access: &Access) -> Result<Bytes, String> {
+    let (Some(tenants), Some(labels)) = (&access.tenants, &access.labels) else {
+        return Ok(body);
+    };
+    let mut query: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&body)
+        .map_err(|_| "this token may not query that tenant".to_string())?;
+    let tenant = query.get("tenant").and_then(serde_json::Value::as_str);
+    if !tenant.is_some_and(|tenant| tenants.contains(tenant)) {
+        return Err("this token may not query that tenant".into());
+    }
+    match query.get("acl") {
+        None | Some(serde_json::Value::Null) => {
+            if !labels.is_empty() {
+                query.insert("acl".into(), serde_json::json!(labels.as_slice()));
+            }
+        }
+        Some(serde_json::Value::Array(asked)) => {
+            if let Some(wider) = asked.iter().find(|label| {
+                !label
+                    .as_str()
+                    .is_some_and(|l| labels.iter().any(|t| t == l))
+            }) {
+                return Err(format!("this token may not use the ACL label {wider}"));
+            }
+        }
+        // Not a list: left for the decoder to refuse with its DLQ record.
+        Some(_) => {}
+    }
+    serde_json::to_vec(&query)
+        .map(Bytes::from)
+        .map_err(|e| format!("cannot re-encode the query: {e}"))
 }
 
 /// The `Host` values the data endpoints accept.
@@ -368,7 +419,7 @@ impl Drop for Abandon {
     }
 }
 
-async fn query(shared: Arc<Shared>, request: Request<Incoming>, tenants: Tenants) -> Reply {
+async fn query(shared: Arc<Shared>, request: Request<Incoming>, access: Access) -> Reply {
     let slot = match query_slot(&shared) {
         Ok(slot) => slot,
         Err(busy) => return *busy,
@@ -377,16 +428,14 @@ async fn query(shared: Arc<Shared>, request: Request<Incoming>, tenants: Tenants
         Ok((_, body)) => body,
         Err(refused) => return refused,
     };
-    if let Some(tenants) = tenants {
-        // A tenant-bound token: the body must name one of its tenants.
-        if !tenant_of(&body).is_some_and(|tenant| tenants.contains(&tenant)) {
-            tracing::warn!("POST /query refused: the token may not query this tenant");
-            return error(
-                StatusCode::FORBIDDEN,
-                "this token may not query that tenant",
-            );
+    // A tenant-bound token: the body names one of its tenants and at most its labels.
+    let body = match bind(body, &access) {
+        Ok(body) => body,
+        Err(refused) => {
+            tracing::warn!("POST /query refused: {refused}");
+            return error(StatusCode::FORBIDDEN, &refused);
         }
-    }
+    };
     // Oversized bodies within the read limit still go through the dataflow, which refuses them with
     // a DLQ record.
     let (ticket, receiver) = shared.ingress.submit(body.to_vec());
@@ -491,19 +540,19 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Reply {
             "this Host is not allowed (http.allowed_hosts)",
         );
     }
-    let tenants = match shared.tokens.grant(request.headers()) {
-        Ok(tenants) => tenants,
+    let access = match shared.tokens.grant(request.headers()) {
+        Ok(access) => access,
         Err(Unauthorized) => return unauthorized(&path),
     };
     let post = request.method() == Method::POST;
     match path.as_str() {
-        "/query" if post => query(shared, request, tenants).await,
+        "/query" if post => query(shared, request, access).await,
         "/query" => reply(
             StatusCode::METHOD_NOT_ALLOWED,
             "POST a query event\n",
             "text/plain",
         ),
-        "/invalidations" => invalidations(&params, &shared.invalidation_log, tenants),
+        "/invalidations" => invalidations(&params, &shared.invalidation_log, access.tenants),
         _ => {
             let slot = match query_slot(&shared) {
                 Ok(slot) => slot,
@@ -513,10 +562,8 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Reply {
                 Ok(read) => read,
                 Err(refused) => return refused,
             };
-            let reply = shared
-                .mcp
-                .handle(parts, body, crate::mcp::Grant(tenants))
-                .await;
+            let grant = crate::mcp::Grant(access.tenants, access.labels);
+            let reply = shared.mcp.handle(parts, body, grant).await;
             drop(slot);
             reply
         }
@@ -689,9 +736,64 @@ mod tests {
     }
 
     #[test]
+    fn a_tenant_bound_token_binds_its_tenant_and_its_labels() {
+        let access = Access {
+            tenants: Some(Arc::new(["acme".to_string()].into_iter().collect())),
+            labels: Some(Arc::new(vec!["eng".into(), "ops".into()])),
+        };
+        let bind = |body: serde_json::Value| {
+            bind(Bytes::from(body.to_string()), &access)
+                .map(|b| serde_json::from_slice::<serde_json::Value>(&b).unwrap())
+        };
+        let bound = bind(serde_json::json!({"tenant": "acme", "text": "x"})).unwrap();
+        assert_eq!(
+            bound["acl"],
+            serde_json::json!(["eng", "ops"]),
+            "the token's labels"
+        );
+        let narrowed = bind(serde_json::json!({"tenant": "acme", "acl": ["ops"]})).unwrap();
+        assert_eq!(
+            narrowed["acl"],
+            serde_json::json!(["ops"]),
+            "a request may narrow"
+        );
+        let wider = bind(serde_json::json!({"tenant": "acme", "acl": ["ops", "finance"]}));
+        assert!(wider.unwrap_err().contains("finance"), "never widen");
+        assert!(bind(serde_json::json!({"tenant": "globex"})).is_err());
+        assert!(bind(serde_json::json!(["not", "an", "object"])).is_err());
+        // A token without labels: public chunks only, and no label may be named.
+        let public = Access {
+            tenants: access.tenants.clone(),
+            labels: Some(Arc::new(Vec::new())),
+        };
+        let body = Bytes::from(r#"{"tenant":"acme"}"#);
+        let kept = bind_with(&public, body);
+        assert!(kept.unwrap().get("acl").is_none());
+        let named = bind_with(&public, Bytes::from(r#"{"tenant":"acme","acl":["eng"]}"#));
+        assert!(named.is_err());
+        // The every-tenant token passes the body as it is.
+        let every = Access {
+            tenants: None,
+            labels: None,
+        };
+        let body = Bytes::from(r#"{"tenant":"any","acl":["anything"]}"#);
+        assert_eq!(super::bind(body.clone(), &every).unwrap(), body);
+    }
+
+    fn bind_with(access: &Access, body: Bytes) -> Result<serde_json::Value, String> {
+        super::bind(body, access).map(|b| serde_json::from_slice(&b).unwrap())
+    }
+
+    #[test]
     fn tokens_compare_whole() {
         let tokens = QueryTokens {
-            tokens: vec![(Arc::from("s3cret-token"), None)],
+            tokens: vec![(
+                Arc::from("s3cret-token"),
+                Access {
+                    tenants: None,
+                    labels: None,
+                },
+            )],
         };
         let ask = |value: &str| {
             let mut headers = HeaderMap::new();

@@ -377,6 +377,7 @@ fn main() -> anyhow::Result<()> {
             let running = runtime::start(config)?;
             let grant = mcp::Grant(
                 tenant.map(|tenant| std::sync::Arc::new(std::iter::once(tenant).collect())),
+                None,
             );
             let served = mcp::serve_stdio(running.ingress.clone(), grant);
             running

@@ -34,10 +34,14 @@ use serde_json::{json, Value};
 /// How long a tool waits for its context (as `POST /query` does).
 const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The tenants a caller may search: `None` every tenant (the unbound token, or no tokens
-/// configured), else these.
+/// What a caller may search: the tenants (`None`: every tenant, as the unbound token or no tokens
+/// configured grant), and the ACL labels its queries carry (`None`: the labels it names, unchecked;
+/// `Some`: exactly these, the labels of a tenant-bound token).
 #[derive(Debug, Clone)]
-pub struct Grant(pub Option<Arc<BTreeSet<String>>>);
+pub struct Grant(
+    pub Option<Arc<BTreeSet<String>>>,
+    pub Option<Arc<Vec<String>>>,
+);
 
 impl Grant {
     /// The tenant a call searches: the one it names, if the grant opens it; else the grant's only
@@ -260,6 +264,16 @@ impl RagTools {
         grant.tenant(asked).map_err(refused)
     }
 
+    /// The ACL labels of a call's queries: the grant's bound labels, or none (public chunks only).
+    fn labels(&self, extensions: &Extensions) -> Option<Vec<String>> {
+        extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Grant>())
+            .or(self.grant.as_ref())
+            .and_then(|grant| grant.1.as_deref().cloned())
+            .filter(|labels| !labels.is_empty())
+    }
+
     /// Submits a query event and waits for its context (off the async executor).
     async fn ask(&self, mut query: Value) -> Result<CallToolResult, ErrorData> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
@@ -300,6 +314,7 @@ impl RagTools {
         };
         self.ask(json!({
             "tenant": tenant,
+            "acl": self.labels(&extensions),
             "text": args.query,
             "mode": "bounded",
             "token_budget": args.token_budget,
@@ -325,6 +340,7 @@ impl RagTools {
         };
         self.ask(json!({
             "tenant": tenant,
+            "acl": self.labels(&extensions),
             "text": args.query,
             "mode": "deep",
             "k": args.k,
@@ -344,7 +360,7 @@ impl RagTools {
             Ok(tenant) => tenant,
             Err(refused) => return Ok(*refused),
         };
-        self.ask(json!({"tenant": tenant, "text": args.chunk_id, "mode": "read_chunk"}))
+        self.ask(json!({"tenant": tenant, "acl": self.labels(&extensions), "text": args.chunk_id, "mode": "read_chunk"}))
             .await
     }
 
@@ -358,7 +374,7 @@ impl RagTools {
             Ok(tenant) => tenant,
             Err(refused) => return Ok(*refused),
         };
-        self.ask(json!({"tenant": tenant, "text": "", "mode": "list_sources"}))
+        self.ask(json!({"tenant": tenant, "acl": self.labels(&extensions), "text": "", "mode": "list_sources"}))
             .await
     }
 
@@ -378,7 +394,7 @@ impl RagTools {
             SqlDetail::Compact => "sql_compact",
             SqlDetail::Full => "sql_full",
         };
-        self.ask(json!({"tenant": tenant, "text": args.query, "mode": mode, "k": args.k}))
+        self.ask(json!({"tenant": tenant, "acl": self.labels(&extensions), "text": args.query, "mode": mode, "k": args.k}))
             .await
     }
 }
@@ -471,9 +487,10 @@ mod tests {
     use super::*;
 
     fn grant(tenants: &[&str]) -> Grant {
-        Grant(Some(Arc::new(
-            tenants.iter().map(|t| t.to_string()).collect(),
-        )))
+        Grant(
+            Some(Arc::new(tenants.iter().map(|t| t.to_string()).collect())),
+            None,
+        )
     }
 
     #[test]
@@ -488,7 +505,7 @@ mod tests {
         let two = grant(&["acme", "globex"]);
         assert!(two.tenant(None).unwrap_err().contains("acme, globex"));
         assert_eq!(two.tenant(Some("globex".into())).unwrap(), "globex");
-        let every = Grant(None);
+        let every = Grant(None, None);
         assert_eq!(every.tenant(Some("any".into())).unwrap(), "any");
         assert!(every.tenant(None).is_err(), "no silent default tenant");
     }

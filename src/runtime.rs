@@ -158,7 +158,11 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     let invalidation_log = Arc::new(Mutex::new(InvalidationLog::new(
         config.query.invalidations.log_entries,
     )));
-    let tokens = QueryTokens::from_env(&config.http.query_token_env, &config.http.tokens);
+    let tokens = QueryTokens::from_env(
+        &config.http.query_token_env,
+        &config.http.tokens,
+        &config.http.token_labels,
+    );
     check_open(
         &config.http.listen,
         tokens.is_empty(),

@@ -23,14 +23,17 @@ fn bearer_token_guards_queries_and_secrets_stay_out_of_logs() {
     let other = json!({"op": "upsert", "tenant": "globex", "doc_id": "runbook", "version": 1,
         "source": "globex/runbook.md", "kind": "markdown", "title": "Runbook",
         "text": "# Rollback\n\nGlobex rolls back with shipit revert."});
+    let labelled = json!({"op": "upsert", "tenant": "acme", "doc_id": "escalation", "version": 1,
+        "source": "acme/escalation.md", "kind": "markdown", "title": "Escalation", "acl": ["eng"],
+        "text": "# Escalation\n\nTo roll back a failed release at night, page the on-call SRE with pagerctl."});
     std::fs::write(
         dir.path().join("events.jsonl"),
-        format!("{event}\n{other}\n"),
+        format!("{event}\n{other}\n{labelled}\n"),
     )
     .expect("events");
     let mut job = Job::start_with_env(
         dir.path(),
-        &format!("{JSONL_SERVING}\n[http.tokens]\nRAGSTREAM_ACME_TOKEN = [\"acme\"]\n"),
+        &format!("{JSONL_SERVING}\n[http.tokens]\nRAGSTREAM_ACME_TOKEN = [\"acme\"]\n[http.token_labels]\nRAGSTREAM_ACME_TOKEN = [\"eng\"]\n"),
         1,
         &[
             ("RAGSTREAM_QUERY_TOKEN", TOKEN),
@@ -39,7 +42,7 @@ fn bearer_token_guards_queries_and_secrets_stay_out_of_logs() {
         ],
     );
     job.wait_ready(Duration::from_secs(120));
-    job.wait_indexed(2);
+    job.wait_indexed(3);
     let body = json!({"query_id": "q1", "tenant": "acme", "text": "how to roll back"}).to_string();
     let post = |headers: &[(&str, &str)]| {
         http_post_json_with(job.http_port, "/query", &body, headers).expect("answer")
@@ -69,6 +72,40 @@ fn bearer_token_guards_queries_and_secrets_stay_out_of_logs() {
         )
         .expect("answer")
     };
+    // The acme token's queries carry its label `eng`: the labelled page is found without naming it.
+    let page = |acl: Option<serde_json::Value>, bearer: &str| {
+        let mut body = json!({"query_id": "q3", "tenant": "acme", "text": "who to page at night with pagerctl", "fill": true});
+        if let Some(acl) = acl {
+            body["acl"] = acl;
+        }
+        http_post_json_with(
+            job.http_port,
+            "/query",
+            &body.to_string(),
+            &[("Authorization", bearer)],
+        )
+        .expect("answer")
+    };
+    let (status, answer) = page(None, &acme);
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("pagerctl"), "{answer}");
+    let (status, answer) = page(None, &bearer);
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        !answer.contains("pagerctl"),
+        "a query without acl sees public chunks only: {answer}"
+    );
+    // A request may narrow the token's labels, never widen them.
+    let with_acl = |acl: serde_json::Value| page(Some(acl), &acme);
+    let (status, answer) = with_acl(json!(["finance"]));
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("finance"), "{answer}");
+    let (status, answer) = with_acl(json!([]));
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        !answer.contains("pagerctl"),
+        "narrowed to no label: {answer}"
+    );
     let (status, answer) = globex_as(&acme);
     assert_eq!(status, 403, "{answer}");
     assert!(!answer.contains("shipit"), "{answer}");
@@ -128,5 +165,5 @@ fn bearer_token_guards_queries_and_secrets_stay_out_of_logs() {
     assert!(!output.status.success());
     assert!(printed.contains("sasl_password"), "{printed}");
     assert!(!printed.contains(PASSWORD), "{printed}");
-    println!("FAULT security: POST /query without/with wrong token → 401, with token → 200; a token bound to acme → 200 for acme, 403 for globex; tokens and SASL password absent from log and validate output; inline secret refused");
+    println!("FAULT security: POST /query without/with wrong token → 401, with token → 200; a token bound to acme → 200 for acme, 403 for globex; its label eng carried into its queries, a wider label 403; tokens and SASL password absent from log and validate output; inline secret refused");
 }

@@ -270,6 +270,14 @@ impl Config {
             return invalid("query.max_query_bytes", "must be in 64..=16777216");
         }
         let http = &self.http;
+        for (env, labels) in &http.token_labels {
+            if !http.tokens.contains_key(env) || labels.iter().any(String::is_empty) {
+                return invalid(
+                    "http.token_labels",
+                    "maps variable names of http.tokens to lists of non-empty labels",
+                );
+            }
+        }
         if !(1..=65_536).contains(&http.max_connections) {
             return invalid("http.max_connections", "must be in 1..=65536");
         }

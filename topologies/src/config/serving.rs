@@ -74,6 +74,11 @@ pub struct HttpConfig {
     /// (`POST /query` for another tenant is answered 403).
     #[serde(default)]
     pub tokens: std::collections::BTreeMap<String, Vec<String>>,
+    /// The ACL labels of a tenant-bound token (environment variable name of `tokens` → labels): its
+    /// queries and MCP calls carry these labels; a request may name fewer, never others. A
+    /// tenant-bound token not listed here sees chunks without labels only.
+    #[serde(default)]
+    pub token_labels: std::collections::BTreeMap<String, Vec<String>>,
     /// `Host` header values that `/query`, `/invalidations` and `/mcp` accept (DNS-rebinding
     /// protection; `name` or `name:port`, `*` for any). Empty: loopback names only (`localhost`,
     /// `127.0.0.1`, `[::1]`), right for a laptop; a job served under other names lists them here.
@@ -122,6 +127,7 @@ impl Default for HttpConfig {
             listen: default_listen(),
             query_token_env: default_query_token_env(),
             tokens: Default::default(),
+            token_labels: Default::default(),
             allowed_hosts: Vec::new(),
             anonymous: false,
             max_connections: default_max_connections(),
