@@ -2,6 +2,7 @@
 //! contexts to a [`ContextSink`] (the contexts topic and HTTP replies: `io::context_sink`) and holds
 //! each batch's time until its contexts are delivered.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use timely::container::CapacityContainerBuilder;
@@ -11,6 +12,7 @@ use timely::dataflow::StreamVec;
 
 use super::job::*;
 use super::Context;
+use crate::background::{with_backoff, Background};
 use crate::events::{InternalEvent, QueryRefused};
 use crate::ingest::dlq::{DlqRecord, DlqSink};
 use crate::metrics::metrics;
@@ -42,30 +44,44 @@ pub trait RefuseQueries<'scope> {
 
 impl<'scope> RefuseQueries<'scope> for StreamVec<'scope, u64, Refusal> {
     fn refuse(self, mut dlq: Box<dyn DlqSink>) -> StreamVec<'scope, u64, (Context, Reply)> {
+        let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
             Pipeline,
             "RefuseQueries",
-            move |_, _| {
+            move |_, info| {
+                // The DLQ writes (retried while the DLQ is down) run on a helper thread; a batch's
+                // error contexts leave once its records are durable.
+                let waker = crate::background::operator_waker(scope.worker(), &info.address);
+                let writer: Background<Vec<DlqRecord>, ()> = Background::start(
+                    "query-dlq",
+                    move |records: Vec<DlqRecord>, deliver| {
+                        let written =
+                            with_backoff("query_dlq", |_: &String| true, || dlq.write(&records));
+                        debug_assert!(written.is_ok(), "every DLQ failure is retried");
+                        deliver.send(());
+                    },
+                    waker,
+                );
+                let mut pending: VecDeque<(Capability<u64>, Vec<Refusal>)> = VecDeque::new();
                 move |input, output| {
                     input.for_each(|cap, data| {
-                        let records: Vec<DlqRecord> = data.iter().map(|r| r.dlq.clone()).collect();
-                        let mut delay = Duration::from_millis(100);
-                        while let Err(error) = dlq.write(&records) {
-                            tracing::warn!(%error, "query DLQ write failed; retrying");
-                            std::thread::sleep(delay);
-                            delay = (delay * 2).min(Duration::from_secs(5));
-                        }
-                        for refusal in data.iter() {
+                        let cap = cap.retain_least(0).expect("time of the batch");
+                        writer.submit(data.iter().map(|r| r.dlq.clone()).collect());
+                        pending.push_back((cap, std::mem::take(data)));
+                    });
+                    while !pending.is_empty() && writer.try_result().is_some() {
+                        let (cap, refusals) = pending.pop_front().expect("a pending batch");
+                        for refusal in &refusals {
                             QueryRefused {
                                 reason: refusal.error.reason.as_str(),
                                 record: &refusal.dlq,
                             }
                             .emit();
                         }
-                        output
-                            .session(&cap)
-                            .give_iterator(data.drain(..).map(|r| (refusal_context(&r), r.reply)));
-                    });
+                        output.session(&cap).give_iterator(
+                            refusals.into_iter().map(|r| (refusal_context(&r), r.reply)),
+                        );
+                    }
                 }
             },
         )
