@@ -149,6 +149,27 @@ pub(crate) fn read_questions(path: &std::path::Path, needed: usize) -> anyhow::R
 }
 
 /// n, p50, p90, p99 and max of latencies in milliseconds.
+/// One `POST /query` round trip: the context (an error context is an error) and the milliseconds.
+pub(crate) fn round_trip(
+    agent: &ureq::Agent,
+    url: &str,
+    body: &serde_json::Value,
+) -> anyhow::Result<(serde_json::Value, f64)> {
+    let started = Instant::now();
+    let mut response = agent
+        .post(url)
+        .header("content-type", "application/json")
+        .send(body.to_string())?;
+    let context: serde_json::Value = serde_json::from_str(&response.body_mut().read_to_string()?)?;
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    anyhow::ensure!(
+        context["error"].is_null(),
+        "query failed: {}",
+        context["error"]
+    );
+    Ok((context, ms))
+}
+
 pub(crate) fn latency_summary(mut values: Vec<f64>) -> serde_json::Value {
     values.sort_by(f64::total_cmp);
     let at = |p: f64| {

@@ -121,18 +121,7 @@ pub fn load(args: LoadBench) -> anyhow::Result<Value> {
         next_question += 1;
         for (text, budget, embedded) in [(new, 600, true), (earlier, 700, false)] {
             let body = json!({"query_id": format!("load-{serial}-{budget}-{run}"), "tenant": "bench", "text": text, "token_budget": budget});
-            let started = Instant::now();
-            let mut response = agent
-                .post(&url)
-                .header("content-type", "application/json")
-                .send(body.to_string())?;
-            let context: Value = serde_json::from_str(&response.body_mut().read_to_string()?)?;
-            let ms = started.elapsed().as_secs_f64() * 1000.0;
-            anyhow::ensure!(
-                context["error"].is_null(),
-                "query failed: {}",
-                context["error"]
-            );
+            let (context, ms) = crate::bench::round_trip(&agent, &url, &body)?;
             if embedded {
                 phase.embedded.push(ms);
                 phase

@@ -185,19 +185,7 @@ pub fn pathological(args: PathologicalBench) -> anyhow::Result<Value> {
         let text = format!("{} {serial}", QUESTIONS[serial % QUESTIONS.len()]);
         let body = json!({"query_id": format!("p-{serial}-{run}"), "tenant": "bench", "text": text, "token_budget": 600});
         serial += 1;
-        let started = Instant::now();
-        let mut response = agent
-            .post(&url)
-            .header("content-type", "application/json")
-            .send(body.to_string())?;
-        let context: Value = serde_json::from_str(&response.body_mut().read_to_string()?)?;
-        let ms = started.elapsed().as_secs_f64() * 1000.0;
-        anyhow::ensure!(
-            context["error"].is_null(),
-            "query failed: {}",
-            context["error"]
-        );
-        Ok(ms)
+        Ok(crate::bench::round_trip(&agent, &url, &body)?.1)
     };
     let wait = |target: u64, limit: Duration| {
         let deadline = Instant::now() + limit;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::common::job::{http_post_json_with, Job};
 use super::common::JSONL_SERVING;
+use super::support::two_tenant_runbooks;
 use serde_json::json;
 
 const TOKEN: &str = "tok-hostile-8e1f2a93c4";
@@ -79,20 +80,26 @@ fn hold_open(port: u16, count: usize, head: &[u8]) -> Vec<TcpStream> {
         .collect()
 }
 
+/// The server closes every one of `held` within 20 s (its head deadline is 2 s here).
+fn closed_by_the_server(held: Vec<TcpStream>, what: &str) {
+    let started = Instant::now();
+    for mut stream in held {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{what} are closed by the head deadline"
+    );
+}
+
 #[test]
 fn hostile_clients_neither_stop_nor_stall_the_job() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let event = json!({"op": "upsert", "tenant": "acme", "doc_id": "runbook", "version": 1,
-        "source": "acme/runbook.md", "kind": "markdown", "title": "Runbook",
-        "text": "# Rollback\n\nRun deployctl rollback to return to the previous release."});
-    let other = json!({"op": "upsert", "tenant": "globex", "doc_id": "runbook", "version": 1,
-        "source": "globex/runbook.md", "kind": "markdown", "title": "Runbook",
-        "text": "# Rollback\n\nGlobex rolls back with shipit revert."});
-    std::fs::write(
-        dir.path().join("events.jsonl"),
-        format!("{event}\n{other}\n"),
-    )
-    .expect("events");
+    std::fs::write(dir.path().join("events.jsonl"), two_tenant_runbooks()).expect("events");
     let mut job = Job::start_with_env(
         dir.path(),
         &format!(
@@ -182,33 +189,11 @@ fn hostile_clients_neither_stop_nor_stall_the_job() {
         b"POST /query HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ",
     );
     still_serving(&mut job, "64 slow heads held open");
-    let started = Instant::now();
-    for mut stream in held {
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .expect("timeout");
-        let mut answer = Vec::new();
-        let _ = stream.read_to_end(&mut answer);
-    }
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "slow heads are closed by the head deadline"
-    );
+    closed_by_the_server(held, "slow heads");
     // Silent connections: connected, nothing sent.
     let held = hold_open(port, SLOW_CONNECTIONS, b"");
     still_serving(&mut job, "64 silent connections held open");
-    let started = Instant::now();
-    for mut stream in held {
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .expect("timeout");
-        let mut answer = Vec::new();
-        let _ = stream.read_to_end(&mut answer);
-    }
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "silent connections are closed by the head deadline"
-    );
+    closed_by_the_server(held, "silent connections");
 
     // Garbage: random bytes, a binary request line, a huge header.
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;

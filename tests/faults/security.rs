@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::common::job::{http_get, http_post_json_with, Job};
 use super::common::JSONL_SERVING;
+use super::support::two_tenant_runbooks;
 use serde_json::json;
 
 const TOKEN: &str = "tok-3f9c1d0e7b2a4c58";
@@ -17,18 +18,12 @@ const PASSWORD: &str = "sasl-pw-91b7e2c4d6";
 #[test]
 fn bearer_token_guards_queries_and_secrets_stay_out_of_logs() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let event = json!({"op": "upsert", "tenant": "acme", "doc_id": "runbook", "version": 1,
-        "source": "acme/runbook.md", "kind": "markdown", "title": "Runbook",
-        "text": "# Rollback\n\nRun deployctl rollback to return to the previous release."});
-    let other = json!({"op": "upsert", "tenant": "globex", "doc_id": "runbook", "version": 1,
-        "source": "globex/runbook.md", "kind": "markdown", "title": "Runbook",
-        "text": "# Rollback\n\nGlobex rolls back with shipit revert."});
     let labelled = json!({"op": "upsert", "tenant": "acme", "doc_id": "escalation", "version": 1,
         "source": "acme/escalation.md", "kind": "markdown", "title": "Escalation", "acl": ["eng"],
         "text": "# Escalation\n\nTo roll back a failed release at night, page the on-call SRE with pagerctl."});
     std::fs::write(
         dir.path().join("events.jsonl"),
-        format!("{event}\n{other}\n{labelled}\n"),
+        format!("{}{labelled}\n", two_tenant_runbooks()),
     )
     .expect("events");
     let mut job = Job::start_with_env(

@@ -60,6 +60,24 @@ pub fn wait_committed(
 }
 
 /// The last 40 lines of a log.
+/// Two tenants' runbooks as document events (JSONL lines): acme rolls back with `deployctl`,
+/// globex with `shipit`.
+pub fn two_tenant_runbooks() -> String {
+    let runbook = |tenant: &str, text: &str| {
+        serde_json::json!({"op": "upsert", "tenant": tenant, "doc_id": "runbook", "version": 1,
+            "source": format!("{tenant}/runbook.md"), "kind": "markdown", "title": "Runbook",
+            "text": format!("# Rollback\n\n{text}")})
+    };
+    format!(
+        "{}\n{}\n",
+        runbook(
+            "acme",
+            "Run deployctl rollback to return to the previous release."
+        ),
+        runbook("globex", "Globex rolls back with shipit revert.")
+    )
+}
+
 pub fn tail(text: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
