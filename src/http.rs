@@ -420,13 +420,14 @@ impl Drop for Abandon {
 }
 
 async fn query(shared: Arc<Shared>, request: Request<Incoming>, access: Access) -> Reply {
-    let slot = match query_slot(&shared) {
-        Ok(slot) => slot,
-        Err(busy) => return *busy,
-    };
+    // The slot is taken once the body is in: a slow client holds a connection, never a query slot.
     let body = match read_body(request, &shared.limits).await {
         Ok((_, body)) => body,
         Err(refused) => return refused,
+    };
+    let slot = match query_slot(&shared) {
+        Ok(slot) => slot,
+        Err(busy) => return *busy,
     };
     // A tenant-bound token: the body names one of its tenants and at most its labels.
     let body = match bind(body, &access) {
@@ -554,13 +555,13 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Reply {
         ),
         "/invalidations" => invalidations(&params, &shared.invalidation_log, access.tenants),
         _ => {
-            let slot = match query_slot(&shared) {
-                Ok(slot) => slot,
-                Err(busy) => return *busy,
-            };
             let (parts, body) = match read_body(request, &shared.limits).await {
                 Ok(read) => read,
                 Err(refused) => return refused,
+            };
+            let slot = match query_slot(&shared) {
+                Ok(slot) => slot,
+                Err(busy) => return *busy,
             };
             let grant = crate::mcp::Grant(access.tenants, access.labels);
             let reply = shared.mcp.handle(parts, body, grant).await;
