@@ -54,7 +54,12 @@ impl Default for Readiness {
 }
 
 impl Readiness {
-    /// `/readyz`: status and a line per check.
+    /// `/readyz`: status and a line per check, then a line per outage being retried.
+    ///
+    /// An outage of a dependency the job shares with its peers (the index server, the embedding
+    /// server, the DLQ) is listed but keeps the status 200: every instance would fail alike, and
+    /// taking them all out of service would also stop the queries they can still answer (cached
+    /// vectors, the BM25 lane). The `ragstream_outage` gauge and its alert report it instead.
     fn report(&self) -> (StatusCode, String) {
         let workers = self.ready.load(Ordering::SeqCst);
         let broker = self.broker.load(Ordering::SeqCst);
@@ -63,11 +68,19 @@ impl Readiness {
         } else {
             StatusCode::SERVICE_UNAVAILABLE
         };
-        let body = format!(
+        let mut body = format!(
             "index and model: {}\nbroker: {}\n",
             if workers { "ok" } else { "starting" },
             if broker { "ok" } else { "unreachable" }
         );
+        for outage in ragstream_operators::outage::current() {
+            body.push_str(&format!(
+                "outage: {} for {:.1} s, retrying; ingest paused: {}\n",
+                outage.dependency,
+                outage.duration.as_secs_f64(),
+                outage.error.replace('\n', " ")
+            ));
+        }
         (status, body)
     }
 }

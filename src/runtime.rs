@@ -186,6 +186,8 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     let progress = Arc::new(IngestProgress::default());
     if config.source.kind == SourceKind::Kafka {
         progress.kafka.store(true, Ordering::SeqCst);
+    }
+    if config.source.kind == SourceKind::Kafka && config.kafka.create_topics {
         let client = config.kafka.client_config();
         let topics = [
             (config.kafka.queries_topic.as_str(), 1),

@@ -170,9 +170,15 @@ pub fn with_backoff<T, E: std::fmt::Display>(
     mut attempt: impl FnMut() -> Result<T, E>,
 ) -> Result<T, E> {
     let mut delay = Duration::from_millis(100);
+    // Lives while this call retries: the outage `/readyz` and the `ragstream_outage` gauge show.
+    let mut outage: Option<crate::outage::Retrying> = None;
     loop {
         match attempt() {
             Err(error) if retryable(&error) => {
+                match &outage {
+                    Some(outage) => outage.failed_again(&error),
+                    None => outage = Some(crate::outage::Retrying::begin(component, &error)),
+                }
                 Retrying {
                     component,
                     error: &error,

@@ -16,6 +16,7 @@ pub mod faults;
 pub mod ingest;
 pub mod io;
 pub mod metrics;
+pub mod outage;
 pub mod query;
 pub mod stage;
 pub mod store;

@@ -71,6 +71,8 @@ declare_metrics! {
         "DLQ records by reason.", &["reason"]);
     retries: IntCounterVec = counter_vec("ragstream_retries_total",
         "Retries of index writes and embedding calls after an outage, by component.", &["component"]);
+    outage: IntGaugeVec = int_gauge_vec("ragstream_outage",
+        "Callers retrying a dependency right now (index, embedder, dlq, query_dlq, rehydrate): above 0 while it is out; ingest pauses meanwhile and commits nothing.", &["dependency"]);
     event_to_searchable_seconds: Histogram = histogram("ragstream_event_to_searchable_seconds",
         "Seconds from an event's ingestion time to its chunks being searchable.", seconds());
     ingest_frontier_lag_seconds: Gauge = gauge("ragstream_ingest_frontier_lag_seconds",
@@ -251,6 +253,9 @@ impl Metrics {
         }
         for sink in ["kafka", "http"] {
             metrics.contexts_published.with_label_values(&[sink]);
+        }
+        for dependency in crate::outage::DEPENDENCIES {
+            metrics.outage.with_label_values(&[dependency]);
         }
         metrics
             .build_info

@@ -459,3 +459,79 @@ fn read_your_writes(server: Option<&QdrantServer>) {
         "read_your_writes reported a wait of {waited_ms} ms; the update took 3 s to embed"
     );
 }
+
+/// The partition and offset `record` lands at (the high watermarks before and after producing it).
+fn produce_located(broker: &Broker, record: (String, Option<Vec<u8>>)) -> (usize, i64) {
+    let before = broker.high_watermarks(DOCS, PARTITIONS);
+    broker.produce(DOCS, &[record]);
+    let after = broker.high_watermarks(DOCS, PARTITIONS);
+    let partition = (0..PARTITIONS as usize)
+        .find(|&p| after[p] > before[p])
+        .expect("one partition grew");
+    (partition, before[partition])
+}
+
+/// The DLQ topic missing (provisioned by its owner, and not yet: `create_topics = false`; Tansu
+/// cannot delete one topic alone): a malformed event must wait for it (its offset and
+/// every later one uncommitted, the outage shown by the gauge and `/readyz`) instead of being lost,
+/// and once the topic is back the record lands once, with its value, and everything is indexed.
+#[test]
+fn dlq_topic_missing_pauses_ingest_until_it_is_back_and_loses_nothing() {
+    const GROUP: &str = "dlq-missing";
+    let broker = Broker::start();
+    broker.create_topic(DOCS, PARTITIONS);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let embedder = EmbeddingServer::start();
+    let mut workload = Workload::new(23, 300);
+    broker.produce(DOCS, &workload.batch(40));
+    let config = group_config(
+        &broker,
+        GROUP,
+        "prefetch_kbytes = 4096\ncreate_topics = false",
+        &embedder_section(&embedder.url),
+    );
+    let mut job = Job::start(dir.path(), &config, 1);
+    job.wait_ready(Duration::from_secs(60));
+    wait_committed(&broker, GROUP, DOCS, PARTITIONS, &job);
+
+    let malformed = b"{\"op\": \"upsert\", not json".to_vec();
+    let (partition, offset) =
+        produce_located(&broker, ("squad/malformed".into(), Some(malformed.clone())));
+    broker.produce(DOCS, &workload.batch(40));
+    let down = Instant::now();
+    let (mut gauge, mut readyz) = (0.0, String::new());
+    while down.elapsed() < Duration::from_secs(35) {
+        assert!(job.running(), "the job died:\n{}", job.log());
+        let committed = broker.committed(GROUP, DOCS, PARTITIONS);
+        assert!(
+            committed[partition] <= offset,
+            "offsets passed the malformed event while its DLQ record had nowhere to go: {committed:?}"
+        );
+        let metrics = job.metrics();
+        gauge = metric_labeled(&metrics, "ragstream_outage", "dependency=\"dlq\"");
+        if gauge > 0.0 {
+            readyz = http_get(job.http_port, "/readyz").expect("readyz").1;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(gauge > 0.0, "no DLQ outage shown:\n{}", job.log());
+    assert!(readyz.contains("outage: dlq"), "{readyz}");
+
+    broker.create_topic(DLQ, 1);
+    let back = Instant::now();
+    wait_committed(&broker, GROUP, DOCS, PARTITIONS, &job);
+    let drained = back.elapsed().as_secs_f64();
+    let after = metric_labeled(&job.metrics(), "ragstream_outage", "dependency=\"dlq\"");
+    let records = broker.read_all(DLQ, 2);
+    assert!(job.stop().success());
+    let (lost, stale, example) = lost_stale(&workload.oracle, dir.path());
+    println!(
+        "FAULT DLQ topic missing 35 s: offsets held before the malformed event, outage gauge {gauge}, /readyz {:?}; drained {drained:.1} s after the topic was back; DLQ records {}; lost {lost}, stale {stale}",
+        readyz.lines().find(|line| line.starts_with("outage")).unwrap_or_default(),
+        records.len()
+    );
+    assert_eq!(after, 0.0, "the outage ended");
+    assert_eq!(records.len(), 1, "one record, delivered once");
+    assert_eq!(records[0].1.as_deref(), Some(&malformed[..]), "with its value");
+    assert_eq!((lost, stale), (0, 0), "{example}");
+}

@@ -175,6 +175,8 @@ struct Queues {
     /// Ingest work waits until then after an outage.
     backoff_until: Option<Instant>,
     backoff: Duration,
+    /// Held while ingest work is retried after an outage (what `/readyz` shows).
+    outage: Option<crate::outage::Retrying>,
     stopping: bool,
 }
 
@@ -559,6 +561,7 @@ fn finish_slice(
         Ok((vectors, word_pieces)) => {
             queues.backoff = FIRST_BACKOFF;
             queues.backoff_until = None;
+            queues.outage = None;
             let request = &mut queues.ingest[index];
             for (position, vector) in positions.into_iter().zip(vectors) {
                 request.vectors[position] = vector;
@@ -581,6 +584,10 @@ fn finish_slice(
             let delay = queues.backoff;
             queues.backoff = (delay * 2).min(MAX_BACKOFF);
             queues.backoff_until = Some(Instant::now() + delay);
+            match &queues.outage {
+                Some(outage) => outage.failed_again(&error),
+                None => queues.outage = Some(crate::outage::Retrying::begin("embedder", &error)),
+            }
             queues.ingest[index].retry.push(positions);
             drop(queues);
             // Ingest pauses; queries are still served (and fail over to BM25 while it lasts).

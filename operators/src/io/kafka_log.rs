@@ -79,10 +79,47 @@ impl ClientContext for QuietContext {
 
 impl ConsumerContext for QuietContext {}
 
-impl ProducerContext for QuietContext {
-    type DeliveryOpaque = ();
-    // Delivery is checked by flushing; per-message reports are not needed.
-    fn delivery(&self, _report: &DeliveryResult<'_>, _opaque: Self::DeliveryOpaque) {}
+/// A producer's context that keeps the failed deliveries: each message is sent with its index in
+/// the batch as opaque, and a flush that returns `Ok` only says the queue drained, not that every
+/// message arrived (a missing topic or a refused message is reported here, after
+/// `message.timeout.ms` at most).
+#[derive(Debug)]
+pub struct DeliveryContext {
+    quiet: QuietContext,
+    failed: Mutex<Vec<(usize, KafkaError)>>,
+}
+
+impl DeliveryContext {
+    /// A context for the producer named `client`.
+    pub fn new(client: &'static str) -> Self {
+        Self {
+            quiet: QuietContext::new(client),
+            failed: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The deliveries that failed since the last call: the message's index and the error.
+    pub fn take_failed(&self) -> Vec<(usize, KafkaError)> {
+        std::mem::take(&mut *self.failed.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+impl ClientContext for DeliveryContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.quiet.error(error, reason);
+    }
+}
+
+impl ProducerContext for DeliveryContext {
+    type DeliveryOpaque = usize;
+    fn delivery(&self, report: &DeliveryResult<'_>, index: Self::DeliveryOpaque) {
+        if let Err((error, _)) = report {
+            self.failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((index, error.clone()));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -94,6 +94,12 @@ pub struct KafkaConfig {
     /// down to half).
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
+    /// Whether the job creates the queries, contexts, invalidations and DLQ topics it misses at
+    /// start (one partition each). Set `false` where topics are provisioned by their owners: a
+    /// missing topic is then an outage, retried until it exists (a document waiting for a missing
+    /// DLQ topic holds its offset).
+    #[serde(default = "default_true")]
+    pub create_topics: bool,
 }
 
 impl std::fmt::Debug for KafkaConfig {
@@ -114,6 +120,9 @@ impl std::fmt::Debug for KafkaConfig {
     }
 }
 
+fn default_true() -> bool {
+    true
+}
 fn default_brokers() -> String {
     "127.0.0.1:9092".into()
 }

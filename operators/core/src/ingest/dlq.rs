@@ -49,6 +49,10 @@ impl std::fmt::Display for Origin {
 /// Largest original value kept in a DLQ record; longer values are cut (and marked truncated).
 pub const MAX_DLQ_VALUE_BYTES: usize = 256 << 10;
 
+/// Longest original key kept; longer keys are cut (and the record marked truncated), so a record
+/// always fits a broker's message limit.
+pub const MAX_DLQ_KEY_BYTES: usize = 4 << 10;
+
 /// Longest error message kept (and logged): parser errors can quote the input, and a document must
 /// never reach the logs or the DLQ headers beyond a short prefix.
 pub const MAX_DLQ_MESSAGE_CHARS: usize = 300;
@@ -72,11 +76,11 @@ pub struct DlqRecord {
     pub origin: Origin,
     /// The tenant, if known.
     pub tenant: Option<String>,
-    /// The original key.
+    /// The original key, cut at [`MAX_DLQ_KEY_BYTES`].
     pub key: Option<Vec<u8>>,
     /// The original value, cut at [`MAX_DLQ_VALUE_BYTES`].
     pub value: Option<Vec<u8>>,
-    /// Whether `value` was cut.
+    /// Whether `value` or `key` was cut.
     pub truncated: bool,
 }
 
@@ -90,13 +94,14 @@ impl DlqRecord {
         key: Option<&[u8]>,
         value: Option<&[u8]>,
     ) -> Self {
-        let truncated = value.is_some_and(|v| v.len() > MAX_DLQ_VALUE_BYTES);
+        let truncated = value.is_some_and(|v| v.len() > MAX_DLQ_VALUE_BYTES)
+            || key.is_some_and(|k| k.len() > MAX_DLQ_KEY_BYTES);
         Self {
             reason: reason.to_string(),
             message: bounded_message(message),
             origin,
             tenant,
-            key: key.map(<[u8]>::to_vec),
+            key: key.map(|k| k[..k.len().min(MAX_DLQ_KEY_BYTES)].to_vec()),
             value: value.map(|v| v[..v.len().min(MAX_DLQ_VALUE_BYTES)].to_vec()),
             truncated,
         }
@@ -135,5 +140,33 @@ mod tests {
         assert!(
             record.truncated && record.value.as_ref().map_or(0, Vec::len) == MAX_DLQ_VALUE_BYTES
         );
+    }
+
+    #[test]
+    fn a_megabyte_key_is_cut_so_the_record_fits_a_message() {
+        let key = vec![b'k'; 1 << 20];
+        let origin = Origin::File {
+            path: "k".into(),
+            line: None,
+        };
+        let record = DlqRecord::new(
+            "bad_key",
+            "too long".into(),
+            origin.clone(),
+            None,
+            Some(&key),
+            Some(b"v"),
+        );
+        assert!(record.truncated);
+        assert_eq!(record.key.as_ref().map(Vec::len), Some(MAX_DLQ_KEY_BYTES));
+        let short = DlqRecord::new(
+            "bad_key",
+            "x".into(),
+            origin,
+            None,
+            Some(b"t/d"),
+            Some(b"v"),
+        );
+        assert!(!short.truncated);
     }
 }
