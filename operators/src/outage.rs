@@ -95,6 +95,18 @@ impl Drop for Retrying {
     }
 }
 
+/// Exit status of a job stopped by [`stop_job`].
+pub const STOPPED_EXIT_CODE: i32 = 3;
+
+/// Stops the process at once with a clear error: a condition the job must not work around (its
+/// index collection deleted under it). Nothing is lost: offsets and checkpoints cover only what
+/// was acknowledged, so what was in flight is read again at the next start.
+pub fn stop_job(reason: &str) -> ! {
+    tracing::error!(reason, "stopping the job");
+    eprintln!("ragstream: {reason}: stopping the job");
+    std::process::exit(STOPPED_EXIT_CODE)
+}
+
 /// One outage as `/readyz` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outage {

@@ -259,7 +259,8 @@ impl Job {
         loop {
             if let Some(status) = child.try_wait().expect("wait") {
                 self.child = None;
-                if std::os::unix::process::ExitStatusExt::signal(&status).is_some() {
+                // Killed, or stopped on an error without leaving its consumer group.
+                if !status.success() {
                     mark_killed(&self.dir);
                 }
                 return status;

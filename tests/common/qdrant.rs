@@ -20,6 +20,8 @@ pub struct QdrantServer {
     http_port: u16,
     grpc_port: u16,
     dir: tempfile::TempDir,
+    /// The API key it requires (`None`: none).
+    api_key: Option<String>,
 }
 
 impl QdrantServer {
@@ -32,13 +34,14 @@ impl QdrantServer {
         };
         let dir = tempfile::tempdir().expect("tempdir");
         let (http_port, grpc_port) = (free_port(), free_port());
-        let child = spawn(&binary, dir.path(), http_port, grpc_port);
+        let child = spawn(&binary, dir.path(), http_port, grpc_port, None);
         let server = Self {
             child,
             binary,
             http_port,
             grpc_port,
             dir,
+            api_key: None,
         };
         server.wait_ready();
         Some(server)
@@ -64,8 +67,34 @@ impl QdrantServer {
             self.dir.path(),
             self.http_port,
             self.grpc_port,
+            self.api_key.as_deref(),
         );
         self.wait_ready();
+    }
+
+    /// Restarts the server requiring `api_key` from now on (a key rotated on the server).
+    pub fn restart_with_key(&mut self, api_key: Option<&str>) {
+        self.kill();
+        self.api_key = api_key.map(str::to_string);
+        self.restart();
+    }
+
+    /// Deletes `collection` (what an operator's mistake or a cleanup script does).
+    pub fn delete_collection(&self, collection: &str) {
+        self.store(collection)
+            .delete_collection()
+            .expect("delete collection");
+    }
+
+    fn store(&self, collection: &str) -> ServerStore {
+        ServerStore::connect(
+            &self.url(),
+            self.api_key.clone(),
+            collection,
+            384,
+            IndexTuning::default(),
+        )
+        .expect("connect")
     }
 
     /// The gRPC port.
@@ -118,9 +147,7 @@ impl QdrantServer {
 
     /// Every chunk of `collection`, as [`super::oracle::index_contents`] reads an embedded index.
     pub fn contents(&self, collection: &str) -> BTreeSet<ChunkId> {
-        let store =
-            ServerStore::connect(&self.url(), None, collection, 384, IndexTuning::default())
-                .expect("connect");
+        let store = self.store(collection);
         let mut out = BTreeSet::new();
         let duplicates = store_contents(&store, &mut out);
         assert_eq!(duplicates, 0, "a chunk is stored twice");
@@ -129,13 +156,23 @@ impl QdrantServer {
 }
 
 /// Starts the server binary with its storage under `dir`, on loopback `http_port` and `grpc_port`.
-fn spawn(binary: &std::ffi::OsStr, dir: &std::path::Path, http_port: u16, grpc_port: u16) -> Child {
+fn spawn(
+    binary: &std::ffi::OsStr,
+    dir: &std::path::Path,
+    http_port: u16,
+    grpc_port: u16,
+    api_key: Option<&str>,
+) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join("qdrant.log"))
         .expect("log file");
-    Command::new(binary)
+    let mut command = Command::new(binary);
+    if let Some(key) = api_key {
+        command.env("QDRANT__SERVICE__API_KEY", key);
+    }
+    command
         .arg("--disable-telemetry")
         .current_dir(dir)
         .env("QDRANT__SERVICE__HOST", "127.0.0.1")

@@ -532,6 +532,68 @@ fn dlq_topic_missing_pauses_ingest_until_it_is_back_and_loses_nothing() {
     );
     assert_eq!(after, 0.0, "the outage ended");
     assert_eq!(records.len(), 1, "one record, delivered once");
-    assert_eq!(records[0].1.as_deref(), Some(&malformed[..]), "with its value");
+    assert_eq!(
+        records[0].1.as_deref(),
+        Some(&malformed[..]),
+        "with its value"
+    );
+    assert_eq!((lost, stale), (0, 0), "{example}");
+}
+
+/// The embedding server answering 401 for 20 s (its key revoked, then restored) while documents
+/// arrive: an outage, not a refusal of the documents: offsets held, nothing dead-lettered, the outage
+/// shown, everything indexed once it answers again.
+#[test]
+fn embedder_answering_401_for_20_seconds_pauses_ingest_and_loses_nothing() {
+    const GROUP: &str = "embedder-401";
+    let broker = setup();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut workload = Workload::new(29, 600);
+    broker.produce(DOCS, &workload.batch(60));
+    let embedder = EmbeddingServer::start();
+    let sections = embedder_section(&embedder.url);
+    let mut job = Job::start(dir.path(), &config(&broker, GROUP, &sections), 1);
+    job.wait_ready(Duration::from_secs(60));
+    wait_committed(&broker, GROUP, DOCS, PARTITIONS, &job);
+    let committed = broker.committed(GROUP, DOCS, PARTITIONS);
+
+    embedder.answer_all(401);
+    broker.produce(DOCS, &workload.batch(100));
+    let refused = Instant::now();
+    let mut gauge = 0.0;
+    while refused.elapsed() < Duration::from_secs(20) {
+        assert!(job.running(), "the job died:\n{}", job.log());
+        assert_eq!(
+            broker.committed(GROUP, DOCS, PARTITIONS),
+            committed,
+            "offsets moved while the embedder refused the job"
+        );
+        gauge = f64::max(
+            gauge,
+            metric_labeled(
+                &job.metrics(),
+                "ragstream_outage",
+                "dependency=\"embedder\"",
+            ),
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let dlq_during = metric(&job.metrics(), "ragstream_dlq_records_total");
+    embedder.answer_all(0);
+    let back = Instant::now();
+    wait_committed(&broker, GROUP, DOCS, PARTITIONS, &job);
+    let recovery = back.elapsed().as_secs_f64();
+    let dlq = metric(&job.metrics(), "ragstream_dlq_records_total");
+    assert!(job.stop().success());
+    let (lost, stale, example) = lost_stale(&workload.oracle, dir.path());
+    println!(
+        "FAULT embedder answering 401 for 20 s: {} events; offsets held, outage gauge {gauge}, DLQ {dlq_during} meanwhile; drained {recovery:.1} s after it answered again; lost {lost}, stale {stale}, DLQ {dlq}",
+        workload.produced
+    );
+    assert!(gauge > 0.0, "no embedder outage shown");
+    assert_eq!(
+        dlq, 0.0,
+        "a document was dead-lettered for the embedder's 401"
+    );
     assert_eq!((lost, stale), (0, 0), "{example}");
 }

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use super::common::broker::Broker;
-use super::common::job::{http_post_json, metric, Job};
+use super::common::job::{http_post_json, metric, metric_labeled, Job};
 use super::common::oracle::{compare, default_chunker, squad};
 use super::common::qdrant::{DelayProxy, QdrantServer};
 use super::support::{broker_with_topics, group_config, median, wait_committed, Workload, DOCS};
@@ -173,4 +173,122 @@ fn a_slow_qdrant_server_slows_queries_and_loses_nothing() {
     );
     assert_eq!((lost, stale), (0, 0), "{example}");
     assert_eq!(dlq, 0.0);
+}
+
+/// The server's API key rotated under the running job (the server restarted with another key) for
+/// 20 s, then back to the job's: every write meanwhile is refused as unauthenticated, which is an
+/// outage: nothing dead-lettered, no offset committed, the outage shown, and once the key matches
+/// again everything is written.
+#[test]
+fn a_wrong_api_key_pauses_ingest_until_the_right_one_and_loses_nothing() {
+    let Some(mut server) = QdrantServer::start() else {
+        return;
+    };
+    const GROUP: &str = "server-key";
+    const COLLECTION: &str = "keyed";
+    const KEY: &str = "the-job-key";
+    server.restart_with_key(Some(KEY));
+    let broker = setup();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut workload = Workload::new(37, 600);
+    broker.produce(DOCS, &workload.batch(60));
+    let mut job = Job::start_with_env(
+        dir.path(),
+        &server.index_config(&config(&broker, GROUP), COLLECTION),
+        1,
+        &[("QDRANT_API_KEY", KEY)],
+    );
+    job.wait_ready(Duration::from_secs(60));
+    wait_committed(&broker, GROUP, DOCS, PARTITIONS, &job);
+    let committed = broker.committed(GROUP, DOCS, PARTITIONS);
+
+    server.restart_with_key(Some("rotated-elsewhere"));
+    broker.produce(DOCS, &workload.batch(100));
+    let wrong = Instant::now();
+    let mut gauge = 0.0;
+    while wrong.elapsed() < Duration::from_secs(20) {
+        assert!(job.running(), "the job died:\n{}", job.log());
+        assert_eq!(
+            broker.committed(GROUP, DOCS, PARTITIONS),
+            committed,
+            "offsets moved while the index refused the job's key"
+        );
+        gauge = f64::max(
+            gauge,
+            metric_labeled(&job.metrics(), "ragstream_outage", "dependency=\"index\""),
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let dlq_during = metric(&job.metrics(), "ragstream_dlq_records_total");
+    server.restart_with_key(Some(KEY));
+    let back = Instant::now();
+    wait_committed(&broker, GROUP, DOCS, PARTITIONS, &job);
+    let recovery = back.elapsed().as_secs_f64();
+    let dlq = metric(&job.metrics(), "ragstream_dlq_records_total");
+    assert!(job.stop().success(), "{}", job.log());
+    let (lost, stale, example) = compare(
+        &workload.oracle.expected(&default_chunker()),
+        &server.contents(COLLECTION),
+    );
+    println!(
+        "FAULT Qdrant server API key wrong for 20 s: {} events; offsets held, outage gauge {gauge}, DLQ {dlq_during} meanwhile; all committed {recovery:.1} s after the key matched again; lost {lost}, stale {stale}, DLQ {dlq}",
+        workload.produced
+    );
+    assert!(gauge > 0.0, "no index outage shown");
+    assert_eq!(dlq, 0.0, "a document was dead-lettered for the key");
+    assert_eq!((lost, stale), (0, 0), "{example}");
+}
+
+/// The job's collection deleted under it: the job must not write around the hole (a fresh collection
+/// missing everything before) nor dead-letter what follows. It stops with a clear error, commits
+/// nothing after the deletion, and the next start creates the collection and indexes every event
+/// that came after (those before were deleted with the collection).
+#[test]
+fn a_deleted_collection_stops_the_job_and_the_restart_loses_nothing_sent_after() {
+    let Some(server) = QdrantServer::start() else {
+        return;
+    };
+    const GROUP: &str = "server-deleted";
+    const COLLECTION: &str = "deleted";
+    let broker = setup();
+    let dir = tempfile::tempdir().expect("tempdir");
+    broker.produce(DOCS, &Workload::new(41, 600).batch(60));
+    let mut job = Job::start(
+        dir.path(),
+        &server.index_config(&config(&broker, GROUP), COLLECTION),
+        1,
+    );
+    job.wait_ready(Duration::from_secs(60));
+    wait_committed(&broker, GROUP, DOCS, PARTITIONS, &job);
+    let committed = broker.committed(GROUP, DOCS, PARTITIONS);
+
+    server.delete_collection(COLLECTION);
+    // What follows the deletion: a workload of its own, the only one the new collection must hold.
+    let mut after = Workload::new(43, 600);
+    broker.produce(DOCS, &after.batch(80));
+    let status = job.wait_exit(Duration::from_secs(60));
+    let log = job.log();
+    assert_eq!(status.code(), Some(3), "{log}");
+    assert!(log.contains("collection is gone"), "{log}");
+    assert_eq!(
+        broker.committed(GROUP, DOCS, PARTITIONS),
+        committed,
+        "offsets moved past writes into a deleted collection"
+    );
+    job.restart(1);
+    let back = Instant::now();
+    wait_committed(&broker, GROUP, DOCS, PARTITIONS, &job);
+    let recovery = back.elapsed().as_secs_f64();
+    let dlq = metric(&job.metrics(), "ragstream_dlq_records_total");
+    assert!(job.stop().success(), "{}", job.log());
+    let (lost, stale, example) = compare(
+        &after.oracle.expected(&default_chunker()),
+        &server.contents(COLLECTION),
+    );
+    println!(
+        "FAULT Qdrant collection deleted mid-stream: the job stopped (exit 3, \"collection is gone\") with offsets where they were; restarted, {} events after the deletion committed in {recovery:.1} s; lost {lost}, stale {stale}, DLQ {dlq}",
+        after.produced
+    );
+    assert_eq!(dlq, 0.0);
+    assert_eq!((lost, stale), (0, 0), "{example}");
 }

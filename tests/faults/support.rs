@@ -241,7 +241,8 @@ pub struct EmbeddingServer {
     /// Base URL.
     pub url: String,
     delay_micros_per_text: Arc<AtomicU64>,
-    down: Arc<std::sync::atomic::AtomicBool>,
+    /// The status every request is answered with while set (0: serve).
+    failing: Arc<AtomicU64>,
 }
 
 /// The `[embedder]` section of a job that embeds through the stand-in at `url`.
@@ -257,7 +258,7 @@ impl EmbeddingServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let delay = Arc::new(AtomicU64::new(0));
-        let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let down = Arc::new(AtomicU64::new(0));
         let (shared, shared_down) = (delay.clone(), down.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
@@ -270,13 +271,18 @@ impl EmbeddingServer {
         Self {
             url,
             delay_micros_per_text: delay,
-            down,
+            failing: down,
         }
     }
 
     /// Down (every request answered 503 at once) or back up.
     pub fn set_down(&self, down: bool) {
-        self.down.store(down, Ordering::SeqCst);
+        self.answer_all(if down { 503 } else { 0 });
+    }
+
+    /// Every request answered `status` at once (401: a revoked key), or served again with 0.
+    pub fn answer_all(&self, status: u16) {
+        self.failing.store(u64::from(status), Ordering::SeqCst);
     }
 
     /// Each request takes `per_text` for each of its texts (zero: as fast as it can).
@@ -286,11 +292,7 @@ impl EmbeddingServer {
     }
 }
 
-fn answer(
-    stream: std::net::TcpStream,
-    delay: &AtomicU64,
-    down: &std::sync::atomic::AtomicBool,
-) -> std::io::Result<()> {
+fn answer(stream: std::net::TcpStream, delay: &AtomicU64, down: &AtomicU64) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut length = 0;
     loop {
@@ -309,10 +311,12 @@ fn answer(
     }
     let mut body = vec![0; length];
     reader.read_exact(&mut body)?;
-    if down.load(Ordering::SeqCst) {
+    let failing = down.load(Ordering::SeqCst);
+    if failing != 0 {
         let mut stream = stream;
         return stream.write_all(
-            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            format!("HTTP/1.1 {failing} Failing\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
         );
     }
     let request: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();

@@ -39,7 +39,7 @@ use crate::background::{with_backoff, Background, Deliver};
 use crate::events::{InternalEvent, StaleVersion};
 use crate::metrics::metrics;
 use crate::model::{ChunkIds, DocKey, DocOp, Document};
-use crate::store::VectorStore;
+use crate::store::{StoreError, VectorStore};
 
 /// A marker: a source was assigned partitions (the marker's time precedes their messages); with a
 /// shared index the guard reads its documents from the collection again at that time.
@@ -161,8 +161,11 @@ impl<'scope> GuardVersions<'scope> for StreamVec<'scope, u64, DocOp> {
                     let read = Background::start(
                         "ragstream-rehydrate",
                         move |(), deliver: &Deliver<Hydrated>| {
-                            let hydrated = with_backoff("rehydrate", |_| true, || hydrate(store.as_ref(), &*owns));
-                            deliver.send(hydrated.expect("every error is retried"));
+                            let retryable = |error: &StoreError| !matches!(error, StoreError::Gone(_));
+                            match with_backoff("rehydrate", retryable, || hydrate(store.as_ref(), &*owns)) {
+                                Ok(hydrated) => deliver.send(hydrated),
+                                Err(error) => crate::outage::stop_job(&error.to_string()),
+                            }
                         },
                         waker,
                     );

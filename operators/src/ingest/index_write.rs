@@ -76,6 +76,7 @@ pub fn write_isolating(store: &dyn VectorStore, batch: &[IndexDelta]) -> BatchOu
             ack,
             refused: Vec::new(),
         },
+        Err(error @ StoreError::Gone(_)) => gone(&error),
         Err(error) if batch.len() == 1 => BatchOutcome {
             ack: IndexAck::default(),
             refused: vec![(batch[0].key.clone(), error)],
@@ -89,6 +90,7 @@ pub fn write_isolating(store: &dyn VectorStore, batch: &[IndexDelta]) -> BatchOu
                         outcome.ack.upserted += ack.upserted;
                         outcome.ack.deleted += ack.deleted;
                     }
+                    Err(error @ StoreError::Gone(_)) => gone(&error),
                     Err(error) => outcome.refused.push((delta.key.clone(), error)),
                 }
             }
@@ -105,6 +107,16 @@ pub fn write_isolating(store: &dyn VectorStore, batch: &[IndexDelta]) -> BatchOu
         None => StatsDelta::default(),
     };
     outcome
+}
+
+/// The collection was deleted under the job: writing on would leave the index missing everything
+/// written before, so the job stops (nothing of the batch is acknowledged; the next start creates the
+/// collection again and reads the batch again).
+fn gone(error: &StoreError) -> ! {
+    crate::outage::stop_job(&format!(
+        "{error}; the next start creates it empty: re-send the documents indexed before, or reset the \
+         consumer group to the start of the documents topic, to rebuild it"
+    ))
 }
 
 /// The batch's points the shard holds, with their BM25 vectors (re-encoded from the stored text, as

@@ -122,8 +122,27 @@ impl std::fmt::Debug for EdgeStore {
     }
 }
 
+/// The engine's errors that say it cannot serve now (its runtime, storage, memory, a deadline; a
+/// full disk shows as a runtime error), not that the request is wrong: retried, never dead-lettered.
+/// The engine's error type is not exported, so its messages are matched.
+const ENGINE_OUTAGES: [&str; 5] = [
+    "Service runtime error",
+    "Inconsistent storage",
+    "Out of memory",
+    "Operation cancelled",
+    "Timeout error",
+];
+
 fn engine_error(error: impl std::fmt::Display) -> StoreError {
-    StoreError::Invalid(error.to_string())
+    let message = error.to_string();
+    if ENGINE_OUTAGES
+        .iter()
+        .any(|outage| message.starts_with(outage))
+    {
+        StoreError::Unavailable(message)
+    } else {
+        StoreError::Invalid(message)
+    }
 }
 
 fn io_error(error: impl std::fmt::Display) -> StoreError {

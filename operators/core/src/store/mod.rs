@@ -133,6 +133,10 @@ pub enum StoreError {
     /// A request the engine refused (a bug or a bad filter): not retryable.
     #[error("index refused the operation: {0}")]
     Invalid(String),
+    /// The collection no longer exists (deleted under the running job): nothing may be written
+    /// around it, the job stops (and creates it again at its next start).
+    #[error("the index collection is gone: {0}")]
+    Gone(String),
 }
 
 /// One point to write: a chunk of a document, its vectors and versions.

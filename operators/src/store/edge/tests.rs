@@ -182,3 +182,28 @@ fn quantised_search_is_rescored_with_the_float_vectors() {
         }
     }
 }
+
+/// The engine's outages (its runtime, storage, memory, deadlines) are retried; what says the request
+/// is wrong is a refusal.
+#[test]
+fn engine_outages_are_retried_and_wrong_requests_refused() {
+    for outage in [
+        "Service runtime error: No space left on device (os error 28)",
+        "Out of memory, free: 0, segment",
+        "Timeout error: optimizer",
+    ] {
+        assert!(
+            matches!(engine_error(outage), StoreError::Unavailable(_)),
+            "{outage}"
+        );
+    }
+    for refusal in [
+        "Vector dimension error: expected dim: 4, got 7",
+        "Validation failed: payload too large",
+    ] {
+        assert!(
+            matches!(engine_error(refusal), StoreError::Invalid(_)),
+            "{refusal}"
+        );
+    }
+}

@@ -36,10 +36,22 @@ pub(super) const TRANSIENT_CODES: [i32; 11] = [
     16, // Unauthenticated
 ];
 
+/// gRPC `NotFound`: a missing collection is [`StoreError::Gone`], anything else not found an outage.
+pub(super) const NOT_FOUND: i32 = 5;
+
 /// gRPC `AlreadyExists`.
 pub(super) const ALREADY_EXISTS: i32 = 6;
 
 pub(super) fn store_error(error: QdrantError) -> StoreError {
+    if let QdrantError::ResponseError { status } = &error {
+        let message = status.message().to_lowercase();
+        if i32::from(status.code()) == NOT_FOUND
+            && message.contains("collection")
+            && message.contains("doesn't exist")
+        {
+            return StoreError::Gone(status.message().to_string());
+        }
+    }
     let transient = match &error {
         QdrantError::ResponseError { status } => {
             TRANSIENT_CODES.contains(&i32::from(status.code()))
