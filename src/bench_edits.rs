@@ -115,6 +115,7 @@ fn chunk_set(chunker: &Chunker, kind: DocKind, text: &str, version: u64) -> Chun
     ChunkSet {
         version,
         chunks: chunker.chunk(&document),
+        document: None,
     }
 }
 

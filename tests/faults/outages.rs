@@ -237,6 +237,13 @@ fn index_refusing_documents_dead_letters_one_retries_the_other_and_loses_nothing
         reasons,
         vec![(Some(refused_key.clone()), "index_refused".to_string())]
     );
+    let value: serde_json::Value =
+        serde_json::from_slice(records[0].1.as_deref().unwrap_or_default()).expect("an event");
+    assert_eq!(
+        (value["doc_id"].as_str(), value["text"].as_str()),
+        (Some(REFUSED), Some(squad()[7].text.as_str())),
+        "the refused document's event is its value"
+    );
     assert_eq!(refused_metric, 1.0);
     assert_eq!(dlq_seen_before_commit, Some(true));
     assert!(retries > 0.0, "the delayed document's writes were retried");

@@ -189,6 +189,20 @@ fn poison_records_are_dead_lettered_and_the_stream_goes_on_at_full_speed() {
             .find(|(name, _)| name == "reason")
             .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
             .unwrap_or_default();
+        assert!(
+            value.as_ref().is_some_and(|v| !v.is_empty()),
+            "the DLQ record of {key:?} ({reason}) has no value"
+        );
+        if reason == "embedding_dimension" {
+            let event: serde_json::Value =
+                serde_json::from_slice(value.as_deref().unwrap_or_default()).expect("an event");
+            assert!(
+                event["text"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("WRONG-DIMENSION")),
+                "the refused document's event is its value: {event}"
+            );
+        }
         *reasons.entry(reason).or_default() += 1;
         assert!(
             value.as_ref().map_or(0, Vec::len) <= 1 << 20,

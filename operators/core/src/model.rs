@@ -328,6 +328,10 @@ pub struct ChunkSet {
     pub version: u64,
     /// The chunks, by `order_index`.
     pub chunks: Vec<Chunk>,
+    /// The document they were cut from, while its change is on its way to the index (what a refusal
+    /// dead-letters); `None` for what the index itself holds.
+    #[serde(default)]
+    pub document: Option<std::sync::Arc<Document>>,
 }
 
 impl ChunkSet {

@@ -11,6 +11,7 @@
 //! in the order their documents arrived.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use timely::container::CapacityContainerBuilder;
@@ -52,15 +53,17 @@ impl<'scope> ChunkDocuments<'scope> for StreamVec<'scope, u64, Upsert> {
                 let activator = scope.activator_for(info.address.clone());
                 let waker = crate::background::operator_waker(scope.worker(), &info.address);
                 let helper_chunker = chunker.clone();
-                let helper: Background<Document, Vec<Chunk>> = Background::start(
+                let helper: Background<Arc<Document>, Vec<Chunk>> = Background::start(
                     "chunk",
-                    move |document, deliver| deliver.send(helper_chunker.chunk(&document)),
+                    move |document: Arc<Document>, deliver| {
+                        deliver.send(helper_chunker.chunk(&document))
+                    },
                     waker,
                 );
                 let mut pending: VecDeque<(Capability<u64>, std::vec::IntoIter<Upsert>)> =
                     VecDeque::new();
-                // The front batch's document on the helper thread: its key, version and time.
-                let mut on_helper: Option<(DocKey, u64, u64)> = None;
+                // The front batch's document on the helper thread, its key and time.
+                let mut on_helper: Option<(DocKey, Arc<Document>, u64)> = None;
                 move |input, output| {
                     input.for_each(|cap, data| {
                         let cap = cap.retain_least(0).expect("time of the batch");
@@ -68,15 +71,19 @@ impl<'scope> ChunkDocuments<'scope> for StreamVec<'scope, u64, Upsert> {
                     });
                     let started = Instant::now();
                     while let Some((cap, upserts)) = pending.front_mut() {
-                        if let Some((key, version, time)) = on_helper.take() {
+                        if let Some((key, document, time)) = on_helper.take() {
                             match helper.try_result() {
                                 Some(chunks) => {
-                                    let set = ChunkSet { version, chunks };
+                                    let set = ChunkSet {
+                                        version: document.version,
+                                        chunks,
+                                        document: Some(document),
+                                    };
                                     output.session(cap).give((key, Some(set), time));
                                 }
                                 None => {
                                     // Still chunking: the helper wakes the operator when done.
-                                    on_helper = Some((key, version, time));
+                                    on_helper = Some((key, document, time));
                                     return;
                                 }
                             }
@@ -85,7 +92,8 @@ impl<'scope> ChunkDocuments<'scope> for StreamVec<'scope, u64, Upsert> {
                         for (key, document, time) in upserts.by_ref() {
                             match document {
                                 Some(doc) if doc.text.len() > LARGE_DOCUMENT_BYTES => {
-                                    on_helper = Some((key, doc.version, time));
+                                    let doc = Arc::new(doc);
+                                    on_helper = Some((key, doc.clone(), time));
                                     helper.submit(doc);
                                     break;
                                 }
@@ -93,6 +101,7 @@ impl<'scope> ChunkDocuments<'scope> for StreamVec<'scope, u64, Upsert> {
                                     let set = document.map(|doc| ChunkSet {
                                         version: doc.version,
                                         chunks: chunker.chunk(&doc),
+                                        document: Some(Arc::new(doc)),
                                     });
                                     session.give((key, set, time));
                                 }

@@ -50,6 +50,9 @@ pub struct ChunkDelta {
     pub changed: Vec<uuid::Uuid>,
     /// The ingestion time of the change (milliseconds since the epoch).
     pub time: u64,
+    /// The document of the new chunk set (what a refusal dead-letters); `None` for a delete.
+    #[serde(default)]
+    pub document: Option<std::sync::Arc<crate::model::Document>>,
 }
 
 /// The delta between a document's old chunks (their ids and layouts, as the upsert kept them) and its
@@ -116,6 +119,7 @@ pub fn diff_chunk_sets(
         restamp,
         changed,
         time,
+        document: new.and_then(|set| set.document.clone()),
     }
 }
 
@@ -244,6 +248,7 @@ mod tests {
         ChunkSet {
             version,
             chunks: chunker.chunk(&doc),
+            document: None,
         }
     }
 
@@ -366,6 +371,7 @@ mod tests {
         ChunkSet {
             version,
             chunks: chunker.chunk(&doc),
+            document: None,
         }
     }
 

@@ -28,6 +28,7 @@ use super::diff::ChunkDelta;
 use super::dlq::{DlqRecord, Origin};
 use crate::embed::service::{InferenceService, Priority, Ticket};
 use crate::embed::EmbedError;
+use crate::ingest::decode::encode_event;
 use crate::model::{Chunk, DocKey};
 use crate::store::{Bm25Encoder, PointWrite};
 
@@ -47,6 +48,8 @@ pub struct IndexDelta {
     pub changed: Vec<uuid::Uuid>,
     /// Ingestion time of the change.
     pub time: u64,
+    /// The document of an upsert (what a refusal dead-letters as its value).
+    pub document: Option<std::sync::Arc<crate::model::Document>>,
 }
 
 impl IndexDelta {
@@ -66,8 +69,8 @@ pub const MAX_IN_FLIGHT: usize = 2;
 
 pub use crate::background::Waker;
 
-/// DLQ records for the upserts of `deltas`, whose embedding failed with `error`; their retractions
-/// still apply.
+/// DLQ records for the upserts of `deltas`, whose embedding failed with `error`, each with its
+/// document event as value ([`encode_event`]); their retractions still apply.
 fn dead_letter(
     version: &str,
     bm25: &Bm25Encoder,
@@ -92,7 +95,7 @@ fn dead_letter(
                 },
                 Some(delta.key.tenant.clone()),
                 Some(delta.key.to_string().as_bytes()),
-                None,
+                delta.document.as_deref().map(encode_event).as_deref(),
             )
         })
         .collect();
@@ -181,6 +184,7 @@ fn index_work(
                 restamp,
                 changed: delta.changed,
                 time: delta.time,
+                document: delta.document,
             }
         })
         .collect()
@@ -435,6 +439,7 @@ mod tests {
         let set = ChunkSet {
             version: 1,
             chunks: Chunker::new(ChunkerConfig::default()).chunk(&document),
+            document: Some(Arc::new(document.clone())),
         };
         diff_chunk_sets(&key, None, Some(&set), 1)
     }
@@ -518,6 +523,19 @@ mod tests {
         let dlq: Vec<&DlqRecord> = results.iter().flat_map(|(_, _, d)| d).collect();
         assert_eq!(dlq.len(), 1);
         assert_eq!(dlq[0].reason, "embedding_dimension");
+        let value = dlq[0]
+            .value
+            .as_deref()
+            .expect("the document event as value");
+        match crate::ingest::decode::decode_event(None, Some(value), &Default::default()) {
+            Ok(crate::model::DocOp::Upsert(doc)) => {
+                assert_eq!(
+                    (doc.key.doc_id.as_str(), doc.text.as_str()),
+                    ("b", "A BAD document.")
+                )
+            }
+            other => panic!("{other:?}"),
+        }
         let written: Vec<(u64, &str, usize)> = results
             .iter()
             .flat_map(|(cap, work, _)| {

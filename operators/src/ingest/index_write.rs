@@ -59,6 +59,8 @@ pub struct BatchOutcome {
     pub ack: IndexAck,
     /// Documents the index refused, with the refusal.
     pub refused: Vec<(DocKey, StoreError)>,
+    /// Their DLQ records, each with the document event as value (filled by [`shard_writer`]).
+    pub dead_letters: Vec<DlqRecord>,
 }
 
 /// Writes a batch; if the index refuses it, writes its documents one by one and reports those it still
@@ -74,12 +76,12 @@ pub fn write_isolating(store: &dyn VectorStore, batch: &[IndexDelta]) -> BatchOu
     let mut outcome = match write_batch(store, batch) {
         Ok(ack) => BatchOutcome {
             ack,
-            refused: Vec::new(),
+            ..BatchOutcome::default()
         },
         Err(error @ StoreError::Gone(_)) => gone(&error),
         Err(error) if batch.len() == 1 => BatchOutcome {
-            ack: IndexAck::default(),
             refused: vec![(batch[0].key.clone(), error)],
+            ..BatchOutcome::default()
         },
         Err(error) => {
             tracing::warn!(%error, documents = batch.len(), "index refused a batch; writing its documents one by one");
@@ -199,8 +201,9 @@ fn stats_change(
     stats
 }
 
-/// The DLQ record of a document the index refused.
-fn refused_record(key: &DocKey, error: &StoreError) -> DlqRecord {
+/// The DLQ record of a document the index refused, with its document event as value.
+fn refused_record(delta: &IndexDelta, error: &StoreError) -> DlqRecord {
+    let key = &delta.key;
     tracing::error!(document = %key, %error, "index refused a document; dead-lettered");
     DlqRecord::new(
         "index_refused",
@@ -211,7 +214,11 @@ fn refused_record(key: &DocKey, error: &StoreError) -> DlqRecord {
         },
         Some(key.tenant.clone()),
         Some(key.to_string().as_bytes()),
-        None,
+        delta
+            .document
+            .as_deref()
+            .map(crate::ingest::decode::encode_event)
+            .as_deref(),
     )
 }
 
@@ -287,7 +294,15 @@ pub fn shard_writer(
     let mut since_optimize = 0usize;
     move |batch, deliver| {
         if let Some(batch) = batch {
-            let outcome = write_isolating(store.as_ref(), &batch);
+            let mut outcome = write_isolating(store.as_ref(), &batch);
+            outcome.dead_letters = outcome
+                .refused
+                .iter()
+                .filter_map(|(key, error)| {
+                    let delta = batch.iter().find(|delta| &delta.key == key)?;
+                    Some(refused_record(delta, error))
+                })
+                .collect();
             crate::faults::fail_point(crate::faults::AFTER_INDEX_WRITE);
             let now = crate::now_millis();
             for delta in &batch {
@@ -360,9 +375,7 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
                     while let Some(outcome) = writer.try_result() {
                         let cap = pending.pop_front().expect("one capability per batch");
                         let mut session = output.session(&cap);
-                        for (key, error) in &outcome.refused {
-                            session.give(Err(refused_record(key, error)));
-                        }
+                        session.give_iterator(outcome.dead_letters.into_iter().map(Err));
                         session.give(Ok(outcome.ack));
                     }
                 }
@@ -389,6 +402,7 @@ mod tests {
             restamp: vec![],
             changed: vec![],
             time: 0,
+            document: None,
         }
     }
 
@@ -483,6 +497,16 @@ mod tests {
             .iter()
             .map(|doc| IndexDelta {
                 points: vec![sample_point("t", doc, 1, &format!("text of {doc}"), &[])],
+                document: Some(Arc::new(crate::model::Document {
+                    key: DocKey::new("t", *doc),
+                    version: 1,
+                    source: format!("{doc}.md"),
+                    kind: crate::model::DocKind::Markdown,
+                    title: Some(doc.to_string()),
+                    text: format!("text of {doc}"),
+                    acl: vec!["ops".into()],
+                    updated_ms: 1_700_000_000_000,
+                })),
                 ..delta(doc)
             })
             .collect();
@@ -503,9 +527,23 @@ mod tests {
             .unwrap();
         stored.sort();
         assert_eq!(stored, ["a", "c"]);
-        let record = refused_record(&outcome.refused[0].0, &outcome.refused[0].1);
+        let record = refused_record(&batch[1], &outcome.refused[0].1);
         assert_eq!(record.reason, "index_refused");
         assert_eq!(record.key.as_deref(), Some(&b"t/b"[..]));
+        let value = record
+            .value
+            .as_deref()
+            .expect("the document event as value");
+        assert_eq!(
+            crate::ingest::decode::decode_event(
+                record.key.as_deref(),
+                Some(value),
+                &Default::default()
+            ),
+            Ok(crate::model::DocOp::Upsert(
+                batch[1].document.as_deref().expect("a document").clone()
+            ))
+        );
     }
 
     /// In a small dataflow: while the index refuses writes as unavailable, the batch's time stays
