@@ -26,8 +26,9 @@ const DLQ: &str = "dlq";
 /// What `$__rate_interval` stands for when the test evaluates panel expressions.
 const RATE_WINDOW: &str = "1m";
 /// Label names a ragstream metric may carry: each has a small, fixed set of values.
-const BOUNDED_LABELS: [&str; 16] = [
+const BOUNDED_LABELS: [&str; 17] = [
     "op",
+    "dependency",
     "outcome",
     "reason",
     "partition",

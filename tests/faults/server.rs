@@ -6,10 +6,12 @@
 use std::time::{Duration, Instant};
 
 use super::common::broker::Broker;
-use super::common::job::{http_post_json, metric, metric_labeled, Job};
+use super::common::job::{http_post_json, metric, Job};
 use super::common::oracle::{compare, default_chunker, squad};
 use super::common::qdrant::{DelayProxy, QdrantServer};
-use super::support::{broker_with_topics, group_config, median, wait_committed, Workload, DOCS};
+use super::support::{
+    broker_with_topics, group_config, hold_outage, median, wait_committed, Workload, DOCS,
+};
 
 const PARTITIONS: i32 = 2;
 
@@ -175,6 +177,44 @@ fn a_slow_qdrant_server_slows_queries_and_loses_nothing() {
     assert_eq!(dlq, 0.0);
 }
 
+/// What a fault case's recovery showed: seconds until everything was committed, DLQ records, and
+/// the collection against the oracle.
+struct Drained {
+    recovery: f64,
+    dlq: f64,
+    lost: usize,
+    stale: usize,
+    example: String,
+}
+
+/// Waits until `group` committed everything, stops the job and compares `collection` with
+/// `workload`'s oracle.
+fn drain(
+    job: &mut Job,
+    broker: &Broker,
+    group: &str,
+    server: &QdrantServer,
+    collection: &str,
+    workload: &Workload,
+) -> Drained {
+    let back = Instant::now();
+    wait_committed(broker, group, DOCS, PARTITIONS, job);
+    let recovery = back.elapsed().as_secs_f64();
+    let dlq = metric(&job.metrics(), "ragstream_dlq_records_total");
+    assert!(job.stop().success(), "{}", job.log());
+    let (lost, stale, example) = compare(
+        &workload.oracle.expected(&default_chunker()),
+        &server.contents(collection),
+    );
+    Drained {
+        recovery,
+        dlq,
+        lost,
+        stale,
+        example,
+    }
+}
+
 /// The server's API key rotated under the running job (the server restarted with another key) for
 /// 20 s, then back to the job's: every write meanwhile is refused as unauthenticated, which is an
 /// outage: nothing dead-lettered, no offset committed, the outage shown, and once the key matches
@@ -200,36 +240,19 @@ fn a_wrong_api_key_pauses_ingest_until_the_right_one_and_loses_nothing() {
     );
     job.wait_ready(Duration::from_secs(60));
     wait_committed(&broker, GROUP, DOCS, PARTITIONS, &job);
-    let committed = broker.committed(GROUP, DOCS, PARTITIONS);
 
     server.restart_with_key(Some("rotated-elsewhere"));
     broker.produce(DOCS, &workload.batch(100));
-    let wrong = Instant::now();
-    let mut gauge = 0.0;
-    while wrong.elapsed() < Duration::from_secs(20) {
-        assert!(job.running(), "the job died:\n{}", job.log());
-        assert_eq!(
-            broker.committed(GROUP, DOCS, PARTITIONS),
-            committed,
-            "offsets moved while the index refused the job's key"
-        );
-        gauge = f64::max(
-            gauge,
-            metric_labeled(&job.metrics(), "ragstream_outage", "dependency=\"index\""),
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    let gauge = hold_outage(&mut job, &broker, GROUP, PARTITIONS, "index", 20);
     let dlq_during = metric(&job.metrics(), "ragstream_dlq_records_total");
     server.restart_with_key(Some(KEY));
-    let back = Instant::now();
-    wait_committed(&broker, GROUP, DOCS, PARTITIONS, &job);
-    let recovery = back.elapsed().as_secs_f64();
-    let dlq = metric(&job.metrics(), "ragstream_dlq_records_total");
-    assert!(job.stop().success(), "{}", job.log());
-    let (lost, stale, example) = compare(
-        &workload.oracle.expected(&default_chunker()),
-        &server.contents(COLLECTION),
-    );
+    let Drained {
+        recovery,
+        dlq,
+        lost,
+        stale,
+        example,
+    } = drain(&mut job, &broker, GROUP, &server, COLLECTION, &workload);
     println!(
         "FAULT Qdrant server API key wrong for 20 s: {} events; offsets held, outage gauge {gauge}, DLQ {dlq_during} meanwhile; all committed {recovery:.1} s after the key matched again; lost {lost}, stale {stale}, DLQ {dlq}",
         workload.produced
@@ -276,15 +299,13 @@ fn a_deleted_collection_stops_the_job_and_the_restart_loses_nothing_sent_after()
         "offsets moved past writes into a deleted collection"
     );
     job.restart(1);
-    let back = Instant::now();
-    wait_committed(&broker, GROUP, DOCS, PARTITIONS, &job);
-    let recovery = back.elapsed().as_secs_f64();
-    let dlq = metric(&job.metrics(), "ragstream_dlq_records_total");
-    assert!(job.stop().success(), "{}", job.log());
-    let (lost, stale, example) = compare(
-        &after.oracle.expected(&default_chunker()),
-        &server.contents(COLLECTION),
-    );
+    let Drained {
+        recovery,
+        dlq,
+        lost,
+        stale,
+        example,
+    } = drain(&mut job, &broker, GROUP, &server, COLLECTION, &after);
     println!(
         "FAULT Qdrant collection deleted mid-stream: the job stopped (exit 3, \"collection is gone\") with offsets where they were; restarted, {} events after the deletion committed in {recovery:.1} s; lost {lost}, stale {stale}, DLQ {dlq}",
         after.produced

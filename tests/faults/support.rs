@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::common::broker::Broker;
-use super::common::job::Job;
+use super::common::job::{metric_labeled, Job};
 use super::common::oracle::{compare, default_chunker, index_contents, squad, Oracle, Paragraph};
 
 /// The documents topic of the fault cases.
@@ -57,6 +57,36 @@ pub fn wait_committed(
         std::thread::sleep(Duration::from_millis(200));
     }
     started.elapsed().as_secs_f64()
+}
+
+/// Holds an outage of `dependency` for `seconds`: meanwhile the job must stay up and `group`'s
+/// offsets of [`DOCS`] stay at `committed`. Returns the highest `ragstream_outage` gauge seen.
+pub fn hold_outage(
+    job: &mut Job,
+    broker: &Broker,
+    group: &str,
+    partitions: i32,
+    dependency: &str,
+    seconds: u64,
+) -> f64 {
+    let committed = broker.committed(group, DOCS, partitions);
+    let started = Instant::now();
+    let label = format!("dependency=\"{dependency}\"");
+    let mut gauge = 0.0;
+    while started.elapsed() < Duration::from_secs(seconds) {
+        assert!(job.running(), "the job died:\n{}", job.log());
+        assert_eq!(
+            broker.committed(group, DOCS, partitions),
+            committed,
+            "offsets moved during the {dependency} outage"
+        );
+        gauge = f64::max(
+            gauge,
+            metric_labeled(&job.metrics(), "ragstream_outage", &label),
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    gauge
 }
 
 /// The last 40 lines of a log.
