@@ -7,7 +7,6 @@
 
 pub use ragstream_core::ingest::{chunk, decode, dlq};
 
-pub mod acked;
 pub mod chunk_op;
 pub mod diff;
 pub mod embed;
