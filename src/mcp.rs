@@ -145,6 +145,12 @@ pub struct ListSourcesArgs {
     /// The tenant, when the credential opens more than one.
     #[serde(default)]
     pub tenant: Option<String>,
+    /// Documents per page (default 100, at most 1000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// The previous page's `next_cursor`: the page starts after it.
+    #[serde(default)]
+    pub cursor: Option<String>,
 }
 
 /// How much `sql_search` tells about each table.
@@ -364,7 +370,9 @@ impl RagTools {
             .await
     }
 
-    #[tool(description = "List the tenant's indexed documents with their titles and chunk counts.")]
+    #[tool(
+        description = "List the tenant's indexed documents with their titles and chunk counts, one page at a time in document-id order; a result with `next_cursor` has more: pass it as `cursor`."
+    )]
     async fn rag_list_sources(
         &self,
         Parameters(args): Parameters<ListSourcesArgs>,
@@ -374,7 +382,7 @@ impl RagTools {
             Ok(tenant) => tenant,
             Err(refused) => return Ok(*refused),
         };
-        self.ask(json!({"tenant": tenant, "acl": self.labels(&extensions), "text": "", "mode": "list_sources"}))
+        self.ask(json!({"tenant": tenant, "acl": self.labels(&extensions), "text": "", "mode": "list_sources", "k": args.limit, "cursor": args.cursor}))
             .await
     }
 

@@ -145,6 +145,8 @@ fn every_mode_through_kafka_with_tenant_isolation_and_read_your_writes() {
             query("bounded", "acme", "How do I roll back a release?", json!({"trace": true})),
             query("deep", "acme", "deployment and rollback", json!({"mode": "deep", "k": 3})),
             query("list", "acme", "", json!({"mode": "list_sources"})),
+            query("list_page", "acme", "", json!({"mode": "list_sources", "k": 3})),
+            query("list_last", "acme", "", json!({"mode": "list_sources", "k": 3, "cursor": "handbook.md"})),
             query("files", "acme", "invoice total discount", json!({"mode": "files"})),
             query("sql_compact", "acme", "which table has customer orders", json!({"mode": "sql_compact"})),
             query("sql_full", "acme", "which table has customer orders", json!({"mode": "sql_full"})),
@@ -160,6 +162,8 @@ fn every_mode_through_kafka_with_tenant_isolation_and_read_your_writes() {
             "bounded",
             "deep",
             "list",
+            "list_page",
+            "list_last",
             "files",
             "sql_compact",
             "sql_full",
@@ -168,7 +172,7 @@ fn every_mode_through_kafka_with_tenant_isolation_and_read_your_writes() {
             "window",
             "budget",
         ],
-        10,
+        12,
     );
     for context in all.values() {
         assert!(
@@ -241,6 +245,15 @@ fn every_mode_through_kafka_with_tenant_isolation_and_read_your_writes() {
             .map(|s| s.chunks),
         Some(2)
     );
+    assert_eq!(list.next_cursor, None, "one page holds them all");
+    // Paged: three documents and a cursor, then the rest after it and no cursor.
+    let page = &all["list_page"];
+    let paged: Vec<&str> = page.sources.iter().map(|s| s.doc_id.as_str()).collect();
+    assert_eq!(paged, vec!["billing.rs", "faq", "handbook.md"]);
+    assert_eq!(page.next_cursor.as_deref(), Some("handbook.md"));
+    let last = &all["list_last"];
+    assert_eq!(last.sources, list.sources[3..].to_vec());
+    assert_eq!(last.next_cursor, None);
 
     assert_eq!(
         all["files"].sources.first().map(|s| s.doc_id.as_str()),
@@ -320,8 +333,8 @@ fn every_mode_through_kafka_with_tenant_isolation_and_read_your_writes() {
             ("malformed".into(), Some(b"{not json".to_vec())),
         ],
     );
-    // 10 from round 1, 5 answers and one error context (without a query id) for the malformed query.
-    let all = contexts(&broker, &["ryw", "read", "unknown", "stolen", "bad-k"], 16);
+    // 12 from round 1, 5 answers and one error context (without a query id) for the malformed query.
+    let all = contexts(&broker, &["ryw", "read", "unknown", "stolen", "bad-k"], 18);
     let ryw = &all["ryw"];
     assert!(
         ryw.context.contains("quokka statue"),

@@ -17,7 +17,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 
 use super::kafka_log::{log_client_error, ErrorDedup};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{ClientConfig, ClientContext};
 
 use super::query_source::HttpIngress;
@@ -71,7 +71,13 @@ impl ProducerContext for Deliveries {
                     "delivery failed; sending again",
                 );
                 let key = message.key().unwrap_or_default().to_vec();
-                let payload = message.payload().unwrap_or_default().to_vec();
+                let payload = message.payload().unwrap_or_default();
+                // Over the broker's limit (lower than the producer's): an error context instead.
+                let payload = if too_large(error) {
+                    too_large_context(&key, payload)
+                } else {
+                    payload.to_vec()
+                };
                 self.failed
                     .lock()
                     .expect("deliveries")
@@ -156,7 +162,7 @@ impl ContextPublisher {
         let failed = std::mem::take(&mut *producer.context().failed.lock().expect("deliveries"));
         for (time, key, payload) in failed {
             // Still counted on its way: the first delivery failed.
-            send(producer, topic, time, &key, &payload);
+            let _ = send(producer, topic, time, &key, &payload);
         }
         !producer
             .context()
@@ -191,7 +197,7 @@ impl ContextPublisher {
                     .expect("deliveries")
                     .entry(time)
                     .or_default() += 1;
-                send(producer, topic, time, context.query_id.as_bytes(), &payload);
+                let _ = send(producer, topic, time, context.query_id.as_bytes(), &payload);
                 metrics()
                     .contexts_published
                     .with_label_values(&["kafka"])
@@ -213,20 +219,110 @@ impl ContextPublisher {
     }
 }
 
-/// Hands one context to the producer, tagged with its batch `time`. A full local queue is an outage of
-/// the broker: waits and retries, never drops.
-fn send(producer: &BaseProducer<Deliveries>, topic: &str, time: u64, key: &[u8], payload: &[u8]) {
-    let mut record = BaseRecord::with_opaque_to(topic, Box::new(time))
-        .key(key)
-        .payload(payload);
+/// Whether the producer or the broker refused a record for its size.
+fn too_large(error: &KafkaError) -> bool {
+    matches!(
+        error,
+        KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge)
+    )
+}
+
+/// The error context published in place of one over the message limit: the query's id, tenant and
+/// mode, and what to ask for instead. Never larger than the query id and tenant it repeats.
+fn too_large_context(key: &[u8], payload: &[u8]) -> Vec<u8> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        #[serde(default)]
+        tenant: String,
+        #[serde(default)]
+        mode: String,
+    }
+    let head = serde_json::from_slice::<Head>(payload).ok();
+    let context = Context {
+        query_id: String::from_utf8_lossy(key).into_owned(),
+        tenant: head.as_ref().map(|h| h.tenant.clone()).unwrap_or_default(),
+        mode: head.map(|h| h.mode).unwrap_or_default(),
+        error: Some(format!(
+            "the context of {} bytes exceeds the contexts topic's message limit; ask for fewer \
+             results (k), a smaller token_budget, or page list_sources with a smaller k",
+            payload.len()
+        )),
+        ..Context::default()
+    };
+    tracing::warn!(
+        query = %context.query_id,
+        bytes = payload.len(),
+        "context over the message limit: an error context is published instead"
+    );
+    serde_json::to_vec(&context).expect("contexts serialise")
+}
+
+/// Hands one context to the producer, tagged with its batch `time`, and returns the error context
+/// sent in its place when it is over the producer's message limit. A full local queue is an outage
+/// of the broker: waits and retries, never drops.
+fn send(
+    producer: &BaseProducer<Deliveries>,
+    topic: &str,
+    time: u64,
+    key: &[u8],
+    payload: &[u8],
+) -> Option<Vec<u8>> {
+    let mut replaced: Option<Vec<u8>> = None;
     loop {
+        let record = BaseRecord::with_opaque_to(topic, Box::new(time))
+            .key(key)
+            .payload(replaced.as_deref().unwrap_or(payload));
         match producer.send(record) {
-            Ok(()) => return,
-            Err((error, returned)) => {
+            Ok(()) => return replaced,
+            Err((error, _)) if replaced.is_none() && too_large(&error) => {
+                replaced = Some(too_large_context(key, payload));
+            }
+            Err((error, _)) => {
                 tracing::warn!(%error, "contexts producer queue full; retrying");
                 producer.poll(Duration::from_millis(100));
-                record = returned;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_context_over_the_message_limit_is_replaced_by_an_error_context() {
+        // No broker is needed: the producer checks the size before queueing.
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", "127.0.0.1:9")
+            .set("message.max.bytes", "4096");
+        let publisher = ContextPublisher::new(None, Some((&client, "contexts"))).expect("producer");
+        let (producer, topic) = publisher.kafka.as_ref().expect("kafka");
+        let context = Context {
+            query_id: "q-big".into(),
+            tenant: "acme".into(),
+            mode: "list_sources".into(),
+            context: "x".repeat(20_000),
+            ..Context::default()
+        };
+        let payload = serde_json::to_vec(&context).expect("serialise");
+        let sent = send(producer, topic, 1, b"q-big", &payload).expect("replaced");
+        let sent: Context = serde_json::from_slice(&sent).expect("a context");
+        assert_eq!(
+            (
+                sent.query_id.as_str(),
+                sent.tenant.as_str(),
+                sent.mode.as_str()
+            ),
+            ("q-big", "acme", "list_sources")
+        );
+        assert!(
+            sent.error.as_deref().is_some_and(|e| e.contains("exceeds")),
+            "{:?}",
+            sent.error
+        );
+        // A context within the limit goes as it is.
+        let small = serde_json::to_vec(&Context::default()).expect("serialise");
+        assert_eq!(send(producer, topic, 1, b"q-small", &small), None);
     }
 }

@@ -9,8 +9,11 @@
 //! ends the leases of the rest, which their next owner answers (see [`super::query_ledger`]).
 //!
 //! Read-your-writes: when a query asks for it and documents come from Kafka, the source records the
-//! documents topic's high watermarks at arrival; the query waits until the index acknowledged every
-//! offset below them (see [`crate::query::steps`]).
+//! documents topic's high watermarks fetched after the query was read (on a helper thread: the worker
+//! never waits for the broker). Its batch is held, with a capability at its time, until they come;
+//! later batches go on, and their offsets are stored only after the held batch's (the `published`
+//! probe cannot pass a time still held). The query then waits until the index acknowledged every offset
+//! below them (see [`crate::query::steps`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -26,8 +29,10 @@ use super::query_ledger::Handover;
 use rdkafka::{ClientConfig, ClientContext, Message};
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::operators::generic::source;
+use timely::dataflow::operators::Capability;
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 
+use crate::background::{Background, Deliver};
 use crate::ingest::dlq::{DlqRecord, Origin};
 use crate::metrics::metrics;
 use crate::query::decode::QueryError;
@@ -213,6 +218,18 @@ impl Watermarks {
     }
 }
 
+/// Query jobs and refusals read together.
+type Batch = Vec<Result<QueryJob, Refusal>>;
+
+/// Sets the watermarks every read-your-writes query of `batch` waits for.
+fn wait_for(batch: &mut [Result<QueryJob, Refusal>], marks: &BTreeMap<i32, i64>) {
+    for job in batch.iter_mut().flatten() {
+        if job.query.consistency == Consistency::ReadYourWrites {
+            job.wait_for = marks.clone();
+        }
+    }
+}
+
 /// Decodes a query event, recording the `decode` stage's seconds.
 fn decode_timed(payload: &[u8], max_bytes: usize) -> Result<crate::query::Query, QueryError> {
     let started = Instant::now();
@@ -284,16 +301,29 @@ pub fn query_source<'scope>(
                 .unwrap_or_else(|e| panic!("cannot subscribe to {}: {e}", config.topic));
             consumer
         });
-        let mut watermarks = kafka.as_ref().map(|config| Watermarks {
-            consumer: config
-                .client
-                .clone()
-                .create_with_context(QuietContext::new("watermark client"))
-                .unwrap_or_else(|e| panic!("cannot create the watermark client: {e}")),
-            topic: config.documents_topic.clone(),
-            partitions: Vec::new(),
-            listed: None,
+        // Read-your-writes: the documents topic's high watermarks, fetched on a helper thread (a
+        // broker that does not answer costs seconds per partition, which a worker must not wait).
+        let watermarks = kafka.as_ref().map(|config| {
+            let mut marks = Watermarks {
+                consumer: config
+                    .client
+                    .clone()
+                    .create_with_context(QuietContext::new("watermark client"))
+                    .unwrap_or_else(|e| panic!("cannot create the watermark client: {e}")),
+                topic: config.documents_topic.clone(),
+                partitions: Vec::new(),
+                listed: None,
+            };
+            let waker = crate::background::operator_waker(scope.worker(), &info.address);
+            Background::start(
+                "watermarks",
+                move |(), deliver: &Deliver<BTreeMap<i32, i64>>| deliver.send(marks.fetch()),
+                waker,
+            )
         });
+        // Batches read with read-your-writes queries in them, each held at its time until watermarks
+        // fetched after it was read come back (in order: one fetch per batch).
+        let mut waiting: VecDeque<(Capability<u64>, Batch)> = VecDeque::new();
         let mut cap = (consumer.is_some() || http.is_some()).then_some(cap);
         // Per batch time: per partition, the highest offset read and the partition's lease epoch.
         let mut pending: BTreeMap<u64, BTreeMap<i32, (i64, u64)>> = BTreeMap::new();
@@ -318,12 +348,21 @@ pub fn query_source<'scope>(
                     }
                 }
             }
+            while !waiting.is_empty() {
+                let Some(marks) = watermarks.as_ref().and_then(Background::try_result) else {
+                    // The helper wakes the operator when they come.
+                    break;
+                };
+                let (held, mut batch) = waiting.pop_front().expect("a held batch");
+                wait_for(&mut batch, &marks);
+                output.session(&held).give_iterator(batch.into_iter());
+            }
             let input_done = finite_ingest.as_ref().is_some_and(ProbeHandle::done);
             if shutdown.load(Ordering::SeqCst) || input_done {
                 if let Some(http) = &http {
                     http.close();
                 }
-                if pending.is_empty() {
+                if pending.is_empty() && waiting.is_empty() {
                     if let Some(consumer) = consumer.as_ref() {
                         let _ = consumer.commit_consumer_state(CommitMode::Sync);
                     }
@@ -337,31 +376,22 @@ pub fn query_source<'scope>(
             capability.downgrade(&time);
             let mut batch: Vec<Result<QueryJob, Refusal>> = Vec::new();
             let mut offsets: BTreeMap<i32, (i64, u64)> = BTreeMap::new();
-            let mut job =
-                |query: crate::query::Query, reply: Reply, watermarks: &mut Option<Watermarks>| {
-                    sequence += 1;
-                    let wait_for = if query.consistency == Consistency::ReadYourWrites {
-                        watermarks
-                            .as_mut()
-                            .map(Watermarks::fetch)
-                            .unwrap_or_default()
-                    } else {
-                        BTreeMap::new()
-                    };
-                    QueryJob::new(
-                        query,
-                        time,
-                        worker,
-                        (worker as u64) << 48 | sequence,
-                        reply,
-                        wait_for,
-                    )
-                };
+            let mut job = |query: crate::query::Query, reply: Reply| {
+                sequence += 1;
+                QueryJob::new(
+                    query,
+                    time,
+                    worker,
+                    (worker as u64) << 48 | sequence,
+                    reply,
+                    BTreeMap::new(),
+                )
+            };
             if let Some(http) = &http {
                 for (ticket, body) in http.drain() {
                     let reply = Reply::Http(ticket);
                     batch.push(match decode_timed(&body, max_bytes) {
-                        Ok(query) => Ok(job(query, reply, &mut watermarks)),
+                        Ok(query) => Ok(job(query, reply)),
                         Err(error) => Err(refusal(
                             error,
                             Origin::Http {
@@ -392,7 +422,7 @@ pub fn query_source<'scope>(
                                 offset: message.offset(),
                             };
                             batch.push(match decode_timed(payload, max_bytes) {
-                                Ok(query) => Ok(job(query, Reply::Kafka(lease), &mut watermarks)),
+                                Ok(query) => Ok(job(query, Reply::Kafka(lease))),
                                 Err(error) => Err(refusal(
                                     error,
                                     origin,
@@ -408,9 +438,19 @@ pub fn query_source<'scope>(
             let polled = batch.len();
             if polled > 0 {
                 metrics().queries_received.inc_by(polled as u64);
-                output
-                    .session(&*capability)
-                    .give_iterator(batch.into_iter());
+                let reads_own_writes = batch.iter().any(|job| {
+                    job.as_ref()
+                        .is_ok_and(|job| job.query.consistency == Consistency::ReadYourWrites)
+                });
+                match &watermarks {
+                    Some(fetcher) if reads_own_writes => {
+                        fetcher.submit(());
+                        waiting.push_back((capability.delayed(&time), batch));
+                    }
+                    _ => output
+                        .session(&*capability)
+                        .give_iterator(batch.into_iter()),
+                }
                 if !offsets.is_empty() {
                     pending.insert(time, offsets);
                 }

@@ -27,7 +27,9 @@ use crate::stage::{flat_map_stage, map_stage};
 
 use super::job::*;
 use super::steps::*;
-use super::{Action, Candidate, Cause, Context, Decision, Mode, QueryConfig, TraceCandidate};
+use super::{
+    Action, Candidate, Cause, Context, Decision, Mode, QueryConfig, TraceCandidate, LIST_PAGE,
+};
 use crate::metrics::metrics;
 use crate::store::{Bm25Encoder, SearchFilter, VectorStore};
 use crate::tokens::{Encoding, TokenCounter};
@@ -428,12 +430,20 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
                 context.chunks_available = 1;
             }
             None => {
-                context.error = Some(unknown_chunk(query.text.trim(), &working.answer.sources));
-                context.sources = working.answer.sources.clone();
+                let mut sources = working.answer.sources.clone();
+                context.error = Some(unknown_chunk(query.text.trim(), &sources));
+                sources.truncate(LIST_PAGE);
+                context.sources = sources;
             }
         },
         Mode::ListSources => {
+            // The shards' pages merged, cut to one page; one more document means a next page.
+            let page = super::retrieve::list_page(query);
             context.sources = working.answer.sources.clone();
+            if context.sources.len() > page {
+                context.sources.truncate(page);
+                context.next_cursor = context.sources.last().map(|s| s.doc_id.clone());
+            }
             context.chunks_available = context.sources.iter().map(|s| s.chunks).sum();
             context.context = context
                 .sources

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Depth, Mode, Query, SourceEntry, DEEP_MAX_K, DEFAULT_K};
+use super::{Depth, Mode, Query, SourceEntry, DEEP_MAX_K, DEFAULT_K, LIST_MAX_PAGE, LIST_PAGE};
 use crate::metrics::metrics;
 use crate::model::DocKind;
 use crate::store::{
@@ -83,26 +83,55 @@ pub struct ShardAnswer {
     pub error: Option<String>,
 }
 
-/// Documents matching `filter` with their chunk counts, by source.
+/// One page of the documents matching `filter` with their chunk counts: the first `limit` document
+/// ids after `after`, in id order, plus the next one when there is one (so the caller knows a next
+/// page exists). Memory stays within `limit + 1` entries whatever the tenant's size.
 pub fn list_sources(
     store: &dyn VectorStore,
     filter: &SearchFilter,
+    after: Option<&str>,
+    limit: usize,
 ) -> Result<Vec<SourceEntry>, StoreError> {
     let mut by_doc: BTreeMap<String, SourceEntry> = BTreeMap::new();
     store.scroll(filter, &mut |stored| {
-        let entry = by_doc
-            .entry(stored.key.doc_id.clone())
-            .or_insert_with(|| SourceEntry {
-                doc_id: stored.key.doc_id.clone(),
+        let doc_id = stored.key.doc_id.as_str();
+        if after.is_some_and(|after| doc_id <= after) {
+            return;
+        }
+        if let Some(entry) = by_doc.get_mut(doc_id) {
+            entry.chunks += 1;
+            return;
+        }
+        // Full: an id past the last kept one is on a later page (the last kept id only decreases,
+        // so a document left out is never counted partially).
+        if by_doc.len() > limit
+            && by_doc
+                .last_key_value()
+                .is_some_and(|(last, _)| doc_id > last.as_str())
+        {
+            return;
+        }
+        by_doc.insert(
+            doc_id.to_string(),
+            SourceEntry {
+                doc_id: doc_id.to_string(),
                 source: stored.chunk.source.clone(),
                 title: stored.chunk.doc_title.clone(),
-                chunks: 0,
+                chunks: 1,
                 hits: None,
                 score: None,
-            });
-        entry.chunks += 1;
+            },
+        );
+        if by_doc.len() > limit + 1 {
+            by_doc.pop_last();
+        }
     })?;
     Ok(by_doc.into_values().collect())
+}
+
+/// Documents per `list_sources` page: `k`, [`LIST_PAGE`] by default, at most [`LIST_MAX_PAGE`].
+pub fn list_page(query: &Query) -> usize {
+    query.k.unwrap_or(LIST_PAGE).clamp(1, LIST_MAX_PAGE)
 }
 
 /// Runs `query` against one shard.
@@ -117,7 +146,8 @@ pub fn search_shard(
         let mut answer = ShardAnswer::default();
         match query.mode {
             Mode::ListSources => {
-                answer.sources = list_sources(store, &filter)?;
+                answer.sources =
+                    list_sources(store, &filter, query.cursor.as_deref(), list_page(query))?;
             }
             Mode::ReadChunk => {
                 let id = uuid::Uuid::parse_str(query.text.trim()).ok();
@@ -134,7 +164,8 @@ pub fn search_shard(
                             }))
                 });
                 if answer.chunk.is_none() {
-                    answer.sources = list_sources(store, &filter)?;
+                    // What the caller could read instead: the first page of documents.
+                    answer.sources = list_sources(store, &filter, None, LIST_PAGE)?;
                 }
             }
             _ => {
@@ -181,7 +212,20 @@ pub fn search_shard(
                     answer.vectors.push((id, stored.dense));
                 }
                 if query.mode == Mode::Files {
-                    answer.sources = list_sources(store, &filter)?;
+                    // Chunk counts of the files found here (a document lives on one shard).
+                    let mut files = filter.clone();
+                    files.doc_ids = answer
+                        .dense
+                        .iter()
+                        .chain(&answer.bm25)
+                        .map(|hit| hit.stored.key.doc_id.clone())
+                        .collect::<std::collections::BTreeSet<_>>()
+                        .into_iter()
+                        .collect();
+                    if !files.doc_ids.is_empty() {
+                        let count = files.doc_ids.len();
+                        answer.sources = list_sources(store, &files, None, count)?;
+                    }
                 }
             }
         }
@@ -235,6 +279,53 @@ mod tests {
     use super::*;
     use crate::query::decode::decode_query;
     use ragstream_core::testing::stored;
+
+    #[test]
+    fn list_sources_pages_through_every_document_once_with_its_chunk_count() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store =
+            crate::store::edge::EdgeStore::open(dir.path(), ragstream_core::testing::DIMENSION)
+                .expect("open");
+        // 23 documents, document i with i % 4 + 1 chunks, written in an order unrelated to their ids.
+        let mut points = Vec::new();
+        for i in (0..23).rev() {
+            for chunk in 0..(i % 4 + 1) {
+                points.push(ragstream_core::testing::sample_point(
+                    "t",
+                    &format!("doc{:02}", (i * 7) % 23),
+                    1,
+                    &format!("text {i} part {chunk}"),
+                    &[],
+                ));
+            }
+        }
+        store.upsert(&points).expect("upsert");
+        store.flush().expect("flush");
+        let filter = SearchFilter {
+            tenant: Some("t".into()),
+            ..SearchFilter::default()
+        };
+        let everything = list_sources(&store, &filter, None, 1000).expect("list");
+        assert_eq!(everything.len(), 23);
+        assert_eq!(
+            everything.iter().map(|s| s.chunks).sum::<usize>(),
+            points.len()
+        );
+        let mut paged = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut page = list_sources(&store, &filter, cursor.as_deref(), 5).expect("page");
+            assert!(page.len() <= 6, "at most the page and one more");
+            let more = page.len() > 5;
+            page.truncate(5);
+            cursor = page.last().map(|s| s.doc_id.clone());
+            paged.extend(page);
+            if !more {
+                break;
+            }
+        }
+        assert_eq!(paged, everything, "the pages are the whole list, in order");
+    }
 
     #[test]
     fn filters_and_sizes() {

@@ -104,6 +104,9 @@ pub struct Context {
     /// Documents (`list_sources`, `files`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<SourceEntry>,
+    /// `list_sources`: the cursor of the next page (absent on the last page).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
     /// The packed string, items prefixed `Source: … (lines a–b)`.
     pub context: String,
     /// Tokens of `context`, counted with the real tokenizer.

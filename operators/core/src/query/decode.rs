@@ -1,7 +1,7 @@
 //! Decode: query bytes → a validated [`Query`], or a clear error for the DLQ (and an error context for
 //! the caller when the query id could be read).
 
-use super::{Mode, Query, DEEP_MAX_K};
+use super::{Mode, Query, DEEP_MAX_K, LIST_MAX_PAGE};
 use crate::tokens::Encoding;
 
 /// Why a query was refused, bounded (a metric and DLQ label: [`RefusalReason::as_str`]).
@@ -51,6 +51,8 @@ pub struct QueryError {
 
 /// Largest accepted `token_budget` or `context_window`.
 pub const MAX_BUDGET: usize = 1_000_000;
+/// Longest `cursor`: a document id ([`crate::ingest::decode::MAX_DOC_ID_BYTES`]).
+pub const MAX_CURSOR_BYTES: usize = crate::ingest::decode::MAX_DOC_ID_BYTES;
 
 /// Decodes and validates a query; `max_bytes` bounds the whole event.
 pub fn decode_query(bytes: &[u8], max_bytes: usize) -> Result<Query, QueryError> {
@@ -120,9 +122,21 @@ pub fn validate(query: &Query) -> Result<(), String> {
         return Err(format!("text is empty (mode {})", query.mode.as_str()));
     }
     if let Some(k) = query.k {
-        if k == 0 || k > DEEP_MAX_K {
-            return Err(format!("k must be in 1..={DEEP_MAX_K}, got {k}"));
+        let most = if query.mode == Mode::ListSources {
+            LIST_MAX_PAGE
+        } else {
+            DEEP_MAX_K
+        };
+        if k == 0 || k > most {
+            return Err(format!("k must be in 1..={most}, got {k}"));
         }
+    }
+    if query
+        .cursor
+        .as_ref()
+        .is_some_and(|cursor| cursor.len() > MAX_CURSOR_BYTES)
+    {
+        return Err(format!("cursor exceeds {MAX_CURSOR_BYTES} bytes"));
     }
     for (name, value) in [
         ("token_budget", query.token_budget),

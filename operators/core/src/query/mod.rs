@@ -42,6 +42,10 @@ pub const DEFAULT_BUDGET: usize = 3000;
 pub const DEFAULT_K: usize = 10;
 /// Most results of a `deep` query.
 pub const DEEP_MAX_K: usize = 50;
+/// Documents per `list_sources` page when `k` is not given.
+pub const LIST_PAGE: usize = 100;
+/// Most documents per `list_sources` page.
+pub const LIST_MAX_PAGE: usize = 1000;
 
 /// What a query asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -183,6 +187,9 @@ pub struct Query {
     /// Pack to the budget: no evidence stop (`query.pack.evidence_ratio`).
     #[serde(default)]
     pub fill: bool,
+    /// `list_sources`: the page starts after this document id (the previous page's `next_cursor`).
+    #[serde(default)]
+    pub cursor: Option<String>,
 }
 
 /// Dense and BM25 weights of the fusion.

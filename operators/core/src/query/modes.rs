@@ -145,13 +145,12 @@ pub fn unknown_chunk(id: &str, sources: &[SourceEntry]) -> String {
         .take(50)
         .map(|s| format!("{} ({} chunks)", s.doc_id, s.chunks))
         .collect();
-    let more = sources.len().saturating_sub(listed.len());
     let mut message = format!(
         "no chunk {id:?} for this tenant; read_chunk takes a chunk_id from a context's items. Available documents: {}",
         if listed.is_empty() { "none".to_string() } else { listed.join(", ") }
     );
-    if more > 0 {
-        message.push_str(&format!(" and {more} more"));
+    if sources.len() > listed.len() {
+        message.push_str(" and more (list_sources pages through them all)");
     }
     message
 }
