@@ -107,6 +107,118 @@ fn ask(
     }
 }
 
+/// `POST /query` to `job`: the context.
+fn post(job: &Job, body: serde_json::Value) -> Context {
+    let (status, answer) =
+        common::job::http_post_json(job.http_port, "/query", &body.to_string()).expect("answered");
+    assert_eq!(status, 200, "{answer}");
+    serde_json::from_str(&answer).expect("context JSON")
+}
+
+/// Writes that only the other process indexes, seen by process 0's queries: a document whose shard
+/// is process 1's (workers 2 and 3) is updated; a `read_your_writes` query to process 0 right after
+/// must hold the update without waiting out its timeout, and once the next update is committed, an
+/// `eventual` query to process 0 must not be served the context it cached before. Returns the
+/// read-your-writes round trip and how long after the commit the cache served the new version.
+fn writes_elsewhere(broker: &Broker, cluster: &[Job], oracle: &mut Oracle) -> (f64, f64) {
+    let doc = (0..)
+        .map(|i| format!("lighthouse-{i}"))
+        .find(|id| ragstream_operators::model::DocKey::new("exact", id).route() % 4 >= 2)
+        .expect("a document of process 1");
+    let text = |colour: &str| {
+        format!(
+            "The lighthouse keeper of Varnholm painted the tower {colour} in the spring of 1911."
+        )
+    };
+    let question = "What colour did the keeper paint the Varnholm lighthouse tower?";
+    let ask = |consistency: &str| {
+        post(
+            &cluster[0],
+            json!({"query_id": format!("exact-{consistency}"), "tenant": "exact", "text": question,
+                   "token_budget": 300, "consistency": consistency}),
+        )
+    };
+    let committed = |broker: &Broker| {
+        let started = Instant::now();
+        let high = broker.high_watermarks(DOCS, PARTITIONS);
+        while broker.committed("cluster", DOCS, PARTITIONS) != high {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "never committed"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    broker.produce(
+        DOCS,
+        &[oracle.upsert("exact", &doc, 1, "Varnholm", &text("blue"))],
+    );
+    committed(broker);
+    let mut first = ask("eventual");
+    for _ in 0..100 {
+        if first.context.contains("blue") {
+            break;
+        }
+        // Process 0 learns of the commit within its refresh period.
+        std::thread::sleep(Duration::from_millis(100));
+        first = ask("eventual");
+    }
+    assert!(first.context.contains("blue"), "{}", first.context);
+    // Asked again once the group's offsets as process 0 reads them have settled, the context comes
+    // from the cache.
+    let started = Instant::now();
+    loop {
+        let again = ask("eventual");
+        assert!(again.context.contains("blue"), "{}", again.context);
+        if again.latency_ms.contains_key("cache") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "never served from the cache: {:?}",
+            again.latency_ms
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    broker.produce(
+        DOCS,
+        &[oracle.upsert("exact", &doc, 2, "Varnholm", &text("red"))],
+    );
+    let started = Instant::now();
+    let ryw = ask("read_your_writes");
+    let ryw_seconds = started.elapsed().as_secs_f64();
+    assert!(
+        ryw.context.contains("red") && !ryw.context.contains("blue"),
+        "read_your_writes missed a write indexed by the other process: {} (note {:?})",
+        ryw.context,
+        ryw.note
+    );
+    assert!(
+        ryw.note.as_deref().is_none_or(|n| !n.contains("caught up")),
+        "{:?}",
+        ryw.note
+    );
+
+    broker.produce(
+        DOCS,
+        &[oracle.upsert("exact", &doc, 3, "Varnholm", &text("green"))],
+    );
+    committed(broker);
+    let started = Instant::now();
+    let mut fresh = ask("eventual");
+    while !fresh.context.contains("green") {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "process 0 still serves a context cached before the other process's write: {}",
+            fresh.context
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        fresh = ask("eventual");
+    }
+    (ryw_seconds, started.elapsed().as_secs_f64())
+}
+
 #[test]
 fn two_processes_of_two_workers_index_and_answer_like_one_worker() {
     let broker = Broker::start();
@@ -174,6 +286,8 @@ fn two_processes_of_two_workers_index_and_answer_like_one_worker() {
         expected.len(),
     );
     let cluster_contexts = ask(&broker, "cluster", &queries);
+    let (ryw_seconds, cache_seconds) = writes_elsewhere(&broker, &cluster, &mut oracle);
+    let expected = oracle.expected(&default_chunker());
     // A cluster's dataflow ends when every process stopped its sources: interrupt all, then wait.
     for job in &cluster {
         job.interrupt();
@@ -208,7 +322,7 @@ fn two_processes_of_two_workers_index_and_answer_like_one_worker() {
         .map(|(id, _)| id)
         .collect();
     println!(
-        "cluster 2x2: {} events indexed in {cluster_seconds:.1} s ({} + {} chunks per process), lost {lost}, stale {stale}; single process x1: {single_seconds:.1} s; {} queries, one context each; {} contexts differ",
+        "cluster 2x2: {} events indexed in {cluster_seconds:.1} s ({} + {} chunks per process), lost {lost}, stale {stale}; single process x1: {single_seconds:.1} s; {} queries, one context each; {} contexts differ; a write indexed by the other process: read_your_writes answered with it in {ryw_seconds:.2} s, the cache served it {cache_seconds:.2} s after its commit",
         events.len(),
         per_process[0],
         per_process[1],

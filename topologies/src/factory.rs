@@ -171,6 +171,7 @@ pub fn query_kafka(config: &Config) -> Option<QueryKafkaConfig> {
         client: config.kafka.client_config(),
         topic: config.kafka.queries_topic.clone(),
         documents_topic: config.kafka.documents_topic.clone(),
+        documents_group: config.kafka.group_id.clone(),
         group_id: format!("{}-queries", config.kafka.group_id),
         instance_id: config.kafka.instance_id.clone(),
     })

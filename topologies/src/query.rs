@@ -77,6 +77,7 @@ pub fn query<'scope>(
         http,
         config.max_query_bytes,
         published.clone(),
+        services.progress.clone(),
         publisher.handover(),
         shutdown,
         finite_ingest,
@@ -96,7 +97,7 @@ pub fn query<'scope>(
     )));
     let planned = jobs
         .await_consistency(services.clone())
-        .cache_lookup(cache.clone())
+        .cache_lookup(cache.clone(), services.progress.clone())
         .intent();
     let planned = match &services.writer {
         Some(writer) => planned.hyde(writer.clone(), config.hyde.clone()),

@@ -104,6 +104,7 @@ impl HttpIngress {
 }
 
 pub use ragstream_core::progress::IngestProgress;
+use ragstream_core::progress::COMMITTED_REFRESH;
 
 /// Settings of the Kafka side of the query source.
 #[derive(Clone)]
@@ -114,6 +115,8 @@ pub struct QueryKafkaConfig {
     pub topic: String,
     /// The documents topic (for read-your-writes watermarks).
     pub documents_topic: String,
+    /// The documents consumer group (its committed offsets tell what other processes indexed).
+    pub documents_group: String,
     /// Consumer group.
     pub group_id: String,
     /// Static membership id prefix.
@@ -180,16 +183,43 @@ impl ConsumerContext for QueryConsumerContext {
     }
 }
 
-/// Documents-topic high watermarks, with the partition list refreshed every 30 s.
+/// Documents-topic high watermarks, with the partition list refreshed every 30 s, and the documents
+/// group's committed offsets (`group`: a client of that group that never joins it, only reads).
 struct Watermarks {
     consumer: BaseConsumer<QuietContext>,
+    group: BaseConsumer<QuietContext>,
     topic: String,
     partitions: Vec<i32>,
     listed: Option<Instant>,
 }
 
 impl Watermarks {
-    fn fetch(&mut self) -> BTreeMap<i32, i64> {
+    /// Reads the documents group's committed offsets into `progress` when a read is due (one per
+    /// [`COMMITTED_REFRESH`] per process); on a helper thread.
+    fn refresh_committed(&mut self, progress: &IngestProgress) {
+        if self.partitions.is_empty() || !progress.claim_refresh() {
+            return;
+        }
+        let mut wanted = TopicPartitionList::new();
+        for &partition in &self.partitions {
+            wanted.add_partition(&self.topic, partition);
+        }
+        if let Ok(committed) = self.group.committed_offsets(wanted, Duration::from_secs(2)) {
+            progress.set_committed(
+                committed
+                    .elements()
+                    .iter()
+                    .filter_map(|e| match e.offset() {
+                        Offset::Offset(offset) => Some((e.partition(), offset)),
+                        _ => None,
+                    })
+                    .collect(),
+            );
+        }
+    }
+
+    /// Lists the topic's partitions when the list is missing or 30 s old.
+    fn list(&mut self) {
         if self
             .listed
             .is_none_or(|at| at.elapsed() > Duration::from_secs(30))
@@ -206,6 +236,11 @@ impl Watermarks {
                 self.listed = Some(Instant::now());
             }
         }
+    }
+
+    /// The high watermark of every partition that answers (2 s each at most).
+    fn fetch(&mut self) -> BTreeMap<i32, i64> {
+        self.list();
         self.partitions
             .iter()
             .filter_map(|&p| {
@@ -272,6 +307,7 @@ pub fn query_source<'scope>(
     http: Option<Arc<HttpIngress>>,
     max_bytes: usize,
     published: ProbeHandle<u64>,
+    progress: Arc<IngestProgress>,
     handover: Handover,
     shutdown: Arc<AtomicBool>,
     finite_ingest: Option<ProbeHandle<u64>>,
@@ -303,6 +339,8 @@ pub fn query_source<'scope>(
         });
         // Read-your-writes: the documents topic's high watermarks, fetched on a helper thread (a
         // broker that does not answer costs seconds per partition, which a worker must not wait).
+        // The same thread reads the documents group's committed offsets, for the cache and for
+        // read-your-writes queries whose partitions other processes consume.
         let watermarks = kafka.as_ref().map(|config| {
             let mut marks = Watermarks {
                 consumer: config
@@ -310,14 +348,30 @@ pub fn query_source<'scope>(
                     .clone()
                     .create_with_context(QuietContext::new("watermark client"))
                     .unwrap_or_else(|e| panic!("cannot create the watermark client: {e}")),
+                group: config
+                    .client
+                    .clone()
+                    .set("group.id", &config.documents_group)
+                    .set("enable.auto.commit", "false")
+                    .create_with_context(QuietContext::new("committed offsets reader"))
+                    .unwrap_or_else(|e| panic!("cannot create the committed offsets reader: {e}")),
                 topic: config.documents_topic.clone(),
                 partitions: Vec::new(),
                 listed: None,
             };
+            let progress = progress.clone();
             let waker = crate::background::operator_waker(scope.worker(), &info.address);
-            Background::start(
+            Background::start_idle(
                 "watermarks",
-                move |(), deliver: &Deliver<BTreeMap<i32, i64>>| deliver.send(marks.fetch()),
+                Some(COMMITTED_REFRESH),
+                move |job: Option<()>, deliver: &Deliver<BTreeMap<i32, i64>>| {
+                    if job.is_some() {
+                        deliver.send(marks.fetch());
+                    } else {
+                        marks.list();
+                    }
+                    marks.refresh_committed(&progress);
+                },
                 waker,
             )
         });

@@ -22,6 +22,7 @@ use crate::embed::service::{Priority, Ticket};
 use crate::metrics::metrics;
 use crate::store::Bm25Encoder;
 use crate::wire::Wire;
+use ragstream_core::progress::IngestProgress;
 
 /// Query jobs waiting for their vectors from the inference service.
 struct PendingEmbedding {
@@ -59,6 +60,7 @@ pub trait QuerySteps<'scope> {
     fn cache_lookup(
         self,
         cache: Arc<Mutex<LruTtl<String, Context>>>,
+        progress: Arc<IngestProgress>,
     ) -> StreamVec<'scope, u64, QueryJob>;
     /// Chooses the intent, weights and pool.
     fn intent(self) -> StreamVec<'scope, u64, QueryJob>;
@@ -86,6 +88,7 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                     for job in data.drain(..) {
                         let read_your_writes = job.query.consistency == Consistency::ReadYourWrites;
                         if read_your_writes && !services.consistent(&job) {
+                            services.progress.waiting(true);
                             waiting.push((cap.retain_least(0).expect("time of the batch"), job, Instant::now()));
                         } else {
                             if read_your_writes {
@@ -101,6 +104,7 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
                     if !(ready || expired) {
                         return true;
                     }
+                    services.progress.waiting(false);
                     let mut job = job.clone();
                     job.record("consistency_wait", *since);
                     metrics()
@@ -125,9 +129,11 @@ impl<'scope> QuerySteps<'scope> for StreamVec<'scope, u64, QueryJob> {
     fn cache_lookup(
         self,
         cache: Arc<Mutex<LruTtl<String, Context>>>,
+        progress: Arc<IngestProgress>,
     ) -> StreamVec<'scope, u64, QueryJob> {
         map_stage(self, "CacheLookup", move |mut job: QueryJob| {
-            let generation = metrics().index_generation.get();
+            // This process's writes, and the group's commits (writes acknowledged anywhere).
+            let generation = progress.generation(metrics().index_generation.get());
             job.generation = generation;
             if let Some(mut context) = cache
                 .lock()
