@@ -20,6 +20,7 @@ use timely::dataflow::operators::{Concat, OkErr, Probe};
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 
 use ragstream_operators::embed::service::InferenceService;
+use ragstream_operators::ingest::acked::Acked;
 use ragstream_operators::ingest::chunk::Chunker;
 use ragstream_operators::ingest::chunk_op::ChunkDocuments;
 use ragstream_operators::ingest::diff::{DiffChunks, HYDRATION_TIME};
@@ -118,17 +119,20 @@ pub fn ingest<'scope>(
         .as_collection(|key: &DocKey, ids: &ChunkIds| (key.clone(), ids.clone()))
         .inner
         .diff_chunks(sets);
+    // What Embed and IndexWrite of this worker share: documents in flight, and what the index holds
+    // of those it refused.
+    let acked = Acked::shared();
     let (work, embed_refused): (
         StreamVec<'scope, u64, IndexDelta>,
         StreamVec<'scope, u64, DlqRecord>,
     ) = deltas
-        .embed_chunks(embedder, evidence_units)
+        .embed_chunks(embedder, evidence_units, acked.clone())
         .ok_err(|result| result);
     let (written, index_refused): (
         StreamVec<'scope, u64, IndexAck>,
         StreamVec<'scope, u64, DlqRecord>,
     ) = work
-        .write_index(store, optimize_every)
+        .write_index(store, optimize_every, acked)
         .ok_err(|result| result);
     let changed = written.clone().flat_map(|ack: IndexAck| ack.changed);
     let stats_deltas = map_stage(written, "AckStats", |ack: IndexAck| ack.stats).probe_with(acks);

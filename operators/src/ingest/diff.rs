@@ -53,6 +53,40 @@ pub struct ChunkDelta {
     /// The document of the new chunk set (what a refusal dead-letters); `None` for a delete.
     #[serde(default)]
     pub document: Option<std::sync::Arc<crate::model::Document>>,
+    /// The new set's chunks present before with the same layout (neither embedded nor rewritten):
+    /// with `upserts` and `restamp`, the whole new set, so the delta can be computed again against
+    /// what the index holds after a refusal ([`super::acked`]).
+    #[serde(default)]
+    pub kept: Vec<Chunk>,
+    /// The document is deleted (there is no new set).
+    #[serde(default)]
+    pub delete: bool,
+}
+
+impl ChunkDelta {
+    /// Whether the delta changes the index at all.
+    pub fn has_work(&self) -> bool {
+        !self.deletes.is_empty() || !self.upserts.is_empty() || !self.restamp.is_empty()
+    }
+
+    /// The new chunk set this delta leads to (`None` for a delete), its chunks in order.
+    pub fn into_new_set(self) -> Option<ChunkSet> {
+        if self.delete {
+            return None;
+        }
+        let mut chunks: Vec<Chunk> = self
+            .upserts
+            .into_iter()
+            .chain(self.restamp)
+            .chain(self.kept)
+            .collect();
+        chunks.sort_by_key(|chunk| chunk.order_index);
+        Some(ChunkSet {
+            version: self.version,
+            chunks,
+            document: self.document,
+        })
+    }
 }
 
 /// The delta between a document's old chunks (their ids and layouts, as the upsert kept them) and its
@@ -65,22 +99,40 @@ pub fn diff_chunk_sets(
     new: Option<&ChunkSet>,
     time: u64,
 ) -> ChunkDelta {
+    diff_owned(key, old, new.cloned(), time)
+}
+
+/// [`diff_chunk_sets`], taking the new set's chunks rather than copying them.
+pub fn diff_owned(
+    key: &DocKey,
+    old: Option<&ChunkIds>,
+    new: Option<ChunkSet>,
+    time: u64,
+) -> ChunkDelta {
     let old_ids: HashMap<uuid::Uuid, u64> = old
         .map(|o| o.ids.iter().copied().collect())
         .unwrap_or_default();
+    let delete = new.is_none();
+    let (new_version, document, chunks) = match new {
+        Some(set) => (Some(set.version), set.document, set.chunks),
+        None => (None, None, Vec::new()),
+    };
     let mut new_ids: HashSet<uuid::Uuid> = HashSet::new();
     let mut upserts = Vec::new();
     let mut restamp = Vec::new();
+    let mut kept = Vec::new();
     let mut unchanged = 0;
-    for chunk in new.iter().flat_map(|s| s.chunks.iter()) {
+    for chunk in chunks {
         let id = chunk.point_id(key);
         new_ids.insert(id);
         match old_ids.get(&id) {
-            None => upserts.push(chunk.clone()),
+            None => upserts.push(chunk),
             Some(&layout) => {
                 unchanged += 1;
                 if layout != chunk.layout() {
-                    restamp.push(chunk.clone());
+                    restamp.push(chunk);
+                } else {
+                    kept.push(chunk);
                 }
             }
         }
@@ -101,15 +153,12 @@ pub fn diff_chunk_sets(
     // that keeps the prefix): hydration seeds the version guard from the newest stored chunk version,
     // and a lagging one would let a late older event back in after a restart. Rewriting one unchanged
     // chunk at the new version, with the vector the index already holds, is enough and embeds nothing.
-    if let (Some(old), Some(new)) = (old, new) {
-        if upserts.is_empty() && restamp.is_empty() && new.version != old.version {
-            restamp.extend(new.chunks.first().cloned());
+    if let (Some(old), Some(version)) = (old, new_version) {
+        if upserts.is_empty() && restamp.is_empty() && version != old.version && !kept.is_empty() {
+            restamp.push(kept.remove(0));
         }
     }
-    let version = new
-        .map(|s| s.version)
-        .or(old.map(|o| o.version))
-        .unwrap_or(0);
+    let version = new_version.or(old.map(|o| o.version)).unwrap_or(0);
     ChunkDelta {
         key: key.clone(),
         version,
@@ -119,7 +168,9 @@ pub fn diff_chunk_sets(
         restamp,
         changed,
         time,
-        document: new.and_then(|set| set.document.clone()),
+        document,
+        kept,
+        delete,
     }
 }
 
@@ -148,15 +199,19 @@ impl<'scope> DiffChunks<'scope> for StreamVec<'scope, u64, ((DocKey, ChunkIds), 
             "ChunkDiff",
             move |_cap, _info| {
                 type Changes = BTreeMap<DocKey, (Option<ChunkIds>, Option<ChunkIds>)>;
+                type Sets = HashMap<(DocKey, u64), ChunkSet>;
                 let mut stash: BTreeMap<u64, (Capability<u64>, Changes)> = BTreeMap::new();
-                let mut chunks: BTreeMap<u64, HashMap<(DocKey, u64), ChunkSet>> = BTreeMap::new();
+                // The sets fed at each time, with a capability: a time whose sets the upsert showed
+                // no change for (identical re-upserts) still gives their deltas without work.
+                let mut chunks: BTreeMap<u64, (Capability<u64>, Sets)> = BTreeMap::new();
                 move |(input, frontier), (sets, sets_frontier), output| {
-                    sets.for_each(|_cap, data| {
+                    sets.for_each(|cap, data| {
                         for (key, set, time) in data.drain(..) {
                             if let Some(set) = set {
                                 chunks
                                     .entry(time)
-                                    .or_default()
+                                    .or_insert_with(|| (cap.delayed(&time, 0), HashMap::new()))
+                                    .1
                                     .insert((key, set.version), set);
                             }
                         }
@@ -178,13 +233,25 @@ impl<'scope> DiffChunks<'scope> for StreamVec<'scope, u64, ((DocKey, ChunkIds), 
                     });
                     let done =
                         |time: &u64| !frontier.less_equal(time) && !sets_frontier.less_equal(time);
-                    while let Some(entry) = stash.first_entry() {
-                        if !done(entry.key()) {
+                    // Done times in order (a document's deltas leave in the order of its events).
+                    loop {
+                        let time = match (stash.keys().next(), chunks.keys().next()) {
+                            (Some(a), Some(b)) => *a.min(b),
+                            (Some(a), None) => *a,
+                            (None, Some(b)) => *b,
+                            (None, None) => break,
+                        };
+                        if !done(&time) {
                             break;
                         }
-                        let time = *entry.key();
-                        let (cap, changes) = entry.remove();
-                        let mut sets_at = chunks.remove(&time).unwrap_or_default();
+                        let changed = stash.remove(&time);
+                        let fed = chunks.remove(&time);
+                        let cap = match (&changed, &fed) {
+                            (Some((cap, _)), _) | (None, Some((cap, _))) => cap.clone(),
+                            (None, None) => unreachable!("a time of either map"),
+                        };
+                        let changes = changed.map(|(_, changes)| changes).unwrap_or_default();
+                        let mut sets_at = fed.map(|(_, sets)| sets).unwrap_or_default();
                         let mut session = output.session(&cap);
                         let mut hydrated = 0;
                         for (key, (old, new)) in changes {
@@ -200,23 +267,21 @@ impl<'scope> DiffChunks<'scope> for StreamVec<'scope, u64, ((DocKey, ChunkIds), 
                                 },
                                 None => None,
                             };
-                            let delta = diff_chunk_sets(&key, old.as_ref(), new.as_ref(), time);
+                            let delta = diff_owned(&key, old.as_ref(), new, time);
                             metrics().chunks_unchanged.inc_by(delta.unchanged as u64);
-                            if !delta.deletes.is_empty()
-                                || !delta.upserts.is_empty()
-                                || !delta.restamp.is_empty()
-                            {
-                                session.give(delta);
-                            }
+                            // Also without work: Embed computes it again where the document's last
+                            // write was refused (`super::acked`).
+                            session.give(delta);
+                        }
+                        // Sets the upsert showed no change for (identical re-upserts): deltas
+                        // without work, for the same reason.
+                        for ((key, _), set) in sets_at {
+                            let ids = set.ids(&key);
+                            let delta = diff_owned(&key, Some(&ids), Some(set), time);
+                            metrics().chunks_unchanged.inc_by(delta.unchanged as u64);
+                            session.give(delta);
                         }
                         metrics().chunks_hydrated.inc_by(hydrated as u64);
-                    }
-                    // Sets of done times the upsert showed no change for (identical re-upserts).
-                    while let Some(entry) = chunks.first_entry() {
-                        if !done(entry.key()) {
-                            break;
-                        }
-                        entry.remove();
                     }
                 }
             },

@@ -17,13 +17,14 @@
 //!   documents that fail on their own are dead-lettered; their retractions still apply, so no stale chunk
 //!   survives.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::Exchange;
-use timely::dataflow::operators::Operator;
+use timely::dataflow::operators::{Capability, Operator};
 use timely::dataflow::StreamVec;
 
+use super::acked::SharedAcked;
 use super::diff::ChunkDelta;
 use super::dlq::{DlqRecord, Origin};
 use crate::embed::service::{InferenceService, Priority, Ticket};
@@ -50,6 +51,9 @@ pub struct IndexDelta {
     pub time: u64,
     /// The document of an upsert (what a refusal dead-letters as its value).
     pub document: Option<std::sync::Arc<crate::model::Document>>,
+    /// The embedder refused the document: its upserts were dead-lettered, only its retractions are
+    /// written (the writer then reads back what the index holds of it, [`super::acked`]).
+    pub refused: bool,
 }
 
 impl IndexDelta {
@@ -143,6 +147,7 @@ fn index_work(
     deltas
         .into_iter()
         .map(|delta| {
+            let refused = vectors.is_none() && !delta.upserts.is_empty();
             let points = match vectors.as_mut() {
                 Some(vectors) => delta
                     .upserts
@@ -185,6 +190,7 @@ fn index_work(
                 changed: delta.changed,
                 time: delta.time,
                 document: delta.document,
+                refused,
             }
         })
         .collect()
@@ -345,6 +351,7 @@ pub trait EmbedChunks<'scope> {
         self,
         service: InferenceService,
         evidence: bool,
+        acked: SharedAcked,
     ) -> StreamVec<'scope, u64, Result<IndexDelta, DlqRecord>>;
 }
 
@@ -353,6 +360,7 @@ impl<'scope> EmbedChunks<'scope> for StreamVec<'scope, u64, ChunkDelta> {
         self,
         service: InferenceService,
         evidence: bool,
+        acked: SharedAcked,
     ) -> StreamVec<'scope, u64, Result<IndexDelta, DlqRecord>> {
         let pact = Exchange::new(|delta: &ChunkDelta| delta.key.route());
         let bm25 = Bm25Encoder::default();
@@ -363,13 +371,42 @@ impl<'scope> EmbedChunks<'scope> for StreamVec<'scope, u64, ChunkDelta> {
             // Each batch keeps its capability until its work is given: a time is not complete
             // downstream (and its offsets not committed) while any of its documents is being embedded.
             let mut queue = EmbedQueue::new(REQUEST_TEXTS, MAX_IN_FLIGHT).with_evidence(evidence);
+            acked
+                .borrow_mut()
+                .set_embed(scope.activator_for(info.address.clone()));
+            // Deltas in arrival order, each with its capability, until their document has no write
+            // in flight (see `super::acked`).
+            let mut waiting: VecDeque<(Capability<u64>, ChunkDelta)> = VecDeque::new();
             move |input, output| {
                 input.for_each(|cap, data| {
-                    queue.push(
-                        cap.retain_least(0).expect("time of the batch"),
-                        std::mem::take(data),
-                    );
+                    let cap = cap.retain_least(0).expect("time of the batch");
+                    waiting.extend(data.drain(..).map(|delta| (cap.clone(), delta)));
                 });
+                let mut ledger = acked.borrow_mut();
+                let mut blocked: HashSet<DocKey> = HashSet::new();
+                let mut group: Option<(Capability<u64>, Vec<ChunkDelta>)> = None;
+                for (cap, delta) in std::mem::take(&mut waiting) {
+                    if blocked.contains(&delta.key) || ledger.in_flight(&delta.key) {
+                        blocked.insert(delta.key.clone());
+                        waiting.push_back((cap, delta));
+                        continue;
+                    }
+                    let Some(delta) = ledger.admit(delta) else {
+                        continue;
+                    };
+                    match &mut group {
+                        Some((at, deltas)) if at.time() == cap.time() => deltas.push(delta),
+                        _ => {
+                            if let Some((at, deltas)) = group.replace((cap, vec![delta])) {
+                                queue.push(at, deltas);
+                            }
+                        }
+                    }
+                }
+                if let Some((at, deltas)) = group {
+                    queue.push(at, deltas);
+                }
+                drop(ledger);
                 for (cap, work, dlq) in queue.drain_ready(&service, &waker, &bm25) {
                     if work.iter().any(|delta| !delta.points.is_empty()) {
                         crate::faults::fail_point(crate::faults::AFTER_EMBED);
@@ -666,7 +703,7 @@ mod tests {
             let (mut input, probe) = worker.dataflow(|scope| {
                 let (input, stream) = scope.new_input::<ChunkDelta>();
                 let probe = stream
-                    .embed_chunks(service, false)
+                    .embed_chunks(service, false, crate::ingest::acked::Acked::shared())
                     .inspect_core(move |event| {
                         if let Ok((stamp, data)) = event {
                             let time: u64 = *stamp.elements().first().expect("a time");

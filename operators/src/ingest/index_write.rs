@@ -28,12 +28,13 @@ use timely::dataflow::channels::pact::Pipeline;
 use timely::dataflow::operators::Operator;
 use timely::dataflow::StreamVec;
 
+use super::acked::{held_by_index, SharedAcked};
 use super::dlq::{DlqRecord, Origin};
 use super::embed::IndexDelta;
 use crate::background::{with_backoff, Background, Deliver};
 use crate::events::{InternalEvent, ShardOptimized};
 use crate::metrics::metrics;
-use crate::model::DocKey;
+use crate::model::{ChunkIds, DocKey};
 use crate::store::stats::StatsDelta;
 use crate::store::{Bm25Encoder, PointWrite, SparseVector, StoreError, StoredVectors, VectorStore};
 
@@ -61,6 +62,11 @@ pub struct BatchOutcome {
     pub refused: Vec<(DocKey, StoreError)>,
     /// Their DLQ records, each with the document event as value (filled by [`shard_writer`]).
     pub dead_letters: Vec<DlqRecord>,
+    /// The documents of the batch, in order (filled by [`shard_writer`]).
+    pub written: Vec<DocKey>,
+    /// What the index holds of each document refused here or by the embedder, read back after the
+    /// write (filled by [`shard_writer`]; see [`super::acked`]).
+    pub held: HashMap<DocKey, ChunkIds>,
 }
 
 /// Writes a batch; if the index refuses it, writes its documents one by one and reports those it still
@@ -303,6 +309,16 @@ pub fn shard_writer(
                     Some(refused_record(delta, error))
                 })
                 .collect();
+            outcome.written = batch.iter().map(|delta| delta.key.clone()).collect();
+            for delta in &batch {
+                let refused =
+                    delta.refused || outcome.refused.iter().any(|(key, _)| key == &delta.key);
+                if refused {
+                    if let Some(held) = held_by_index(store.as_ref(), &delta.key) {
+                        outcome.held.insert(delta.key.clone(), held);
+                    }
+                }
+            }
             crate::faults::fail_point(crate::faults::AFTER_INDEX_WRITE);
             let now = crate::now_millis();
             for delta in &batch {
@@ -342,6 +358,7 @@ pub trait WriteIndex<'scope> {
         self,
         store: Arc<dyn VectorStore>,
         optimize_every: usize,
+        acked: SharedAcked,
     ) -> StreamVec<'scope, u64, Result<IndexAck, DlqRecord>>;
 }
 
@@ -350,6 +367,7 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
         self,
         store: Arc<dyn VectorStore>,
         optimize_every: usize,
+        acked: SharedAcked,
     ) -> StreamVec<'scope, u64, Result<IndexAck, DlqRecord>> {
         let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
@@ -372,8 +390,14 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
                         pending.push_back(cap.retain_least(0).expect("time of the batch"));
                         writer.submit(std::mem::take(data));
                     });
-                    while let Some(outcome) = writer.try_result() {
+                    while let Some(mut outcome) = writer.try_result() {
                         let cap = pending.pop_front().expect("one capability per batch");
+                        let mut ledger = acked.borrow_mut();
+                        for key in &outcome.written {
+                            ledger.finished(key, outcome.held.remove(key));
+                        }
+                        ledger.wake_embed();
+                        drop(ledger);
                         let mut session = output.session(&cap);
                         session.give_iterator(outcome.dead_letters.into_iter().map(Err));
                         session.give(Ok(outcome.ack));
@@ -403,6 +427,7 @@ mod tests {
             changed: vec![],
             time: 0,
             document: None,
+            refused: false,
         }
     }
 
@@ -573,7 +598,7 @@ mod tests {
             let (mut input, probe) = worker.dataflow(|scope| {
                 let (input, stream) = scope.new_input::<IndexDelta>();
                 let probe = stream
-                    .write_index(store, 1_000_000)
+                    .write_index(store, 1_000_000, crate::ingest::acked::Acked::shared())
                     .inspect(move |result| seen.borrow_mut().push(result.clone()))
                     .probe()
                     .0;

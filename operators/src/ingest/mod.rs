@@ -7,6 +7,7 @@
 
 pub use ragstream_core::ingest::{chunk, decode, dlq};
 
+pub mod acked;
 pub mod chunk_op;
 pub mod diff;
 pub mod embed;
