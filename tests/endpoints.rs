@@ -96,6 +96,36 @@ fn fallback(context: &Value, kind: &str, why: &str) {
         .any(|d| d["cause"] == "endpoint_fallback" && d["step"] == "rerank"));
 }
 
+/// The Cohere/Jina rerank shape (`query.rerank.kind = "cohere"`) orders the window by the same rule.
+#[test]
+fn a_cohere_shaped_reranker_reorders_the_window() {
+    let stand_in = StandIn::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cohere = format!(
+        "[query.rerank]\nkind = \"cohere\"\nendpoint_window = 4\n[query.rerank.endpoint]\nurl = \"{}\"\nmodel = \"rerank-test\"\ntimeout_ms = 500\n",
+        stand_in.url
+    );
+    let mut job = start(dir.path(), &cohere);
+    let question = "which animals migrate or travel far from home";
+    let context = ask(&job, "c1", question, 2000);
+    assert_endpoint_order(&context, 4);
+    assert_eq!(
+        (stand_in.count("/v1/rerank"), stand_in.count("/rerank")),
+        (1, 0)
+    );
+    for (doc, score, _) in endpoint_scores(&context) {
+        let text = DOCS.iter().find(|(id, _)| *id == doc).expect("doc").1;
+        let expected = common::endpoints::share(question, text);
+        assert!(
+            (score - expected as f64).abs() < 1e-4,
+            "{doc}: {score} vs {expected}"
+        );
+    }
+    let slow = ask(&job, "c2", "which animals migrate slowly", 2000);
+    fallback(&slow, "cohere", "/v1/rerank");
+    assert!(job.stop().success());
+}
+
 #[test]
 fn a_tei_reranker_and_a_chat_grader_reorder_the_window_and_fall_back_when_slow_or_wrong() {
     let stand_in = StandIn::start();

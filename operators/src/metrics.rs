@@ -119,7 +119,7 @@ declare_metrics! {
     fusion_adapted: IntCounterVec = counter_vec("ragstream_fusion_adapted_total",
         "Queries whose fusion weights the lanes' hits changed, by rule.", &["rule"]);
     endpoint_calls: IntCounterVec = counter_vec("ragstream_endpoint_calls_total",
-        "Calls of the query flow's model endpoints (rerank_http, rerank_llm, hyde), by outcome (ok, fallback, cached).",
+        "Calls of the query flow's model endpoints (rerank_http, rerank_cohere, rerank_llm, hyde), by outcome (ok, fallback, cached).",
         &["endpoint", "outcome"]);
     endpoint_seconds: HistogramVec = histogram_vec("ragstream_endpoint_seconds",
         "Duration of a model endpoint call, answered or not.", &["endpoint"],

@@ -1,9 +1,11 @@
 //! A stand-in model server for the endpoint tests (no cross-encoder or chat model runs here; the
-//! README names this stand-in). It speaks the two APIs the job calls and computes its answers by
+//! README names this stand-in). It speaks the APIs the job calls and computes its answers by
 //! documented rules:
 //! - `POST /rerank` (text-embeddings-inference): each text's score is the share of the query's words
 //!   (lowercase, 3+ letters) that the text holds, divided by 1 + the text's word count / 100 (shorter
 //!   exact passages first); the reply lists `{index, score}` best first, as TEI does;
+//! - `POST /v1/rerank` (the Cohere/Jina shape): the same scores as `results[{index, relevance_score}]`,
+//!   best first, cut to `top_n`;
 //! - `POST /v1/chat/completions`: a grading prompt (system message mentioning "grade") is answered
 //!   with a JSON array holding, per `Passage i:` block, 10 × the same share, rounded; any other prompt
 //!   (HyDE) with the passage the test registered for that query text, else "A passage about …".
@@ -130,6 +132,30 @@ impl StandIn {
                                     .total_cmp(&a["score"].as_f64().unwrap())
                             });
                             Value::Array(scored)
+                        }
+                        "/v1/rerank" => {
+                            // The Cohere/Jina shape: `documents` in, the best `top_n` out.
+                            let query = body["query"].as_str().unwrap_or_default();
+                            let mut results: Vec<Value> = body["documents"]
+                                .as_array()
+                                .cloned()
+                                .unwrap_or_default()
+                                .iter()
+                                .enumerate()
+                                .map(|(i, t)| {
+                                    json!({"index": i, "relevance_score": share(query, t.as_str().unwrap_or_default())})
+                                })
+                                .collect();
+                            results.sort_by(|a, b| {
+                                b["relevance_score"]
+                                    .as_f64()
+                                    .unwrap()
+                                    .total_cmp(&a["relevance_score"].as_f64().unwrap())
+                            });
+                            let top_n =
+                                body["top_n"].as_u64().map_or(results.len(), |n| n as usize);
+                            results.truncate(top_n);
+                            json!({"id": "stand-in", "results": results})
                         }
                         "/v1/chat/completions" => {
                             let content = chat(&body, &passages.lock().unwrap());

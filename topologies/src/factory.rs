@@ -17,7 +17,9 @@ use ragstream_operators::ingest::decode::DecodeConfig;
 use ragstream_operators::io::checkpoint::IndexCheckpoint;
 use ragstream_operators::io::dir_source::{read_jsonl, DirSource};
 use ragstream_operators::io::dlq_sink::{DlqSink, FileDlq, KafkaDlq};
-use ragstream_operators::io::endpoints::{ChatPassageWriter, LlmReranker, TeiReranker};
+use ragstream_operators::io::endpoints::{
+    ChatPassageWriter, CohereReranker, LlmReranker, TeiReranker,
+};
 use ragstream_operators::io::kafka_source::{kafka_source, KafkaSourceConfig, SourceStreams};
 use ragstream_operators::io::local_source::{local_source, LocalInput, LocalSourceConfig};
 use ragstream_operators::io::query_source::{IngestProgress, QueryKafkaConfig};
@@ -81,6 +83,7 @@ pub fn reranker(config: &Config) -> Option<Arc<dyn Reranker>> {
     match rerank.kind {
         RerankKind::None => None,
         RerankKind::Http => Some(Arc::new(TeiReranker::new(&rerank.endpoint))),
+        RerankKind::Cohere => Some(Arc::new(CohereReranker::new(&rerank.endpoint))),
         RerankKind::Llm => Some(Arc::new(LlmReranker::new(&rerank.endpoint))),
     }
 }

@@ -124,31 +124,8 @@ pub fn held_by_index(store: &dyn VectorStore, key: &DocKey) -> Option<ChunkIds> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ingest::chunk::{Chunker, ChunkerConfig};
     use crate::ingest::diff::diff_chunk_sets;
-    use crate::model::{ChunkSet, DocKind, Document};
-
-    fn set(text: &str, version: u64) -> ChunkSet {
-        let doc = Document {
-            key: DocKey::new("t", "d"),
-            version,
-            source: "d.txt".into(),
-            kind: DocKind::Prose,
-            title: None,
-            text: text.into(),
-            acl: vec![],
-            updated_ms: 0,
-        };
-        let chunker = Chunker::new(ChunkerConfig {
-            prose_tokens: 12,
-            ..ChunkerConfig::default()
-        });
-        ChunkSet {
-            version,
-            chunks: chunker.chunk(&doc),
-            document: None,
-        }
-    }
+    use crate::ingest::diff::tests::chunks as set;
 
     const TEXT: &str = "Alpha one two three four five six seven.\n\nBravo one two three four five six seven.\n\nCharlie one two three four five six seven.";
 

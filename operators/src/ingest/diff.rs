@@ -290,12 +290,13 @@ impl<'scope> DiffChunks<'scope> for StreamVec<'scope, u64, ((DocKey, ChunkIds), 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::ingest::chunk::{Chunker, ChunkerConfig};
     use crate::model::{DocKind, Document};
 
-    fn chunks(text: &str, version: u64) -> ChunkSet {
+    /// The chunk set of document `t/d` at `version` (prose chunks of 12 tokens).
+    pub(crate) fn chunks(text: &str, version: u64) -> ChunkSet {
         let chunker = Chunker::new(ChunkerConfig {
             prose_tokens: 12,
             ..ChunkerConfig::default()

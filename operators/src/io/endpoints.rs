@@ -1,5 +1,5 @@
 //! HTTP clients of the optional query-flow endpoints: the text-embeddings-inference rerank API
-//! (`POST /rerank`), and an OpenAI-compatible chat endpoint (`POST /v1/chat/completions`) that grades
+//! (`POST /rerank`), the Cohere/Jina rerank API (`POST /v1/rerank`), and an OpenAI-compatible chat endpoint (`POST /v1/chat/completions`) that grades
 //! passages or writes a HyDE passage. Each call is bounded by the endpoint's timeout as a whole; the
 //! bearer token comes from the environment variable the config names and is never printed.
 
@@ -118,15 +118,49 @@ impl Reranker for TeiReranker {
     }
 }
 
-/// The scores of a rerank reply `[{"index": i, "score": s}, …]` (any order), by text index.
+/// A cross-encoder behind the Cohere/Jina rerank API (Jina, Cohere, vLLM, Infinity and others).
+#[derive(Debug)]
+pub struct CohereReranker(Client);
+
+impl CohereReranker {
+    /// A client of `config.url` (`/v1/rerank` is appended; `model` is sent when set).
+    pub fn new(config: &EndpointConfig) -> Self {
+        Self(Client::new(config))
+    }
+}
+
+impl Reranker for CohereReranker {
+    fn kind(&self) -> RerankKind {
+        RerankKind::Cohere
+    }
+
+    fn score(&self, query: &str, texts: &[String]) -> Result<Vec<f32>, String> {
+        let mut body = json!({"query": query, "documents": texts, "top_n": texts.len(),
+                              "return_documents": false});
+        if !self.0.model.is_empty() {
+            body["model"] = json!(self.0.model);
+        }
+        let reply = self.0.post("/v1/rerank", &body)?;
+        parse_scores(&reply["results"], "relevance_score", texts.len())
+    }
+}
+
+/// The scores of a TEI rerank reply `[{"index": i, "score": s}, …]` (any order), by text index.
 fn parse_rerank(reply: &Value, n: usize) -> Result<Vec<f32>, String> {
+    parse_scores(reply, "score", n)
+}
+
+/// The scores of `[{"index": i, <field>: s}, …]` (any order), by text index; every text needs one.
+fn parse_scores(reply: &Value, field: &str, n: usize) -> Result<Vec<f32>, String> {
     let items = reply
         .as_array()
-        .ok_or("rerank reply is not an array of {index, score}")?;
+        .ok_or_else(|| format!("rerank reply is not an array of {{index, {field}}}"))?;
     let mut scores = vec![None; n];
     for item in items {
         let index = item["index"].as_u64().ok_or("rerank item without index")? as usize;
-        let score = item["score"].as_f64().ok_or("rerank item without score")? as f32;
+        let score = item[field]
+            .as_f64()
+            .ok_or_else(|| format!("rerank item without {field}"))? as f32;
         if !score.is_finite() {
             return Err(format!("rerank score {score} for text {}", item["index"]));
         }
@@ -211,6 +245,23 @@ mod tests {
         assert!(parse_rerank(&json!([{"index": 0, "score": 1e300}]), 1)
             .unwrap_err()
             .contains("rerank score inf"));
+    }
+
+    #[test]
+    fn cohere_replies_are_read_from_results_by_index() {
+        let reply = json!({"results": [{"index": 1, "relevance_score": 0.8},
+                                       {"index": 0, "relevance_score": 0.2}]});
+        assert_eq!(
+            parse_scores(&reply["results"], "relevance_score", 2).unwrap(),
+            vec![0.2, 0.8]
+        );
+        // A TEI-shaped reply is not read as one.
+        assert!(
+            parse_scores(&json!([{"index": 0, "score": 0.5}]), "relevance_score", 1)
+                .unwrap_err()
+                .contains("without relevance_score")
+        );
+        assert!(parse_scores(&json!({"results": []})["missing"], "relevance_score", 1).is_err());
     }
 
     #[test]

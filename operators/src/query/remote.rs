@@ -250,6 +250,7 @@ impl<'scope> RemoteRerank<'scope> for StreamVec<'scope, u64, Working> {
         let kind: RerankKind = reranker.kind();
         let label = match kind {
             RerankKind::Llm => "rerank_llm",
+            RerankKind::Cohere => "rerank_cohere",
             _ => "rerank_http",
         };
         remote(

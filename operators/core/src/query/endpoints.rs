@@ -49,6 +49,9 @@ pub enum RerankKind {
     None,
     /// A cross-encoder behind the text-embeddings-inference rerank API (`POST /rerank`).
     Http,
+    /// A cross-encoder behind the Cohere/Jina rerank API (`POST /v1/rerank`: `query, documents,
+    /// top_n` → `results[{index, relevance_score}]`), which most reranker servers also serve.
+    Cohere,
     /// An OpenAI-compatible chat model grading each passage 0–10.
     Llm,
 }
@@ -59,6 +62,7 @@ impl RerankKind {
         match self {
             RerankKind::None => "none",
             RerankKind::Http => "http",
+            RerankKind::Cohere => "cohere",
             RerankKind::Llm => "llm",
         }
     }
