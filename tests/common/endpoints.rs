@@ -47,6 +47,27 @@ pub fn share(query: &str, text: &str) -> f32 {
     found / query.len() as f32 / (1.0 + held.len() as f32 / 100.0)
 }
 
+/// The texts of `body[texts]` scored against `body.query` by [`share`], best first, each as
+/// `{index, <field>: score}`.
+fn ranked(body: &Value, texts: &str, field: &str) -> Vec<Value> {
+    let query = body["query"].as_str().unwrap_or_default();
+    let mut scored: Vec<(usize, f32)> = body[texts]
+        .as_array()
+        .map(|texts| {
+            texts
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (i, share(query, t.as_str().unwrap_or_default())))
+                .collect()
+        })
+        .unwrap_or_default();
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1));
+    scored
+        .into_iter()
+        .map(|(index, score)| json!({"index": index, field: score}))
+        .collect()
+}
+
 fn chat(body: &Value, passages: &HashMap<String, String>) -> String {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let system = messages
@@ -113,45 +134,10 @@ impl StandIn {
                     }
                     let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
                     let reply = match path.as_str() {
-                        "/rerank" => {
-                            let query = body["query"].as_str().unwrap_or_default();
-                            let mut scored: Vec<Value> = body["texts"]
-                                .as_array()
-                                .cloned()
-                                .unwrap_or_default()
-                                .iter()
-                                .enumerate()
-                                .map(|(i, t)| {
-                                    json!({"index": i, "score": share(query, t.as_str().unwrap_or_default())})
-                                })
-                                .collect();
-                            scored.sort_by(|a, b| {
-                                b["score"]
-                                    .as_f64()
-                                    .unwrap()
-                                    .total_cmp(&a["score"].as_f64().unwrap())
-                            });
-                            Value::Array(scored)
-                        }
+                        "/rerank" => Value::Array(ranked(&body, "texts", "score")),
                         "/v1/rerank" => {
                             // The Cohere/Jina shape: `documents` in, the best `top_n` out.
-                            let query = body["query"].as_str().unwrap_or_default();
-                            let mut results: Vec<Value> = body["documents"]
-                                .as_array()
-                                .cloned()
-                                .unwrap_or_default()
-                                .iter()
-                                .enumerate()
-                                .map(|(i, t)| {
-                                    json!({"index": i, "relevance_score": share(query, t.as_str().unwrap_or_default())})
-                                })
-                                .collect();
-                            results.sort_by(|a, b| {
-                                b["relevance_score"]
-                                    .as_f64()
-                                    .unwrap()
-                                    .total_cmp(&a["relevance_score"].as_f64().unwrap())
-                            });
+                            let mut results = ranked(&body, "documents", "relevance_score");
                             let top_n =
                                 body["top_n"].as_u64().map_or(results.len(), |n| n as usize);
                             results.truncate(top_n);
