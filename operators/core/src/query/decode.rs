@@ -182,6 +182,38 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    fn list_sources_pages_have_their_own_bounds_and_the_cursor_is_bounded() {
+        let decode = |extra: &str| {
+            decode_query(
+                format!(r#"{{"query_id":"q","tenant":"t","mode":"list_sources"{extra}}}"#)
+                    .as_bytes(),
+                1 << 20,
+            )
+        };
+        assert_eq!(
+            decode(r#","k":1000"#).expect("a page of 1000").k,
+            Some(1000)
+        );
+        assert!(decode(r#","k":1001"#).is_err());
+        let cursor = "d".repeat(MAX_CURSOR_BYTES);
+        assert_eq!(
+            decode(&format!(r#","cursor":"{cursor}""#))
+                .expect("a cursor of a longest doc id")
+                .cursor
+                .map(|c| c.len()),
+            Some(MAX_CURSOR_BYTES)
+        );
+        let error = decode(&format!(r#","cursor":"{cursor}d""#)).unwrap_err();
+        assert!(
+            error.message.contains("cursor exceeds"),
+            "{}",
+            error.message
+        );
+        // Other modes keep the deep mode's bound.
+        assert!(decode_query(br#"{"query_id":"q","tenant":"t","text":"x","k":51}"#, 8192).is_err());
+    }
+
+    #[test]
     fn defaults_and_errors() {
         let query = decode_query(
             br#"{"query_id":"q1","tenant":"t","text":"what is x"}"#,
