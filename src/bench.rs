@@ -207,6 +207,7 @@ pub(crate) fn read_corpus(path: &std::path::Path) -> anyhow::Result<Vec<Document
                 text: value["text"].as_str().context("text")?.to_string(),
                 acl: vec![],
                 updated_ms: 0,
+                metadata: Default::default(),
             })
         })
         .collect()

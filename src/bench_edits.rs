@@ -111,6 +111,7 @@ fn chunk_set(chunker: &Chunker, kind: DocKind, text: &str, version: u64) -> Chun
         text: text.into(),
         acl: vec![],
         updated_ms: 0,
+        metadata: Default::default(),
     };
     ChunkSet {
         version,

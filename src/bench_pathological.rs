@@ -105,6 +105,7 @@ fn chunk_seconds(chunker: &Chunker, name: &str, text: &str) -> (f64, usize) {
         text: text.to_string(),
         acl: Vec::new(),
         updated_ms: 0,
+        metadata: Default::default(),
     };
     let mut seconds = Vec::new();
     let mut chunks = 0;

@@ -79,6 +79,11 @@ pub struct DocFilter {
     /// Only documents in these languages (ISO 639-3, e.g. `eng`).
     #[serde(default)]
     pub langs: Vec<String>,
+    /// Conditions on the documents' metadata, all required: key → a value (string, integer or
+    /// boolean), `{"any": [values]}`, or a range `{"gte": x, "lte": y}` of numbers or RFC 3339
+    /// date-times.
+    #[serde(default)]
+    pub metadata: Option<serde_json::Map<String, Value>>,
 }
 
 /// Arguments of `rag_search`.
@@ -198,6 +203,7 @@ fn filters(filter: Option<DocFilter>) -> Value {
         "source_prefix": filter.source_prefix,
         "kinds": filter.kinds,
         "langs": filter.langs,
+        "metadata": filter.metadata.unwrap_or_default(),
     })
 }
 
@@ -220,6 +226,7 @@ fn result(context: Context) -> CallToolResult {
                 "tier": item.tier,
                 "score": item.score,
                 "tokens": item.tokens,
+                "metadata": item.metadata,
             })
         })
         .collect();

@@ -66,6 +66,10 @@ fn calls() -> Value {
         ["sql", "sql_search", {"query": "orders per customer", "detail": "compact", "k": 1}],
         ["sql_full", "sql_search", {"query": "orders per customer", "detail": "full", "k": 1}],
         ["other_tenant", "rag_search", {"query": "zebra-quasar codename", "tenant": "globex"}],
+        ["meta", "rag_search", {"query": "rollback", "doc_filter": {"metadata": {"team": {"any": ["support", "sales"]}, "year": {"gte": 2024}}}}],
+        ["meta_eq", "rag_search_deep", {"query": "rollback", "k": 3, "doc_filter": {"metadata": {"team": "ops"}}}],
+        ["meta_none", "rag_search", {"query": "rollback", "doc_filter": {"metadata": {"published": {"lte": "2000-01-01"}}}}],
+        ["meta_bad", "rag_search", {"query": "rollback", "doc_filter": {"metadata": {"year": 1.5}}}],
     ])
 }
 
@@ -210,20 +214,61 @@ fn check(seen: &Value, transport: &str) {
         "{transport}: {other}"
     );
     assert!(!other.to_string().contains("zebra-quasar"));
+    // doc_filter.metadata: the FAQ's team and year select it, and its items carry its metadata.
+    let meta = call("meta")["structured"]["items"]
+        .as_array()
+        .expect("items")
+        .clone();
+    assert!(!meta.is_empty(), "{transport}: no item");
+    for item in &meta {
+        assert_eq!(item["doc_id"], "faq", "{transport}: {item}");
+        assert_eq!(item["metadata"], json!({"team": "support", "year": 2025}));
+    }
+    let ops = call("meta_eq")["structured"]["items"]
+        .as_array()
+        .expect("items")
+        .clone();
+    assert!(!ops.is_empty(), "{transport}: no item");
+    for item in &ops {
+        assert_eq!(item["doc_id"], "handbook", "{transport}: {item}");
+        assert_eq!(item["metadata"]["published"], "2023-04-01T00:00:00Z");
+    }
+    let none = &call("meta_none")["structured"]["items"];
+    assert_eq!(
+        none.as_array().map(Vec::len),
+        Some(0),
+        "{transport}: {none}"
+    );
+    let bad = call("meta_bad");
+    assert_eq!(bad["is_error"], true, "{transport}: {bad}");
+    assert!(bad.to_string().contains("range"), "{transport}: {bad}");
+}
+
+/// `event` with a `metadata` object.
+fn with_metadata(event: String, metadata: Value) -> String {
+    let mut value: Value = serde_json::from_str(&event).expect("event");
+    value["metadata"] = metadata;
+    value.to_string()
 }
 
 #[test]
 fn an_mcp_client_lists_and_calls_every_tool_over_http_and_stdio() {
     let dir = tempfile::tempdir().expect("tempdir");
     let events = [
-        event(
-            "acme",
-            "handbook",
-            "markdown",
-            "Operations handbook",
-            HANDBOOK,
+        with_metadata(
+            event(
+                "acme",
+                "handbook",
+                "markdown",
+                "Operations handbook",
+                HANDBOOK,
+            ),
+            json!({"team": "ops", "year": 2023, "published": "2023-04-01T00:00:00Z"}),
         ),
-        event("acme", "faq", "prose", "FAQ", FAQ),
+        with_metadata(
+            event("acme", "faq", "prose", "FAQ", FAQ),
+            json!({"team": "support", "year": 2025}),
+        ),
         event("acme", "warehouse", "sql_schema", "Warehouse", &warehouse()),
         event("globex", "secret", "prose", "Globex secrets", GLOBEX),
     ];

@@ -126,6 +126,7 @@ fn chunk(rng: &mut Rng, doc: usize, order: u32, counter: TokenCounter) -> Stored
             occurrence: 0,
             acl: vec![],
             updated_ms: 0,
+            metadata: Default::default(),
             lang: String::new(),
             text,
         },

@@ -177,6 +177,12 @@ impl VectorStore for FaultyStore {
     fn engine_idf(&self) -> bool {
         self.inner.engine_idf()
     }
+    fn index_metadata(
+        &self,
+        keys: &[(String, crate::metadata::MetaIndex)],
+    ) -> Result<(), StoreError> {
+        self.inner.index_metadata(keys)
+    }
     fn upsert(&self, points: &[PointWrite]) -> Result<(), StoreError> {
         self.check()?;
         self.check_points(points)?;

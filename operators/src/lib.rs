@@ -6,7 +6,7 @@
 //! paths). Wiring lives in the `ragstream-topologies` crate.
 #![forbid(missing_docs)]
 
-pub use ragstream_core::{model, text, tokens, wire};
+pub use ragstream_core::{metadata, model, text, tokens, wire};
 
 pub mod activations;
 pub mod background;

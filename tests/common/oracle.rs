@@ -66,6 +66,7 @@ impl Oracle {
             text: text.to_string(),
             acl: vec![],
             updated_ms: 0,
+            metadata: Default::default(),
         };
         let body = serde_json::json!({
             "op": "upsert", "tenant": tenant, "doc_id": doc_id, "version": version,

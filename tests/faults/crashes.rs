@@ -184,6 +184,7 @@ fn text_with_chunks(paragraphs: &[String], chunks: usize) -> String {
             text: text.clone(),
             acl: vec![],
             updated_ms: 0,
+            metadata: Default::default(),
         };
         if chunker.chunk(&document).len() >= chunks {
             return text;

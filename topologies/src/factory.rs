@@ -23,6 +23,7 @@ use ragstream_operators::io::endpoints::{
 use ragstream_operators::io::kafka_source::{kafka_source, KafkaSourceConfig, SourceStreams};
 use ragstream_operators::io::local_source::{local_source, LocalInput, LocalSourceConfig};
 use ragstream_operators::io::query_source::{IngestProgress, QueryKafkaConfig};
+use ragstream_operators::metadata::MetaIndex;
 use ragstream_operators::query::endpoints::{PassageWriter, RerankKind, Reranker};
 use ragstream_operators::store::edge::EdgeStore;
 use ragstream_operators::store::server::ServerStore;
@@ -112,6 +113,9 @@ pub fn open_shards(config: &Config, dimension: usize) -> anyhow::Result<Vec<Arc<
                     let path = root.join(format!("shard-{i}"));
                     let store = EdgeStore::open_tuned(&path, dimension, config.index.tuning)
                         .with_context(|| format!("opening {}", path.display()))?;
+                    store
+                        .index_metadata(&metadata_indexes(config))
+                        .with_context(|| format!("indexing metadata keys in {}", path.display()))?;
                     Ok(Arc::new(store) as Arc<dyn VectorStore>)
                 })
                 .collect()
@@ -128,10 +132,22 @@ pub fn open_shards(config: &Config, dimension: usize) -> anyhow::Result<Vec<Arc<
                 config.index.tuning,
             )
             .with_context(|| format!("connecting to Qdrant at {url}"))?;
+            store
+                .index_metadata(&metadata_indexes(config))
+                .context("indexing metadata keys")?;
             let store: Arc<dyn VectorStore> = Arc::new(store);
             Ok((0..config.runtime.workers).map(|_| store.clone()).collect())
         }
     }
+}
+
+fn metadata_indexes(config: &Config) -> Vec<(String, MetaIndex)> {
+    config
+        .index
+        .metadata
+        .iter()
+        .map(|(key, index)| (key.clone(), *index))
+        .collect()
 }
 
 /// `<root>/layout.json` records the worker count; another count is refused (documents are routed to
@@ -177,6 +193,7 @@ pub fn query_kafka(config: &Config) -> Option<QueryKafkaConfig> {
         documents_group: config.kafka.group_id.clone(),
         group_id: format!("{}-queries", config.kafka.group_id),
         instance_id: config.kafka.instance_id.clone(),
+        session_timeout: Duration::from_millis(config.kafka.session_timeout_ms),
     })
 }
 
@@ -261,6 +278,7 @@ pub fn document_source<'scope>(
                 max_in_flight: config.kafka.max_in_flight,
                 prefetch_kbytes: config.kafka.prefetch_kbytes,
                 idle_poll: Duration::from_millis(20),
+                session_timeout: Duration::from_millis(config.kafka.session_timeout_ms),
                 instance_id: config.kafka.instance_id.clone(),
                 checkpoint: parts.checkpoint,
             },

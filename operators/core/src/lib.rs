@@ -9,6 +9,7 @@
 
 pub mod embed;
 pub mod ingest;
+pub mod metadata;
 pub mod model;
 pub mod progress;
 pub mod query;

@@ -125,6 +125,8 @@ pub struct Document {
     /// When the document last changed, milliseconds since the Unix epoch, as the event's `updated_at`
     /// says; 0 when it does not (the age policy of surrogates then treats it as new).
     pub updated_ms: u64,
+    /// The event's `metadata` object, checked and canonical ([`crate::metadata`]).
+    pub metadata: crate::metadata::Metadata,
 }
 
 /// A document event after decoding: an upsert or a delete.
@@ -187,6 +189,9 @@ pub struct Chunk {
     /// written with.
     #[serde(default)]
     pub updated_ms: u64,
+    /// The document's metadata, copied to every chunk (filterable inside the index query).
+    #[serde(default)]
+    pub metadata: crate::metadata::Metadata,
     /// The chunk text.
     pub text: String,
 }
@@ -198,7 +203,8 @@ impl Chunk {
     }
 
     /// A fingerprint of everything the index stores with the chunk besides what the embedder sees and
-    /// the version: position, line and byte ranges, header, source, kind, token count, ACL, language. A chunk
+    /// the version: position, line and byte ranges, header, source, kind, token count, ACL, language,
+    /// metadata. A chunk
     /// whose id is kept and whose layout changed is rewritten with its stored vector, not re-embedded.
     pub fn layout(&self) -> u64 {
         hash_prefix(&hash_fields(&[
@@ -213,6 +219,7 @@ impl Chunk {
             &self.tokens.to_le_bytes(),
             self.acl.join("\u{1f}").as_bytes(),
             self.lang.as_bytes(),
+            self.metadata.as_str().as_bytes(),
         ]))
     }
 

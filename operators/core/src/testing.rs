@@ -31,6 +31,7 @@ pub fn stored(doc: &str, order: u32, text: &str) -> StoredChunk {
             occurrence: 0,
             acl: vec![],
             updated_ms: 0,
+            metadata: Default::default(),
             lang: "eng".into(),
             text: text.into(),
         },
@@ -70,6 +71,7 @@ pub fn sample_point(
         occurrence: 0,
         acl: acl.iter().map(|s| s.to_string()).collect(),
         updated_ms: 0,
+        metadata: Default::default(),
         lang: "eng".into(),
         text: text.into(),
     };

@@ -192,6 +192,7 @@ fn the_chunker_cuts_every_mutation_within_its_budget() {
             text,
             acl: Vec::new(),
             updated_ms: 0,
+            metadata: Default::default(),
         };
         let chunks = chunker.chunk(&document);
         for chunk in &chunks {

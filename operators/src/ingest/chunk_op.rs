@@ -152,6 +152,7 @@ mod tests {
             text,
             acl: vec![],
             updated_ms: 0,
+            metadata: Default::default(),
         };
         (key, Some(doc), 0)
     }

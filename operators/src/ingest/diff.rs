@@ -310,6 +310,7 @@ pub(crate) mod tests {
             text: text.into(),
             acl: vec![],
             updated_ms: 0,
+            metadata: Default::default(),
         };
         ChunkSet {
             version,
@@ -336,6 +337,28 @@ pub(crate) mod tests {
         );
         assert_eq!(delta.deletes.len(), old.chunks.len() - 1);
         assert_eq!(delta.version, 2);
+    }
+
+    #[test]
+    fn new_metadata_rewrites_every_chunk_and_embeds_none() {
+        let key = DocKey::new("t", "d");
+        let text =
+            "Alpha one two three four five six seven.\n\nBravo one two three four five six seven.";
+        let v1 = chunks(text, 1);
+        let mut v2 = chunks(text, 2);
+        let metadata = crate::metadata::Metadata::parse(&serde_json::json!({"team": "search"}))
+            .expect("valid");
+        for chunk in &mut v2.chunks {
+            chunk.metadata = metadata.clone();
+        }
+        assert!(v2.chunks.len() >= 2);
+        let delta = diff_chunk_sets(&key, Some(&v1.ids(&key)), Some(&v2), 5);
+        assert!(delta.upserts.is_empty(), "nothing to embed");
+        assert!(delta.deletes.is_empty());
+        assert_eq!(
+            delta.restamp, v2.chunks,
+            "every chunk carries the new metadata"
+        );
     }
 
     #[test]
@@ -433,6 +456,7 @@ pub(crate) mod tests {
             text: blocks.join("\n\n"),
             acl: vec![],
             updated_ms: 0,
+            metadata: Default::default(),
         };
         ChunkSet {
             version,

@@ -472,6 +472,7 @@ mod tests {
             text: text.into(),
             acl: vec![],
             updated_ms: 0,
+            metadata: Default::default(),
         };
         let set = ChunkSet {
             version: 1,

@@ -275,6 +275,7 @@ mod tests {
             text: format!("v{version}"),
             acl: vec![],
             updated_ms: 0,
+            metadata: Default::default(),
         })
     }
 

@@ -531,6 +531,7 @@ mod tests {
                     text: format!("text of {doc}"),
                     acl: vec!["ops".into()],
                     updated_ms: 1_700_000_000_000,
+                    metadata: Default::default(),
                 })),
                 ..delta(doc)
             })

@@ -191,6 +191,7 @@ impl DirSource {
                 text,
                 acl: Vec::new(),
                 updated_ms,
+                metadata: Default::default(),
             })));
         }
         let mut vanished: Vec<String> = self

@@ -67,6 +67,8 @@ pub struct KafkaSourceConfig {
     pub prefetch_kbytes: usize,
     /// Wait between polls when the topic is idle.
     pub idle_poll: Duration,
+    /// Group session timeout (see [`group_client`]).
+    pub session_timeout: Duration,
     /// Static group membership: each worker joins as `<instance_id>-<worker>`, so a restarted job takes
     /// its predecessor's place at once instead of waiting for the broker to evict a dead member.
     pub instance_id: Option<String>,
@@ -202,8 +204,18 @@ impl ConsumerContext for LagContext {
 
 /// Group-consumer settings shared by the documents and queries sources: offsets stored by us only
 /// after the work they carried is acknowledged (librdkafka commits what is stored), new groups start
-/// from the beginning, static membership as `<member>` when given.
-pub fn group_client(client: &ClientConfig, group_id: &str, member: Option<String>) -> ClientConfig {
+/// from the beginning, static membership as `<member>` when given. A member whose coordinator has not
+/// answered for `session_timeout` drops its partitions and rejoins; a killed job's member is evicted
+/// after it, so a restarted job gets its partitions back then. Heartbeats go every tenth of it (at
+/// most every 3 s).
+pub fn group_client(
+    client: &ClientConfig,
+    group_id: &str,
+    member: Option<String>,
+    session_timeout: Duration,
+) -> ClientConfig {
+    let session_ms = session_timeout.as_millis().max(1);
+    let heartbeat_ms = (session_ms / 10).clamp(1, 3000);
     let mut client = client.clone();
     if let Some(member) = member {
         client.set("group.instance.id", member);
@@ -215,10 +227,8 @@ pub fn group_client(client: &ClientConfig, group_id: &str, member: Option<String
         .set("auto.commit.interval.ms", "1000")
         // A new group starts from the beginning of the topic: the index must hold every document.
         .set("auto.offset.reset", "earliest")
-        // A killed job's member is evicted after 10 s (not the default 45 s), so a restarted job gets its
-        // partitions back quickly; heartbeats every second keep a live member well inside that.
-        .set("session.timeout.ms", "10000")
-        .set("heartbeat.interval.ms", "1000");
+        .set("session.timeout.ms", session_ms.to_string())
+        .set("heartbeat.interval.ms", heartbeat_ms.to_string());
     client
 }
 
@@ -231,35 +241,40 @@ pub fn consumer(
         .instance_id
         .as_ref()
         .map(|instance| format!("{instance}-{worker}"));
-    let consumer: BaseConsumer<LagContext> = group_client(&config.client, &config.group_id, member)
-        // Lag per partition for the metrics.
-        .set("statistics.interval.ms", "5000")
-        // What librdkafka may prefetch besides our in-flight messages (see `prefetch_kbytes`).
-        .set(
-            "queued.max.messages.kbytes",
-            config.prefetch_kbytes.to_string(),
-        )
-        // A fetch may return a whole event of up to the prefetch size: brokers that do not hand out an
-        // oversized first batch anyway (Tansu) would otherwise stall the partition on a large document
-        // instead of letting it reach the size check and the DLQ.
-        .set(
-            "fetch.max.bytes",
-            (config.prefetch_kbytes * 1024).to_string(),
-        )
-        .set(
-            "max.partition.fetch.bytes",
-            (config.prefetch_kbytes * 1024).to_string(),
-        )
-        .set(
-            "receive.message.max.bytes",
-            (config.prefetch_kbytes * 1024 + (1 << 20)).to_string(),
-        )
-        .create_with_context(LagContext {
-            topic: config.topic.clone(),
-            checkpoint: config.checkpoint.clone(),
-            errors: Default::default(),
-            assigned: AtomicBool::new(false),
-        })?;
+    let consumer: BaseConsumer<LagContext> = group_client(
+        &config.client,
+        &config.group_id,
+        member,
+        config.session_timeout,
+    )
+    // Lag per partition for the metrics.
+    .set("statistics.interval.ms", "5000")
+    // What librdkafka may prefetch besides our in-flight messages (see `prefetch_kbytes`).
+    .set(
+        "queued.max.messages.kbytes",
+        config.prefetch_kbytes.to_string(),
+    )
+    // A fetch may return a whole event of up to the prefetch size: brokers that do not hand out an
+    // oversized first batch anyway (Tansu) would otherwise stall the partition on a large document
+    // instead of letting it reach the size check and the DLQ.
+    .set(
+        "fetch.max.bytes",
+        (config.prefetch_kbytes * 1024).to_string(),
+    )
+    .set(
+        "max.partition.fetch.bytes",
+        (config.prefetch_kbytes * 1024).to_string(),
+    )
+    .set(
+        "receive.message.max.bytes",
+        (config.prefetch_kbytes * 1024 + (1 << 20)).to_string(),
+    )
+    .create_with_context(LagContext {
+        topic: config.topic.clone(),
+        checkpoint: config.checkpoint.clone(),
+        errors: Default::default(),
+        assigned: AtomicBool::new(false),
+    })?;
     consumer.subscribe(&[&config.topic])?;
     Ok(consumer)
 }
@@ -491,5 +506,33 @@ fn publish_progress<C: ConsumerContext>(
     let mut offsets = progress.offsets.lock().expect("progress");
     for (partition, offset) in acknowledged {
         offsets.insert(partition, offset);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_session_timeout_sets_the_heartbeat() {
+        for (session, heartbeat) in [
+            (3_000, "300"),
+            (10_000, "1000"),
+            (30_000, "3000"),
+            (300_000, "3000"),
+        ] {
+            let client = group_client(
+                &ClientConfig::new(),
+                "g",
+                None,
+                Duration::from_millis(session),
+            );
+            assert_eq!(
+                client.get("session.timeout.ms"),
+                Some(session.to_string().as_str())
+            );
+            assert_eq!(client.get("heartbeat.interval.ms"), Some(heartbeat));
+            assert_eq!(client.get("enable.auto.offset.store"), Some("false"));
+        }
     }
 }

@@ -121,6 +121,8 @@ pub struct QueryKafkaConfig {
     pub group_id: String,
     /// Static membership id prefix.
     pub instance_id: Option<String>,
+    /// Group session timeout (see [`super::kafka_source::group_client`]).
+    pub session_timeout: Duration,
 }
 
 /// The queries consumer's context: errors logged as [`QuietContext`] does, and the handover of
@@ -328,10 +330,14 @@ pub fn query_source<'scope>(
                 topic: config.topic.clone(),
                 handover: handover.clone(),
             };
-            let consumer: BaseConsumer<QueryConsumerContext> =
-                super::kafka_source::group_client(&config.client, &config.group_id, member)
-                    .create_with_context(context)
-                    .unwrap_or_else(|e| panic!("cannot create the queries consumer: {e}"));
+            let consumer: BaseConsumer<QueryConsumerContext> = super::kafka_source::group_client(
+                &config.client,
+                &config.group_id,
+                member,
+                config.session_timeout,
+            )
+            .create_with_context(context)
+            .unwrap_or_else(|e| panic!("cannot create the queries consumer: {e}"));
             consumer
                 .subscribe(&[&config.topic])
                 .unwrap_or_else(|e| panic!("cannot subscribe to {}: {e}", config.topic));

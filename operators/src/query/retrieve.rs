@@ -30,6 +30,7 @@ pub fn filter_for(query: &Query) -> SearchFilter {
         doc_ids: query.filters.doc_ids.clone(),
         source_prefix: query.filters.source_prefix.clone(),
         langs: query.filters.langs.clone(),
+        metadata: query.filters.metadata.0.clone(),
     }
 }
 

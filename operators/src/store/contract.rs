@@ -2,6 +2,7 @@
 //! Qdrant server when `QDRANT_URL` is set).
 
 use super::*;
+use crate::metadata::{parse_conditions, MetaIndex, Metadata};
 use crate::model::DocKind;
 
 pub use ragstream_core::testing::{sample_point, DIMENSION};
@@ -50,6 +51,20 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
         &["sales"],
     );
     a3.chunk.lang = "fra".into();
+    let metadata = |value: serde_json::Value| Metadata::parse(&value).expect("valid metadata");
+    let mut a1 = a1;
+    a1.chunk.metadata = metadata(serde_json::json!({
+        "team": "search", "year": 2021, "score": 0.5, "draft": false,
+        "published": "2021-03-01T00:00:00Z", "tags": ["kafka", "index"]
+    }));
+    a2.chunk.metadata = metadata(serde_json::json!({
+        "team": "infra", "year": 2023, "score": 2.5, "draft": true,
+        "published": "2023-06-15T12:00:00Z", "tags": ["mmr"]
+    }));
+    a3.chunk.metadata = metadata(serde_json::json!({
+        "team": "search", "year": 2024, "score": 9.5,
+        "published": "2024-01-01T00:00:00Z"
+    }));
     let b1 = sample_point(
         "b",
         "one",
@@ -57,6 +72,18 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
         "kafka offsets are committed after the index flush",
         &[],
     );
+    let mut b1 = b1;
+    b1.chunk.metadata = metadata(serde_json::json!({ "team": "search", "year": 2024 }));
+    // Declared keys get payload indexes of their type; `tags` and `draft` stay undeclared (filtered
+    // all the same).
+    store
+        .index_metadata(&[
+            ("team".into(), MetaIndex::Keyword),
+            ("year".into(), MetaIndex::Integer),
+            ("score".into(), MetaIndex::Float),
+            ("published".into(), MetaIndex::Datetime),
+        ])
+        .expect("metadata indexes");
     let all = [a1.clone(), a2.clone(), a3.clone(), b1.clone()];
     store.upsert(&all).expect("upsert");
     store.upsert(&all).expect("idempotent upsert");
@@ -197,6 +224,84 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
         )
         .expect("prefix search");
     assert_eq!(ids(&hits), vec!["a/three"]);
+
+    // Metadata: stored with each chunk, read back as written, filtered inside the engine.
+    assert_eq!(
+        store.get(&[a1.id]).expect("get")[0].chunk.metadata,
+        a1.chunk.metadata
+    );
+    let meta = |conditions: serde_json::Value| SearchFilter {
+        tenant: Some("a".into()),
+        metadata: parse_conditions(&conditions).expect("valid conditions"),
+        ..SearchFilter::default()
+    };
+    let count = |conditions: serde_json::Value| {
+        let filter = meta(conditions.clone());
+        let mut found = Vec::new();
+        store
+            .scroll(&filter, &mut |s| found.push(s.key.doc_id.clone()))
+            .expect("metadata scroll");
+        found.sort();
+        assert_eq!(
+            store.count(&filter).expect("metadata count"),
+            found.len(),
+            "{conditions}"
+        );
+        found
+    };
+    use serde_json::json;
+    for (conditions, expected) in [
+        (json!({"team": "search"}), vec!["one", "three"]),
+        (json!({"team": {"any": ["infra", "sales"]}}), vec!["two"]),
+        (json!({"year": {"any": [2021, 2024]}}), vec!["one", "three"]),
+        (json!({"year": 2023}), vec!["two"]),
+        (json!({"year": {"gte": 2022}}), vec!["three", "two"]),
+        (json!({"year": {"gte": 2022, "lte": 2023}}), vec!["two"]),
+        (json!({"score": {"gte": 1.0, "lte": 3.0}}), vec!["two"]),
+        (json!({"score": {"lte": 0.5}}), vec!["one"]),
+        (
+            json!({"published": {"gte": "2023-01-01"}}),
+            vec!["three", "two"],
+        ),
+        (
+            json!({"published": {"lte": "2022-12-31T23:59:59Z"}}),
+            vec!["one"],
+        ),
+        (
+            json!({"published": {"gte": "2023-06-15T13:00:00+02:00", "lte": "2023-06-15T14:00:00+02:00"}}),
+            vec!["two"],
+        ),
+        (json!({"tags": "kafka"}), vec!["one"]),
+        (json!({"tags": {"any": ["mmr", "none"]}}), vec!["two"]),
+        (json!({"draft": true}), vec!["two"]),
+        (
+            json!({"team": "search", "year": {"gte": 2022}}),
+            vec!["three"],
+        ),
+        (json!({"team": "nobody"}), vec![]),
+        (json!({"missing": 1}), vec![]),
+    ] {
+        assert_eq!(count(conditions.clone()), expected, "{conditions}");
+    }
+    let hits = store
+        .search(
+            &SearchVector::Dense(a1.dense.clone()),
+            &meta(json!({"team": "infra"})),
+            10,
+            None,
+        )
+        .expect("metadata search");
+    assert_eq!(ids(&hits), vec!["a/two"]);
+    let query = Bm25Encoder::default().encode_query("tiktoken kafka mmr");
+    let hits = store
+        .search(
+            &SearchVector::Sparse(query),
+            &meta(json!({"year": {"lte": 2021}})),
+            10,
+            None,
+        )
+        .expect("metadata sparse search");
+    assert_eq!(ids(&hits), vec!["a/one"]);
 
     // Chunks by id (read_chunk).
     let got = store.get(&[a2.id, uuid::Uuid::nil()]).expect("get");

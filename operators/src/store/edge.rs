@@ -22,6 +22,8 @@ use qdrant_edge::{
     WithPayloadInterface, WithVector,
 };
 
+use ragstream_core::metadata::{MetaCondition, MetaIndex, MetaMatch, MetaScalar, RangeBound};
+
 use super::{
     check_compatible, chunk_from_payload, chunk_payload, Hit, IndexTuning, PointWrite,
     SearchFilter, SearchVector, StoreError, StoredChunk, StoredVectors, VectorStore, DENSE_VECTOR,
@@ -183,10 +185,51 @@ fn engine_filter(filter: &SearchFilter) -> Option<Filter> {
             ..Filter::default()
         }));
     }
+    for condition in &conditions.metadata {
+        // Like `is_empty` above: the engine's field conditions deserialise from their REST form.
+        let rest = metadata_condition(condition);
+        must.push(
+            serde_json::from_value(rest)
+                .expect("metadata conditions are checked at decode and deserialise"),
+        );
+    }
     (!must.is_empty()).then(|| Filter {
         must: Some(must),
         ..Filter::default()
     })
+}
+
+/// The REST form of a metadata condition (`{"key", "match"|"range"}`), as the engine reads it.
+fn metadata_condition(condition: &MetaCondition) -> serde_json::Value {
+    let scalar = |value: &MetaScalar| match value {
+        MetaScalar::Keyword(text) => serde_json::json!(text),
+        MetaScalar::Integer(i) => serde_json::json!(i),
+        MetaScalar::Bool(b) => serde_json::json!(b),
+    };
+    let bound = |value: &RangeBound| match value {
+        RangeBound::Number(n) => serde_json::json!(n),
+        RangeBound::Datetime(text) => serde_json::json!(text),
+    };
+    let key = condition.path();
+    match &condition.matches {
+        MetaMatch::Value(value) => {
+            serde_json::json!({ "key": key, "match": { "value": scalar(value) } })
+        }
+        MetaMatch::Any(values) => serde_json::json!({
+            "key": key,
+            "match": { "any": values.iter().map(scalar).collect::<Vec<_>>() }
+        }),
+        MetaMatch::Range { gte, lte } => {
+            let mut range = serde_json::Map::new();
+            if let Some(gte) = gte {
+                range.insert("gte".into(), bound(gte));
+            }
+            if let Some(lte) = lte {
+                range.insert("lte".into(), bound(lte));
+            }
+            serde_json::json!({ "key": key, "range": range })
+        }
+    }
 }
 
 fn uuid_of(id: &PointId) -> Option<uuid::Uuid> {
@@ -331,6 +374,30 @@ impl EdgeStore {
         Ok(())
     }
 
+    fn create_metadata_indexes(&self, keys: &[(String, MetaIndex)]) -> Result<(), StoreError> {
+        let _guard = self.writer.lock().expect("store writer lock");
+        for (key, index) in keys {
+            let kind = match index {
+                MetaIndex::Keyword => PayloadSchemaType::Keyword,
+                MetaIndex::Integer => PayloadSchemaType::Integer,
+                MetaIndex::Float => PayloadSchemaType::Float,
+                MetaIndex::Bool => PayloadSchemaType::Bool,
+                MetaIndex::Datetime => PayloadSchemaType::Datetime,
+            };
+            let path: JsonPath = format!("metadata.{key}")
+                .parse()
+                .map_err(|_| StoreError::Invalid(format!("metadata key {key:?}")))?;
+            let operation = UpdateOperation::FieldIndexOperation(
+                FieldIndexOperations::CreateIndex(CreateIndex {
+                    field_name: path,
+                    field_schema: Some(PayloadFieldSchema::FieldType(kind)),
+                }),
+            );
+            self.shard.update(operation).map_err(engine_error)?;
+        }
+        Ok(())
+    }
+
     /// Dense search in one of the [`DenseSearch`] ways (what `bench volume` measures the recall of the
     /// configured search with).
     pub fn search_dense(
@@ -431,6 +498,10 @@ impl EdgeStore {
 impl VectorStore for EdgeStore {
     fn optimize(&self) -> Result<(), StoreError> {
         EdgeStore::optimize(self).map(|_| ())
+    }
+
+    fn index_metadata(&self, keys: &[(String, MetaIndex)]) -> Result<(), StoreError> {
+        self.create_metadata_indexes(keys)
     }
 
     fn engine_idf(&self) -> bool {

@@ -30,6 +30,7 @@ use qdrant_client::qdrant::{
     VectorsConfigBuilder, VectorsSelector,
 };
 use qdrant_client::Qdrant;
+use ragstream_core::metadata::MetaIndex;
 
 use super::{
     check_compatible, chunk_payload, Hit, IndexTuning, PointWrite, SearchFilter, SearchVector,
@@ -253,6 +254,33 @@ impl ServerStore {
         Ok(())
     }
 
+    fn create_metadata_indexes(&self, keys: &[(String, MetaIndex)]) -> Result<(), StoreError> {
+        for (key, index) in keys {
+            let kind = match index {
+                MetaIndex::Keyword => FieldType::Keyword,
+                MetaIndex::Integer => FieldType::Integer,
+                MetaIndex::Float => FieldType::Float,
+                MetaIndex::Bool => FieldType::Bool,
+                MetaIndex::Datetime => FieldType::Datetime,
+            };
+            let request = CreateFieldIndexCollectionBuilder::new(
+                &self.collection,
+                format!("metadata.{key}"),
+                kind,
+            )
+            .wait(true);
+            match self
+                .runtime
+                .block_on(self.client.create_field_index(request))
+            {
+                Ok(_) => {}
+                Err(error) if already_exists(&error) => {}
+                Err(error) => return Err(store_error(error)),
+            }
+        }
+        Ok(())
+    }
+
     /// Size of the collection's named dense vector; `None` if it has none.
     /// The collection's dense dimension, whether its sparse vector has the IDF modifier, and whether
     /// it has the evidence multi-vector.
@@ -287,6 +315,10 @@ impl ServerStore {
 impl VectorStore for ServerStore {
     fn backend(&self) -> &'static str {
         "server"
+    }
+
+    fn index_metadata(&self, keys: &[(String, MetaIndex)]) -> Result<(), StoreError> {
+        self.create_metadata_indexes(keys)
     }
 
     fn engine_idf(&self) -> bool {

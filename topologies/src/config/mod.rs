@@ -240,6 +240,26 @@ impl Config {
                 "must be at least kafka.max_batch (> 0)",
             );
         }
+        if self.index.metadata.len() > ragstream_operators::metadata::MAX_KEYS {
+            return invalid(
+                "index.metadata",
+                &format!("at most {} keys", ragstream_operators::metadata::MAX_KEYS),
+            );
+        }
+        if let Some(error) = self
+            .index
+            .metadata
+            .keys()
+            .find_map(|key| ragstream_operators::metadata::check_key(key).err())
+        {
+            return invalid("index.metadata", &error);
+        }
+        if !(3_000..=300_000).contains(&self.kafka.session_timeout_ms) {
+            return invalid(
+                "kafka.session_timeout_ms",
+                "must be between 3000 and 300000 (3 s to 5 min)",
+            );
+        }
         if self.ingest.max_document_bytes == 0 {
             return invalid("ingest.max_document_bytes", "must be positive");
         }

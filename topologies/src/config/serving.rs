@@ -37,6 +37,11 @@ pub struct IndexConfig {
     /// HNSW, quantisation and indexing threads of the dense index (`[index.tuning]`), both backends.
     #[serde(default)]
     pub tuning: IndexTuning,
+    /// Metadata keys with a payload index, by type (`[index.metadata]`, e.g. `year = "integer"`):
+    /// `keyword`, `integer`, `float`, `bool` or `datetime`. Undeclared keys filter too, by a scan of
+    /// what the other conditions leave.
+    #[serde(default)]
+    pub metadata: std::collections::BTreeMap<String, ragstream_operators::metadata::MetaIndex>,
 }
 
 fn default_index_kind() -> IndexKind {

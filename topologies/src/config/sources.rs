@@ -94,6 +94,11 @@ pub struct KafkaConfig {
     /// down to half).
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
+    /// Group session timeout, ms (`session.timeout.ms` of the documents and queries consumers;
+    /// heartbeats every tenth of it, at most every 3 s). A member whose coordinator has not answered
+    /// for this long drops its partitions and rejoins; a killed job's partitions move after it.
+    #[serde(default = "default_session_timeout_ms")]
+    pub session_timeout_ms: u64,
     /// Whether the job creates the queries, contexts, invalidations and DLQ topics it misses at
     /// start (one partition each). Set `false` where topics are provisioned by their owners: a
     /// missing topic is then an outage, retried until it exists (a document waiting for a missing
@@ -156,6 +161,9 @@ fn default_prefetch_kbytes() -> usize {
 }
 fn default_max_in_flight() -> usize {
     5000
+}
+fn default_session_timeout_ms() -> u64 {
+    10_000
 }
 
 impl Default for KafkaConfig {

@@ -110,6 +110,19 @@ fn cross_field_checks_name_the_key() {
         .unwrap_err()
         .to_string()
         .contains("chunking.prose_tokens"));
+    let err = load_error("[source]\nkind = \"kafka\"\n[index.metadata]\n\"a.b\" = \"keyword\"\n");
+    assert!(err.contains("index.metadata"), "{err}");
+    let (_dir, path) = write(
+        "[source]\nkind = \"kafka\"\n[index.metadata]\nyear = \"integer\"\nwhen = \"datetime\"\n",
+    );
+    let config = Config::load(&path).expect("declared metadata keys");
+    assert_eq!(config.index.metadata.len(), 2);
+    for timeout in [0, 2999, 300_001] {
+        let err = load_error(&format!(
+            "[source]\nkind = \"kafka\"\n[kafka]\nsession_timeout_ms = {timeout}\n"
+        ));
+        assert!(err.contains("kafka.session_timeout_ms"), "{err}");
+    }
 }
 
 #[test]

@@ -10,6 +10,7 @@
 
 use serde::Deserialize;
 
+use crate::metadata::Metadata;
 use crate::model::{DocKey, DocKind, DocOp, Document};
 
 /// Limits and checks applied to every event.
@@ -67,6 +68,8 @@ pub enum DecodeReason {
     BadKey,
     /// The tenant is not in the configured allow-list.
     UnknownTenant,
+    /// `metadata` is not a flat object of bounded values ([`crate::metadata`]).
+    InvalidMetadata,
 }
 
 impl DecodeReason {
@@ -78,6 +81,7 @@ impl DecodeReason {
             Self::MissingField => "missing_field",
             Self::UnknownKind => "unknown_kind",
             Self::UnknownOp => "unknown_op",
+            Self::InvalidMetadata => "invalid_metadata",
             Self::Oversize => "oversize",
             Self::BadKey => "bad_key",
             Self::UnknownTenant => "unknown_tenant",
@@ -85,7 +89,7 @@ impl DecodeReason {
     }
 
     /// Every reason, for metric initialisation.
-    pub const ALL: [DecodeReason; 8] = [
+    pub const ALL: [DecodeReason; 9] = [
         Self::InvalidUtf8,
         Self::MalformedJson,
         Self::MissingField,
@@ -94,6 +98,7 @@ impl DecodeReason {
         Self::Oversize,
         Self::BadKey,
         Self::UnknownTenant,
+        Self::InvalidMetadata,
     ];
 }
 
@@ -130,8 +135,8 @@ struct WireEvent {
     #[serde(default)]
     acl: Vec<String>,
     updated_at: Option<u64>,
-    #[allow(dead_code)]
-    metadata: Option<serde_json::Value>,
+    #[serde(default)]
+    metadata: serde_json::Value,
 }
 
 /// Decodes one event. `key` is the message key (may be absent), `value` the payload (`None` = tombstone).
@@ -230,6 +235,8 @@ pub fn decode_event(
                     format!("unknown kind {:?}", prefix(kind_name)),
                 )
             })?;
+            let metadata = Metadata::parse(&wire.metadata)
+                .map_err(|message| DecodeError::new(DecodeReason::InvalidMetadata, message))?;
             let source = wire
                 .source
                 .filter(|s| !s.is_empty())
@@ -243,6 +250,7 @@ pub fn decode_event(
                 text,
                 acl: wire.acl,
                 updated_ms: wire.updated_at.unwrap_or(0),
+                metadata,
             }))
         }
         other => Err(DecodeError::new(
@@ -271,6 +279,9 @@ pub fn encode_event(doc: &Document) -> Vec<u8> {
     }
     if doc.updated_ms != 0 {
         event["updated_at"] = doc.updated_ms.into();
+    }
+    if !doc.metadata.is_empty() {
+        event["metadata"] = doc.metadata.to_object().into();
     }
     serde_json::to_vec(&event).unwrap_or_default()
 }
@@ -377,6 +388,7 @@ mod tests {
                 text: "# Deploy\nRun `deployctl` — then check.\n".into(),
                 acl,
                 updated_ms,
+                metadata: Default::default(),
             };
             let event = encode_event(&doc);
             let decoded = decode_event(
@@ -413,6 +425,22 @@ mod tests {
         assert_eq!(doc.kind, DocKind::Auto);
         assert_eq!(doc.source, "d1");
         assert_eq!(doc.acl, vec!["eng".to_string()]);
+        assert!(doc.metadata.is_empty());
+    }
+
+    #[test]
+    fn metadata_is_kept_in_canonical_form_and_survives_encoding() {
+        let op = decode(
+            None,
+            Some(r#"{"tenant":"t","doc_id":"d","version":1,"text":"x","metadata":{"year":2024,"team":"a"}}"#),
+        )
+        .expect("valid upsert");
+        let DocOp::Upsert(doc) = op else {
+            panic!("expected upsert")
+        };
+        assert_eq!(doc.metadata.as_str(), r#"{"team":"a","year":2024}"#);
+        let again = decode_event(None, Some(&encode_event(&doc)), &DecodeConfig::default());
+        assert_eq!(again, Ok(DocOp::Upsert(doc)));
     }
 
     #[test]
@@ -447,8 +475,18 @@ mod tests {
     #[test]
     fn refusals_name_their_reason() {
         type Case<'a> = (Option<&'a [u8]>, &'a [u8], DecodeReason);
-        let cases: [Case; 8] = [
+        let cases: [Case; 10] = [
             (None, b"{not json", DecodeReason::MalformedJson),
+            (
+                None,
+                br#"{"tenant":"t","doc_id":"d","version":1,"text":"x","metadata":{"a":{"b":1}}}"#,
+                DecodeReason::InvalidMetadata,
+            ),
+            (
+                None,
+                br#"{"tenant":"t","doc_id":"d","version":1,"text":"x","metadata":"team=a"}"#,
+                DecodeReason::InvalidMetadata,
+            ),
             (None, b"\xff\xfe{}", DecodeReason::InvalidUtf8),
             (
                 None,

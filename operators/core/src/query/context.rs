@@ -69,6 +69,9 @@ pub struct ContextItem {
     pub tokens: usize,
     /// The item's text (without the `Source:` header).
     pub text: String,
+    /// The document's metadata (absent when it has none).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub metadata: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A document of `list_sources` or a file of `files`.

@@ -247,6 +247,7 @@ mod tests {
                 acl: vec![],
                 lang: String::new(),
                 updated_ms: 0,
+                metadata: Default::default(),
                 text: format!("text {id}"),
             },
         });

@@ -342,6 +342,7 @@ mod tests {
                     score: 1.0,
                     tokens: 3,
                     text: "x".into(),
+                    metadata: Default::default(),
                 })
                 .collect(),
             ..Context::default()

@@ -115,6 +115,10 @@ pub struct QueryFilters {
     /// Only documents in these languages (ISO 639-3 codes as detected at ingest: `eng`, `fra`, …).
     #[serde(default)]
     pub langs: Vec<String>,
+    /// Conditions on the documents' metadata (key → value, `{any: [...]}` or `{gte, lte}`; see
+    /// [`crate::metadata`]).
+    #[serde(default)]
+    pub metadata: crate::metadata::MetaFilters,
 }
 
 /// Prompt parts that share the model's context window with the packed context.

@@ -530,6 +530,7 @@ fn pack_once(request: PackRequest<'_>, offer_expanded: bool) -> (Packed, bool) {
                     score: entry.candidate.score,
                     tokens: counter.count(&render(&form.header, &form.text)),
                     text: form.text.clone(),
+                    metadata: stored.chunk.metadata.to_object(),
                 });
             }
             None if !entry.deferred => {
@@ -593,6 +594,7 @@ pub fn render_full(
             score: candidate.score,
             tokens: counter.count(&rendered),
             text: text.clone(),
+            metadata: chunk.metadata.to_object(),
         });
         parts.push(rendered);
     }

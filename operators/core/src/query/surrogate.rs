@@ -416,6 +416,7 @@ mod tests {
             acl: vec![],
             lang: String::new(),
             updated_ms,
+            metadata: Default::default(),
             text: text.into(),
         }
     }

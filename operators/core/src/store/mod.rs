@@ -215,6 +215,8 @@ pub struct SearchFilter {
     pub source_prefix: Option<String>,
     /// Only chunks of documents in these languages (ISO 639-3 codes, `ingest::lang`).
     pub langs: Vec<String>,
+    /// Conditions on the documents' metadata, all required.
+    pub metadata: Vec<crate::metadata::MetaCondition>,
 }
 
 /// Every path prefix of a source, by whole components (`docs/a/b.md` → `docs`, `docs/a`, `docs/a/b.md`):
@@ -239,6 +241,8 @@ pub struct FilterConditions {
     pub must: Vec<(&'static str, Vec<String>)>,
     /// The query's ACL labels, if the query is ACL-restricted.
     pub acl: Option<Vec<String>>,
+    /// Conditions on `metadata.<key>` payload fields, all required.
+    pub metadata: Vec<crate::metadata::MetaCondition>,
 }
 
 impl SearchFilter {
@@ -269,6 +273,7 @@ impl SearchFilter {
         FilterConditions {
             must,
             acl: self.acl.clone(),
+            metadata: self.metadata.clone(),
         }
     }
 }
@@ -331,6 +336,13 @@ pub trait VectorStore: Send + Sync {
     fn engine_idf(&self) -> bool {
         false
     }
+    /// Creates the payload indexes of the declared metadata keys (`metadata.<key>`, of each key's
+    /// type) where missing. Filters on undeclared keys work too, by scanning what the other
+    /// conditions leave.
+    fn index_metadata(
+        &self,
+        keys: &[(String, crate::metadata::MetaIndex)],
+    ) -> Result<(), StoreError>;
     /// Housekeeping after many writes: vacuum deleted points and build search indexes. A no-op where
     /// the engine does it by itself (the Qdrant server).
     fn optimize(&self) -> Result<(), StoreError> {
@@ -383,6 +395,7 @@ pub fn chunk_payload(point: &PointWrite) -> Map<String, Value> {
         "acl": chunk.acl,
         "lang": chunk.lang,
         "updated_ms": chunk.updated_ms,
+        "metadata": chunk.metadata.to_object(),
         "text": chunk.text,
     });
     match value {
@@ -438,6 +451,7 @@ pub fn chunk_from_payload(id: uuid::Uuid, payload: &Map<String, Value>) -> Optio
             lang: text("lang").unwrap_or_default(),
             // Absent from points written before document times were kept.
             updated_ms: number("updated_ms").unwrap_or(0),
+            metadata: crate::metadata::Metadata::from_payload(payload.get("metadata")),
             text: text("text")?,
         },
     })

@@ -7,9 +7,11 @@ use qdrant_client::qdrant::point_id::PointIdOptions;
 use qdrant_client::qdrant::r#match::MatchValue;
 use qdrant_client::qdrant::value::Kind;
 use qdrant_client::qdrant::{
-    Condition, Filter, ListValue, PointId, RepeatedStrings, Struct, Value,
+    Condition, DatetimeRange, Filter, ListValue, PointId, Range, RepeatedIntegers, RepeatedStrings,
+    Struct, Value,
 };
 use qdrant_client::{Payload, QdrantError};
+use ragstream_core::metadata::{MetaCondition, MetaMatch, MetaScalar, RangeBound};
 use serde_json::{Map, Number, Value as JsonValue};
 
 use crate::store::{chunk_from_payload, SearchFilter, StoreError, StoredChunk};
@@ -100,7 +102,89 @@ pub(super) fn server_filter(filter: &SearchFilter) -> Option<Filter> {
         }
         must.push(Condition::from(Filter::should(should)));
     }
+    for condition in &conditions.metadata {
+        must.push(metadata_condition(condition));
+    }
     (!must.is_empty()).then(|| Filter::must(must))
+}
+
+/// A metadata condition as a server filter condition. Date-time bounds were checked at decode
+/// ([`ragstream_core::metadata::is_datetime`]); one that still does not parse matches nothing.
+fn metadata_condition(condition: &MetaCondition) -> Condition {
+    let key = condition.path();
+    match &condition.matches {
+        MetaMatch::Value(MetaScalar::Keyword(text)) => {
+            Condition::matches(key, MatchValue::Keyword(text.clone()))
+        }
+        MetaMatch::Value(MetaScalar::Integer(i)) => {
+            Condition::matches(key, MatchValue::Integer(*i))
+        }
+        MetaMatch::Value(MetaScalar::Bool(b)) => Condition::matches(key, MatchValue::Boolean(*b)),
+        MetaMatch::Any(values) => match values.first() {
+            Some(MetaScalar::Integer(_)) => Condition::matches(
+                key,
+                MatchValue::Integers(RepeatedIntegers {
+                    integers: values
+                        .iter()
+                        .filter_map(|v| match v {
+                            MetaScalar::Integer(i) => Some(*i),
+                            _ => None,
+                        })
+                        .collect(),
+                }),
+            ),
+            _ => any_of(
+                &key,
+                values
+                    .iter()
+                    .filter_map(|v| match v {
+                        MetaScalar::Keyword(text) => Some(text.clone()),
+                        _ => None,
+                    })
+                    .collect(),
+            ),
+        },
+        MetaMatch::Range { gte, lte } => {
+            let datetime = matches!(gte, Some(RangeBound::Datetime(_)))
+                || matches!(lte, Some(RangeBound::Datetime(_)));
+            if datetime {
+                // A bound that cannot be read (none passes the decoder's check) admits nothing:
+                // `unreadable` is far in the future for `gte`, far in the past for `lte`.
+                let timestamp = |bound: &Option<RangeBound>, unreadable: i64| match bound {
+                    Some(RangeBound::Datetime(text)) => Some(
+                        text.parse::<prost_types::Timestamp>()
+                            .unwrap_or(prost_types::Timestamp {
+                                seconds: unreadable,
+                                nanos: 0,
+                            }),
+                    ),
+                    _ => None,
+                };
+                const FAR: i64 = 1 << 40;
+                Condition::datetime_range(
+                    key,
+                    DatetimeRange {
+                        gte: timestamp(gte, FAR),
+                        lte: timestamp(lte, -FAR),
+                        ..DatetimeRange::default()
+                    },
+                )
+            } else {
+                let number = |bound: &Option<RangeBound>| match bound {
+                    Some(RangeBound::Number(n)) => Some(*n),
+                    _ => None,
+                };
+                Condition::range(
+                    key,
+                    Range {
+                        gte: number(gte),
+                        lte: number(lte),
+                        ..Range::default()
+                    },
+                )
+            }
+        }
+    }
 }
 
 pub(super) fn point_id(id: uuid::Uuid) -> PointId {

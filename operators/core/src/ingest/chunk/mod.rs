@@ -175,6 +175,7 @@ impl Chunker {
                     acl: doc.acl.clone(),
                     lang: lang.clone(),
                     updated_ms: doc.updated_ms,
+                    metadata: doc.metadata.clone(),
                     text,
                 };
                 chunk.content_hash = content_hash(&chunk);

@@ -13,6 +13,7 @@ fn doc(source: &str, kind: DocKind, text: &str) -> Document {
         text: text.to_string(),
         acl: vec![],
         updated_ms: 0,
+        metadata: Default::default(),
     }
 }
 

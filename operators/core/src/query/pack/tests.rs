@@ -56,6 +56,7 @@ fn document(doc: usize, sentences: usize, per_chunk: usize, overlap: usize) -> V
                 acl: vec![],
                 lang: String::new(),
                 updated_ms: 0,
+                metadata: Default::default(),
                 text,
             },
         });
