@@ -92,13 +92,17 @@ const SERVER_THREADS: usize = 2;
 /// Largest request head (request line and headers) read into memory.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 
-/// The HTTP status of a context: refused queries are the caller's error, an index outage is ours.
+/// The HTTP status of a context: refused queries are the caller's error (a condition the index
+/// refused too: 422), an index outage is ours, an unknown chunk is not found.
 pub fn status_of(context: &Context) -> u16 {
-    match &context.error {
-        None => 200,
-        Some(_) if context.mode.is_empty() => 400,
-        Some(error) if error.starts_with("index unavailable") => 503,
-        Some(_) => 404,
+    match (&context.error, context.error_type.as_deref()) {
+        (None, _) => 200,
+        (Some(_), Some("index_unavailable")) => 503,
+        (Some(_), Some("index_refused")) => 422,
+        (Some(_), Some("unknown_chunk")) => 404,
+        (Some(_), _) if context.mode.is_empty() => 400,
+        (Some(error), _) if error.starts_with("index unavailable") => 503,
+        (Some(_), _) => 404,
     }
 }
 

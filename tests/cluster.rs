@@ -4,15 +4,13 @@
 //! data (same items, same order, same packed text): documents reach the worker owning their shard,
 //! queries every shard whichever process consumed them, and BM25 statistics every process.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::broker::{free_port, Broker};
-use common::contexts::{comparable, queries};
-use common::job::Job;
-use common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
+use crate::common::broker::{free_port, Broker};
+use crate::common::contexts::{comparable, queries};
+use crate::common::job::Job;
+use crate::common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
 use ragstream_operators::query::Context;
 use serde_json::json;
 
@@ -22,7 +20,7 @@ const PARTITIONS: i32 = 4;
 
 /// A job configuration reading `DOCS`; `run` names its group and its query and context topics.
 fn config(broker: &Broker, run: &str) -> String {
-    common::kafka_config(
+    crate::common::kafka_config(
         &broker.bootstrap(),
         &format!(
             "documents_topic = \"{DOCS}\"\nqueries_topic = \"queries-{run}\"\ncontexts_topic = \"contexts-{run}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{run}\""
@@ -49,7 +47,9 @@ fn wait_indexed(broker: &Broker, group: &str, jobs: &[&Job], chunks: usize) -> f
         std::thread::sleep(Duration::from_millis(250));
     }
     for job in jobs {
-        while common::job::metric(&job.metrics(), "ragstream_bm25_corpus_chunks") != chunks as f64 {
+        while crate::common::job::metric(&job.metrics(), "ragstream_bm25_corpus_chunks")
+            != chunks as f64
+        {
             assert!(
                 started.elapsed() < Duration::from_secs(900),
                 "the BM25 statistics never counted {chunks} chunks; log:\n{}",
@@ -110,7 +110,8 @@ fn ask(
 /// `POST /query` to `job`: the context.
 fn post(job: &Job, body: serde_json::Value) -> Context {
     let (status, answer) =
-        common::job::http_post_json(job.http_port, "/query", &body.to_string()).expect("answered");
+        crate::common::job::http_post_json(job.http_port, "/query", &body.to_string())
+            .expect("answered");
     assert_eq!(status, 200, "{answer}");
     serde_json::from_str(&answer).expect("context JSON")
 }

@@ -2,8 +2,6 @@
 //! `deploy/scripts/make_reference_vectors.py` (PyTorch, fp32) and committed as a fixture.
 //! Floors: cosine ≥ 0.999 for the fp32 graph, ≥ 0.98 for the int8 graph, on every reference sentence.
 
-mod common;
-
 use ragstream_operators::embed::minilm::Precision;
 use ragstream_operators::embed::{cosine, Embedder};
 
@@ -28,7 +26,7 @@ fn fixture() -> Fixture {
 /// The worst cosine of `precision`'s vectors against the reference; every vector must reach `floor`.
 fn worst_cosine(precision: Precision, floor: f32) -> f32 {
     let fixture = fixture();
-    let mut model = common::minilm(precision);
+    let mut model = crate::common::minilm(precision);
     assert_eq!(model.dimension(), 384);
     let texts: Vec<&str> = fixture.sentences.iter().map(String::as_str).collect();
     let vectors = model.embed(&texts).expect("embeds");
@@ -73,8 +71,8 @@ fn int8_graph_stays_close_to_sentence_transformers() {
 
 #[test]
 fn the_two_precisions_write_different_embedder_versions() {
-    let fp32 = common::minilm(Precision::Fp32);
-    let int8 = common::minilm(Precision::Int8);
+    let fp32 = crate::common::minilm(Precision::Fp32);
+    let int8 = crate::common::minilm(Precision::Int8);
     assert_eq!(fp32.version(), "all-MiniLM-L6-v2/mean/256");
     assert_eq!(int8.version(), "all-MiniLM-L6-v2/mean/256/int8");
 }

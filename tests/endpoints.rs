@@ -1,14 +1,12 @@
 //! The optional model endpoints of the query flow, against the stand-in model server of
-//! `common::endpoints` (README: "Rerank and HyDE endpoints"): a TEI-style reranker and a chat model
+//! `crate::common::endpoints` (README: "Rerank and HyDE endpoints"): a TEI-style reranker and a chat model
 //! reorder the rerank window, HyDE joins a hypothetical passage to the dense query, and each falls
 //! back cleanly (noted, traced, counted) when the endpoint is too slow or answers nonsense.
 
-mod common;
-
 use std::time::Duration;
 
-use common::endpoints::StandIn;
-use common::job::{http_post_json, metric_labeled, Job};
+use crate::common::endpoints::StandIn;
+use crate::common::job::{http_post_json, metric_labeled, Job};
 use serde_json::{json, Value};
 
 const DOCS: [(&str, &str); 5] = [
@@ -29,7 +27,7 @@ fn start(dir: &std::path::Path, endpoint: &str) -> Job {
         })
         .collect();
     std::fs::write(dir.join("events.jsonl"), events.join("\n") + "\n").expect("events");
-    let config = format!("{}{endpoint}", common::JSONL_SERVING);
+    let config = format!("{}{endpoint}", crate::common::JSONL_SERVING);
     let mut job = Job::start(dir, &config, 1);
     job.wait_ready(Duration::from_secs(120));
     job.wait_indexed(DOCS.len());
@@ -115,7 +113,7 @@ fn a_cohere_shaped_reranker_reorders_the_window() {
     );
     for (doc, score, _) in endpoint_scores(&context) {
         let text = DOCS.iter().find(|(id, _)| *id == doc).expect("doc").1;
-        let expected = common::endpoints::share(question, text);
+        let expected = crate::common::endpoints::share(question, text);
         assert!(
             (score - expected as f64).abs() < 1e-4,
             "{doc}: {score} vs {expected}"
@@ -147,7 +145,7 @@ fn a_tei_reranker_and_a_chat_grader_reorder_the_window_and_fall_back_when_slow_o
     for (doc, score, _) in endpoint_scores(&context) {
         let text = DOCS.iter().find(|(id, _)| *id == doc).expect("doc").1;
         let expected =
-            common::endpoints::share("which animals migrate or travel far from home", text);
+            crate::common::endpoints::share("which animals migrate or travel far from home", text);
         assert!(
             (score - expected as f64).abs() < 1e-4,
             "{doc}: {score} vs {expected}"

@@ -8,11 +8,9 @@
 //!   trace and the metrics; a query that names a programming language does so where code is the
 //!   smaller part of the corpus.
 
-mod common;
-
 use std::time::Duration;
 
-use common::job::{http_post_json, metric_labeled, Job};
+use crate::common::job::{http_post_json, metric_labeled, Job};
 use serde_json::{json, Value};
 
 /// `mixed` covers four unrelated things in one chunk; one sentence answers the query. `general` is
@@ -65,7 +63,7 @@ fn start_mixed(dir: &std::path::Path, extra: &str, docs: &[(&str, &str, &str, &s
         })
         .collect();
     std::fs::write(dir.join("events.jsonl"), events.join("\n") + "\n").expect("events");
-    let config = format!("{}{extra}", common::JSONL_SERVING);
+    let config = format!("{}{extra}", crate::common::JSONL_SERVING);
     let mut job = Job::start(dir, &config, 1);
     job.wait_ready(Duration::from_secs(120));
     job.wait_indexed(docs.len());

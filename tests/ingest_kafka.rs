@@ -7,14 +7,12 @@
 //! SIGKILLed and restarted: it must still hold the same chunks. Another test kills the job with SIGKILL
 //! mid-stream and restarts it.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::broker::Broker;
-use common::job::{metric, metric_labeled, Job};
-use common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
-use common::qdrant::QdrantServer;
+use crate::common::broker::Broker;
+use crate::common::job::{metric, metric_labeled, Job};
+use crate::common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
+use crate::common::qdrant::QdrantServer;
 
 const DOCS: &str = "docs";
 const DLQ: &str = "dlq";
@@ -22,7 +20,7 @@ const PARTITIONS: i32 = 3;
 const GROUP: &str = "ragstream-it";
 
 fn config(broker: &Broker) -> String {
-    common::kafka_config(
+    crate::common::kafka_config(
         &broker.bootstrap(),
         &format!(
             "documents_topic = \"{DOCS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"{GROUP}\"\nmax_batch = 256\nmax_in_flight = 2048"

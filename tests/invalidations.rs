@@ -3,13 +3,11 @@
 //! it cites publishes exactly one invalidation naming that chunk, on the invalidations topic and at
 //! `GET /invalidations`.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::broker::Broker;
-use common::job::{http_get, metric, Job};
+use crate::common::broker::Broker;
+use crate::common::job::{http_get, metric, Job};
 use ragstream_operators::query::invalidate::Invalidation;
 use ragstream_operators::query::Context;
 use serde_json::{json, Value};
@@ -79,7 +77,7 @@ fn a_change_to_a_cited_chunk_invalidates_the_context_once_and_an_uncited_change_
     for topic in [QUERIES, CONTEXTS, INVALIDATIONS, DLQ] {
         broker.create_topic(topic, 1);
     }
-    let config = common::kafka_config(
+    let config = crate::common::kafka_config(
         &broker.bootstrap(),
         &format!(
             "documents_topic = \"{DOCS}\"\nqueries_topic = \"{QUERIES}\"\ncontexts_topic = \"{CONTEXTS}\"\ninvalidations_topic = \"{INVALIDATIONS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"ragstream-invalidations-it\""

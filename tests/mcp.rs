@@ -3,13 +3,11 @@
 //! `/mcp` of a running job with a tenant-bound token, then over stdio (`ragstream mcp`). The client
 //! lists the tools and calls each one; the tenant comes from the credential.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::job::{http_post_json_with, Job};
+use crate::common::job::{http_post_json_with, Job};
 use serde_json::{json, Value};
 
 const HANDBOOK: &str = "# Operations handbook\n\n## Deployment\n\nReleases ship every Tuesday through the deployctl pipeline. Each release is tagged with its version.\n\n## Rollback\n\nTo roll back a release, run `deployctl rollback --to <version>` from the ops bastion. A rollback takes about four minutes and pages the on-call engineer.\n";
@@ -78,7 +76,7 @@ fn run_client(args: &[&str], mode: &str) -> Value {
         .arg(client_script())
         .args(args)
         .env("MCP_CLIENT_MODE", mode)
-        .env("RAGSTREAM_MODEL_DIR", common::model_dir())
+        .env("RAGSTREAM_MODEL_DIR", crate::common::model_dir())
         .output()
         .expect("the MCP client runs");
     assert!(
@@ -274,7 +272,7 @@ fn an_mcp_client_lists_and_calls_every_tool_over_http_and_stdio() {
     ];
     std::fs::write(dir.path().join("events.jsonl"), events.join("\n") + "\n").expect("events");
     // One token, bound to acme; no token opens every tenant (its variable is left unset).
-    let config = common::JSONL_SERVING.replace(
+    let config = crate::common::JSONL_SERVING.replace(
         "[http]\n",
         "[http]\nquery_token_env = \"MCP_TEST_ADMIN_TOKEN\"\ntokens = { ACME_TOKEN = [\"acme\"] }\n",
     );

@@ -8,15 +8,13 @@
 //! `promtool check rules` must pass, every metric the dashboards and alert rules name must be in the
 //! job's `/metrics`, and no metric may carry an unbounded label.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::broker::{free_port, Broker};
-use common::job::{http_get, http_post_json, metric, Job};
+use crate::common::broker::{free_port, Broker};
+use crate::common::job::{http_get, http_post_json, metric, Job};
 use serde_json::{json, Value};
 
 const DOCS: &str = "docs";
@@ -304,7 +302,7 @@ fn labels(line: &str) -> Vec<(String, String)> {
 }
 
 fn config(broker: &Broker) -> String {
-    common::kafka_config(
+    crate::common::kafka_config(
         &broker.bootstrap(),
         &format!(
             "documents_topic = \"{DOCS}\"\nqueries_topic = \"{QUERIES}\"\ncontexts_topic = \"{CONTEXTS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"ragstream-observability-it\""

@@ -3,13 +3,11 @@
 //! Tenant A's queries never see tenant B's chunks; a read-your-writes query sent right after a document
 //! update sees the update; a malformed query lands in the DLQ and a bad one gets an error context.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::broker::Broker;
-use common::job::{metric, Job};
+use crate::common::broker::Broker;
+use crate::common::job::{metric, Job};
 use ragstream_operators::query::{Context, Tier};
 use serde_json::{json, Value};
 
@@ -19,7 +17,7 @@ const CONTEXTS: &str = "contexts";
 const DLQ: &str = "dlq";
 
 fn config(broker: &Broker) -> String {
-    common::kafka_config(
+    crate::common::kafka_config(
         &broker.bootstrap(),
         &format!(
             "documents_topic = \"{DOCS}\"\nqueries_topic = \"{QUERIES}\"\ncontexts_topic = \"{CONTEXTS}\"\ndlq_topic = \"{DLQ}\"\ngroup_id = \"ragstream-query-it\""

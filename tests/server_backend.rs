@@ -7,16 +7,14 @@
 //! engines' indexing thresholds both dense lanes are exact. Then one collection written by two job
 //! instances against one written by one instance: the same contexts, from either instance.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::broker::Broker;
-use common::contexts::{comparable, queries};
-use common::job::{http_post_json, metric, Job};
-use common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
-use common::qdrant::QdrantServer;
+use crate::common::broker::Broker;
+use crate::common::contexts::{comparable, queries};
+use crate::common::job::{http_post_json, metric, Job};
+use crate::common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
+use crate::common::qdrant::QdrantServer;
 use ragstream_operators::query::Context;
 
 /// Every context of `asked`, answered by `job`.
@@ -49,7 +47,7 @@ fn run_both(
     server: &QdrantServer,
     collection: &str,
     lines: &[Vec<u8>],
-    expected: &std::collections::BTreeSet<common::oracle::ChunkId>,
+    expected: &std::collections::BTreeSet<crate::common::oracle::ChunkId>,
     asked: &[(String, serde_json::Value)],
 ) -> (Vec<String>, Option<String>) {
     let mut answers: Vec<BTreeMap<String, Context>> = Vec::new();
@@ -57,9 +55,9 @@ fn run_both(
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("events.jsonl"), lines.join(&b'\n')).expect("events");
         let config = if on_server {
-            server.index_config(common::JSONL_SERVING, collection)
+            server.index_config(crate::common::JSONL_SERVING, collection)
         } else {
-            common::JSONL_SERVING.to_string()
+            crate::common::JSONL_SERVING.to_string()
         };
         let mut job = Job::start(dir.path(), &config, 1);
         job.wait_ready(Duration::from_secs(120));
@@ -166,7 +164,7 @@ fn two_instances_on_one_collection_answer_like_one_instance() {
     broker.produce("docs", &events);
     let config = |group: &str| {
         server.index_config(
-            &common::kafka_config(
+            &crate::common::kafka_config(
                 &broker.bootstrap(),
                 &format!("documents_topic = \"docs\"\ndlq_topic = \"dlq\"\ngroup_id = \"{group}\""),
                 "",

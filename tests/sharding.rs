@@ -1,12 +1,10 @@
 //! `-w 2` gives the same index contents as `-w 1`: documents are routed to the shard of their key
 //! whichever worker reads them. Uses the JSONL source (the job exits when its input is acknowledged).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::job::Job;
-use common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
+use crate::common::job::Job;
+use crate::common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
 use ragstream_operators::model::DocKey;
 
 const CONFIG: &str = r#"
@@ -83,7 +81,7 @@ fn two_workers_index_what_one_worker_indexes() {
     // Each shard of the two-worker index holds only the documents routed to it.
     for shard in 0..2u64 {
         let path = two.path().join("index").join(format!("shard-{shard}"));
-        let keys = common::oracle::shard_keys(&path);
+        let keys = crate::common::oracle::shard_keys(&path);
         assert!(!keys.is_empty(), "shard {shard} is used");
         for key in keys {
             let (tenant, doc_id) = key.split_once('/').expect("key");
@@ -105,8 +103,8 @@ fn two_workers_index_what_one_worker_indexes() {
 /// `POST /query` (top 10, deep mode: the ranked chunks themselves, no packing) → chunk ids in order.
 fn top_ten(port: u16, id: &str, text: &str) -> Vec<String> {
     let body = serde_json::json!({"query_id": id, "tenant": "scifact", "text": text, "mode": "deep", "k": 10});
-    let (status, reply) =
-        common::job::http_post_json(port, "/query", &body.to_string()).expect("query answered");
+    let (status, reply) = crate::common::job::http_post_json(port, "/query", &body.to_string())
+        .expect("query answered");
     assert_eq!(status, 200, "{reply}");
     let context: serde_json::Value = serde_json::from_str(&reply).expect("context JSON");
     context["items"]
@@ -122,7 +120,7 @@ fn top_ten(port: u16, id: &str, text: &str) -> Vec<String> {
 /// the statistics count exactly the live chunks.
 #[test]
 fn one_two_and_four_workers_rank_the_same_top_ten() {
-    let data = common::data_dir().join("scifact");
+    let data = crate::common::data_dir().join("scifact");
     let read = |name: &str| -> Vec<serde_json::Value> {
         std::fs::read_to_string(data.join(name))
             .expect("SciFact file")
@@ -173,15 +171,16 @@ fn one_two_and_four_workers_rank_the_same_top_ten() {
     for workers in [1, 2, 4] {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("events.jsonl"), &events).expect("events");
-        let mut job = Job::start(dir.path(), common::JSONL_SERVING, workers);
+        let mut job = Job::start(dir.path(), crate::common::JSONL_SERVING, workers);
         job.wait_ready(Duration::from_secs(120));
         job.wait_for(
             Duration::from_secs(600),
             "the sample indexed and counted",
             |m| {
-                common::job::metric(m, "ragstream_documents_total") >= lines.len() as f64
-                    && common::job::metric(m, "ragstream_in_flight_messages") == 0.0
-                    && common::job::metric(m, "ragstream_bm25_corpus_chunks") == live_chunks as f64
+                crate::common::job::metric(m, "ragstream_documents_total") >= lines.len() as f64
+                    && crate::common::job::metric(m, "ragstream_in_flight_messages") == 0.0
+                    && crate::common::job::metric(m, "ragstream_bm25_corpus_chunks")
+                        == live_chunks as f64
             },
         );
         let lists = queries

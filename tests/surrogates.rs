@@ -3,11 +3,9 @@
 //! query naming what an old chunk holds raises it a tier, and under the importance policy the tiers
 //! follow how often this job packed each chunk. The tier and its reason are in the trace.
 
-mod common;
-
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::job::{http_post_json, Job};
+use crate::common::job::{http_post_json, Job};
 use serde_json::{json, Value};
 
 const DAY_MS: u64 = 86_400_000;
@@ -35,7 +33,7 @@ fn start(dir: &std::path::Path, policy: &str) -> Job {
     std::fs::write(dir.join("events.jsonl"), events.join("\n") + "\n").expect("events");
     let config = format!(
         "{}[query.pack.surrogates]\npolicy = \"{policy}\"\n",
-        common::JSONL_SERVING
+        crate::common::JSONL_SERVING
     );
     let mut job = Job::start(dir, &config, 1);
     job.wait_ready(Duration::from_secs(120));

@@ -2,14 +2,12 @@
 //! evaluation corpora (SQuAD paragraphs and SciFact abstracts, with their titles), and on the contexts
 //! the packer assembles from them (headers, separators, delimiters).
 
-mod common;
-
 use std::io::BufRead;
 
 use ragstream_operators::tokens::{Encoding, TokenCounter};
 
 fn documents(corpus: &str) -> Vec<String> {
-    let path = common::data_dir().join(corpus);
+    let path = crate::common::data_dir().join(corpus);
     let file = std::fs::File::open(&path).expect("corpus opens");
     std::io::BufReader::new(file)
         .lines()

@@ -302,12 +302,26 @@ impl Job {
     }
 }
 
-/// The job's consumer-group session timeout (`session.timeout.ms` of the Kafka source) plus a margin.
-const GROUP_SESSION_EXPIRY: Duration = Duration::from_millis(10_000 + 1_000);
+/// The job's default consumer-group session timeout (`kafka.session_timeout_ms`), ms.
+const DEFAULT_SESSION_MS: u64 = 10_000;
+/// Added to the session timeout before a killed member counts as expired.
+const SESSION_MARGIN: Duration = Duration::from_millis(1_000);
 
-/// Notes in `dir` when a job there died without leaving its consumer groups.
+/// The `kafka.session_timeout_ms` a job config sets, or the job's default.
+fn session_ms(config: &str) -> u64 {
+    config
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("session_timeout_ms"))
+        .filter_map(|rest| rest.trim().strip_prefix('='))
+        .find_map(|value| value.trim().parse().ok())
+        .unwrap_or(DEFAULT_SESSION_MS)
+}
+
+/// Notes in `dir` when a job there died without leaving its consumer groups, with its session
+/// timeout (read from the config it ran with).
 fn mark_killed(dir: &Path) {
-    let _ = std::fs::write(dir.join("killed-at"), b"");
+    let config = std::fs::read_to_string(dir.join("ragstream.toml")).unwrap_or_default();
+    let _ = std::fs::write(dir.join("killed-at"), session_ms(&config).to_string());
 }
 
 /// A job restarted in the directory of a killed one waits until the dead members' sessions expired.
@@ -319,8 +333,12 @@ pub fn wait_out_killed_session(dir: &Path) {
     let Ok(killed) = std::fs::metadata(&marker).and_then(|m| m.modified()) else {
         return;
     };
+    let session = std::fs::read_to_string(&marker)
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(DEFAULT_SESSION_MS);
     let since = killed.elapsed().unwrap_or_default();
-    if let Some(left) = GROUP_SESSION_EXPIRY.checked_sub(since) {
+    if let Some(left) = (Duration::from_millis(session) + SESSION_MARGIN).checked_sub(since) {
         std::thread::sleep(left);
     }
     let _ = std::fs::remove_file(marker);

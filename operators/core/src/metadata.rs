@@ -229,9 +229,13 @@ fn scalar(key: &str, value: &Value) -> Result<MetaScalar, String> {
             "filters.metadata.{key}: a string over {MAX_STRING_BYTES} bytes"
         )),
         Value::Bool(b) => Ok(MetaScalar::Bool(*b)),
-        Value::Number(number) => number.as_i64().map(MetaScalar::Integer).ok_or_else(|| {
-            format!("filters.metadata.{key}: a float compares by range (gte, lte), not by equality")
-        }),
+        Value::Number(number) if number.is_f64() => Err(format!(
+            "filters.metadata.{key}: a float compares by range (gte, lte), not by equality"
+        )),
+        Value::Number(number) => number
+            .as_i64()
+            .map(MetaScalar::Integer)
+            .ok_or_else(|| format!("filters.metadata.{key}: integer out of the i64 range")),
         _ => Err(format!(
             "filters.metadata.{key}: expected a string, an integer or a boolean"
         )),
@@ -245,7 +249,7 @@ fn bound(key: &str, value: &Value) -> Result<RangeBound, String> {
             .filter(|f| f.is_finite())
             .map(RangeBound::Number)
             .ok_or_else(|| format!("filters.metadata.{key}: a range bound out of range")),
-        Value::String(text) if is_datetime(text) => Ok(RangeBound::Datetime(text.clone())),
+        Value::String(text) if is_datetime(text) => Ok(RangeBound::Datetime(normal_datetime(text))),
         _ => Err(format!(
             "filters.metadata.{key}: a range bound is a number or an RFC 3339 date-time"
         )),
@@ -341,6 +345,8 @@ pub fn parse_conditions(value: &Value) -> Result<Vec<MetaCondition>, String> {
             matches,
         });
     }
+    // Whatever order the caller wrote them in (the cache key is their JSON form).
+    conditions.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(conditions)
 }
 
@@ -395,6 +401,29 @@ impl From<MetaFilters> for Value {
     fn from(filters: MetaFilters) -> Value {
         conditions_to_json(&filters.0)
     }
+}
+
+/// A date-time [`is_datetime`] accepts, in one form both index engines parse alike:
+/// `YYYY-MM-DDTHH:MM:SS[.f](Z|±HH:MM)` (an upper-case `T` and `Z`, seconds, and `Z` where no offset
+/// was given, a date alone being its midnight UTC).
+pub fn normal_datetime(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .enumerate()
+        .map(|(i, c)| match c {
+            ' ' | 't' if i == 10 => 'T',
+            'z' => 'Z',
+            c => c,
+        })
+        .collect();
+    if out.len() == 10 {
+        out.push_str("T00:00:00");
+    }
+    let offset = out.len() > 19 && out[19..].contains(['Z', '+', '-']);
+    if !offset {
+        out.push('Z');
+    }
+    out
 }
 
 /// Whether `text` is an RFC 3339 date-time or a date (`YYYY-MM-DD`, optionally `THH:MM:SS[.f]` and
@@ -467,6 +496,54 @@ pub fn is_datetime(text: &str) -> bool {
     }
 }
 
+/// Whether a condition applies to a key declared with `index`: equality and `any` on keywords,
+/// integers and booleans of that type, numeric ranges on integers and floats, date-time ranges on
+/// date-times. (On an index of another type the engine would compare unlike values: a number against
+/// a date-time's microseconds.)
+pub fn fits(index: MetaIndex, matches: &MetaMatch) -> bool {
+    let scalar_fits = |value: &MetaScalar| {
+        matches!(
+            (index, value),
+            (MetaIndex::Keyword, MetaScalar::Keyword(_))
+                | (MetaIndex::Integer, MetaScalar::Integer(_))
+                | (MetaIndex::Bool, MetaScalar::Bool(_))
+        )
+    };
+    match matches {
+        MetaMatch::Value(value) => scalar_fits(value),
+        MetaMatch::Any(values) => values.iter().all(scalar_fits),
+        MetaMatch::Range { gte, lte } => {
+            let datetime = matches!(gte, Some(RangeBound::Datetime(_)))
+                || matches!(lte, Some(RangeBound::Datetime(_)));
+            match index {
+                MetaIndex::Integer | MetaIndex::Float => !datetime,
+                MetaIndex::Datetime => datetime,
+                MetaIndex::Keyword | MetaIndex::Bool => false,
+            }
+        }
+    }
+}
+
+/// Checks `conditions` against the declared keys' types ([`fits`]): the message names the first that
+/// does not fit. Undeclared keys take any condition.
+pub fn check_declared(
+    declared: &BTreeMap<String, MetaIndex>,
+    conditions: &[MetaCondition],
+) -> Result<(), String> {
+    for condition in conditions {
+        if let Some(index) = declared.get(&condition.key) {
+            if !fits(*index, &condition.matches) {
+                return Err(format!(
+                    "filters.metadata.{}: the key is declared {} ([index.metadata]); this condition does not apply to it",
+                    condition.key,
+                    index.as_str()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The payload index type of a declared metadata key (`[index.metadata]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -481,6 +558,19 @@ pub enum MetaIndex {
     Bool,
     /// RFC 3339 date-times (ranges).
     Datetime,
+}
+
+impl MetaIndex {
+    /// The config name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Keyword => "keyword",
+            Self::Integer => "integer",
+            Self::Float => "float",
+            Self::Bool => "bool",
+            Self::Datetime => "datetime",
+        }
+    }
 }
 
 #[cfg(test)]
@@ -571,6 +661,62 @@ mod tests {
     }
 
     #[test]
+    fn conditions_are_sorted_and_date_times_normal() {
+        let conditions = parse_conditions(
+            &json!({"b": 1, "a": {"gte": "2024-05-01t12:00:00", "lte": "2024-05-02"}}),
+        )
+        .expect("valid");
+        assert_eq!(conditions[0].key, "a");
+        assert_eq!(
+            conditions[0].matches,
+            MetaMatch::Range {
+                gte: Some(RangeBound::Datetime("2024-05-01T12:00:00Z".into())),
+                lte: Some(RangeBound::Datetime("2024-05-02T00:00:00Z".into())),
+            }
+        );
+        for (text, normal) in [
+            ("2024-05-01 12:00:00.5+02:00", "2024-05-01T12:00:00.5+02:00"),
+            ("2024-05-01T12:00:00z", "2024-05-01T12:00:00Z"),
+            ("2024-05-01T12:00:00-05:30", "2024-05-01T12:00:00-05:30"),
+        ] {
+            assert!(is_datetime(text), "{text}");
+            assert_eq!(normal_datetime(text), normal);
+            assert!(is_datetime(&normal_datetime(text)), "{normal}");
+        }
+    }
+
+    #[test]
+    fn declared_types_take_only_their_conditions() {
+        let declared: BTreeMap<String, MetaIndex> = [
+            ("year".to_string(), MetaIndex::Integer),
+            ("when".to_string(), MetaIndex::Datetime),
+            ("team".to_string(), MetaIndex::Keyword),
+            ("score".to_string(), MetaIndex::Float),
+        ]
+        .into();
+        for (conditions, ok) in [
+            (
+                json!({"year": {"gte": 2020}, "team": "a", "score": {"lte": 1.5}}),
+                true,
+            ),
+            (json!({"when": {"gte": "2024-01-01"}, "other": "x"}), true),
+            (json!({"year": {"any": [1, 2]}}), true),
+            (json!({"when": {"gte": 2023}}), false),
+            (json!({"year": {"gte": "2024-01-01"}}), false),
+            (json!({"team": 3}), false),
+            (json!({"score": 2}), false),
+            (json!({"when": "2024-01-01"}), false),
+        ] {
+            let parsed = parse_conditions(&conditions).expect("valid");
+            assert_eq!(
+                check_declared(&declared, &parsed).is_ok(),
+                ok,
+                "{conditions}"
+            );
+        }
+    }
+
+    #[test]
     fn datetimes_are_checked() {
         for good in [
             "2024-05-01",
@@ -579,6 +725,7 @@ mod tests {
             "2024-05-01 12:00:00.123+02:00",
             "2024-12-31T23:59:60.5-05:30",
             "2024-02-29",
+            "2024-05-01t12:00:00",
         ] {
             assert!(is_datetime(good), "{good}");
         }

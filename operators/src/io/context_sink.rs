@@ -247,6 +247,7 @@ fn too_large_context(key: &[u8], payload: &[u8]) -> Vec<u8> {
              results (k), a smaller token_budget, or page list_sources with a smaller k",
             payload.len()
         )),
+        error_type: Some("too_large_context".into()),
         ..Context::default()
     };
     tracing::warn!(

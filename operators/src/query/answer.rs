@@ -362,7 +362,21 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
     };
     let mut notes = job.notes.clone();
     if let Some(error) = &working.answer.error {
-        context.error = Some(format!("index unavailable: {error}"));
+        // A shard's error is a `StoreError`'s text: an outage, or a request the engine refused.
+        let unavailable = error.starts_with("index unavailable");
+        context.error = Some(if unavailable {
+            error.clone()
+        } else {
+            format!("the index could not answer: {error}")
+        });
+        context.error_type = Some(
+            if unavailable {
+                "index_unavailable"
+            } else {
+                "index_refused"
+            }
+            .into(),
+        );
         return finish(context, notes, working);
     }
     let k = results_wanted(query);
@@ -432,6 +446,7 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
             None => {
                 let mut sources = working.answer.sources.clone();
                 context.error = Some(unknown_chunk(query.text.trim(), &sources));
+                context.error_type = Some("unknown_chunk".into());
                 sources.truncate(LIST_PAGE);
                 context.sources = sources;
             }

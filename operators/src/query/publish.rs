@@ -32,6 +32,7 @@ pub fn refusal_context(refusal: &Refusal) -> Context {
         query_id: refusal.error.query_id.clone().unwrap_or_default(),
         tenant: refusal.error.tenant.clone().unwrap_or_default(),
         error: Some(refusal.error.to_string()),
+        error_type: Some(refusal.error.reason.as_str().into()),
         ..Context::default()
     }
 }

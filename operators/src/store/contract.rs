@@ -268,6 +268,10 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
             vec!["one"],
         ),
         (
+            json!({"published": {"gte": "2023-06-15t00:00:00"}}),
+            vec!["three", "two"],
+        ),
+        (
             json!({"published": {"gte": "2023-06-15T13:00:00+02:00", "lte": "2023-06-15T14:00:00+02:00"}}),
             vec!["two"],
         ),
@@ -282,6 +286,20 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
         (json!({"missing": 1}), vec![]),
     ] {
         assert_eq!(count(conditions.clone()), expected, "{conditions}");
+    }
+    // A condition that does not fit a declared key's type is refused, not compared.
+    for unfit in [
+        json!({"published": {"gte": 2023}}),
+        json!({"year": {"gte": "2024-01-01"}}),
+        json!({"team": 1}),
+    ] {
+        assert!(
+            matches!(
+                store.count(&meta(unfit.clone())),
+                Err(StoreError::Invalid(_))
+            ),
+            "{unfit}"
+        );
     }
     let hits = store
         .search(

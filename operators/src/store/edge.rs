@@ -22,7 +22,11 @@ use qdrant_edge::{
     WithPayloadInterface, WithVector,
 };
 
-use ragstream_core::metadata::{MetaCondition, MetaIndex, MetaMatch, MetaScalar, RangeBound};
+use std::collections::BTreeMap;
+
+use ragstream_core::metadata::{
+    check_declared, MetaCondition, MetaIndex, MetaMatch, MetaScalar, RangeBound,
+};
 
 use super::{
     check_compatible, chunk_from_payload, chunk_payload, Hit, IndexTuning, PointWrite,
@@ -112,6 +116,8 @@ pub struct EdgeStore {
     evidence: bool,
     /// Held by writers (update, flush, optimize); readers take none. See the module docs.
     writer: Mutex<()>,
+    /// The declared metadata keys' index types ([`VectorStore::index_metadata`]).
+    declared: Mutex<BTreeMap<String, MetaIndex>>,
 }
 
 impl std::fmt::Debug for EdgeStore {
@@ -163,8 +169,13 @@ fn any_of(field: &str, values: Vec<String>) -> Condition {
     ))
 }
 
-/// The engine filter for a [`SearchFilter`] (see [`SearchFilter::conditions`]).
-fn engine_filter(filter: &SearchFilter) -> Option<Filter> {
+/// The engine filter for a [`SearchFilter`] (see [`SearchFilter::conditions`]); metadata conditions
+/// are checked against the `declared` keys' types first.
+fn engine_filter(
+    filter: &SearchFilter,
+    declared: &BTreeMap<String, MetaIndex>,
+) -> Result<Option<Filter>, StoreError> {
+    check_declared(declared, &filter.metadata).map_err(StoreError::Invalid)?;
     let conditions = filter.conditions();
     let mut must: Vec<Condition> = conditions
         .must
@@ -188,15 +199,17 @@ fn engine_filter(filter: &SearchFilter) -> Option<Filter> {
     for condition in &conditions.metadata {
         // Like `is_empty` above: the engine's field conditions deserialise from their REST form.
         let rest = metadata_condition(condition);
-        must.push(
-            serde_json::from_value(rest)
-                .expect("metadata conditions are checked at decode and deserialise"),
-        );
+        must.push(serde_json::from_value(rest).map_err(|error| {
+            StoreError::Invalid(format!(
+                "filters.metadata.{}: the engine does not read this condition: {error}",
+                condition.key
+            ))
+        })?);
     }
-    (!must.is_empty()).then(|| Filter {
+    Ok((!must.is_empty()).then(|| Filter {
         must: Some(must),
         ..Filter::default()
-    })
+    }))
 }
 
 /// The REST form of a metadata condition (`{"key", "match"|"range"}`), as the engine reads it.
@@ -334,6 +347,7 @@ impl EdgeStore {
             dimension,
             tuning,
             writer: Mutex::new(()),
+            declared: Mutex::new(BTreeMap::new()),
         };
         store.create_indexes()?;
         Ok(store)
@@ -374,8 +388,16 @@ impl EdgeStore {
         Ok(())
     }
 
+    /// The declared metadata keys (a copy: a few entries).
+    fn declared(&self) -> BTreeMap<String, MetaIndex> {
+        self.declared.lock().map(|d| d.clone()).unwrap_or_default()
+    }
+
     fn create_metadata_indexes(&self, keys: &[(String, MetaIndex)]) -> Result<(), StoreError> {
         let _guard = self.writer.lock().expect("store writer lock");
+        if let Ok(mut declared) = self.declared.lock() {
+            declared.extend(keys.iter().cloned());
+        }
         for (key, index) in keys {
             let kind = match index {
                 MetaIndex::Keyword => PayloadSchemaType::Keyword,
@@ -451,7 +473,7 @@ impl EdgeStore {
             query: Some(ScoringQuery::Vector(QueryEnum::Nearest(NamedQuery::new(
                 query, using,
             )))),
-            filter: engine_filter(filter),
+            filter: engine_filter(filter, &self.declared())?,
             score_threshold: score_threshold
                 .map(qdrant_edge::external::ordered_float::OrderedFloat),
             limit,
@@ -603,7 +625,7 @@ impl VectorStore for EdgeStore {
         filter: &SearchFilter,
         visit: &mut dyn FnMut(StoredChunk),
     ) -> Result<(), StoreError> {
-        let filter = engine_filter(filter);
+        let filter = engine_filter(filter, &self.declared())?;
         let mut offset = None;
         loop {
             let (page, next) = {
@@ -635,7 +657,7 @@ impl VectorStore for EdgeStore {
     fn count(&self, filter: &SearchFilter) -> Result<usize, StoreError> {
         self.shard
             .count(CountRequest {
-                filter: engine_filter(filter),
+                filter: engine_filter(filter, &self.declared())?,
                 exact: true,
             })
             .map_err(engine_error)

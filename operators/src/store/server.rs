@@ -65,6 +65,8 @@ pub struct ServerStore {
     /// Whether the collection has the evidence multi-vector (collections created before it do not).
     /// Set by `ensure_collection`.
     evidence: std::sync::atomic::AtomicBool,
+    /// The declared metadata keys' index types ([`VectorStore::index_metadata`]).
+    declared: std::sync::Mutex<std::collections::BTreeMap<String, MetaIndex>>,
 }
 
 impl std::fmt::Debug for ServerStore {
@@ -123,6 +125,7 @@ impl ServerStore {
             tuning,
             engine_idf: std::sync::atomic::AtomicBool::new(false),
             evidence: std::sync::atomic::AtomicBool::new(false),
+            declared: Default::default(),
         };
         store.ensure_collection()?;
         Ok(store)
@@ -254,7 +257,15 @@ impl ServerStore {
         Ok(())
     }
 
+    /// The declared metadata keys (a copy: a few entries).
+    fn declared(&self) -> std::collections::BTreeMap<String, MetaIndex> {
+        self.declared.lock().map(|d| d.clone()).unwrap_or_default()
+    }
+
     fn create_metadata_indexes(&self, keys: &[(String, MetaIndex)]) -> Result<(), StoreError> {
+        if let Ok(mut declared) = self.declared.lock() {
+            declared.extend(keys.iter().cloned());
+        }
         for (key, index) in keys {
             let kind = match index {
                 MetaIndex::Keyword => FieldType::Keyword,
@@ -427,7 +438,7 @@ impl VectorStore for ServerStore {
         filter: &SearchFilter,
         visit: &mut dyn FnMut(StoredChunk),
     ) -> Result<(), StoreError> {
-        let filter = server_filter(filter);
+        let filter = server_filter(filter, &self.declared())?;
         let mut offset: Option<PointId> = None;
         loop {
             // No `order_by`: the server's scroll is in id order, and only then paginates by offset.
@@ -459,7 +470,7 @@ impl VectorStore for ServerStore {
 
     fn count(&self, filter: &SearchFilter) -> Result<usize, StoreError> {
         let mut request = CountPointsBuilder::new(&self.collection).exact(true);
-        if let Some(filter) = server_filter(filter) {
+        if let Some(filter) = server_filter(filter, &self.declared())? {
             request = request.filter(filter);
         }
         let response = self
@@ -507,7 +518,7 @@ impl VectorStore for ServerStore {
             }
             request = request.params(params);
         }
-        if let Some(filter) = server_filter(filter) {
+        if let Some(filter) = server_filter(filter, &self.declared())? {
             request = request.filter(filter);
         }
         if let Some(threshold) = score_threshold {

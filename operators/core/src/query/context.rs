@@ -144,6 +144,11 @@ pub struct Context {
     /// Set when the query could not be answered (bad query, unknown chunk id, index failure).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The kind of `error`, stable for programs (the HTTP API's problem types): a refused query's
+    /// DLQ reason (`invalid_query`, `malformed_json`, `invalid_utf8`, `oversize`), `unknown_chunk`,
+    /// `index_unavailable` (retry later), `index_refused`, `too_large_context`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_type: Option<String>,
 }
 
 /// The ingest progress a context reflects.

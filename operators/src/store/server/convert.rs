@@ -11,7 +11,9 @@ use qdrant_client::qdrant::{
     Struct, Value,
 };
 use qdrant_client::{Payload, QdrantError};
-use ragstream_core::metadata::{MetaCondition, MetaMatch, MetaScalar, RangeBound};
+use ragstream_core::metadata::{
+    check_declared, MetaCondition, MetaIndex, MetaMatch, MetaScalar, RangeBound,
+};
 use serde_json::{Map, Number, Value as JsonValue};
 
 use crate::store::{chunk_from_payload, SearchFilter, StoreError, StoredChunk};
@@ -87,8 +89,13 @@ pub(super) fn any_of(field: &str, values: Vec<String>) -> Condition {
     )
 }
 
-/// The server filter for a [`SearchFilter`] (see [`SearchFilter::conditions`]).
-pub(super) fn server_filter(filter: &SearchFilter) -> Option<Filter> {
+/// The server filter for a [`SearchFilter`] (see [`SearchFilter::conditions`]); metadata conditions
+/// are checked against the `declared` keys' types first.
+pub(super) fn server_filter(
+    filter: &SearchFilter,
+    declared: &std::collections::BTreeMap<String, MetaIndex>,
+) -> Result<Option<Filter>, StoreError> {
+    check_declared(declared, &filter.metadata).map_err(StoreError::Invalid)?;
     let conditions = filter.conditions();
     let mut must: Vec<Condition> = conditions
         .must
@@ -105,7 +112,7 @@ pub(super) fn server_filter(filter: &SearchFilter) -> Option<Filter> {
     for condition in &conditions.metadata {
         must.push(metadata_condition(condition));
     }
-    (!must.is_empty()).then(|| Filter::must(must))
+    Ok((!must.is_empty()).then(|| Filter::must(must)))
 }
 
 /// A metadata condition as a server filter condition. Date-time bounds were checked at decode

@@ -1,0 +1,19 @@
+//! Every integration test but the fault suite, one module per file, in one test binary: one link of
+//! the job's dependencies instead of thirteen (minutes of a cold CI build on two cores).
+//! `cargo test --test integration <file>::` runs one file's tests.
+
+mod common;
+
+mod cluster;
+mod embedder;
+mod endpoints;
+mod evidence;
+mod ingest_kafka;
+mod invalidations;
+mod mcp;
+mod observability;
+mod query_kafka;
+mod server_backend;
+mod sharding;
+mod surrogates;
+mod tokenizer;
