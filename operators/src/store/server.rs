@@ -245,16 +245,21 @@ impl ServerStore {
                 request =
                     request.field_index_params(KeywordIndexParamsBuilder::default().on_disk(true));
             }
-            match self
-                .runtime
-                .block_on(self.client.create_field_index(request))
-            {
-                Ok(_) => {}
-                Err(error) if already_exists(&error) => {}
-                Err(error) => return Err(store_error(error)),
-            }
+            self.create_index(request)?;
         }
         Ok(())
+    }
+
+    /// Creates one payload index; one already there is accepted.
+    fn create_index(&self, request: CreateFieldIndexCollectionBuilder) -> Result<(), StoreError> {
+        match self
+            .runtime
+            .block_on(self.client.create_field_index(request))
+        {
+            Ok(_) => Ok(()),
+            Err(error) if already_exists(&error) => Ok(()),
+            Err(error) => Err(store_error(error)),
+        }
     }
 
     /// The declared metadata keys (a copy: a few entries).
@@ -280,14 +285,7 @@ impl ServerStore {
                 kind,
             )
             .wait(true);
-            match self
-                .runtime
-                .block_on(self.client.create_field_index(request))
-            {
-                Ok(_) => {}
-                Err(error) if already_exists(&error) => {}
-                Err(error) => return Err(store_error(error)),
-            }
+            self.create_index(request)?;
         }
         Ok(())
     }
