@@ -148,8 +148,7 @@ pub(crate) fn read_questions(path: &std::path::Path, needed: usize) -> anyhow::R
     Ok(questions)
 }
 
-/// n, p50, p90, p99 and max of latencies in milliseconds.
-/// One `POST /query` round trip: the context (an error context is an error) and the milliseconds.
+/// One `POST /v1/query` round trip: the context (an error context is an error) and the milliseconds.
 pub(crate) fn round_trip(
     agent: &ureq::Agent,
     url: &str,
@@ -170,6 +169,7 @@ pub(crate) fn round_trip(
     Ok((context, ms))
 }
 
+/// n, p50, p90, p99 and max of latencies in milliseconds.
 pub(crate) fn latency_summary(mut values: Vec<f64>) -> serde_json::Value {
     values.sort_by(f64::total_cmp);
     let at = |p: f64| {

@@ -1,4 +1,4 @@
-//! `ragstream bench load`: `POST /query` round trips while documents stream in at full embedding speed,
+//! `ragstream bench load`: `POST /v1/query` round trips while documents stream in at full embedding speed,
 //! against the same kind of queries with ingest idle, in one run of the job in this process.
 //!
 //! The job reads a fresh Kafka topic into a fresh embedded index (or a fresh collection of the Qdrant
@@ -111,7 +111,7 @@ pub fn load(args: LoadBench) -> anyhow::Result<Value> {
     };
     let start_events = metrics().source_events.get();
     let running = crate::runtime::start(config)?;
-    let url = format!("http://{}/query", running.address);
+    let url = format!("http://{}/v1/query", running.address);
     let agent = ureq::Agent::new_with_defaults();
     let mut next_question = 0usize;
     // One pair: a new question, then an earlier one at another budget.

@@ -4,7 +4,7 @@
 //!    a single function) at 1 MiB and at `size_mib`, the median of 3 passes each, and the ratio of
 //!    the two (linear chunking: about the ratio of the sizes);
 //! 2. the job in this process on its embedded default (a watched directory, the local model, a fresh
-//!    embedded index): `POST /query` round trips from one client, one every `interval_ms`, with ingest
+//!    embedded index): `POST /v1/query` round trips from one client, one every `interval_ms`, with ingest
 //!    idle, then while the one-line script and the table of `size_mib` each are dropped into the
 //!    directory and ingested (the client goes on until both are indexed or `loaded_seconds` passed;
 //!    chunking them, the stall this bench exists for, takes the first seconds of that).
@@ -179,7 +179,7 @@ pub fn pathological(args: PathologicalBench) -> anyhow::Result<Value> {
     let config = Config::load(&config_path)?;
     config.validate()?;
     let running = crate::runtime::start(config)?;
-    let url = format!("http://{}/query", running.address);
+    let url = format!("http://{}/v1/query", running.address);
     let agent = ureq::Agent::new_with_defaults();
     let mut serial = 0usize;
     let mut ask = || -> anyhow::Result<f64> {

@@ -1,12 +1,12 @@
-//! `ragstream query`: a small client of the running job's `POST /query`.
+//! `ragstream query`: a small client of the running job's `POST /v1/query`.
 
 use anyhow::Context as _;
 use ragstream_operators::query::Context;
 
-/// Posts `query` to `<url>/query` and returns the context (error contexts included). The bearer token,
-/// when the job requires one, comes from `RAGSTREAM_QUERY_TOKEN`.
+/// Posts `query` to `<url>/v1/query` and returns its context; a problem answer is an error. The
+/// bearer token, when the job requires one, comes from `RAGSTREAM_QUERY_TOKEN`.
 pub fn query(url: &str, query: &serde_json::Value) -> anyhow::Result<Context> {
-    let endpoint = format!("{}/query", url.trim_end_matches('/'));
+    let endpoint = format!("{}/v1/query", url.trim_end_matches('/'));
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
@@ -29,6 +29,14 @@ pub fn query(url: &str, query: &serde_json::Value) -> anyhow::Result<Context> {
         .context("reading the response")?;
     if response.status() == 401 {
         anyhow::bail!("the job requires a bearer token: set RAGSTREAM_QUERY_TOKEN");
+    }
+    if response.status() != 200 {
+        match serde_json::from_str::<crate::api::Problem>(&body) {
+            Ok(problem) => {
+                anyhow::bail!("{}: {} ({})", problem.title, problem.detail, problem.kind)
+            }
+            Err(_) => anyhow::bail!("HTTP {}: {body}", response.status()),
+        }
     }
     serde_json::from_str(&body).with_context(|| format!("unexpected response: {body}"))
 }

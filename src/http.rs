@@ -1,8 +1,10 @@
-//! The job's HTTP endpoints: `/metrics` (Prometheus text), `/healthz` (process up), `/readyz` (index
-//! open, model loaded, broker reachable), `POST /query` (a query event in the body, its context as
-//! the response: the same dataflow as the queries topic), `GET /invalidations?since=N` (the process's
-//! invalidations of published contexts numbered above N) and `/mcp` (the agent tools). Bound to
-//! loopback unless configured otherwise.
+//! The job's HTTP API (described by the OpenAPI document at `/v1/openapi.json`, [`crate::openapi`]):
+//! `POST /v1/query` (a query event in the body, its context as the answer: the same dataflow as the
+//! queries topic), `GET /v1/sources` and `GET /v1/chunks/{id}` (the `list_sources` and `read_chunk`
+//! modes), `GET /v1/invalidations?since=N` (the process's invalidations of published contexts
+//! numbered above N), `/mcp` (the agent tools), and unversioned `/metrics` (Prometheus text),
+//! `/healthz` (process up) and `/readyz` (index open, model loaded, broker reachable). Every error
+//! is a problem (RFC 9457, [`crate::api::Problem`]). Bound to loopback unless configured otherwise.
 //!
 //! The server is hyper on a small tokio runtime of its own, built to stay up whatever a client sends:
 //! - a connection cap (`http.max_connections`): a connection over it is closed at once;
@@ -14,9 +16,9 @@
 //!   `Retry-After` beyond), and wait off the runtime's threads, so `/healthz`, `/readyz` and
 //!   `/metrics` are answered at once however many queries are in flight;
 //! - every request is handled in a task of its own: a panic answers that request 500 and nothing else;
-//! - the `Host` header of `/query`, `/invalidations` and `/mcp` must be an allowed one (DNS-rebinding
-//!   protection from browsers); health and metrics answer any host, as probes and scrapers address
-//!   the job by IP.
+//! - the `Host` header of the `/v1/` data routes and `/mcp` must be an allowed one (DNS-rebinding
+//!   protection from browsers); health, metrics and the OpenAPI document answer any host, as probes
+//!   and scrapers address the job by IP.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
@@ -30,10 +32,14 @@ use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use ragstream_operators::ingest::decode::DecodeConfig;
 use ragstream_operators::io::query_source::HttpIngress;
 use ragstream_operators::query::invalidate::InvalidationLog;
 use ragstream_operators::query::Context;
 use tokio::sync::Semaphore;
+
+use crate::api::{InvalidationsPage, Problem, SourcesPage, PROBLEM_JSON};
+use crate::documents::{self, DocumentsTarget};
 
 /// Readiness flags set by the runtime.
 #[derive(Debug)]
@@ -85,26 +91,12 @@ impl Readiness {
     }
 }
 
-/// Longest a `POST /query` waits for its context.
+/// Longest a `POST /v1/query` waits for its context.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(120);
 /// Threads of the server's runtime: they parse, route and answer; queries wait elsewhere.
 const SERVER_THREADS: usize = 2;
 /// Largest request head (request line and headers) read into memory.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
-
-/// The HTTP status of a context: refused queries are the caller's error (a condition the index
-/// refused too: 422), an index outage is ours, an unknown chunk is not found.
-pub fn status_of(context: &Context) -> u16 {
-    match (&context.error, context.error_type.as_deref()) {
-        (None, _) => 200,
-        (Some(_), Some("index_unavailable")) => 503,
-        (Some(_), Some("index_refused")) => 422,
-        (Some(_), Some("unknown_chunk")) => 404,
-        (Some(_), _) if context.mode.is_empty() => 400,
-        (Some(error), _) if error.starts_with("index unavailable") => 503,
-        (Some(_), _) => 404,
-    }
-}
 
 /// Refuses to serve on `listen` without tokens when it reaches beyond loopback, unless the
 /// configuration says `anonymous = true`.
@@ -132,13 +124,15 @@ pub fn check_open(listen: &str, no_tokens: bool, anonymous: bool) -> anyhow::Res
 pub struct Limits {
     /// Open connections at once.
     pub max_connections: usize,
-    /// `POST /query` and `/mcp` requests waiting for their contexts at once.
+    /// `POST /v1/query` and `/mcp` requests waiting for their contexts at once.
     pub max_queries_in_flight: usize,
     /// Deadline for a request's head, and separately for its body.
     pub read_timeout: Duration,
-    /// Largest body of `POST /query` and `/mcp` (twice `query.max_query_bytes`: a body between one
+    /// Largest body of `POST /v1/query` and `/mcp` (twice `query.max_query_bytes`: a body between one
     /// and two times the query limit still reaches the dataflow, which dead-letters it as oversize).
     pub max_body_bytes: usize,
+    /// Largest body of `POST /v1/documents` (four times `ingest.max_document_bytes`).
+    pub max_documents_body_bytes: usize,
 }
 
 /// The tenants a token may query (`None`: every tenant).
@@ -153,7 +147,7 @@ struct Access {
     labels: Labels,
 }
 
-/// The bearer tokens of `POST /query`, each with the tenants it may query and, for a tenant-bound
+/// The bearer tokens of the data routes, each with the tenants it may query and, for a tenant-bound
 /// token, the ACL labels its queries carry.
 /// Deliberately not `Debug`: the tokens are secrets.
 #[derive(Default, Clone)]
@@ -236,7 +230,7 @@ impl QueryTokens {
 }
 
 /// The query body as the token allows it: with a tenant-bound token, the body must be a JSON object
-/// naming one of its tenants, and its `acl` (if any) only labels of the token's; a body without `acl`
+/// naming one of its tenants (or none, when the token opens exactly one: that one is filled in), and its `acl` (if any) only labels of the token's; a body without `acl`
 /// carries the token's labels. Other tokens pass the body as it is. `Err`: why it is refused (403).
 fn bind(body: Bytes, access: &Access) -> Result<Bytes, String> {
     let (Some(tenants), Some(labels)) = (&access.tenants, &access.labels) else {
@@ -244,6 +238,12 @@ fn bind(body: Bytes, access: &Access) -> Result<Bytes, String> {
     };
     let mut query: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&body)
         .map_err(|_| "this token may not query that tenant".to_string())?;
+    // A token of exactly one tenant fills in a tenant the body leaves out.
+    if query.get("tenant").is_none() && tenants.len() == 1 {
+        if let Some(only) = tenants.iter().next() {
+            query.insert("tenant".into(), serde_json::json!(only));
+        }
+    }
     let tenant = query.get("tenant").and_then(serde_json::Value::as_str);
     if !tenant.is_some_and(|tenant| tenants.contains(tenant)) {
         return Err("this token may not query that tenant".into());
@@ -337,7 +337,16 @@ struct Shared {
     mcp: crate::mcp::McpHttp,
     limits: Limits,
     queries: Arc<Semaphore>,
+    /// Where `POST /v1/documents` writes.
+    documents: DocumentsTarget,
+    /// The checks of every document event.
+    decode: DecodeConfig,
+    /// Document batches read and written at once.
+    document_slots: Arc<Semaphore>,
 }
+
+/// Document batches read and written at once (each up to `Limits::max_documents_body_bytes`).
+const DOCUMENT_SLOTS: usize = 4;
 
 type Reply = Response<Full<Bytes>>;
 
@@ -351,13 +360,23 @@ fn reply(status: StatusCode, body: impl Into<Bytes>, content_type: &'static str)
     response
 }
 
-/// A JSON error body `{"error": message}`.
-fn error(status: StatusCode, message: &str) -> Reply {
-    reply(
-        status,
-        serde_json::json!({ "error": message }).to_string(),
-        "application/json",
-    )
+/// A problem reply (RFC 9457): `name` is one of [`crate::api::PROBLEMS`].
+fn problem(name: &str, detail: &str) -> Reply {
+    problem_reply(&Problem::new(name, detail))
+}
+
+fn problem_reply(problem: &Problem) -> Reply {
+    let body = serde_json::to_string(problem).unwrap_or_default();
+    let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    reply(status, body, PROBLEM_JSON)
+}
+
+/// A JSON body.
+fn json_reply(body: &impl serde::Serialize) -> Reply {
+    match serde_json::to_string(body) {
+        Ok(body) => reply(StatusCode::OK, body, "application/json"),
+        Err(cause) => problem("internal", &format!("cannot serialise the answer: {cause}")),
+    }
 }
 
 /// The request's body, read within the limits: `Content-Length` over the limit is refused before
@@ -367,39 +386,38 @@ async fn read_body(
     request: Request<Incoming>,
     limits: &Limits,
 ) -> Result<(http::request::Parts, Bytes), Reply> {
-    let limit = limits.max_body_bytes;
+    let bound = format!(
+        "the body is over {} bytes (twice query.max_query_bytes)",
+        limits.max_body_bytes
+    );
+    read_body_within(request, limits.max_body_bytes, limits.read_timeout, &bound).await
+}
+
+/// The request's body within `limit` bytes and `timeout`; `over` says what the limit is.
+async fn read_body_within(
+    request: Request<Incoming>,
+    limit: usize,
+    timeout: Duration,
+    over: &str,
+) -> Result<(http::request::Parts, Bytes), Reply> {
     let (parts, body) = request.into_parts();
     if let Some(length) = parts.headers.get(http::header::CONTENT_LENGTH) {
         match length.to_str().ok().and_then(|l| l.parse::<u64>().ok()) {
-            Some(length) if length > limit as u64 => {
-                return Err(error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    &format!("the body is over {limit} bytes (twice query.max_query_bytes)"),
-                ))
-            }
+            Some(length) if length > limit as u64 => return Err(problem("oversize", over)),
             Some(_) => {}
-            None => {
-                return Err(error(
-                    StatusCode::BAD_REQUEST,
-                    "Content-Length is not a number",
-                ))
-            }
+            None => return Err(problem("bad_request", "Content-Length is not a number")),
         }
     }
-    match tokio::time::timeout(limits.read_timeout, Limited::new(body, limit).collect()).await {
-        Err(_) => Err(error(
-            StatusCode::REQUEST_TIMEOUT,
-            &format!(
-                "the body did not arrive within {} s",
-                limits.read_timeout.as_secs()
-            ),
+    match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
+        Err(_) => Err(problem(
+            "request_timeout",
+            &format!("the body did not arrive within {} s", timeout.as_secs()),
         )),
-        Ok(Err(cause)) if cause.is::<http_body_util::LengthLimitError>() => Err(error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &format!("the body is over {limit} bytes (twice query.max_query_bytes)"),
-        )),
-        Ok(Err(cause)) => Err(error(
-            StatusCode::BAD_REQUEST,
+        Ok(Err(cause)) if cause.is::<http_body_util::LengthLimitError>() => {
+            Err(problem("oversize", over))
+        }
+        Ok(Err(cause)) => Err(problem(
+            "bad_request",
             &format!("cannot read the body: {cause}"),
         )),
         Ok(Ok(collected)) => Ok((parts, collected.to_bytes())),
@@ -409,17 +427,10 @@ async fn read_body(
 /// A slot among the queries in flight, or 503 with `Retry-After`.
 fn query_slot(shared: &Shared) -> Result<tokio::sync::OwnedSemaphorePermit, Box<Reply>> {
     shared.queries.clone().try_acquire_owned().map_err(|_| {
-        let mut response = error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &format!(
-                "{} queries are in flight already (http.max_queries_in_flight); retry shortly",
-                shared.limits.max_queries_in_flight
-            ),
-        );
-        response
-            .headers_mut()
-            .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
-        Box::new(response)
+        Box::new(busy(&format!(
+            "{} queries are in flight already (http.max_queries_in_flight); retry shortly",
+            shared.limits.max_queries_in_flight
+        )))
     })
 }
 
@@ -436,24 +447,15 @@ impl Drop for Abandon {
     }
 }
 
-async fn query(shared: Arc<Shared>, request: Request<Incoming>, access: Access) -> Reply {
-    // The slot is taken once the body is in: a slow client holds a connection, never a query slot.
-    let body = match read_body(request, &shared.limits).await {
-        Ok((_, body)) => body,
-        Err(refused) => return refused,
-    };
-    let slot = match query_slot(&shared) {
-        Ok(slot) => slot,
-        Err(busy) => return *busy,
-    };
+/// Runs one query event through the dataflow: the body bound to the token's tenants and labels, a
+/// slot among the queries in flight, the wait for its context. `Err`: the problem reply.
+async fn ask(shared: &Arc<Shared>, body: Bytes, access: &Access) -> Result<Context, Reply> {
+    let slot = query_slot(shared).map_err(|busy| *busy)?;
     // A tenant-bound token: the body names one of its tenants and at most its labels.
-    let body = match bind(body, &access) {
-        Ok(body) => body,
-        Err(refused) => {
-            tracing::warn!("POST /query refused: {refused}");
-            return error(StatusCode::FORBIDDEN, &refused);
-        }
-    };
+    let body = bind(body, access).map_err(|refused| {
+        tracing::warn!("query refused: {refused}");
+        problem("forbidden", &refused)
+    })?;
     // Oversized bodies within the read limit still go through the dataflow, which refuses them with
     // a DLQ record.
     let (ticket, receiver) = shared.ingress.submit(body.to_vec());
@@ -467,62 +469,288 @@ async fn query(shared: Arc<Shared>, request: Request<Incoming>, access: Access) 
         waited
     })
     .await;
-    let reply = match waited {
-        Ok(Ok(context)) => match serde_json::to_string(&context) {
-            Ok(body) => reply(
-                StatusCode::from_u16(status_of(&context)).unwrap_or(StatusCode::OK),
-                body,
-                "application/json",
-            ),
-            Err(cause) => error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &format!("cannot serialise the context: {cause}"),
-            ),
-        },
-        Ok(Err(mpsc::RecvTimeoutError::Disconnected)) => error(
-            StatusCode::SERVICE_UNAVAILABLE,
+    let answer = match waited {
+        Ok(Ok(context)) => Ok(context),
+        Ok(Err(mpsc::RecvTimeoutError::Disconnected)) => Err(problem(
+            "stopping",
             "the job is stopping and takes no more queries",
-        ),
+        )),
         Ok(Err(mpsc::RecvTimeoutError::Timeout)) => {
-            error(StatusCode::GATEWAY_TIMEOUT, "no context within 120 s")
+            Err(problem("timeout", "no context within 120 s"))
         }
-        Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "the query's wait failed"),
+        Err(_) => Err(problem("internal", "the query's wait failed")),
     };
     drop(abandon);
+    answer
+}
+
+/// The context's problem reply, if it carries an error.
+fn refused(context: &Context) -> Option<Reply> {
+    Problem::of_context(context).map(|problem| problem_reply(&problem))
+}
+
+/// `POST /v1/query`: the query event in the body, its context as the answer.
+async fn query(shared: Arc<Shared>, request: Request<Incoming>, access: Access) -> Reply {
+    // The slot is taken once the body is in: a slow client holds a connection, never a query slot.
+    let body = match read_body(request, &shared.limits).await {
+        Ok((_, body)) => body,
+        Err(refused) => return refused,
+    };
+    match ask(&shared, body, &access).await {
+        Ok(context) => refused(&context).unwrap_or_else(|| json_reply(&context)),
+        Err(reply) => reply,
+    }
+}
+
+/// `POST /v1/documents`: a batch of document events, checked whole, then written.
+async fn post_documents(shared: Arc<Shared>, request: Request<Incoming>, access: Access) -> Reply {
+    let Some(owned) = shared.documents.takes_documents() else {
+        return problem("no_document_input", NO_DOCUMENT_INPUT);
+    };
+    // The slot first: a batch may be large, and only a few are read at once.
+    let Ok(slot) = shared.document_slots.clone().try_acquire_owned() else {
+        return busy("document batches are being written already; retry shortly");
+    };
+    let limit = shared.limits.max_documents_body_bytes;
+    let over = format!("the body is over {limit} bytes (four times ingest.max_document_bytes)");
+    let body = match read_body_within(request, limit, shared.limits.read_timeout, &over).await {
+        Ok((_, body)) => body,
+        Err(refused) => return refused,
+    };
+    let admitted = documents::admit(&body, access.tenants.as_deref(), owned, &shared.decode);
+    let reply = match admitted {
+        Ok(admitted) => write_documents(&shared, admitted).await,
+        Err(refused) => problem_reply(refused.as_ref()),
+    };
+    drop(slot);
     reply
 }
 
-/// `GET /invalidations?since=N`: `{"invalidations": [...], "last": M, "truncated": bool}`, the
-/// invalidations numbered above N (of the tenants the caller's token opens), M the number to ask from
-/// next, `truncated` when some above N were already dropped from the log.
+/// `DELETE /v1/documents/{doc_id}?tenant=&version=`: one delete, as `POST /v1/documents` takes it.
+async fn delete_document(shared: Arc<Shared>, doc_id: &str, params: &str, access: Access) -> Reply {
+    let Some(owned) = shared.documents.takes_documents() else {
+        return problem("no_document_input", NO_DOCUMENT_INPUT);
+    };
+    let params = parameters(params);
+    let mut event = serde_json::json!({
+        "op": "delete",
+        "doc_id": percent_encoding::percent_decode_str(doc_id).decode_utf8_lossy(),
+    });
+    if let Some(tenant) = params.get("tenant") {
+        event["tenant"] = serde_json::json!(tenant);
+    }
+    if let Some(version) = params.get("version") {
+        match version.parse::<u64>() {
+            Ok(version) => event["version"] = serde_json::json!(version),
+            Err(_) => return problem("bad_request", "version must be a positive integer"),
+        }
+    }
+    let Ok(slot) = shared.document_slots.clone().try_acquire_owned() else {
+        return busy("document batches are being written already; retry shortly");
+    };
+    let body = serde_json::json!({ "documents": [event] }).to_string();
+    let admitted = documents::admit(
+        body.as_bytes(),
+        access.tenants.as_deref(),
+        owned,
+        &shared.decode,
+    );
+    let reply = match admitted {
+        Ok(admitted) => write_documents(&shared, admitted).await,
+        Err(refused) => problem_reply(refused.as_ref()),
+    };
+    drop(slot);
+    reply
+}
+
+const NO_DOCUMENT_INPUT: &str =
+    "this job reads one JSONL file and stops; it takes no documents over HTTP (runtime.serve = false)";
+
+/// 503 `busy` with `Retry-After`.
+fn busy(detail: &str) -> Reply {
+    let mut response = problem("busy", detail);
+    response
+        .headers_mut()
+        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+/// Writes an admitted batch where the job takes documents, and answers once it is durable there.
+async fn write_documents(shared: &Arc<Shared>, admitted: documents::Admitted) -> Reply {
+    let accepted = admitted.events.len();
+    match &shared.documents {
+        DocumentsTarget::Kafka(sink) => {
+            let sink = sink.clone();
+            let events = admitted.events;
+            match tokio::task::spawn_blocking(move || sink.send(&events)).await {
+                Ok(Ok(())) => {
+                    let mut answer = json_reply(&documents::DocumentsAccepted {
+                        accepted,
+                        indexed: false,
+                    });
+                    *answer.status_mut() = StatusCode::ACCEPTED;
+                    answer
+                }
+                Ok(Err(outage)) => {
+                    tracing::warn!(error = %outage, "POST /v1/documents: the broker did not take the batch");
+                    problem("broker_unavailable", &outage)
+                }
+                Err(_) => problem("internal", "the batch's write failed"),
+            }
+        }
+        DocumentsTarget::Local { ingress, .. } => {
+            let receiver = ingress.submit(admitted.ops.into_iter().map(Ok).collect());
+            let waited =
+                tokio::task::spawn_blocking(move || receiver.recv_timeout(QUERY_TIMEOUT)).await;
+            match waited {
+                Ok(Ok(())) => json_reply(&documents::DocumentsAccepted {
+                    accepted,
+                    indexed: true,
+                }),
+                Ok(Err(mpsc::RecvTimeoutError::Disconnected)) => problem(
+                    "stopping",
+                    "the job is stopping and takes no more documents",
+                ),
+                Ok(Err(mpsc::RecvTimeoutError::Timeout)) => problem(
+                    "timeout",
+                    "the documents were not indexed within 120 s; they are still queued",
+                ),
+                Err(_) => problem("internal", "the batch's wait failed"),
+            }
+        }
+        DocumentsTarget::None => problem("no_document_input", NO_DOCUMENT_INPUT),
+    }
+}
+
+/// The query parameters of a request, decoded (`application/x-www-form-urlencoded`).
+fn parameters(query: &str) -> BTreeMap<String, String> {
+    form_urlencoded::parse(query.as_bytes())
+        .map(|(name, value)| (name.into_owned(), value.into_owned()))
+        .collect()
+}
+
+/// The tenant a request names, or the one tenant its token opens (`None`: neither).
+fn tenant_of(params: &BTreeMap<String, String>, access: &Access) -> Option<String> {
+    if let Some(tenant) = params.get("tenant") {
+        return Some(tenant.clone());
+    }
+    match access.tenants.as_deref() {
+        Some(tenants) if tenants.len() == 1 => tenants.iter().next().cloned(),
+        _ => None,
+    }
+}
+
+const NAME_THE_TENANT: &str = "name the tenant: ?tenant=<tenant>";
+
+/// A query id for the routes that build their query themselves (answers are matched by ticket).
+fn internal_query_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    format!("http-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// `GET /v1/sources?tenant=&limit=&cursor=`: one page of the tenant's documents.
+async fn sources(shared: Arc<Shared>, params: &str, access: Access) -> Reply {
+    let params = parameters(params);
+    let Some(tenant) = tenant_of(&params, &access) else {
+        return problem("bad_request", NAME_THE_TENANT);
+    };
+    let limit = match params.get("limit").map(|l| l.parse::<u64>()) {
+        None => None,
+        Some(Ok(limit)) => Some(limit),
+        Some(Err(_)) => return problem("bad_request", "limit must be a positive integer"),
+    };
+    let body = serde_json::json!({
+        "query_id": internal_query_id(), "tenant": tenant, "text": "", "mode": "list_sources",
+        "k": limit, "cursor": params.get("cursor"),
+    });
+    match ask(&shared, Bytes::from(body.to_string()), &access).await {
+        Ok(context) => refused(&context).unwrap_or_else(|| {
+            json_reply(&SourcesPage {
+                tenant: context.tenant,
+                sources: context.sources,
+                next_cursor: context.next_cursor,
+            })
+        }),
+        Err(reply) => reply,
+    }
+}
+
+/// `GET /v1/chunks/{chunk_id}?tenant=`: one chunk, whole.
+async fn chunk(shared: Arc<Shared>, chunk_id: &str, params: &str, access: Access) -> Reply {
+    let params = parameters(params);
+    let Some(tenant) = tenant_of(&params, &access) else {
+        return problem("bad_request", NAME_THE_TENANT);
+    };
+    let chunk_id = percent_encoding::percent_decode_str(chunk_id).decode_utf8_lossy();
+    let body = serde_json::json!({
+        "query_id": internal_query_id(), "tenant": tenant, "text": chunk_id, "mode": "read_chunk",
+    });
+    match ask(&shared, Bytes::from(body.to_string()), &access).await {
+        Ok(context) => match refused(&context) {
+            Some(reply) => reply,
+            None => match context.items.into_iter().next() {
+                Some(item) => json_reply(&item),
+                None => problem("unknown_chunk", "no such chunk"),
+            },
+        },
+        Err(reply) => reply,
+    }
+}
+
+/// `GET /v1/invalidations?since=N`: the invalidations numbered above N (of the tenants the caller's
+/// token opens), the number to ask from next, and whether some above N were already dropped.
 fn invalidations(params: &str, log: &Mutex<InvalidationLog>, tenants: Tenants) -> Reply {
-    let since = params
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("since="))
-        .map(str::parse::<u64>);
-    let since = match since {
+    let since = match parameters(params).get("since").map(|s| s.parse::<u64>()) {
         None => 0,
         Some(Ok(since)) => since,
-        Some(Err(_)) => return error(StatusCode::BAD_REQUEST, "since must be a number"),
+        Some(Err(_)) => return problem("bad_request", "since must be a number"),
     };
     let Ok(log) = log.lock() else {
-        return error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the invalidation log is unavailable",
-        );
+        return problem("internal", "the invalidation log is unavailable");
     };
     let (mut entries, last, truncated) = log.since(since);
     drop(log);
     if let Some(tenants) = tenants {
         entries.retain(|entry| tenants.contains(&entry.tenant));
     }
-    let body = serde_json::json!({"invalidations": entries, "last": last, "truncated": truncated});
-    reply(StatusCode::OK, body.to_string(), "application/json")
+    json_reply(&InvalidationsPage {
+        invalidations: entries,
+        last,
+        truncated,
+    })
 }
 
 fn unauthorized(path: &str) -> Reply {
     tracing::warn!(path, "request refused: missing or wrong bearer token");
-    error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token")
+    problem("unauthorized", "missing or wrong bearer token")
+}
+
+/// 405 with the methods the route takes.
+fn method_not_allowed(allow: &'static str) -> Reply {
+    let mut response = problem("method_not_allowed", &format!("this route takes {allow}"));
+    response
+        .headers_mut()
+        .insert(http::header::ALLOW, HeaderValue::from_static(allow));
+    response
+}
+
+/// The OpenAPI document, generated once.
+fn openapi_json() -> &'static str {
+    static DOCUMENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DOCUMENT.get_or_init(|| crate::openapi::pretty(&crate::openapi::document()))
+}
+
+/// The data routes: they check the `Host` and the bearer token.
+fn is_data_route(path: &str) -> bool {
+    let one_segment = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .is_some_and(|id| !id.is_empty() && !id.contains('/'))
+    };
+    matches!(
+        path,
+        "/v1/query" | "/v1/sources" | "/v1/invalidations" | "/v1/documents" | "/mcp"
+    ) || one_segment("/v1/chunks/")
+        || one_segment("/v1/documents/")
 }
 
 /// Routes one request.
@@ -542,8 +770,9 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Reply {
                 "text/plain; version=0.0.4",
             )
         }
-        "/query" | "/invalidations" | "/mcp" => {}
-        _ => return reply(StatusCode::NOT_FOUND, "not found\n", "text/plain"),
+        "/v1/openapi.json" => return reply(StatusCode::OK, openapi_json(), "application/json"),
+        path if is_data_route(path) => {}
+        _ => return problem("not_found", &format!("no route {}", prefix(&path))),
     }
     if !shared
         .hosts
@@ -553,8 +782,8 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Reply {
             path,
             "request refused: Host is not an allowed one (http.allowed_hosts)"
         );
-        return error(
-            StatusCode::FORBIDDEN,
+        return problem(
+            "host_not_allowed",
             "this Host is not allowed (http.allowed_hosts)",
         );
     }
@@ -562,16 +791,30 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Reply {
         Ok(access) => access,
         Err(Unauthorized) => return unauthorized(&path),
     };
-    let post = request.method() == Method::POST;
+    let method = request.method().clone();
+    let (get, post) = (
+        method == Method::GET || method == Method::HEAD,
+        method == Method::POST,
+    );
     match path.as_str() {
-        "/query" if post => query(shared, request, access).await,
-        "/query" => reply(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "POST a query event\n",
-            "text/plain",
-        ),
-        "/invalidations" => invalidations(&params, &shared.invalidation_log, access.tenants),
-        _ => {
+        "/v1/query" if post => query(shared, request, access).await,
+        "/v1/query" => method_not_allowed("POST"),
+        "/v1/sources" if get => sources(shared, &params, access).await,
+        "/v1/invalidations" if get => {
+            invalidations(&params, &shared.invalidation_log, access.tenants)
+        }
+        "/v1/sources" | "/v1/invalidations" => method_not_allowed("GET"),
+        "/v1/documents" if post => post_documents(shared, request, access).await,
+        "/v1/documents" => method_not_allowed("POST"),
+        document if document.starts_with("/v1/documents/") => {
+            if method == Method::DELETE {
+                let doc_id = document.trim_start_matches("/v1/documents/");
+                delete_document(shared, doc_id, &params, access).await
+            } else {
+                method_not_allowed("DELETE")
+            }
+        }
+        "/mcp" => {
             let (parts, body) = match read_body(request, &shared.limits).await {
                 Ok(read) => read,
                 Err(refused) => return refused,
@@ -585,7 +828,21 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Reply {
             drop(slot);
             reply
         }
+        chunk_path if get => {
+            let chunk_id = chunk_path.trim_start_matches("/v1/chunks/");
+            chunk(shared, chunk_id, &params, access).await
+        }
+        _ => method_not_allowed("GET"),
     }
+}
+
+/// At most the first 128 bytes of `text` (a request's path in a message).
+fn prefix(text: &str) -> &str {
+    let mut end = text.len().min(128);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// A request's task, aborted when the connection goes away before it is answered (so a query whose
@@ -606,7 +863,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Reply
         Ok(reply) => Ok(reply),
         Err(failed) => {
             tracing::error!(error = %failed, "an HTTP handler failed; answered 500");
-            Ok(error(StatusCode::INTERNAL_SERVER_ERROR, "internal error"))
+            Ok(problem("internal", "internal error"))
         }
     }
 }
@@ -658,6 +915,8 @@ pub fn serve(
     tokens: QueryTokens,
     allowed_hosts: &[String],
     limits: Limits,
+    documents: DocumentsTarget,
+    decode: DecodeConfig,
 ) -> anyhow::Result<SocketAddr> {
     let listener = std::net::TcpListener::bind(listen)
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
@@ -682,6 +941,9 @@ pub fn serve(
         tokens,
         hosts: AllowedHosts::new(allowed_hosts),
         limits,
+        documents,
+        decode,
+        document_slots: Arc::new(Semaphore::new(DOCUMENT_SLOTS)),
     });
     std::thread::Builder::new()
         .name("http-accept".into())
@@ -778,6 +1040,11 @@ mod tests {
         let wider = bind(serde_json::json!({"tenant": "acme", "acl": ["ops", "finance"]}));
         assert!(wider.unwrap_err().contains("finance"), "never widen");
         assert!(bind(serde_json::json!({"tenant": "globex"})).is_err());
+        let filled = bind(serde_json::json!({"text": "x"})).unwrap();
+        assert_eq!(
+            filled["tenant"], "acme",
+            "the token's one tenant is filled in"
+        );
         assert!(bind(serde_json::json!(["not", "an", "object"])).is_err());
         // A token without labels: public chunks only, and no label may be named.
         let public = Access {

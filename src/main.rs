@@ -3,6 +3,7 @@
 //! `ragstream run --config topologies/presets/local.toml` indexes a directory into the embedded index;
 //! `ragstream validate --config …` checks a configuration without starting anything.
 
+mod api;
 mod bench;
 mod bench_edits;
 mod bench_embed;
@@ -12,9 +13,12 @@ mod bench_query;
 mod bench_scale;
 mod bench_volume;
 mod client;
+mod documents;
 mod eval;
 mod http;
+mod ingest_cli;
 mod mcp;
+mod openapi;
 mod runtime;
 
 /// mimalloc: the query steps allocate and free many small strings per query (BENCHMARKS.md has its
@@ -82,7 +86,35 @@ enum Command {
         #[arg(long, env = "RAGSTREAM_MCP_TENANT")]
         tenant: Option<String>,
     },
-    /// Sends a query to the running job (`POST /query`) and prints its context.
+    /// Sends files, a directory or JSONL document events to a running job (`POST /v1/documents`), or
+    /// straight to the documents topic. Exit status: 0 all accepted, 1 some refused, 2 not taken.
+    Ingest {
+        /// A file, a directory, a `.jsonl` file of document events, or `-` for events on standard input.
+        path: String,
+        /// The job's HTTP address (its token from `RAGSTREAM_QUERY_TOKEN`).
+        #[arg(long, default_value = "http://127.0.0.1:9464", env = "RAGSTREAM_URL")]
+        url: String,
+        /// Tenant of the files, and of events that name none (a token bound to one tenant needs none).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Send to the documents topic of these Kafka brokers instead of a running job.
+        #[arg(long)]
+        brokers: Option<String>,
+        /// The documents topic (with `--brokers`).
+        #[arg(long, default_value = "ragstream.documents")]
+        topic: String,
+        /// Documents per request.
+        #[arg(long, default_value_t = 100)]
+        batch: usize,
+    },
+    /// Prints the HTTP API's OpenAPI 3.1 document (what `/v1/openapi.json` serves).
+    Openapi,
+    /// Writes the JSON Schemas of the topics' messages into DIR (one `<name>.schema.json` each).
+    Schemas {
+        /// The folder to write to (created if missing).
+        dir: PathBuf,
+    },
+    /// Sends a query to the running job (`POST /v1/query`) and prints its context.
     Query {
         /// The question (the chunk id for `--mode read_chunk`).
         text: Option<String>,
@@ -274,7 +306,7 @@ enum BenchCommand {
         texts_out: Option<PathBuf>,
     },
     /// Chunking time of pathological documents (one 8 MiB line, an 8 MiB table, one 8 MiB function)
-    /// against 1 MiB ones, and `POST /query` round trips while two of them are ingested against idle.
+    /// against 1 MiB ones, and `POST /v1/query` round trips while two of them are ingested against idle.
     Pathological {
         /// Size of the large documents, MiB.
         #[arg(long, default_value_t = 8)]
@@ -289,7 +321,7 @@ enum BenchCommand {
         #[arg(long, default_value_t = 120)]
         loaded_seconds: u64,
     },
-    /// `POST /query` round trips while documents stream in at full embedding speed, and with ingest idle.
+    /// `POST /v1/query` round trips while documents stream in at full embedding speed, and with ingest idle.
     Load {
         /// The corpus, questions and broker.
         #[command(flatten)]
@@ -454,6 +486,43 @@ fn main() -> anyhow::Result<()> {
                 probes,
             })?;
             println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
+        }
+        Command::Ingest {
+            path,
+            url,
+            tenant,
+            brokers,
+            topic,
+            batch,
+        } => {
+            let target = match brokers {
+                Some(brokers) => ingest_cli::Target::Kafka { brokers, topic },
+                None => ingest_cli::Target::Job(url),
+            };
+            let status = ingest_cli::run(ingest_cli::Ingest {
+                path,
+                tenant,
+                target,
+                batch,
+            })?;
+            if status != 0 {
+                std::process::exit(status);
+            }
+            Ok(())
+        }
+        Command::Openapi => {
+            print!("{}", openapi::pretty(&openapi::document()));
+            Ok(())
+        }
+        Command::Schemas { dir } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            for (name, schema) in openapi::topic_schemas() {
+                let path = dir.join(name);
+                std::fs::write(&path, openapi::pretty(&schema))
+                    .with_context(|| format!("writing {}", path.display()))?;
+                println!("{}", path.display());
+            }
             Ok(())
         }
         Command::Query {

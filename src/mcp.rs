@@ -2,10 +2,10 @@
 //! `rag_search_deep`, `rag_read_chunk`, `rag_list_sources` and `sql_search`.
 //!
 //! Each tool builds a query event and submits it to the job's query ingress, the same path as
-//! `POST /query`: the query is decoded, validated (a malformed one gets its DLQ record) and answered
+//! `POST /v1/query`: the query is decoded, validated (a malformed one gets its DLQ record) and answered
 //! by the dataflow. Two transports serve the same tools:
 //! - streamable HTTP at `POST /mcp` on the job's HTTP server, stateless, JSON responses; the bearer
-//!   token is checked as for `/query` and decides the tenants a call may search;
+//!   token is checked as for `/v1/query` and decides the tenants a call may search;
 //! - stdio (`ragstream mcp`): the job runs in the process and the tools answer on stdin/stdout; the
 //!   tenant is the one named at launch (`--tenant`), the credential of a local process.
 
@@ -31,7 +31,7 @@ use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-/// How long a tool waits for its context (as `POST /query` does).
+/// How long a tool waits for its context (as `POST /v1/query` does).
 const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What a caller may search: the tenants (`None`: every tenant, as the unbound token or no tokens

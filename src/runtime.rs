@@ -25,6 +25,7 @@ use ragstream_operators::io::checkpoint::IndexCheckpoint;
 use ragstream_operators::io::context_sink::ContextPublisher;
 use ragstream_operators::io::invalidation_sink::InvalidationPublisher;
 use ragstream_operators::io::kafka_log::QuietContext;
+use ragstream_operators::io::local_source::DocumentIngress;
 use ragstream_operators::io::query_source::{HttpIngress, IngestProgress};
 use ragstream_operators::metrics::metrics;
 use ragstream_operators::query::invalidate::InvalidationLog;
@@ -38,6 +39,7 @@ use ragstream_topologies::ingest::{ingest, IngestParts};
 use ragstream_topologies::query::{query, QueryParts};
 use timely::dataflow::ProbeHandle;
 
+use crate::documents::{DocumentsTarget, KafkaDocuments};
 use crate::http::{check_open, serve, Limits, QueryTokens, Readiness};
 
 /// A started job.
@@ -46,9 +48,9 @@ pub struct Running {
     pub shards: Arc<Vec<Arc<dyn VectorStore>>>,
     /// Set to stop the job gracefully.
     pub shutdown: Arc<AtomicBool>,
-    /// The address the HTTP endpoints (`/metrics`, `/query`, …) listen on.
+    /// The address the HTTP endpoints (`/metrics`, `/v1/query`, …) listen on.
     pub address: std::net::SocketAddr,
-    /// Submits queries to the running job (what `POST /query` uses).
+    /// Submits queries to the running job (what `POST /v1/query` uses).
     pub ingress: Arc<HttpIngress>,
     thread: std::thread::JoinHandle<anyhow::Result<()>>,
 }
@@ -168,6 +170,23 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         tokens.is_empty(),
         config.http.anonymous,
     )?;
+    // Documents posted over HTTP: to the documents topic, or into a local source that keeps serving.
+    let posted = match config.source.kind {
+        SourceKind::Dir => Some(Arc::new(DocumentIngress::default())),
+        SourceKind::Jsonl if config.runtime.serve => Some(Arc::new(DocumentIngress::default())),
+        _ => None,
+    };
+    let documents = match (&posted, config.source.kind) {
+        (_, SourceKind::Kafka) => DocumentsTarget::Kafka(Arc::new(
+            KafkaDocuments::new(&config.kafka.client_config(), &config.kafka.documents_topic)
+                .map_err(|e| anyhow::anyhow!("the documents producer: {e}"))?,
+        )),
+        (Some(ingress), kind) => DocumentsTarget::Local {
+            ingress: ingress.clone(),
+            owned_tenant: (kind == SourceKind::Dir).then(|| config.source.tenant.clone()),
+        },
+        (None, _) => DocumentsTarget::None,
+    };
     let address = serve(
         &config.http.listen,
         readiness.clone(),
@@ -180,9 +199,12 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
             max_queries_in_flight: config.http.max_queries_in_flight,
             read_timeout: Duration::from_secs(config.http.read_timeout_secs),
             max_body_bytes: config.query.max_query_bytes.saturating_mul(2),
+            max_documents_body_bytes: config.ingest.max_document_bytes.saturating_mul(4),
         },
+        documents,
+        factory::decode_config(&config),
     )?;
-    tracing::info!(%address, "serving /metrics, /healthz, /readyz, POST /query, GET /invalidations, /mcp");
+    tracing::info!(%address, "serving /metrics, /healthz, /readyz, /v1/ (query, documents, sources, chunks, invalidations, openapi.json), /mcp");
     let progress = Arc::new(IngestProgress::default());
     if config.source.kind == SourceKind::Kafka {
         progress.kafka.store(true, Ordering::SeqCst);
@@ -306,6 +328,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                 } else {
                     None
                 };
+                let posted = input.as_ref().and(posted.clone());
                 let shutdown = shutdown.clone();
                 let config = config.clone();
                 // A shared index (the server's one collection) is read again at every assignment.
@@ -324,6 +347,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                             acks: acks.clone(),
                             shutdown: shutdown.clone(),
                             progress: progress.clone(),
+                            posted,
                         },
                     );
                     let changed = ingest(
@@ -349,7 +373,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                         QueryParts {
                             services,
                             kafka: kafka_queries,
-                            // POST /query of this process is shared by its workers.
+                            // POST /v1/query of this process is shared by its workers.
                             http: Some(ingress.clone()),
                             publisher,
                             dlq: query_dlq,

@@ -107,10 +107,10 @@ fn ask(
     }
 }
 
-/// `POST /query` to `job`: the context.
+/// `POST /v1/query` to `job`: the context.
 fn post(job: &Job, body: serde_json::Value) -> Context {
     let (status, answer) =
-        crate::common::job::http_post_json(job.http_port, "/query", &body.to_string())
+        crate::common::job::http_post_json(job.http_port, "/v1/query", &body.to_string())
             .expect("answered");
     assert_eq!(status, 200, "{answer}");
     serde_json::from_str(&answer).expect("context JSON")

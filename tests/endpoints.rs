@@ -38,7 +38,7 @@ fn ask(job: &Job, id: &str, text: &str, budget: usize) -> Value {
     let body = json!({"query_id": id, "tenant": "nature", "text": text, "token_budget": budget,
                       "trace": true, "fill": true});
     let (status, reply) =
-        http_post_json(job.http_port, "/query", &body.to_string()).expect("answered");
+        http_post_json(job.http_port, "/v1/query", &body.to_string()).expect("answered");
     assert_eq!(status, 200, "{reply}");
     serde_json::from_str(&reply).expect("context JSON")
 }

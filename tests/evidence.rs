@@ -78,7 +78,7 @@ fn ask(job: &Job) -> (Vec<Scored>, Vec<String>) {
     let body = json!({"query_id": "q", "tenant": "town", "text": QUESTION, "token_budget": 400,
                       "trace": true, "fill": true});
     let (status, reply) =
-        http_post_json(job.http_port, "/query", &body.to_string()).expect("answered");
+        http_post_json(job.http_port, "/v1/query", &body.to_string()).expect("answered");
     assert_eq!(status, 200, "{reply}");
     let context: Value = serde_json::from_str(&reply).expect("context JSON");
     let candidates = context["trace"]["candidates"]
@@ -169,7 +169,7 @@ fn context(job: &Job, id: &str, text: &str) -> Value {
     let body = json!({"query_id": id, "tenant": "town", "text": text, "token_budget": 400,
                       "trace": true});
     let (status, reply) =
-        http_post_json(job.http_port, "/query", &body.to_string()).expect("answered");
+        http_post_json(job.http_port, "/v1/query", &body.to_string()).expect("answered");
     assert_eq!(status, 200, "{reply}");
     serde_json::from_str(&reply).expect("context JSON")
 }

@@ -4,7 +4,9 @@
 
 mod common;
 
+mod api;
 mod cluster;
+mod documents;
 mod embedder;
 mod endpoints;
 mod evidence;
@@ -12,6 +14,7 @@ mod ingest_kafka;
 mod invalidations;
 mod mcp;
 mod observability;
+mod python_client;
 mod query_kafka;
 mod server_backend;
 mod sharding;

@@ -1,7 +1,7 @@
 //! Invalidation of published contexts, end to end through a real Kafka-protocol broker (Tansu): a
 //! context is published; a change to a chunk it does not cite invalidates nothing; a change to a chunk
 //! it cites publishes exactly one invalidation naming that chunk, on the invalidations topic and at
-//! `GET /invalidations`.
+//! `GET /v1/invalidations`.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -60,7 +60,7 @@ fn contexts(broker: &Broker, wanted: &[&str], total: usize) -> HashMap<String, C
 }
 
 fn logged(port: u16, since: u64) -> (Vec<Invalidation>, u64) {
-    let (status, body) = http_get(port, &format!("/invalidations?since={since}")).expect("GET");
+    let (status, body) = http_get(port, &format!("/v1/invalidations?since={since}")).expect("GET");
     assert_eq!(status, 200, "{body}");
     let body: Value = serde_json::from_str(&body).expect("JSON");
     assert_eq!(body["truncated"], false);
@@ -181,6 +181,9 @@ fn a_change_to_a_cited_chunk_invalidates_the_context_once_and_an_uncited_change_
     assert_eq!(key.as_deref(), Some(b"watched".as_slice()));
     let on_topic: Invalidation = serde_json::from_slice(value.as_ref().unwrap()).unwrap();
     assert_eq!(&on_topic, invalidation);
+    let instance: Value = serde_json::from_slice(value.as_ref().unwrap()).unwrap();
+    let case = crate::api::topic_case("invalidation", instance, "invalidation".into(), true);
+    crate::api::check_schemas(&job.dir, None, &[case]);
 
     // Told once: the context's citations are gone, so another change finds nobody.
     broker.produce(DOCS, &[document("office", 3, OFFICE)]);

@@ -280,7 +280,7 @@ fn an_mcp_client_lists_and_calls_every_tool_over_http_and_stdio() {
     job.wait_ready(Duration::from_secs(120));
     job.wait_indexed(4);
 
-    // Without the token, /mcp is refused like /query.
+    // Without the token, /mcp is refused like /v1/query.
     let (status, _) = http_post_json_with(
         job.http_port,
         "/mcp",

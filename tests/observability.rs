@@ -327,7 +327,7 @@ fn document(tenant: &str, doc_id: &str, version: u64, text: &str) -> (String, Op
 }
 
 fn post_query(port: u16, body: &Value) -> (u16, Value) {
-    let (status, body) = http_post_json(port, "/query", &body.to_string()).expect("answer");
+    let (status, body) = http_post_json(port, "/v1/query", &body.to_string()).expect("answer");
     (status, serde_json::from_str(&body).expect("context JSON"))
 }
 

@@ -387,6 +387,45 @@ fn every_mode_through_kafka_with_tenant_isolation_and_read_your_writes() {
         reasons.contains(&"invalid_query".to_string()),
         "{reasons:?}"
     );
+    // The topics' messages against their committed JSON Schemas: every document event, every
+    // query that is JSON (the refused `bad-k` must fail its schema too), every context and the DLQ
+    // records' headers.
+    let mut cases = Vec::new();
+    for (key, value, _) in broker.read_all(DOCS, 6) {
+        let value: Value = serde_json::from_slice(&value.expect("an event")).expect("JSON");
+        let what = format!(
+            "documents {}",
+            String::from_utf8_lossy(&key.unwrap_or_default())
+        );
+        cases.push(crate::api::topic_case("document-event", value, what, true));
+    }
+    for (_, value, _) in broker.read_all(QUERIES, 18) {
+        let Ok(value) = serde_json::from_slice::<Value>(&value.unwrap_or_default()) else {
+            continue;
+        };
+        let id = value["query_id"].as_str().unwrap_or_default().to_string();
+        let valid = id != "bad-k";
+        cases.push(crate::api::topic_case(
+            "query",
+            value,
+            format!("query {id}"),
+            valid,
+        ));
+    }
+    for (_, value, _) in broker.read_all(CONTEXTS, 18) {
+        let value: Value = serde_json::from_slice(&value.expect("a context")).expect("JSON");
+        let what = format!("context {}", value["query_id"]);
+        cases.push(crate::api::topic_case("context", value, what, true));
+    }
+    for (_, _, headers) in &dlq {
+        let object = crate::api::headers_object(headers);
+        let what = format!("DLQ headers {}", object["reason"]);
+        cases.push(crate::api::topic_case("dlq-headers", object, what, true));
+    }
+    assert!(cases.len() >= 40, "{} messages", cases.len());
+    let report = crate::api::check_schemas(dir.path(), None, &cases);
+    println!("topic schemas: {} messages checked\n{report}", cases.len());
+
     let metrics = job.metrics();
     assert!(metric(&metrics, "ragstream_queries_received_total") >= 16.0);
     let status = job.stop();

@@ -1,6 +1,6 @@
 //! The production backend against the embedded one: a SQuAD sample indexed by a job on the embedded
 //! index and by a job on a Qdrant server on loopback (`index.kind = "server"`), then the same queries
-//! in every mode through `POST /query`; twice, on inserted documents and after shrinking updates and
+//! in every mode through `POST /v1/query`; twice, on inserted documents and after shrinking updates and
 //! deletes. Both indexes must hold exactly the oracle's chunks each time. On inserted documents every
 //! context must be the same (items, order, packed text): with one tenant, the server's IDF over its
 //! collection and the embedded index's corpus-wide statistics count the same chunks, and below the
@@ -24,7 +24,7 @@ fn ask_all(job: &Job, asked: &[(String, serde_json::Value)]) -> BTreeMap<String,
         let mut query = query.clone();
         query["query_id"] = serde_json::json!(id);
         let (status, body) =
-            http_post_json(job.http_port, "/query", &query.to_string()).expect("answered");
+            http_post_json(job.http_port, "/v1/query", &query.to_string()).expect("answered");
         assert_eq!(status, 200, "{body}");
         let context: Context = serde_json::from_str(&body).expect("context JSON");
         contexts.insert(id.clone(), context);

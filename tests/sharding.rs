@@ -100,10 +100,10 @@ fn two_workers_index_what_one_worker_indexes() {
     );
 }
 
-/// `POST /query` (top 10, deep mode: the ranked chunks themselves, no packing) → chunk ids in order.
+/// `POST /v1/query` (top 10, deep mode: the ranked chunks themselves, no packing) → chunk ids in order.
 fn top_ten(port: u16, id: &str, text: &str) -> Vec<String> {
     let body = serde_json::json!({"query_id": id, "tenant": "scifact", "text": text, "mode": "deep", "k": 10});
-    let (status, reply) = crate::common::job::http_post_json(port, "/query", &body.to_string())
+    let (status, reply) = crate::common::job::http_post_json(port, "/v1/query", &body.to_string())
         .expect("query answered");
     assert_eq!(status, 200, "{reply}");
     let context: serde_json::Value = serde_json::from_str(&reply).expect("context JSON");

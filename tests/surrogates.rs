@@ -45,7 +45,7 @@ fn ask(job: &Job, id: &str, text: &str, budget: usize) -> Value {
     let body = json!({"query_id": id, "tenant": "port", "text": text, "token_budget": budget,
                       "trace": true, "fill": true});
     let (status, reply) =
-        http_post_json(job.http_port, "/query", &body.to_string()).expect("answered");
+        http_post_json(job.http_port, "/v1/query", &body.to_string()).expect("answered");
     assert_eq!(status, 200, "{reply}");
     serde_json::from_str(&reply).expect("context JSON")
 }
@@ -142,7 +142,7 @@ fn the_importance_policy_follows_what_the_job_packed() {
         let body = json!({"query_id": format!("w{i}"), "tenant": "port", "text": question,
                           "token_budget": budget, "filters": {"doc_ids": ["older"]}});
         let (status, reply) =
-            http_post_json(job.http_port, "/query", &body.to_string()).expect("answered");
+            http_post_json(job.http_port, "/v1/query", &body.to_string()).expect("answered");
         assert_eq!(status, 200, "{reply}");
     }
     // Packed 4 times against 1: the winter timetable in full, the other two as key phrases.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Query round trips under ingest on this machine: starts a Tansu broker on a free loopback port and runs
-# `ragstream bench load` (POST /query round trips with ingest idle, then while the rest of the corpus
+# `ragstream bench load` (POST /v1/query round trips with ingest idle, then while the rest of the corpus
 # streams in at full embedding speed); prints the JSON report.
 #   ./deploy/scripts/bench-load.sh [CORPUS] [QUESTIONS] [SEED] [QUERIES] [CONFIG_EXTRA] [INDEX_URL]
 # Defaults: ../shared/data/squad-v1.1/{corpus,questions}.jsonl, 200 seed documents, 100 round trips of

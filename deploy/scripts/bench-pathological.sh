@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Pathological documents on this machine: chunking time of one 8 MiB line of minified script, an 8 MiB
-# markdown table and one 8 MiB function against 1 MiB ones, then `POST /query` round trips from one
+# markdown table and one 8 MiB function against 1 MiB ones, then `POST /v1/query` round trips from one
 # client with ingest idle and while the script and the table are dropped into the job's watched
 # directory (the embedded default: local model, embedded index, no broker). Prints the JSON report.
 #   ./deploy/scripts/bench-pathological.sh [SIZE_MIB] [QUERIES] [INTERVAL_MS] [LOADED_SECONDS]

@@ -21,6 +21,9 @@ export RAGSTREAM_PROMETHEUS_BIN
 echo "== MCP client (PyPI package mcp)"
 RAGSTREAM_MCP_PYTHON="$(deploy/scripts/install-mcp-client.sh)"
 export RAGSTREAM_MCP_PYTHON
+echo "== Python test tools (PyPI openapi-spec-validator, jsonschema, langchain-core, llama-index-core)"
+RAGSTREAM_PY_TOOLS="$(deploy/scripts/install-python-tools.sh)"
+export RAGSTREAM_PY_TOOLS
 echo "== Qdrant server (../shared/bin or QDRANT_BIN)"
 set +e
 qdrant_bin="$(deploy/scripts/install-qdrant.sh)"
@@ -49,13 +52,15 @@ echo "== tests"
 cargo test --workspace --no-fail-fast --lib --bins --tests --examples -- --test-threads=1 --show-output
 # Criterion benches run once each as smoke tests (their own harness takes no libtest flags).
 cargo test --workspace --benches
+# `--workspace` as above: `-p ragstream-operators` alone would unify other features and rebuild much
+# of the dependency tree (minutes of a cold CI).
 if [ -n "${QDRANT_URL:-}" ]; then
   echo "== index contract suite against the Qdrant server at $QDRANT_URL"
-  cargo test -p ragstream-operators server_store_passes_the_contract -- --ignored --show-output
+  cargo test --workspace --lib server_store_passes_the_contract -- --ignored --show-output
 elif [ -n "$qdrant_bin" ]; then
   echo "== index contract suite against a local Qdrant server"
   deploy/scripts/qdrant-local.sh "$qdrant_bin" \
-    cargo test -p ragstream-operators server_store_passes_the_contract -- --ignored --show-output
+    cargo test --workspace --lib server_store_passes_the_contract -- --ignored --show-output
 else
   echo "SKIPPED: index contract suite against a Qdrant server (no QDRANT_URL, no QDRANT_BIN, no ../shared/bin/install-qdrant.sh)"
 fi

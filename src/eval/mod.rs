@@ -4,7 +4,7 @@
 //!    index directory that later runs reuse: documents already indexed at the same version are skipped
 //!    by the version guard, unchanged chunks are never re-embedded.
 //! 2. Every query goes through the real query flow of the running job (the same ingress as
-//!    `POST /query`): intent, both lanes, fusion, rerank, dedup, MMR, packing.
+//!    `POST /v1/query`): intent, both lanes, fusion, rerank, dedup, MMR, packing.
 //! 3. Reported, side by side with a naive baseline computed in the same run (dense top-k, budget by
 //!    characters ÷ 4, no dedup, MMR or rerank; its ranking is the first ten distinct documents of the
 //!    dense lane, as the job's ranking counts a document once):

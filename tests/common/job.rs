@@ -27,6 +27,18 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     )
 }
 
+/// [`http_get`] with extra request headers.
+pub fn http_get_with(port: u16, path: &str, headers: &[(&str, &str)]) -> Option<(u16, String)> {
+    let extra: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
+    http_request(
+        port,
+        &format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{extra}\r\n"),
+    )
+}
+
 /// POST a JSON `body` to `path` on loopback `port`; returns (status, body).
 pub fn http_post_json(port: u16, path: &str, body: &str) -> Option<(u16, String)> {
     http_post_json_with(port, path, body, &[])
@@ -50,6 +62,33 @@ pub fn http_post_json_with(
             body.len()
         ),
     )
+}
+
+/// A `/v1/query` answer as a context: 200 is the context itself; any other status must be a problem
+/// (RFC 9457), returned as a context carrying its detail as `error`, its type's name as `error_type`
+/// and its query id.
+pub fn answer_context(status: u16, body: &str) -> ragstream_operators::query::Context {
+    let parsed: serde_json::Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("JSON answer ({e}): {body}"));
+    if status == 200 {
+        return serde_json::from_value(parsed)
+            .unwrap_or_else(|e| panic!("a context ({e}): {body}"));
+    }
+    let kind = parsed["type"].as_str().unwrap_or_default();
+    let name = kind
+        .strip_prefix("urn:ragstream:problem:")
+        .unwrap_or_else(|| panic!("a problem type: {body}"));
+    assert_eq!(parsed["status"].as_u64(), Some(u64::from(status)), "{body}");
+    assert!(
+        parsed["title"].is_string() && parsed["detail"].is_string(),
+        "{body}"
+    );
+    ragstream_operators::query::Context {
+        query_id: parsed["query_id"].as_str().unwrap_or_default().to_string(),
+        error: parsed["detail"].as_str().map(str::to_string),
+        error_type: Some(name.to_string()),
+        ..Default::default()
+    }
 }
 
 fn http_request(port: u16, request: &str) -> Option<(u16, String)> {

@@ -59,7 +59,7 @@ fn still_serving(job: &mut Job, after: &str) {
     let body = json!({"query_id": format!("normal-{after}"), "tenant": "acme", "text": "how to roll back"});
     let (code, answer) = http_post_json_with(
         job.http_port,
-        "/query",
+        "/v1/query",
         &body.to_string(),
         &[("Authorization", bearer.as_str())],
     )
@@ -128,7 +128,7 @@ fn hostile_clients_neither_stop_nor_stall_the_job() {
     assert_eq!(status(&answer), Some(200), "{answer:?}");
     let answer = raw(
         port,
-        b"POST /query HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 4611686018427387904\r\n\r\n",
+        b"POST /v1/query HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 4611686018427387904\r\n\r\n",
     );
     assert!(
         matches!(status(&answer), Some(401 | 413)),
@@ -148,7 +148,7 @@ fn hostile_clients_neither_stop_nor_stall_the_job() {
         );
         let answer = raw(
             port,
-            b"POST /query HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 18446744073709551616\r\n\r\n",
+            b"POST /v1/query HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 18446744073709551616\r\n\r\n",
         );
         assert!(
             matches!(status(&answer), None | Some(400 | 431)),
@@ -161,7 +161,7 @@ fn hostile_clients_neither_stop_nor_stall_the_job() {
     let bearer = format!("Bearer {TOKEN}");
     let announced = |length: usize| {
         format!(
-            "POST /query HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {bearer}\r\nContent-Length: {length}\r\n\r\n{{\"query_id\":"
+            "POST /v1/query HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {bearer}\r\nContent-Length: {length}\r\n\r\n{{\"query_id\":"
         )
     };
     for _ in 0..SLOW_CONNECTIONS {
@@ -186,7 +186,7 @@ fn hostile_clients_neither_stop_nor_stall_the_job() {
     let held = hold_open(
         port,
         SLOW_CONNECTIONS,
-        b"POST /query HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ",
+        b"POST /v1/query HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ",
     );
     still_serving(&mut job, "64 slow heads held open");
     closed_by_the_server(held, "slow heads");
@@ -222,7 +222,7 @@ fn hostile_clients_neither_stop_nor_stall_the_job() {
 
     // Deep JSON and bodies over the limit.
     let post = |body: &str, headers: &[(&str, &str)]| {
-        http_post_json_with(port, "/query", body, headers).expect("an answer")
+        http_post_json_with(port, "/v1/query", body, headers).expect("an answer")
     };
     let auth = [("Authorization", bearer.as_str())];
     let (code, answer) = post(&"[".repeat(5_000), &auth);
@@ -262,9 +262,10 @@ fn hostile_clients_neither_stop_nor_stall_the_job() {
     still_serving(&mut job, "numeric fields at their extremes");
 
     // A foreign Host (DNS rebinding) is refused on the data endpoints; health answers any.
-    let foreign = "POST /query HTTP/1.0\r\nHost: evil.example:9464\r\nContent-Length: 2\r\n\r\n{}";
+    let foreign =
+        "POST /v1/query HTTP/1.0\r\nHost: evil.example:9464\r\nContent-Length: 2\r\n\r\n{}";
     assert_eq!(status(&raw(port, foreign.as_bytes())), Some(403));
-    let foreign = "GET /invalidations HTTP/1.0\r\nHost: evil.example\r\n\r\n";
+    let foreign = "GET /v1/invalidations HTTP/1.0\r\nHost: evil.example\r\n\r\n";
     assert_eq!(status(&raw(port, foreign.as_bytes())), Some(403));
     let probe = "GET /healthz HTTP/1.0\r\nHost: 10.1.2.3:9464\r\n\r\n";
     assert_eq!(status(&raw(port, probe.as_bytes())), Some(200));

@@ -51,7 +51,7 @@ fn broker_down_for_30_seconds_then_back_loses_nothing() {
             "token_budget": 300, "consistency": consistency})
         .to_string();
         let started = Instant::now();
-        let (status, answer) = http_post_json(port, "/query", &body).expect("query answered");
+        let (status, answer) = http_post_json(port, "/v1/query", &body).expect("query answered");
         assert_eq!(status, 200, "{answer}");
         started.elapsed().as_secs_f64()
     };
@@ -274,12 +274,13 @@ fn index_refusing_documents_dead_letters_one_retries_the_other_and_loses_nothing
     assert_eq!((lost, stale), (0, 0), "{example}");
 }
 
-/// Round trip of one `POST /query` in ms, with the context.
+/// Round trip of one `POST /v1/query` in ms, with the context.
 fn query(job: &Job, id: &str, text: &str, budget: usize) -> (f64, serde_json::Value) {
     let body = serde_json::json!({"query_id": id, "tenant": "squad", "text": text, "token_budget": budget})
         .to_string();
     let started = Instant::now();
-    let (status, answer) = http_post_json(job.http_port, "/query", &body).expect("query answered");
+    let (status, answer) =
+        http_post_json(job.http_port, "/v1/query", &body).expect("query answered");
     let ms = started.elapsed().as_secs_f64() * 1000.0;
     assert_eq!(status, 200, "{answer}");
     (ms, serde_json::from_str(&answer).expect("context JSON"))
@@ -446,12 +447,12 @@ fn read_your_writes(server: Option<&QdrantServer>) {
     let port = job.http_port;
     let ryw = std::thread::spawn(move || {
         let started = Instant::now();
-        let (status, answer) = http_post_json(port, "/query", &ryw_body).expect("answered");
+        let (status, answer) = http_post_json(port, "/v1/query", &ryw_body).expect("answered");
         (status, answer, started.elapsed().as_secs_f64())
     });
     let started = Instant::now();
     let (status, answer) =
-        http_post_json(port, "/query", &body("eventual", 700, "eventual")).expect("answered");
+        http_post_json(port, "/v1/query", &body("eventual", 700, "eventual")).expect("answered");
     let eventual_seconds = started.elapsed().as_secs_f64();
     assert_eq!(status, 200, "{answer}");
     let eventual: serde_json::Value = serde_json::from_str(&answer).expect("context");

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::common::job::{http_get, http_post_json, metric, Job};
+use super::common::job::{answer_context, http_get, http_post_json, metric, Job};
 use super::common::JSONL_SERVING;
 use ragstream_operators::query::Context;
 use serde_json::{json, Value};
@@ -87,10 +87,8 @@ fn visible(owner: &(String, Vec<String>), tenant: &str, acl: &Option<Vec<String>
 
 fn post(port: u16, body: &Value) -> (u16, Context) {
     let (status, text) =
-        http_post_json(port, "/query", &body.to_string()).expect("the job answers");
-    let context: Context =
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("context JSON ({e}): {text}"));
-    (status, context)
+        http_post_json(port, "/v1/query", &body.to_string()).expect("the job answers");
+    (status, answer_context(status, &text))
 }
 
 #[test]
@@ -187,8 +185,13 @@ fn tenant_isolation_under_random_queries_and_clear_errors_for_bad_ones() {
                 let (status, context) = post(port, body);
                 let mut found = Vec::new();
                 if *mode == "read_chunk" && status != 200 {
-                    // An unreadable chunk answers with an error and the caller's own documents.
-                    assert!(context.error.is_some(), "{body}");
+                    // An unreadable chunk answers 404 unknown_chunk.
+                    assert_eq!(status, 404, "{body}");
+                    assert_eq!(
+                        context.error_type.as_deref(),
+                        Some("unknown_chunk"),
+                        "{body}"
+                    );
                     foreign_reads_refused.fetch_add(1, Ordering::SeqCst);
                 } else {
                     assert_eq!(status, 200, "{body}: {:?}", context.error);
@@ -268,6 +271,11 @@ fn tenant_isolation_under_random_queries_and_clear_errors_for_bad_ones() {
         let (status, context) = post(port, body);
         let error = context.error.clone().unwrap_or_default();
         assert_eq!(status, 400, "{body}: {error}");
+        assert_eq!(
+            context.error_type.as_deref(),
+            Some("invalid_query"),
+            "{body}"
+        );
         assert!(error.contains(expected), "{body}: {error}");
         assert_eq!(context.query_id, body["query_id"].as_str().unwrap());
         println!("FAULT bad query {body}: 400 {error}");

@@ -1,4 +1,4 @@
-//! Secrets and access: the bearer tokens of `POST /query` (one for every tenant, and tenant-bound ones),
+//! Secrets and access: the bearer tokens of `POST /v1/query` (one for every tenant, and tenant-bound ones),
 //! and secrets (query tokens, Kafka SASL password) never in logs nor in `ragstream validate` output; a
 //! secret written into the config file is refused.
 
@@ -40,7 +40,7 @@ fn bearer_token_guards_queries_and_secrets_stay_out_of_logs() {
     job.wait_indexed(3);
     let body = json!({"query_id": "q1", "tenant": "acme", "text": "how to roll back"}).to_string();
     let post = |headers: &[(&str, &str)]| {
-        http_post_json_with(job.http_port, "/query", &body, headers).expect("answer")
+        http_post_json_with(job.http_port, "/v1/query", &body, headers).expect("answer")
     };
     let (status, answer) = post(&[]);
     assert_eq!(status, 401, "{answer}");
@@ -61,7 +61,7 @@ fn bearer_token_guards_queries_and_secrets_stay_out_of_logs() {
     let globex_as = |bearer: &str| {
         http_post_json_with(
             job.http_port,
-            "/query",
+            "/v1/query",
             &globex,
             &[("Authorization", bearer)],
         )
@@ -75,7 +75,7 @@ fn bearer_token_guards_queries_and_secrets_stay_out_of_logs() {
         }
         http_post_json_with(
             job.http_port,
-            "/query",
+            "/v1/query",
             &body.to_string(),
             &[("Authorization", bearer)],
         )
@@ -160,5 +160,5 @@ fn bearer_token_guards_queries_and_secrets_stay_out_of_logs() {
     assert!(!output.status.success());
     assert!(printed.contains("sasl_password"), "{printed}");
     assert!(!printed.contains(PASSWORD), "{printed}");
-    println!("FAULT security: POST /query without/with wrong token → 401, with token → 200; a token bound to acme → 200 for acme, 403 for globex; its label eng carried into its queries, a wider label 403; tokens and SASL password absent from log and validate output; inline secret refused");
+    println!("FAULT security: POST /v1/query without/with wrong token → 401, with token → 200; a token bound to acme → 200 for acme, 403 for globex; its label eng carried into its queries, a wider label 403; tokens and SASL password absent from log and validate output; inline secret refused");
 }

@@ -87,13 +87,14 @@ fn qdrant_server_killed_mid_stream_and_restarted_loses_nothing() {
     assert_eq!(dlq, 0.0, "something only unavailable was dead-lettered");
 }
 
-/// Round trip of one `POST /query` in ms; the context must hold items.
+/// Round trip of one `POST /v1/query` in ms; the context must hold items.
 fn ask(job: &Job, id: &str, text: &str) -> f64 {
     let body =
         serde_json::json!({"query_id": id, "tenant": "squad", "text": text, "token_budget": 500})
             .to_string();
     let started = Instant::now();
-    let (status, answer) = http_post_json(job.http_port, "/query", &body).expect("query answered");
+    let (status, answer) =
+        http_post_json(job.http_port, "/v1/query", &body).expect("query answered");
     let ms = started.elapsed().as_secs_f64() * 1000.0;
     assert_eq!(status, 200, "{answer}");
     let context: serde_json::Value = serde_json::from_str(&answer).expect("context JSON");

@@ -21,7 +21,9 @@ use ragstream_operators::io::endpoints::{
     ChatPassageWriter, CohereReranker, LlmReranker, TeiReranker,
 };
 use ragstream_operators::io::kafka_source::{kafka_source, KafkaSourceConfig, SourceStreams};
-use ragstream_operators::io::local_source::{local_source, LocalInput, LocalSourceConfig};
+use ragstream_operators::io::local_source::{
+    local_source, DocumentIngress, LocalInput, LocalSourceConfig,
+};
 use ragstream_operators::io::query_source::{IngestProgress, QueryKafkaConfig};
 use ragstream_operators::metadata::MetaIndex;
 use ragstream_operators::query::endpoints::{PassageWriter, RerankKind, Reranker};
@@ -258,6 +260,8 @@ pub struct SourceParts {
     pub shutdown: Arc<AtomicBool>,
     /// Acknowledged document offsets, for read-your-writes.
     pub progress: Arc<IngestProgress>,
+    /// Documents posted to the HTTP API (a local source that keeps serving).
+    pub posted: Option<Arc<DocumentIngress>>,
 }
 
 /// The configured document source in `scope`: its events and its assignment markers (none for a
@@ -297,6 +301,7 @@ pub fn document_source<'scope>(
                 },
                 parts.acks,
                 parts.shutdown,
+                parts.posted,
             ),
             empty(scope),
         ),

@@ -35,7 +35,7 @@ pub struct QueryParts {
     pub services: QueryServices,
     /// The queries topic, when documents come from Kafka.
     pub kafka: Option<QueryKafkaConfig>,
-    /// `POST /query` requests (drained by worker 0).
+    /// `POST /v1/query` requests (drained by worker 0).
     pub http: Option<Arc<HttpIngress>>,
     /// Where contexts go.
     pub publisher: ContextPublisher,

@@ -66,6 +66,7 @@ impl std::fmt::Display for DocKey {
 
 /// What kind of text a document holds; decides the chunker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum DocKind {
     /// Plain text: paragraphs and sentences.

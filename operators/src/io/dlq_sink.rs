@@ -30,7 +30,7 @@ use timely::dataflow::StreamVec;
 use super::kafka_log::DeliveryContext;
 use crate::background::{with_backoff, Background, Deliver};
 use crate::events::{DeadLettered, InternalEvent};
-use crate::ingest::dlq::{DlqRecord, Origin};
+use crate::ingest::dlq::{DlqLine, DlqRecord, Origin};
 
 pub use crate::ingest::dlq::DlqSink;
 
@@ -62,17 +62,8 @@ impl DlqSink for FileDlq {
             .map_err(|e| e.to_string())?;
         let mut buffer = Vec::new();
         for record in records {
-            let line = serde_json::json!({
-                "reason": record.reason,
-                "error": record.message,
-                "origin": record.origin.to_string(),
-                "tenant": record.tenant,
-                "key": record.key.as_ref().map(|k| String::from_utf8_lossy(k).into_owned()),
-                "value_prefix": record.value.as_ref().map(|v| String::from_utf8_lossy(&v[..v.len().min(512)]).into_owned()),
-                "value_bytes": record.value.as_ref().map(Vec::len),
-                "truncated": record.truncated,
-            });
-            buffer.extend_from_slice(line.to_string().as_bytes());
+            let line = serde_json::to_vec(&DlqLine::from(record)).map_err(|e| e.to_string())?;
+            buffer.extend_from_slice(&line);
             buffer.push(b'\n');
         }
         file.write_all(&buffer).map_err(|e| e.to_string())?;

@@ -1,4 +1,4 @@
-//! QuerySource: query events from the queries topic and from `POST /query`, decoded and timestamped.
+//! QuerySource: query events from the queries topic and from `POST /v1/query` (and the routes and tools built on it), decoded and timestamped.
 //!
 //! Every worker runs one consumer of the queries group (partitions spread over workers); worker 0 also
 //! drains the HTTP ingress queue. Queries are emitted at time `max(now_ms, previous + 1)`, the same
@@ -455,7 +455,7 @@ pub fn query_source<'scope>(
                         Err(error) => Err(refusal(
                             error,
                             Origin::Http {
-                                endpoint: "POST /query".into(),
+                                endpoint: "POST /v1/query".into(),
                             },
                             None,
                             &body,

@@ -273,7 +273,7 @@ mod tests {
                     RefusalReason::MalformedJson.as_str(),
                     "query is not JSON".into(),
                     Origin::Http {
-                        endpoint: "/query".into(),
+                        endpoint: "/v1/query".into(),
                     },
                     Some("acme".into()),
                     None,

@@ -76,7 +76,7 @@ pub struct HttpConfig {
     #[serde(default = "default_query_token_env")]
     pub query_token_env: String,
     /// Tenant-bound bearer tokens: environment variable name → the tenants its token may query
-    /// (`POST /query` for another tenant is answered 403).
+    /// (`POST /v1/query` for another tenant is answered 403).
     #[serde(default)]
     pub tokens: std::collections::BTreeMap<String, Vec<String>>,
     /// The ACL labels of a tenant-bound token (environment variable name of `tokens` → labels): its
@@ -84,7 +84,7 @@ pub struct HttpConfig {
     /// tenant-bound token not listed here sees chunks without labels only.
     #[serde(default)]
     pub token_labels: std::collections::BTreeMap<String, Vec<String>>,
-    /// `Host` header values that `/query`, `/invalidations` and `/mcp` accept (DNS-rebinding
+    /// `Host` header values that the `/v1/` data routes and `/mcp` accept (DNS-rebinding
     /// protection; `name` or `name:port`, `*` for any). Empty: loopback names only (`localhost`,
     /// `127.0.0.1`, `[::1]`), right for a laptop; a job served under other names lists them here.
     /// `/healthz`, `/readyz` and `/metrics` answer any `Host`. Formerly `mcp_allowed_hosts`.
@@ -97,7 +97,7 @@ pub struct HttpConfig {
     /// Open connections at once; a connection over the cap is closed at once.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
-    /// `POST /query` and `/mcp` requests waiting for their contexts at once; beyond, 503 with
+    /// `POST /v1/query`, `/v1/sources`, `/v1/chunks` and `/mcp` requests waiting for their contexts at once; beyond, 503 with
     /// `Retry-After`.
     #[serde(default = "default_max_queries_in_flight")]
     pub max_queries_in_flight: usize,

@@ -8,7 +8,7 @@
 //! Guarantees: decoding never panics and never allocates more than the size limit for a payload it
 //! refuses; every refusal names a [`DecodeReason`] (a bounded set, used as a metric label) and a message.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::metadata::Metadata;
 use crate::model::{DocKey, DocKind, DocOp, Document};
@@ -117,6 +117,89 @@ impl DecodeError {
         Self {
             reason,
             message: message.into(),
+        }
+    }
+}
+
+/// What a document event does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum EventOp {
+    /// Insert or replace the document (the default when `op` is absent).
+    #[default]
+    Upsert,
+    /// Remove the document and every chunk of it.
+    Delete,
+}
+
+/// A document event: the documents topic's value (key `tenant/doc_id`), a line of a JSONL source
+/// and an item of `POST /v1/documents`. [`decode_event`] checks it (bounds, the key, the kind) and
+/// names what is wrong; [`encode_event`] writes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schema",
+    schemars(extend(
+        "if" = {"properties": {"op": {"const": "delete"}}, "required": ["op"]},
+        "else" = {"required": ["version", "text"]}
+    ))
+)]
+pub struct DocumentEvent {
+    /// `upsert` (the default) or `delete`.
+    #[serde(default)]
+    pub op: EventOp,
+    /// The tenant (no `/`, at most 128 bytes).
+    pub tenant: String,
+    /// The document's id within its tenant (at most 1024 bytes).
+    pub doc_id: String,
+    /// The document's version: an upsert or delete older than the version indexed is ignored.
+    /// Required for an upsert.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u64>,
+    /// Where the document comes from (a path or URL; `/`-separated, at most 1024 bytes); the
+    /// `doc_id` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// How to chunk it; `auto` (the default) decides from the source's extension and the text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<DocKind>,
+    /// Its title (at most 1024 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Its text. Required for an upsert.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// ACL labels: a query sees the document's chunks only when it shares one (none: public).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acl: Vec<String>,
+    /// When the document last changed, in milliseconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<u64>,
+    /// Metadata stored with every chunk, filtered on by queries ([`crate::metadata`]).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(schema_with = "crate::metadata::schema::metadata_object")
+    )]
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+impl DocumentEvent {
+    /// The upsert event of `doc`.
+    pub fn upsert(doc: &Document) -> Self {
+        Self {
+            op: EventOp::Upsert,
+            tenant: doc.key.tenant.clone(),
+            doc_id: doc.key.doc_id.clone(),
+            version: Some(doc.version),
+            source: Some(doc.source.clone()),
+            kind: Some(doc.kind),
+            title: doc.title.clone(),
+            text: Some(doc.text.clone()),
+            acl: doc.acl.clone(),
+            updated_at: (doc.updated_ms != 0).then_some(doc.updated_ms),
+            metadata: doc.metadata.to_object(),
         }
     }
 }
@@ -264,26 +347,7 @@ pub fn decode_event(
 /// the same document (the DLQ value of a document refused after decoding, replayable as it is).
 /// `updated_at` is left out when unknown (0).
 pub fn encode_event(doc: &Document) -> Vec<u8> {
-    let mut event = serde_json::json!({
-        "op": "upsert",
-        "tenant": doc.key.tenant,
-        "doc_id": doc.key.doc_id,
-        "version": doc.version,
-        "source": doc.source,
-        "kind": doc.kind.as_str(),
-        "text": doc.text,
-        "acl": doc.acl,
-    });
-    if let Some(title) = &doc.title {
-        event["title"] = title.as_str().into();
-    }
-    if doc.updated_ms != 0 {
-        event["updated_at"] = doc.updated_ms.into();
-    }
-    if !doc.metadata.is_empty() {
-        event["metadata"] = doc.metadata.to_object().into();
-    }
-    serde_json::to_vec(&event).unwrap_or_default()
+    serde_json::to_vec(&DocumentEvent::upsert(doc)).unwrap_or_default()
 }
 
 /// The identifying fields of a document within their bounds ([`MAX_DOC_ID_BYTES`] and the other

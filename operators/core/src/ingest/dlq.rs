@@ -21,7 +21,7 @@ pub enum Origin {
         /// 1-based line, for JSONL sources.
         line: Option<u64>,
     },
-    /// A request to the job's HTTP server (`POST /query`).
+    /// A request to the job's HTTP server (`POST /v1/query`).
     Http {
         /// The endpoint.
         endpoint: String,
@@ -106,6 +106,83 @@ impl DlqRecord {
             truncated,
         }
     }
+}
+
+/// A DLQ record as the file DLQ (`dlq.path`) writes it: one JSON object per line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct DlqLine {
+    /// Bounded reason (`malformed_json`, `oversize`, `embedding_failed`, …): the same names as the
+    /// HTTP API's problem types.
+    pub reason: String,
+    /// What exactly was wrong (at most 300 characters; never more than a short prefix of the input).
+    pub error: String,
+    /// Where the event came from: `topic/partition@offset`, a path (`path:line` for JSONL) or
+    /// `http <endpoint>`.
+    pub origin: String,
+    /// The tenant, if known.
+    pub tenant: Option<String>,
+    /// The original key (lossy UTF-8).
+    pub key: Option<String>,
+    /// The first 512 bytes of the original value (lossy UTF-8).
+    pub value_prefix: Option<String>,
+    /// Bytes of the original value kept (at most 256 KiB).
+    pub value_bytes: Option<usize>,
+    /// Whether the value or the key was cut.
+    pub truncated: bool,
+}
+
+impl From<&DlqRecord> for DlqLine {
+    fn from(record: &DlqRecord) -> Self {
+        let lossy = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        Self {
+            reason: record.reason.clone(),
+            error: record.message.clone(),
+            origin: record.origin.to_string(),
+            tenant: record.tenant.clone(),
+            key: record.key.as_deref().map(lossy),
+            value_prefix: record
+                .value
+                .as_deref()
+                .map(|value| lossy(&value[..value.len().min(512)])),
+            value_bytes: record.value.as_ref().map(Vec::len),
+            truncated: record.truncated,
+        }
+    }
+}
+
+/// The headers of a record on the DLQ topic, as an object of header name → value (each header's
+/// bytes are UTF-8). The record's key and value are the refused message's own (the value left out
+/// when the broker refused it whole, then `truncated` says so).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DlqHeaders {
+    /// Bounded reason, as in [`DlqLine::reason`].
+    pub reason: String,
+    /// What exactly was wrong, as in [`DlqLine::error`].
+    pub error: String,
+    /// The refused message's topic (records of Kafka messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
+    /// Its partition, in decimal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(regex(pattern = r"^[0-9]+$")))]
+    pub partition: Option<String>,
+    /// Its offset, in decimal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(regex(pattern = r"^[0-9]+$")))]
+    pub offset: Option<String>,
+    /// Where other records came from (a file, `http <endpoint>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    /// The tenant, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// `true` when the value was cut or left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(regex(pattern = r"^true$")))]
+    pub truncated: Option<String>,
 }
 
 /// A durable destination for DLQ records.

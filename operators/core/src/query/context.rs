@@ -8,6 +8,7 @@ use super::{Trace, Weights};
 
 /// How an item was packed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Tier {
     /// The top result with its section header and neighbours.
@@ -50,6 +51,7 @@ impl Tier {
 
 /// One item of a context.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ContextItem {
     /// The point id (of the top chunk for an expanded item).
     pub chunk_id: String,
@@ -71,11 +73,16 @@ pub struct ContextItem {
     pub text: String,
     /// The document's metadata (absent when it has none).
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(schema_with = "crate::metadata::schema::metadata_object")
+    )]
     pub metadata: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A document of `list_sources` or a file of `files`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SourceEntry {
     /// The document.
     pub doc_id: String,
@@ -93,8 +100,9 @@ pub struct SourceEntry {
     pub score: Option<f32>,
 }
 
-/// The answer to a query (the contexts topic's value, the body of the `POST /query` response).
+/// The answer to a query (the contexts topic's value, the body of the `POST /v1/query` response).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Context {
     /// The query's id.
     pub query_id: String,
@@ -153,6 +161,7 @@ pub struct Context {
 
 /// The ingest progress a context reflects.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Watermark {
     /// Every document event with an earlier time (ms since the epoch) is indexed.
     pub frontier_ms: u64,

@@ -23,11 +23,12 @@ use serde::{Deserialize, Serialize};
 use super::{Context, Watermark};
 
 /// How long changes are kept to check contexts cited after them: the longest a query is waited for
-/// (`POST /query` gives up after 120 s).
+/// (`POST /v1/query` gives up after 120 s).
 pub const RECENT_MS: u64 = 120_000;
 
 /// One context made stale by index writes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Invalidation {
     /// Position in this process's log of invalidations (`GET /invalidations?since=`), from 1.
     #[serde(default)]

@@ -49,6 +49,7 @@ pub const LIST_MAX_PAGE: usize = 1000;
 
 /// What a query asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// A context packed into the token budget (the default).
@@ -90,6 +91,7 @@ impl Mode {
 
 /// How fresh the index must be for a query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Consistency {
     /// Whatever the index holds now.
@@ -101,6 +103,7 @@ pub enum Consistency {
 
 /// Filters applied inside the index query.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct QueryFilters {
     /// Only sources under this path prefix (whole path components: `docs/` matches `docs/a.md`).
@@ -123,6 +126,7 @@ pub struct QueryFilters {
 
 /// Prompt parts that share the model's context window with the packed context.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Prompt {
     /// System prompt.
@@ -136,22 +140,30 @@ pub struct Prompt {
     pub history: Vec<String>,
 }
 
-/// A query event (the queries topic's value, or the body of `POST /query`).
+/// A query event (the queries topic's value, or the body of `POST /v1/query`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Query {
     /// Caller-chosen id; the context is keyed by it.
+    #[cfg_attr(feature = "schema", schemars(regex(pattern = r"\S")))]
     pub query_id: String,
     /// The tenant whose documents are searched (nothing else is ever visible).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(length(min = 1), regex(pattern = r"^[^/]+$"))
+    )]
     pub tenant: String,
     /// The question, or the chunk id for `read_chunk`.
     #[serde(default)]
     pub text: String,
     /// Token budget of the packed context.
     #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 1_000_000)))]
     pub token_budget: Option<usize>,
-    /// Number of results.
+    /// Number of results: 1 to 50 (1 to 1000 for `list_sources`).
     #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 1000)))]
     pub k: Option<usize>,
     /// What to return.
     #[serde(default)]
@@ -172,15 +184,21 @@ pub struct Query {
     pub bm25_score_threshold: Option<f32>,
     /// `o200k_base` (default) or `cl100k_base`.
     #[serde(default)]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(regex(pattern = r"^(o200k_base|cl100k_base)$"))
+    )]
     pub tokenizer: Option<String>,
     /// The model's context window; with `prompt`, the budget is derived from it.
     #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 1_000_000)))]
     pub context_window: Option<usize>,
     /// Prompt parts that share the window.
     #[serde(default)]
     pub prompt: Option<Prompt>,
     /// Tokens reserved for the model's answer (default: 25 % of the window, at least 32).
     #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(range(max = 1_000_000)))]
     pub reserve_output: Option<usize>,
     /// Freshness required.
     #[serde(default)]
@@ -193,11 +211,13 @@ pub struct Query {
     pub fill: bool,
     /// `list_sources`: the page starts after this document id (the previous page's `next_cursor`).
     #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(length(max = 1024)))]
     pub cursor: Option<String>,
 }
 
 /// Dense and BM25 weights of the fusion.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Weights {
     /// Weight of the dense lane.
     pub dense: f32,
@@ -207,6 +227,7 @@ pub struct Weights {
 
 /// How many candidates each lane fetches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Depth {
     /// Dense lane.
     pub dense: usize,
@@ -247,6 +268,7 @@ fn one() -> f32 {
 
 /// Rank (1-based) and raw engine score of a candidate on one lane.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct LaneHit {
     /// 1-based rank in the lane after deduplication.
     pub rank: usize,

@@ -9,6 +9,7 @@ use super::{Candidate, LaneHit, Tier};
 
 /// The step that decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Step {
     /// Fusion of the lanes.
@@ -25,6 +26,7 @@ pub enum Step {
 
 /// What the step did to the candidate (or the query).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     /// The query's fusion weights changed.
@@ -93,6 +95,7 @@ impl From<Tier> for Action {
 /// Why, bounded: each cause belongs to one step, and metrics take their labels from it
 /// ([`Cause::as_str`]); the decision's `reason` adds the particulars for people.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Cause {
     /// Fuse: the same point or document offset came twice from one lane.
@@ -173,6 +176,7 @@ impl Cause {
 
 /// Why a candidate left the pipeline, or what happened to it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Decision {
     /// The point id (empty for a decision about the whole query, such as adapted fusion weights).
     pub chunk_id: String,
@@ -206,6 +210,7 @@ impl Decision {
 
 /// A candidate as shown in the trace.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TraceCandidate {
     /// The point id.
     pub chunk_id: String,
@@ -243,6 +248,7 @@ impl From<&Candidate> for TraceCandidate {
 
 /// The trace of every decision, returned when the query asks for it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Trace {
     /// Intent signals.
     pub signals: Vec<String>,

@@ -1,0 +1,315 @@
+"""A small typed client of the ragstream job's HTTP API (`/v1/`), on the standard library only."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+__all__ = [
+    "Client",
+    "Context",
+    "Item",
+    "Source",
+    "SourcesPage",
+    "RagstreamError",
+    "item_metadata",
+]
+
+PROBLEM_PREFIX = "urn:ragstream:problem:"
+
+
+class RagstreamError(Exception):
+    """A problem answered by the job (RFC 9457), or no answer at all.
+
+    `kind` is the problem's name (`invalid_query`, `forbidden`, `index_unavailable`, ...; the names of
+    refused input are the job's DLQ reasons), `status` the HTTP status (0 when the job could not be
+    reached), `detail` what was wrong.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        status: int,
+        detail: str,
+        query_id: str | None = None,
+        errors: list[dict[str, Any]] | None = None,
+    ):
+        super().__init__(f"{kind} ({status}): {detail}")
+        self.kind = kind
+        self.status = status
+        self.detail = detail
+        self.query_id = query_id
+        #: For a refused batch of documents: each refused one's `index`, `reason` and `detail`.
+        self.errors = errors or []
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the same request may succeed later (an outage, a busy job, a timeout)."""
+        return self.kind in {"busy", "index_unavailable", "stopping", "timeout", "unreachable"}
+
+
+@dataclass(frozen=True)
+class Item:
+    """One item of a context: a chunk (or an excerpt of one) with its provenance."""
+
+    chunk_id: str
+    doc_id: str
+    source: str
+    lines: tuple[int, int]
+    section_path: list[str]
+    tier: str
+    score: float
+    tokens: int
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def citation(self) -> str:
+        """`source (lines a–b)`, as the packed context heads the item."""
+        return f"{self.source} (lines {self.lines[0]}–{self.lines[1]})"
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> "Item":
+        first, last = value.get("lines", (0, 0))
+        return cls(
+            chunk_id=value["chunk_id"],
+            doc_id=value["doc_id"],
+            source=value["source"],
+            lines=(int(first), int(last)),
+            section_path=list(value.get("section_path", [])),
+            tier=value.get("tier", ""),
+            score=float(value.get("score", 0.0)),
+            tokens=int(value.get("tokens", 0)),
+            text=value.get("text", ""),
+            metadata=dict(value.get("metadata", {})),
+        )
+
+
+def item_metadata(item: Item) -> dict[str, Any]:
+    """A context item's metadata for a framework document: the document's own metadata, then the
+    item's provenance (`chunk_id`, `doc_id`, `source`, `lines`, `section_path`, `tier`, `score`,
+    `citation`), which wins where a key is in both."""
+    return {
+        **item.metadata,
+        "chunk_id": item.chunk_id,
+        "doc_id": item.doc_id,
+        "source": item.source,
+        "lines": list(item.lines),
+        "section_path": list(item.section_path),
+        "tier": item.tier,
+        "score": item.score,
+        "citation": item.citation,
+    }
+
+
+@dataclass(frozen=True)
+class Context:
+    """The answer to a query: the packed context, its items and how it was made."""
+
+    query_id: str
+    tenant: str
+    mode: str
+    context: str
+    items: list[Item]
+    tokens_used: int
+    token_budget: int | None
+    truncated: bool
+    note: str | None
+    raw: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> "Context":
+        return cls(
+            query_id=value.get("query_id", ""),
+            tenant=value.get("tenant", ""),
+            mode=value.get("mode", ""),
+            context=value.get("context", ""),
+            items=[Item.from_json(item) for item in value.get("items", [])],
+            tokens_used=int(value.get("tokens_used", 0)),
+            token_budget=value.get("token_budget"),
+            truncated=bool(value.get("truncated", False)),
+            note=value.get("note"),
+            raw=dict(value),
+        )
+
+
+@dataclass(frozen=True)
+class Source:
+    """A document of the tenant, with the chunks it has in the index."""
+
+    doc_id: str
+    source: str
+    title: str
+    chunks: int
+
+
+@dataclass(frozen=True)
+class SourcesPage:
+    """One page of `GET /v1/sources`."""
+
+    tenant: str
+    sources: list[Source]
+    next_cursor: str | None
+
+
+class Client:
+    """The job's HTTP API.
+
+    `url` is the job's address; `token` the bearer token (default: the `RAGSTREAM_QUERY_TOKEN`
+    environment variable; none for a job without tokens on loopback); `tenant` the tenant used when a
+    call names none (a token bound to one tenant needs none).
+    """
+
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:9464",
+        *,
+        token: str | None = None,
+        tenant: str | None = None,
+        timeout: float = 130.0,
+    ):
+        self.url = url.rstrip("/")
+        self.token = token if token is not None else os.environ.get("RAGSTREAM_QUERY_TOKEN") or None
+        self.tenant = tenant
+        self.timeout = timeout
+        self._ids = itertools.count(1)
+        self._prefix = f"py-{os.getpid()}-{int(time.time() * 1000)}"
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, body: Any = None, params: Mapping[str, Any] | None = None) -> Any:
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        url = self.url + path + ("?" + urllib.parse.urlencode(query) if query else "")
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        request = urllib.request.Request(url, data=data, method=method)
+        request.add_header("Accept", "application/json")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read().decode("utf-8"))
+        except urllib.error.HTTPError as error:
+            raw = error.read().decode("utf-8", "replace")
+            try:
+                problem = json.loads(raw)
+                kind = str(problem.get("type", "")).removeprefix(PROBLEM_PREFIX) or "http_error"
+                raise RagstreamError(
+                    kind, error.code, problem.get("detail", raw), problem.get("query_id"), problem.get("errors")
+                ) from None
+            except (ValueError, AttributeError):
+                raise RagstreamError("http_error", error.code, raw[:500]) from None
+        except (urllib.error.URLError, OSError) as error:
+            raise RagstreamError("unreachable", 0, f"{url}: {error}") from None
+
+    def _tenant(self, tenant: str | None) -> str | None:
+        return tenant if tenant is not None else self.tenant
+
+    def _query_id(self) -> str:
+        return f"{self._prefix}-{next(self._ids)}"
+
+    # -- the API ----------------------------------------------------------------------------------
+
+    def query(
+        self,
+        text: str,
+        *,
+        tenant: str | None = None,
+        token_budget: int | None = None,
+        k: int | None = None,
+        mode: str = "bounded",
+        filters: Mapping[str, Any] | None = None,
+        acl: Sequence[str] | None = None,
+        consistency: str | None = None,
+        trace: bool = False,
+        fill: bool = False,
+        context_window: int | None = None,
+        query_id: str | None = None,
+        **extra: Any,
+    ) -> Context:
+        """`POST /v1/query`: a context packed into `token_budget` (or another mode's answer).
+
+        `filters` takes `source_prefix`, `kinds`, `doc_ids`, `langs` and `metadata`
+        (`{"team": "search", "year": {"gte": 2020}, "tags": {"any": ["a", "b"]}}`).
+        """
+        body: dict[str, Any] = {"query_id": query_id or self._query_id(), "text": text, "mode": mode}
+        optional = {
+            "tenant": self._tenant(tenant),
+            "token_budget": token_budget,
+            "k": k,
+            "filters": dict(filters) if filters else None,
+            "acl": list(acl) if acl is not None else None,
+            "consistency": consistency,
+            "context_window": context_window,
+        }
+        body.update({key: value for key, value in optional.items() if value is not None})
+        if trace:
+            body["trace"] = True
+        if fill:
+            body["fill"] = True
+        body.update(extra)
+        # Without a tenant, a token bound to exactly one tenant has the job fill it in.
+        return Context.from_json(self._request("POST", "/v1/query", body))
+
+    def upsert(self, documents: Iterable[Mapping[str, Any]], *, tenant: str | None = None) -> dict[str, Any]:
+        """`POST /v1/documents`: document events, as on the documents topic (`doc_id`, `version`,
+        `text`, and optionally `source`, `kind`, `title`, `acl`, `updated_at`, `metadata`; `op` may be
+        `delete`). The batch is checked whole: any refused document raises `RagstreamError` with every
+        refusal in `errors`, and nothing is written. Returns `{"accepted": n, "indexed": bool}`
+        (`indexed`: the job answered once the index held them; else the documents topic does).
+        """
+        tenant = self._tenant(tenant)
+        events = []
+        for document in documents:
+            event = dict(document)
+            event.setdefault("op", "upsert")
+            if tenant is not None:
+                event.setdefault("tenant", tenant)
+            events.append(event)
+        return self._request("POST", "/v1/documents", {"documents": events})
+
+    def delete(self, doc_id: str, *, tenant: str | None = None, version: int | None = None) -> dict[str, Any]:
+        """`DELETE /v1/documents/{doc_id}`: the document and every chunk of it."""
+        path = "/v1/documents/" + urllib.parse.quote(doc_id, safe="")
+        return self._request("DELETE", path, params={"tenant": self._tenant(tenant), "version": version})
+
+    def sources(self, *, tenant: str | None = None, limit: int | None = None, cursor: str | None = None) -> SourcesPage:
+        """`GET /v1/sources`: one page of the tenant's documents."""
+        value = self._request(
+            "GET", "/v1/sources", params={"tenant": self._tenant(tenant), "limit": limit, "cursor": cursor}
+        )
+        return SourcesPage(
+            tenant=value["tenant"],
+            sources=[
+                Source(doc_id=s["doc_id"], source=s["source"], title=s.get("title", ""), chunks=int(s["chunks"]))
+                for s in value.get("sources", [])
+            ],
+            next_cursor=value.get("next_cursor"),
+        )
+
+    def iter_sources(self, *, tenant: str | None = None, page_size: int = 100) -> Iterator[Source]:
+        """Every document of the tenant, page after page."""
+        cursor = None
+        while True:
+            page = self.sources(tenant=tenant, limit=page_size, cursor=cursor)
+            yield from page.sources
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    def chunk(self, chunk_id: str, *, tenant: str | None = None) -> Item:
+        """`GET /v1/chunks/{chunk_id}`: one chunk, whole."""
+        path = "/v1/chunks/" + urllib.parse.quote(chunk_id, safe="")
+        return Item.from_json(self._request("GET", path, params={"tenant": self._tenant(tenant)}))
+
+    def invalidations(self, since: int = 0) -> dict[str, Any]:
+        """`GET /v1/invalidations`: contexts made stale since `since` (`last` is the next `since`)."""
+        return self._request("GET", "/v1/invalidations", params={"since": since})

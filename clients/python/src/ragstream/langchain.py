@@ -1,0 +1,49 @@
+"""A LangChain retriever over the ragstream job (`pip install ragstream[langchain]`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import ConfigDict
+
+from .client import Client, item_metadata
+
+__all__ = ["RagstreamRetriever"]
+
+
+class RagstreamRetriever(BaseRetriever):
+    """The items of a ragstream context as LangChain documents, best first.
+
+    `mode="bounded"` (the default) returns the items packed into `token_budget` (excerpts where the
+    budget asked for them); `mode="deep"` returns up to `k` whole chunks without a budget.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    client: Client
+    tenant: str | None = None
+    token_budget: int | None = None
+    k: int | None = None
+    mode: str = "bounded"
+    filters: dict[str, Any] | None = None
+    acl: list[str] | None = None
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        context = self.client.query(
+            query,
+            tenant=self.tenant,
+            token_budget=self.token_budget,
+            k=self.k,
+            mode=self.mode,
+            filters=self.filters,
+            acl=self.acl,
+        )
+        return [
+            Document(page_content=item.text, metadata=item_metadata(item), id=item.chunk_id)
+            for item in context.items
+        ]

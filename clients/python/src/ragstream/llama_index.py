@@ -1,0 +1,59 @@
+"""A LlamaIndex retriever over the ragstream job (`pip install ragstream[llamaindex]`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llama_index.core.retrievers import BaseRetriever
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
+from .client import Client, item_metadata
+
+__all__ = ["RagstreamRetriever"]
+
+
+class RagstreamRetriever(BaseRetriever):
+    """The items of a ragstream context as LlamaIndex nodes with their scores, best first.
+
+    `mode="bounded"` (the default) returns the items packed into `token_budget`; `mode="deep"` returns
+    up to `k` whole chunks without a budget.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        tenant: str | None = None,
+        token_budget: int | None = None,
+        k: int | None = None,
+        mode: str = "bounded",
+        filters: dict[str, Any] | None = None,
+        acl: list[str] | None = None,
+        **kwargs: Any,
+    ):
+        self._client = client
+        self._tenant = tenant
+        self._token_budget = token_budget
+        self._k = k
+        self._mode = mode
+        self._filters = filters
+        self._acl = acl
+        super().__init__(**kwargs)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        context = self._client.query(
+            query_bundle.query_str,
+            tenant=self._tenant,
+            token_budget=self._token_budget,
+            k=self._k,
+            mode=self._mode,
+            filters=self._filters,
+            acl=self._acl,
+        )
+        return [
+            NodeWithScore(
+                node=TextNode(id_=item.chunk_id, text=item.text, metadata=item_metadata(item)),
+                score=item.score,
+            )
+            for item in context.items
+        ]

@@ -1,0 +1,145 @@
+"""The Python client and its retrievers against a running job.
+
+Run by the Rust integration test `python_client` (tests/python_client.rs), which starts the job with
+the documents these tests expect and sets RAGSTREAM_URL, RAGSTREAM_TEST_ADMIN_TOKEN (every tenant)
+and RAGSTREAM_TEST_ACME_TOKEN (bound to the tenant `acme`).
+"""
+
+import os
+import unittest
+
+from ragstream import Client, RagstreamError
+
+URL = os.environ["RAGSTREAM_URL"]
+ADMIN = os.environ["RAGSTREAM_TEST_ADMIN_TOKEN"]
+ACME = os.environ["RAGSTREAM_TEST_ACME_TOKEN"]
+QUESTION = "how do I roll back a release"
+
+
+class ClientTest(unittest.TestCase):
+    def setUp(self):
+        self.admin = Client(URL, token=ADMIN, tenant="acme")
+        self.acme = Client(URL, token=ACME)
+
+    def test_query_returns_items_with_provenance_and_metadata(self):
+        context = self.acme.query(QUESTION, token_budget=400)
+        self.assertEqual(context.tenant, "acme")
+        self.assertLessEqual(context.tokens_used, 400)
+        self.assertTrue(context.items, context.raw)
+        top = context.items[0]
+        self.assertEqual(top.doc_id, "rollback")
+        self.assertIn("deployctl", top.text)
+        self.assertEqual(top.metadata["team"], "ops")
+        self.assertTrue(top.citation.startswith("acme/rollback.md (lines "), top.citation)
+        self.assertIn(top.source, context.context)
+
+    def test_metadata_filters_narrow_the_answer(self):
+        context = self.admin.query(QUESTION, mode="deep", k=5, filters={"metadata": {"team": "facilities"}})
+        self.assertTrue(context.items)
+        self.assertEqual({item.doc_id for item in context.items}, {"office"})
+        none = self.admin.query(QUESTION, filters={"metadata": {"year": {"gte": 2030}}})
+        self.assertEqual(none.items, [])
+
+    def test_sources_page_and_iterate(self):
+        first = self.acme.sources(limit=1)
+        self.assertEqual(first.tenant, "acme")
+        self.assertEqual(len(first.sources), 1)
+        self.assertIsNotNone(first.next_cursor)
+        every = list(self.acme.iter_sources(page_size=1))
+        self.assertEqual([s.doc_id for s in every], ["office", "rollback"])
+        self.assertTrue(all(s.chunks >= 1 for s in every))
+
+    def test_chunk_reads_a_chunk_whole(self):
+        top = self.acme.query(QUESTION, k=1).items[0]
+        chunk = self.acme.chunk(top.chunk_id)
+        self.assertEqual(chunk.chunk_id, top.chunk_id)
+        self.assertEqual(chunk.tier, "full")
+        self.assertIn("deployctl rollback", chunk.text)
+
+    def test_problems_are_errors_with_stable_kinds(self):
+        with self.assertRaises(RagstreamError) as refused:
+            self.acme.query(QUESTION, tenant="globex")
+        self.assertEqual((refused.exception.kind, refused.exception.status), ("forbidden", 403))
+        with self.assertRaises(RagstreamError) as invalid:
+            self.admin.query(QUESTION, k=0)
+        self.assertEqual((invalid.exception.kind, invalid.exception.status), ("invalid_query", 400))
+        self.assertIn("k must be", invalid.exception.detail)
+        self.assertFalse(invalid.exception.retryable)
+        with self.assertRaises(RagstreamError) as unknown:
+            self.acme.chunk("00000000-0000-0000-0000-000000000000")
+        self.assertEqual(unknown.exception.kind, "unknown_chunk")
+        with self.assertRaises(RagstreamError) as anonymous:
+            Client(URL, token="").sources(tenant="acme")
+        self.assertEqual(anonymous.exception.kind, "unauthorized")
+        with self.assertRaises(RagstreamError) as down:
+            Client("http://127.0.0.1:9", token=ACME, timeout=5).sources()
+        self.assertTrue(down.exception.retryable)
+
+    def test_upsert_and_delete(self):
+        answer = self.acme.upsert(
+            [{"doc_id": "harbour.md", "version": 1, "text": "# Harbour\n\nThe harbour opens at dawn for the ferries.",
+              "metadata": {"team": "ports"}}]
+        )
+        self.assertEqual(answer, {"accepted": 1, "indexed": True})
+        found = self.acme.query("when does the harbour open", mode="deep", k=1)
+        self.assertEqual(found.items[0].doc_id, "harbour.md")
+        self.assertEqual(found.items[0].metadata["team"], "ports")
+        with self.assertRaises(RagstreamError) as refused:
+            self.acme.upsert([{"doc_id": "ok.md", "version": 1, "text": "fine"}, {"doc_id": "bad.md", "text": "no version"}])
+        self.assertEqual(refused.exception.kind, "missing_field")
+        self.assertEqual([e["index"] for e in refused.exception.errors], [1])
+        self.assertNotIn("ok.md", [s.doc_id for s in self.acme.iter_sources()])
+        self.assertEqual(self.acme.delete("harbour.md"), {"accepted": 1, "indexed": True})
+        self.assertNotIn("harbour.md", [s.doc_id for s in self.acme.iter_sources()])
+
+    def test_invalidations(self):
+        page = self.acme.invalidations()
+        self.assertIn("invalidations", page)
+        self.assertIsInstance(page["last"], int)
+
+
+class LangChainTest(unittest.TestCase):
+    def test_retriever_returns_documents_with_metadata_scores_and_citations(self):
+        from langchain_core.documents import Document
+
+        from ragstream.langchain import RagstreamRetriever
+
+        retriever = RagstreamRetriever(client=Client(URL, token=ACME), token_budget=400)
+        documents = retriever.invoke(QUESTION)
+        self.assertTrue(documents)
+        self.assertTrue(all(isinstance(d, Document) for d in documents))
+        top = documents[0]
+        self.assertIn("deployctl", top.page_content)
+        self.assertEqual(top.metadata["doc_id"], "rollback")
+        self.assertEqual(top.metadata["team"], "ops")
+        self.assertGreater(top.metadata["score"], 0)
+        self.assertTrue(top.metadata["citation"].startswith("acme/rollback.md"))
+        self.assertEqual(top.id, top.metadata["chunk_id"])
+        filtered = RagstreamRetriever(
+            client=Client(URL, token=ADMIN), tenant="acme", mode="deep", k=3,
+            filters={"metadata": {"team": "facilities"}},
+        ).invoke(QUESTION)
+        self.assertEqual({d.metadata["doc_id"] for d in filtered}, {"office"})
+
+
+class LlamaIndexTest(unittest.TestCase):
+    def test_retriever_returns_nodes_with_scores_and_metadata(self):
+        from llama_index.core.schema import NodeWithScore
+
+        from ragstream.llama_index import RagstreamRetriever
+
+        retriever = RagstreamRetriever(Client(URL, token=ACME), token_budget=400)
+        nodes = retriever.retrieve(QUESTION)
+        self.assertTrue(nodes)
+        self.assertTrue(all(isinstance(n, NodeWithScore) for n in nodes))
+        top = nodes[0]
+        self.assertIn("deployctl", top.node.get_content())
+        self.assertEqual(top.node.node_id, top.node.metadata["chunk_id"])
+        self.assertEqual(top.node.metadata["doc_id"], "rollback")
+        self.assertEqual(top.node.metadata["year"], 2024)
+        self.assertGreater(top.score, 0)
+        self.assertTrue(top.node.metadata["citation"].startswith("acme/rollback.md"))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

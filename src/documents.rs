@@ -1,0 +1,294 @@
+//! Documents in over HTTP: `POST /v1/documents` (a batch of upserts and deletes) and
+//! `DELETE /v1/documents/{doc_id}`. Each document is checked as the documents topic's decoder checks
+//! it; a batch with any refusal is answered 400 with every refusal and nothing of it is written (the
+//! caller holds the input, so nothing is lost). An accepted batch goes to the documents topic (Kafka
+//! mode: answered 202 once the broker acknowledged every message) or straight into the local
+//! source's ingest flow (local mode: answered 200 once the index acknowledged every document).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use ragstream_operators::ingest::decode::{decode_event, DecodeConfig, DocumentEvent};
+use ragstream_operators::io::kafka_log::DeliveryContext;
+use ragstream_operators::io::local_source::DocumentIngress;
+use ragstream_operators::model::DocOp;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::ClientConfig;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::api::{DocumentError, Problem};
+
+/// Most documents of one request.
+pub const MAX_BATCH: usize = 1000;
+
+/// How long a batch waits for the broker's acknowledgements.
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The body of `POST /v1/documents`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DocumentsRequest {
+    /// Document events, as on the documents topic (at most 1000). `tenant` may be left out where the
+    /// token opens exactly one tenant.
+    pub documents: Vec<DocumentEvent>,
+}
+
+/// The answer to an accepted batch.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+pub struct DocumentsAccepted {
+    /// Documents accepted.
+    pub accepted: usize,
+    /// `true` (200, local mode): the index holds them; `false` (202, Kafka mode): the documents topic
+    /// holds them, and the job indexes them as it reads the topic.
+    pub indexed: bool,
+}
+
+/// Where accepted documents go.
+pub enum DocumentsTarget {
+    /// The documents topic.
+    Kafka(std::sync::Arc<KafkaDocuments>),
+    /// The local source; `owned_tenant` is the directory source's tenant, whose documents come only
+    /// from its directory (a rescan would delete any other).
+    Local {
+        /// The local source's ingress.
+        ingress: std::sync::Arc<DocumentIngress>,
+        /// The directory source's tenant.
+        owned_tenant: Option<String>,
+    },
+    /// A job that reads a JSONL file once and stops takes no documents.
+    None,
+}
+
+impl DocumentsTarget {
+    /// `None` where the job takes no documents; else the tenant whose documents only the watched
+    /// directory writes, if any.
+    pub fn takes_documents(&self) -> Option<Option<&str>> {
+        match self {
+            Self::Kafka(_) => Some(None),
+            Self::Local { owned_tenant, .. } => Some(owned_tenant.as_deref()),
+            Self::None => None,
+        }
+    }
+}
+
+/// A producer of document events to the documents topic, one batch at a time.
+pub struct KafkaDocuments {
+    producer: Mutex<BaseProducer<DeliveryContext>>,
+    topic: String,
+}
+
+impl KafkaDocuments {
+    /// A producer for `topic`, idempotent (retries never duplicate or reorder an event).
+    pub fn new(client: &ClientConfig, topic: &str) -> Result<Self, String> {
+        let producer: BaseProducer<DeliveryContext> = client
+            .clone()
+            .set("enable.idempotence", "true")
+            .set(
+                "message.timeout.ms",
+                (DELIVERY_TIMEOUT.as_millis() - 5_000).to_string(),
+            )
+            .create_with_context(DeliveryContext::new("documents producer"))
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            producer: Mutex::new(producer),
+            topic: topic.to_string(),
+        })
+    }
+
+    /// Sends `events` (key, value) and waits until the broker acknowledged every one. `Err`: what
+    /// failed (the broker unreachable, a message refused); the caller may send the batch again (the
+    /// version guard makes a repeat harmless).
+    pub fn send(&self, events: &[(String, Vec<u8>)]) -> Result<(), String> {
+        let producer = self.producer.lock().unwrap_or_else(|p| p.into_inner());
+        // Reports of an earlier batch that gave up are not this batch's.
+        producer.context().take_failed();
+        for (index, (key, value)) in events.iter().enumerate() {
+            let mut record = BaseRecord::<str, [u8], usize>::with_opaque_to(&self.topic, index)
+                .key(key.as_str())
+                .payload(value.as_slice());
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                        producer.poll(Duration::from_millis(50));
+                        record = back;
+                    }
+                    Err((error, _)) => return Err(format!("document {index}: {error}")),
+                }
+            }
+        }
+        producer
+            .flush(DELIVERY_TIMEOUT)
+            .map_err(|error| format!("the broker did not acknowledge the batch: {error}"))?;
+        match producer.context().take_failed().first() {
+            Some((index, error)) => Err(format!("document {index} was not delivered: {error}")),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A batch checked: each document's key (`tenant/doc_id`), its event as sent and what it does.
+pub struct Admitted {
+    /// (key, value) per document, in order.
+    pub events: Vec<(String, Vec<u8>)>,
+    /// What each does, as the ingest flow takes it.
+    pub ops: Vec<DocOp>,
+}
+
+fn refuse(name: &str, detail: impl Into<String>) -> Box<Problem> {
+    Box::new(Problem::new(name, detail))
+}
+
+/// Checks a `POST /v1/documents` body: its shape, each document's tenant against what the token
+/// opens (`tenants`: `None` for every tenant; a tenant left out is filled in where the token opens
+/// exactly one), the directory source's tenant, and each document as the decoder checks it.
+pub fn admit(
+    body: &[u8],
+    tenants: Option<&std::collections::BTreeSet<String>>,
+    owned_tenant: Option<&str>,
+    decode: &DecodeConfig,
+) -> Result<Admitted, Box<Problem>> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| refuse("malformed_json", format!("the body is not JSON: {e}")))?;
+    let Some(Value::Array(documents)) = value.get("documents") else {
+        return Err(refuse(
+            "bad_request",
+            "the body must be {\"documents\": [document events]}",
+        ));
+    };
+    if value.as_object().is_some_and(|object| object.len() > 1) {
+        return Err(refuse("bad_request", "the body takes only \"documents\""));
+    }
+    if documents.is_empty() || documents.len() > MAX_BATCH {
+        return Err(refuse(
+            "bad_request",
+            format!(
+                "a batch holds 1 to {MAX_BATCH} documents, not {}",
+                documents.len()
+            ),
+        ));
+    }
+    let only = tenants
+        .filter(|t| t.len() == 1)
+        .and_then(|t| t.iter().next());
+    let mut events = Vec::with_capacity(documents.len());
+    let mut ops = Vec::with_capacity(documents.len());
+    let mut errors = Vec::new();
+    for (index, document) in documents.iter().enumerate() {
+        let mut document = document.clone();
+        if let (Value::Object(object), Some(only)) = (&mut document, only) {
+            object
+                .entry("tenant")
+                .or_insert_with(|| Value::String(only.clone()));
+        }
+        let tenant = document.get("tenant").and_then(Value::as_str).unwrap_or("");
+        if let Some(tenants) = tenants {
+            if !tenants.contains(tenant) {
+                return Err(refuse(
+                    "forbidden",
+                    format!("document {index}: this token may not write the tenant {tenant:?}"),
+                ));
+            }
+        }
+        if owned_tenant == Some(tenant) {
+            return Err(refuse(
+                "tenant_owned",
+                format!(
+                    "document {index}: the documents of tenant {tenant:?} come from the watched \
+                     directory (source.path); post to another tenant"
+                ),
+            ));
+        }
+        let bytes = serde_json::to_vec(&document).unwrap_or_default();
+        match decode_event(None, Some(&bytes), decode) {
+            Ok(op) => {
+                let key = match &op {
+                    DocOp::Upsert(document) => document.key.to_string(),
+                    DocOp::Delete { key, .. } => key.to_string(),
+                };
+                ops.push(op);
+                events.push((key, bytes));
+            }
+            Err(error) => errors.push(DocumentError {
+                index,
+                reason: error.reason.as_str().to_string(),
+                detail: error.message,
+            }),
+        }
+    }
+    if let Some(first) = errors.first() {
+        let mut problem = Problem::new(
+            &first.reason,
+            format!(
+                "{} of {} documents refused; nothing was written. Document {}: {}",
+                errors.len(),
+                documents.len(),
+                first.index,
+                first.detail
+            ),
+        );
+        problem.errors = errors;
+        return Err(Box::new(problem));
+    }
+    Ok(Admitted { events, ops })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tenants(names: &[&str]) -> std::collections::BTreeSet<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn a_batch_is_checked_whole_and_the_tenant_comes_from_the_token() {
+        let decode = DecodeConfig::default();
+        let body = br#"{"documents": [
+            {"doc_id": "a", "version": 1, "text": "alpha"},
+            {"op": "delete", "doc_id": "b"}]}"#;
+        let acme = tenants(&["acme"]);
+        let admitted = admit(body, Some(&acme), None, &decode).expect("admitted");
+        assert_eq!(admitted.events[0].0, "acme/a");
+        assert_eq!(admitted.events[1].0, "acme/b");
+        assert!(matches!(admitted.ops[1], DocOp::Delete { .. }));
+        // The every-tenant token names the tenant.
+        let refused = admit(body, None, None, &decode).map(|_| ()).unwrap_err();
+        assert_eq!(refused.kind, "urn:ragstream:problem:missing_field");
+        assert_eq!(refused.errors.len(), 2, "{refused:?}");
+        // Another tenant, the directory's own tenant, a bad document among good ones.
+        let globex =
+            br#"{"documents": [{"tenant": "globex", "doc_id": "a", "version": 1, "text": "x"}]}"#;
+        assert_eq!(
+            admit(globex, Some(&acme), None, &decode)
+                .map(|_| ())
+                .unwrap_err()
+                .status,
+            403
+        );
+        assert_eq!(
+            admit(body, Some(&acme), Some("acme"), &decode)
+                .map(|_| ())
+                .unwrap_err()
+                .status,
+            409
+        );
+        let mixed = br#"{"documents": [{"tenant": "t", "doc_id": "a", "version": 1, "text": "x"},
+            {"tenant": "t", "doc_id": "b", "version": 1, "text": "y", "kind": "poetry"}]}"#;
+        let refused = admit(mixed, None, None, &decode).map(|_| ()).unwrap_err();
+        assert_eq!(refused.kind, "urn:ragstream:problem:unknown_kind");
+        assert_eq!((refused.errors.len(), refused.errors[0].index), (1, 1));
+        for bad in [
+            &b"[1]"[..],
+            b"{\"documents\": []}",
+            b"{\"documents\": [], \"x\": 1}",
+            b"nope",
+        ] {
+            assert!(admit(bad, None, None, &decode).is_err());
+        }
+    }
+}

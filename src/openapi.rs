@@ -1,0 +1,323 @@
+//! The HTTP API's OpenAPI 3.1 document and the JSON Schemas of the topics' messages, generated from
+//! the Rust types the job reads and writes (schemars). `ragstream openapi` prints the document,
+//! `ragstream schemas DIR` writes the topic schemas; both are committed under `docs/` and a test
+//! fails when they drift from the types.
+
+use ragstream_operators::ingest::decode::DocumentEvent;
+use ragstream_operators::ingest::dlq::{DlqHeaders, DlqLine};
+use ragstream_operators::query::invalidate::Invalidation;
+use ragstream_operators::query::{Context, ContextItem, Query};
+use schemars::generate::{SchemaGenerator, SchemaSettings};
+use schemars::JsonSchema;
+use serde_json::{json, Map, Value};
+
+use crate::api::{InvalidationsPage, Problem, SourcesPage, PROBLEMS, PROBLEM_JSON};
+use crate::documents::{DocumentsAccepted, DocumentsRequest};
+
+/// Where the document's schemas live, as a JSON pointer.
+const COMPONENTS: &str = "/components/schemas";
+
+fn generator(serialize: bool, definitions_path: &'static str) -> SchemaGenerator {
+    let settings =
+        SchemaSettings::draft2020_12().with(|s| s.definitions_path = definitions_path.into());
+    let settings = if serialize {
+        settings.for_serialize()
+    } else {
+        settings.for_deserialize()
+    };
+    settings.into_generator()
+}
+
+/// A reference to the component `name`.
+fn schema_ref(name: &str) -> Value {
+    json!({ "$ref": format!("#{COMPONENTS}/{name}") })
+}
+
+fn json_content(schema: Value) -> Value {
+    json!({ "application/json": { "schema": schema } })
+}
+
+/// The responses of a data route: `success` (status, description, schema) and the problems.
+fn responses(success: (&str, &str, Value), problems: &[u16]) -> Value {
+    let mut responses = Map::new();
+    responses.insert(
+        success.0.into(),
+        json!({ "description": success.1, "content": json_content(success.2) }),
+    );
+    for status in problems {
+        let names: Vec<&str> = PROBLEMS
+            .iter()
+            .filter(|(_, s, _)| s == status)
+            .map(|(name, _, _)| *name)
+            .collect();
+        responses.insert(
+            status.to_string(),
+            json!({
+                "description": format!("A problem: {}", names.join(", ")),
+                "content": { PROBLEM_JSON: { "schema": schema_ref("Problem") } },
+            }),
+        );
+    }
+    Value::Object(responses)
+}
+
+/// The answers of the document routes: 200 (local mode), 202 (Kafka mode) or a problem.
+fn documents_responses() -> Value {
+    let mut answers = responses(
+        (
+            "200",
+            "Indexed (local mode)",
+            schema_ref("DocumentsAccepted"),
+        ),
+        &with(&GUARDED, &[400, 408, 409, 413, 503, 504]),
+    );
+    answers["202"] = json!({
+        "description": "On the documents topic (Kafka mode)",
+        "content": json_content(schema_ref("DocumentsAccepted")),
+    });
+    answers
+}
+
+/// The statuses every authenticated route may answer with a problem.
+const GUARDED: [u16; 4] = [401, 403, 404, 500];
+
+fn with(base: &[u16], more: &[u16]) -> Vec<u16> {
+    let mut all: Vec<u16> = base.iter().chain(more).copied().collect();
+    all.sort_unstable();
+    all.dedup();
+    all
+}
+
+fn text_response(description: &str) -> Value {
+    json!({ "description": description, "content": { "text/plain": { "schema": { "type": "string" } } } })
+}
+
+/// The OpenAPI 3.1 document of the job's HTTP API.
+pub fn document() -> Value {
+    // Requests are described as the job reads them, responses as it writes them.
+    let mut requests = generator(false, COMPONENTS);
+    let query = requests.subschema_for::<Query>().to_value();
+    let documents = requests.subschema_for::<DocumentsRequest>().to_value();
+    let mut schemas = requests.take_definitions(true);
+    let mut responses_gen = generator(true, COMPONENTS);
+    for schema in [
+        responses_gen.subschema_for::<Context>(),
+        responses_gen.subschema_for::<ContextItem>(),
+        responses_gen.subschema_for::<SourcesPage>(),
+        responses_gen.subschema_for::<InvalidationsPage>(),
+        responses_gen.subschema_for::<Problem>(),
+        responses_gen.subschema_for::<DocumentsAccepted>(),
+    ] {
+        debug_assert!(schema.get("$ref").is_some(), "a named component");
+    }
+    for (name, schema) in responses_gen.take_definitions(true) {
+        match schemas.get(&name) {
+            Some(other) if *other != schema => {
+                // One name, two shapes: the response's variant gets a name of its own.
+                schemas.insert(format!("{name}Response"), schema);
+            }
+            _ => {
+                schemas.insert(name, schema);
+            }
+        }
+    }
+    let bearer = json!([{ "bearer": [] }]);
+    let tenant = |required: bool, description: &str| {
+        json!({
+            "name": "tenant", "in": "query", "required": required,
+            "description": description, "schema": { "type": "string" },
+        })
+    };
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "ragstream",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Token-budgeted contexts from a retrieval index kept fresh by a stream job. \
+                Every error is a problem (RFC 9457, application/problem+json) whose `type` is \
+                `urn:ragstream:problem:<name>`. The agent tools are served at /mcp (Model Context \
+                Protocol, streamable HTTP), outside this document.",
+            "license": { "name": "Apache-2.0", "identifier": "Apache-2.0" },
+        },
+        "paths": {
+            "/healthz": { "get": {
+                "operationId": "healthz", "summary": "The process is up.",
+                "responses": { "200": text_response("`ok`") },
+            }},
+            "/readyz": { "get": {
+                "operationId": "readyz",
+                "summary": "Index open, model loaded, broker reachable; a line per check and per outage being retried.",
+                "responses": { "200": text_response("Ready"), "503": text_response("Not ready") },
+            }},
+            "/metrics": { "get": {
+                "operationId": "metrics", "summary": "Prometheus metrics (text exposition format).",
+                "responses": { "200": text_response("The metrics") },
+            }},
+            "/v1/openapi.json": { "get": {
+                "operationId": "openapi", "summary": "This document.",
+                "responses": { "200": { "description": "The OpenAPI document", "content": json_content(json!({ "type": "object" })) } },
+            }},
+            "/v1/query": { "post": {
+                "operationId": "query",
+                "summary": "Answer a query with a context packed into its token budget (or another mode's answer).",
+                "description": "The body is a query event, as on the queries topic. With a tenant-bound token the tenant must be one of the token's and `acl` at most its labels (absent: the token's labels).",
+                "security": bearer,
+                "requestBody": { "required": true, "content": json_content(query) },
+                "responses": responses(("200", "The context", schema_ref("Context")), &with(&GUARDED, &[400, 408, 413, 422, 503, 504])),
+            }},
+            "/v1/documents": { "post": {
+                "operationId": "upsertDocuments",
+                "summary": "Write a batch of document upserts and deletes (at most 1000).",
+                "description": "Each document is checked as the documents topic's decoder checks it; a batch with any refusal is answered with every refusal (`errors`) and nothing of it is written. Kafka mode: 202 once the broker acknowledged every event (the job indexes them as it reads the topic). Local mode: 200 once the index acknowledged every document. The tenant may be left out where the token opens exactly one.",
+                "security": bearer,
+                "requestBody": { "required": true, "content": json_content(documents) },
+                "responses": documents_responses(),
+            }},
+            "/v1/documents/{doc_id}": { "delete": {
+                "operationId": "deleteDocument",
+                "summary": "Delete one document and every chunk of it.",
+                "security": bearer,
+                "parameters": [
+                    { "name": "doc_id", "in": "path", "required": true, "description": "The document's id (percent-encoded).", "schema": { "type": "string" } },
+                    tenant(false, "The tenant (may be left out when the token opens exactly one)."),
+                    { "name": "version", "in": "query", "required": false, "description": "Ignored when the index holds a newer version.", "schema": { "type": "integer", "minimum": 0 } },
+                ],
+                "responses": documents_responses(),
+            }},
+            "/v1/sources": { "get": {
+                "operationId": "sources", "summary": "One page of the tenant's documents, with their chunk counts.",
+                "security": bearer,
+                "parameters": [
+                    tenant(false, "The tenant (may be left out when the token opens exactly one)."),
+                    { "name": "limit", "in": "query", "required": false, "description": "Documents per page (1 to 1000; default 100).", "schema": { "type": "integer", "minimum": 1, "maximum": 1000 } },
+                    { "name": "cursor", "in": "query", "required": false, "description": "The previous page's `next_cursor`.", "schema": { "type": "string" } },
+                ],
+                "responses": responses(("200", "A page of documents", schema_ref("SourcesPage")), &with(&GUARDED, &[400, 408, 503, 504])),
+            }},
+            "/v1/chunks/{chunk_id}": { "get": {
+                "operationId": "chunk", "summary": "The full text of one chunk, with its source, lines, section path and metadata.",
+                "security": bearer,
+                "parameters": [
+                    { "name": "chunk_id", "in": "path", "required": true, "description": "A context item's `chunk_id`.", "schema": { "type": "string" } },
+                    tenant(false, "The tenant (may be left out when the token opens exactly one)."),
+                ],
+                "responses": responses(("200", "The chunk", schema_ref("ContextItem")), &with(&GUARDED, &[400, 408, 503, 504])),
+            }},
+            "/v1/invalidations": { "get": {
+                "operationId": "invalidations",
+                "summary": "Contexts made stale by index writes since `since`, of the tenants the token opens.",
+                "security": bearer,
+                "parameters": [
+                    { "name": "since", "in": "query", "required": false, "description": "The previous page's `last` (default 0).", "schema": { "type": "integer", "minimum": 0 } },
+                ],
+                "responses": responses(("200", "The invalidations", schema_ref("InvalidationsPage")), &with(&GUARDED, &[400])),
+            }},
+        },
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer",
+                "description": "A token of `http.query_token_env` (every tenant) or of `http.tokens` (its tenants and ACL labels). Not needed when the job has none set and listens on loopback." } },
+        },
+    })
+}
+
+/// The JSON Schema of one topic's messages: file name and schema.
+fn topic_schema<T: JsonSchema>(
+    serialize: bool,
+    id: &str,
+    title: &str,
+    description: &str,
+) -> (String, Value) {
+    let mut schema = generator(serialize, "/$defs")
+        .into_root_schema_for::<T>()
+        .to_value();
+    if let Value::Object(object) = &mut schema {
+        object.insert("$id".into(), json!(format!("urn:ragstream:schema:{id}")));
+        object.insert("title".into(), json!(title));
+        object.insert("description".into(), json!(description));
+    }
+    (format!("{id}.schema.json"), schema)
+}
+
+/// The JSON Schemas of the topics' messages (file name → schema).
+pub fn topic_schemas() -> Vec<(String, Value)> {
+    vec![
+        topic_schema::<DocumentEvent>(false, "document-event", "Document event",
+            "The value of a documents-topic message (key `tenant/doc_id`; a message with a key and no value deletes that document), a line of a JSONL source and an item of the ingest API."),
+        topic_schema::<Query>(false, "query", "Query event",
+            "The value of a queries-topic message, and the body of POST /v1/query."),
+        topic_schema::<Context>(true, "context", "Context",
+            "The value of a contexts-topic message (key: the query id), and the body of POST /v1/query's answer."),
+        topic_schema::<Invalidation>(true, "invalidation", "Invalidation",
+            "The value of an invalidations-topic message: a published context that index writes made stale."),
+        topic_schema::<DlqHeaders>(true, "dlq-headers", "DLQ record headers",
+            "The headers of a DLQ-topic message, as an object of header name to UTF-8 value; the message's key and value are the refused message's own."),
+        topic_schema::<DlqLine>(true, "dlq-line", "DLQ file record",
+            "A line of the file DLQ (dlq.path)."),
+    ]
+}
+
+/// `value` as committed: pretty JSON with a final newline.
+pub fn pretty(value: &Value) -> String {
+    let mut text = serde_json::to_string_pretty(value).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The committed files are what the types generate: run `ragstream openapi > docs/openapi.json`
+    /// and `ragstream schemas docs/schemas` after changing a wire type.
+    #[test]
+    fn committed_documents_match_the_types() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+        let committed = std::fs::read_to_string(root.join("openapi.json")).unwrap_or_default();
+        assert!(
+            committed == pretty(&document()),
+            "docs/openapi.json is stale: run `cargo run -- openapi > docs/openapi.json`"
+        );
+        for (name, schema) in topic_schemas() {
+            let committed =
+                std::fs::read_to_string(root.join("schemas").join(&name)).unwrap_or_default();
+            assert!(
+                committed == pretty(&schema),
+                "docs/schemas/{name} is stale: run `cargo run -- schemas docs/schemas`"
+            );
+        }
+    }
+
+    #[test]
+    fn every_reference_resolves() {
+        let document = document();
+        let mut refs = Vec::new();
+        collect_refs(&document, &mut refs);
+        assert!(refs.len() > 10, "{refs:?}");
+        for reference in refs {
+            let pointer = reference.trim_start_matches('#');
+            assert!(document.pointer(pointer).is_some(), "{reference} resolves");
+        }
+        for (name, schema) in topic_schemas() {
+            let mut refs = Vec::new();
+            collect_refs(&schema, &mut refs);
+            for reference in refs {
+                let pointer = reference.trim_start_matches('#');
+                assert!(schema.pointer(pointer).is_some(), "{name}: {reference}");
+            }
+        }
+    }
+
+    fn collect_refs(value: &Value, refs: &mut Vec<String>) {
+        match value {
+            Value::Object(object) => {
+                if let Some(Value::String(reference)) = object.get("$ref") {
+                    refs.push(reference.clone());
+                }
+                object.values().for_each(|v| collect_refs(v, refs));
+            }
+            Value::Array(values) => values.iter().for_each(|v| collect_refs(v, refs)),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,487 @@
+//! The versioned HTTP API against its OpenAPI document: a running job serves the document it commits
+//! (`docs/openapi.json`), the document passes a real validator (PyPI `openapi-spec-validator`), every
+//! operation it lists is called, each answer's status is one the document lists for that operation,
+//! and each JSON body validates (PyPI `jsonschema`) against the schema the document gives it. Both
+//! packages come from `deploy/scripts/install-python-tools.sh`, which the test command runs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::common::job::Job;
+use serde_json::{json, Value};
+
+const ADMIN: &str = "api-admin-5b1c09e2";
+const ACME: &str = "api-acme-77d0a4f1";
+
+/// The python of the test tools' environment.
+pub fn tools_python() -> PathBuf {
+    PathBuf::from(std::env::var_os("RAGSTREAM_PY_TOOLS").expect(
+        "RAGSTREAM_PY_TOOLS unset: run deploy/scripts/install-python-tools.sh (the test command does)",
+    ))
+}
+
+/// Validates `cases` (each `{schema, pointer, instance, what}`) and, when given, the OpenAPI document
+/// at `openapi`, with `tests/python/check_schemas.py`; panics with its report when any fails.
+pub fn check_schemas(dir: &Path, openapi: Option<&Path>, cases: &[Value]) -> String {
+    let job = dir.join("schema-cases.json");
+    std::fs::write(
+        &job,
+        json!({"openapi": openapi, "cases": cases}).to_string(),
+    )
+    .expect("cases written");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/check_schemas.py");
+    let output = Command::new(tools_python())
+        .arg(script)
+        .arg(&job)
+        .output()
+        .expect("the schema checker runs");
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "schema check failed:\n{report}");
+    report
+}
+
+/// A case for [`check_schemas`]: `instance` against the committed topic schema `name`
+/// (`docs/schemas/<name>.schema.json`), expected to pass or (`valid` false) to fail.
+pub fn topic_case(name: &str, instance: Value, what: String, valid: bool) -> Value {
+    let schema = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs/schemas")
+        .join(format!("{name}.schema.json"));
+    json!({"schema": schema, "pointer": "", "instance": instance, "what": what, "valid": valid})
+}
+
+/// A message's headers as the object the DLQ headers schema describes.
+pub fn headers_object(headers: &[(String, Vec<u8>)]) -> Value {
+    Value::Object(
+        headers
+            .iter()
+            .map(|(key, value)| (key.clone(), json!(String::from_utf8_lossy(value))))
+            .collect(),
+    )
+}
+
+/// One answer: status, media type (without parameters) and body.
+struct Answer {
+    status: u16,
+    media: String,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("JSON body ({e}): {}", self.body))
+    }
+
+    /// The problem's name (`type` after `urn:ragstream:problem:`), checking the problem's shape.
+    fn problem(&self) -> String {
+        assert_eq!(self.media, "application/problem+json", "{}", self.body);
+        let problem = self.json();
+        assert_eq!(problem["status"].as_u64(), Some(u64::from(self.status)));
+        assert!(problem["title"].is_string() && problem["detail"].is_string());
+        problem["type"]
+            .as_str()
+            .and_then(|t| t.strip_prefix("urn:ragstream:problem:"))
+            .unwrap_or_else(|| panic!("a problem type: {}", self.body))
+            .to_string()
+    }
+}
+
+/// `method path` on loopback over HTTP/1.0, with a bearer token and a JSON body when given.
+fn send(port: u16, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> Answer {
+    let mut request = format!("{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n");
+    if let Some(token) = token {
+        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    if let Some(body) = body {
+        request.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ));
+    } else {
+        request.push_str("\r\n");
+    }
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .expect("timeout");
+    stream.write_all(request.as_bytes()).expect("request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a head");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status");
+    let media = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("content-type")
+                .then(|| value.split(';').next().unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    Answer {
+        status,
+        media,
+        body: body.to_string(),
+    }
+}
+
+/// A JSON pointer token.
+fn escape(token: &str) -> String {
+    token.replace('~', "~0").replace('/', "~1")
+}
+
+fn event(tenant: &str, doc_id: &str, title: &str, text: &str, metadata: Value) -> String {
+    json!({"op": "upsert", "tenant": tenant, "doc_id": doc_id, "version": 1, "kind": "prose",
+           "source": format!("{tenant}/{doc_id}.txt"), "title": title, "text": text, "metadata": metadata})
+    .to_string()
+}
+
+#[test]
+fn every_operation_of_the_openapi_document_answers_as_documented() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let events = [
+        event("acme", "rollback", "Rollback", "To roll back a release, run deployctl rollback from the ops bastion. A rollback takes about four minutes.", json!({"team": "ops", "year": 2024})),
+        event("acme", "office", "Office", "The Acme office is in Lisbon, near the river. Visitors sign in at the front desk.", json!({"team": "facilities", "year": 2022})),
+        event("globex", "launch", "Launch", "Project zebra-quasar is the launch codename of Globex.", json!({})),
+    ];
+    std::fs::write(dir.path().join("events.jsonl"), events.join("\n") + "\n").expect("events");
+    let config = crate::common::JSONL_SERVING.replace(
+        "[http]\n",
+        "[http]\nquery_token_env = \"API_ADMIN_TOKEN\"\ntokens = { API_ACME_TOKEN = [\"acme\"] }\n",
+    );
+    let mut job = Job::start_with_env(
+        dir.path(),
+        &config,
+        1,
+        &[("API_ADMIN_TOKEN", ADMIN), ("API_ACME_TOKEN", ACME)],
+    );
+    job.wait_ready(Duration::from_secs(120));
+    job.wait_indexed(events.len());
+    let port = job.http_port;
+
+    // The served document is the committed one.
+    let served = send(port, "GET", "/v1/openapi.json", None, None);
+    assert_eq!(served.status, 200);
+    let document = served.json();
+    let committed: Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/openapi.json"))
+            .expect("docs/openapi.json"),
+    )
+    .expect("committed JSON");
+    assert_eq!(document, committed, "served and committed documents differ");
+
+    // (path template, method, answer) of every call.
+    let mut calls: Vec<(&str, &str, Answer)> = Vec::new();
+    let query = |token: Option<&str>, body: &Value| {
+        send(port, "POST", "/v1/query", token, Some(&body.to_string()))
+    };
+
+    for path in ["/healthz", "/readyz", "/metrics", "/v1/openapi.json"] {
+        let answer = send(port, "GET", path, None, None);
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+        calls.push((path, "get", answer));
+    }
+
+    // A query filtered on metadata, answered with the matching document only.
+    let answer = query(
+        Some(ADMIN),
+        &json!({"query_id": "api-1", "tenant": "acme", "text": "how do I roll back a release",
+                "filters": {"metadata": {"team": "ops", "year": {"gte": 2023}}}}),
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let context = answer.json();
+    let items = context["items"].as_array().expect("items").clone();
+    assert!(!items.is_empty(), "{context}");
+    assert!(items
+        .iter()
+        .all(|item| item["doc_id"] == "rollback" && item["metadata"]["team"] == "ops"));
+    let chunk_id = items[0]["chunk_id"].as_str().expect("chunk id").to_string();
+    calls.push(("/v1/query", "post", answer));
+    // Problems: a wrong tenant for the token, no token, a bad field, no JSON, a wrong method.
+    let answer = query(
+        Some(ACME),
+        &json!({"query_id": "api-2", "tenant": "globex", "text": "codename"}),
+    );
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (403, "forbidden")
+    );
+    calls.push(("/v1/query", "post", answer));
+    let answer = query(
+        None,
+        &json!({"query_id": "api-3", "tenant": "acme", "text": "rollback"}),
+    );
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (401, "unauthorized")
+    );
+    calls.push(("/v1/query", "post", answer));
+    let answer = query(
+        Some(ADMIN),
+        &json!({"query_id": "api-4", "tenant": "acme", "text": "x", "k": -1}),
+    );
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (400, "invalid_query")
+    );
+    assert_eq!(
+        answer.json()["query_id"],
+        "api-4",
+        "the problem names the query"
+    );
+    calls.push(("/v1/query", "post", answer));
+    let answer = send(port, "POST", "/v1/query", Some(ADMIN), Some("{not json"));
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (400, "malformed_json")
+    );
+    calls.push(("/v1/query", "post", answer));
+    let answer = send(port, "GET", "/v1/query", Some(ADMIN), None);
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (405, "method_not_allowed")
+    );
+
+    // Sources: the bound token's one tenant by default, paged.
+    let answer = send(port, "GET", "/v1/sources", Some(ACME), None);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let page = answer.json();
+    assert_eq!(page["tenant"], "acme");
+    let ids: Vec<&str> = page["sources"]
+        .as_array()
+        .expect("sources")
+        .iter()
+        .filter_map(|s| s["doc_id"].as_str())
+        .collect();
+    assert_eq!(ids, ["office", "rollback"], "{page}");
+    calls.push(("/v1/sources", "get", answer));
+    let answer = send(
+        port,
+        "GET",
+        "/v1/sources?tenant=acme&limit=1",
+        Some(ADMIN),
+        None,
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let first = answer.json();
+    assert_eq!(first["sources"].as_array().map(Vec::len), Some(1));
+    let cursor = first["next_cursor"]
+        .as_str()
+        .expect("a next page")
+        .to_string();
+    calls.push(("/v1/sources", "get", answer));
+    let answer = send(
+        port,
+        "GET",
+        &format!("/v1/sources?tenant=acme&limit=1&cursor={cursor}"),
+        Some(ADMIN),
+        None,
+    );
+    let second = answer.json();
+    assert_eq!(second["sources"][0]["doc_id"], "rollback", "{second}");
+    assert!(
+        second.get("next_cursor").is_none(),
+        "the last page: {second}"
+    );
+    calls.push(("/v1/sources", "get", answer));
+    let answer = send(port, "GET", "/v1/sources", Some(ADMIN), None);
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (400, "bad_request"),
+        "the every-tenant token names its tenant"
+    );
+    calls.push(("/v1/sources", "get", answer));
+    let answer = send(port, "GET", "/v1/sources?tenant=globex", Some(ACME), None);
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (403, "forbidden")
+    );
+    calls.push(("/v1/sources", "get", answer));
+
+    // A chunk, whole; an unknown one; one of a tenant the token does not open.
+    let path = format!("/v1/chunks/{chunk_id}");
+    let answer = send(port, "GET", &path, Some(ACME), None);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let chunk = answer.json();
+    assert_eq!(chunk["chunk_id"], chunk_id.as_str());
+    assert!(
+        chunk["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("deployctl rollback")),
+        "{chunk}"
+    );
+    assert_eq!(chunk["metadata"]["year"], 2024);
+    calls.push(("/v1/chunks/{chunk_id}", "get", answer));
+    let answer = send(
+        port,
+        "GET",
+        "/v1/chunks/00000000-0000-0000-0000-000000000000?tenant=acme",
+        Some(ADMIN),
+        None,
+    );
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (404, "unknown_chunk")
+    );
+    calls.push(("/v1/chunks/{chunk_id}", "get", answer));
+    let answer = send(
+        port,
+        "GET",
+        &format!("{path}?tenant=globex"),
+        Some(ADMIN),
+        None,
+    );
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (404, "unknown_chunk"),
+        "another tenant's chunk is not found"
+    );
+    calls.push(("/v1/chunks/{chunk_id}", "get", answer));
+
+    // Documents: a batch (local mode: answered once indexed), a refused one, a delete.
+    let batch = json!({"documents": [{"doc_id": "harbour", "version": 1, "text": "The harbour opens at dawn."}]});
+    let answer = send(
+        port,
+        "POST",
+        "/v1/documents",
+        Some(ACME),
+        Some(&batch.to_string()),
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json(), json!({"accepted": 1, "indexed": true}));
+    calls.push(("/v1/documents", "post", answer));
+    let unversioned = json!({"documents": [{"doc_id": "harbour", "text": "no version"}]});
+    let answer = send(
+        port,
+        "POST",
+        "/v1/documents",
+        Some(ACME),
+        Some(&unversioned.to_string()),
+    );
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (400, "missing_field")
+    );
+    calls.push(("/v1/documents", "post", answer));
+    let answer = send(port, "DELETE", "/v1/documents/harbour", Some(ACME), None);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    calls.push(("/v1/documents/{doc_id}", "delete", answer));
+    let answer = send(
+        port,
+        "DELETE",
+        "/v1/documents/harbour?tenant=globex",
+        Some(ACME),
+        None,
+    );
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (403, "forbidden")
+    );
+    calls.push(("/v1/documents/{doc_id}", "delete", answer));
+
+    // Invalidations.
+    let answer = send(port, "GET", "/v1/invalidations?since=0", Some(ACME), None);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(answer.json()["invalidations"].is_array());
+    calls.push(("/v1/invalidations", "get", answer));
+    let answer = send(
+        port,
+        "GET",
+        "/v1/invalidations?since=soon",
+        Some(ACME),
+        None,
+    );
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (400, "bad_request")
+    );
+    calls.push(("/v1/invalidations", "get", answer));
+
+    // No such route: a problem too.
+    let answer = send(port, "GET", "/query", Some(ADMIN), None);
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (404, "not_found"),
+        "the unversioned routes are gone"
+    );
+
+    // Every operation of the document was called, each answer is documented, each body validates.
+    let mut operations: BTreeSet<(String, String)> = BTreeSet::new();
+    for (path, item) in document["paths"].as_object().expect("paths") {
+        for method in item.as_object().expect("path item").keys() {
+            operations.insert((path.clone(), method.clone()));
+        }
+    }
+    let called: BTreeSet<(String, String)> = calls
+        .iter()
+        .map(|(path, method, _)| (path.to_string(), method.to_string()))
+        .collect();
+    assert_eq!(
+        called, operations,
+        "every operation of the document is called, and only those"
+    );
+    let mut cases = Vec::new();
+    let mut statuses: BTreeMap<String, BTreeSet<u16>> = BTreeMap::new();
+    let openapi = dir.path().join("openapi.json");
+    std::fs::write(&openapi, served.body.as_bytes()).expect("document written");
+    for (path, method, answer) in &calls {
+        let responses = &document["paths"][path][method]["responses"];
+        let status = answer.status.to_string();
+        let media = &responses[&status]["content"][&answer.media];
+        assert!(
+            media.is_object(),
+            "{method} {path}: {status} {} is not documented",
+            answer.media
+        );
+        statuses
+            .entry(format!("{method} {path}"))
+            .or_default()
+            .insert(answer.status);
+        if answer.media.contains("json") {
+            cases.push(json!({
+                "schema": openapi,
+                "pointer": format!("/paths/{}/{method}/responses/{status}/content/{}/schema", escape(path), escape(&answer.media)),
+                "instance": answer.json(),
+                "what": format!("{method} {path} → {status}"),
+            }));
+        }
+    }
+    // The JSONL source's events and the file DLQ's records against their topic schemas.
+    for line in &events {
+        let event: Value = serde_json::from_str(line).expect("event");
+        cases.push(topic_case(
+            "document-event",
+            event,
+            "a JSONL event".into(),
+            true,
+        ));
+    }
+    let dlq = std::fs::read_to_string(dir.path().join("dlq.jsonl")).expect("the DLQ file");
+    let records: Vec<Value> = dlq
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a DLQ line"))
+        .collect();
+    assert_eq!(
+        records.len(),
+        2,
+        "the invalid and the malformed query: {dlq}"
+    );
+    for record in records {
+        let what = format!("DLQ line {}", record["reason"]);
+        cases.push(topic_case("dlq-line", record, what, true));
+    }
+    let report = check_schemas(dir.path(), Some(&openapi), &cases);
+    println!("API: {} calls over {} operations, statuses {statuses:?}; {} JSON bodies validated\n{report}", calls.len(), operations.len(), cases.len());
+    job.stop();
+}
