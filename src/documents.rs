@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use ragstream_operators::ingest::decode::{decode_event, DecodeConfig, DocumentEvent};
-use ragstream_operators::io::kafka_log::DeliveryContext;
+use ragstream_operators::io::kafka_log::{idempotent_producer, DeliveryContext};
 use ragstream_operators::io::local_source::DocumentIngress;
 use ragstream_operators::model::DocOp;
 use rdkafka::error::KafkaError;
@@ -84,15 +84,9 @@ pub struct KafkaDocuments {
 impl KafkaDocuments {
     /// A producer for `topic`, idempotent (retries never duplicate or reorder an event).
     pub fn new(client: &ClientConfig, topic: &str) -> Result<Self, String> {
-        let producer: BaseProducer<DeliveryContext> = client
-            .clone()
-            .set("enable.idempotence", "true")
-            .set(
-                "message.timeout.ms",
-                (DELIVERY_TIMEOUT.as_millis() - 5_000).to_string(),
-            )
-            .create_with_context(DeliveryContext::new("documents producer"))
-            .map_err(|e| e.to_string())?;
+        // Reports come before the flush deadline.
+        let reported = DELIVERY_TIMEOUT - Duration::from_secs(5);
+        let producer = idempotent_producer(client, reported, "documents producer")?;
         Ok(Self {
             producer: Mutex::new(producer),
             topic: topic.to_string(),
@@ -206,10 +200,7 @@ pub fn admit(
         let bytes = serde_json::to_vec(&document).unwrap_or_default();
         match decode_event(None, Some(&bytes), decode) {
             Ok(op) => {
-                let key = match &op {
-                    DocOp::Upsert(document) => document.key.to_string(),
-                    DocOp::Delete { key, .. } => key.to_string(),
-                };
+                let key = op.key().to_string();
                 ops.push(op);
                 events.push((key, bytes));
             }

@@ -336,13 +336,7 @@ fn send_to_kafka(
         for document in chunk {
             let bytes = document.event.to_string().into_bytes();
             match decode_event(None, Some(&bytes), &decode) {
-                Ok(op) => {
-                    let key = match &op {
-                        DocOp::Upsert(d) => d.key.to_string(),
-                        DocOp::Delete { key, .. } => key.to_string(),
-                    };
-                    events.push((key, bytes));
-                }
+                Ok(op) => events.push((op.key().to_string(), bytes)),
                 Err(error) => {
                     refused.push((document.origin.clone(), error.to_string()));
                     bar.inc(1);

@@ -29,10 +29,7 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 
 /// [`http_get`] with extra request headers.
 pub fn http_get_with(port: u16, path: &str, headers: &[(&str, &str)]) -> Option<(u16, String)> {
-    let extra: String = headers
-        .iter()
-        .map(|(name, value)| format!("{name}: {value}\r\n"))
-        .collect();
+    let extra = header_lines(headers);
     http_request(
         port,
         &format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{extra}\r\n"),
@@ -51,10 +48,7 @@ pub fn http_post_json_with(
     body: &str,
     headers: &[(&str, &str)],
 ) -> Option<(u16, String)> {
-    let extra: String = headers
-        .iter()
-        .map(|(name, value)| format!("{name}: {value}\r\n"))
-        .collect();
+    let extra = header_lines(headers);
     http_request(
         port,
         &format!(
@@ -89,6 +83,14 @@ pub fn answer_context(status: u16, body: &str) -> ragstream_operators::query::Co
         error_type: Some(name.to_string()),
         ..Default::default()
     }
+}
+
+/// `name: value` lines of a request head.
+fn header_lines(headers: &[(&str, &str)]) -> String {
+    headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect()
 }
 
 fn http_request(port: u16, request: &str) -> Option<(u16, String)> {

@@ -27,7 +27,7 @@ use timely::dataflow::channels::pact::Pipeline;
 use timely::dataflow::operators::Operator;
 use timely::dataflow::StreamVec;
 
-use super::kafka_log::DeliveryContext;
+use super::kafka_log::{idempotent_producer, DeliveryContext};
 use crate::background::{with_backoff, Background, Deliver};
 use crate::events::{DeadLettered, InternalEvent};
 use crate::ingest::dlq::{DlqLine, DlqRecord, Origin};
@@ -100,16 +100,7 @@ impl std::fmt::Debug for KafkaDlq {
 impl KafkaDlq {
     /// Creates an idempotent producer for `topic` with the given client settings.
     pub fn new(client: &ClientConfig, topic: &str) -> Result<Self, String> {
-        let producer: BaseProducer<DeliveryContext> = client
-            .clone()
-            // Idempotence: retries never duplicate or reorder a DLQ record.
-            .set("enable.idempotence", "true")
-            .set(
-                "message.timeout.ms",
-                DELIVERY_TIMEOUT.as_millis().to_string(),
-            )
-            .create_with_context(DeliveryContext::new("dlq producer"))
-            .map_err(|e| e.to_string())?;
+        let producer = idempotent_producer(client, DELIVERY_TIMEOUT, "dlq producer")?;
         Ok(Self {
             producer,
             topic: topic.to_string(),

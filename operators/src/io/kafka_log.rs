@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{DeliveryResult, ProducerContext};
-use rdkafka::ClientContext;
+use rdkafka::producer::{BaseProducer, DeliveryResult, ProducerContext};
+use rdkafka::{ClientConfig, ClientContext};
 
 /// Shortest interval between two log lines of the same client error.
 pub const REPEAT_EVERY: Duration = Duration::from_secs(30);
@@ -120,6 +120,25 @@ impl ProducerContext for DeliveryContext {
                 .push((index, error.clone()));
         }
     }
+}
+
+/// An idempotent producer (retries never duplicate or reorder a message) named `name` in its logs,
+/// whose messages are reported failed after `delivery_timeout` (librdkafka's `message.timeout.ms`;
+/// keep it under the caller's flush deadline, so a flush sees every report).
+pub fn idempotent_producer(
+    client: &ClientConfig,
+    delivery_timeout: Duration,
+    name: &'static str,
+) -> Result<BaseProducer<DeliveryContext>, String> {
+    client
+        .clone()
+        .set("enable.idempotence", "true")
+        .set(
+            "message.timeout.ms",
+            delivery_timeout.as_millis().to_string(),
+        )
+        .create_with_context(DeliveryContext::new(name))
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
