@@ -61,6 +61,11 @@ pub const PROBLEMS: &[(&str, u16, &str)] = &[
     ("request_timeout", 408, "The body did not arrive in time"),
     ("oversize", 413, "The body or the query is too large"),
     (
+        "unparseable",
+        422,
+        "A document's file (HTML, PDF, DOCX) cannot be read",
+    ),
+    (
         "index_refused",
         422,
         "The index refused the query's conditions",

@@ -8,7 +8,10 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use ragstream_operators::ingest::decode::{decode_event, DecodeConfig, DocumentEvent};
+use ragstream_operators::ingest::decode::{
+    decode_event, encode_event, DecodeConfig, DocumentEvent,
+};
+use ragstream_operators::ingest::extract;
 use ragstream_operators::io::kafka_log::{idempotent_producer, DeliveryContext};
 use ragstream_operators::io::local_source::DocumentIngress;
 use ragstream_operators::model::DocOp;
@@ -201,6 +204,12 @@ pub fn admit(
         match decode_event(None, Some(&bytes), decode) {
             Ok(op) => {
                 let key = op.key().to_string();
+                // A file goes on as its extracted text: the broker carries text, and the job's
+                // workers do not read the file again.
+                let bytes = match &op {
+                    DocOp::Upsert(doc) if extract::is_file_kind(doc.kind) => encode_event(doc),
+                    _ => bytes,
+                };
                 ops.push(op);
                 events.push((key, bytes));
             }

@@ -517,7 +517,24 @@ async fn post_documents(shared: Arc<Shared>, request: Request<Incoming>, access:
         Ok((_, body)) => body,
         Err(refused) => return refused,
     };
-    let admitted = documents::admit(&body, access.tenants.as_deref(), owned, &shared.decode);
+    // Extracting files (HTML, PDF, DOCX) is CPU work: done off the server's threads.
+    let checked = {
+        let shared = shared.clone();
+        let owned = owned.map(str::to_string);
+        tokio::task::spawn_blocking(move || {
+            documents::admit(
+                &body,
+                access.tenants.as_deref(),
+                owned.as_deref(),
+                &shared.decode,
+            )
+        })
+        .await
+    };
+    let Ok(admitted) = checked else {
+        drop(slot);
+        return problem("internal", "checking the documents failed");
+    };
     let reply = match admitted {
         Ok(admitted) => write_documents(&shared, admitted).await,
         Err(refused) => problem_reply(refused.as_ref()),

@@ -10,6 +10,7 @@ mod documents;
 mod embedder;
 mod endpoints;
 mod evidence;
+mod formats;
 mod ingest_kafka;
 mod invalidations;
 mod mcp;

@@ -120,6 +120,7 @@ fn chunk(rng: &mut Rng, doc: usize, order: u32, counter: TokenCounter) -> Stored
             source: format!("corpus/doc{doc}.md"),
             kind: DocKind::Prose,
             lines: (order * 10 + 1, order * 10 + 9),
+            page: None,
             char_range: (start, start + text.len() as u32),
             tokens: counter.count(&text) as u32,
             content_hash: blake3::hash(text.as_bytes()).to_hex().to_string(),

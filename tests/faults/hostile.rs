@@ -1,12 +1,15 @@
 //! Hostile clients against the real job on loopback: overflowing and oversized `Content-Length`,
 //! slow heads and bodies on four times as many connections as the server has threads and more,
 //! garbage bytes, deep JSON, every numeric query field at its extremes, a foreign `Host`, wrong and
-//! cross-tenant tokens. After each: the process is alive, `/healthz` answers within 100 ms and a
-//! normal query is answered.
+//! cross-tenant tokens; at `POST /v1/documents` the same and files built to cost (an archive bomb, an
+//! HTML page nested 400 000 deep). After each: the process is alive, `/healthz` answers within 100 ms
+//! and a normal query is answered.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
+
+use base64::Engine as _;
 
 use super::common::job::{http_post_json_with, Job};
 use super::common::JSONL_SERVING;
@@ -233,6 +236,73 @@ fn hostile_clients_neither_stop_nor_stall_the_job() {
     let (code, answer) = post(&"x".repeat(40_000), &auth);
     assert_eq!(code, 413, "{answer}");
     still_serving(&mut job, "deep JSON and oversized bodies");
+
+    // The same at `POST /v1/documents` (bodies up to four times ingest.max_document_bytes, 32 MiB),
+    // and files built to cost: an archive entry inflating past its bound (65 MiB of spaces in
+    // 64 KiB), an HTML page nested 400 000 elements deep.
+    let documents = |body: &[u8]| {
+        let head = format!(
+            "POST /v1/documents HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {bearer}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        let mut request = head.into_bytes();
+        request.extend_from_slice(body);
+        raw(port, &request)
+    };
+    let answer = raw(
+        port,
+        format!("POST /v1/documents HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {bearer}\r\nContent-Length: 40000000\r\n\r\n{{").as_bytes(),
+    );
+    assert_eq!(status(&answer), Some(413), "{answer:?}");
+    let answer = documents(format!("{{\"documents\":{}", "[".repeat(5_000)).as_bytes());
+    assert_eq!(status(&answer), Some(400), "{answer:?}");
+    let slow = format!(
+        "POST /v1/documents HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {bearer}\r\nContent-Length: 1000\r\n\r\n{{\"documents\":"
+    );
+    let held = hold_open(port, 4, slow.as_bytes());
+    still_serving(&mut job, "slow document bodies held open");
+    for mut stream in held {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 408") || answer.starts_with("HTTP/1.1 503"),
+            "{answer}"
+        );
+    }
+    let bomb = ragstream_core::testing::zip_file(&[("word/document.xml", &vec![b' '; 65 << 20])]);
+    assert!(bomb.len() < 1 << 20, "{} bytes", bomb.len());
+    let started = Instant::now();
+    let event = json!({"documents": [{"tenant": "acme", "doc_id": "bomb.docx", "version": 1,
+        "content_base64": base64::engine::general_purpose::STANDARD.encode(&bomb)}]});
+    let answer = documents(event.to_string().as_bytes());
+    assert_eq!(status(&answer), Some(422), "{answer:?}");
+    assert!(
+        answer
+            .as_deref()
+            .unwrap_or("")
+            .contains("inflates past the limit"),
+        "{answer:?}"
+    );
+    let deep_html = format!(
+        "<html><body>{}<p>deep text</p>{}</body></html>",
+        "<div>".repeat(400_000),
+        "</div>".repeat(400_000)
+    );
+    let event = json!({"documents": [{"tenant": "acme", "doc_id": "deep.html", "version": 1,
+        "text": deep_html}]});
+    let answer = documents(event.to_string().as_bytes());
+    assert_eq!(status(&answer), Some(200), "{answer:?}");
+    println!(
+        "FAULT hostile documents: a 40 MB announced body 413, 5000-deep JSON 400, 4 slow bodies \
+         answered, a {} KiB DOCX inflating to 65 MiB refused 422, a 400000-deep HTML page \
+         indexed; {:.1} s for both files",
+        bomb.len() >> 10,
+        started.elapsed().as_secs_f64()
+    );
+    still_serving(&mut job, "hostile documents");
 
     // Every numeric field at 0, negative, its maximum and beyond.
     for field in ["k", "token_budget", "context_window", "reserve_output"] {

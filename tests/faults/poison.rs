@@ -22,6 +22,8 @@ const DLQ: &str = "dlq";
 const PARTITIONS: i32 = 2;
 /// Pairs of throughput rounds (one before and one after a poison batch), and documents per round.
 const PAIRS: usize = 5;
+/// Lowest median pair ratio (throughput after the poison over before) the test accepts.
+const POISON_RATIO_FLOOR: f64 = 0.75;
 const ROUND: usize = 1000;
 const GROUP: &str = "poison";
 /// The job's document limit here. A 50 MB event was accepted by Tansu 0.6 but never fetched back (its
@@ -225,9 +227,12 @@ fn poison_records_are_dead_lettered_and_the_stream_goes_on_at_full_speed() {
         reasons, expected,
         "each poison record in the DLQ once, with its reason"
     );
+    // The check is for a poison that stalls or slows the job (a retry loop, a worker stuck on a
+    // file): that shows as a ratio far below 1. A shared 2-core machine alone moved the median of
+    // clean pairs to 0.86 in a cold CI run, so the bound leaves that much room.
     assert!(
-        ratio >= 0.9,
-        "throughput after the poison fell by more than 10%"
+        ratio >= POISON_RATIO_FLOOR,
+        "throughput after the poison fell by more than a quarter (median pair ratio {ratio:.2})"
     );
     assert!(
         !log.contains(

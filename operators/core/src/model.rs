@@ -77,6 +77,12 @@ pub enum DocKind {
     Code,
     /// SQL table metadata as JSON: one chunk per table.
     SqlSchema,
+    /// An HTML page: its headings are the section path ([`crate::ingest::extract`]).
+    Html,
+    /// A PDF: the text of each page, every chunk within one page and numbered by it.
+    Pdf,
+    /// A Word document (DOCX): its headings are the section path.
+    Docx,
     /// Decide from the source's extension and the content.
     Auto,
 }
@@ -89,6 +95,9 @@ impl DocKind {
             Self::Markdown => "markdown",
             Self::Code => "code",
             Self::SqlSchema => "sql_schema",
+            Self::Html => "html",
+            Self::Pdf => "pdf",
+            Self::Docx => "docx",
             Self::Auto => "auto",
         }
     }
@@ -100,6 +109,9 @@ impl DocKind {
             "markdown" => Some(Self::Markdown),
             "code" => Some(Self::Code),
             "sql_schema" => Some(Self::SqlSchema),
+            "html" => Some(Self::Html),
+            "pdf" => Some(Self::Pdf),
+            "docx" => Some(Self::Docx),
             "auto" => Some(Self::Auto),
             _ => None,
         }
@@ -171,6 +183,9 @@ pub struct Chunk {
     pub kind: DocKind,
     /// First and last line of the chunk in the document, 1-based and inclusive.
     pub lines: (u32, u32),
+    /// The PDF page the chunk is on, from 1 (a chunk never spans pages); `None` for other kinds.
+    #[serde(default)]
+    pub page: Option<u32>,
     /// Byte range of the chunk in the document text, `[start, end)`.
     pub char_range: (u32, u32),
     /// Token count of `text`, with the tokenizer named in the ingest config.
@@ -204,14 +219,15 @@ impl Chunk {
     }
 
     /// A fingerprint of everything the index stores with the chunk besides what the embedder sees and
-    /// the version: position, line and byte ranges, header, source, kind, token count, ACL, language,
-    /// metadata. A chunk
+    /// the version: position, line and byte ranges, page, header, source, kind, token count, ACL,
+    /// language, metadata. A chunk
     /// whose id is kept and whose layout changed is rewritten with its stored vector, not re-embedded.
     pub fn layout(&self) -> u64 {
         hash_prefix(&hash_fields(&[
             &self.order_index.to_le_bytes(),
             &self.lines.0.to_le_bytes(),
             &self.lines.1.to_le_bytes(),
+            &self.page.unwrap_or(0).to_le_bytes(),
             &self.char_range.0.to_le_bytes(),
             &self.char_range.1.to_le_bytes(),
             self.header.as_bytes(),

@@ -24,6 +24,7 @@ pub fn stored(doc: &str, order: u32, text: &str) -> StoredChunk {
             source: format!("src/{doc}.md"),
             kind: DocKind::Prose,
             lines: (order * 10 + 1, order * 10 + 9),
+            page: None,
             char_range: (start, start + text.len() as u32),
             tokens: crate::tokens::TokenCounter::new(crate::tokens::Encoding::O200kBase).count(text)
                 as u32,
@@ -65,6 +66,7 @@ pub fn sample_point(
         source: format!("docs/{doc_id}"),
         kind: DocKind::Prose,
         lines: (1, 1),
+        page: None,
         char_range: (0, text.len() as u32),
         tokens: 3,
         content_hash: String::new(),
@@ -88,4 +90,142 @@ pub fn sample_point(
         chunk,
         embedder_version: "test-embedder".into(),
     }
+}
+
+/// A PDF of `pages` as a PDF writer lays them out: one Helvetica text object per page, a line per
+/// `Td` move, a blank line of the text a larger move (a new paragraph); content streams uncompressed.
+pub fn pdf_file(pages: &[&str]) -> Vec<u8> {
+    let escape = |line: &str| {
+        line.replace('\\', "\\\\")
+            .replace('(', "\\(")
+            .replace(')', "\\)")
+    };
+    let mut objects: Vec<String> = vec![
+        "<< /Type /Catalog /Pages 2 0 R >>".into(),
+        String::new(), // the page tree, once the pages' ids are known
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>".into(),
+    ];
+    let mut kids = Vec::new();
+    for page in pages {
+        let mut content = String::from("BT\n/F1 11 Tf\n72 720 Td\n");
+        let mut gap = 0;
+        for line in page.lines() {
+            if line.trim().is_empty() {
+                gap += 1;
+                continue;
+            }
+            if content.ends_with("Tj\n") {
+                content.push_str(&format!("0 -{} Td\n", 14 + 14 * gap.min(1)));
+            }
+            gap = 0;
+            content.push_str(&format!("({}) Tj\n", escape(line)));
+        }
+        content.push_str("ET\n");
+        let page_id = objects.len() + 1;
+        kids.push(format!("{page_id} 0 R"));
+        objects.push(format!(
+            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> /Contents {} 0 R >>",
+            page_id + 1
+        ));
+        objects.push(format!(
+            "<< /Length {} >>\nstream\n{content}endstream",
+            content.len()
+        ));
+    }
+    objects[1] = format!(
+        "<< /Type /Pages /Kids [{}] /Count {} >>",
+        kids.join(" "),
+        pages.len()
+    );
+    let mut out = b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n".to_vec();
+    let mut offsets = Vec::new();
+    for (index, object) in objects.iter().enumerate() {
+        offsets.push(out.len());
+        out.extend_from_slice(format!("{} 0 obj\n{object}\nendobj\n", index + 1).as_bytes());
+    }
+    let xref = out.len();
+    out.extend_from_slice(
+        format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
+    );
+    for offset in offsets {
+        out.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
+    }
+    out.extend_from_slice(
+        format!(
+            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
+            objects.len() + 1
+        )
+        .as_bytes(),
+    );
+    out
+}
+
+/// A DOCX of `paragraphs` (style id, text) as Word writes one: `word/document.xml` with the
+/// styles `Title`, `Heading1`–`Heading3` named in `word/styles.xml`, the content types and the
+/// package relationships, deflated. The style id `List` makes a numbered list item; a text with
+/// `|` between cells, a one-row table.
+pub fn docx_file(paragraphs: &[(&str, &str)]) -> Vec<u8> {
+    let escape = |text: &str| {
+        text.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let paragraph = |style: &str, text: &str| {
+        let properties = match style {
+            "" => String::new(),
+            "List" => {
+                "<w:pPr><w:numPr><w:ilvl w:val=\"0\"/><w:numId w:val=\"1\"/></w:numPr></w:pPr>"
+                    .into()
+            }
+            style => format!("<w:pPr><w:pStyle w:val=\"{style}\"/></w:pPr>"),
+        };
+        format!(
+            "<w:p>{properties}<w:r><w:t xml:space=\"preserve\">{}</w:t></w:r></w:p>",
+            escape(text)
+        )
+    };
+    let mut body = String::new();
+    for (style, text) in paragraphs {
+        if text.contains('|') {
+            body.push_str("<w:tbl><w:tr>");
+            for cell in text.split('|') {
+                body.push_str(&format!("<w:tc>{}</w:tc>", paragraph("", cell.trim())));
+            }
+            body.push_str("</w:tr></w:tbl>");
+        } else {
+            body.push_str(&paragraph(style, text));
+        }
+    }
+    let document = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"yes\"?>\n<w:document xmlns:w=\"http://schemas.openxmlformats.org/wordprocessingml/2006/main\"><w:body>{body}<w:sectPr/></w:body></w:document>"
+    );
+    let mut styles = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"yes\"?>\n<w:styles xmlns:w=\"http://schemas.openxmlformats.org/wordprocessingml/2006/main\"><w:style w:type=\"paragraph\" w:styleId=\"Title\"><w:name w:val=\"Title\"/></w:style>");
+    for level in 1..=3 {
+        styles.push_str(&format!("<w:style w:type=\"paragraph\" w:styleId=\"Heading{level}\"><w:name w:val=\"heading {level}\"/><w:pPr><w:outlineLvl w:val=\"{}\"/></w:pPr></w:style>", level - 1));
+    }
+    styles.push_str("</w:styles>");
+    let parts = [
+        ("[Content_Types].xml", "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Types xmlns=\"http://schemas.openxmlformats.org/package/2006/content-types\"><Default Extension=\"rels\" ContentType=\"application/vnd.openxmlformats-package.relationships+xml\"/><Default Extension=\"xml\" ContentType=\"application/xml\"/><Override PartName=\"/word/document.xml\" ContentType=\"application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml\"/><Override PartName=\"/word/styles.xml\" ContentType=\"application/vnd.openxmlformats-officedocument.wordprocessingml.styles+xml\"/></Types>".to_string()),
+        ("_rels/.rels", "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Relationships xmlns=\"http://schemas.openxmlformats.org/package/2006/relationships\"><Relationship Id=\"rId1\" Type=\"http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument\" Target=\"word/document.xml\"/></Relationships>".to_string()),
+        ("word/document.xml", document),
+        ("word/styles.xml", styles),
+    ];
+    let entries: Vec<(&str, &[u8])> = parts
+        .iter()
+        .map(|(name, content)| (*name, content.as_bytes()))
+        .collect();
+    zip_file(&entries)
+}
+
+/// A ZIP archive of `entries` (name, bytes), deflated.
+pub fn zip_file(entries: &[(&str, &[u8])]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated);
+    for (name, content) in entries {
+        writer.start_file(*name, options).expect("zip entry");
+        writer.write_all(content).expect("zip write");
+    }
+    writer.finish().expect("zip finish").into_inner()
 }

@@ -5,7 +5,7 @@
 //!    └──────────────────────────────────────── DLQ records ──────────────────────────────────────┴──► DlqWrite ─► ack probe
 //! ```
 
-pub use ragstream_core::ingest::{chunk, decode, dlq};
+pub use ragstream_core::ingest::{chunk, decode, dlq, extract};
 
 pub mod acked;
 pub mod chunk_op;

@@ -1,9 +1,10 @@
 //! DirSource and JsonlSource: the embedded default's inputs, no broker needed.
 //!
 //! [`DirSource`] walks a directory recursively (honouring `.gitignore`, `.ignore` and hidden files like
-//! git does, via the `ignore` crate), skips binary files (a NUL byte in the first 8 KiB or invalid
-//! UTF-8), and sends an upsert for every new or changed file (by content hash) and a delete for every
-//! file that disappeared. It rescans on an interval, so the index follows edits. Document id = path
+//! git does, via the `ignore` crate), extracts HTML, PDF and DOCX files (recognised by extension or
+//! content; one that cannot be read goes to the DLQ as `unparseable`, once per content), skips other
+//! binary files (a NUL byte in the first 8 KiB or invalid UTF-8), and sends an upsert for every new or
+//! changed file (by content hash) and a delete for every file that disappeared. It rescans on an interval, so the index follows edits. Document id = path
 //! relative to the root; version = a per-document counter seeded from the index, so a restart re-sends
 //! every file with a newer version and the differential upsert finds the unchanged chunks unchanged.
 //!
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use crate::ingest::decode::{check_bounds, decode_event, DecodeConfig, DecodeReason};
 use crate::ingest::dlq::{DlqRecord, Origin};
+use crate::ingest::extract::{self, Extracted};
 use crate::model::{DocKey, DocKind, DocOp, Document};
 
 /// One scan's findings for a file.
@@ -35,18 +37,27 @@ pub struct DirSource {
 /// What a file turned out to be.
 enum FileContent {
     Text(String),
+    /// An HTML, PDF or DOCX file, extracted.
+    Extracted(DocKind, Extracted),
     Binary,
 }
 
-fn read_text(path: &Path) -> std::io::Result<FileContent> {
-    let bytes = std::fs::read(path)?;
+/// Reads a file: one of the formats [`extract::detect`] recognises is extracted (or refused with
+/// the reason), other files are text when they are UTF-8 without a NUL in the first 8 KiB.
+fn read_file(
+    doc_id: &str,
+    bytes: Vec<u8>,
+    max_bytes: usize,
+) -> Result<FileContent, extract::ExtractError> {
+    if let Some(kind) = extract::detect(doc_id, &bytes) {
+        let limits = extract::ExtractLimits::for_documents(max_bytes);
+        return extract::extract(kind, &bytes, &limits)
+            .map(|file| FileContent::Extracted(kind, file));
+    }
     if bytes[..bytes.len().min(8192)].contains(&0) {
         return Ok(FileContent::Binary);
     }
-    match String::from_utf8(bytes) {
-        Ok(text) => Ok(FileContent::Text(text)),
-        Err(_) => Ok(FileContent::Binary),
-    }
+    Ok(String::from_utf8(bytes).map_or(FileContent::Binary, FileContent::Text))
 }
 
 impl DirSource {
@@ -156,26 +167,44 @@ impl DirSource {
                 )));
                 continue;
             }
-            let text = match read_text(path) {
-                Ok(FileContent::Text(text)) => text,
-                Ok(FileContent::Binary) => {
-                    tracing::debug!(path = %doc_id, "binary file skipped");
-                    continue;
-                }
+            let bytes = match std::fs::read(path) {
+                Ok(bytes) => bytes,
                 Err(error) => {
                     tracing::warn!(path = %doc_id, %error, "unreadable file skipped");
                     continue;
                 }
             };
             let seen = Seen {
-                hash: *blake3::hash(text.as_bytes()).as_bytes(),
+                hash: *blake3::hash(&bytes).as_bytes(),
             };
+            let unchanged = self.seen.get(&doc_id) == Some(&seen);
             present.insert(doc_id.clone(), seen);
-            if self.seen.get(&doc_id) == Some(&seen) {
+            if unchanged {
                 continue;
             }
+            let (kind, text, file_title) = match read_file(&doc_id, bytes, self.max_bytes) {
+                Ok(FileContent::Text(text)) => (DocKind::Auto, text, None),
+                Ok(FileContent::Extracted(kind, file)) => (kind, file.text, file.title),
+                Ok(FileContent::Binary) => {
+                    tracing::debug!(path = %doc_id, "binary file skipped");
+                    continue;
+                }
+                Err(refused) => {
+                    // Refused once per content: the hash above is remembered.
+                    out.push(Err(DlqRecord::new(
+                        DecodeReason::Unparseable.as_str(),
+                        format!("{}: {refused}", DecodeReason::Unparseable.as_str()),
+                        origin,
+                        Some(self.tenant.clone()),
+                        Some(doc_id.as_bytes()),
+                        None,
+                    )));
+                    continue;
+                }
+            };
             let version = self.next_version(&doc_id);
-            let title = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            let title =
+                file_title.or_else(|| path.file_name().map(|n| n.to_string_lossy().into_owned()));
             // The file's modification time is when the document last changed.
             let updated_ms = std::fs::metadata(path)
                 .and_then(|m| m.modified())
@@ -186,7 +215,7 @@ impl DirSource {
                 key: DocKey::new(self.tenant.clone(), doc_id.clone()),
                 version,
                 source: doc_id,
-                kind: DocKind::Auto,
+                kind,
                 title,
                 text,
                 acl: Vec::new(),

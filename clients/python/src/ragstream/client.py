@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import os
+import pathlib
 import time
 import urllib.error
 import urllib.parse
@@ -69,11 +71,17 @@ class Item:
     tokens: int
     text: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    page: int | None = None
+    """The PDF page of the item, from 1; `None` for other kinds."""
 
     @property
     def citation(self) -> str:
-        """`source (lines a–b)`, as the packed context heads the item."""
-        return f"{self.source} (lines {self.lines[0]}–{self.lines[1]})"
+        """`source (lines a–b)`, or `source (page p, lines a–b)` for a PDF, as the packed context
+        heads the item."""
+        place = f"lines {self.lines[0]}–{self.lines[1]}"
+        if self.page is not None:
+            place = f"page {self.page}, {place}"
+        return f"{self.source} ({place})"
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> "Item":
@@ -89,13 +97,15 @@ class Item:
             tokens=int(value.get("tokens", 0)),
             text=value.get("text", ""),
             metadata=dict(value.get("metadata", {})),
+            page=int(value["page"]) if value.get("page") is not None else None,
         )
 
 
 def item_metadata(item: Item) -> dict[str, Any]:
     """A context item's metadata for a framework document: the document's own metadata, then the
-    item's provenance (`chunk_id`, `doc_id`, `source`, `lines`, `section_path`, `tier`, `score`,
-    `citation`), which wins where a key is in both."""
+    item's provenance (`chunk_id`, `doc_id`, `source`, `lines`, `page` for a PDF, `section_path`,
+    `tier`, `score`, `citation`), which wins where a key is in both."""
+    provenance: dict[str, Any] = {} if item.page is None else {"page": item.page}
     return {
         **item.metadata,
         "chunk_id": item.chunk_id,
@@ -106,6 +116,7 @@ def item_metadata(item: Item) -> dict[str, Any]:
         "tier": item.tier,
         "score": item.score,
         "citation": item.citation,
+        **provenance,
     }
 
 
@@ -261,8 +272,8 @@ class Client:
 
     def upsert(self, documents: Iterable[Mapping[str, Any]], *, tenant: str | None = None) -> dict[str, Any]:
         """`POST /v1/documents`: document events, as on the documents topic (`doc_id`, `version`,
-        `text`, and optionally `source`, `kind`, `title`, `acl`, `updated_at`, `metadata`; `op` may be
-        `delete`). The batch is checked whole: any refused document raises `RagstreamError` with every
+        `text` or `content_base64`, and optionally `source`, `kind`, `title`, `acl`, `updated_at`,
+        `metadata`; `op` may be `delete`). The batch is checked whole: any refused document raises `RagstreamError` with every
         refusal in `errors`, and nothing is written. Returns `{"accepted": n, "indexed": bool}`
         (`indexed`: the job answered once the index held them; else the documents topic does).
         """
@@ -275,6 +286,31 @@ class Client:
                 event.setdefault("tenant", tenant)
             events.append(event)
         return self._request("POST", "/v1/documents", {"documents": events})
+
+    def upsert_file(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        doc_id: str | None = None,
+        version: int | None = None,
+        tenant: str | None = None,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """Sends one file (a PDF, a DOCX, an HTML page or text) as `content_base64`: the job
+        recognises its format and extracts it. `doc_id` and `source` default to the file's name,
+        `version` to its modification time in milliseconds; other `fields` (`metadata`, `acl`,
+        `title`, …) go into the event."""
+        file = pathlib.Path(path)
+        data = file.read_bytes()
+        stamp = int(file.stat().st_mtime * 1000)
+        event: dict[str, Any] = {
+            "doc_id": doc_id or file.name,
+            "source": fields.pop("source", None) or file.name,
+            "version": version if version is not None else max(stamp, 1),
+            "content_base64": base64.b64encode(data).decode("ascii"),
+            **fields,
+        }
+        return self.upsert([event], tenant=tenant)
 
     def delete(self, doc_id: str, *, tenant: str | None = None, version: int | None = None) -> dict[str, Any]:
         """`DELETE /v1/documents/{doc_id}`: the document and every chunk of it."""

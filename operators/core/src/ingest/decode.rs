@@ -1,7 +1,7 @@
 //! Decode: raw document events (Kafka key + value bytes) into [`DocOp`]s, or a [`DecodeError`] for the DLQ.
 //!
 //! Wire format (JSON, key = `tenant/doc_id`):
-//! `{"op": "upsert"|"delete", "tenant", "doc_id", "version", "source", "kind", "title"?, "text", "acl"?, "updated_at"?, "metadata"?}`
+//! `{"op": "upsert"|"delete", "tenant", "doc_id", "version", "source", "kind", "title"?, "text" | "content_base64", "extracted"?, "acl"?, "updated_at"?, "metadata"?}`
 //! (`updated_at`: when the document last changed, milliseconds since the Unix epoch).
 //! A message with a key and no value (a Kafka tombstone) is a delete of that key.
 //!
@@ -10,6 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ingest::extract;
 use crate::metadata::Metadata;
 use crate::model::{DocKey, DocKind, DocOp, Document};
 
@@ -70,6 +71,9 @@ pub enum DecodeReason {
     UnknownTenant,
     /// `metadata` is not a flat object of bounded values ([`crate::metadata`]).
     InvalidMetadata,
+    /// A file (HTML, PDF, DOCX, or `content_base64` of no known format) whose text cannot be read
+    /// ([`crate::ingest::extract`]).
+    Unparseable,
 }
 
 impl DecodeReason {
@@ -85,11 +89,12 @@ impl DecodeReason {
             Self::Oversize => "oversize",
             Self::BadKey => "bad_key",
             Self::UnknownTenant => "unknown_tenant",
+            Self::Unparseable => "unparseable",
         }
     }
 
     /// Every reason, for metric initialisation.
-    pub const ALL: [DecodeReason; 9] = [
+    pub const ALL: [DecodeReason; 10] = [
         Self::InvalidUtf8,
         Self::MalformedJson,
         Self::MissingField,
@@ -99,6 +104,7 @@ impl DecodeReason {
         Self::BadKey,
         Self::UnknownTenant,
         Self::InvalidMetadata,
+        Self::Unparseable,
     ];
 }
 
@@ -142,7 +148,7 @@ pub enum EventOp {
     feature = "schema",
     schemars(extend(
         "if" = {"properties": {"op": {"const": "delete"}}, "required": ["op"]},
-        "else" = {"required": ["version", "text"]}
+        "else" = {"required": ["version"], "anyOf": [{"required": ["text"]}, {"required": ["content_base64"]}]}
     ))
 )]
 pub struct DocumentEvent {
@@ -161,15 +167,25 @@ pub struct DocumentEvent {
     /// `doc_id` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
-    /// How to chunk it; `auto` (the default) decides from the source's extension and the text.
+    /// How to read and chunk it; `auto` (the default) decides from the source's extension and the
+    /// content (`html`, `pdf` and `docx` files are recognised by either).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<DocKind>,
     /// Its title (at most 1024 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
-    /// Its text. Required for an upsert.
+    /// Its text (an HTML page's source for `html`). An upsert carries `text` or `content_base64`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
+    /// The file's bytes, base64 (standard alphabet, padded): a PDF, a DOCX, an HTML page, or text
+    /// in UTF-8. Instead of `text`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_base64: Option<String>,
+    /// `text` is already in extracted form (`kind` `html`, `docx`: markdown lines; `pdf`: pages
+    /// separated by form feeds): what the DLQ writes for an extracted document, or the text of a
+    /// file extracted elsewhere.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub extracted: bool,
     /// ACL labels: a query sees the document's chunks only when it shares one (none: public).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub acl: Vec<String>,
@@ -197,6 +213,8 @@ impl DocumentEvent {
             kind: Some(doc.kind),
             title: doc.title.clone(),
             text: Some(doc.text.clone()),
+            content_base64: None,
+            extracted: crate::ingest::extract::is_file_kind(doc.kind),
             acl: doc.acl.clone(),
             updated_at: (doc.updated_ms != 0).then_some(doc.updated_ms),
             metadata: doc.metadata.to_object(),
@@ -215,6 +233,9 @@ struct WireEvent {
     kind: Option<String>,
     title: Option<String>,
     text: Option<String>,
+    content_base64: Option<String>,
+    #[serde(default)]
+    extracted: bool,
     #[serde(default)]
     acl: Vec<String>,
     updated_at: Option<u64>,
@@ -308,9 +329,6 @@ pub fn decode_event(
             let version = wire.version.ok_or_else(|| {
                 DecodeError::new(DecodeReason::MissingField, "missing field `version`")
             })?;
-            let text = wire.text.ok_or_else(|| {
-                DecodeError::new(DecodeReason::MissingField, "missing field `text`")
-            })?;
             let kind_name = wire.kind.as_deref().unwrap_or("auto");
             let kind = DocKind::parse(kind_name).ok_or_else(|| {
                 DecodeError::new(
@@ -324,12 +342,21 @@ pub fn decode_event(
                 .source
                 .filter(|s| !s.is_empty())
                 .unwrap_or_else(|| body_key.doc_id.clone());
+            let body = body(wire.text, wire.content_base64)?;
+            let (kind, text, title) = read_body(
+                kind,
+                &source,
+                body,
+                wire.extracted,
+                wire.title,
+                config.max_document_bytes,
+            )?;
             Ok(DocOp::Upsert(Document {
                 key: body_key,
                 version,
                 source,
                 kind,
-                title: wire.title,
+                title,
                 text,
                 acl: wire.acl,
                 updated_ms: wire.updated_at.unwrap_or(0),
@@ -341,6 +368,96 @@ pub fn decode_event(
             format!("unknown op {:?}", prefix(other)),
         )),
     }
+}
+
+/// What an upsert carries: text, or a file's bytes.
+enum Body {
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+fn body(text: Option<String>, content_base64: Option<String>) -> Result<Body, DecodeError> {
+    match (text, content_base64) {
+        (Some(_), Some(_)) => Err(DecodeError::new(
+            DecodeReason::MalformedJson,
+            "an upsert carries `text` or `content_base64`, not both",
+        )),
+        (Some(text), None) => Ok(Body::Text(text)),
+        (None, Some(encoded)) => {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD
+                .decode(encoded.trim())
+                .map(Body::Bytes)
+                .map_err(|err| {
+                    DecodeError::new(
+                        DecodeReason::MalformedJson,
+                        format!("`content_base64` is not base64: {err}"),
+                    )
+                })
+        }
+        (None, None) => Err(DecodeError::new(
+            DecodeReason::MissingField,
+            "missing field `text` (or `content_base64`)",
+        )),
+    }
+}
+
+/// The kind, text and title of an upsert: a file format (`html`, `pdf`, `docx`, named or
+/// recognised by [`extract::detect`] when `auto`) is extracted, other text is taken as it is.
+fn read_body(
+    kind: DocKind,
+    source: &str,
+    body: Body,
+    extracted: bool,
+    title: Option<String>,
+    max_document_bytes: usize,
+) -> Result<(DocKind, String, Option<String>), DecodeError> {
+    if extracted {
+        let Body::Text(text) = body else {
+            return Err(DecodeError::new(
+                DecodeReason::MalformedJson,
+                "`extracted` needs `text`, not `content_base64`",
+            ));
+        };
+        if !extract::is_file_kind(kind) {
+            return Err(DecodeError::new(
+                DecodeReason::UnknownKind,
+                format!(
+                    "`extracted` text needs kind html, pdf or docx, not {}",
+                    kind.as_str()
+                ),
+            ));
+        }
+        return Ok((kind, text, title));
+    }
+    let bytes = match &body {
+        Body::Text(text) => text.as_bytes(),
+        Body::Bytes(bytes) => bytes.as_slice(),
+    };
+    let format = match kind {
+        kind if extract::is_file_kind(kind) => Some(kind),
+        DocKind::Auto => extract::detect(source, bytes),
+        _ => None,
+    };
+    if let Some(format) = format {
+        let limits = extract::ExtractLimits::for_documents(max_document_bytes);
+        let file = extract::extract(format, bytes, &limits)
+            .map_err(|err| DecodeError::new(DecodeReason::Unparseable, err.to_string()))?;
+        return Ok((format, file.text, title.or(file.title)));
+    }
+    let text = match body {
+        Body::Text(text) => text,
+        Body::Bytes(bytes) => String::from_utf8(bytes).map_err(|err| {
+            DecodeError::new(
+                DecodeReason::Unparseable,
+                format!(
+                    "`content_base64` is neither HTML, PDF, DOCX nor UTF-8 text (invalid UTF-8 at byte {})",
+                    err.utf8_error().valid_up_to()
+                ),
+            )
+        })?,
+    };
+    Ok((kind, text, title))
 }
 
 /// The upsert event of `doc` in the documents topic's format: what [`decode_event`] turns back into
@@ -474,6 +591,117 @@ mod tests {
         )
     }
 
+    fn upsert_of(doc: &DocOp) -> &Document {
+        match doc {
+            DocOp::Upsert(doc) => doc,
+            other => panic!("not an upsert: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn files_in_base64_are_extracted_and_replay_from_the_dlq_as_extracted_text() {
+        use base64::Engine as _;
+        let encode = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+        let pdf = crate::testing::pdf_file(&["Page one text.", "Page two text."]);
+        // Recognised by content: the source names no extension.
+        let event = format!(
+            r#"{{"tenant":"t","doc_id":"upload-1","version":3,"content_base64":"{}"}}"#,
+            encode(&pdf)
+        );
+        let op = decode(None, Some(&event)).expect("pdf");
+        let doc = upsert_of(&op);
+        assert_eq!(doc.kind, DocKind::Pdf);
+        assert_eq!(doc.text, "Page one text.\n\x0cPage two text.\n");
+        // The DLQ writes the extracted form; it decodes to the same document without the file.
+        let replayed =
+            decode_event(None, Some(&encode_event(doc)), &DecodeConfig::default()).expect("replay");
+        assert_eq!(upsert_of(&replayed), doc);
+        assert!(String::from_utf8(encode_event(doc))
+            .unwrap()
+            .contains(r#""extracted":true"#));
+
+        let html = r#"{"tenant":"t","doc_id":"site/a.html","version":1,"text":"<html><title>Ferries</title><h1>Boats</h1><p>Noon.</p>"}"#;
+        let op = decode(None, Some(html)).expect("html");
+        let doc = upsert_of(&op);
+        assert_eq!(
+            (doc.kind, doc.text.as_str(), doc.title.as_deref()),
+            (DocKind::Html, "# Boats\n\nNoon.\n", Some("Ferries"))
+        );
+        // A title the event gives wins over the file's own.
+        let titled = html.replace(r#""version":1,"#, r#""version":1,"title":"Given","#);
+        assert_eq!(
+            upsert_of(&decode(None, Some(&titled)).unwrap())
+                .title
+                .as_deref(),
+            Some("Given")
+        );
+        // Text in base64 is text; a kind named explicitly is not second-guessed.
+        let text = format!(
+            r#"{{"tenant":"t","doc_id":"n.md","version":1,"content_base64":"{}"}}"#,
+            encode("# Notes\n\nplain".as_bytes())
+        );
+        assert_eq!(
+            upsert_of(&decode(None, Some(&text)).unwrap()).text,
+            "# Notes\n\nplain"
+        );
+        let raw =
+            r#"{"tenant":"t","doc_id":"a.html","version":1,"kind":"prose","text":"<p>kept</p>"}"#;
+        assert_eq!(
+            upsert_of(&decode(None, Some(raw)).unwrap()).text,
+            "<p>kept</p>"
+        );
+    }
+
+    #[test]
+    fn files_that_cannot_be_read_are_refused_as_unparseable_with_the_reason() {
+        use base64::Engine as _;
+        let encode = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+        let cases = [
+            (
+                format!(
+                    r#"{{"tenant":"t","doc_id":"r.pdf","version":1,"content_base64":"{}"}}"#,
+                    encode(b"%PDF-1.7 broken")
+                ),
+                DecodeReason::Unparseable,
+                "pdf file cannot be read",
+            ),
+            (
+                format!(
+                    r#"{{"tenant":"t","doc_id":"blob","version":1,"content_base64":"{}"}}"#,
+                    encode(&[0xff, 0xfe, 0x00, 0x81])
+                ),
+                DecodeReason::Unparseable,
+                "neither HTML, PDF, DOCX nor UTF-8 text",
+            ),
+            (
+                r#"{"tenant":"t","doc_id":"d","version":1,"content_base64":"not base64!"}"#.into(),
+                DecodeReason::MalformedJson,
+                "not base64",
+            ),
+            (
+                r#"{"tenant":"t","doc_id":"d","version":1,"text":"x","content_base64":"eA=="}"#
+                    .into(),
+                DecodeReason::MalformedJson,
+                "not both",
+            ),
+            (
+                r#"{"tenant":"t","doc_id":"d","version":1,"text":"x","extracted":true}"#.into(),
+                DecodeReason::UnknownKind,
+                "needs kind html, pdf or docx",
+            ),
+            (
+                r#"{"tenant":"t","doc_id":"d.html","version":1,"text":"<nav>only</nav>"}"#.into(),
+                DecodeReason::Unparseable,
+                "holds no text",
+            ),
+        ];
+        for (event, reason, message) in cases {
+            let err = decode(None, Some(&event)).expect_err(&event);
+            assert_eq!(err.reason, reason, "{event}: {err}");
+            assert!(err.message.contains(message), "{event}: {err}");
+        }
+    }
+
     #[test]
     fn decodes_upsert_with_defaults() {
         let op = decode(
@@ -564,7 +792,7 @@ mod tests {
             ),
             (
                 None,
-                br#"{"tenant":"t","doc_id":"d","version":1,"text":"x","kind":"pdf"}"#,
+                br#"{"tenant":"t","doc_id":"d","version":1,"text":"x","kind":"spreadsheet"}"#,
                 DecodeReason::UnknownKind,
             ),
             (

@@ -47,8 +47,10 @@ pub fn adapt(plan: &mut Plan, dense: &[Hit]) -> Option<String> {
         return None;
     }
     let by_text = |hit: &&Hit| {
-        matches!(hit.stored.chunk.kind, DocKind::Prose | DocKind::Markdown)
-            && crate::text::looks_like_code(&hit.stored.chunk.text)
+        matches!(
+            hit.stored.chunk.kind,
+            DocKind::Prose | DocKind::Markdown | DocKind::Html | DocKind::Pdf | DocKind::Docx
+        ) && crate::text::looks_like_code(&hit.stored.chunk.text)
     };
     let labelled = head
         .iter()

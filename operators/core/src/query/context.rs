@@ -61,6 +61,9 @@ pub struct ContextItem {
     pub source: String,
     /// First and last line covered.
     pub lines: (u32, u32),
+    /// The PDF page of the item (of its top chunk), from 1; absent for other kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page: Option<u32>,
     /// Section path.
     pub section_path: Vec<String>,
     /// How it was packed.

@@ -240,6 +240,7 @@ mod tests {
                 source: String::new(),
                 kind: DocKind::Prose,
                 lines: (1, 1),
+                page: None,
                 char_range: (0, 1),
                 tokens: 1,
                 content_hash: String::new(),

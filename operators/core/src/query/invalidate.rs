@@ -338,6 +338,7 @@ mod tests {
                     doc_id: "d".into(),
                     source: "d.md".into(),
                     lines: (1, 2),
+                    page: None,
                     section_path: vec![],
                     tier: Tier::Snippet,
                     score: 1.0,

@@ -525,6 +525,7 @@ fn pack_once(request: PackRequest<'_>, offer_expanded: bool) -> (Packed, bool) {
                     doc_id: stored.key.doc_id.clone(),
                     source: stored.chunk.source.clone(),
                     lines: form.lines,
+                    page: stored.chunk.page,
                     section_path: stored.chunk.section_path.clone(),
                     tier: form.tier,
                     score: entry.candidate.score,
@@ -583,12 +584,13 @@ pub fn render_full(
     let mut parts = Vec::with_capacity(candidates.len());
     for (candidate, text) in candidates {
         let chunk = &candidate.stored.chunk;
-        let rendered = render(&header(&chunk.source, chunk.lines), text);
+        let rendered = render(&header(chunk, chunk.lines), text);
         items.push(ContextItem {
             chunk_id: candidate.id(),
             doc_id: candidate.stored.key.doc_id.clone(),
             source: chunk.source.clone(),
             lines: chunk.lines,
+            page: chunk.page,
             section_path: chunk.section_path.clone(),
             tier: Tier::Full,
             score: candidate.score,

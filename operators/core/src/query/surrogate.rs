@@ -409,6 +409,7 @@ mod tests {
             source: String::new(),
             kind: crate::model::DocKind::Prose,
             lines: (1, 1),
+            page: None,
             char_range: (0, text.len() as u32),
             tokens: 10,
             content_hash: String::new(),

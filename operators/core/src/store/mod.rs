@@ -387,6 +387,7 @@ pub fn chunk_payload(point: &PointWrite) -> Map<String, Value> {
         "source_prefixes": source_prefixes(&chunk.source),
         "kind": chunk.kind.as_str(),
         "lines": [chunk.lines.0, chunk.lines.1],
+        "page": chunk.page,
         "char_range": [chunk.char_range.0, chunk.char_range.1],
         "tokens": chunk.tokens,
         "content_hash": chunk.content_hash,
@@ -441,6 +442,9 @@ pub fn chunk_from_payload(id: uuid::Uuid, payload: &Map<String, Value>) -> Optio
             source: text("source")?,
             kind: DocKind::parse(&text("kind")?)?,
             lines: pair("lines")?,
+            page: number("page")
+                .and_then(|p| u32::try_from(p).ok())
+                .filter(|&p| p > 0),
             char_range: pair("char_range")?,
             tokens: number("tokens")? as u32,
             content_hash: text("content_hash")?,

@@ -373,6 +373,7 @@ pub(super) fn chunk_code(
                 section_path: vec![file_name.clone(), name.clone()],
                 header: signature.chars().take(200).collect(),
                 rendered: None,
+                page: None,
             }
         })
         .collect()

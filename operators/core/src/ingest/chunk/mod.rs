@@ -80,6 +80,8 @@ struct Piece {
     header: String,
     /// Text that is not a slice of the document (schema renderings); `None` = `doc.text[start..end]`.
     rendered: Option<String>,
+    /// The PDF page it is on.
+    page: Option<u32>,
 }
 
 impl Chunker {
@@ -122,6 +124,10 @@ impl Chunker {
                 (DocKind::Code, pieces)
             }
             DocKind::Markdown => (DocKind::Markdown, self.chunk_text(&doc.text, true)),
+            // Extracted files (`crate::ingest::extract`): HTML and DOCX as markdown lines, a PDF
+            // page by page.
+            DocKind::Html | DocKind::Docx => (kind, self.chunk_text(&doc.text, true)),
+            DocKind::Pdf => (DocKind::Pdf, self.chunk_pages(&doc.text)),
             DocKind::Prose | DocKind::Auto => (DocKind::Prose, self.chunk_text(&doc.text, false)),
         };
         self.finish(doc, kind, pieces)
@@ -136,6 +142,21 @@ impl Chunker {
             self.config.prose_tokens,
             overlap,
         )
+    }
+
+    /// A PDF's extracted text, each page chunked as prose on its own: no chunk crosses a page, so
+    /// an edit of one page changes only that page's chunks.
+    fn chunk_pages(&self, text: &str) -> Vec<Piece> {
+        let mut pieces = Vec::new();
+        for (start, end, page) in crate::ingest::extract::pages(text) {
+            for mut piece in self.chunk_text(&text[start..end], false) {
+                piece.start += start;
+                piece.end += start;
+                piece.page = Some(page);
+                pieces.push(piece);
+            }
+        }
+        pieces
     }
 
     fn finish(&self, doc: &Document, kind: DocKind, pieces: Vec<Piece>) -> Vec<Chunk> {
@@ -168,6 +189,7 @@ impl Chunker {
                     source: doc.source.clone(),
                     kind,
                     lines: line_range,
+                    page: piece.page,
                     char_range: (piece.start as u32, piece.end as u32),
                     tokens,
                     content_hash: String::new(),

@@ -127,6 +127,7 @@ pub(super) fn chunk_schema(text: &str, counter: TokenCounter, budget: usize) -> 
                 section_path: path,
                 header: qualified_name(table),
                 rendered: Some(rendered),
+                page: None,
             }
         })
         .collect();

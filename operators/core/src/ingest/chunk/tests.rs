@@ -468,3 +468,72 @@ fn headings_and_item_names_are_bounded_in_section_paths() {
     let path = &chunks[0].section_path;
     assert!(path.iter().all(|p| p.chars().count() <= 140), "{path:?}");
 }
+
+/// Sentences about `topic`, enough for several chunks of 40 tokens.
+fn page_about(topic: &str) -> String {
+    (1..=12)
+        .map(|n| format!("The {topic} note number {n} says something new about {topic}."))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn pdf_chunks_stay_within_a_page_and_an_edit_of_one_page_changes_only_its_chunks() {
+    let pages = ["ferries", "tickets", "refunds"].map(page_about);
+    let text = pages.join("\n\x0c");
+    let pdf = doc("report.pdf", DocKind::Pdf, &text);
+    let chunks = chunker(40, 300).chunk(&pdf);
+    assert_covers(&pdf, &chunks);
+    let mut seen_pages = Vec::new();
+    for chunk in &chunks {
+        assert_eq!(chunk.kind, DocKind::Pdf);
+        let page = chunk.page.expect("every PDF chunk has its page");
+        assert!(!chunk.text.contains('\x0c'), "{chunk:?}");
+        let topic = ["ferries", "tickets", "refunds"][page as usize - 1];
+        assert!(chunk.text.contains(topic), "page {page}: {}", chunk.text);
+        seen_pages.push(page);
+    }
+    assert!(seen_pages.windows(2).all(|w| w[0] <= w[1]));
+    assert_eq!(seen_pages.first(), Some(&1));
+    assert_eq!(seen_pages.last(), Some(&3));
+    assert!(chunks.len() > 3, "{} chunks", chunks.len());
+
+    // Page 2 edited: the chunks of pages 1 and 3 keep their ids, page 2's change.
+    let edited = [
+        pages[0].clone(),
+        pages[1].replace("number 7 says", "number 7 now says"),
+        pages[2].clone(),
+    ]
+    .join("\n\x0c");
+    let after = chunker(40, 300).chunk(&doc("report.pdf", DocKind::Pdf, &edited));
+    let ids = |chunks: &[Chunk], page: u32| -> Vec<String> {
+        chunks
+            .iter()
+            .filter(|c| c.page == Some(page))
+            .map(|c| format!("{}#{}", c.content_hash, c.occurrence))
+            .collect()
+    };
+    assert_eq!(ids(&chunks, 1), ids(&after, 1));
+    assert_eq!(ids(&chunks, 3), ids(&after, 3));
+    assert_ne!(ids(&chunks, 2), ids(&after, 2));
+    // Other kinds have no page.
+    let md = chunker(40, 300).chunk(&doc("a.md", DocKind::Markdown, "# A\n\ntext"));
+    assert!(md.iter().all(|c| c.page.is_none()));
+}
+
+#[test]
+fn html_and_docx_chunks_carry_their_headings_as_the_section_path() {
+    for kind in [DocKind::Html, DocKind::Docx] {
+        let text = format!(
+            "# Guide\n\n## Ferries\n\n{}\n\n## Tickets\n\nA day pass costs 5 EUR.\n",
+            page_about("ferries")
+        );
+        let chunks = chunker(40, 300).chunk(&doc("guide", kind, &text));
+        assert!(chunks.iter().all(|c| c.kind == kind));
+        let last = chunks.last().expect("chunks");
+        assert_eq!(last.section_path, ["Guide", "Tickets"], "{kind:?}");
+        assert!(chunks
+            .iter()
+            .any(|c| c.section_path == ["Guide", "Ferries"]));
+    }
+}

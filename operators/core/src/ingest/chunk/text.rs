@@ -223,6 +223,7 @@ pub(super) fn chunk_text(
                 section_path: section_path.clone(),
                 header: header.clone(),
                 rendered: None,
+                page: None,
             });
         }
         units.clear();

@@ -63,8 +63,16 @@ pub(super) fn line_of(chunk: &crate::model::Chunk, offset: usize) -> u32 {
     chunk.lines.0 + memchr::memchr_iter(b'\n', &chunk.text.as_bytes()[..offset]).count() as u32
 }
 
-pub(super) fn header(source: &str, lines: (u32, u32)) -> String {
-    format!("Source: {source} (lines {}–{})\n", lines.0, lines.1)
+/// An item's citation line: `Source: guide.md (lines 3–9)`, with the page for a PDF:
+/// `Source: report.pdf (page 2, lines 40–52)`.
+pub(super) fn header(chunk: &crate::model::Chunk, lines: (u32, u32)) -> String {
+    match chunk.page {
+        Some(page) => format!(
+            "Source: {} (page {page}, lines {}–{})\n",
+            chunk.source, lines.0, lines.1
+        ),
+        None => format!("Source: {} (lines {}–{})\n", chunk.source, lines.0, lines.1),
+    }
 }
 
 /// The part of a chunk not covered by `covered` (byte ranges of the same document): its largest
@@ -352,7 +360,7 @@ fn tiered_forms(
         }
     };
     let lines = (line_of(chunk, from), line_of(chunk, to));
-    let header = header(&chunk.source, lines);
+    let header = header(chunk, lines);
     let form = |tier, factor, text: String, bytes: usize| Form {
         tier,
         factor,
@@ -489,7 +497,7 @@ pub(super) fn expanded(
     }
     let _ = total;
     let lines = (first_line, last_line);
-    let header = header(&chunk.source, lines);
+    let header = header(chunk, lines);
     Some(Form {
         tier: Tier::Expanded,
         // The neighbours and section header are worth more than the chunk alone.
@@ -527,7 +535,7 @@ pub(super) fn forms(
     let base = chunk.char_range.0;
     // Every form's header names a sub-range of the chunk's lines: the header with the last line
     // twice has the most digits, an upper bound counted once for all of them.
-    let header_tokens = counter.count(&header(&chunk.source, (chunk.lines.1, chunk.lines.1)));
+    let header_tokens = counter.count(&header(chunk, (chunk.lines.1, chunk.lines.1)));
     if ceiling != SurrogateTier::Full {
         return tiered_forms(chunk, available, ceiling, config, header_tokens);
     }
@@ -581,7 +589,7 @@ pub(super) fn forms(
         } else {
             (line_of(chunk, from), line_of(chunk, to))
         };
-        let header = header(&chunk.source, lines);
+        let header = header(chunk, lines);
         out.push(Form {
             tier: Tier::Snippet,
             factor: if whole { 1.0 } else { factor },
@@ -594,7 +602,7 @@ pub(super) fn forms(
     }
     let (text, at, text_estimate) = surrogate_text(chunk, available, config.surrogate_tokens);
     let line = line_of(chunk, at);
-    let header = header(&chunk.source, (line, line));
+    let header = header(chunk, (line, line));
     out.push(Form {
         tier: Tier::Surrogate,
         factor: 0.15,

@@ -49,6 +49,7 @@ fn document(doc: usize, sentences: usize, per_chunk: usize, overlap: usize) -> V
                 source: format!("docs/doc{doc}.md"),
                 kind: DocKind::Prose,
                 lines: (first as u32 + 1, last as u32 + 1),
+                page: None,
                 char_range: (start as u32, end as u32),
                 tokens: counter().count(&text) as u32,
                 content_hash: blake3::hash(text.as_bytes()).to_hex().to_string(),
