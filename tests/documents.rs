@@ -254,18 +254,45 @@ fn documents_posted_in_kafka_mode_go_through_the_topic() {
     let batch = json!({"documents": [
         {"doc_id": "tides.txt", "version": 1, "text": "Tides rise twice a day on the Atlantic coast."},
         {"doc_id": "dunes.txt", "version": 1, "text": "Dunes move with the wind across the desert."},
+        {"doc_id": "reefs.html", "version": 1, "text": "<html><title>Reefs</title><script>x()</script><h1>Reefs</h1><p>Coral reefs grow in warm shallow seas.</p></html>"},
     ]});
     let (status, answer) = post(port, ACME, &batch);
     assert_eq!(status, 202, "{answer}");
-    assert_eq!(answer, json!({"accepted": 2, "indexed": false}));
-    // On the topic, keyed tenant/doc_id, in the topic's schema.
-    let messages = broker.read_all(DOCS, 2);
+    assert_eq!(answer, json!({"accepted": 3, "indexed": false}));
+    // On the topic, keyed tenant/doc_id, in the topic's schema; the HTML page as its extracted text.
+    let messages = broker.read_all(DOCS, 3);
+    let reefs: Value = messages
+        .iter()
+        .filter(|(key, _, _)| key.as_deref() == Some(b"acme/reefs.html".as_slice()))
+        .map(|(_, value, _)| {
+            serde_json::from_slice(value.as_deref().expect("value")).expect("JSON")
+        })
+        .next()
+        .expect("the HTML page on the topic");
+    assert_eq!(
+        (
+            &reefs["kind"],
+            &reefs["extracted"],
+            &reefs["title"],
+            &reefs["text"]
+        ),
+        (
+            &json!("html"),
+            &json!(true),
+            &json!("Reefs"),
+            &json!("# Reefs\n\nCoral reefs grow in warm shallow seas.\n")
+        ),
+        "{reefs}"
+    );
     let mut keys: Vec<String> = messages
         .iter()
         .map(|(key, _, _)| String::from_utf8_lossy(key.as_deref().unwrap_or_default()).into_owned())
         .collect();
     keys.sort();
-    assert_eq!(keys, ["acme/dunes.txt", "acme/tides.txt"]);
+    assert_eq!(
+        keys,
+        ["acme/dunes.txt", "acme/reefs.html", "acme/tides.txt"]
+    );
     let cases: Vec<Value> = messages
         .iter()
         .map(|(_, value, _)| {
@@ -276,10 +303,11 @@ fn documents_posted_in_kafka_mode_go_through_the_topic() {
         .collect();
     crate::api::check_schemas(dir.path(), None, &cases);
     job.wait_for(Duration::from_secs(120), "posted documents indexed", |m| {
-        metric(m, "ragstream_source_events_total") >= 2.0
+        metric(m, "ragstream_source_events_total") >= 3.0
             && metric(m, "ragstream_in_flight_messages") == 0.0
     });
     assert!(top_text(port, "acme", "when do tides rise").contains("twice a day"));
+    assert!(top_text(port, "acme", "where do coral reefs grow").contains("warm shallow seas"));
     // `ragstream ingest` straight to the topic.
     let lines = format!(
         "{}\n",
@@ -292,7 +320,7 @@ fn documents_posted_in_kafka_mode_go_through_the_topic() {
     );
     assert_eq!(code, 0, "{out}\n{err}");
     job.wait_for(Duration::from_secs(120), "ingested document indexed", |m| {
-        metric(m, "ragstream_source_events_total") >= 3.0
+        metric(m, "ragstream_source_events_total") >= 4.0
             && metric(m, "ragstream_in_flight_messages") == 0.0
     });
     assert!(doc_ids(port, "acme").contains(&"caves.txt".to_string()));

@@ -39,6 +39,16 @@ fn the_python_client_and_its_retrievers_pass_their_suite_against_the_job() {
     );
     job.wait_ready(Duration::from_secs(120));
     job.wait_indexed(events.len());
+    let pdf = dir.path().join("tides.pdf");
+    std::fs::write(
+        &pdf,
+        ragstream_core::testing::pdf_file(&[
+            "Harbour notes\n\nThe harbour master keeps the keys of the boat sheds.",
+            "Tide table\n\nHigh tide at the pier is at 14:20 today and 02:45 tonight.",
+            "Parking\n\nCars park behind the fish market after six.",
+        ]),
+    )
+    .expect("pdf");
     let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/python");
     let output = Command::new(crate::api::tools_python())
         .arg(client.join("tests/test_client.py"))
@@ -49,6 +59,7 @@ fn the_python_client_and_its_retrievers_pass_their_suite_against_the_job() {
         )
         .env("RAGSTREAM_TEST_ADMIN_TOKEN", ADMIN)
         .env("RAGSTREAM_TEST_ACME_TOKEN", ACME)
+        .env("RAGSTREAM_TEST_PDF", &pdf)
         .env_remove("RAGSTREAM_QUERY_TOKEN")
         .output()
         .expect("python runs");

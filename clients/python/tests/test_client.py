@@ -92,6 +92,21 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(self.acme.delete("harbour.md"), {"accepted": 1, "indexed": True})
         self.assertNotIn("harbour.md", [s.doc_id for s in self.acme.iter_sources()])
 
+    def test_upsert_file_sends_a_pdf_and_items_cite_its_page(self):
+        # A three-page PDF the Rust side of the test wrote (ragstream_core::testing::pdf_file).
+        path = os.environ["RAGSTREAM_TEST_PDF"]
+        answer = self.acme.upsert_file(path, doc_id="tides.pdf", metadata={"team": "ports"})
+        self.assertEqual(answer, {"accepted": 1, "indexed": True})
+        found = self.acme.query("what time is high tide at the pier", mode="deep", k=1)
+        top = found.items[0]
+        self.assertEqual((top.doc_id, top.page), ("tides.pdf", 2), found.raw)
+        self.assertIn("page 2, lines ", top.citation)
+        self.assertIn(f"Source: {top.citation}", found.context)
+        from ragstream.client import item_metadata
+
+        self.assertEqual(item_metadata(top)["page"], 2)
+        self.assertEqual(self.acme.delete("tides.pdf"), {"accepted": 1, "indexed": True})
+
     def test_invalidations(self):
         page = self.acme.invalidations()
         self.assertIn("invalidations", page)
