@@ -1,6 +1,6 @@
 //! The optional model endpoints of the query flow, against the stand-in model server of
-//! `crate::common::endpoints` (README: "Rerank and HyDE endpoints"): a TEI-style reranker and a chat model
-//! reorder the rerank window, HyDE joins a hypothetical passage to the dense query, and each falls
+//! `crate::common::endpoints` (docs/query.md: "Rerank and HyDE endpoints"): a TEI-style reranker and a
+//! chat model reorder the rerank window, HyDE joins a hypothetical passage to the dense query, and each falls
 //! back cleanly (noted, traced, counted) when the endpoint is too slow or answers nonsense.
 
 use std::time::Duration;
@@ -221,7 +221,7 @@ fn hyde_joins_a_hypothetical_passage_to_vague_queries_once_and_falls_back_when_s
         "{context}"
     );
     // The dense lane reads the mixed vector: the passage's document leads it with a cosine the
-    // question alone does not reach (measured: README, "Rerank and HyDE endpoints").
+    // question alone does not reach (measured: docs/query.md, "Rerank and HyDE endpoints").
     let dense_top = context["trace"]["candidates"]
         .as_array()
         .expect("candidates")

@@ -1,9 +1,10 @@
 //! Evidence end to end.
-//! - Sentence evidence (README, "Sentence evidence"): each chunk's sentences are embedded on their
-//!   own at ingest and kept in the index, so a chunk about several things is as close to a query as
+//! - Sentence evidence (docs/query.md, "Sentence evidence"): each chunk's sentences are embedded on
+//!   their own at ingest and kept in the index, so a chunk about several things is as close to a query as
 //!   its closest sentence. The rerank's `sentence_evidence` factor shows it in the trace; with
 //!   `embedder.evidence_units = false` the factor is the chunk's own cosine.
-//! - The lanes' evidence adapts the fusion weights (README, "Querying", after the intent table):
+//! - The lanes' evidence adapts the fusion weights (docs/query.md, "Intents", after the intent
+//!   table):
 //!   a query in plain words whose dense hits are code becomes a code search, in the context, its
 //!   trace and the metrics; a query that names a programming language does so where code is the
 //!   smaller part of the corpus.

@@ -1,5 +1,5 @@
-//! Surrogate tiers end to end (README, "Surrogate tiers"): under the age policy a context shows a
-//! recent document's chunk in full, an older one's as its gist and an old one's as key phrases, a
+//! Surrogate tiers end to end (docs/query.md, "Surrogate tiers"): under the age policy a context shows
+//! a recent document's chunk in full, an older one's as its gist and an old one's as key phrases, a
 //! query naming what an old chunk holds raises it a tier, and under the importance policy the tiers
 //! follow how often this job packed each chunk. The tier and its reason are in the trace.
 

@@ -1,6 +1,6 @@
-//! A stand-in model server for the endpoint tests (no cross-encoder or chat model runs here; the
-//! README names this stand-in). It speaks the APIs the job calls and computes its answers by
-//! documented rules:
+//! A stand-in model server for the endpoint tests (no cross-encoder or chat model runs here;
+//! docs/query.md, "Rerank and HyDE endpoints", names this stand-in). It speaks the APIs the job calls
+//! and computes its answers by documented rules:
 //! - `POST /rerank` (text-embeddings-inference): each text's score is the share of the query's words
 //!   (lowercase, 3+ letters) that the text holds, divided by 1 + the text's word count / 100 (shorter
 //!   exact passages first); the reply lists `{index, score}` best first, as TEI does;

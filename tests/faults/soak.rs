@@ -38,7 +38,7 @@ const PER_TEXT_LONG: Duration = Duration::from_millis(100);
 /// The group session: Kafka's default 45 s, longer than the job's 10 s, since the broker this suite runs (Tansu on
 /// SQLite, sharing two cores with the job and the producer) may leave a heartbeat unanswered for
 /// longer while it takes in the overload; a member that rejoins then can be left with no partitions
-/// (README, "Tansu 0.6 limits").
+/// (docs/operations.md, "Tansu 0.6 limits").
 const SESSION_TIMEOUT_MS: u64 = 45_000;
 /// Distinct documents: each event updates one of them with another text, so the index stays small and
 /// memory growth can only come from buffering.
@@ -53,7 +53,7 @@ fn config(broker: &Broker, embedder: &str) -> String {
         // Without the chunks' evidence units: what this soak checks is that the job does not buffer
         // the backlog, and the units' vectors of the rewritten points grow the index itself until an
         // optimization (70 MiB over a 40 s soak against 16 MiB without them, and not always less with
-        // an optimization every 2000 points; BENCHMARKS.md "Sentence evidence").
+        // an optimization every 2000 points; docs/decisions/0024-sentence-evidence.md).
         &format!("{}evidence_units = false\n", embedder_section(embedder)),
     )
 }

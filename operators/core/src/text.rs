@@ -15,7 +15,8 @@
 //!   indexed as.
 //!
 //! Plain code throughout: put back alone, the largest of the hand-vectorised scans these replaced (the
-//! block word scan) changed no round trip of a job-level bench (BENCHMARKS.md, "Plain text scans").
+//! block word scan) changed no round trip of a job-level bench
+//! (docs/decisions/0035-plain-text-scans.md).
 
 /// English stop words: dropped from BM25 terms and from the rerank's query terms.
 pub const STOP_WORDS: [&str; 47] = [

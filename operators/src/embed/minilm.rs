@@ -18,7 +18,8 @@
 //!   pass is as fast per word piece as a batch). Texts of fewer than [`INT8_MIN_WORD_PIECES`] word
 //!   pieces run on the fp32 graph: mean pooling over so few positions does not average the
 //!   quantisation error out (measured on SQuAD paragraph prefixes: worst cosine to fp32 0.974 below 8
-//!   word pieces, ≥ 0.985 from 8 up; BENCHMARKS.md), and such texts cost ~2 ms either way.
+//!   word pieces, ≥ 0.985 from 8 up; docs/decisions/0008-embedding-engine-settings.md), and such texts
+//!   cost ~2 ms either way.
 //! - Vectors come back in the order of the texts.
 //! - The version names the precision: `all-MiniLM-L6-v2/mean/256` for fp32, `…/int8` for the
 //!   quantised graph, so an index never mixes the two.

@@ -40,9 +40,10 @@ const SCROLL_PAGE: usize = 512;
 /// Segments a shard's merge optimizer aims at. The engine's default on two cores is 2, so every
 /// optimization merged the newly indexed points into the shard's largest segment and rebuilt it: the
 /// cost of an optimization grew with the shard and, since writes wait for it, ingest slowed from 1590
-/// to 370 chunks/s between 20k and 200k chunks (`bench volume`, BENCHMARKS.md). With 8, segments are
-/// merged smallest first once there are more than 8, so a point is rewritten a logarithmic number of
-/// times; a search visits at most about 8 indexed segments plus the appendable one.
+/// to 370 chunks/s between 20k and 200k chunks (`bench volume`,
+/// docs/decisions/0042-volume-200k-segments-upsert-state.md). With 8, segments are merged smallest
+/// first once there are more than 8, so a point is rewritten a logarithmic number of times; a search
+/// visits at most about 8 indexed segments plus the appendable one.
 const SEGMENTS: usize = 8;
 
 fn optimizers() -> EdgeOptimizersConfig {

@@ -114,7 +114,8 @@ pub struct EmbedderConfig {
     #[serde(default)]
     pub reembed: bool,
     /// Graph of the local model (minilm): `int8` (default; quantised weights, within the quality gate of
-    /// BENCHMARKS.md) or `fp32` (the reference vectors). The two write different embedder versions.
+    /// docs/decisions/0010-int8-quality-gate.md) or `fp32` (the reference vectors). The two write
+    /// different embedder versions.
     #[serde(default = "default_precision")]
     pub precision: EmbedderPrecision,
     /// ONNX Runtime threads of the local model (minilm).
@@ -166,11 +167,14 @@ fn default_precision() -> EmbedderPrecision {
     EmbedderPrecision::Int8
 }
 /// One thread an executor, an executor a core: chosen on 2 cores with `bench ingest` and `bench load`
-/// (BENCHMARKS.md, "Executors of one thread and a query executor"; README).
+/// (docs/decisions/0019-executors-and-query-executor.md; docs/configuration.md,
+/// "The local embedder").
 fn default_inference_threads() -> usize {
     1
 }
-/// Chosen on 2 cores with `bench load` (BENCHMARKS.md, "Query latency under ingest"; README).
+/// Chosen on 2 cores with `bench load`
+/// (docs/decisions/0009-queries-under-ingest-threads-spinning.md; docs/configuration.md,
+/// "The local embedder").
 fn default_spinning() -> bool {
     true
 }

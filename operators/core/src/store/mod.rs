@@ -45,7 +45,8 @@ pub const ON_DISK_KEYWORD_INDEXES: [&str; 3] = ["doc_id", "source", "source_pref
 
 /// How a backend builds and searches its dense index (`[index]` and `[index.hnsw]` in the config).
 ///
-/// The defaults are chosen by `bench volume` at 200k and 1M chunks on two cores (BENCHMARKS.md, "Volume").
+/// The defaults are chosen by `bench volume` at 200k and 1M chunks on two cores (BENCHMARKS.md,
+/// "Volume at one million chunks").
 /// The embedded index applies the HNSW settings to existing shards too; a Qdrant server collection
 /// takes all of them when it is created, and the search beam and re-scoring on every search.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
@@ -173,7 +174,7 @@ impl StoredVectors {
     /// The sentence evidence for the query vector `query`: the highest cosine between it and one of
     /// the chunk's evidence units, or the chunk's own cosine where it has none. (Taking the chunk's
     /// own vector into the maximum counts the dense lane twice: on CoSQA the rerank then gained 0.0077
-    /// less nDCG@10 in an offline replay, BENCHMARKS.md.)
+    /// less nDCG@10 in an offline replay, docs/decisions/0024-sentence-evidence.md.)
     pub fn evidence_score(&self, query: &[f32]) -> f32 {
         if self.evidence.is_empty() {
             return crate::embed::cosine(query, &self.dense);
