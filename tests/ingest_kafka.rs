@@ -149,12 +149,20 @@ fn squad_through_kafka(server: Option<&QdrantServer>) {
             "missing_field",
         ),
         (
-            "squad/pdf".into(),
+            "squad/sheet".into(),
             Some(
-                br#"{"tenant":"squad","doc_id":"pdf","version":1,"kind":"pdf","text":"x"}"#
+                br#"{"tenant":"squad","doc_id":"sheet","version":1,"kind":"spreadsheet","text":"x"}"#
                     .to_vec(),
             ),
             "unknown_kind",
+        ),
+        (
+            "squad/report.pdf".into(),
+            Some(
+                br#"{"tenant":"squad","doc_id":"report.pdf","version":1,"content_base64":"JVBERi0xLjcgYnJva2Vu"}"#
+                    .to_vec(),
+            ),
+            "unparseable",
         ),
         (
             "squad/huge".into(),
