@@ -2,8 +2,8 @@
 //! that do not answer with a context. The OpenAPI document ([`crate::openapi`]) is generated from
 //! these and the wire types of the core.
 
-use ragstream_operators::query::invalidate::Invalidation;
-use ragstream_operators::query::{Context, SourceEntry};
+use ragstream_core::query::invalidate::Invalidation;
+use ragstream_core::query::{Context, SourceEntry};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

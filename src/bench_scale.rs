@@ -255,7 +255,7 @@ pub fn scale(args: ScaleBench) -> anyhow::Result<Value> {
         for (i, question) in questions.iter().enumerate() {
             if pending.len() >= QUERIES_IN_FLIGHT {
                 let (sent, receiver) = pending.pop_front().expect("in flight");
-                let context: ragstream_operators::query::Context =
+                let context: ragstream_core::query::Context =
                     receiver.recv_timeout(Duration::from_secs(120))?;
                 errors += usize::from(context.error.is_some());
                 latencies.push(sent.elapsed().as_secs_f64() * 1000.0);

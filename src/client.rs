@@ -1,7 +1,7 @@
 //! `ragstream query`: a small client of the running job's `POST /v1/query`.
 
 use anyhow::Context as _;
-use ragstream_operators::query::Context;
+use ragstream_core::query::Context;
 
 /// Posts `query` to `<url>/v1/query` and returns its context; a problem answer is an error. The
 /// bearer token, when the job requires one, comes from `RAGSTREAM_QUERY_TOKEN`.

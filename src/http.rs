@@ -32,10 +32,10 @@ use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use ragstream_core::query::invalidate::InvalidationLog;
+use ragstream_core::query::Context;
 use ragstream_operators::ingest::decode::DecodeConfig;
 use ragstream_operators::io::query_source::HttpIngress;
-use ragstream_operators::query::invalidate::InvalidationLog;
-use ragstream_operators::query::Context;
 use tokio::sync::Semaphore;
 
 use crate::api::{InvalidationsPage, Problem, SourcesPage, PROBLEM_JSON};

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use ragstream_core::query::Context;
 use ragstream_operators::io::query_source::HttpIngress;
-use ragstream_operators::query::Context;
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{
     CallToolResult, ContentBlock as Content, Extensions, Implementation, ServerCapabilities,

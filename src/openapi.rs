@@ -3,10 +3,10 @@
 //! `ragstream schemas DIR` writes the topic schemas; both are committed under `docs/` and a test
 //! fails when they drift from the types.
 
+use ragstream_core::query::invalidate::Invalidation;
+use ragstream_core::query::{Context, ContextItem, Query};
 use ragstream_operators::ingest::decode::DocumentEvent;
 use ragstream_operators::ingest::dlq::{DlqHeaders, DlqLine};
-use ragstream_operators::query::invalidate::Invalidation;
-use ragstream_operators::query::{Context, ContextItem, Query};
 use schemars::generate::{SchemaGenerator, SchemaSettings};
 use schemars::JsonSchema;
 use serde_json::{json, Map, Value};

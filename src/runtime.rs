@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use ragstream_core::query::invalidate::InvalidationLog;
 use ragstream_operators::embed::service::{InferenceService, Priority};
 use ragstream_operators::ingest::chunk::{Chunker, ChunkerConfig};
 use ragstream_operators::ingest::embed::{push_texts, take_vectors};
@@ -28,7 +29,6 @@ use ragstream_operators::io::kafka_log::QuietContext;
 use ragstream_operators::io::local_source::DocumentIngress;
 use ragstream_operators::io::query_source::{HttpIngress, IngestProgress};
 use ragstream_operators::metrics::metrics;
-use ragstream_operators::query::invalidate::InvalidationLog;
 use ragstream_operators::query::job::QueryServices;
 use ragstream_operators::store::stats::CorpusStats;
 use ragstream_operators::store::{StoreError, VectorStore};
@@ -150,7 +150,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     }
     let reranker = factory::reranker(&config);
     let access = Arc::new(Mutex::new(
-        ragstream_operators::query::surrogate::AccessCounts::new(
+        ragstream_core::query::surrogate::AccessCounts::new(
             config.query.pack.surrogates.access_entries,
         ),
     ));

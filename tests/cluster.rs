@@ -11,7 +11,7 @@ use crate::common::broker::{free_port, Broker};
 use crate::common::contexts::{comparable, queries};
 use crate::common::job::Job;
 use crate::common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
-use ragstream_operators::query::Context;
+use ragstream_core::query::Context;
 use serde_json::json;
 
 const DOCS: &str = "docs";

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::broker::Broker;
 use crate::common::job::{http_get, metric, Job};
-use ragstream_operators::query::invalidate::Invalidation;
-use ragstream_operators::query::Context;
+use ragstream_core::query::invalidate::Invalidation;
+use ragstream_core::query::Context;
 use serde_json::{json, Value};
 
 const DOCS: &str = "inv-docs";

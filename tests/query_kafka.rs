@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::broker::Broker;
 use crate::common::job::{metric, Job};
-use ragstream_operators::query::{Context, Tier};
+use ragstream_core::query::{Context, Tier};
 use serde_json::{json, Value};
 
 const DOCS: &str = "docs";
@@ -201,7 +201,7 @@ fn every_mode_through_kafka_with_tenant_isolation_and_read_your_writes() {
     );
     assert!(bounded.context.starts_with(&format!(
         "{}Source: acme/handbook.md (lines ",
-        ragstream_operators::query::pack::UNTRUSTED_OPEN
+        ragstream_core::query::pack::UNTRUSTED_OPEN
     )));
     assert!(bounded.context.ends_with("</retrieved-context>"));
     assert_eq!(bounded.items[0].tier, Tier::Expanded);

@@ -15,7 +15,7 @@ use crate::common::contexts::{comparable, queries};
 use crate::common::job::{http_post_json, metric, Job};
 use crate::common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
 use crate::common::qdrant::QdrantServer;
-use ragstream_operators::query::Context;
+use ragstream_core::query::Context;
 
 /// Every context of `asked`, answered by `job`.
 fn ask_all(job: &Job, asked: &[(String, serde_json::Value)]) -> BTreeMap<String, Context> {
@@ -120,7 +120,7 @@ fn a_qdrant_server_indexes_and_answers_like_the_embedded_index() {
     assert_eq!(first, None);
 
     // Shrinking updates and deletes: both indexes still hold exactly the oracle's chunks. Contexts may
-    // differ (README, "Notes and limits": the server's IDF under churn): counted, not asserted.
+    // differ (docs/operations.md, "Notes and limits": the server's IDF under churn): counted, not asserted.
     for p in &paragraphs[..20] {
         let short = p.text.split(". ").next().unwrap_or(&p.text).to_string();
         lines.push(

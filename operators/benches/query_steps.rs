@@ -11,14 +11,14 @@ use std::hint::black_box;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use ragstream_core::query::dedup::dedup;
+use ragstream_core::query::fuse::{attach_vectors, fuse};
+use ragstream_core::query::intent::analyze;
+use ragstream_core::query::mmr::{mmr, MmrConfig};
+use ragstream_core::query::pack::{pack, AnswerCue, PackConfig, PackRequest};
+use ragstream_core::query::rerank::{rerank, RerankConfig};
+use ragstream_core::query::{Candidate, Weights};
 use ragstream_operators::model::{Chunk, DocKey, DocKind};
-use ragstream_operators::query::dedup::dedup;
-use ragstream_operators::query::fuse::{attach_vectors, fuse};
-use ragstream_operators::query::intent::analyze;
-use ragstream_operators::query::mmr::{mmr, MmrConfig};
-use ragstream_operators::query::pack::{pack, AnswerCue, PackConfig, PackRequest};
-use ragstream_operators::query::rerank::{rerank, RerankConfig};
-use ragstream_operators::query::{Candidate, Weights};
 use ragstream_operators::store::{Bm25Encoder, Hit, StoredChunk};
 use ragstream_operators::tokens::{Encoding, TokenCounter};
 

@@ -6,7 +6,7 @@
 
 use std::sync::OnceLock;
 
-use crate::query::Tier;
+use ragstream_core::query::Tier;
 
 use prometheus::core::Collector;
 use prometheus::{
@@ -233,11 +233,11 @@ impl Metrics {
         }
         metrics
             .fusion_adapted
-            .with_label_values(&[crate::query::adapt::CODE_SEARCH_INTENT]);
+            .with_label_values(&[ragstream_core::query::adapt::CODE_SEARCH_INTENT]);
         for tier in Tier::ALL {
             metrics.context_items.with_label_values(&[tier.as_str()]);
         }
-        for preset in crate::query::intent::PRESETS {
+        for preset in ragstream_core::query::intent::PRESETS {
             metrics
                 .queries_by_intent
                 .with_label_values(&[preset.intent]);
@@ -284,8 +284,8 @@ impl Metrics {
     }
 
     /// Records the pipeline's drop and defer decisions of one query, labelled by their cause.
-    pub fn record_decisions(&self, decisions: &[crate::query::Decision]) {
-        use crate::query::Cause;
+    pub fn record_decisions(&self, decisions: &[ragstream_core::query::Decision]) {
+        use ragstream_core::query::Cause;
         for decision in decisions {
             let counter = match decision.cause {
                 Cause::Exact | Cause::NearDuplicate | Cause::Overlap => &self.dedup_drops,
@@ -306,7 +306,7 @@ impl Metrics {
     }
 
     /// Records a published context: tokens, budget use, tiers, redundancy, overruns.
-    pub fn record_context(&self, context: &crate::query::Context) {
+    pub fn record_context(&self, context: &ragstream_core::query::Context) {
         self.context_tokens.observe(context.tokens_used as f64);
         self.context_chunks.observe(context.chunks_returned as f64);
         if context.truncated {

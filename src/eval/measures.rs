@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ragstream_operators::query::Context;
+use ragstream_core::query::Context;
 use ragstream_operators::text::sentences;
 use ragstream_operators::tokens::TokenCounter;
 use serde_json::{json, Value};

@@ -22,8 +22,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use ragstream_core::query::Context;
 use ragstream_operators::metrics::metrics;
-use ragstream_operators::query::Context;
 use ragstream_operators::store::{SearchFilter, SearchVector};
 use ragstream_operators::tokens::{Encoding, TokenCounter};
 use ragstream_topologies::config::{Config, IndexKind, SourceKind};
@@ -32,7 +32,7 @@ use serde_json::{json, Value};
 /// Chunks the dense-only baseline reads for its ranking: its nDCG@10 and Recall@10 are over the
 /// first ten distinct documents of these (a document of several chunks takes one place, as in the
 /// job's ranking), not over the documents of the top ten chunks.
-const NAIVE_RANKING_DEPTH: usize = 4 * ragstream_operators::query::DEFAULT_K;
+const NAIVE_RANKING_DEPTH: usize = 4 * ragstream_core::query::DEFAULT_K;
 
 /// Arguments of `ragstream eval`.
 pub struct EvalArgs {
@@ -134,7 +134,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
     let mut budgets = args.budgets.clone();
     let qrels_mode = data.tenant != "squad";
     if qrels_mode {
-        budgets = vec![ragstream_operators::query::DEFAULT_BUDGET];
+        budgets = vec![ragstream_core::query::DEFAULT_BUDGET];
     }
     // Each budget twice: as the job answers by default (evidence stop) and with `fill: true`
     // (packed to the budget); the fill runs are numbered after the default ones.
@@ -223,7 +223,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
             naive_ranked.push(hits.iter().map(|h| h.stored.key.doc_id.clone()).collect());
             naive_items.push(
                 hits.iter()
-                    .take(ragstream_operators::query::DEFAULT_K)
+                    .take(ragstream_core::query::DEFAULT_K)
                     .map(|h| (h.stored.key.doc_id.clone(), h.stored.chunk.text.clone()))
                     .collect(),
             );

@@ -1,7 +1,7 @@
 //! The queries and the comparison of contexts shared by the tests that run the same data through two
 //! setups (a cluster against one process, the Qdrant server against the embedded index).
 
-use ragstream_operators::query::Context;
+use ragstream_core::query::Context;
 use serde_json::json;
 
 /// The queries: bounded at two budgets, deep, files and list_sources, over SQuAD paragraphs' phrases.

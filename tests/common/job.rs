@@ -61,7 +61,7 @@ pub fn http_post_json_with(
 /// A `/v1/query` answer as a context: 200 is the context itself; any other status must be a problem
 /// (RFC 9457), returned as a context carrying its detail as `error`, its type's name as `error_type`
 /// and its query id.
-pub fn answer_context(status: u16, body: &str) -> ragstream_operators::query::Context {
+pub fn answer_context(status: u16, body: &str) -> ragstream_core::query::Context {
     let parsed: serde_json::Value =
         serde_json::from_str(body).unwrap_or_else(|e| panic!("JSON answer ({e}): {body}"));
     if status == 200 {
@@ -77,7 +77,7 @@ pub fn answer_context(status: u16, body: &str) -> ragstream_operators::query::Co
         parsed["title"].is_string() && parsed["detail"].is_string(),
         "{body}"
     );
-    ragstream_operators::query::Context {
+    ragstream_core::query::Context {
         query_id: parsed["query_id"].as_str().unwrap_or_default().to_string(),
         error: parsed["detail"].as_str().map(str::to_string),
         error_type: Some(name.to_string()),
@@ -368,7 +368,7 @@ fn mark_killed(dir: &Path) {
 /// A job restarted in the directory of a killed one waits until the dead members' sessions expired.
 /// Tansu 0.6 does not rebalance when a member joins next to a dead one that has not yet expired: the
 /// newcomer joins the old generation with an empty assignment and stays there (Kafka rebalances once
-/// the dead member's session ends). See the README's broker limits.
+/// the dead member's session ends). See docs/operations.md, "Tansu 0.6 limits".
 pub fn wait_out_killed_session(dir: &Path) {
     let marker = dir.join("killed-at");
     let Ok(killed) = std::fs::metadata(&marker).and_then(|m| m.modified()) else {

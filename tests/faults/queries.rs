@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::common::job::{answer_context, http_get, http_post_json, metric, Job};
 use super::common::JSONL_SERVING;
-use ragstream_operators::query::Context;
+use ragstream_core::query::Context;
 use serde_json::{json, Value};
 
 const TENANTS: [&str; 3] = ["acme", "globex", "initech"];

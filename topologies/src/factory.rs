@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use ragstream_core::query::endpoints::{PassageWriter, RerankKind, Reranker};
 use ragstream_operators::embed::http::{HttpEmbedder, HttpEmbedderConfig};
 use ragstream_operators::embed::minilm::{MiniLm, MiniLmOptions, Precision};
 use ragstream_operators::embed::service::{InferenceService, ServiceConfig};
@@ -26,7 +27,6 @@ use ragstream_operators::io::local_source::{
 };
 use ragstream_operators::io::query_source::{IngestProgress, QueryKafkaConfig};
 use ragstream_operators::metadata::MetaIndex;
-use ragstream_operators::query::endpoints::{PassageWriter, RerankKind, Reranker};
 use ragstream_operators::store::edge::EdgeStore;
 use ragstream_operators::store::server::ServerStore;
 use ragstream_operators::store::{SearchFilter, VectorStore};

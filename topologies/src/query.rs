@@ -1,9 +1,9 @@
 //! The query topology: wiring only.
 //!
 //! ```text
-//! QuerySource ─ok─► (absent ACL rule) ─► AwaitConsistency ─► CacheLookup ─► Intent ─► EmbedQuery ─► Retrieve (broadcast, SearchShard, Gather)
-//!      │                                                                             ─► Fuse ─► Rerank ─► Dedup ─► Mmr ─► Pack ─┐
-//!      │                                                                                                         Cite ◄─┘ (citations)
+//! QuerySource ─ok─► (absent ACL rule) ─► AwaitConsistency ─► CacheLookup ─miss─► Intent ─► (Hyde) ─► EmbedQuery ─► Retrieve (broadcast, SearchShard, Gather)
+//!      │                                                          │hit      ─► Fuse ─► Rerank ─► (RerankEndpoint) ─► Dedup ─► Mmr ─► Neighbours ─► Pack ─┐
+//!      │                                                          └─────────────────────────────────────────────────────────────────────────────► Cite ◄─┘ (citations)
 //!      └─err─► RefuseQueries (DLQ + error context) ──────────────────────────────────────────────────────────────────────────────┴► Publish ─► probe
 //! ingest's changed chunk ids ─► broadcast ─► Invalidate (contexts citing them) ─► invalidations topic, GET /invalidations
 //! ```
@@ -15,18 +15,29 @@ use std::time::Duration;
 use timely::dataflow::operators::{Concat, OkErr, Probe};
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 
+use ragstream_core::query::cache::LruTtl;
 use ragstream_operators::io::context_sink::ContextPublisher;
 use ragstream_operators::io::dlq_sink::DlqSink;
 use ragstream_operators::io::query_source::{query_source, HttpIngress, QueryKafkaConfig};
-use ragstream_operators::query::answer::AnswerSteps;
-use ragstream_operators::query::cache::LruTtl;
+use ragstream_operators::query::cache_lookup::CacheLookup;
+use ragstream_operators::query::consistency::AwaitConsistency;
+use ragstream_operators::query::dedup::Dedup;
+use ragstream_operators::query::embed_query::EmbedQuery;
+use ragstream_operators::query::fuse::Fuse;
+use ragstream_operators::query::hyde::Hyde;
+use ragstream_operators::query::intent::Intent;
 use ragstream_operators::query::invalidation::{
     CiteContexts, InvalidateContexts, InvalidationSink, Invalidator,
 };
 use ragstream_operators::query::job::{QueryJob, QueryServices, Refusal};
-use ragstream_operators::query::publish::{PublishContexts, RefuseQueries};
-use ragstream_operators::query::remote::{RemoteRerank, RemoteSteps};
-use ragstream_operators::query::steps::QuerySteps;
+use ragstream_operators::query::mmr::Mmr;
+use ragstream_operators::query::neighbours::Neighbours;
+use ragstream_operators::query::pack::Pack;
+use ragstream_operators::query::publish::PublishContexts;
+use ragstream_operators::query::refuse::RefuseQueries;
+use ragstream_operators::query::rerank::Rerank;
+use ragstream_operators::query::rerank_endpoint::RerankEndpoint;
+use ragstream_operators::query::retrieve::Retrieve;
 use ragstream_operators::stage::map_stage;
 
 /// Everything one worker's query flow needs.
@@ -95,10 +106,11 @@ pub fn query<'scope>(
         config.cache_entries,
         Duration::from_secs(config.cache_ttl_secs),
     )));
-    let planned = jobs
+    // A cache hit leaves here and joins again before Cite and Publish.
+    let (misses, hits) = jobs
         .await_consistency(services.clone())
-        .cache_lookup(cache.clone(), services.progress.clone())
-        .intent();
+        .cache_lookup(cache.clone(), services.progress.clone());
+    let planned = misses.intent();
     let planned = match &services.writer {
         Some(writer) => planned.hyde(writer.clone(), config.hyde.clone()),
         None => planned,
@@ -121,7 +133,8 @@ pub fn query<'scope>(
         .dedup()
         .mmr(config.clone())
         .neighbours(services.clone())
-        .pack(services.clone(), cache);
+        .pack(services.clone(), cache)
+        .concat(hits);
     let settings = config.invalidations;
     let contexts = match invalidations {
         Some(sink) if settings.enabled => {

@@ -24,7 +24,7 @@ use super::query_source::HttpIngress;
 use crate::metrics::metrics;
 use crate::query::job::Reply;
 use crate::query::publish::ContextSink;
-use crate::query::Context;
+use ragstream_core::query::Context;
 
 /// The longest a revocation waits for the contexts sent to reach the broker.
 pub const HANDOVER_FLUSH: Duration = Duration::from_secs(5);

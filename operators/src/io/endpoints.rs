@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::query::endpoints::{
+use ragstream_core::query::endpoints::{
     grading_prompt, hyde_prompt, parse_grades, EndpointConfig, PassageWriter, RerankKind, Reranker,
 };
 

@@ -10,8 +10,8 @@ use std::time::Duration;
 use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
 use rdkafka::ClientConfig;
 
-use crate::query::invalidate::{Invalidation, InvalidationLog};
 use crate::query::invalidation::InvalidationSink;
+use ragstream_core::query::invalidate::{Invalidation, InvalidationLog};
 
 /// The longest a dropped publisher waits for its invalidations to reach the broker.
 const FLUSH_ON_DROP: Duration = Duration::from_secs(2);
@@ -97,7 +97,7 @@ impl Drop for InvalidationPublisher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::query::Watermark;
+    use ragstream_core::query::Watermark;
 
     #[test]
     fn numbers_each_invalidation_in_the_shared_log() {

@@ -13,7 +13,7 @@
 //! never waits for the broker). Its batch is held, with a capability at its time, until they come;
 //! later batches go on, and their offsets are stored only after the held batch's (the `published`
 //! probe cannot pass a time still held). The query then waits until the index acknowledged every offset
-//! below them (see [`crate::query::steps`]).
+//! below them (see [`crate::query::consistency`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -35,9 +35,9 @@ use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 use crate::background::{Background, Deliver};
 use crate::ingest::dlq::{DlqRecord, Origin};
 use crate::metrics::metrics;
-use crate::query::decode::QueryError;
 use crate::query::job::{QueryJob, Refusal, Reply};
-use crate::query::{Consistency, Context};
+use ragstream_core::query::decode::QueryError;
+use ragstream_core::query::{Consistency, Context};
 
 /// Requests from the HTTP server waiting for their contexts.
 #[derive(Debug, Default)]
@@ -268,9 +268,12 @@ fn wait_for(batch: &mut [Result<QueryJob, Refusal>], marks: &BTreeMap<i32, i64>)
 }
 
 /// Decodes a query event, recording the `decode` stage's seconds.
-fn decode_timed(payload: &[u8], max_bytes: usize) -> Result<crate::query::Query, QueryError> {
+fn decode_timed(
+    payload: &[u8],
+    max_bytes: usize,
+) -> Result<ragstream_core::query::Query, QueryError> {
     let started = Instant::now();
-    let decoded = crate::query::decode::decode_query(payload, max_bytes);
+    let decoded = ragstream_core::query::decode::decode_query(payload, max_bytes);
     metrics()
         .query_stage_seconds
         .with_label_values(&["decode"])
@@ -436,7 +439,7 @@ pub fn query_source<'scope>(
             capability.downgrade(&time);
             let mut batch: Vec<Result<QueryJob, Refusal>> = Vec::new();
             let mut offsets: BTreeMap<i32, (i64, u64)> = BTreeMap::new();
-            let mut job = |query: crate::query::Query, reply: Reply| {
+            let mut job = |query: ragstream_core::query::Query, reply: Reply| {
                 sequence += 1;
                 QueryJob::new(
                     query,

@@ -13,17 +13,18 @@ use timely::dataflow::operators::vec::Input;
 use timely::dataflow::operators::{Inspect, Probe};
 use timely::dataflow::ProbeHandle;
 
-use super::answer::AnswerSteps;
-use super::decode::decode_query;
+use super::consistency::AwaitConsistency;
 use super::job::{QueryJob, QueryServices, Reply, Working};
-use super::steps::QuerySteps;
-use super::{Candidate, QueryConfig, Trace};
+use super::neighbours::Neighbours;
+use super::retrieve::Retrieve;
 use crate::embed::service::{InferenceService, ServiceConfig};
 use crate::embed::{EmbedError, Embedder};
 use crate::store::contract::{sample_point, DIMENSION};
 use crate::store::edge::EdgeStore;
 use crate::store::stats::CorpusStats;
 use crate::store::{PointWrite, VectorStore};
+use ragstream_core::query::decode::decode_query;
+use ragstream_core::query::{Candidate, QueryConfig, Trace};
 
 /// An embedder these tests never call (their jobs carry their vectors).
 struct Unused;
@@ -71,7 +72,7 @@ fn services(
         reranker: None,
         writer: None,
         access: Arc::new(std::sync::Mutex::new(
-            crate::query::surrogate::AccessCounts::new(16),
+            ragstream_core::query::surrogate::AccessCounts::new(16),
         )),
     }
 }

@@ -17,11 +17,11 @@ use timely::dataflow::operators::core::Inspect;
 use timely::dataflow::operators::vec::Broadcast;
 use timely::dataflow::StreamVec;
 
-use super::invalidate::{Citations, Invalidation};
 use super::job::{QueryServices, Reply};
-use super::Context;
 use crate::metrics::metrics;
 use crate::stage::map_stage;
+use ragstream_core::query::invalidate::{Citations, Invalidation};
+use ragstream_core::query::Context;
 
 /// Where invalidations go (implemented by `io::invalidation_sink`).
 pub trait InvalidationSink {

@@ -6,19 +6,19 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
-use timely::dataflow::ProbeHandle;
+use timely::dataflow::{ProbeHandle, StreamVec};
 
-use super::decode::QueryError;
-use super::retrieve::{QueryVectors, ShardAnswer};
-
-use super::{Candidate, Context, Plan, Query, QueryConfig, Trace, Watermark};
+use super::search::{QueryVectors, ShardAnswer};
 use crate::embed::service::InferenceService;
 use crate::ingest::dlq::DlqRecord;
 use crate::metrics::metrics;
+use crate::stage::map_stage;
 use crate::store::stats::CorpusStats;
 use crate::store::VectorStore;
 use crate::tokens::Encoding;
 use ragstream_core::progress::IngestProgress;
+use ragstream_core::query::decode::QueryError;
+use ragstream_core::query::{Candidate, Mode, Plan, Query, QueryConfig, Trace, Watermark};
 
 /// Where a context goes besides the contexts topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,8 +26,8 @@ pub enum Reply {
     /// The HTTP request with this ticket waits for it.
     Http(u64),
     /// Only the contexts topic; the lease of the consumer that read it (see
-    /// [`crate::query::ledger`]).
-    Kafka(crate::query::ledger::Lease),
+    /// [`ragstream_core::query::ledger`]).
+    Kafka(ragstream_core::query::ledger::Lease),
 }
 
 /// A query on its way through the flow.
@@ -60,8 +60,6 @@ pub struct QueryJob {
     /// The index generation read before retrieval: the context is cached under it, so a write that
     /// lands between retrieval and packing leaves the entry stale for the next lookup, not fresh.
     pub generation: u64,
-    /// A cached context for this query, if one was fresh.
-    pub cached: Option<Box<Context>>,
     /// HyDE: the hypothetical passage whose vector joins the dense query.
     #[serde(default)]
     pub hyde: Option<HydePassage>,
@@ -110,7 +108,6 @@ impl QueryJob {
             notes: Vec::new(),
             watermark: Watermark::default(),
             generation: 0,
-            cached: None,
             hyde: None,
             degraded: false,
         }
@@ -184,11 +181,11 @@ pub struct QueryServices {
     /// The corpus's BM25 statistics: IDF weights of query terms.
     pub stats: Arc<CorpusStats>,
     /// The reranker endpoint after the built-in rerank (`query.rerank.kind`), if any.
-    pub reranker: Option<Arc<dyn super::endpoints::Reranker>>,
+    pub reranker: Option<Arc<dyn ragstream_core::query::endpoints::Reranker>>,
     /// The HyDE passage writer (`query.hyde`), if enabled.
-    pub writer: Option<Arc<dyn super::endpoints::PassageWriter>>,
+    pub writer: Option<Arc<dyn ragstream_core::query::endpoints::PassageWriter>>,
     /// How often this process packed each chunk (the importance policy of surrogate tiers).
-    pub access: Arc<std::sync::Mutex<super::surrogate::AccessCounts>>,
+    pub access: Arc<std::sync::Mutex<ragstream_core::query::surrogate::AccessCounts>>,
 }
 
 impl std::fmt::Debug for QueryServices {
@@ -241,4 +238,31 @@ impl QueryServices {
             .checked_sub(self.first_worker)
             .and_then(|local| self.shards.get(local))
     }
+}
+
+/// Whether a gathered query goes through the ranking steps (Fuse to Mmr): a retrieving mode and no
+/// error from the shards.
+fn ranked(working: &Working) -> bool {
+    working.answer.error.is_none()
+        && matches!(
+            working.job.query.mode,
+            Mode::Bounded | Mode::Deep | Mode::Files | Mode::SqlCompact | Mode::SqlFull
+        )
+}
+
+/// A ranking step called `name`: `logic` runs on each [`ranked`] record and its time is recorded
+/// under the lower-cased name; other records pass untouched.
+pub(crate) fn ranked_step<'scope>(
+    stream: StreamVec<'scope, u64, Working>,
+    name: &'static str,
+    mut logic: impl FnMut(&mut Working) + 'static,
+) -> StreamVec<'scope, u64, Working> {
+    map_stage(stream, name, move |mut working: Working| {
+        if ranked(&working) {
+            let started = Instant::now();
+            logic(&mut working);
+            working.job.record(&name.to_lowercase(), started);
+        }
+        working
+    })
 }

@@ -1,35 +1,45 @@
-//! The timely side of the query flow: one thin operator per step around the pure steps of
-//! `ragstream_core::query` (re-exported here).
+//! The timely side of the query flow: one operator a file, each an extension trait named as the
+//! operator is in the dataflow, over the pure steps of `ragstream_core::query`.
 //!
 //! ```text
-//! QuerySource ─ok─► AwaitConsistency ─► CacheLookup ─► Intent ─► EmbedQuery ─► broadcast ─► SearchShard
-//!   │                                                                                          │ exchange to the origin worker
-//!   │  Publish ◄─ Pack ◄─ Neighbours ◄─ Mmr ◄─ Dedup ◄─ Rerank ◄─ Fuse ◄─ Gather ◄────────────┘
-//!   │                         │ ▲ exchange to the top hit's shard owner and back
-//!   └─err (refused query) ─► RefuseQueries (error context + DLQ) ─► Publish
+//! QuerySource ─ok─► AwaitConsistency ─► CacheLookup ─► Intent ─► (Hyde) ─► EmbedQuery ─► Retrieve
+//!   │      (consistency)  (cache_lookup)  (intent)   (hyde)   (embed_query)  (retrieve: WireQuery,
+//!   │                                                                         broadcast, SearchShard
+//!   │                                                                         (search), Gather)
+//!   │  Publish ◄─ (Cite) ◄─ Pack ◄─ Neighbours ◄─ Mmr ◄─ Dedup ◄─ (RerankEndpoint) ◄─ Rerank ◄─ Fuse
+//!   │  (publish) (invalidation) (pack) (neighbours) (mmr) (dedup) (rerank_endpoint)    (rerank)  (fuse)
+//!   └─err (refused query) ─► RefuseQueries (refuse: DLQ record, then the error context) ─► Publish
 //! ```
 //!
 //! - [`job`]: the records the operators pass along and the services they share;
-//! - [`steps`]: up to the shards' answers ([`steps::QuerySteps`]); [`retrieve`]: the lanes on a shard;
-//! - [`answer`]: fusion to packing ([`answer::AnswerSteps`]);
-//! - [`publish`]: refusals and publishing, through a [`publish::ContextSink`] the adapters implement;
-//! - [`invalidation`]: what published contexts cite, and the invalidations when those chunks change;
-//! - [`remote`]: the optional model endpoints (HyDE after Intent, a reranker after Rerank), called
-//!   off the worker.
+//! - [`search`]: the lanes against one shard, which SearchShard runs on every worker;
+//! - [`remote`]: the stage [`hyde`] and [`rerank_endpoint`] build on, which calls model endpoints off
+//!   the worker;
+//! - [`invalidation`]: what published contexts cite, and the invalidations when those chunks change.
 //!
 //! A query is answered (gathered, packed and published) on the worker that received it, so an HTTP
 //! caller's reply is delivered by the process holding its connection. Each step records its latency on
-//! the job; the context carries them all.
+//! the job; the context carries them all. The wiring is `topologies/src/query.rs`.
 
-pub use ragstream_core::query::*;
-
-pub mod answer;
+pub mod cache_lookup;
+pub mod consistency;
+pub mod dedup;
+pub mod embed_query;
+pub mod fuse;
+pub mod hyde;
+pub mod intent;
 pub mod invalidation;
 pub mod job;
+pub mod mmr;
+pub mod neighbours;
+pub mod pack;
 pub mod publish;
+pub mod refuse;
 pub mod remote;
+pub mod rerank;
+pub mod rerank_endpoint;
 pub mod retrieve;
-pub mod steps;
+pub mod search;
 
 #[cfg(test)]
 mod dataflow_tests;

@@ -1,8 +1,6 @@
-//! The ends of the query flow: RefuseQueries (DLQ record and error context) and Publish, which hands
-//! contexts to a [`ContextSink`] (the contexts topic and HTTP replies: `io::context_sink`) and holds
-//! each batch's time until its contexts are delivered.
+//! Publish: hands contexts to a [`ContextSink`] (the contexts topic and HTTP replies:
+//! `io::context_sink`) and holds each batch's time until its contexts are delivered.
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use timely::container::CapacityContainerBuilder;
@@ -10,12 +8,9 @@ use timely::dataflow::channels::pact::Pipeline;
 use timely::dataflow::operators::{Capability, Operator};
 use timely::dataflow::StreamVec;
 
-use super::job::*;
-use super::Context;
-use crate::background::{with_backoff, Background};
-use crate::events::{InternalEvent, QueryRefused};
-use crate::ingest::dlq::{DlqRecord, DlqSink};
+use super::job::Reply;
 use crate::metrics::metrics;
+use ragstream_core::query::Context;
 
 /// Where published contexts go (implemented by `io::context_sink::ContextPublisher`).
 pub trait ContextSink {
@@ -24,69 +19,6 @@ pub trait ContextSink {
     fn publish(&mut self, time: u64, contexts: Vec<(Context, Reply)>) -> Vec<(Context, Reply)>;
     /// Whether every context of batch `time` is delivered; never blocks.
     fn delivered(&self, time: u64) -> bool;
-}
-
-/// A refused query's error context (and its DLQ record, written here).
-pub fn refusal_context(refusal: &Refusal) -> Context {
-    Context {
-        query_id: refusal.error.query_id.clone().unwrap_or_default(),
-        tenant: refusal.error.tenant.clone().unwrap_or_default(),
-        error: Some(refusal.error.to_string()),
-        error_type: Some(refusal.error.reason.as_str().into()),
-        ..Context::default()
-    }
-}
-
-/// Extension trait: write refused queries to the DLQ and turn them into error contexts.
-pub trait RefuseQueries<'scope> {
-    /// DLQ records written (durably) per batch; error contexts out.
-    fn refuse(self, dlq: Box<dyn DlqSink>) -> StreamVec<'scope, u64, (Context, Reply)>;
-}
-
-impl<'scope> RefuseQueries<'scope> for StreamVec<'scope, u64, Refusal> {
-    fn refuse(self, mut dlq: Box<dyn DlqSink>) -> StreamVec<'scope, u64, (Context, Reply)> {
-        let scope = self.scope();
-        self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
-            Pipeline,
-            "RefuseQueries",
-            move |_, info| {
-                // The DLQ writes (retried while the DLQ is down) run on a helper thread; a batch's
-                // error contexts leave once its records are durable.
-                let waker = crate::background::operator_waker(scope.worker(), &info.address);
-                let writer: Background<Vec<DlqRecord>, ()> = Background::start(
-                    "query-dlq",
-                    move |records: Vec<DlqRecord>, deliver| {
-                        let written =
-                            with_backoff("query_dlq", |_: &String| true, || dlq.write(&records));
-                        debug_assert!(written.is_ok(), "every DLQ failure is retried");
-                        deliver.send(());
-                    },
-                    waker,
-                );
-                let mut pending: VecDeque<(Capability<u64>, Vec<Refusal>)> = VecDeque::new();
-                move |input, output| {
-                    input.for_each(|cap, data| {
-                        let cap = cap.retain_least(0).expect("time of the batch");
-                        writer.submit(data.iter().map(|r| r.dlq.clone()).collect());
-                        pending.push_back((cap, std::mem::take(data)));
-                    });
-                    while !pending.is_empty() && writer.try_result().is_some() {
-                        let (cap, refusals) = pending.pop_front().expect("a pending batch");
-                        for refusal in &refusals {
-                            QueryRefused {
-                                reason: refusal.error.reason.as_str(),
-                                record: &refusal.dlq,
-                            }
-                            .emit();
-                        }
-                        output.session(&cap).give_iterator(
-                            refusals.into_iter().map(|r| (refusal_context(&r), r.reply)),
-                        );
-                    }
-                }
-            },
-        )
-    }
 }
 
 /// Extension trait: publish contexts.
@@ -153,11 +85,9 @@ mod tests {
     use std::sync::Arc;
 
     use timely::dataflow::operators::vec::Input;
-    use timely::dataflow::operators::{Inspect, Probe};
+    use timely::dataflow::operators::Probe;
 
     use super::*;
-    use crate::ingest::dlq::Origin;
-    use crate::query::decode::{QueryError, RefusalReason};
 
     /// Records what it is given; a time is delivered once the test says so.
     struct HeldSink {
@@ -219,83 +149,5 @@ mod tests {
             }
             assert!(!probe.less_equal(&0), "time 0 completed after delivery");
         });
-    }
-
-    /// Fails its first `failures` writes, then keeps the records.
-    struct FlakyDlq {
-        failures: usize,
-        written: Arc<std::sync::Mutex<Vec<DlqRecord>>>,
-    }
-
-    impl DlqSink for FlakyDlq {
-        fn write(&mut self, records: &[DlqRecord]) -> Result<(), String> {
-            if self.failures > 0 {
-                self.failures -= 1;
-                return Err("down".into());
-            }
-            self.written.lock().unwrap().extend_from_slice(records);
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn refused_queries_are_dead_lettered_before_their_error_contexts_go_out() {
-        let written = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let dlq = FlakyDlq {
-            failures: 1,
-            written: written.clone(),
-        };
-        let seen = timely::execute_directly(move |worker| {
-            let seen = Rc::new(RefCell::new(Vec::new()));
-            let out = seen.clone();
-            let written = written.clone();
-            let (mut input, probe) = worker.dataflow(|scope| {
-                let (input, stream) = scope.new_input::<Refusal>();
-                let probe = stream
-                    .refuse(Box::new(dlq))
-                    .inspect(move |(context, reply): &(Context, Reply)| {
-                        // The record is durable before its context leaves.
-                        assert_eq!(written.lock().unwrap().len(), 1);
-                        out.borrow_mut().push((context.clone(), *reply));
-                    })
-                    .probe()
-                    .0;
-                (input, probe)
-            });
-            input.send(Refusal {
-                error: QueryError {
-                    reason: RefusalReason::MalformedJson,
-                    message: "query is not JSON".into(),
-                    query_id: Some("q9".into()),
-                    tenant: Some("acme".into()),
-                },
-                dlq: DlqRecord::new(
-                    RefusalReason::MalformedJson.as_str(),
-                    "query is not JSON".into(),
-                    Origin::Http {
-                        endpoint: "/v1/query".into(),
-                    },
-                    Some("acme".into()),
-                    None,
-                    Some(b"{not json"),
-                ),
-                reply: Reply::Http(7),
-            });
-            input.advance_to(1);
-            while probe.less_equal(&0) {
-                worker.step();
-            }
-            seen.take()
-        });
-        assert_eq!(seen.len(), 1);
-        let (context, reply) = &seen[0];
-        assert_eq!(context.query_id, "q9");
-        assert_eq!(context.tenant, "acme");
-        assert!(context
-            .error
-            .as_deref()
-            .unwrap()
-            .starts_with("malformed_json"));
-        assert_eq!(*reply, Reply::Http(7));
     }
 }

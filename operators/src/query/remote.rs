@@ -1,4 +1,5 @@
-//! Calls to model endpoints (a reranker, a HyDE writer) off the dataflow worker.
+//! Calls to model endpoints (a reranker, a HyDE writer) off the dataflow worker: the stage the
+//! [`Hyde`](super::hyde) and [`RerankEndpoint`](super::rerank_endpoint) operators are built on.
 //!
 //! A [`remote`] stage hands each record's call to a small pool of threads and holds the record's
 //! capability until the answer is back; the pool wakes the operator, which then finishes the record
@@ -16,9 +17,6 @@ use timely::dataflow::channels::pact::Pipeline;
 use timely::dataflow::operators::{Capability, Operator};
 use timely::dataflow::StreamVec;
 
-use super::endpoints::{apply_scores, PassageWriter, RerankKind, Reranker};
-use super::job::{HydePassage, QueryJob, Working};
-use super::{cache::LruTtl, Action, Cause, Decision, Mode};
 use crate::metrics::metrics;
 
 type Call = Box<dyn FnOnce() + Send>;
@@ -135,29 +133,9 @@ pub(crate) fn remote<'scope, T: 'static, R: Send + 'static>(
     })
 }
 
-/// Extension trait: the endpoint stages of the query flow.
-pub trait RemoteSteps<'scope> {
-    /// Asks the HyDE writer for a hypothetical passage for queries of the configured intents.
-    fn hyde(
-        self,
-        writer: Arc<dyn PassageWriter>,
-        config: super::endpoints::HydeConfig,
-    ) -> StreamVec<'scope, u64, QueryJob>;
-}
-
-/// Extension trait: the reranker endpoint over the rerank window.
-pub trait RemoteRerank<'scope> {
-    /// Reorders the head of the built-in rerank by the endpoint's scores.
-    fn rerank_endpoint(
-        self,
-        reranker: Arc<dyn Reranker>,
-        window: usize,
-        threads: usize,
-        timeout: Duration,
-    ) -> StreamVec<'scope, u64, Working>;
-}
-
-fn outcome(endpoint: &str, outcome: &str, took: Duration) {
+/// Counts an endpoint call's outcome and time (`ragstream_endpoint_calls_total`,
+/// `ragstream_endpoint_seconds`).
+pub(crate) fn outcome(endpoint: &str, outcome: &str, took: Duration) {
     metrics()
         .endpoint_calls
         .with_label_values(&[endpoint, outcome])
@@ -166,146 +144,4 @@ fn outcome(endpoint: &str, outcome: &str, took: Duration) {
         .endpoint_seconds
         .with_label_values(&[endpoint])
         .observe(took.as_secs_f64());
-}
-
-impl<'scope> RemoteSteps<'scope> for StreamVec<'scope, u64, QueryJob> {
-    fn hyde(
-        self,
-        writer: Arc<dyn PassageWriter>,
-        config: super::endpoints::HydeConfig,
-    ) -> StreamVec<'scope, u64, QueryJob> {
-        // Passages by query text; a cached one needs no call.
-        let cache: Arc<Mutex<LruTtl<String, String>>> = Arc::new(Mutex::new(LruTtl::new(
-            config.cache_entries.max(1),
-            Duration::from_secs(3600),
-        )));
-        let lookup = cache.clone();
-        let intents = config.intents.clone();
-        remote(
-            self,
-            "Hyde",
-            config.endpoint.concurrency,
-            Duration::from_millis(config.endpoint.timeout_ms),
-            move |job: &mut QueryJob| {
-                let wanted = job.cached.is_none()
-                    && matches!(job.query.mode, Mode::Bounded | Mode::Deep)
-                    && job
-                        .plan
-                        .as_ref()
-                        .is_some_and(|plan| intents.contains(&plan.intent));
-                if !wanted {
-                    return None;
-                }
-                if let Some(passage) = lookup.lock().expect("hyde cache").get(&job.query.text, 0) {
-                    job.hyde = Some(HydePassage {
-                        text: passage,
-                        cached: true,
-                    });
-                    metrics()
-                        .endpoint_calls
-                        .with_label_values(&["hyde", "cached"])
-                        .inc();
-                    return None;
-                }
-                let writer = writer.clone();
-                let text = job.query.text.clone();
-                Some(Box::new(move || writer.write(&text)) as EndpointCall<String>)
-            },
-            move |job: &mut QueryJob, result: Result<String, String>, took| {
-                job.record("hyde", Instant::now() - took);
-                match result {
-                    Ok(passage) => {
-                        outcome("hyde", "ok", took);
-                        cache.lock().expect("hyde cache").put(
-                            job.query.text.clone(),
-                            passage.clone(),
-                            0,
-                        );
-                        job.hyde = Some(HydePassage {
-                            text: passage,
-                            cached: false,
-                        });
-                    }
-                    Err(error) => {
-                        outcome("hyde", "fallback", took);
-                        job.degraded = true;
-                        job.notes.push(format!(
-                            "hyde endpoint unavailable ({error}): the query's own vector was used"
-                        ));
-                    }
-                }
-            },
-        )
-    }
-}
-
-impl<'scope> RemoteRerank<'scope> for StreamVec<'scope, u64, Working> {
-    fn rerank_endpoint(
-        self,
-        reranker: Arc<dyn Reranker>,
-        window: usize,
-        threads: usize,
-        timeout: Duration,
-    ) -> StreamVec<'scope, u64, Working> {
-        let kind: RerankKind = reranker.kind();
-        let label = match kind {
-            RerankKind::Llm => "rerank_llm",
-            RerankKind::Cohere => "rerank_cohere",
-            _ => "rerank_http",
-        };
-        remote(
-            self,
-            "RerankEndpoint",
-            threads,
-            timeout,
-            move |working: &mut Working| {
-                let ranked = working.job.cached.is_none()
-                    && working.answer.error.is_none()
-                    && matches!(working.job.query.mode, Mode::Bounded | Mode::Deep)
-                    && working.candidates.len() > 1;
-                if !ranked {
-                    return None;
-                }
-                let texts: Vec<String> = working
-                    .candidates
-                    .iter()
-                    .take(window)
-                    .map(|c| c.stored.chunk.text.clone())
-                    .collect();
-                let query = working.job.query.text.clone();
-                let reranker = reranker.clone();
-                Some(Box::new(move || reranker.score(&query, &texts)) as EndpointCall<Vec<f32>>)
-            },
-            move |working: &mut Working, result: Result<Vec<f32>, String>, took| {
-                working.job.record("rerank_endpoint", Instant::now() - took);
-                match result {
-                    Ok(scores) => {
-                        outcome(label, "ok", took);
-                        apply_scores(&mut working.candidates, window, &scores);
-                        if working.job.query.trace {
-                            working.trace.candidates = working
-                                .candidates
-                                .iter()
-                                .map(super::TraceCandidate::from)
-                                .collect();
-                        }
-                    }
-                    Err(error) => {
-                        outcome(label, "fallback", took);
-                        working.job.degraded = true;
-                        working.trace.decisions.push(Decision::new(
-                            "",
-                            Action::Adapted,
-                            Cause::EndpointFallback,
-                            format!("rerank endpoint ({}) unavailable: {error}", kind.as_str()),
-                        ));
-                        working.job.notes.push(format!(
-                            "rerank endpoint ({}) unavailable ({error}): the built-in rerank order was kept",
-                            kind.as_str()
-                        ));
-                    }
-                }
-            },
-        )
-    }
 }

@@ -43,7 +43,7 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     /// Query pipeline tunables.
     #[serde(default)]
-    pub query: ragstream_operators::query::QueryConfig,
+    pub query: ragstream_core::query::QueryConfig,
 }
 
 /// A configuration error, naming the key.
@@ -163,7 +163,7 @@ impl Config {
             );
         }
         let rerank = &self.query.rerank;
-        if rerank.kind != ragstream_operators::query::endpoints::RerankKind::None
+        if rerank.kind != ragstream_core::query::endpoints::RerankKind::None
             && rerank.endpoint.url.is_empty()
         {
             return invalid(

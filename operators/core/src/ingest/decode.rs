@@ -284,14 +284,14 @@ pub fn decode_event(
             format!("invalid UTF-8 at byte {}", err.valid_up_to()),
         )
     })?;
-    let wire: WireEvent = serde_json::from_str(text).map_err(|err| {
+    let mut wire: WireEvent = serde_json::from_str(text).map_err(|err| {
         DecodeError::new(
             DecodeReason::MalformedJson,
             format!("malformed JSON: {err}"),
         )
     })?;
-    let tenant = required(wire.tenant, "tenant")?;
-    let doc_id = required(wire.doc_id, "doc_id")?;
+    let tenant = required(wire.tenant.take(), "tenant")?;
+    let doc_id = required(wire.doc_id.take(), "doc_id")?;
     check_bounds(
         &tenant,
         &doc_id,
@@ -319,55 +319,58 @@ pub fn decode_event(
         }
     }
     check_tenant(&body_key.tenant, config)?;
-    let op = wire.op.as_deref().unwrap_or("upsert");
-    match op {
+    let op = wire.op.take().unwrap_or_else(|| "upsert".into());
+    match op.as_str() {
         "delete" => Ok(DocOp::Delete {
             key: body_key,
             version: wire.version,
         }),
-        "upsert" => {
-            let version = wire.version.ok_or_else(|| {
-                DecodeError::new(DecodeReason::MissingField, "missing field `version`")
-            })?;
-            let kind_name = wire.kind.as_deref().unwrap_or("auto");
-            let kind = DocKind::parse(kind_name).ok_or_else(|| {
-                DecodeError::new(
-                    DecodeReason::UnknownKind,
-                    format!("unknown kind {:?}", prefix(kind_name)),
-                )
-            })?;
-            let metadata = Metadata::parse(&wire.metadata)
-                .map_err(|message| DecodeError::new(DecodeReason::InvalidMetadata, message))?;
-            let source = wire
-                .source
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| body_key.doc_id.clone());
-            let body = body(wire.text, wire.content_base64)?;
-            let (kind, text, title) = read_body(
-                kind,
-                &source,
-                body,
-                wire.extracted,
-                wire.title,
-                config.max_document_bytes,
-            )?;
-            Ok(DocOp::Upsert(Document {
-                key: body_key,
-                version,
-                source,
-                kind,
-                title,
-                text,
-                acl: wire.acl,
-                updated_ms: wire.updated_at.unwrap_or(0),
-                metadata,
-            }))
-        }
+        "upsert" => upsert(wire, body_key, config),
         other => Err(DecodeError::new(
             DecodeReason::UnknownOp,
             format!("unknown op {:?}", prefix(other)),
         )),
     }
+}
+
+/// The document of an upsert event whose key checked out.
+fn upsert(wire: WireEvent, body_key: DocKey, config: &DecodeConfig) -> Result<DocOp, DecodeError> {
+    let version = wire
+        .version
+        .ok_or_else(|| DecodeError::new(DecodeReason::MissingField, "missing field `version`"))?;
+    let kind_name = wire.kind.as_deref().unwrap_or("auto");
+    let kind = DocKind::parse(kind_name).ok_or_else(|| {
+        DecodeError::new(
+            DecodeReason::UnknownKind,
+            format!("unknown kind {:?}", prefix(kind_name)),
+        )
+    })?;
+    let metadata = Metadata::parse(&wire.metadata)
+        .map_err(|message| DecodeError::new(DecodeReason::InvalidMetadata, message))?;
+    let source = wire
+        .source
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| body_key.doc_id.clone());
+    let body = body(wire.text, wire.content_base64)?;
+    let (kind, text, title) = read_body(
+        kind,
+        &source,
+        body,
+        wire.extracted,
+        wire.title,
+        config.max_document_bytes,
+    )?;
+    Ok(DocOp::Upsert(Document {
+        key: body_key,
+        version,
+        source,
+        kind,
+        title,
+        text,
+        acl: wire.acl,
+        updated_ms: wire.updated_at.unwrap_or(0),
+        metadata,
+    }))
 }
 
 /// What an upsert carries: text, or a file's bytes.

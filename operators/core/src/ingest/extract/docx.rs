@@ -173,6 +173,40 @@ struct Paragraph {
     list: bool,
 }
 
+/// Writes a finished paragraph: into the open table cell, as a heading, a list item, or a paragraph
+/// (escaped where it would read as markdown structure).
+fn end_paragraph(paragraph: Paragraph, in_cell: bool, cell: &mut String, out: &mut Writer) {
+    let words = paragraph.text.split_whitespace().collect::<Vec<_>>();
+    if words.is_empty() {
+        return;
+    }
+    let text = words.join(" ");
+    if in_cell {
+        if !cell.is_empty() {
+            cell.push(' ');
+        }
+        cell.push_str(&text);
+    } else if let Some(level) = paragraph.level {
+        out.end_block();
+        out.push(&"#".repeat(level));
+        out.push(" ");
+        out.push(&text);
+        out.end_block();
+    } else if paragraph.list {
+        out.end_line();
+        out.push("- ");
+        out.push(&text);
+        out.end_line();
+    } else {
+        out.end_block();
+        if text.starts_with('#') || text.starts_with("```") {
+            out.push("\\");
+        }
+        out.push(&text);
+        out.end_block();
+    }
+}
+
 fn body_text(
     xml: &[u8],
     levels: &HashMap<String, usize>,
@@ -241,36 +275,8 @@ fn body_text(
             Event::End(e) => match e.local_name().as_ref() {
                 "t" => in_text = false,
                 "p" => {
-                    let paragraph = std::mem::take(&mut paragraph);
-                    let text = paragraph.text.split_whitespace().collect::<Vec<_>>();
-                    if text.is_empty() {
-                        continue;
-                    }
-                    let text = text.join(" ");
-                    if cells_open > 0 {
-                        if !cell.is_empty() {
-                            cell.push(' ');
-                        }
-                        cell.push_str(&text);
-                    } else if let Some(level) = paragraph.level {
-                        out.end_block();
-                        out.push(&"#".repeat(level));
-                        out.push(" ");
-                        out.push(&text);
-                        out.end_block();
-                    } else if paragraph.list {
-                        out.end_line();
-                        out.push("- ");
-                        out.push(&text);
-                        out.end_line();
-                    } else {
-                        out.end_block();
-                        if text.starts_with('#') || text.starts_with("```") {
-                            out.push("\\");
-                        }
-                        out.push(&text);
-                        out.end_block();
-                    }
+                    let done = std::mem::take(&mut paragraph);
+                    end_paragraph(done, cells_open > 0, &mut cell, &mut out);
                 }
                 "tc" if cells_open > 0 => {
                     cells_open -= 1;

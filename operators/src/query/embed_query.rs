@@ -1,0 +1,174 @@
+//! EmbedQuery: the query texts of each batch (and their HyDE passages) embedded in one call to the
+//! inference service, off the worker; a repeated text is embedded once. When the embedder fails the
+//! BM25 lane still answers and the context says the dense lane was out.
+
+use std::time::{Duration, Instant};
+
+use timely::container::CapacityContainerBuilder;
+use timely::dataflow::channels::pact::Pipeline;
+use timely::dataflow::operators::Operator;
+use timely::dataflow::StreamVec;
+
+use super::job::{QueryJob, QueryServices};
+use crate::embed::service::{Priority, Ticket};
+use ragstream_core::query::cache::LruTtl;
+
+/// Query jobs waiting for their vectors from the inference service.
+struct PendingEmbedding {
+    cap: timely::dataflow::operators::Capability<u64>,
+    jobs: Vec<QueryJob>,
+    /// Jobs that need a dense vector.
+    wanted: Vec<usize>,
+    /// Texts whose vector was not cached (the request's texts, in order): the job, and whether the
+    /// text is its HyDE passage rather than its query.
+    missing: Vec<(usize, bool)>,
+    /// HyDE passage vectors found in the cache, by job.
+    passages: Vec<(usize, Vec<f32>)>,
+    ticket: Ticket,
+    started: Instant,
+}
+
+/// Mixes a job's HyDE passage vector into its dense query and says so (a job whose query vector is
+/// missing keeps none: the dense lane is out either way, and its note says that).
+fn mix_passage(job: &mut QueryJob, passage: &[f32], weight: f32) {
+    if job.vectors.dense.len() == passage.len() && !passage.is_empty() {
+        job.vectors.dense =
+            ragstream_core::query::endpoints::mix(&job.vectors.dense, passage, weight);
+        let cached = job.hyde.as_ref().is_some_and(|h| h.cached);
+        job.notes.push(format!(
+            "hyde: hypothetical passage joined the dense query{}",
+            if cached { " (cached)" } else { "" }
+        ));
+    }
+}
+
+/// Extension trait: the `EmbedQuery` operator.
+pub trait EmbedQuery<'scope> {
+    /// Embeds the query texts of each batch in one call (dense) and encodes BM25 terms.
+    fn embed_query(self, services: QueryServices) -> StreamVec<'scope, u64, QueryJob>;
+}
+
+impl<'scope> EmbedQuery<'scope> for StreamVec<'scope, u64, QueryJob> {
+    fn embed_query(self, services: QueryServices) -> StreamVec<'scope, u64, QueryJob> {
+        // Repeated query texts (other budgets, other modes) are embedded once.
+        let mut vectors: LruTtl<String, Vec<f32>> = LruTtl::new(16_384, Duration::from_secs(3600));
+        let hyde_weight = services.config.hyde.weight;
+        let scope = self.scope();
+        self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
+            Pipeline,
+            "EmbedQuery",
+            move |_, info| {
+                // The service wakes this operator from its own thread when a query's vector is ready;
+                // meanwhile the worker runs the rest of the query flow and ingest.
+                let waker = crate::background::operator_waker(scope.worker(), &info.address);
+                // Batches waiting for their vectors, each holding its capability.
+                let mut waiting: Vec<PendingEmbedding> = Vec::new();
+                move |input, output| {
+                    input.for_each(|cap, data| {
+                        let started = Instant::now();
+                        let mut jobs: Vec<QueryJob> = std::mem::take(data);
+                        let wanted: Vec<usize> = (0..jobs.len())
+                            .filter(|&i| jobs[i].query.mode.retrieves())
+                            .collect();
+                        let mut missing: Vec<(usize, bool)> = Vec::new();
+                        let mut passages: Vec<(usize, Vec<f32>)> = Vec::new();
+                        for &i in &wanted {
+                            match vectors.get(&jobs[i].query.text, 0) {
+                                Some(vector) => jobs[i].vectors.dense = vector,
+                                None => missing.push((i, false)),
+                            }
+                            if let Some(passage) = &jobs[i].hyde {
+                                match vectors.get(&passage.text, 0) {
+                                    Some(vector) => passages.push((i, vector)),
+                                    None => missing.push((i, true)),
+                                }
+                            }
+                        }
+                        if missing.is_empty() {
+                            for (i, passage) in passages {
+                                mix_passage(&mut jobs[i], &passage, hyde_weight);
+                            }
+                            for &i in &wanted {
+                                jobs[i].record("embed", started);
+                            }
+                            output.session(&cap).give_iterator(jobs.into_iter());
+                            return;
+                        }
+                        let texts = missing
+                            .iter()
+                            .map(|&(i, passage)| match passage {
+                                true => jobs[i].hyde.as_ref().expect("a passage").text.clone(),
+                                false => jobs[i].query.text.clone(),
+                            })
+                            .collect();
+                        let waker = waker.clone();
+                        let ticket = services
+                            .embedder
+                            .submit(texts, Priority::Query, move || waker());
+                        waiting.push(PendingEmbedding {
+                            cap: cap.retain_least(0).expect("time of the batch"),
+                            jobs,
+                            wanted,
+                            missing,
+                            passages,
+                            ticket,
+                            started,
+                        });
+                    });
+                    waiting.retain_mut(|pending| {
+                        let Some(result) = pending.ticket.try_take() else {
+                            return true;
+                        };
+                        let jobs = &mut pending.jobs;
+                        match result {
+                            Ok(embedded) => {
+                                for (&(i, passage), vector) in
+                                    pending.missing.iter().zip(embedded.vectors)
+                                {
+                                    if passage {
+                                        let text =
+                                            jobs[i].hyde.as_ref().expect("a passage").text.clone();
+                                        vectors.put(text, vector.clone(), 0);
+                                        pending.passages.push((i, vector));
+                                    } else {
+                                        vectors.put(jobs[i].query.text.clone(), vector.clone(), 0);
+                                        jobs[i].vectors.dense = vector;
+                                    }
+                                }
+                                for (i, passage) in std::mem::take(&mut pending.passages) {
+                                    mix_passage(&mut jobs[i], &passage, hyde_weight);
+                                }
+                            }
+                            Err(error) => {
+                                // The BM25 lane still answers; the context says the dense lane was
+                                // out. A passage not embedded leaves the query's own vector.
+                                for &(i, passage) in &pending.missing {
+                                    if passage {
+                                        jobs[i].degraded = true;
+                                        jobs[i].notes.push(format!(
+                                            "hyde passage not embedded ({error}): the query's own vector was used"
+                                        ));
+                                    } else {
+                                        jobs[i]
+                                            .notes
+                                            .push(format!("dense lane unavailable: {error}"));
+                                    }
+                                }
+                                for (i, passage) in std::mem::take(&mut pending.passages) {
+                                    mix_passage(&mut jobs[i], &passage, hyde_weight);
+                                }
+                            }
+                        }
+                        for &i in &pending.wanted {
+                            jobs[i].record("embed", pending.started);
+                        }
+                        output
+                            .session(&pending.cap)
+                            .give_iterator(std::mem::take(jobs).into_iter());
+                        false
+                    });
+                }
+            },
+        )
+    }
+}

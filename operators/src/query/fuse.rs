@@ -1,0 +1,68 @@
+//! Fuse: the lanes' evidence may first adapt the intent's weights (`ragstream_core::query::adapt`),
+//! then weighted reciprocal-rank fusion (`ragstream_core::query::fuse`) joins the dense and BM25 lanes
+//! with their stored vectors and sentence evidence.
+
+use std::sync::Arc;
+
+use timely::dataflow::StreamVec;
+
+use super::job::{ranked_step, Working};
+use crate::metrics::metrics;
+use ragstream_core::query::adapt::adapt;
+use ragstream_core::query::fuse::{attach_evidence, attach_vectors, fuse};
+use ragstream_core::query::{Action, Cause, Decision, QueryConfig};
+
+/// Extension trait: the `Fuse` operator.
+pub trait Fuse<'scope> {
+    /// Weighted reciprocal-rank fusion of the gathered lanes.
+    fn fuse(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working>;
+}
+
+impl<'scope> Fuse<'scope> for StreamVec<'scope, u64, Working> {
+    fn fuse(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working> {
+        ranked_step(self, "Fuse", move |working| {
+            if let Some(plan) = working.job.plan.as_mut().filter(|_| config.adapt_fusion) {
+                if let Some(reason) = adapt(plan, &working.answer.dense) {
+                    metrics()
+                        .fusion_adapted
+                        .with_label_values(&[plan.intent.as_str()])
+                        .inc();
+                    working.trace.decisions.push(Decision::new(
+                        "",
+                        Action::Adapted,
+                        Cause::EvidenceRule,
+                        reason,
+                    ));
+                }
+            }
+            let weights = working
+                .job
+                .plan
+                .as_ref()
+                .map(|p| p.weights)
+                .unwrap_or_default();
+            // The weights fusion uses, after any adaptation (the intent's preset where none).
+            let m = metrics();
+            m.fusion_weight
+                .with_label_values(&["dense"])
+                .observe(weights.dense as f64);
+            m.fusion_weight
+                .with_label_values(&["bm25"])
+                .observe(weights.bm25 as f64);
+            let (mut candidates, decisions) = fuse(
+                std::mem::take(&mut working.answer.dense),
+                std::mem::take(&mut working.answer.bm25),
+                weights,
+                config.rrf_k,
+            );
+            attach_vectors(&mut candidates, std::mem::take(&mut working.answer.vectors));
+            attach_evidence(
+                &mut candidates,
+                std::mem::take(&mut working.answer.evidence),
+            );
+            working.available = candidates.len();
+            working.candidates = candidates;
+            working.trace.decisions.extend(decisions);
+        })
+    }
+}

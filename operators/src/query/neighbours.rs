@@ -1,0 +1,133 @@
+//! Neighbours: NeighbourRequests sends a bounded query's top candidate to the worker owning its
+//! shard (in this process or another of the cluster), FetchNeighbours reads its neighbours there, and
+//! Neighbours joins them back on the origin worker.
+
+use std::collections::HashMap;
+
+use timely::container::CapacityContainerBuilder;
+use timely::dataflow::channels::pact::{Exchange, Pipeline};
+use timely::dataflow::operators::{Capability, Operator};
+use timely::dataflow::StreamVec;
+
+use super::job::{QueryServices, Working};
+use crate::stage::flat_map_stage;
+use crate::store::{SearchFilter, VectorStore};
+use crate::wire::Wire;
+use ragstream_core::query::Mode;
+
+/// Extension trait: the `Neighbours` operator.
+pub trait Neighbours<'scope> {
+    /// Fetches the neighbours of a bounded query's top candidate on the worker owning its shard (in
+    /// this process or another of the cluster) and joins them back on the origin worker.
+    fn neighbours(self, services: QueryServices) -> StreamVec<'scope, u64, Working>;
+}
+
+impl<'scope> Neighbours<'scope> for StreamVec<'scope, u64, Working> {
+    fn neighbours(self, services: QueryServices) -> StreamVec<'scope, u64, Working> {
+        type Request = Wire<((usize, u64), crate::store::StoredChunk)>;
+        type Answer = Wire<((usize, u64), Vec<crate::store::StoredChunk>)>;
+        let wants = |working: &Working| {
+            working.job.query.mode == Mode::Bounded && !working.candidates.is_empty()
+        };
+        let route = services.clone();
+        let requests = flat_map_stage(
+            self.clone(),
+            "NeighbourRequests",
+            move |working: Working| -> Option<Request> {
+                wants(&working).then(|| {
+                    let top = working.candidates[0].stored.clone();
+                    Wire(((working.job.origin, working.job.id), top))
+                })
+            },
+        );
+        let fetch = services.clone();
+        let worker_of =
+            move |key: &crate::model::DocKey, origin: usize| route.owner_of(key, origin);
+        let answers = requests.unary::<CapacityContainerBuilder<Vec<Answer>>, _, _, _>(
+            Exchange::new(move |Wire(((origin, _), top)): &Request| {
+                worker_of(&top.key, *origin) as u64
+            }),
+            "FetchNeighbours",
+            move |_, _| {
+                move |input, output| {
+                    input.for_each(|cap, data| {
+                        let mut session = output.session(&cap);
+                        for Wire((id, top)) in data.drain(..) {
+                            let owner = fetch.owner_of(&top.key, id.0);
+                            let neighbours = match fetch.local_shard(owner) {
+                                Some(shard) => neighbours_of(shard.as_ref(), &top),
+                                None => Vec::new(),
+                            };
+                            session.give(Wire((id, neighbours)));
+                        }
+                    });
+                }
+            },
+        );
+        self.binary::<_, CapacityContainerBuilder<Vec<Working>>, _, _, _, _>(
+            answers,
+            Pipeline,
+            Exchange::new(|Wire(((origin, _), _)): &Answer| *origin as u64),
+            "Neighbours",
+            move |_, _| {
+                let mut waiting: HashMap<(usize, u64), (Capability<u64>, Working)> = HashMap::new();
+                let mut arrived: HashMap<(usize, u64), Vec<crate::store::StoredChunk>> =
+                    HashMap::new();
+                move |working_input, answer_input, output| {
+                    working_input.for_each(|cap, data| {
+                        for mut working in data.drain(..) {
+                            if !wants(&working) {
+                                output.session(&cap).give(working);
+                                continue;
+                            }
+                            let id = (working.job.origin, working.job.id);
+                            match arrived.remove(&id) {
+                                Some(neighbours) => {
+                                    working.neighbours = neighbours;
+                                    output.session(&cap).give(working);
+                                }
+                                None => {
+                                    let retained = cap.retain_least(0).expect("time of the batch");
+                                    waiting.insert(id, (retained, working));
+                                }
+                            }
+                        }
+                    });
+                    answer_input.for_each(|_, data| {
+                        for Wire((id, neighbours)) in data.drain(..) {
+                            match waiting.remove(&id) {
+                                Some((cap, mut working)) => {
+                                    working.neighbours = neighbours;
+                                    output.session(&cap).give(working);
+                                }
+                                None => {
+                                    arrived.insert(id, neighbours);
+                                }
+                            }
+                        }
+                    });
+                }
+            },
+        )
+    }
+}
+
+/// Chunks of `top`'s document within 3 positions of it, from `shard` (the one holding it).
+fn neighbours_of(
+    shard: &dyn VectorStore,
+    top: &crate::store::StoredChunk,
+) -> Vec<crate::store::StoredChunk> {
+    let filter = SearchFilter {
+        tenant: Some(top.key.tenant.clone()),
+        doc_ids: vec![top.key.doc_id.clone()],
+        ..SearchFilter::default()
+    };
+    let order = top.chunk.order_index;
+    let mut out = Vec::new();
+    let _ = shard.scroll(&filter, &mut |stored| {
+        if stored.chunk.order_index.abs_diff(order) <= 3 && stored.chunk.acl == top.chunk.acl {
+            out.push(stored);
+        }
+    });
+    out
+}

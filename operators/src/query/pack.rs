@@ -1,0 +1,277 @@
+//! Pack: the context of each query, by mode (`answer`): the bounded modes packed into their token
+//! budget (`ragstream_core::query::pack`), with surrogate tiers where configured; the other modes
+//! rendered. The context is cached under the index generation its retrieval read.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use timely::dataflow::StreamVec;
+
+use super::cache_lookup::cache_key;
+use super::job::{now_micros, QueryServices, Reply, Working};
+use super::search::results_wanted;
+use crate::metrics::metrics;
+use crate::stage::map_stage;
+use crate::tokens::{Encoding, TokenCounter};
+use ragstream_core::query::cache::LruTtl;
+use ragstream_core::query::modes::{
+    budget_for, max_new_tokens, rank_files, sql_compact, sql_full, unknown_chunk,
+    SQL_FULL_HINT_TOKENS,
+};
+use ragstream_core::query::pack::{pack, render_full, AnswerCue, PackRequest};
+use ragstream_core::query::surrogate::{choose, SurrogatePolicy, SurrogateTier};
+use ragstream_core::query::{Candidate, Context, Mode, LIST_PAGE};
+
+/// Extension trait: the `Pack` operator.
+pub trait Pack<'scope> {
+    /// Packs (or renders, for the other modes) the context.
+    fn pack(
+        self,
+        services: QueryServices,
+        cache: Arc<Mutex<LruTtl<String, Context>>>,
+    ) -> StreamVec<'scope, u64, (Context, Reply)>;
+}
+
+impl<'scope> Pack<'scope> for StreamVec<'scope, u64, Working> {
+    fn pack(
+        self,
+        services: QueryServices,
+        cache: Arc<Mutex<LruTtl<String, Context>>>,
+    ) -> StreamVec<'scope, u64, (Context, Reply)> {
+        map_stage(self, "Pack", move |mut working: Working| {
+            let started = Instant::now();
+            let mut context = answer(&mut working, &services);
+            working.job.record("pack", started);
+            context.latency_ms = working.job.latency.clone();
+            let total = now_micros().saturating_sub(working.job.arrived_us) as f64 / 1000.0;
+            context.latency_ms.insert("total".into(), total);
+            // A context built while an optional endpoint was out is not kept: the next asker gets
+            // the endpoint's answer once it is back.
+            if context.error.is_none() && !working.job.degraded {
+                cache.lock().expect("cache").put(
+                    cache_key(&working.job.query),
+                    context.clone(),
+                    working.job.generation,
+                );
+            }
+            (context, working.job.reply)
+        })
+    }
+}
+
+/// The surrogate tier of each candidate (picked, then deferred) by the configured policy; empty when
+/// the policy is disabled.
+fn surrogate_tiers(
+    working: &Working,
+    services: &QueryServices,
+    plan: Option<&ragstream_core::query::Plan>,
+) -> Vec<(SurrogateTier, String)> {
+    let config = &services.config.pack.surrogates;
+    if config.policy == SurrogatePolicy::Disabled {
+        return Vec::new();
+    }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let entities: &[String] = plan.map_or(&[], |p| p.entities.as_slice());
+    let access = services.access.lock().expect("access counts");
+    working
+        .candidates
+        .iter()
+        .chain(&working.deferred)
+        .map(|c| {
+            let importance = access.frequency(&working.job.query.tenant, &c.id());
+            choose(config, &c.stored.chunk, now_ms, importance, entities)
+        })
+        .collect()
+}
+
+/// Builds the context of a gathered query (every mode).
+fn answer(working: &mut Working, services: &QueryServices) -> Context {
+    let job = &working.job;
+    let query = &job.query;
+    let encoding = query
+        .tokenizer
+        .as_deref()
+        .and_then(Encoding::parse)
+        .unwrap_or(services.encoding);
+    let counter = TokenCounter::new(encoding);
+    let plan = job.plan.clone();
+    let mut context = Context {
+        query_id: query.query_id.clone(),
+        tenant: query.tenant.clone(),
+        mode: query.mode.as_str().to_string(),
+        tokenizer: encoding.name().to_string(),
+        intent: plan.as_ref().map_or_else(String::new, |p| p.intent.clone()),
+        weights: plan.as_ref().map(|p| p.weights).unwrap_or_default(),
+        index_watermark: job.watermark.clone(),
+        chunks_available: working.available,
+        ..Context::default()
+    };
+    let mut notes = job.notes.clone();
+    if let Some(error) = &working.answer.error {
+        // A shard's error is a `StoreError`'s text: an outage, or a request the engine refused.
+        let unavailable = error.starts_with("index unavailable");
+        context.error = Some(if unavailable {
+            error.clone()
+        } else {
+            format!("the index could not answer: {error}")
+        });
+        context.error_type = Some(
+            if unavailable {
+                "index_unavailable"
+            } else {
+                "index_refused"
+            }
+            .into(),
+        );
+        return finish(context, notes, working);
+    }
+    let k = results_wanted(query);
+    match query.mode {
+        Mode::Bounded => {
+            let (budget, window) = budget_for(query, counter);
+            let neighbours = std::mem::take(&mut working.neighbours);
+            let terms = plan.as_ref().map(|p| p.terms.clone()).unwrap_or_default();
+            let tiers = surrogate_tiers(working, services, plan.as_ref());
+            let packed = pack(PackRequest {
+                picked: &working.candidates,
+                deferred: &working.deferred,
+                neighbours: &neighbours,
+                budget,
+                counter,
+                terms: &terms,
+                cue: AnswerCue::of_question(&query.text),
+                config: &services.config.pack,
+                fill: query.fill,
+                floor: working.score_floor,
+                tiers: &tiers,
+            });
+            context.token_budget = Some(budget);
+            context.tokens_used = packed.tokens_used;
+            context.truncated = packed.truncated;
+            if let Some(note) = packed.note {
+                notes.push(note);
+            }
+            if let Some((window, prompt)) = window {
+                context.max_new_tokens = Some(max_new_tokens(window, prompt, packed.tokens_used));
+            }
+            if services.config.pack.surrogates.policy == SurrogatePolicy::Importance {
+                services.access.lock().expect("access counts").record(
+                    &query.tenant,
+                    packed.items.iter().map(|i| i.chunk_id.as_str()),
+                );
+            }
+            context.items = packed.items;
+            context.context = packed.context;
+            working.trace.decisions.extend(packed.decisions);
+        }
+        Mode::Deep => {
+            let items: Vec<(Candidate, String)> = working
+                .candidates
+                .iter()
+                .map(|c| (c.clone(), c.stored.chunk.text.clone()))
+                .collect();
+            let (items, text, tokens) = render_full(&items, &services.config.pack, counter);
+            (context.items, context.context, context.tokens_used) = (items, text, tokens);
+            notes.push(format!(
+                "deep mode: no token budget; {} full chunks, {} tokens — check they fit your model's window",
+                context.items.len(),
+                context.tokens_used
+            ));
+        }
+        Mode::ReadChunk => match &working.answer.chunk {
+            Some(stored) => {
+                let candidate = Candidate::new(stored.clone());
+                let (items, text, tokens) = render_full(
+                    &[(candidate, stored.chunk.text.clone())],
+                    &services.config.pack,
+                    counter,
+                );
+                (context.items, context.context, context.tokens_used) = (items, text, tokens);
+                context.chunks_available = 1;
+            }
+            None => {
+                let mut sources = working.answer.sources.clone();
+                context.error = Some(unknown_chunk(query.text.trim(), &sources));
+                context.error_type = Some("unknown_chunk".into());
+                sources.truncate(LIST_PAGE);
+                context.sources = sources;
+            }
+        },
+        Mode::ListSources => {
+            // The shards' pages merged, cut to one page; one more document means a next page.
+            let page = super::search::list_page(query);
+            context.sources = working.answer.sources.clone();
+            if context.sources.len() > page {
+                context.sources.truncate(page);
+                context.next_cursor = context.sources.last().map(|s| s.doc_id.clone());
+            }
+            context.chunks_available = context.sources.iter().map(|s| s.chunks).sum();
+            context.context = context
+                .sources
+                .iter()
+                .map(|s| format!("{} — {} ({} chunks)", s.source, s.title, s.chunks))
+                .collect::<Vec<_>>()
+                .join("\n");
+            context.tokens_used = counter.count(&context.context);
+        }
+        Mode::Files => {
+            context.sources = rank_files(&working.candidates, &working.answer.sources, k);
+            context.context = context
+                .sources
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{} ({} of {} chunks match)",
+                        s.source,
+                        s.hits.unwrap_or(0),
+                        s.chunks
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            context.tokens_used = counter.count(&context.context);
+        }
+        Mode::SqlCompact | Mode::SqlFull => {
+            let render = if query.mode == Mode::SqlCompact {
+                sql_compact
+            } else {
+                sql_full
+            };
+            let items: Vec<(Candidate, String)> = working
+                .candidates
+                .iter()
+                .map(|c| (c.clone(), render(&c.stored.chunk.text)))
+                .collect();
+            let (items, text, tokens) = render_full(&items, &services.config.pack, counter);
+            (context.items, context.context, context.tokens_used) = (items, text, tokens);
+            if query.mode == Mode::SqlFull && context.tokens_used > SQL_FULL_HINT_TOKENS {
+                notes.push(format!(
+                    "sql_full used {} tokens; mode sql_compact returns names, row counts and column types only",
+                    context.tokens_used
+                ));
+            }
+        }
+    }
+    finish(context, notes, working)
+}
+
+fn finish(mut context: Context, notes: Vec<String>, working: &mut Working) -> Context {
+    context.chunks_returned = context.items.len().max(context.sources.len());
+    metrics().record_decisions(&working.trace.decisions);
+    if !notes.is_empty() {
+        context.note = Some(notes.join("; "));
+    }
+    if working.job.query.trace {
+        let mut trace = std::mem::take(&mut working.trace);
+        trace.signals = working
+            .job
+            .plan
+            .as_ref()
+            .map(|p| p.signals.clone())
+            .unwrap_or_default();
+        context.trace = Some(trace);
+    }
+    context
+}

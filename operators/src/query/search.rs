@@ -1,0 +1,473 @@
+//! Retrieve: the dense and BM25 lanes against one shard, with every filter inside the index query.
+//!
+//! A query is broadcast to every worker; each searches its own shard ([`search_shard`]) and the
+//! answers are gathered by query id ([`gather`]). With the Qdrant server backend all workers share one
+//! collection, so only worker 0 searches it. Besides the lanes, a shard answers the non-retrieval modes
+//! (`list_sources`: its documents and chunk counts; `read_chunk`: the chunk if it holds it) and returns
+//! the stored vectors of its hits for dedup and MMR.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::metrics::metrics;
+use crate::model::DocKind;
+use crate::store::{
+    Hit, SearchFilter, SearchVector, SparseVector, StoreError, StoredChunk, VectorStore,
+};
+use ragstream_core::query::{
+    Depth, Mode, Query, SourceEntry, DEEP_MAX_K, DEFAULT_K, LIST_MAX_PAGE, LIST_PAGE,
+};
+
+/// The filter of a query: tenant, ACL, source prefix, kinds and documents, all inside the search.
+pub fn filter_for(query: &Query) -> SearchFilter {
+    let mut kinds = query.filters.kinds.clone();
+    if matches!(query.mode, Mode::SqlCompact | Mode::SqlFull) {
+        kinds = vec![DocKind::SqlSchema];
+    }
+    SearchFilter {
+        tenant: Some(query.tenant.clone()),
+        acl: query.acl.clone(),
+        kinds,
+        doc_ids: query.filters.doc_ids.clone(),
+        source_prefix: query.filters.source_prefix.clone(),
+        langs: query.filters.langs.clone(),
+        metadata: query.filters.metadata.0.clone(),
+    }
+}
+
+/// Results asked for: `k`, defaulting to 10, at most 50.
+pub fn results_wanted(query: &Query) -> usize {
+    let default = if query.mode == Mode::Deep {
+        DEEP_MAX_K
+    } else {
+        DEFAULT_K
+    };
+    query.k.unwrap_or(default).clamp(1, DEEP_MAX_K)
+}
+
+/// Candidates per lane: the intent's depth for that lane, at least twice the results wanted and
+/// `min_pool`, at most twice the deep mode's most results.
+pub fn lane_depths(query: &Query, intent: Depth, min_pool: usize) -> Depth {
+    let floor = (2 * results_wanted(query)).max(min_pool);
+    let depth = |lane: usize| lane.max(floor).min(2 * DEEP_MAX_K);
+    Depth {
+        dense: depth(intent.dense),
+        bm25: depth(intent.bm25),
+    }
+}
+
+/// The query's vectors.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueryVectors {
+    /// Dense embedding of the query text (empty for modes that do not retrieve).
+    pub dense: Vec<f32>,
+    /// BM25 query vector.
+    pub sparse: SparseVector,
+}
+
+/// One shard's answer to one query.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShardAnswer {
+    /// Dense lane, best first.
+    pub dense: Vec<Hit>,
+    /// BM25 lane, best first.
+    pub bm25: Vec<Hit>,
+    /// Stored vectors of the hits.
+    pub vectors: Vec<(uuid::Uuid, Vec<f32>)>,
+    /// Sentence evidence of the hits ([`crate::store::StoredVectors::evidence_score`]), computed
+    /// where the vectors are (only a number per hit leaves the shard).
+    pub evidence: Vec<(uuid::Uuid, f32)>,
+    /// Documents and chunk counts (`list_sources`, `files`, unknown `read_chunk` ids).
+    pub sources: Vec<SourceEntry>,
+    /// The chunk asked for (`read_chunk`).
+    pub chunk: Option<StoredChunk>,
+    /// Set when the shard failed.
+    pub error: Option<String>,
+}
+
+/// One page of the documents matching `filter` with their chunk counts: the first `limit` document
+/// ids after `after`, in id order, plus the next one when there is one (so the caller knows a next
+/// page exists). Memory stays within `limit + 1` entries whatever the tenant's size.
+pub fn list_sources(
+    store: &dyn VectorStore,
+    filter: &SearchFilter,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<Vec<SourceEntry>, StoreError> {
+    let mut by_doc: BTreeMap<String, SourceEntry> = BTreeMap::new();
+    store.scroll(filter, &mut |stored| {
+        let doc_id = stored.key.doc_id.as_str();
+        if after.is_some_and(|after| doc_id <= after) {
+            return;
+        }
+        if let Some(entry) = by_doc.get_mut(doc_id) {
+            entry.chunks += 1;
+            return;
+        }
+        // Full: an id past the last kept one is on a later page (the last kept id only decreases,
+        // so a document left out is never counted partially).
+        if by_doc.len() > limit
+            && by_doc
+                .last_key_value()
+                .is_some_and(|(last, _)| doc_id > last.as_str())
+        {
+            return;
+        }
+        by_doc.insert(
+            doc_id.to_string(),
+            SourceEntry {
+                doc_id: doc_id.to_string(),
+                source: stored.chunk.source.clone(),
+                title: stored.chunk.doc_title.clone(),
+                chunks: 1,
+                hits: None,
+                score: None,
+            },
+        );
+        if by_doc.len() > limit + 1 {
+            by_doc.pop_last();
+        }
+    })?;
+    Ok(by_doc.into_values().collect())
+}
+
+/// Documents per `list_sources` page: `k`, [`LIST_PAGE`] by default, at most [`LIST_MAX_PAGE`].
+pub fn list_page(query: &Query) -> usize {
+    query.k.unwrap_or(LIST_PAGE).clamp(1, LIST_MAX_PAGE)
+}
+
+/// Runs `query` against one shard.
+pub fn search_shard(
+    store: &dyn VectorStore,
+    query: &Query,
+    vectors: &QueryVectors,
+    depth: Depth,
+) -> ShardAnswer {
+    let filter = filter_for(query);
+    let result = (|| -> Result<ShardAnswer, StoreError> {
+        let mut answer = ShardAnswer::default();
+        match query.mode {
+            Mode::ListSources => {
+                answer.sources =
+                    list_sources(store, &filter, query.cursor.as_deref(), list_page(query))?;
+            }
+            Mode::ReadChunk => {
+                let id = uuid::Uuid::parse_str(query.text.trim()).ok();
+                let found = match id {
+                    Some(id) => store.get(&[id])?,
+                    None => Vec::new(),
+                };
+                // The chunk must belong to the tenant and pass the ACL like any search result.
+                answer.chunk = found.into_iter().find(|stored| {
+                    stored.key.tenant == query.tenant
+                        && (stored.chunk.acl.is_empty()
+                            || query.acl.as_ref().is_none_or(|labels| {
+                                stored.chunk.acl.iter().any(|l| labels.contains(l))
+                            }))
+                });
+                if answer.chunk.is_none() {
+                    // What the caller could read instead: the first page of documents.
+                    answer.sources = list_sources(store, &filter, None, LIST_PAGE)?;
+                }
+            }
+            _ => {
+                let lane_timer = |lane: &str, started: std::time::Instant| {
+                    metrics()
+                        .query_stage_seconds
+                        .with_label_values(&[lane])
+                        .observe(started.elapsed().as_secs_f64());
+                };
+                if !vectors.dense.is_empty() {
+                    let started = std::time::Instant::now();
+                    answer.dense = store.search(
+                        &SearchVector::Dense(vectors.dense.clone()),
+                        &filter,
+                        depth.dense,
+                        query.score_threshold,
+                    )?;
+                    lane_timer("retrieve_dense", started);
+                }
+                if !vectors.sparse.indices.is_empty() {
+                    let started = std::time::Instant::now();
+                    answer.bm25 = store.search(
+                        &SearchVector::Sparse(vectors.sparse.clone()),
+                        &filter,
+                        depth.bm25,
+                        query.bm25_score_threshold,
+                    )?;
+                    lane_timer("retrieve_bm25", started);
+                }
+                let mut ids: Vec<uuid::Uuid> = answer
+                    .dense
+                    .iter()
+                    .chain(&answer.bm25)
+                    .map(|h| h.stored.id)
+                    .collect();
+                ids.sort();
+                ids.dedup();
+                for (id, stored) in store.vectors(&ids)? {
+                    if !vectors.dense.is_empty() {
+                        answer
+                            .evidence
+                            .push((id, stored.evidence_score(&vectors.dense)));
+                    }
+                    answer.vectors.push((id, stored.dense));
+                }
+                if query.mode == Mode::Files {
+                    // Chunk counts of the files found here (a document lives on one shard).
+                    let mut files = filter.clone();
+                    files.doc_ids = answer
+                        .dense
+                        .iter()
+                        .chain(&answer.bm25)
+                        .map(|hit| hit.stored.key.doc_id.clone())
+                        .collect::<std::collections::BTreeSet<_>>()
+                        .into_iter()
+                        .collect();
+                    if !files.doc_ids.is_empty() {
+                        let count = files.doc_ids.len();
+                        answer.sources = list_sources(store, &files, None, count)?;
+                    }
+                }
+            }
+        }
+        Ok(answer)
+    })();
+    result.unwrap_or_else(|error| ShardAnswer {
+        error: Some(error.to_string()),
+        ..ShardAnswer::default()
+    })
+}
+
+/// Merges the answers of every shard: lanes re-sorted by score and cut to their depth, sources summed.
+pub fn gather(answers: Vec<ShardAnswer>, depth: Depth) -> ShardAnswer {
+    let mut merged = ShardAnswer::default();
+    let mut sources: BTreeMap<String, SourceEntry> = BTreeMap::new();
+    for answer in answers {
+        merged.dense.extend(answer.dense);
+        merged.bm25.extend(answer.bm25);
+        merged.vectors.extend(answer.vectors);
+        merged.evidence.extend(answer.evidence);
+        merged.chunk = merged.chunk.or(answer.chunk);
+        if merged.error.is_none() {
+            merged.error = answer.error;
+        }
+        for source in answer.sources {
+            match sources.get_mut(&source.doc_id) {
+                Some(entry) => entry.chunks += source.chunks,
+                None => {
+                    sources.insert(source.doc_id.clone(), source);
+                }
+            }
+        }
+    }
+    for (lane, depth) in [
+        (&mut merged.dense, depth.dense),
+        (&mut merged.bm25, depth.bm25),
+    ] {
+        lane.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then_with(|| a.stored.id.cmp(&b.stored.id))
+        });
+        lane.truncate(depth);
+    }
+    merged.sources = sources.into_values().collect();
+    merged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ragstream_core::query::decode::decode_query;
+    use ragstream_core::testing::stored;
+
+    #[test]
+    fn list_sources_pages_through_every_document_once_with_its_chunk_count() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store =
+            crate::store::edge::EdgeStore::open(dir.path(), ragstream_core::testing::DIMENSION)
+                .expect("open");
+        // 23 documents, document i with i % 4 + 1 chunks, written in an order unrelated to their ids.
+        let mut points = Vec::new();
+        for i in (0..23).rev() {
+            for chunk in 0..(i % 4 + 1) {
+                points.push(ragstream_core::testing::sample_point(
+                    "t",
+                    &format!("doc{:02}", (i * 7) % 23),
+                    1,
+                    &format!("text {i} part {chunk}"),
+                    &[],
+                ));
+            }
+        }
+        store.upsert(&points).expect("upsert");
+        store.flush().expect("flush");
+        let filter = SearchFilter {
+            tenant: Some("t".into()),
+            ..SearchFilter::default()
+        };
+        let everything = list_sources(&store, &filter, None, 1000).expect("list");
+        assert_eq!(everything.len(), 23);
+        assert_eq!(
+            everything.iter().map(|s| s.chunks).sum::<usize>(),
+            points.len()
+        );
+        let mut paged = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut page = list_sources(&store, &filter, cursor.as_deref(), 5).expect("page");
+            assert!(page.len() <= 6, "at most the page and one more");
+            let more = page.len() > 5;
+            page.truncate(5);
+            cursor = page.last().map(|s| s.doc_id.clone());
+            paged.extend(page);
+            if !more {
+                break;
+            }
+        }
+        assert_eq!(paged, everything, "the pages are the whole list, in order");
+    }
+
+    #[test]
+    fn filters_and_sizes() {
+        let query = decode_query(
+            br#"{"query_id":"q","tenant":"acme","text":"x","acl":["eng"],"filters":{"source_prefix":"docs/","kinds":["code"],"doc_ids":["a"],"langs":["fra"]}}"#,
+            8192,
+        )
+        .unwrap();
+        let filter = filter_for(&query);
+        assert_eq!(filter.tenant.as_deref(), Some("acme"));
+        assert_eq!(filter.acl, Some(vec!["eng".to_string()]));
+        assert_eq!(filter.kinds, vec![DocKind::Code]);
+        assert_eq!(filter.source_prefix.as_deref(), Some("docs/"));
+        assert_eq!(filter.langs, vec!["fra".to_string()]);
+        assert_eq!(results_wanted(&query), 10);
+        let intent = Depth {
+            dense: 12,
+            bm25: 30,
+        };
+        assert_eq!(
+            lane_depths(&query, intent, 0),
+            Depth {
+                dense: 20,
+                bm25: 30
+            },
+            "twice k is the floor; a deeper lane keeps its depth"
+        );
+        assert_eq!(
+            lane_depths(&query, intent, 40),
+            Depth {
+                dense: 40,
+                bm25: 40
+            }
+        );
+        let huge = Depth {
+            dense: 500,
+            bm25: 1,
+        };
+        assert_eq!(lane_depths(&query, huge, 0).dense, 2 * DEEP_MAX_K);
+        let sql = decode_query(
+            br#"{"query_id":"q","tenant":"t","text":"x","mode":"sql_compact"}"#,
+            8192,
+        )
+        .unwrap();
+        assert_eq!(filter_for(&sql).kinds, vec![DocKind::SqlSchema]);
+        let deep = decode_query(
+            br#"{"query_id":"q","tenant":"t","text":"x","mode":"deep"}"#,
+            8192,
+        )
+        .unwrap();
+        assert_eq!(results_wanted(&deep), 50);
+    }
+
+    #[test]
+    fn gather_merges_shards_by_score() {
+        let hit = |doc: &str, score: f32| Hit {
+            stored: stored(doc, 0, doc),
+            score,
+        };
+        let one = ShardAnswer {
+            dense: vec![hit("a", 0.9), hit("c", 0.5)],
+            sources: vec![SourceEntry {
+                doc_id: "a".into(),
+                source: "a".into(),
+                title: String::new(),
+                chunks: 2,
+                hits: None,
+                score: None,
+            }],
+            ..ShardAnswer::default()
+        };
+        let two = ShardAnswer {
+            dense: vec![hit("b", 0.7)],
+            sources: vec![SourceEntry {
+                doc_id: "b".into(),
+                source: "b".into(),
+                title: String::new(),
+                chunks: 1,
+                hits: None,
+                score: None,
+            }],
+            ..ShardAnswer::default()
+        };
+        let merged = gather(vec![one.clone(), two.clone()], Depth { dense: 2, bm25: 2 });
+        let docs: Vec<&str> = merged
+            .dense
+            .iter()
+            .map(|h| h.stored.key.doc_id.as_str())
+            .collect();
+        assert_eq!(docs, vec!["a", "b"]);
+        assert_eq!(merged.sources.len(), 2);
+        // Each lane is cut to its own depth.
+        let with_bm25 = |mut answer: ShardAnswer| {
+            answer.bm25 = answer.dense.clone();
+            answer
+        };
+        let merged = gather(
+            vec![with_bm25(one), with_bm25(two)],
+            Depth { dense: 3, bm25: 1 },
+        );
+        assert_eq!((merged.dense.len(), merged.bm25.len()), (3, 1));
+    }
+
+    /// `score_threshold` bounds the dense lane's cosine, `bm25_score_threshold` the BM25 lane's score;
+    /// neither touches the other lane.
+    #[test]
+    fn each_lane_has_its_own_threshold() {
+        use crate::store::contract::{sample_point, DIMENSION};
+        use crate::store::edge::EdgeStore;
+        use crate::store::Bm25Encoder;
+        let dir = tempfile::tempdir().unwrap();
+        let store = EdgeStore::open(dir.path(), DIMENSION).unwrap();
+        let point = sample_point("t", "a", 1, "rollback the release", &[]);
+        store.upsert(std::slice::from_ref(&point)).unwrap();
+        store.flush().unwrap();
+        let vectors = QueryVectors {
+            dense: point.dense.clone(),
+            sparse: Bm25Encoder::default().encode_query("rollback release"),
+        };
+        let lanes = |thresholds: &str| {
+            let query = decode_query(
+                format!(r#"{{"query_id":"q","tenant":"t","text":"rollback release"{thresholds}}}"#)
+                    .as_bytes(),
+                8192,
+            )
+            .unwrap();
+            let depth = Depth {
+                dense: 10,
+                bm25: 10,
+            };
+            let answer = search_shard(&store, &query, &vectors, depth);
+            assert_eq!(answer.error, None);
+            (answer.dense.len(), answer.bm25.len())
+        };
+        assert_eq!(lanes(""), (1, 1));
+        // The point's cosine is 1.0 and its BM25 score (two terms of weight 1) under 3.
+        assert_eq!(lanes(r#","score_threshold":0.999"#), (1, 1));
+        assert_eq!(lanes(r#","score_threshold":1.5"#), (0, 1));
+        assert_eq!(lanes(r#","bm25_score_threshold":1.5"#), (1, 1));
+        assert_eq!(lanes(r#","bm25_score_threshold":5.0"#), (1, 0));
+    }
+}
