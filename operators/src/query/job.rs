@@ -240,6 +240,19 @@ impl QueryServices {
     }
 }
 
+impl Working {
+    /// With `trace`, records the candidates in their current order (after a rerank).
+    pub fn trace_ranking(&mut self) {
+        if self.job.query.trace {
+            self.trace.candidates = self
+                .candidates
+                .iter()
+                .map(ragstream_core::query::TraceCandidate::from)
+                .collect();
+        }
+    }
+}
+
 /// Whether a gathered query goes through the ranking steps (Fuse to Mmr): a retrieving mode and no
 /// error from the shards.
 fn ranked(working: &Working) -> bool {

@@ -8,7 +8,7 @@ use timely::dataflow::StreamVec;
 use super::job::{ranked_step, Working};
 use crate::store::Bm25Encoder;
 use ragstream_core::query::rerank::rerank;
-use ragstream_core::query::{QueryConfig, TraceCandidate};
+use ragstream_core::query::QueryConfig;
 
 /// Extension trait: the `Rerank` operator.
 pub trait Rerank<'scope> {
@@ -28,13 +28,7 @@ impl<'scope> Rerank<'scope> for StreamVec<'scope, u64, Working> {
                     .map(|c| c.score)
                     .fold(f32::INFINITY, f32::min),
             };
-            if working.job.query.trace {
-                working.trace.candidates = working
-                    .candidates
-                    .iter()
-                    .map(TraceCandidate::from)
-                    .collect();
-            }
+            working.trace_ranking();
         })
     }
 }

@@ -10,7 +10,7 @@ use timely::dataflow::StreamVec;
 use super::job::Working;
 use super::remote::{outcome, remote, EndpointCall};
 use ragstream_core::query::endpoints::{apply_scores, RerankKind, Reranker};
-use ragstream_core::query::{Action, Cause, Decision, Mode, TraceCandidate};
+use ragstream_core::query::{Action, Cause, Decision, Mode};
 
 /// Extension trait: the `RerankEndpoint` operator.
 pub trait RerankEndpoint<'scope> {
@@ -66,13 +66,7 @@ impl<'scope> RerankEndpoint<'scope> for StreamVec<'scope, u64, Working> {
                     Ok(scores) => {
                         outcome(label, "ok", took);
                         apply_scores(&mut working.candidates, window, &scores);
-                        if working.job.query.trace {
-                            working.trace.candidates = working
-                                .candidates
-                                .iter()
-                                .map(TraceCandidate::from)
-                                .collect();
-                        }
+                        working.trace_ranking();
                     }
                     Err(error) => {
                         outcome(label, "fallback", took);
