@@ -1,6 +1,6 @@
 //! Extract: HTML, PDF and DOCX files into the text the chunkers read.
 //!
-//! A file is recognised by its source's extension, then by its content ([`detect`]): `%PDF-` near the
+//! A file is recognised by its source's extension, then by its content ([`detect`]): `%PDF-` at the
 //! start, a ZIP archive holding `word/document.xml`, or text that opens with `<!doctype html` or
 //! `<html`. Its text comes out in ragstream's *extracted form*, which is what the document event
 //! carries once extracted (`"extracted": true`) and what a DLQ record of the document replays:
@@ -97,7 +97,10 @@ pub fn detect(source: &str, bytes: &[u8]) -> Option<DocKind> {
         _ => {}
     }
     let head = &bytes[..bytes.len().min(1024)];
-    if memchr::memmem::find(head, b"%PDF-").is_some() {
+    // A PDF starts with its header; a reader also takes one within the first KiB after binary junk.
+    // Text that merely mentions the header (this file's own docs) is not a PDF.
+    let at = memchr::memmem::find(head, b"%PDF-");
+    if at == Some(0) || (at.is_some() && std::str::from_utf8(bytes).is_err()) {
         return Some(DocKind::Pdf);
     }
     if bytes.starts_with(b"PK\x03\x04") && docx::is_docx(bytes) {

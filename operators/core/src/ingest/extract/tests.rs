@@ -178,6 +178,14 @@ fn formats_are_detected_by_extension_then_content() {
     assert_eq!(detect("upload-20", b"<HTML><body>x"), Some(DocKind::Html));
     assert_eq!(detect("notes.md", b"# Title\n<html> in text"), None);
     assert_eq!(detect("notes.txt", b"plain words"), None);
+    // Text that mentions a PDF header is text; binary junk before a header is still a PDF.
+    assert_eq!(
+        detect("mod.rs", b"//! starts with `%PDF-` near the top"),
+        None
+    );
+    let mut junk = b"\xff\xfe\x00junk\n".to_vec();
+    junk.extend_from_slice(&pdf);
+    assert_eq!(detect("upload-22", &junk), Some(DocKind::Pdf));
     // A ZIP archive that is not a Word document is not one.
     let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     writer
