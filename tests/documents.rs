@@ -16,18 +16,7 @@ const ADMIN: &str = "docs-admin-0c4e7a21";
 const ACME: &str = "docs-acme-5d2b9f60";
 
 fn post(port: u16, token: &str, body: &Value) -> (u16, Value) {
-    let auth = format!("Bearer {token}");
-    let (status, answer) = http_post_json_with(
-        port,
-        "/v1/documents",
-        &body.to_string(),
-        &[("Authorization", &auth)],
-    )
-    .expect("answered");
-    (
-        status,
-        serde_json::from_str(&answer).unwrap_or_else(|e| panic!("JSON ({e}): {answer}")),
-    )
+    crate::common::job::post_documents(port, token, body)
 }
 
 /// `DELETE path` with the token; (status, body).

@@ -78,16 +78,7 @@ fn query(port: u16, text: &str) -> Value {
 }
 
 fn post(port: u16, documents: Value) -> (u16, Value) {
-    let auth = format!("Bearer {TOKEN}");
-    let body = json!({ "documents": documents });
-    let (status, answer) = http_post_json_with(
-        port,
-        "/v1/documents",
-        &body.to_string(),
-        &[("Authorization", &auth)],
-    )
-    .expect("answered");
-    (status, serde_json::from_str(&answer).unwrap_or(Value::Null))
+    crate::common::job::post_documents(port, TOKEN, &json!({ "documents": documents }))
 }
 
 /// Checks what the queries find in the three files (doc ids as given), and returns the top PDF item.

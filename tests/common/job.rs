@@ -58,6 +58,27 @@ pub fn http_post_json_with(
     )
 }
 
+/// `POST /v1/documents` with `body` and the bearer `token`; (status, body as JSON, `null` when it is
+/// not JSON).
+pub fn post_documents(
+    port: u16,
+    token: &str,
+    body: &serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let auth = format!("Bearer {token}");
+    let (status, answer) = http_post_json_with(
+        port,
+        "/v1/documents",
+        &body.to_string(),
+        &[("Authorization", &auth)],
+    )
+    .expect("answered");
+    (
+        status,
+        serde_json::from_str(&answer).unwrap_or(serde_json::Value::Null),
+    )
+}
+
 /// A `/v1/query` answer as a context: 200 is the context itself; any other status must be a problem
 /// (RFC 9457), returned as a context carrying its detail as `error`, its type's name as `error_type`
 /// and its query id.
