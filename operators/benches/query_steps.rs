@@ -197,7 +197,7 @@ fn steps(c: &mut Criterion) {
     let counter = TokenCounter::new(Encoding::O200kBase);
     let bm25 = Bm25Encoder::default();
     let data = fixture(counter);
-    let plan = analyze(QUESTION, &bm25);
+    let plan = analyze(QUESTION, &bm25, &Default::default());
     let rerank_config = RerankConfig::default();
     let mmr_config = MmrConfig {
         lambda: 0.6,

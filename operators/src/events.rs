@@ -21,7 +21,7 @@ impl InternalEvent for DeadLettered<'_> {
         tracing::warn!(reason = %record.reason, origin = %record.origin, error = %record.message, "dead-lettered");
         metrics()
             .dlq_records
-            .with_label_values(&[&record.reason])
+            .with_label_values(&[record.reason.as_str()])
             .inc();
     }
 }
@@ -41,7 +41,7 @@ impl InternalEvent for QueryRefused<'_> {
         let m = metrics();
         m.queries.with_label_values(&["unknown", "refused"]).inc();
         m.dlq_records
-            .with_label_values(&[&self.record.reason])
+            .with_label_values(&[self.record.reason.as_str()])
             .inc();
     }
 }

@@ -6,6 +6,7 @@
 
 use std::sync::OnceLock;
 
+use ragstream_core::query::intent::Intent;
 use ragstream_core::query::Tier;
 
 use prometheus::core::Collector;
@@ -222,7 +223,7 @@ impl Metrics {
                 metrics.documents.with_label_values(&[op, outcome]);
             }
         }
-        for reason in crate::ingest::decode::DecodeReason::ALL {
+        for reason in crate::ingest::decode::DlqReason::ALL {
             metrics.dlq_records.with_label_values(&[reason.as_str()]);
         }
         for stage in QUERY_STAGES {
@@ -233,14 +234,14 @@ impl Metrics {
         }
         metrics
             .fusion_adapted
-            .with_label_values(&[ragstream_core::query::adapt::CODE_SEARCH_INTENT]);
+            .with_label_values(&[Intent::CodeSearch.as_str()]);
         for tier in Tier::ALL {
             metrics.context_items.with_label_values(&[tier.as_str()]);
         }
-        for preset in ragstream_core::query::intent::PRESETS {
+        for intent in Intent::ANALYZED {
             metrics
                 .queries_by_intent
-                .with_label_values(&[preset.intent]);
+                .with_label_values(&[intent.as_str()]);
         }
         for reason in DEDUP_REASONS {
             metrics.dedup_drops.with_label_values(&[reason]);

@@ -110,7 +110,7 @@ pub fn query<'scope>(
     let (misses, hits) = jobs
         .await_consistency(services.clone())
         .cache_lookup(cache.clone(), services.progress.clone());
-    let planned = misses.intent();
+    let planned = misses.intent(config.intents.clone());
     let planned = match &services.writer {
         Some(writer) => planned.hyde(writer.clone(), config.hyde.clone()),
         None => planned,

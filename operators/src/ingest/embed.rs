@@ -26,7 +26,7 @@ use timely::dataflow::StreamVec;
 
 use super::acked::SharedAcked;
 use super::diff::ChunkDelta;
-use super::dlq::{DlqRecord, Origin};
+use super::dlq::{DlqReason, DlqRecord, Origin};
 use crate::embed::service::{InferenceService, Priority, Ticket};
 use crate::embed::EmbedError;
 use crate::ingest::decode::encode_event;
@@ -82,9 +82,9 @@ fn dead_letter(
     error: &EmbedError,
 ) -> (Vec<IndexDelta>, Vec<DlqRecord>) {
     let reason = if matches!(error, EmbedError::Dimension { .. }) {
-        "embedding_dimension"
+        DlqReason::EmbeddingDimension
     } else {
-        "embedding_failed"
+        DlqReason::EmbeddingFailed
     };
     let dlq = deltas
         .iter()
@@ -560,7 +560,7 @@ mod tests {
         let results = run(&mut queue, &service);
         let dlq: Vec<&DlqRecord> = results.iter().flat_map(|(_, _, d)| d).collect();
         assert_eq!(dlq.len(), 1);
-        assert_eq!(dlq[0].reason, "embedding_dimension");
+        assert_eq!(dlq[0].reason, DlqReason::EmbeddingDimension);
         let value = dlq[0]
             .value
             .as_deref()

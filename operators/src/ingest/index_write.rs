@@ -29,7 +29,7 @@ use timely::dataflow::operators::Operator;
 use timely::dataflow::StreamVec;
 
 use super::acked::{held_by_index, SharedAcked};
-use super::dlq::{DlqRecord, Origin};
+use super::dlq::{DlqReason, DlqRecord, Origin};
 use super::embed::IndexDelta;
 use crate::background::{with_backoff, Background, Deliver};
 use crate::events::{InternalEvent, ShardOptimized};
@@ -212,7 +212,7 @@ fn refused_record(delta: &IndexDelta, error: &StoreError) -> DlqRecord {
     let key = &delta.key;
     tracing::error!(document = %key, %error, "index refused a document; dead-lettered");
     DlqRecord::new(
-        "index_refused",
+        DlqReason::IndexRefused,
         error.to_string(),
         Origin::File {
             path: key.to_string(),
@@ -554,7 +554,7 @@ mod tests {
         stored.sort();
         assert_eq!(stored, ["a", "c"]);
         let record = refused_record(&batch[1], &outcome.refused[0].1);
-        assert_eq!(record.reason, "index_refused");
+        assert_eq!(record.reason, DlqReason::IndexRefused);
         assert_eq!(record.key.as_deref(), Some(&b"t/b"[..]));
         let value = record
             .value

@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use crate::ingest::decode::{check_bounds, decode_event, DecodeConfig, DecodeReason};
+use crate::ingest::decode::{check_bounds, decode_event, DecodeConfig, DlqReason};
 use crate::ingest::dlq::{DlqRecord, Origin};
 use crate::ingest::extract::{self, Extracted};
 use crate::model::{DocKey, DocKind, DocOp, Document};
@@ -126,7 +126,7 @@ impl DirSource {
                 present.insert(doc_id.clone(), seen);
                 if !unchanged {
                     out.push(Err(DlqRecord::new(
-                        refused.reason.as_str(),
+                        refused.reason,
                         refused.to_string(),
                         origin,
                         Some(self.tenant.clone()),
@@ -158,7 +158,7 @@ impl DirSource {
                     self.max_bytes
                 );
                 out.push(Err(DlqRecord::new(
-                    DecodeReason::Oversize.as_str(),
+                    DlqReason::Oversize,
                     message,
                     origin,
                     Some(self.tenant.clone()),
@@ -192,8 +192,8 @@ impl DirSource {
                 Err(refused) => {
                     // Refused once per content: the hash above is remembered.
                     out.push(Err(DlqRecord::new(
-                        DecodeReason::Unparseable.as_str(),
-                        format!("{}: {refused}", DecodeReason::Unparseable.as_str()),
+                        DlqReason::Unparseable,
+                        format!("{}: {refused}", DlqReason::Unparseable.as_str()),
                         origin,
                         Some(self.tenant.clone()),
                         Some(doc_id.as_bytes()),
@@ -262,7 +262,7 @@ pub fn read_jsonl(
                     line: Some(index as u64 + 1),
                 };
                 DlqRecord::new(
-                    error.reason.as_str(),
+                    error.reason,
                     error.to_string(),
                     origin,
                     None,
@@ -343,7 +343,7 @@ mod tests {
         assert_eq!(ops.len(), 2);
         assert!(ops[0].is_ok());
         let record = ops[1].as_ref().unwrap_err();
-        assert_eq!(record.reason, "malformed_json");
+        assert_eq!(record.reason, crate::ingest::dlq::DlqReason::MalformedJson);
         assert!(
             record.origin.to_string().ends_with("events.jsonl:3"),
             "{}",

@@ -119,7 +119,7 @@ impl KafkaDlq {
             })
             .insert(Header {
                 key: "reason",
-                value: Some(record.reason.as_bytes()),
+                value: Some(record.reason.as_str().as_bytes()),
             });
         if let Origin::Kafka {
             topic,
@@ -296,7 +296,7 @@ mod tests {
         let path = dir.path().join("dlq").join("dlq.jsonl");
         let mut sink = FileDlq::new(path.clone());
         let record = DlqRecord::new(
-            "malformed_json",
+            crate::ingest::dlq::DlqReason::MalformedJson,
             "malformed JSON: expected value".into(),
             Origin::File {
                 path: "events.jsonl".into(),

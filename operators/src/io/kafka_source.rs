@@ -437,7 +437,7 @@ pub fn kafka_source<'scope>(
                                         .and_then(|k| k.split_once('/'))
                                         .map(|(t, _)| t.to_string());
                                     DlqRecord::new(
-                                        error.reason.as_str(),
+                                        error.reason,
                                         error.to_string(),
                                         origin,
                                         tenant,

@@ -290,7 +290,7 @@ fn refusal(
 ) -> Refusal {
     Refusal {
         dlq: DlqRecord::new(
-            error.reason.as_str(),
+            error.reason,
             error.message.clone(),
             origin,
             error.tenant.clone(),

@@ -22,7 +22,7 @@ impl<'scope> Fuse<'scope> for StreamVec<'scope, u64, Working> {
     fn fuse(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working> {
         ranked_step(self, "Fuse", move |working| {
             if let Some(plan) = working.job.plan.as_mut().filter(|_| config.adapt_fusion) {
-                if let Some(reason) = adapt(plan, &working.answer.dense) {
+                if let Some(reason) = adapt(plan, &working.answer.dense, &config.code_search) {
                     metrics()
                         .fusion_adapted
                         .with_label_values(&[plan.intent.as_str()])

@@ -102,7 +102,9 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
         tenant: query.tenant.clone(),
         mode: query.mode.as_str().to_string(),
         tokenizer: encoding.name().to_string(),
-        intent: plan.as_ref().map_or_else(String::new, |p| p.intent.clone()),
+        intent: plan
+            .as_ref()
+            .map_or_else(String::new, |p| p.intent.as_str().to_string()),
         weights: plan.as_ref().map(|p| p.weights).unwrap_or_default(),
         index_watermark: job.watermark.clone(),
         chunks_available: working.available,
@@ -269,7 +271,7 @@ fn finish(mut context: Context, notes: Vec<String>, working: &mut Working) -> Co
             .job
             .plan
             .as_ref()
-            .map(|p| p.signals.clone())
+            .map(|p| p.signals.iter().map(|s| s.as_str().to_string()).collect())
             .unwrap_or_default();
         context.trace = Some(trace);
     }

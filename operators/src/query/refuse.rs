@@ -88,7 +88,7 @@ mod tests {
 
     use super::*;
     use crate::ingest::dlq::Origin;
-    use ragstream_core::query::decode::{QueryError, RefusalReason};
+    use ragstream_core::query::decode::{DlqReason, QueryError};
 
     /// Fails its first `failures` writes, then keeps the records.
     struct FlakyDlq {
@@ -133,13 +133,13 @@ mod tests {
             });
             input.send(Refusal {
                 error: QueryError {
-                    reason: RefusalReason::MalformedJson,
+                    reason: DlqReason::MalformedJson,
                     message: "query is not JSON".into(),
                     query_id: Some("q9".into()),
                     tenant: Some("acme".into()),
                 },
                 dlq: DlqRecord::new(
-                    RefusalReason::MalformedJson.as_str(),
+                    DlqReason::MalformedJson,
                     "query is not JSON".into(),
                     Origin::Http {
                         endpoint: "/v1/query".into(),

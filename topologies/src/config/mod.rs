@@ -109,6 +109,13 @@ impl Config {
 
     /// Cross-field checks.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_pipeline()?;
+        self.validate_query()?;
+        self.validate_http()
+    }
+
+    /// Sources, chunking, embedder, index, runtime and Kafka.
+    fn validate_pipeline(&self) -> Result<(), ConfigError> {
         let invalid = |key: &'static str, message: &str| {
             Err(ConfigError::Invalid {
                 key,
@@ -137,53 +144,6 @@ impl Config {
         }
         if !(0.0..0.5).contains(&self.chunking.overlap_ratio) {
             return invalid("chunking.overlap_ratio", "must be in [0, 0.5)");
-        }
-        let pack = &self.query.pack;
-        if !(0.0..=1.0).contains(&pack.evidence_ratio) {
-            return invalid("query.pack.evidence_ratio", "must be in [0, 1]");
-        }
-        if !(0.0..=1.0).contains(&pack.sentence_ratio) {
-            return invalid("query.pack.sentence_ratio", "must be in [0, 1]");
-        }
-        let surrogates = &pack.surrogates;
-        if !(surrogates.age_full_days >= 0.0
-            && surrogates.age_gist_days >= surrogates.age_full_days)
-        {
-            return invalid(
-                "query.pack.surrogates.age_gist_days",
-                "must be at least age_full_days (both at least 0)",
-            );
-        }
-        if !(0.0..=1.0).contains(&surrogates.importance_gist)
-            || !(surrogates.importance_gist..=1.0).contains(&surrogates.importance_full)
-        {
-            return invalid(
-                "query.pack.surrogates.importance_full",
-                "need 0 <= importance_gist <= importance_full <= 1",
-            );
-        }
-        let rerank = &self.query.rerank;
-        if rerank.kind != ragstream_core::query::endpoints::RerankKind::None
-            && rerank.endpoint.url.is_empty()
-        {
-            return invalid(
-                "query.rerank.endpoint.url",
-                "required for a rerank endpoint",
-            );
-        }
-        if self.query.hyde.enabled && self.query.hyde.endpoint.url.is_empty() {
-            return invalid("query.hyde.endpoint.url", "required when hyde is enabled");
-        }
-        for (key, endpoint) in [
-            ("query.rerank.endpoint", &rerank.endpoint),
-            ("query.hyde.endpoint", &self.query.hyde.endpoint),
-        ] {
-            if endpoint.timeout_ms == 0 || endpoint.concurrency == 0 {
-                return Err(ConfigError::Invalid {
-                    key,
-                    message: "timeout_ms and concurrency must be at least 1".into(),
-                });
-            }
         }
         if self.embedder.threads == 0 {
             return invalid("embedder.threads", "must be at least 1");
@@ -263,6 +223,64 @@ impl Config {
         if self.ingest.max_document_bytes == 0 {
             return invalid("ingest.max_document_bytes", "must be positive");
         }
+        Ok(())
+    }
+
+    /// The query section.
+    fn validate_query(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &'static str, message: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                message: message.into(),
+            })
+        };
+        let pack = &self.query.pack;
+        if !(0.0..=1.0).contains(&pack.evidence_ratio) {
+            return invalid("query.pack.evidence_ratio", "must be in [0, 1]");
+        }
+        if !(0.0..=1.0).contains(&pack.sentence_ratio) {
+            return invalid("query.pack.sentence_ratio", "must be in [0, 1]");
+        }
+        let surrogates = &pack.surrogates;
+        if !(surrogates.age_full_days >= 0.0
+            && surrogates.age_gist_days >= surrogates.age_full_days)
+        {
+            return invalid(
+                "query.pack.surrogates.age_gist_days",
+                "must be at least age_full_days (both at least 0)",
+            );
+        }
+        if !(0.0..=1.0).contains(&surrogates.importance_gist)
+            || !(surrogates.importance_gist..=1.0).contains(&surrogates.importance_full)
+        {
+            return invalid(
+                "query.pack.surrogates.importance_full",
+                "need 0 <= importance_gist <= importance_full <= 1",
+            );
+        }
+        let rerank = &self.query.rerank;
+        if rerank.kind != ragstream_core::query::endpoints::RerankKind::None
+            && rerank.endpoint.url.is_empty()
+        {
+            return invalid(
+                "query.rerank.endpoint.url",
+                "required for a rerank endpoint",
+            );
+        }
+        if self.query.hyde.enabled && self.query.hyde.endpoint.url.is_empty() {
+            return invalid("query.hyde.endpoint.url", "required when hyde is enabled");
+        }
+        for (key, endpoint) in [
+            ("query.rerank.endpoint", &rerank.endpoint),
+            ("query.hyde.endpoint", &self.query.hyde.endpoint),
+        ] {
+            if endpoint.timeout_ms == 0 || endpoint.concurrency == 0 {
+                return Err(ConfigError::Invalid {
+                    key,
+                    message: "timeout_ms and concurrency must be at least 1".into(),
+                });
+            }
+        }
         let query = &self.query;
         if !(0.0..=1.0).contains(&query.mmr_lambda) {
             return invalid("query.mmr_lambda", "must be in [0, 1]");
@@ -289,6 +307,29 @@ impl Config {
         if !(64..=(1 << 24)).contains(&query.max_query_bytes) {
             return invalid("query.max_query_bytes", "must be in 64..=16777216");
         }
+        if let Err(message) = query.intents.validate() {
+            return Err(ConfigError::Invalid {
+                key: "query.intents",
+                message,
+            });
+        }
+        if let Err(message) = query.code_search.validate() {
+            return Err(ConfigError::Invalid {
+                key: "query.code_search",
+                message,
+            });
+        }
+        Ok(())
+    }
+
+    /// The HTTP server.
+    fn validate_http(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &'static str, message: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                message: message.into(),
+            })
+        };
         let http = &self.http;
         for (env, labels) in &http.token_labels {
             if !http.tokens.contains_key(env) || labels.iter().any(String::is_empty) {

@@ -156,6 +156,14 @@ fn query_endpoint_and_packing_settings_are_checked() {
             "[query.rerank]\nkind = \"llm\"\n[query.rerank.endpoint]\nurl = \"http://x\"\ntimeout_ms = 0\n",
             "query.rerank.endpoint",
         ),
+        // Intent names are checked at load: a typo is an error, not HyDE silently off.
+        ("[query.hyde]\nintents = [\"exploratry\"]\n", "exploratry"),
+        ("[query.intents.procedur]\n", "procedur"),
+        (
+            "[query.intents.claim]\nweights = { dense = 0.0, bm25 = 0.0 }\ndepth = { dense = 16, bm25 = 16 }\n",
+            "query.intents",
+        ),
+        ("[query.code_search]\nshare = 2.0\n", "query.code_search"),
     ] {
         let err = load_error(&format!("{kafka}{section}"));
         assert!(err.contains(key), "{section}: {err}");
@@ -165,6 +173,14 @@ fn query_endpoint_and_packing_settings_are_checked() {
     ));
     let config = Config::load(&path).expect("valid");
     assert_eq!(config.query.rerank.endpoint.timeout_ms, 2000);
+    let (_dir, path) = write(&format!(
+        "{kafka}[query.intents.procedure]\nweights = {{ dense = 0.9, bm25 = 0.1 }}\ndepth = {{ dense = 40, bm25 = 8 }}\n[query.code_search]\nhead = 5\n"
+    ));
+    let config = Config::load(&path).expect("valid");
+    assert_eq!(config.query.intents.procedure.weights.dense, 0.9);
+    assert_eq!(config.query.intents.procedure.depth.bm25, 8);
+    assert_eq!(config.query.code_search.head, 5);
+    assert_eq!(config.query.code_search.share, 0.6);
 }
 
 #[test]
@@ -192,7 +208,10 @@ fn environment_overrides_set_scalars_and_comma_separated_lists() {
     .expect("loads");
     assert_eq!(config.ingest.allowed_tenants, ["acme", "globex"]);
     assert_eq!(config.http.allowed_hosts, ["localhost", "rag.example.com"]);
-    assert_eq!(config.query.hyde.intents, ["exploratory"]);
+    assert_eq!(
+        config.query.hyde.intents,
+        [ragstream_core::query::intent::Intent::Exploratory]
+    );
     assert!((config.query.mmr_lambda - 0.7).abs() < 1e-6);
     assert!(!config.query.adapt_fusion);
 }

@@ -6,7 +6,7 @@
 //! A message with a key and no value (a Kafka tombstone) is a delete of that key.
 //!
 //! Guarantees: decoding never panics and never allocates more than the size limit for a payload it
-//! refuses; every refusal names a [`DecodeReason`] (a bounded set, used as a metric label) and a message.
+//! refuses; every refusal names a [`DlqReason`] (a bounded set, used as a metric label) and a message.
 
 use serde::{Deserialize, Serialize};
 
@@ -50,76 +50,20 @@ pub const MAX_ACL_LABEL_BYTES: usize = 256;
 /// Default size limit of one document event: 8 MiB.
 pub const DEFAULT_MAX_DOCUMENT_BYTES: usize = 8 << 20;
 
-/// Why an event was refused. The set is closed so it can label metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum DecodeReason {
-    /// The value is not UTF-8.
-    InvalidUtf8,
-    /// The value is not JSON, or not an object of the expected shape.
-    MalformedJson,
-    /// A required field is missing or empty.
-    MissingField,
-    /// `kind` is not one of the known kinds.
-    UnknownKind,
-    /// `op` is not `upsert` or `delete`.
-    UnknownOp,
-    /// The value is larger than the configured limit.
-    Oversize,
-    /// The message key is not `tenant/doc_id`, or disagrees with the body.
-    BadKey,
-    /// The tenant is not in the configured allow-list.
-    UnknownTenant,
-    /// `metadata` is not a flat object of bounded values ([`crate::metadata`]).
-    InvalidMetadata,
-    /// A file (HTML, PDF, DOCX, or `content_base64` of no known format) whose text cannot be read
-    /// ([`crate::ingest::extract`]).
-    Unparseable,
-}
-
-impl DecodeReason {
-    /// Snake-case name used in DLQ headers and metric labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::InvalidUtf8 => "invalid_utf8",
-            Self::MalformedJson => "malformed_json",
-            Self::MissingField => "missing_field",
-            Self::UnknownKind => "unknown_kind",
-            Self::UnknownOp => "unknown_op",
-            Self::InvalidMetadata => "invalid_metadata",
-            Self::Oversize => "oversize",
-            Self::BadKey => "bad_key",
-            Self::UnknownTenant => "unknown_tenant",
-            Self::Unparseable => "unparseable",
-        }
-    }
-
-    /// Every reason, for metric initialisation.
-    pub const ALL: [DecodeReason; 10] = [
-        Self::InvalidUtf8,
-        Self::MalformedJson,
-        Self::MissingField,
-        Self::UnknownKind,
-        Self::UnknownOp,
-        Self::Oversize,
-        Self::BadKey,
-        Self::UnknownTenant,
-        Self::InvalidMetadata,
-        Self::Unparseable,
-    ];
-}
+pub use super::dlq::DlqReason;
 
 /// A refused event: the reason and a human-readable message (never the document text).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}: {message}", reason.as_str())]
 pub struct DecodeError {
     /// The bounded reason.
-    pub reason: DecodeReason,
+    pub reason: DlqReason,
     /// What exactly was wrong.
     pub message: String,
 }
 
 impl DecodeError {
-    fn new(reason: DecodeReason, message: impl Into<String>) -> Self {
+    fn new(reason: DlqReason, message: impl Into<String>) -> Self {
         Self {
             reason,
             message: message.into(),
@@ -253,10 +197,10 @@ pub fn decode_event(
         None => None,
         Some(bytes) => {
             let text = std::str::from_utf8(bytes)
-                .map_err(|_| DecodeError::new(DecodeReason::BadKey, "message key is not UTF-8"))?;
+                .map_err(|_| DecodeError::new(DlqReason::BadKey, "message key is not UTF-8"))?;
             Some(DocKey::parse(text).ok_or_else(|| {
                 DecodeError::new(
-                    DecodeReason::BadKey,
+                    DlqReason::BadKey,
                     format!("message key {:?} is not tenant/doc_id", prefix(text)),
                 )
             })?)
@@ -264,13 +208,13 @@ pub fn decode_event(
     };
     let Some(value) = value else {
         let key =
-            key.ok_or_else(|| DecodeError::new(DecodeReason::BadKey, "tombstone without a key"))?;
+            key.ok_or_else(|| DecodeError::new(DlqReason::BadKey, "tombstone without a key"))?;
         check_tenant(&key.tenant, config)?;
         return Ok(DocOp::Delete { key, version: None });
     };
     if value.len() > config.max_document_bytes {
         return Err(DecodeError::new(
-            DecodeReason::Oversize,
+            DlqReason::Oversize,
             format!(
                 "event of {} bytes exceeds the limit of {} bytes",
                 value.len(),
@@ -280,15 +224,12 @@ pub fn decode_event(
     }
     let text = std::str::from_utf8(value).map_err(|err| {
         DecodeError::new(
-            DecodeReason::InvalidUtf8,
+            DlqReason::InvalidUtf8,
             format!("invalid UTF-8 at byte {}", err.valid_up_to()),
         )
     })?;
     let mut wire: WireEvent = serde_json::from_str(text).map_err(|err| {
-        DecodeError::new(
-            DecodeReason::MalformedJson,
-            format!("malformed JSON: {err}"),
-        )
+        DecodeError::new(DlqReason::MalformedJson, format!("malformed JSON: {err}"))
     })?;
     let tenant = required(wire.tenant.take(), "tenant")?;
     let doc_id = required(wire.doc_id.take(), "doc_id")?;
@@ -301,7 +242,7 @@ pub fn decode_event(
     )?;
     if tenant.contains('/') {
         return Err(DecodeError::new(
-            DecodeReason::BadKey,
+            DlqReason::BadKey,
             "tenant must not contain '/'",
         ));
     }
@@ -309,7 +250,7 @@ pub fn decode_event(
     if let Some(key) = &key {
         if *key != body_key {
             return Err(DecodeError::new(
-                DecodeReason::BadKey,
+                DlqReason::BadKey,
                 format!(
                     "message key {} disagrees with body {}",
                     prefix(&key.to_string()),
@@ -327,7 +268,7 @@ pub fn decode_event(
         }),
         "upsert" => upsert(wire, body_key, config),
         other => Err(DecodeError::new(
-            DecodeReason::UnknownOp,
+            DlqReason::UnknownOp,
             format!("unknown op {:?}", prefix(other)),
         )),
     }
@@ -337,16 +278,16 @@ pub fn decode_event(
 fn upsert(wire: WireEvent, body_key: DocKey, config: &DecodeConfig) -> Result<DocOp, DecodeError> {
     let version = wire
         .version
-        .ok_or_else(|| DecodeError::new(DecodeReason::MissingField, "missing field `version`"))?;
+        .ok_or_else(|| DecodeError::new(DlqReason::MissingField, "missing field `version`"))?;
     let kind_name = wire.kind.as_deref().unwrap_or("auto");
     let kind = DocKind::parse(kind_name).ok_or_else(|| {
         DecodeError::new(
-            DecodeReason::UnknownKind,
+            DlqReason::UnknownKind,
             format!("unknown kind {:?}", prefix(kind_name)),
         )
     })?;
     let metadata = Metadata::parse(&wire.metadata)
-        .map_err(|message| DecodeError::new(DecodeReason::InvalidMetadata, message))?;
+        .map_err(|message| DecodeError::new(DlqReason::InvalidMetadata, message))?;
     let source = wire
         .source
         .filter(|s| !s.is_empty())
@@ -382,7 +323,7 @@ enum Body {
 fn body(text: Option<String>, content_base64: Option<String>) -> Result<Body, DecodeError> {
     match (text, content_base64) {
         (Some(_), Some(_)) => Err(DecodeError::new(
-            DecodeReason::MalformedJson,
+            DlqReason::MalformedJson,
             "an upsert carries `text` or `content_base64`, not both",
         )),
         (Some(text), None) => Ok(Body::Text(text)),
@@ -393,13 +334,13 @@ fn body(text: Option<String>, content_base64: Option<String>) -> Result<Body, De
                 .map(Body::Bytes)
                 .map_err(|err| {
                     DecodeError::new(
-                        DecodeReason::MalformedJson,
+                        DlqReason::MalformedJson,
                         format!("`content_base64` is not base64: {err}"),
                     )
                 })
         }
         (None, None) => Err(DecodeError::new(
-            DecodeReason::MissingField,
+            DlqReason::MissingField,
             "missing field `text` (or `content_base64`)",
         )),
     }
@@ -418,13 +359,13 @@ fn read_body(
     if extracted {
         let Body::Text(text) = body else {
             return Err(DecodeError::new(
-                DecodeReason::MalformedJson,
+                DlqReason::MalformedJson,
                 "`extracted` needs `text`, not `content_base64`",
             ));
         };
         if !extract::is_file_kind(kind) {
             return Err(DecodeError::new(
-                DecodeReason::UnknownKind,
+                DlqReason::UnknownKind,
                 format!(
                     "`extracted` text needs kind html, pdf or docx, not {}",
                     kind.as_str()
@@ -445,14 +386,14 @@ fn read_body(
     if let Some(format) = format {
         let limits = extract::ExtractLimits::for_documents(max_document_bytes);
         let file = extract::extract(format, bytes, &limits)
-            .map_err(|err| DecodeError::new(DecodeReason::Unparseable, err.to_string()))?;
+            .map_err(|err| DecodeError::new(DlqReason::Unparseable, err.to_string()))?;
         return Ok((format, file.text, title.or(file.title)));
     }
     let text = match body {
         Body::Text(text) => text,
         Body::Bytes(bytes) => String::from_utf8(bytes).map_err(|err| {
             DecodeError::new(
-                DecodeReason::Unparseable,
+                DlqReason::Unparseable,
                 format!(
                     "`content_base64` is neither HTML, PDF, DOCX nor UTF-8 text (invalid UTF-8 at byte {})",
                     err.utf8_error().valid_up_to()
@@ -481,7 +422,7 @@ pub fn check_bounds(
 ) -> Result<(), DecodeError> {
     let over = |field: &str, length: usize, limit: usize| {
         DecodeError::new(
-            DecodeReason::Oversize,
+            DlqReason::Oversize,
             format!("{field} of {length} bytes exceeds the limit of {limit} bytes"),
         )
     };
@@ -499,14 +440,14 @@ pub fn check_bounds(
         let components = source.split('/').filter(|c| !c.is_empty()).count();
         if components > MAX_SOURCE_COMPONENTS {
             return Err(DecodeError::new(
-                DecodeReason::Oversize,
+                DlqReason::Oversize,
                 format!("source has {components} path components, over the limit of {MAX_SOURCE_COMPONENTS}"),
             ));
         }
     }
     if acl.len() > MAX_ACL_LABELS {
         return Err(DecodeError::new(
-            DecodeReason::Oversize,
+            DlqReason::Oversize,
             format!(
                 "{} ACL labels exceed the limit of {MAX_ACL_LABELS}",
                 acl.len()
@@ -523,7 +464,7 @@ fn required(field: Option<String>, name: &str) -> Result<String, DecodeError> {
     match field {
         Some(value) if !value.is_empty() => Ok(value),
         _ => Err(DecodeError::new(
-            DecodeReason::MissingField,
+            DlqReason::MissingField,
             format!("missing field `{name}`"),
         )),
     }
@@ -534,7 +475,7 @@ fn check_tenant(tenant: &str, config: &DecodeConfig) -> Result<(), DecodeError> 
         Ok(())
     } else {
         Err(DecodeError::new(
-            DecodeReason::UnknownTenant,
+            DlqReason::UnknownTenant,
             format!("tenant {:?} is not allowed", prefix(tenant)),
         ))
     }
@@ -665,7 +606,7 @@ mod tests {
                     r#"{{"tenant":"t","doc_id":"r.pdf","version":1,"content_base64":"{}"}}"#,
                     encode(b"%PDF-1.7 broken")
                 ),
-                DecodeReason::Unparseable,
+                DlqReason::Unparseable,
                 "pdf file cannot be read",
             ),
             (
@@ -673,28 +614,28 @@ mod tests {
                     r#"{{"tenant":"t","doc_id":"blob","version":1,"content_base64":"{}"}}"#,
                     encode(&[0xff, 0xfe, 0x00, 0x81])
                 ),
-                DecodeReason::Unparseable,
+                DlqReason::Unparseable,
                 "neither HTML, PDF, DOCX nor UTF-8 text",
             ),
             (
                 r#"{"tenant":"t","doc_id":"d","version":1,"content_base64":"not base64!"}"#.into(),
-                DecodeReason::MalformedJson,
+                DlqReason::MalformedJson,
                 "not base64",
             ),
             (
                 r#"{"tenant":"t","doc_id":"d","version":1,"text":"x","content_base64":"eA=="}"#
                     .into(),
-                DecodeReason::MalformedJson,
+                DlqReason::MalformedJson,
                 "not both",
             ),
             (
                 r#"{"tenant":"t","doc_id":"d","version":1,"text":"x","extracted":true}"#.into(),
-                DecodeReason::UnknownKind,
+                DlqReason::UnknownKind,
                 "needs kind html, pdf or docx",
             ),
             (
                 r#"{"tenant":"t","doc_id":"d.html","version":1,"text":"<nav>only</nav>"}"#.into(),
-                DecodeReason::Unparseable,
+                DlqReason::Unparseable,
                 "holds no text",
             ),
         ];
@@ -748,7 +689,7 @@ mod tests {
                 version: None
             }
         );
-        assert_eq!(decode(None, None).unwrap_err().reason, DecodeReason::BadKey);
+        assert_eq!(decode(None, None).unwrap_err().reason, DlqReason::BadKey);
     }
 
     #[test]
@@ -769,46 +710,46 @@ mod tests {
 
     #[test]
     fn refusals_name_their_reason() {
-        type Case<'a> = (Option<&'a [u8]>, &'a [u8], DecodeReason);
+        type Case<'a> = (Option<&'a [u8]>, &'a [u8], DlqReason);
         let cases: [Case; 10] = [
-            (None, b"{not json", DecodeReason::MalformedJson),
+            (None, b"{not json", DlqReason::MalformedJson),
             (
                 None,
                 br#"{"tenant":"t","doc_id":"d","version":1,"text":"x","metadata":{"a":{"b":1}}}"#,
-                DecodeReason::InvalidMetadata,
+                DlqReason::InvalidMetadata,
             ),
             (
                 None,
                 br#"{"tenant":"t","doc_id":"d","version":1,"text":"x","metadata":"team=a"}"#,
-                DecodeReason::InvalidMetadata,
+                DlqReason::InvalidMetadata,
             ),
-            (None, b"\xff\xfe{}", DecodeReason::InvalidUtf8),
+            (None, b"\xff\xfe{}", DlqReason::InvalidUtf8),
             (
                 None,
                 br#"{"tenant":"t","version":1,"text":"x"}"#,
-                DecodeReason::MissingField,
+                DlqReason::MissingField,
             ),
             (
                 None,
                 br#"{"tenant":"t","doc_id":"d","text":"x"}"#,
-                DecodeReason::MissingField,
+                DlqReason::MissingField,
             ),
             (
                 None,
                 br#"{"tenant":"t","doc_id":"d","version":1,"text":"x","kind":"spreadsheet"}"#,
-                DecodeReason::UnknownKind,
+                DlqReason::UnknownKind,
             ),
             (
                 None,
                 br#"{"op":"merge","tenant":"t","doc_id":"d","version":1}"#,
-                DecodeReason::UnknownOp,
+                DlqReason::UnknownOp,
             ),
             (
                 Some(b"t/other"),
                 br#"{"tenant":"t","doc_id":"d","version":1,"text":"x"}"#,
-                DecodeReason::BadKey,
+                DlqReason::BadKey,
             ),
-            (None, b"[1,2,3]", DecodeReason::MalformedJson),
+            (None, b"[1,2,3]", DlqReason::MalformedJson),
         ];
         for (key, value, reason) in cases {
             let err =
@@ -837,23 +778,23 @@ mod tests {
                 "{field} at its limit"
             );
             let refused = event(field, "a".repeat(limit + 1).into()).unwrap_err();
-            assert_eq!(refused.reason, DecodeReason::Oversize, "{field}");
+            assert_eq!(refused.reason, DlqReason::Oversize, "{field}");
             assert!(refused.message.starts_with(field), "{}", refused.message);
         }
         let deep = "a/".repeat(MAX_SOURCE_COMPONENTS + 1);
         assert_eq!(
             event("source", deep.into()).unwrap_err().reason,
-            DecodeReason::Oversize
+            DlqReason::Oversize
         );
         let labels: Vec<String> = (0..=MAX_ACL_LABELS).map(|i| i.to_string()).collect();
         assert_eq!(
             event("acl", labels.into()).unwrap_err().reason,
-            DecodeReason::Oversize
+            DlqReason::Oversize
         );
         let long = vec!["l".repeat(MAX_ACL_LABEL_BYTES + 1)];
         assert_eq!(
             event("acl", long.into()).unwrap_err().reason,
-            DecodeReason::Oversize
+            DlqReason::Oversize
         );
     }
 
@@ -864,7 +805,7 @@ mod tests {
             ..DecodeConfig::default()
         };
         let err = decode_event(None, Some(&[b'{'; 17]), &config).expect_err("too big");
-        assert_eq!(err.reason, DecodeReason::Oversize);
+        assert_eq!(err.reason, DlqReason::Oversize);
     }
 
     #[test]
@@ -884,7 +825,7 @@ mod tests {
             Some(br#"{"tenant":"b","doc_id":"d","version":1,"text":"x"}"#),
             &config,
         );
-        assert_eq!(err.unwrap_err().reason, DecodeReason::UnknownTenant);
+        assert_eq!(err.unwrap_err().reason, DlqReason::UnknownTenant);
     }
 
     #[test]

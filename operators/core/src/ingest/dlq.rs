@@ -46,6 +46,88 @@ impl std::fmt::Display for Origin {
     }
 }
 
+/// Why a record went to the dead-letter queue: one closed set for documents, queries and the
+/// index, so it can label metrics and name the HTTP API's problem types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DlqReason {
+    /// The value is not UTF-8.
+    InvalidUtf8,
+    /// The value is not JSON, or not an object of the expected shape.
+    MalformedJson,
+    /// A required field is missing or empty.
+    MissingField,
+    /// `kind` is not one of the known kinds.
+    UnknownKind,
+    /// `op` is not `upsert` or `delete`.
+    UnknownOp,
+    /// The value is larger than the configured limit.
+    Oversize,
+    /// The message key is not `tenant/doc_id`, or disagrees with the body.
+    BadKey,
+    /// The tenant is not in the configured allow-list.
+    UnknownTenant,
+    /// `metadata` is not a flat object of bounded values ([`crate::metadata`]).
+    InvalidMetadata,
+    /// A file (HTML, PDF, DOCX, or `content_base64` of no known format) whose text cannot be read
+    /// ([`crate::ingest::extract`]).
+    Unparseable,
+    /// A query: JSON, but not a valid query (missing or out-of-range fields).
+    InvalidQuery,
+    /// The embedder returned vectors of another dimension than the index's.
+    EmbeddingDimension,
+    /// The embedder refused a document's chunks.
+    EmbeddingFailed,
+    /// The index refused a document's points.
+    IndexRefused,
+}
+
+impl DlqReason {
+    /// Snake-case name used in DLQ records and headers, metric labels and problem types.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidUtf8 => "invalid_utf8",
+            Self::MalformedJson => "malformed_json",
+            Self::MissingField => "missing_field",
+            Self::UnknownKind => "unknown_kind",
+            Self::UnknownOp => "unknown_op",
+            Self::InvalidMetadata => "invalid_metadata",
+            Self::Oversize => "oversize",
+            Self::BadKey => "bad_key",
+            Self::UnknownTenant => "unknown_tenant",
+            Self::Unparseable => "unparseable",
+            Self::InvalidQuery => "invalid_query",
+            Self::EmbeddingDimension => "embedding_dimension",
+            Self::EmbeddingFailed => "embedding_failed",
+            Self::IndexRefused => "index_refused",
+        }
+    }
+
+    /// Every reason, for metric initialisation.
+    pub const ALL: [DlqReason; 14] = [
+        Self::InvalidUtf8,
+        Self::MalformedJson,
+        Self::MissingField,
+        Self::UnknownKind,
+        Self::UnknownOp,
+        Self::Oversize,
+        Self::BadKey,
+        Self::UnknownTenant,
+        Self::InvalidMetadata,
+        Self::Unparseable,
+        Self::InvalidQuery,
+        Self::EmbeddingDimension,
+        Self::EmbeddingFailed,
+        Self::IndexRefused,
+    ];
+}
+
+impl std::fmt::Display for DlqReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Largest original value kept in a DLQ record; longer values are cut (and marked truncated).
 pub const MAX_DLQ_VALUE_BYTES: usize = 256 << 10;
 
@@ -68,8 +150,8 @@ pub fn bounded_message(message: String) -> String {
 /// A refused event on its way to the DLQ.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct DlqRecord {
-    /// Bounded reason (`malformed_json`, `oversize`, `embedding_dimension`, …).
-    pub reason: String,
+    /// Why.
+    pub reason: DlqReason,
     /// What exactly was wrong (never more than a short prefix of the input).
     pub message: String,
     /// Where the event came from.
@@ -87,7 +169,7 @@ pub struct DlqRecord {
 impl DlqRecord {
     /// Builds a record, bounding the kept value.
     pub fn new(
-        reason: &str,
+        reason: DlqReason,
         message: String,
         origin: Origin,
         tenant: Option<String>,
@@ -97,7 +179,7 @@ impl DlqRecord {
         let truncated = value.is_some_and(|v| v.len() > MAX_DLQ_VALUE_BYTES)
             || key.is_some_and(|k| k.len() > MAX_DLQ_KEY_BYTES);
         Self {
-            reason: reason.to_string(),
+            reason,
             message: bounded_message(message),
             origin,
             tenant,
@@ -136,7 +218,7 @@ impl From<&DlqRecord> for DlqLine {
     fn from(record: &DlqRecord) -> Self {
         let lossy = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
         Self {
-            reason: record.reason.clone(),
+            reason: record.reason.as_str().to_string(),
             error: record.message.clone(),
             origin: record.origin.to_string(),
             tenant: record.tenant.clone(),
@@ -201,7 +283,7 @@ mod tests {
         let error = serde_json::from_str::<u64>(&format!("\"{document}\"")).expect_err("a string");
         assert!(error.to_string().len() > 100_000, "serde quotes the input");
         let record = DlqRecord::new(
-            "malformed_json",
+            DlqReason::MalformedJson,
             error.to_string(),
             Origin::File {
                 path: "e.jsonl".into(),
@@ -227,7 +309,7 @@ mod tests {
             line: None,
         };
         let record = DlqRecord::new(
-            "bad_key",
+            DlqReason::BadKey,
             "too long".into(),
             origin.clone(),
             None,
@@ -237,7 +319,7 @@ mod tests {
         assert!(record.truncated);
         assert_eq!(record.key.as_ref().map(Vec::len), Some(MAX_DLQ_KEY_BYTES));
         let short = DlqRecord::new(
-            "bad_key",
+            DlqReason::BadKey,
             "x".into(),
             origin,
             None,

@@ -5,14 +5,14 @@
 //!
 //! **Code search.** A query in plain words (no identifier; quoted words count as plain ones, as the
 //! BM25 lane analyses them alike and matches no phrases) whose dense lane's top
-//! [`HEAD`] hits are mostly source code (at least [`CODE_SHARE`] of them) is looking for code by what
+//! `query.code_search.head` hits are mostly source code (at least `share` of them) is looking for code by what
 //! it does (a hit indexed as prose or markdown counts when its text reads as code,
 //! [`crate::text::looks_like_code`]: code pasted into a text file, or a corpus indexed without its
 //! kind); a query that names a programming language (the intent's `names_language` signal: "read
-//! a csv file in python") says so itself, and then [`CODE_SHARE_NAMED`] of the hits suffice, so the
+//! a csv file in python") says so itself, and then `share_named` of the hits suffice, so the
 //! rule also fires in a corpus where code is the smaller part (a repository's docs beside its code).
 //! Its words are seldom the code's own identifiers, so exact-term matching earns little: the
-//! intent becomes `code_search`, the lanes are weighted [`CODE_SEARCH`], and the rerank's lexical
+//! intent becomes `code_search`, the lanes are weighted `query.code_search.weights`, and the rerank's lexical
 //! features (term recall and precision, sentence recall, weighted sentence recall, phrase, entity
 //! coverage) are scaled by the BM25 lane's share of the weights relative to an even split
 //! ([`Plan::lexical`]). A query that names an identifier keeps its intent: there, the code's own
@@ -20,29 +20,69 @@
 //!
 //! The decision and its figures go to the trace, and `ragstream_fusion_adapted_total{rule}` counts it.
 
-use super::intent::NAMES_LANGUAGE;
+use serde::{Deserialize, Serialize};
+
+use super::intent::{Intent, Signal};
 use super::{Plan, Weights};
 use crate::model::DocKind;
 use crate::store::Hit;
 
-/// Dense hits looked at.
-pub const HEAD: usize = 10;
-/// The share of them that must be code.
-pub const CODE_SHARE: f32 = 0.6;
-/// The share of them that must be code when the query names a programming language.
-pub const CODE_SHARE_NAMED: f32 = 0.3;
-/// The intent (and the `ragstream_fusion_adapted_total` rule) of a query the code-search rule adapted.
-pub const CODE_SEARCH_INTENT: &str = "code_search";
-/// Lane weights of a code search.
-pub const CODE_SEARCH: Weights = Weights {
-    dense: 0.85,
-    bm25: 0.15,
-};
+/// The code-search rule's thresholds and weights (config section `query.code_search`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CodeSearchConfig {
+    /// Dense hits looked at (the head of the dense lane).
+    pub head: usize,
+    /// The share of them that must be code.
+    pub share: f32,
+    /// The share of them that must be code when the query names a programming language.
+    pub share_named: f32,
+    /// Lane weights of a code search.
+    pub weights: Weights,
+}
+
+impl Default for CodeSearchConfig {
+    fn default() -> Self {
+        Self {
+            head: 10,
+            share: 0.6,
+            share_named: 0.3,
+            weights: Weights {
+                dense: 0.85,
+                bm25: 0.15,
+            },
+        }
+    }
+}
+
+impl CodeSearchConfig {
+    /// Checks the shares (0..=1), the head (1..=1000) and the weights (finite, non-negative, not
+    /// both zero).
+    pub fn validate(&self) -> Result<(), String> {
+        let share = |s: f32| (0.0..=1.0).contains(&s);
+        let weight = |w: f32| w.is_finite() && w >= 0.0;
+        if !(1..=1000).contains(&self.head) {
+            return Err("query.code_search.head must be 1 to 1000".into());
+        }
+        if !share(self.share) || !share(self.share_named) {
+            return Err("query.code_search.share and share_named must be 0 to 1".into());
+        }
+        if !weight(self.weights.dense)
+            || !weight(self.weights.bm25)
+            || self.weights.dense + self.weights.bm25 <= 0.0
+        {
+            return Err(
+                "query.code_search.weights must be finite, non-negative and not both zero".into(),
+            );
+        }
+        Ok(())
+    }
+}
 
 /// Adapts `plan` to the dense lane's hits (best first); returns the reason when it changed it.
-pub fn adapt(plan: &mut Plan, dense: &[Hit]) -> Option<String> {
-    let exact = plan.signals.iter().any(|s| s == "identifier");
-    let head = &dense[..dense.len().min(HEAD)];
+pub fn adapt(plan: &mut Plan, dense: &[Hit], rule: &CodeSearchConfig) -> Option<String> {
+    let exact = plan.signals.contains(&Signal::Identifier);
+    let head = &dense[..dense.len().min(rule.head)];
     if exact || head.is_empty() {
         return None;
     }
@@ -58,16 +98,16 @@ pub fn adapt(plan: &mut Plan, dense: &[Hit]) -> Option<String> {
         .count();
     let read = head.iter().filter(by_text).count();
     let code = labelled + read;
-    let named = plan.signals.iter().any(|s| s == NAMES_LANGUAGE);
-    let share = if named { CODE_SHARE_NAMED } else { CODE_SHARE };
+    let named = plan.signals.contains(&Signal::NamesLanguage);
+    let share = if named { rule.share_named } else { rule.share };
     if (code as f32) < share * head.len() as f32 {
         return None;
     }
     let before = plan.weights;
-    plan.intent = CODE_SEARCH_INTENT.into();
-    plan.signals.push("code_hits".into());
-    plan.weights = CODE_SEARCH;
-    plan.lexical = 2.0 * CODE_SEARCH.bm25 / (CODE_SEARCH.dense + CODE_SEARCH.bm25);
+    plan.intent = Intent::CodeSearch;
+    plan.signals.push(Signal::CodeHits);
+    plan.weights = rule.weights;
+    plan.lexical = 2.0 * rule.weights.bm25 / (rule.weights.dense + rule.weights.bm25);
     let language = if named {
         " (it names a programming language)"
     } else {
@@ -93,8 +133,21 @@ pub fn adapt(plan: &mut Plan, dense: &[Hit]) -> Option<String> {
 mod tests {
     use super::*;
     use crate::query::fuse::tests::stored;
-    use crate::query::intent::analyze;
+    use crate::query::intent::IntentPresets;
     use crate::store::Bm25Encoder;
+
+    fn analyze(text: &str, bm25: &Bm25Encoder) -> Plan {
+        crate::query::intent::analyze(text, bm25, &IntentPresets::default())
+    }
+
+    fn adapt(plan: &mut Plan, dense: &[Hit]) -> Option<String> {
+        super::adapt(plan, dense, &CodeSearchConfig::default())
+    }
+
+    const CODE_SEARCH: Weights = Weights {
+        dense: 0.85,
+        bm25: 0.15,
+    };
 
     fn hits(kinds: &[DocKind]) -> Vec<Hit> {
         kinds
@@ -120,7 +173,7 @@ mod tests {
         let mut kinds = vec![DocKind::Code; 6];
         kinds.extend([DocKind::Prose; 4]);
         let reason = adapt(&mut plan, &hits(&kinds)).expect("adapted");
-        assert_eq!(plan.intent, "code_search");
+        assert_eq!(plan.intent, Intent::CodeSearch);
         assert_eq!(plan.weights, CODE_SEARCH);
         assert!((plan.lexical - 0.3).abs() < 1e-6, "{}", plan.lexical);
         assert!(
@@ -162,9 +215,9 @@ mod tests {
         // match phrases), so quoting plain words does not make them the code's own.
         let bm25 = Bm25Encoder::default();
         let mut plan = analyze("python \"is not none\" check", &bm25);
-        assert!(plan.signals.iter().any(|s| s == "quoted_phrase"));
+        assert!(plan.signals.contains(&Signal::QuotedPhrase));
         assert!(adapt(&mut plan, &hits(&[DocKind::Code; 10])).is_some());
-        assert_eq!(plan.intent, "code_search");
+        assert_eq!(plan.intent, Intent::CodeSearch);
         assert_eq!(plan.weights, CODE_SEARCH);
     }
 
@@ -178,7 +231,7 @@ mod tests {
         };
         let mut named = analyze("how to sort a list in python", &bm25);
         let reason = adapt(&mut named, &mixed(3)).expect("adapted");
-        assert_eq!(named.intent, CODE_SEARCH_INTENT);
+        assert_eq!(named.intent, Intent::CodeSearch);
         assert_eq!(named.weights, CODE_SEARCH);
         assert!(
             reason.contains("(it names a programming language)"),
@@ -186,12 +239,21 @@ mod tests {
         );
         let mut too_few = analyze("how to sort a list in python", &bm25);
         assert_eq!(adapt(&mut too_few, &mixed(2)), None);
-        assert_eq!(too_few.intent, "procedure");
+        assert_eq!(too_few.intent, Intent::Procedure);
         // Unnamed, three code hits of ten are not enough.
         let mut unnamed = analyze("how to sort a list", &bm25);
         assert_eq!(adapt(&mut unnamed, &mixed(3)), None);
         assert_eq!(adapt(&mut unnamed, &mixed(5)), None);
         assert!(adapt(&mut unnamed, &mixed(6)).is_some());
+        // The thresholds are the config's.
+        let mut strict = analyze("how to sort a list in python", &bm25);
+        let rule = CodeSearchConfig {
+            share_named: 0.5,
+            ..CodeSearchConfig::default()
+        };
+        assert_eq!(super::adapt(&mut strict, &mixed(3), &rule), None);
+        assert!(super::adapt(&mut strict, &mixed(5), &rule).is_some());
+        assert!(CodeSearchConfig { share: 1.5, ..rule }.validate().is_err());
     }
 
     #[test]
@@ -208,7 +270,7 @@ mod tests {
         };
         let mut plan = analyze("paste from the clipboard", &bm25);
         let reason = adapt(&mut plan, &with_texts(6)).expect("adapted");
-        assert_eq!(plan.intent, CODE_SEARCH_INTENT);
+        assert_eq!(plan.intent, Intent::CodeSearch);
         assert!(
             reason.contains("(6 indexed as text that reads as code)"),
             "{reason}"

@@ -4,43 +4,14 @@
 use super::{Mode, Query, DEEP_MAX_K, LIST_MAX_PAGE};
 use crate::tokens::Encoding;
 
-/// Why a query was refused, bounded (a metric and DLQ label: [`RefusalReason::as_str`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RefusalReason {
-    /// Larger than the configured bound.
-    Oversize,
-    /// Not UTF-8.
-    InvalidUtf8,
-    /// Not JSON.
-    MalformedJson,
-    /// JSON, but not a valid query (missing or out-of-range fields).
-    InvalidQuery,
-}
-
-impl RefusalReason {
-    /// The reason's label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RefusalReason::Oversize => "oversize",
-            RefusalReason::InvalidUtf8 => "invalid_utf8",
-            RefusalReason::MalformedJson => "malformed_json",
-            RefusalReason::InvalidQuery => "invalid_query",
-        }
-    }
-}
-
-impl std::fmt::Display for RefusalReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::ingest::dlq::DlqReason;
 
 /// Why a query was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{reason}: {message}")]
 pub struct QueryError {
     /// Why, bounded.
-    pub reason: RefusalReason,
+    pub reason: DlqReason,
     /// What is wrong.
     pub message: String,
     /// The query id, if it could be read: the caller gets an error context under it.
@@ -72,21 +43,21 @@ pub fn decode_query(bytes: &[u8], max_bytes: usize) -> Result<Query, QueryError>
     };
     if bytes.len() > max_bytes {
         return Err(refuse(
-            RefusalReason::Oversize,
+            DlqReason::Oversize,
             format!("query of {} bytes exceeds {max_bytes}", bytes.len()),
             None,
         ));
     }
     let text = std::str::from_utf8(bytes).map_err(|e| {
         refuse(
-            RefusalReason::InvalidUtf8,
+            DlqReason::InvalidUtf8,
             format!("query is not UTF-8: {e}"),
             None,
         )
     })?;
     let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
         refuse(
-            RefusalReason::MalformedJson,
+            DlqReason::MalformedJson,
             format!("query is not JSON: {e}"),
             None,
         )
@@ -96,7 +67,7 @@ pub fn decode_query(bytes: &[u8], max_bytes: usize) -> Result<Query, QueryError>
         if let Some(given) = value.get(field).filter(|v| !v.is_null()) {
             if given.as_u64().is_none() {
                 return Err(refuse(
-                    RefusalReason::InvalidQuery,
+                    DlqReason::InvalidQuery,
                     format!("{field} must be a positive integer, got {given}"),
                     Some(&value),
                 ));
@@ -104,9 +75,8 @@ pub fn decode_query(bytes: &[u8], max_bytes: usize) -> Result<Query, QueryError>
         }
     }
     let query: Query = serde_json::from_value(value.clone())
-        .map_err(|e| refuse(RefusalReason::InvalidQuery, e.to_string(), Some(&value)))?;
-    validate(&query)
-        .map_err(|message| refuse(RefusalReason::InvalidQuery, message, Some(&value)))?;
+        .map_err(|e| refuse(DlqReason::InvalidQuery, e.to_string(), Some(&value)))?;
+    validate(&query).map_err(|message| refuse(DlqReason::InvalidQuery, message, Some(&value)))?;
     Ok(query)
 }
 
@@ -229,28 +199,25 @@ mod tests {
         )
         .expect("valid");
         assert!(filled.fill);
-        let cases: [(&[u8], RefusalReason); 7] = [
-            (b"{not json", RefusalReason::MalformedJson),
-            (b"\xff\xfe", RefusalReason::InvalidUtf8),
-            (
-                br#"{"query_id":"q","text":"x"}"#,
-                RefusalReason::InvalidQuery,
-            ),
+        let cases: [(&[u8], DlqReason); 7] = [
+            (b"{not json", DlqReason::MalformedJson),
+            (b"\xff\xfe", DlqReason::InvalidUtf8),
+            (br#"{"query_id":"q","text":"x"}"#, DlqReason::InvalidQuery),
             (
                 br#"{"query_id":"q","tenant":"t","text":"x","mode":"psychic"}"#,
-                RefusalReason::InvalidQuery,
+                DlqReason::InvalidQuery,
             ),
             (
                 br#"{"query_id":"q","tenant":"t","text":"x","k":0}"#,
-                RefusalReason::InvalidQuery,
+                DlqReason::InvalidQuery,
             ),
             (
                 br#"{"query_id":"q","tenant":"t","text":"x","surprise":1}"#,
-                RefusalReason::InvalidQuery,
+                DlqReason::InvalidQuery,
             ),
             (
                 br#"{"query_id":"q","tenant":"t","text":"x","tokenizer":"gpt2"}"#,
-                RefusalReason::InvalidQuery,
+                DlqReason::InvalidQuery,
             ),
         ];
         for (bytes, reason) in cases {
@@ -281,7 +248,7 @@ mod tests {
         );
         assert_eq!(
             decode_query(big.as_bytes(), 50).unwrap_err().reason,
-            RefusalReason::Oversize
+            DlqReason::Oversize
         );
         // list_sources needs no text.
         decode_query(
@@ -312,7 +279,7 @@ mod tests {
             8192,
         )
         .unwrap_err();
-        assert_eq!(error.reason, RefusalReason::InvalidQuery);
+        assert_eq!(error.reason, DlqReason::InvalidQuery);
         assert!(
             error.message.contains("reserve_output"),
             "{}",

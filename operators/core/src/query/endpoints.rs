@@ -74,8 +74,9 @@ impl RerankKind {
 pub struct HydeConfig {
     /// Off by default.
     pub enabled: bool,
-    /// The intents whose queries get a hypothetical passage (the vague ones).
-    pub intents: Vec<String>,
+    /// The intents whose queries get a hypothetical passage (the vague ones); a name that is no
+    /// intent is refused at load.
+    pub intents: Vec<super::intent::Intent>,
     /// Share of the hypothetical passage's vector in the dense query (0 = the query's alone).
     pub weight: f32,
     /// Most tokens the model may write.
@@ -90,7 +91,7 @@ impl Default for HydeConfig {
     fn default() -> Self {
         Self {
             enabled: false,
-            intents: vec!["exploratory".into()],
+            intents: vec![super::intent::Intent::Exploratory],
             weight: 0.5,
             max_tokens: 160,
             cache_entries: 4096,

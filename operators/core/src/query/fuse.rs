@@ -10,9 +10,50 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::{Action, Candidate, Cause, Decision, LaneHit, Weights};
 use crate::store::Hit;
 
+/// A retrieval lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Nearest neighbours of the query's vector.
+    Dense,
+    /// BM25 over the query's terms.
+    Bm25,
+}
+
+impl Lane {
+    /// The lane's name (trace, metrics).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lane::Dense => "dense",
+            Lane::Bm25 => "bm25",
+        }
+    }
+
+    /// This lane's hit on a candidate.
+    pub fn hit(self, candidate: &mut Candidate) -> &mut Option<LaneHit> {
+        match self {
+            Lane::Dense => &mut candidate.dense,
+            Lane::Bm25 => &mut candidate.bm25,
+        }
+    }
+
+    /// This lane's weight.
+    pub fn weight(self, weights: Weights) -> f32 {
+        match self {
+            Lane::Dense => weights.dense,
+            Lane::Bm25 => weights.bm25,
+        }
+    }
+}
+
+impl std::fmt::Display for Lane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Which of a lane's hits to keep: repeated points and repeated document offsets leave, best rank
 /// first, each with a decision saying why.
-fn lane_keep(hits: &[Hit], lane: &str, decisions: &mut Vec<Decision>) -> Vec<bool> {
+fn lane_keep(hits: &[Hit], lane: Lane, decisions: &mut Vec<Decision>) -> Vec<bool> {
     let mut ids = FxHashSet::with_capacity_and_hasher(hits.len(), Default::default());
     let mut offsets = FxHashSet::with_capacity_and_hasher(hits.len(), Default::default());
     hits.iter()
@@ -49,10 +90,8 @@ pub fn fuse(
     let mut candidates: Vec<Candidate> = Vec::with_capacity(dense.len() + bm25.len());
     let mut by_id: FxHashMap<uuid::Uuid, usize> =
         FxHashMap::with_capacity_and_hasher(candidates.capacity(), Default::default());
-    for (lane, hits, weight) in [
-        ("dense", dense, weights.dense),
-        ("bm25", bm25, weights.bm25),
-    ] {
+    for (lane, hits) in [(Lane::Dense, dense), (Lane::Bm25, bm25)] {
+        let weight = lane.weight(weights);
         // The kept hits are ranked densely from 1 as they are taken over.
         let keep = lane_keep(&hits, lane, &mut decisions);
         let kept = hits
@@ -70,11 +109,7 @@ pub fn fuse(
                 candidates.len() - 1
             });
             let candidate = &mut candidates[at];
-            if lane == "dense" {
-                candidate.dense = lane_hit;
-            } else {
-                candidate.bm25 = lane_hit;
-            }
+            *lane.hit(candidate) = lane_hit;
             candidate.fused += weight / (rrf_k + rank as f32);
         }
     }

@@ -1,31 +1,194 @@
 //! Intent: a rule-based query analyzer choosing the fusion weights and each lane's retrieval depth.
 //!
 //! Signals are read from the raw text (identifier/code tokens, quoted phrases, SQL words, question
-//! words and cue phrases); the first matching intent in [`PRESETS`] order wins, so the more specific
+//! words and cue phrases); the first matching intent in [`Intent::ANALYZED`] order wins, so the more specific
 //! ones (identifiers, quotes, SQL) beat the generic ones. Exact-match intents lean to BM25, open
 //! questions to the dense lane. The analysis also yields the terms, entities and dates the rerank
 //! scores candidates with.
 
+use serde::{Deserialize, Serialize};
+
 use super::{Depth, Plan, Weights};
 use crate::store::Bm25Encoder;
 
-/// The signal of a query that names a programming language ([`LANGUAGES`]).
-pub const NAMES_LANGUAGE: &str = "names_language";
+/// What a query asks for, as the analyzer reads it (the trace's `intent`, the metrics' label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Intent {
+    /// Names a code identifier (`parse_config`, `HttpServer::bind()`, `main.rs`).
+    Identifier,
+    /// Quotes a phrase.
+    QuotedPhrase,
+    /// Asks about SQL tables, columns or schemas.
+    Sql,
+    /// Asks how many, how much, how long.
+    Measurement,
+    /// Asks when, or names a year or a date.
+    DateTime,
+    /// Asks who owns or maintains something.
+    Ownership,
+    /// Asks where.
+    Location,
+    /// Asks what something is.
+    Definition,
+    /// Asks how to do something.
+    Procedure,
+    /// Names two or more entities, or compares.
+    MultiEntity,
+    /// States a claim (no question, four words or more).
+    Claim,
+    /// Anything else: an open question.
+    Exploratory,
+    /// Words whose dense hits are mostly code ([`super::adapt`]; never the analyzer's choice).
+    CodeSearch,
+}
+
+impl Intent {
+    /// The intents the analyzer chooses from, in precedence order: the first whose signal the query
+    /// shows wins, so the more specific ones (identifiers, quotes, SQL) beat the generic ones;
+    /// [`Intent::Exploratory`] has no signal and is the fallback.
+    pub const ANALYZED: [Intent; 12] = [
+        Intent::Identifier,
+        Intent::QuotedPhrase,
+        Intent::Sql,
+        Intent::Measurement,
+        Intent::DateTime,
+        Intent::Ownership,
+        Intent::Location,
+        Intent::Definition,
+        Intent::Procedure,
+        Intent::MultiEntity,
+        Intent::Claim,
+        Intent::Exploratory,
+    ];
+
+    /// Every intent (metric initialisation).
+    pub const ALL: [Intent; 13] = [
+        Intent::Identifier,
+        Intent::QuotedPhrase,
+        Intent::Sql,
+        Intent::Measurement,
+        Intent::DateTime,
+        Intent::Ownership,
+        Intent::Location,
+        Intent::Definition,
+        Intent::Procedure,
+        Intent::MultiEntity,
+        Intent::Claim,
+        Intent::Exploratory,
+        Intent::CodeSearch,
+    ];
+
+    /// The wire name (trace, metrics label, config key).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Intent::Identifier => "identifier",
+            Intent::QuotedPhrase => "quoted_phrase",
+            Intent::Sql => "sql",
+            Intent::Measurement => "measurement",
+            Intent::DateTime => "date_time",
+            Intent::Ownership => "ownership",
+            Intent::Location => "location",
+            Intent::Definition => "definition",
+            Intent::Procedure => "procedure",
+            Intent::MultiEntity => "multi_entity",
+            Intent::Claim => "claim",
+            Intent::Exploratory => "exploratory",
+            Intent::CodeSearch => "code_search",
+        }
+    }
+
+    /// The signal that chooses this intent (none for the fallback and for code search).
+    pub fn signal(self) -> Option<Signal> {
+        Some(match self {
+            Intent::Identifier => Signal::Identifier,
+            Intent::QuotedPhrase => Signal::QuotedPhrase,
+            Intent::Sql => Signal::Sql,
+            Intent::Measurement => Signal::Measurement,
+            Intent::DateTime => Signal::DateTime,
+            Intent::Ownership => Signal::Ownership,
+            Intent::Location => Signal::Location,
+            Intent::Definition => Signal::Definition,
+            Intent::Procedure => Signal::Procedure,
+            Intent::MultiEntity => Signal::MultiEntity,
+            Intent::Claim => Signal::Claim,
+            Intent::Exploratory | Intent::CodeSearch => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for Intent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the analyzer (and the code-search rule) saw in a query: each intent's trigger, and the
+/// evidence that chooses no intent of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Signal {
+    /// An identifier-like word.
+    Identifier,
+    /// A quoted phrase.
+    QuotedPhrase,
+    /// SQL words about tables, columns or schemas.
+    Sql,
+    /// A measurement cue ("how many", "number of").
+    Measurement,
+    /// A date cue, a year or a month.
+    DateTime,
+    /// An ownership cue ("who owns", "maintainer").
+    Ownership,
+    /// A location cue ("where", "which city").
+    Location,
+    /// A definition cue ("what is", "stand for").
+    Definition,
+    /// A procedure cue ("how to", "install").
+    Procedure,
+    /// Two capitalised entities or a comparison.
+    MultiEntity,
+    /// Not a question, four words or more.
+    Claim,
+    /// Names a programming language ([`LANGUAGES`]): evidence for the code-search rule.
+    NamesLanguage,
+    /// The dense lane's head is mostly code: the code-search rule fired ([`super::adapt`]).
+    CodeHits,
+}
+
+impl Signal {
+    /// The wire name (trace).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Signal::Identifier => "identifier",
+            Signal::QuotedPhrase => "quoted_phrase",
+            Signal::Sql => "sql",
+            Signal::Measurement => "measurement",
+            Signal::DateTime => "date_time",
+            Signal::Ownership => "ownership",
+            Signal::Location => "location",
+            Signal::Definition => "definition",
+            Signal::Procedure => "procedure",
+            Signal::MultiEntity => "multi_entity",
+            Signal::Claim => "claim",
+            Signal::NamesLanguage => "names_language",
+            Signal::CodeHits => "code_hits",
+        }
+    }
+}
 
 /// An intent's fusion preset: the lanes' weights and how deep each lane is read.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Preset {
-    /// The intent's name (trace, metrics label).
-    pub intent: &'static str,
     /// Fusion weights.
     pub weights: Weights,
     /// Candidates fetched per lane before the query's own floor (twice `k`, `query.min_pool`).
     pub depth: Depth,
 }
 
-const fn preset(intent: &'static str, dense: f32, bm25: f32, depth: (usize, usize)) -> Preset {
+const fn preset(dense: f32, bm25: f32, depth: (usize, usize)) -> Preset {
     Preset {
-        intent,
         weights: Weights { dense, bm25 },
         depth: Depth {
             dense: depth.0,
@@ -34,24 +197,99 @@ const fn preset(intent: &'static str, dense: f32, bm25: f32, depth: (usize, usiz
     }
 }
 
-/// The presets, most specific first. The lane an intent leans on is read deeper: an exact-match
+/// Each analysed intent's preset (config section `query.intents`; a key overrides one intent's
+/// preset whole: `[query.intents.procedure]` with `weights = { dense = 0.6, bm25 = 0.4 }` and
+/// `depth = { dense = 24, bm25 = 16 }`). The lane an intent leans on is read deeper: an exact-match
 /// intent's answer may sit below BM25's twentieth hit when many chunks share the term, an open
 /// question's below the dense lane's. Both lanes are read at least to the query's floor, so a depth
 /// under it (16 on a balanced intent) only matters where `min_pool` is set lower.
-pub const PRESETS: [Preset; 12] = [
-    preset("identifier", 0.3, 0.7, (20, 40)),
-    preset("quoted_phrase", 0.3, 0.7, (16, 40)),
-    preset("sql", 0.4, 0.6, (20, 30)),
-    preset("measurement", 0.45, 0.55, (16, 24)),
-    preset("date_time", 0.45, 0.55, (16, 24)),
-    preset("ownership", 0.5, 0.5, (16, 16)),
-    preset("location", 0.5, 0.5, (16, 16)),
-    preset("definition", 0.5, 0.5, (16, 16)),
-    preset("procedure", 0.6, 0.4, (24, 16)),
-    preset("multi_entity", 0.5, 0.5, (20, 20)),
-    preset("claim", 0.5, 0.5, (16, 16)),
-    preset("exploratory", 0.7, 0.3, (30, 12)),
-];
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IntentPresets {
+    /// [`Intent::Identifier`]: leans to BM25.
+    pub identifier: Preset,
+    /// [`Intent::QuotedPhrase`]: leans to BM25.
+    pub quoted_phrase: Preset,
+    /// [`Intent::Sql`].
+    pub sql: Preset,
+    /// [`Intent::Measurement`].
+    pub measurement: Preset,
+    /// [`Intent::DateTime`].
+    pub date_time: Preset,
+    /// [`Intent::Ownership`].
+    pub ownership: Preset,
+    /// [`Intent::Location`].
+    pub location: Preset,
+    /// [`Intent::Definition`].
+    pub definition: Preset,
+    /// [`Intent::Procedure`]: leans to the dense lane.
+    pub procedure: Preset,
+    /// [`Intent::MultiEntity`].
+    pub multi_entity: Preset,
+    /// [`Intent::Claim`].
+    pub claim: Preset,
+    /// [`Intent::Exploratory`]: leans to the dense lane.
+    pub exploratory: Preset,
+}
+
+impl Default for IntentPresets {
+    fn default() -> Self {
+        Self {
+            identifier: preset(0.3, 0.7, (20, 40)),
+            quoted_phrase: preset(0.3, 0.7, (16, 40)),
+            sql: preset(0.4, 0.6, (20, 30)),
+            measurement: preset(0.45, 0.55, (16, 24)),
+            date_time: preset(0.45, 0.55, (16, 24)),
+            ownership: preset(0.5, 0.5, (16, 16)),
+            location: preset(0.5, 0.5, (16, 16)),
+            definition: preset(0.5, 0.5, (16, 16)),
+            procedure: preset(0.6, 0.4, (24, 16)),
+            multi_entity: preset(0.5, 0.5, (20, 20)),
+            claim: preset(0.5, 0.5, (16, 16)),
+            exploratory: preset(0.7, 0.3, (30, 12)),
+        }
+    }
+}
+
+impl IntentPresets {
+    /// The preset of an analysed intent (code search takes the exploratory one's depth: its weights
+    /// are the code-search rule's, set after retrieval).
+    pub fn of(&self, intent: Intent) -> Preset {
+        match intent {
+            Intent::Identifier => self.identifier,
+            Intent::QuotedPhrase => self.quoted_phrase,
+            Intent::Sql => self.sql,
+            Intent::Measurement => self.measurement,
+            Intent::DateTime => self.date_time,
+            Intent::Ownership => self.ownership,
+            Intent::Location => self.location,
+            Intent::Definition => self.definition,
+            Intent::Procedure => self.procedure,
+            Intent::MultiEntity => self.multi_entity,
+            Intent::Claim => self.claim,
+            Intent::Exploratory | Intent::CodeSearch => self.exploratory,
+        }
+    }
+
+    /// Checks every preset: weights finite, non-negative and not both zero; depths at most 1000.
+    pub fn validate(&self) -> Result<(), String> {
+        for intent in Intent::ANALYZED {
+            let Preset { weights, depth } = self.of(intent);
+            let ok = |w: f32| w.is_finite() && w >= 0.0;
+            if !ok(weights.dense) || !ok(weights.bm25) || weights.dense + weights.bm25 <= 0.0 {
+                return Err(format!(
+                    "query.intents.{intent}: weights must be finite, non-negative and not both zero"
+                ));
+            }
+            if depth.dense > 1000 || depth.bm25 > 1000 {
+                return Err(format!(
+                    "query.intents.{intent}: depth must be at most 1000"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
 
 const MONTHS: [&str; 12] = [
     "january",
@@ -164,7 +402,7 @@ fn quoted(text: &str) -> Vec<String> {
 }
 
 /// Analyzes a query: intent, weights, lane depths and rerank features.
-pub fn analyze(text: &str, bm25: &Bm25Encoder) -> Plan {
+pub fn analyze(text: &str, bm25: &Bm25Encoder, presets: &IntentPresets) -> Plan {
     let lower = text.to_lowercase();
     let words: Vec<&str> = text.split_whitespace().collect();
     let lower_words: Vec<String> = words
@@ -228,21 +466,21 @@ pub fn analyze(text: &str, bm25: &Bm25Encoder) -> Plan {
     entities.dedup();
 
     let mut signals = Vec::new();
-    let mut matched = |name: &str, hit: bool| {
+    let mut matched = |signal: Signal, hit: bool| {
         if hit {
-            signals.push(name.to_string());
+            signals.push(signal);
         }
     };
-    matched("identifier", !identifiers.is_empty());
-    matched("quoted_phrase", !phrases.is_empty());
+    matched(Signal::Identifier, !identifiers.is_empty());
+    matched(Signal::QuotedPhrase, !phrases.is_empty());
     matched(
-        "sql",
+        Signal::Sql,
         has_word(&SQL_WORDS)
             && (has_word(&["table", "tables", "column", "columns", "schema"])
                 || starts(&["select "])),
     );
     matched(
-        "measurement",
+        Signal::Measurement,
         contains(&[
             "how many",
             "how much",
@@ -258,7 +496,7 @@ pub fn analyze(text: &str, bm25: &Bm25Encoder) -> Plan {
         ]),
     );
     matched(
-        "date_time",
+        Signal::DateTime,
         starts(&["when"])
             || contains(&[
                 "what year",
@@ -270,7 +508,7 @@ pub fn analyze(text: &str, bm25: &Bm25Encoder) -> Plan {
             || !dates.is_empty(),
     );
     matched(
-        "ownership",
+        Signal::Ownership,
         contains(&[
             "who owns",
             "owner",
@@ -282,7 +520,7 @@ pub fn analyze(text: &str, bm25: &Bm25Encoder) -> Plan {
         ]) || starts(&["who "]),
     );
     matched(
-        "location",
+        Signal::Location,
         starts(&["where"])
             || contains(&[
                 "which city",
@@ -296,7 +534,7 @@ pub fn analyze(text: &str, bm25: &Bm25Encoder) -> Plan {
             ]),
     );
     matched(
-        "definition",
+        Signal::Definition,
         starts(&[
             "what is",
             "what are",
@@ -308,7 +546,7 @@ pub fn analyze(text: &str, bm25: &Bm25Encoder) -> Plan {
         ]) || contains(&["stand for", "is defined as"]),
     );
     matched(
-        "procedure",
+        Signal::Procedure,
         starts(&["how to", "how do", "how can", "how should", "steps"])
             || contains(&["step by step", "install", "configure", "set up"]),
     );
@@ -317,7 +555,7 @@ pub fn analyze(text: &str, bm25: &Bm25Encoder) -> Plan {
         .filter(|e| e.chars().next().is_some_and(char::is_uppercase))
         .count();
     matched(
-        "multi_entity",
+        Signal::MultiEntity,
         capitalised >= 2 || contains(&[" vs ", " versus ", "compare", "difference between"]),
     );
     let question = lower.ends_with('?')
@@ -328,22 +566,26 @@ pub fn analyze(text: &str, bm25: &Bm25Encoder) -> Plan {
             ]
             .contains(&w.as_str())
         });
-    matched("claim", !question && words.len() >= 4);
+    matched(Signal::Claim, !question && words.len() >= 4);
     // Not an intent of its own (no preset): evidence for the code-search rule ([`super::adapt`]).
-    matched(NAMES_LANGUAGE, names_language(&words));
+    matched(Signal::NamesLanguage, names_language(&words));
 
-    let preset = PRESETS
-        .iter()
-        .find(|preset| signals.iter().any(|s| s == preset.intent))
-        .copied()
-        .unwrap_or(PRESETS[PRESETS.len() - 1]);
+    let intent = Intent::ANALYZED
+        .into_iter()
+        .find(|intent| {
+            intent
+                .signal()
+                .is_some_and(|signal| signals.contains(&signal))
+        })
+        .unwrap_or(Intent::Exploratory);
+    let preset = presets.of(intent);
     let sequence = bm25.terms(text);
     let mut terms = sequence.clone();
     terms.sort();
     terms.dedup();
     let pairs = term_pairs(&sequence, &terms);
     Plan {
-        intent: preset.intent.to_string(),
+        intent,
         signals,
         weights: preset.weights,
         depth: preset.depth,
@@ -373,9 +615,13 @@ fn term_pairs(sequence: &[String], terms: &[String]) -> Vec<(u32, u32)> {
 mod tests {
     use super::*;
 
-    fn intent(text: &str) -> (String, Weights, Depth) {
-        let plan = analyze(text, &Bm25Encoder::default());
-        (plan.intent, plan.weights, plan.depth)
+    fn analyzed(text: &str) -> Plan {
+        analyze(text, &Bm25Encoder::default(), &IntentPresets::default())
+    }
+
+    fn intent(text: &str) -> (&'static str, Weights, Depth) {
+        let plan = analyzed(text);
+        (plan.intent.as_str(), plan.weights, plan.depth)
     }
 
     #[test]
@@ -425,38 +671,62 @@ mod tests {
 
     #[test]
     fn the_lane_an_intent_leans_on_is_read_at_least_as_deep() {
-        for preset in PRESETS {
-            let Preset { weights, depth, .. } = preset;
+        let presets = IntentPresets::default();
+        presets.validate().expect("the defaults are valid");
+        for intent in Intent::ANALYZED {
+            let Preset { weights, depth } = presets.of(intent);
             if weights.bm25 > weights.dense {
-                assert!(depth.bm25 > depth.dense, "{}", preset.intent);
+                assert!(depth.bm25 > depth.dense, "{intent}");
             } else if weights.dense > weights.bm25 {
-                assert!(depth.dense > depth.bm25, "{}", preset.intent);
+                assert!(depth.dense > depth.bm25, "{intent}");
             } else {
-                assert_eq!(depth.dense, depth.bm25, "{}", preset.intent);
+                assert_eq!(depth.dense, depth.bm25, "{intent}");
             }
         }
     }
 
     #[test]
+    fn names_are_their_serialised_forms_and_presets_are_overridden_whole() {
+        for intent in Intent::ALL {
+            let json = serde_json::to_value(intent).unwrap();
+            assert_eq!(json, intent.as_str());
+            assert_eq!(serde_json::from_value::<Intent>(json).unwrap(), intent);
+        }
+        assert!(serde_json::from_value::<Intent>("exploratry".into()).is_err());
+        let procedure = r#"{"procedure": {"weights": {"dense": 0.9, "bm25": 0.1}, "depth": {"dense": 40, "bm25": 8}}}"#;
+        let presets: IntentPresets = serde_json::from_str(procedure).unwrap();
+        assert_eq!(presets.procedure, preset(0.9, 0.1, (40, 8)));
+        assert_eq!(presets.identifier, IntentPresets::default().identifier);
+        let plan = analyze("how do I rotate the key", &Bm25Encoder::default(), &presets);
+        assert_eq!((plan.intent, plan.weights.dense), (Intent::Procedure, 0.9));
+        // A misspelt intent or a partial preset is refused, not ignored.
+        assert!(serde_json::from_str::<IntentPresets>(r#"{"procedur": {}}"#).is_err());
+        assert!(serde_json::from_str::<IntentPresets>(
+            r#"{"procedure": {"weights": {"dense": 0.9, "bm25": 0.1}}}"#
+        )
+        .is_err());
+        let mut zero = IntentPresets::default();
+        zero.claim.weights = Weights {
+            dense: 0.0,
+            bm25: 0.0,
+        };
+        assert!(zero.validate().unwrap_err().contains("query.intents.claim"));
+    }
+
+    #[test]
     fn features_for_the_rerank() {
-        let plan = analyze(
-            "What did Tesla announce in May 2019 about \"Model Y\"?",
-            &Bm25Encoder::default(),
-        );
+        let plan = analyzed("What did Tesla announce in May 2019 about \"Model Y\"?");
         assert!(plan.dates.contains(&"2019".to_string()));
         assert!(plan.dates.contains(&"may".to_string()));
         assert!(plan.entities.contains(&"Tesla".to_string()));
         assert!(plan.entities.contains(&"Model Y".to_string()));
         assert!(plan.terms.contains(&"tesla".to_string()));
         // "may" as a verb is not a date.
-        assert!(analyze("it may rain", &Bm25Encoder::default())
-            .dates
-            .is_empty());
+        assert!(analyzed("it may rain").dates.is_empty());
     }
 
     #[test]
     fn a_named_programming_language_is_a_signal_not_an_intent() {
-        let bm25 = Bm25Encoder::default();
         for text in [
             "read a csv file in Python",
             "how to reverse a string (javascript)",
@@ -465,18 +735,20 @@ mod tests {
             "sort a map by value in go",
             "handle errors using Rust?",
         ] {
-            let plan = analyze(text, &bm25);
+            let plan = analyzed(text);
             assert!(
-                plan.signals.iter().any(|s| s == NAMES_LANGUAGE),
+                plan.signals.contains(&Signal::NamesLanguage),
                 "{text}: {:?}",
                 plan.signals
             );
-            assert!(PRESETS.iter().all(|p| p.intent != NAMES_LANGUAGE));
+            assert!(Intent::ANALYZED
+                .iter()
+                .all(|i| i.signal() != Some(Signal::NamesLanguage)));
         }
         // The intent is the one the other signals choose.
         assert_eq!(
-            analyze("how to read a file in python", &bm25).intent,
-            "procedure"
+            analyzed("how to read a file in python").intent,
+            Intent::Procedure
         );
         // Everyday words that name a language elsewhere.
         for text in [
@@ -486,8 +758,8 @@ mod tests {
             "which python species lives in Florida",
             "how to hold a c major chord",
         ] {
-            let plan = analyze(text, &bm25);
-            let named = plan.signals.iter().any(|s| s == NAMES_LANGUAGE);
+            let plan = analyzed(text);
+            let named = plan.signals.contains(&Signal::NamesLanguage);
             assert_eq!(named, text.contains("python"), "{text}: {:?}", plan.signals);
         }
     }

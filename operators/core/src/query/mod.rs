@@ -239,9 +239,9 @@ pub struct Depth {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     /// The winning intent.
-    pub intent: String,
-    /// Every signal the analyzer saw (for the trace).
-    pub signals: Vec<String>,
+    pub intent: intent::Intent,
+    /// Every signal the analyzer (and the code-search rule) saw, for the trace.
+    pub signals: Vec<intent::Signal>,
     /// Fusion weights.
     pub weights: Weights,
     /// Candidates fetched per lane, before the query's floor (twice `k`, `min_pool`).
@@ -382,8 +382,12 @@ pub struct QueryConfig {
     pub max_query_bytes: usize,
     /// What a query without `acl` sees: `public` (chunks without labels) or `all`.
     pub absent_acl: AbsentAcl,
+    /// Each intent's fusion weights and lane depths ([`intent::IntentPresets`]).
+    pub intents: intent::IntentPresets,
     /// Let the lanes' hits change the intent's fusion weights ([`adapt`]); off: the intent's alone.
     pub adapt_fusion: bool,
+    /// The code-search rule's thresholds and weights ([`adapt::CodeSearchConfig`]).
+    pub code_search: adapt::CodeSearchConfig,
     /// Invalidations of published contexts ([`invalidate`]).
     pub invalidations: InvalidationConfig,
     /// Hypothetical-passage query expansion ([`endpoints`]), off by default.
@@ -432,7 +436,9 @@ impl Default for QueryConfig {
             consistency_timeout_ms: 10_000,
             max_query_bytes: 8192,
             absent_acl: AbsentAcl::Public,
+            intents: intent::IntentPresets::default(),
             adapt_fusion: true,
+            code_search: adapt::CodeSearchConfig::default(),
             invalidations: InvalidationConfig::default(),
             hyde: endpoints::HydeConfig::default(),
         }

@@ -115,6 +115,53 @@ pub const DISTRACTOR_CUES: [&str; 12] = [
     "[ ]",
 ];
 
+/// The lexical features of one chunk for one query, each 0 to 1 (see the module's formula).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Lexical {
+    /// The share of query terms the chunk holds.
+    pub term_recall: f32,
+    /// The share of the chunk's words that are query terms.
+    pub term_precision: f32,
+    /// The share of the query's entities the chunk names.
+    pub entity: f32,
+    /// The share of the query's years and date literals the chunk holds.
+    pub date: f32,
+    /// 1 for tentative, draft or checklist language, else 0.
+    pub distractor: f32,
+    /// The largest share of query terms one sentence holds.
+    pub sentence_recall: f32,
+    /// The share of the query's phrases the chunk holds in order within a sentence.
+    pub phrase: f32,
+}
+
+impl Lexical {
+    /// Each feature's name (the trace's factor), value and weight under `config`, with the lexical
+    /// ones scaled by `lexical` ([`Plan::lexical`]), in the order the rerank adds them.
+    pub fn weighted(&self, config: &RerankConfig, lexical: f32) -> [(&'static str, f32, f32); 7] {
+        [
+            (
+                "term_recall",
+                self.term_recall,
+                config.term_recall * lexical,
+            ),
+            (
+                "term_precision",
+                self.term_precision,
+                config.term_precision * lexical,
+            ),
+            ("entity", self.entity, config.entity * lexical),
+            ("date", self.date, config.date),
+            ("distractor", self.distractor, -config.distractor),
+            (
+                "sentence_recall",
+                self.sentence_recall,
+                config.sentence_recall * lexical,
+            ),
+            ("phrase", self.phrase, config.phrase * lexical),
+        ]
+    }
+}
+
 /// What one query's features look for, prepared once per query and applied to each chunk of the
 /// window: the stems of words seen (a window's chunks share most words), a searcher per entity and
 /// date literal, and the distractor cues tried only where words start.
@@ -229,7 +276,7 @@ impl<'a> Features<'a> {
 
     /// The features of a chunk whose text is `parts` joined by line breaks (title, section path,
     /// text).
-    pub fn of(&mut self, parts: &[&str]) -> [(&'static str, f32); 7] {
+    pub fn of(&mut self, parts: &[&str]) -> Lexical {
         let terms = &self.plan.terms;
         let pairs = &self.plan.pairs;
         // The query's phrases the chunk holds: two of its terms next to each other, in the query's
@@ -351,23 +398,20 @@ impl<'a> Features<'a> {
         } else {
             matching as f32 / total as f32
         };
-        [
-            (
-                "term_recall",
-                of_terms(present.iter().filter(|p| **p).count()),
-            ),
-            ("term_precision", precision),
-            ("entity", share(&entities)),
-            ("date", share(&dates)),
-            ("distractor", if distractor { 1.0 } else { 0.0 }),
-            ("sentence_recall", of_terms(best_sentence)),
-            ("phrase", share(&phrases)),
-        ]
+        Lexical {
+            term_recall: of_terms(present.iter().filter(|p| **p).count()),
+            term_precision: precision,
+            entity: share(&entities),
+            date: share(&dates),
+            distractor: if distractor { 1.0 } else { 0.0 },
+            sentence_recall: of_terms(best_sentence),
+            phrase: share(&phrases),
+        }
     }
 }
 
 /// The features of one chunk text for one query (see [`Features`] for many chunks).
-pub fn factors(plan: &Plan, text: &str, bm25: &Bm25Encoder) -> [(&'static str, f32); 7] {
+pub fn factors(plan: &Plan, text: &str, bm25: &Bm25Encoder) -> Lexical {
     Features::new(plan, bm25).of(&[text])
 }
 
@@ -488,15 +532,6 @@ pub fn rerank(
         .fold(f32::MIN, f32::max)
         .max(f32::EPSILON);
     let lanes = lane_scores(candidates, plan);
-    let weight = |name: &str| match name {
-        "term_recall" => config.term_recall * plan.lexical,
-        "sentence_recall" => config.sentence_recall * plan.lexical,
-        "phrase" => config.phrase * plan.lexical,
-        "term_precision" => config.term_precision * plan.lexical,
-        "entity" => config.entity * plan.lexical,
-        "date" => config.date,
-        _ => -config.distractor,
-    };
     let mut features = Features::new(plan, bm25);
     let mut sentences: Vec<Vec<u64>> = Vec::with_capacity(window);
     for (candidate, lane_score) in candidates[..window].iter_mut().zip(lanes) {
@@ -520,8 +555,8 @@ pub fn rerank(
         let chunk = &candidate.stored.chunk;
         let path = chunk.section_path.join(" > ");
         let parts = [chunk.doc_title.as_str(), path.as_str(), chunk.text.as_str()];
-        for (name, value) in features.of(&parts) {
-            score += weight(name) * value;
+        for (name, value, weight) in features.of(&parts).weighted(config, plan.lexical) {
+            score += weight * value;
             candidate.factors.insert(Cow::Borrowed(name), value);
         }
         sentences.push(std::mem::take(&mut features.sentences));
@@ -551,7 +586,11 @@ pub fn rerank(
 mod tests {
     use super::*;
     use crate::query::fuse::tests::stored;
-    use crate::query::intent::analyze;
+    use crate::query::intent::IntentPresets;
+
+    fn analyze(text: &str, bm25: &Bm25Encoder) -> Plan {
+        crate::query::intent::analyze(text, bm25, &IntentPresets::default())
+    }
     use crate::query::LaneHit;
 
     fn candidate(doc: &str, text: &str, fused: f32) -> Candidate {
@@ -673,7 +712,7 @@ mod tests {
         assert_eq!(old.factors["date"], 0.0);
         // "todo" inside "todos" is no distractor; "draft" inside "redrafted" is none either.
         assert_eq!(
-            factors(&plan, "The todos app was redrafted", &bm25)[4].1,
+            factors(&plan, "The todos app was redrafted", &bm25).distractor,
             0.0
         );
     }
@@ -791,13 +830,9 @@ mod tests {
             "Our team trained hard. Nobody won anything. The championship was cancelled. A final note.",
             &bm25,
         );
-        let get = |f: &[(&str, f32)], name: &str| f.iter().find(|(n, _)| *n == name).unwrap().1;
-        assert_eq!(
-            get(&together, "term_recall"),
-            get(&scattered, "term_recall")
-        );
-        assert_eq!(get(&together, "sentence_recall"), 1.0);
-        assert!(get(&scattered, "sentence_recall") <= 0.25);
+        assert_eq!(together.term_recall, scattered.term_recall);
+        assert_eq!(together.sentence_recall, 1.0);
+        assert!(scattered.sentence_recall <= 0.25);
     }
 
     #[test]
@@ -888,13 +923,7 @@ mod tests {
         // Terms "papal", "legat", "order", "arrest" (stemmed, stop words gone): three pairs.
         let plan = analyze("When did the papal legate order an arrest?", &bm25);
         assert_eq!(plan.pairs.len(), 3, "{plan:?}");
-        let phrase = |text: &str| {
-            factors(&plan, text, &bm25)
-                .iter()
-                .find(|(n, _)| *n == "phrase")
-                .unwrap()
-                .1
-        };
+        let phrase = |text: &str| factors(&plan, text, &bm25).phrase;
         // All three, across stop words and inflections ("ordered" stems to "order").
         assert_eq!(
             phrase("The papal legate ordered the arrest of Luther."),
@@ -916,11 +945,7 @@ mod tests {
         // A query of one term has no phrases: the feature is 0, not undefined.
         let single = analyze("legate", &bm25);
         assert!(single.pairs.is_empty());
-        let value = factors(&single, "legate legate", &bm25)
-            .iter()
-            .find(|(n, _)| *n == "phrase")
-            .unwrap()
-            .1;
+        let value = factors(&single, "legate legate", &bm25).phrase;
         assert_eq!(value, 0.0);
     }
 
