@@ -3,6 +3,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::model::{Chunk, DocKey, DocKind};
 use crate::query::surrogate::SurrogateTier;
+use crate::query::{Action, Cause};
 use crate::tokens::Encoding;
 
 fn counter() -> TokenCounter {

@@ -1,0 +1,468 @@
+//! One packing, in phases: [`plan`] builds each candidate's forms and values it (the evidence stop
+//! and band, text already planned); [`fit`] shrinks the plan to the budget on estimates, grows it
+//! back to what fits and then counts the real string; [`report`] turns the plan into items,
+//! decisions and the note.
+
+use std::collections::BTreeMap;
+
+use super::forms::*;
+use super::{render, wrap_items, PackConfig, PackRequest, Packed, UNTRUSTED_CLOSE, UNTRUSTED_OPEN};
+use crate::embed::{cosine_with_norms, dot};
+use crate::query::surrogate::SurrogateTier;
+use crate::query::{Action, Candidate, Cause, ContextItem, Decision, Tier};
+
+struct Entry<'a> {
+    candidate: &'a Candidate,
+    forms: Vec<Form>,
+    /// Index into `forms`, `None` when left out.
+    state: Option<usize>,
+    value: f32,
+    deferred: bool,
+    /// Index into the picked-then-deferred list (and `tiers`).
+    position: usize,
+    /// The candidate's standing when the evidence band holds it to its best sentence.
+    band: Option<f32>,
+}
+
+/// Estimated tokens of the plan: items, separators and (when anything is in it) the delimiters.
+fn plan_tokens(entries: &[Entry<'_>], separator: usize, delimiters: usize) -> usize {
+    let included: Vec<usize> = entries
+        .iter()
+        .filter_map(|e| e.state.map(|s| e.forms[s].estimate))
+        .collect();
+    if included.is_empty() {
+        return 0;
+    }
+    included.iter().sum::<usize>() + separator * (included.len() - 1) + delimiters
+}
+
+/// Takes the cheapest shrink step (least value lost per token saved). Returns false if none is left.
+fn shrink(entries: &mut [Entry<'_>]) -> bool {
+    let mut best: Option<(usize, Option<usize>, f32)> = None;
+    for (index, entry) in entries.iter().enumerate() {
+        let Some(state) = entry.state else { continue };
+        let current = &entry.forms[state];
+        // The next smaller form, or dropping (never for the top result).
+        let mut options: Vec<(Option<usize>, usize, f32)> = (state + 1..entry.forms.len())
+            .map(|s| (Some(s), entry.forms[s].estimate, entry.forms[s].factor()))
+            .collect();
+        if index != 0 || entry.deferred {
+            options.push((None, 0, 0.0));
+        }
+        for (next, size, factor) in options {
+            if size >= current.estimate {
+                continue;
+            }
+            let saved = (current.estimate - size) as f32;
+            let lost = entry.value * (current.factor() - factor).max(0.0);
+            let cost = lost / saved;
+            if best.is_none_or(|(_, _, c)| cost < c) {
+                best = Some((index, next, cost));
+            }
+            break;
+        }
+    }
+    match best {
+        Some((index, next, _)) => {
+            entries[index].state = next;
+            true
+        }
+        None => false,
+    }
+}
+
+fn assemble(entries: &[Entry<'_>], config: &PackConfig) -> String {
+    let items: Vec<String> = entries
+        .iter()
+        .filter_map(|e| e.state.map(|s| &e.forms[s]))
+        .map(|f| render(&f.header, &f.text))
+        .collect();
+    wrap_items(&items, config)
+}
+
+/// What a deferred candidate's value is multiplied by: it only fills budget left unused.
+const DEFERRED_VALUE: f32 = 0.5;
+
+/// Tokens of the context's frame: between two items, and around them all.
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    separator: usize,
+    delimiters: usize,
+}
+
+/// The plan: an entry per candidate still in the running, and what the evidence stop and the
+/// expanded form did.
+struct Planned<'a> {
+    entries: Vec<Entry<'a>>,
+    stopped: usize,
+    expanded_covers_others: bool,
+}
+
+/// One packing; with `offer_expanded`, the top result's first form is its expanded one. Also
+/// whether the expanded form covered another candidate's text and was then given up.
+pub(super) fn pack_once(request: PackRequest<'_>, offer_expanded: bool) -> (Packed, bool) {
+    let mut packed = Packed::default();
+    let config = request.config;
+    let frame = Frame {
+        separator: request.counter.count(&config.separator),
+        delimiters: if config.untrusted_delimiters {
+            request.counter.count(UNTRUSTED_OPEN) + request.counter.count(UNTRUSTED_CLOSE)
+        } else {
+            0
+        },
+    };
+    let Some(Planned {
+        mut entries,
+        stopped,
+        expanded_covers_others,
+    }) = plan(&request, offer_expanded, &mut packed.decisions)
+    else {
+        return (packed, false);
+    };
+    fit(&mut entries, &request, frame, &mut packed);
+    report(&entries, &request, stopped, &mut packed);
+    let expanded_given_up = entries.first().is_some_and(|top| {
+        top.position == 0 && top.forms[0].tier == Tier::Expanded && top.state != Some(0)
+    });
+    (packed, expanded_covers_others && expanded_given_up)
+}
+
+/// Plan: each candidate (picked, then deferred) past the evidence stop and not already covered gets
+/// its forms and its value; `None` when there is no candidate.
+fn plan<'a>(
+    request: &PackRequest<'a>,
+    offer_expanded: bool,
+    decisions: &mut Vec<Decision>,
+) -> Option<Planned<'a>> {
+    let &PackRequest {
+        picked,
+        deferred,
+        neighbours,
+        counter,
+        terms,
+        cue,
+        config,
+        fill,
+        floor,
+        tiers,
+        ..
+    } = request;
+    let terms: Vec<memchr::memmem::Finder<'_>> = terms
+        .iter()
+        .map(|term| memchr::memmem::Finder::new(term.as_bytes()))
+        .collect();
+    let all: Vec<(&Candidate, bool)> = picked
+        .iter()
+        .map(|c| (c, false))
+        .chain(deferred.iter().map(|c| (c, true)))
+        .collect();
+    if all.is_empty() {
+        return None;
+    }
+    // Each vector's dot product with itself, for the cosines between items.
+    let self_dots: Vec<Option<f32>> = all
+        .iter()
+        .map(|(c, _)| c.vector.as_deref().map(|v| dot(v, v)))
+        .collect();
+    let mut covered: BTreeMap<&crate::model::DocKey, Vec<(u32, u32)>> = BTreeMap::new();
+    let mut entries: Vec<Entry<'_>> = Vec::with_capacity(all.len());
+    let scale = {
+        let top = all.iter().map(|(c, _)| c.score).fold(f32::MIN, f32::max);
+        (top, (top - floor.min(top)).max(f32::EPSILON))
+    };
+    let stop = (!fill && config.evidence_ratio > 0.0).then_some(scale);
+    let mut stopped = 0;
+    // The document of the top result when its first form is expanded, and whether that form
+    // covered a later candidate of it.
+    let mut expanded_document = None;
+    let mut expanded_covers_others = false;
+    for (position, (candidate, is_deferred)) in all.iter().enumerate() {
+        let mut band = None;
+        if let Some((top, range)) = stop.filter(|_| position > 0) {
+            let standing = 1.0 - (top - candidate.score) / range;
+            if standing < config.sentence_ratio {
+                band = Some(standing);
+            }
+            if standing < config.evidence_ratio {
+                stopped += 1;
+                decisions.push(Decision::new(
+                    candidate.id(),
+                    Action::Dropped,
+                    Cause::EvidenceStop,
+                    format!(
+                        "evidence stop: score at {standing:.2} of the top result's (scale bottom 0), below {}",
+                        config.evidence_ratio
+                    ),
+                ));
+                continue;
+            }
+        }
+        let stored = &candidate.stored;
+        expanded_covers_others |= expanded_document == Some(&stored.key);
+        let doc_covered = covered.entry(&stored.key).or_default();
+        let Some(available) = uncovered(&stored.chunk, doc_covered) else {
+            decisions.push(Decision::new(
+                candidate.id(),
+                Action::Dropped,
+                Cause::Overlap,
+                "text already in the context (overlapping window)",
+            ));
+            continue;
+        };
+        let ceiling = tiers
+            .get(position)
+            .map_or(SurrogateTier::Full, |(tier, _)| *tier);
+        let expanded_form = (offer_expanded && position == 0 && ceiling == SurrogateTier::Full)
+            .then(|| expanded(stored, neighbours, counter, config.expanded_tokens))
+            .flatten();
+        let forms = forms(
+            candidate,
+            available,
+            (&terms, cue),
+            config,
+            counter,
+            expanded_form,
+            ceiling,
+            if band.is_some() {
+                Room::Sentence
+            } else {
+                Room::Whole
+            },
+        );
+        doc_covered.push(forms[0].range);
+        if forms[0].tier == Tier::Expanded {
+            expanded_document = Some(&stored.key);
+        } else {
+            doc_covered.push(stored.chunk.char_range);
+        }
+        let value = value(&all, &self_dots, position, scale, config);
+        entries.push(Entry {
+            candidate,
+            state: (!is_deferred).then_some(0),
+            forms,
+            value,
+            deferred: *is_deferred,
+            position,
+            band,
+        });
+    }
+    Some(Planned {
+        entries,
+        stopped,
+        expanded_covers_others,
+    })
+}
+
+/// Value: a candidate's relevance by its standing on the evidence stop's scale `(top, range)` (and
+/// its rank where `position_decay` asks), discounted by its redundancy with the candidates before it
+/// and, for a deferred one, by [`DEFERRED_VALUE`].
+fn value(
+    all: &[(&Candidate, bool)],
+    self_dots: &[Option<f32>],
+    position: usize,
+    scale: (f32, f32),
+    config: &PackConfig,
+) -> f32 {
+    let (candidate, is_deferred) = all[position];
+    // Relevance by the score, not by MMR's pick order (that trades relevance for diversity,
+    // which the redundancy discount below accounts for): by its standing on the evidence stop's
+    // scale (candidates that score alike are worth alike, whatever their ranks; one far below
+    // the top is worth little even at rank 2), and by its rank where `position_decay` asks.
+    let standing = 1.0 - (scale.0 - candidate.score) / scale.1;
+    let mut relevance = (-config.standing_decay * (1.0 - standing)).exp();
+    if config.position_decay > 0.0 {
+        let rank = all
+            .iter()
+            .filter(|(other, _)| other.score > candidate.score)
+            .count();
+        relevance /= 1.0 + config.position_decay * rank as f32;
+    }
+    let redundancy = candidate.vector.as_ref().map_or(0.0, |v| {
+        all[..position]
+            .iter()
+            .zip(self_dots)
+            .filter_map(|((other, _), other_dot)| {
+                Some(cosine_with_norms(
+                    v,
+                    other.vector.as_ref()?,
+                    self_dots[position]?,
+                    (*other_dot)?,
+                ))
+            })
+            .fold(0.0f32, f32::max)
+    });
+    relevance
+        * (1.0 - config.redundancy_weight * redundancy.max(0.0))
+        * if is_deferred { DEFERRED_VALUE } else { 1.0 }
+}
+
+/// Fit: shrinks the plan on estimates, grows it back to the largest forms that fit, then counts the
+/// real string and shrinks until it fits; the top result's surrogate is cut to the budget last.
+fn fit(entries: &mut [Entry<'_>], request: &PackRequest<'_>, frame: Frame, packed: &mut Packed) {
+    let &PackRequest {
+        budget,
+        counter,
+        config,
+        ..
+    } = request;
+    let Frame {
+        separator: separator_tokens,
+        delimiters: delimiter_tokens,
+    } = frame;
+    // Plan on estimates.
+    while plan_tokens(entries, separator_tokens, delimiter_tokens) > budget && shrink(entries) {}
+    // Greedy shrinking can overshoot: grow items back (best value first, left-out and deferred ones
+    // included) to the largest form that still fits.
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    order.sort_by(|&a, &b| entries[b].value.total_cmp(&entries[a].value));
+    for index in order {
+        let current = entries[index].state;
+        for form in 0..current.unwrap_or(entries[index].forms.len()) {
+            entries[index].state = Some(form);
+            if plan_tokens(entries, separator_tokens, delimiter_tokens) <= budget {
+                break;
+            }
+            entries[index].state = current;
+        }
+    }
+    // Count the real string; shrink until it fits.
+    loop {
+        packed.context = assemble(entries, config);
+        packed.tokens_used = counter.count(&packed.context);
+        packed.counts += 1;
+        if packed.tokens_used <= budget || !shrink(entries) {
+            break;
+        }
+    }
+    if packed.tokens_used > budget {
+        // Only the top result's surrogate is left and it is still too long: cut it to the budget.
+        if let Some(entry) = entries.iter_mut().find(|e| e.state.is_some()) {
+            let form = &mut entry.forms[entry.state.expect("found")];
+            let header_tokens = counter.count(&form.header) + delimiter_tokens;
+            let room = budget.saturating_sub(header_tokens + 1);
+            if room == 0 {
+                entry.state = None;
+            } else {
+                form.text = counter.truncate(&form.text, room).trim_end().to_string();
+                if form.text.is_empty() {
+                    entry.state = None;
+                }
+            }
+        }
+        packed.context = assemble(entries, config);
+        packed.tokens_used = counter.count(&packed.context);
+        packed.counts += 1;
+        if packed.tokens_used > budget {
+            for entry in entries {
+                entry.state = None;
+            }
+            packed.context.clear();
+            packed.tokens_used = 0;
+        }
+    }
+}
+
+/// Report: the plan's items in context order, a decision for every candidate, and the note.
+fn report(entries: &[Entry<'_>], request: &PackRequest<'_>, stopped: usize, packed: &mut Packed) {
+    let &PackRequest {
+        budget,
+        counter,
+        config,
+        tiers,
+        ..
+    } = request;
+    let mut banded = 0;
+    // Items and decisions.
+    let (mut shortened, mut left_out) = (0, 0);
+    for entry in entries {
+        let id = entry.candidate.id();
+        match entry.state {
+            Some(state) => {
+                let form = &entry.forms[state];
+                if state > 0 {
+                    shortened += 1;
+                }
+                let (cause, reason) = if matches!(form.tier, Tier::Gist | Tier::Micro) {
+                    let why = tiers
+                        .get(entry.position)
+                        .map_or("", |(_, why)| why.as_str());
+                    (
+                        Cause::SurrogatePolicy,
+                        format!("surrogate tier {}: {why}", form.tier.as_str()),
+                    )
+                } else if let (Some(standing), 0) = (entry.band, state) {
+                    banded += 1;
+                    (
+                        Cause::EvidenceBand,
+                        format!(
+                            "evidence band: score at {standing:.2} of the top result's (scale bottom 0), below {}: its best sentence only",
+                            config.sentence_ratio
+                        ),
+                    )
+                } else if state > 0 {
+                    let first = entry.forms[0].tier.as_str();
+                    (
+                        Cause::Shortened,
+                        format!("shortened from {first} to fit the budget"),
+                    )
+                } else if entry.deferred {
+                    (
+                        Cause::BudgetLeft,
+                        "budget left unused: deferred candidate added".to_string(),
+                    )
+                } else {
+                    (Cause::Fits, "fits".to_string())
+                };
+                packed
+                    .decisions
+                    .push(Decision::new(id, form.tier.into(), cause, reason));
+                let stored = &entry.candidate.stored;
+                packed.items.push(ContextItem {
+                    chunk_id: entry.candidate.id(),
+                    doc_id: stored.key.doc_id.clone(),
+                    source: stored.chunk.source.clone(),
+                    lines: form.lines,
+                    page: stored.chunk.page,
+                    section_path: stored.chunk.section_path.clone(),
+                    tier: form.tier,
+                    score: entry.candidate.score,
+                    tokens: counter.count(&render(&form.header, &form.text)),
+                    text: form.text.clone(),
+                    metadata: stored.chunk.metadata.to_object(),
+                });
+            }
+            None if !entry.deferred => {
+                left_out += 1;
+                packed.decisions.push(Decision::new(
+                    id,
+                    Action::Dropped,
+                    Cause::OverBudget,
+                    "lowest marginal value (score, redundancy) when over budget",
+                ));
+            }
+            None => {}
+        }
+    }
+    packed.truncated = shortened + left_out > 0;
+    let mut notes = Vec::new();
+    if packed.truncated {
+        notes.push(format!(
+            "budget {budget}: {shortened} item(s) shortened, {left_out} left out (lowest marginal value first)"
+        ));
+    }
+    if banded > 0 {
+        notes.push(format!(
+            "evidence band: {banded} candidate(s) scored below {} of the top result's score packed as their best sentence (fill: true packs them whole)",
+            config.sentence_ratio
+        ));
+    }
+    if stopped > 0 {
+        notes.push(format!(
+            "evidence stop: {stopped} candidate(s) scored below {} of the top result's score (scale bottom 0) left out; {} of {budget} tokens used (fill: true packs to the budget)",
+            config.evidence_ratio, packed.tokens_used
+        ));
+    }
+    if !notes.is_empty() {
+        packed.note = Some(notes.join("; "));
+    }
+}
