@@ -110,7 +110,7 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
         chunks_available: working.available,
         ..Context::default()
     };
-    let mut notes = job.notes.clone();
+    let notes = job.notes.clone();
     if let Some(error) = &working.answer.error {
         // A shard's error is a `StoreError`'s text: an outage, or a request the engine refused.
         let unavailable = error.starts_with("index unavailable");
@@ -129,134 +129,197 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
         );
         return finish(context, notes, working);
     }
-    let k = results_wanted(query);
+    let mut output = Output {
+        context,
+        notes,
+        counter,
+    };
     match query.mode {
-        Mode::Bounded => {
-            let (budget, window) = budget_for(query, counter);
-            let neighbours = std::mem::take(&mut working.neighbours);
-            let terms = plan.as_ref().map(|p| p.terms.clone()).unwrap_or_default();
-            let tiers = surrogate_tiers(working, services, plan.as_ref());
-            let packed = pack(PackRequest {
-                picked: &working.candidates,
-                deferred: &working.deferred,
-                neighbours: &neighbours,
-                budget,
-                counter,
-                terms: &terms,
-                cue: AnswerCue::of_question(&query.text),
-                config: &services.config.pack,
-                fill: query.fill,
-                floor: working.score_floor,
-                tiers: &tiers,
-            });
-            context.token_budget = Some(budget);
-            context.tokens_used = packed.tokens_used;
-            context.truncated = packed.truncated;
-            if let Some(note) = packed.note {
-                notes.push(note);
-            }
-            if let Some((window, prompt)) = window {
-                context.max_new_tokens = Some(max_new_tokens(window, prompt, packed.tokens_used));
-            }
-            if services.config.pack.surrogates.policy == SurrogatePolicy::Importance {
-                services.access.lock().expect("access counts").record(
-                    &query.tenant,
-                    packed.items.iter().map(|i| i.chunk_id.as_str()),
-                );
-            }
-            context.items = packed.items;
-            context.context = packed.context;
-            working.trace.decisions.extend(packed.decisions);
-        }
-        Mode::Deep => {
-            let items: Vec<(Candidate, String)> = working
-                .candidates
-                .iter()
-                .map(|c| (c.clone(), c.stored.chunk.text.clone()))
-                .collect();
-            let (items, text, tokens) = render_full(&items, &services.config.pack, counter);
+        Mode::Bounded => bounded(working, services, &mut output),
+        Mode::Deep => deep(working, services, &mut output),
+        Mode::ReadChunk => read_chunk(working, services, &mut output),
+        Mode::ListSources => list_sources(working, &mut output),
+        Mode::Files => files(working, &mut output),
+        Mode::SqlCompact | Mode::SqlFull => sql(working, services, &mut output),
+    }
+    let Output { context, notes, .. } = output;
+    finish(context, notes, working)
+}
+
+/// The context being built, its notes and the tokenizer it is counted with.
+struct Output {
+    context: Context,
+    notes: Vec<String>,
+    counter: TokenCounter,
+}
+
+/// `bounded`: the candidates packed into the token budget.
+fn bounded(working: &mut Working, services: &QueryServices, output: &mut Output) {
+    let Output {
+        context,
+        notes,
+        counter,
+    } = output;
+    let counter = *counter;
+    let query = &working.job.query;
+    let plan = working.job.plan.as_ref();
+    let (budget, window) = budget_for(query, counter);
+    let neighbours = std::mem::take(&mut working.neighbours);
+    let terms = plan.as_ref().map(|p| p.terms.clone()).unwrap_or_default();
+    let tiers = surrogate_tiers(working, services, plan);
+    let packed = pack(PackRequest {
+        picked: &working.candidates,
+        deferred: &working.deferred,
+        neighbours: &neighbours,
+        budget,
+        counter,
+        terms: &terms,
+        cue: AnswerCue::of_question(&query.text),
+        config: &services.config.pack,
+        fill: query.fill,
+        floor: working.score_floor,
+        tiers: &tiers,
+    });
+    context.token_budget = Some(budget);
+    context.tokens_used = packed.tokens_used;
+    context.truncated = packed.truncated;
+    if let Some(note) = packed.note {
+        notes.push(note);
+    }
+    if let Some((window, prompt)) = window {
+        context.max_new_tokens = Some(max_new_tokens(window, prompt, packed.tokens_used));
+    }
+    if services.config.pack.surrogates.policy == SurrogatePolicy::Importance {
+        services.access.lock().expect("access counts").record(
+            &query.tenant,
+            packed.items.iter().map(|i| i.chunk_id.as_str()),
+        );
+    }
+    context.items = packed.items;
+    context.context = packed.context;
+    working.trace.decisions.extend(packed.decisions);
+}
+
+/// `deep`: full chunk texts, no budget.
+fn deep(working: &Working, services: &QueryServices, output: &mut Output) {
+    let Output {
+        context,
+        notes,
+        counter,
+    } = output;
+    let items: Vec<(Candidate, String)> = working
+        .candidates
+        .iter()
+        .map(|c| (c.clone(), c.stored.chunk.text.clone()))
+        .collect();
+    let (items, text, tokens) = render_full(&items, &services.config.pack, *counter);
+    (context.items, context.context, context.tokens_used) = (items, text, tokens);
+    notes.push(format!(
+        "deep mode: no token budget; {} full chunks, {} tokens — check they fit your model's window",
+        context.items.len(),
+        context.tokens_used
+    ));
+}
+
+/// `read_chunk`: one chunk's full text, or an error naming the tenant's documents.
+fn read_chunk(working: &Working, services: &QueryServices, output: &mut Output) {
+    let Output {
+        context, counter, ..
+    } = output;
+    let query = &working.job.query;
+    match &working.answer.chunk {
+        Some(stored) => {
+            let candidate = Candidate::new(stored.clone());
+            let (items, text, tokens) = render_full(
+                &[(candidate, stored.chunk.text.clone())],
+                &services.config.pack,
+                *counter,
+            );
             (context.items, context.context, context.tokens_used) = (items, text, tokens);
-            notes.push(format!(
-                "deep mode: no token budget; {} full chunks, {} tokens — check they fit your model's window",
-                context.items.len(),
-                context.tokens_used
-            ));
+            context.chunks_available = 1;
         }
-        Mode::ReadChunk => match &working.answer.chunk {
-            Some(stored) => {
-                let candidate = Candidate::new(stored.clone());
-                let (items, text, tokens) = render_full(
-                    &[(candidate, stored.chunk.text.clone())],
-                    &services.config.pack,
-                    counter,
-                );
-                (context.items, context.context, context.tokens_used) = (items, text, tokens);
-                context.chunks_available = 1;
-            }
-            None => {
-                let mut sources = working.answer.sources.clone();
-                context.error = Some(unknown_chunk(query.text.trim(), &sources));
-                context.error_type = Some("unknown_chunk".into());
-                sources.truncate(LIST_PAGE);
-                context.sources = sources;
-            }
-        },
-        Mode::ListSources => {
-            // The shards' pages merged, cut to one page; one more document means a next page.
-            let page = super::search::list_page(query);
-            context.sources = working.answer.sources.clone();
-            if context.sources.len() > page {
-                context.sources.truncate(page);
-                context.next_cursor = context.sources.last().map(|s| s.doc_id.clone());
-            }
-            context.chunks_available = context.sources.iter().map(|s| s.chunks).sum();
-            context.context = context
-                .sources
-                .iter()
-                .map(|s| format!("{} — {} ({} chunks)", s.source, s.title, s.chunks))
-                .collect::<Vec<_>>()
-                .join("\n");
-            context.tokens_used = counter.count(&context.context);
-        }
-        Mode::Files => {
-            context.sources = rank_files(&working.candidates, &working.answer.sources, k);
-            context.context = context
-                .sources
-                .iter()
-                .map(|s| {
-                    format!(
-                        "{} ({} of {} chunks match)",
-                        s.source,
-                        s.hits.unwrap_or(0),
-                        s.chunks
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("\n");
-            context.tokens_used = counter.count(&context.context);
-        }
-        Mode::SqlCompact | Mode::SqlFull => {
-            let render = if query.mode == Mode::SqlCompact {
-                sql_compact
-            } else {
-                sql_full
-            };
-            let items: Vec<(Candidate, String)> = working
-                .candidates
-                .iter()
-                .map(|c| (c.clone(), render(&c.stored.chunk.text)))
-                .collect();
-            let (items, text, tokens) = render_full(&items, &services.config.pack, counter);
-            (context.items, context.context, context.tokens_used) = (items, text, tokens);
-            if query.mode == Mode::SqlFull && context.tokens_used > SQL_FULL_HINT_TOKENS {
-                notes.push(format!(
-                    "sql_full used {} tokens; mode sql_compact returns names, row counts and column types only",
-                    context.tokens_used
-                ));
-            }
+        None => {
+            let mut sources = working.answer.sources.clone();
+            context.error = Some(unknown_chunk(query.text.trim(), &sources));
+            context.error_type = Some("unknown_chunk".into());
+            sources.truncate(LIST_PAGE);
+            context.sources = sources;
         }
     }
-    finish(context, notes, working)
+}
+
+/// `list_sources`: one page of the tenant's documents.
+fn list_sources(working: &Working, output: &mut Output) {
+    let Output {
+        context, counter, ..
+    } = output;
+    let query = &working.job.query;
+    // The shards' pages merged, cut to one page; one more document means a next page.
+    let page = super::search::list_page(query);
+    context.sources = working.answer.sources.clone();
+    if context.sources.len() > page {
+        context.sources.truncate(page);
+        context.next_cursor = context.sources.last().map(|s| s.doc_id.clone());
+    }
+    context.chunks_available = context.sources.iter().map(|s| s.chunks).sum();
+    context.context = context
+        .sources
+        .iter()
+        .map(|s| format!("{} — {} ({} chunks)", s.source, s.title, s.chunks))
+        .collect::<Vec<_>>()
+        .join("\n");
+    context.tokens_used = counter.count(&context.context);
+}
+
+/// `files`: files ranked by the concentration of chunk hits.
+fn files(working: &Working, output: &mut Output) {
+    let Output {
+        context, counter, ..
+    } = output;
+    let k = results_wanted(&working.job.query);
+    context.sources = rank_files(&working.candidates, &working.answer.sources, k);
+    context.context = context
+        .sources
+        .iter()
+        .map(|s| {
+            format!(
+                "{} ({} of {} chunks match)",
+                s.source,
+                s.hits.unwrap_or(0),
+                s.chunks
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    context.tokens_used = counter.count(&context.context);
+}
+
+/// `sql_compact` and `sql_full`: schema tables rendered whole.
+fn sql(working: &Working, services: &QueryServices, output: &mut Output) {
+    let Output {
+        context,
+        notes,
+        counter,
+    } = output;
+    let query = &working.job.query;
+    let render = if query.mode == Mode::SqlCompact {
+        sql_compact
+    } else {
+        sql_full
+    };
+    let items: Vec<(Candidate, String)> = working
+        .candidates
+        .iter()
+        .map(|c| (c.clone(), render(&c.stored.chunk.text)))
+        .collect();
+    let (items, text, tokens) = render_full(&items, &services.config.pack, *counter);
+    (context.items, context.context, context.tokens_used) = (items, text, tokens);
+    if query.mode == Mode::SqlFull && context.tokens_used > SQL_FULL_HINT_TOKENS {
+        notes.push(format!(
+            "sql_full used {} tokens; mode sql_compact returns names, row counts and column types only",
+            context.tokens_used
+        ));
+    }
 }
 
 fn finish(mut context: Context, notes: Vec<String>, working: &mut Working) -> Context {

@@ -401,175 +401,221 @@ fn quoted(text: &str) -> Vec<String> {
     out
 }
 
+/// The query's words: as written (split on whitespace), and trimmed of punctuation and lowercased.
+struct Words<'a> {
+    lower: String,
+    words: Vec<&'a str>,
+    lower_words: Vec<String>,
+}
+
+impl<'a> Words<'a> {
+    fn new(text: &'a str) -> Self {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let lower_words = words
+            .iter()
+            .map(|w| {
+                w.trim_matches(|c: char| !c.is_alphanumeric())
+                    .to_lowercase()
+            })
+            .collect();
+        Self {
+            lower: text.to_lowercase(),
+            words,
+            lower_words,
+        }
+    }
+
+    /// Identifier-like words, trimmed.
+    fn identifiers(&self) -> Vec<String> {
+        self.words
+            .iter()
+            .filter(|w| is_identifier(w))
+            .map(|w| {
+                w.trim_matches(|c: char| !c.is_alphanumeric() && c != '_')
+                    .to_string()
+            })
+            .collect()
+    }
+
+    /// Years, and months ("may" only next to a number).
+    fn dates(&self) -> Vec<String> {
+        let (words, lower_words) = (&self.words, &self.lower_words);
+        let mut dates: Vec<String> = words
+            .iter()
+            .filter(|w| is_year(w))
+            .map(|w| w.trim_matches(|c: char| !c.is_ascii_digit()).to_string())
+            .collect();
+        for (index, word) in lower_words.iter().enumerate() {
+            // "may" is a month only next to a number ("May 2019", "3 May").
+            let numeric =
+                |i: Option<&String>| i.is_some_and(|w| w.chars().any(|c| c.is_ascii_digit()));
+            if MONTHS.contains(&word.as_str())
+                && (word != "may"
+                    || numeric(lower_words.get(index + 1))
+                    || index
+                        .checked_sub(1)
+                        .is_some_and(|p| numeric(lower_words.get(p))))
+            {
+                dates.push(word.clone());
+            }
+        }
+        dates
+    }
+
+    /// Entities: capitalised words after the first, acronyms, numbers, identifiers, quoted phrases.
+    fn entities(&self, identifiers: &[String], phrases: &[String]) -> Vec<String> {
+        let words = &self.words;
+        let mut entities: Vec<String> = Vec::new();
+        for (index, word) in words.iter().enumerate() {
+            let clean = word.trim_matches(|c: char| !c.is_alphanumeric());
+            if clean.is_empty() {
+                continue;
+            }
+            let capitalised = clean.chars().next().is_some_and(char::is_uppercase);
+            let acronym = clean.len() > 1
+                && clean
+                    .chars()
+                    .all(|c| c.is_uppercase() || c.is_ascii_digit());
+            let number = clean.chars().any(|c| c.is_ascii_digit());
+            if (capitalised && index > 0) || acronym || number {
+                entities.push(clean.to_string());
+            }
+        }
+        entities.extend(identifiers.iter().cloned());
+        entities.extend(phrases.iter().cloned());
+        entities.sort();
+        entities.dedup();
+        entities
+    }
+
+    /// Every signal the text shows, in [`Intent::ANALYZED`] order, then [`Signal::NamesLanguage`].
+    fn signals(
+        &self,
+        identifiers: &[String],
+        phrases: &[String],
+        entities: &[String],
+        dates: &[String],
+    ) -> Vec<Signal> {
+        let (lower, words, lower_words) = (&self.lower, &self.words, &self.lower_words);
+        let starts = |prefixes: &[&str]| prefixes.iter().any(|p| lower.starts_with(p));
+        let contains = |phrases: &[&str]| phrases.iter().any(|p| lower.contains(p));
+        let has_word = |set: &[&str]| lower_words.iter().any(|w| set.contains(&w.as_str()));
+        let mut signals = Vec::new();
+        let mut matched = |signal: Signal, hit: bool| {
+            if hit {
+                signals.push(signal);
+            }
+        };
+        matched(Signal::Identifier, !identifiers.is_empty());
+        matched(Signal::QuotedPhrase, !phrases.is_empty());
+        matched(
+            Signal::Sql,
+            has_word(&SQL_WORDS)
+                && (has_word(&["table", "tables", "column", "columns", "schema"])
+                    || starts(&["select "])),
+        );
+        matched(
+            Signal::Measurement,
+            contains(&[
+                "how many",
+                "how much",
+                "how long",
+                "how far",
+                "how big",
+                "how old",
+                "how tall",
+                "percentage",
+                "what percent",
+                "number of",
+                "amount of",
+            ]),
+        );
+        matched(
+            Signal::DateTime,
+            starts(&["when"])
+                || contains(&[
+                    "what year",
+                    "which year",
+                    "what date",
+                    "what century",
+                    "what time",
+                ])
+                || !dates.is_empty(),
+        );
+        matched(
+            Signal::Ownership,
+            contains(&[
+                "who owns",
+                "owner",
+                "owned by",
+                "maintainer",
+                "responsible for",
+                "whose",
+                "belongs to",
+            ]) || starts(&["who "]),
+        );
+        matched(
+            Signal::Location,
+            starts(&["where"])
+                || contains(&[
+                    "which city",
+                    "what city",
+                    "which country",
+                    "what country",
+                    "located",
+                    "where is",
+                    "which state",
+                    "what state",
+                ]),
+        );
+        matched(
+            Signal::Definition,
+            starts(&[
+                "what is",
+                "what are",
+                "what does",
+                "define",
+                "definition of",
+                "meaning of",
+                "what's",
+            ]) || contains(&["stand for", "is defined as"]),
+        );
+        matched(
+            Signal::Procedure,
+            starts(&["how to", "how do", "how can", "how should", "steps"])
+                || contains(&["step by step", "install", "configure", "set up"]),
+        );
+        let capitalised = entities
+            .iter()
+            .filter(|e| e.chars().next().is_some_and(char::is_uppercase))
+            .count();
+        matched(
+            Signal::MultiEntity,
+            capitalised >= 2 || contains(&[" vs ", " versus ", "compare", "difference between"]),
+        );
+        let question = lower.ends_with('?')
+            || lower_words.first().is_some_and(|w| {
+                [
+                    "what", "which", "who", "whom", "where", "when", "why", "how", "is", "are",
+                    "does", "do", "can", "did",
+                ]
+                .contains(&w.as_str())
+            });
+        matched(Signal::Claim, !question && words.len() >= 4);
+        // Not an intent of its own (no preset): evidence for the code-search rule ([`super::adapt`]).
+        matched(Signal::NamesLanguage, names_language(&words));
+        signals
+    }
+}
+
 /// Analyzes a query: intent, weights, lane depths and rerank features.
 pub fn analyze(text: &str, bm25: &Bm25Encoder, presets: &IntentPresets) -> Plan {
-    let lower = text.to_lowercase();
-    let words: Vec<&str> = text.split_whitespace().collect();
-    let lower_words: Vec<String> = words
-        .iter()
-        .map(|w| {
-            w.trim_matches(|c: char| !c.is_alphanumeric())
-                .to_lowercase()
-        })
-        .collect();
-    let starts = |prefixes: &[&str]| prefixes.iter().any(|p| lower.starts_with(p));
-    let contains = |phrases: &[&str]| phrases.iter().any(|p| lower.contains(p));
-    let has_word = |set: &[&str]| lower_words.iter().any(|w| set.contains(&w.as_str()));
-
+    let words = Words::new(text);
     let phrases = quoted(text);
-    let identifiers: Vec<String> = words
-        .iter()
-        .filter(|w| is_identifier(w))
-        .map(|w| {
-            w.trim_matches(|c: char| !c.is_alphanumeric() && c != '_')
-                .to_string()
-        })
-        .collect();
-    let mut dates: Vec<String> = words
-        .iter()
-        .filter(|w| is_year(w))
-        .map(|w| w.trim_matches(|c: char| !c.is_ascii_digit()).to_string())
-        .collect();
-    for (index, word) in lower_words.iter().enumerate() {
-        // "may" is a month only next to a number ("May 2019", "3 May").
-        let numeric = |i: Option<&String>| i.is_some_and(|w| w.chars().any(|c| c.is_ascii_digit()));
-        if MONTHS.contains(&word.as_str())
-            && (word != "may"
-                || numeric(lower_words.get(index + 1))
-                || index
-                    .checked_sub(1)
-                    .is_some_and(|p| numeric(lower_words.get(p))))
-        {
-            dates.push(word.clone());
-        }
-    }
-    // Entities: capitalised words after the first, acronyms, numbers, identifiers, quoted phrases.
-    let mut entities: Vec<String> = Vec::new();
-    for (index, word) in words.iter().enumerate() {
-        let clean = word.trim_matches(|c: char| !c.is_alphanumeric());
-        if clean.is_empty() {
-            continue;
-        }
-        let capitalised = clean.chars().next().is_some_and(char::is_uppercase);
-        let acronym = clean.len() > 1
-            && clean
-                .chars()
-                .all(|c| c.is_uppercase() || c.is_ascii_digit());
-        let number = clean.chars().any(|c| c.is_ascii_digit());
-        if (capitalised && index > 0) || acronym || number {
-            entities.push(clean.to_string());
-        }
-    }
-    entities.extend(identifiers.iter().cloned());
-    entities.extend(phrases.iter().cloned());
-    entities.sort();
-    entities.dedup();
-
-    let mut signals = Vec::new();
-    let mut matched = |signal: Signal, hit: bool| {
-        if hit {
-            signals.push(signal);
-        }
-    };
-    matched(Signal::Identifier, !identifiers.is_empty());
-    matched(Signal::QuotedPhrase, !phrases.is_empty());
-    matched(
-        Signal::Sql,
-        has_word(&SQL_WORDS)
-            && (has_word(&["table", "tables", "column", "columns", "schema"])
-                || starts(&["select "])),
-    );
-    matched(
-        Signal::Measurement,
-        contains(&[
-            "how many",
-            "how much",
-            "how long",
-            "how far",
-            "how big",
-            "how old",
-            "how tall",
-            "percentage",
-            "what percent",
-            "number of",
-            "amount of",
-        ]),
-    );
-    matched(
-        Signal::DateTime,
-        starts(&["when"])
-            || contains(&[
-                "what year",
-                "which year",
-                "what date",
-                "what century",
-                "what time",
-            ])
-            || !dates.is_empty(),
-    );
-    matched(
-        Signal::Ownership,
-        contains(&[
-            "who owns",
-            "owner",
-            "owned by",
-            "maintainer",
-            "responsible for",
-            "whose",
-            "belongs to",
-        ]) || starts(&["who "]),
-    );
-    matched(
-        Signal::Location,
-        starts(&["where"])
-            || contains(&[
-                "which city",
-                "what city",
-                "which country",
-                "what country",
-                "located",
-                "where is",
-                "which state",
-                "what state",
-            ]),
-    );
-    matched(
-        Signal::Definition,
-        starts(&[
-            "what is",
-            "what are",
-            "what does",
-            "define",
-            "definition of",
-            "meaning of",
-            "what's",
-        ]) || contains(&["stand for", "is defined as"]),
-    );
-    matched(
-        Signal::Procedure,
-        starts(&["how to", "how do", "how can", "how should", "steps"])
-            || contains(&["step by step", "install", "configure", "set up"]),
-    );
-    let capitalised = entities
-        .iter()
-        .filter(|e| e.chars().next().is_some_and(char::is_uppercase))
-        .count();
-    matched(
-        Signal::MultiEntity,
-        capitalised >= 2 || contains(&[" vs ", " versus ", "compare", "difference between"]),
-    );
-    let question = lower.ends_with('?')
-        || lower_words.first().is_some_and(|w| {
-            [
-                "what", "which", "who", "whom", "where", "when", "why", "how", "is", "are", "does",
-                "do", "can", "did",
-            ]
-            .contains(&w.as_str())
-        });
-    matched(Signal::Claim, !question && words.len() >= 4);
-    // Not an intent of its own (no preset): evidence for the code-search rule ([`super::adapt`]).
-    matched(Signal::NamesLanguage, names_language(&words));
-
+    let identifiers = words.identifiers();
+    let dates = words.dates();
+    let entities = words.entities(&identifiers, &phrases);
+    let signals = words.signals(&identifiers, &phrases, &entities, &dates);
     let intent = Intent::ANALYZED
         .into_iter()
         .find(|intent| {

@@ -277,108 +277,160 @@ impl<'a> Features<'a> {
     /// The features of a chunk whose text is `parts` joined by line breaks (title, section path,
     /// text).
     pub fn of(&mut self, parts: &[&str]) -> Lexical {
-        let terms = &self.plan.terms;
-        let pairs = &self.plan.pairs;
-        // The query's phrases the chunk holds: two of its terms next to each other, in the query's
-        // order, within one sentence (stop words between them skipped, as in the query).
-        let mut phrases = vec![false; pairs.len()];
-        let mut total = 0usize;
-        let mut matching = 0usize;
-        let mut present = vec![false; terms.len()];
-        // The most distinct query terms in one sentence (answers sit in the sentence that echoes the
-        // question).
-        let mut best_sentence = 0usize;
-        let mut in_sentence = vec![false; terms.len()];
-        let mut sentence_count = 0usize;
-        let mut sentence_mask = 0u64;
+        let mut tally = Tally::new(self.plan);
         self.sentences.clear();
-        let mut entities = vec![false; self.plan.entities.len()];
-        let mut dates = vec![false; self.plan.dates.len()];
-        let mut distractor = false;
         for role in &self.always {
             match role {
-                Role::Entity(i) => entities[*i] = true,
-                Role::Date(i) => dates[*i] = true,
+                Role::Entity(i) => tally.entities[*i] = true,
+                Role::Date(i) => tally.dates[*i] = true,
             }
         }
         for part in parts {
-            let prefixes = &self.prefixes;
-            let (stems, bm25, sentences) = (&mut self.stems, self.bm25, &mut self.sentences);
-            let mut end_sentence = |in_sentence: &mut [bool], count: &mut usize, mask: &mut u64| {
-                best_sentence = best_sentence.max(*count);
-                in_sentence.iter_mut().for_each(|p| *p = false);
-                *count = 0;
-                if *mask != 0 {
-                    sentences.push(*mask);
-                }
-                *mask = 0;
-            };
-            // The query term the previous word stems to (None: another word, or a sentence start).
-            let mut previous: Option<usize> = None;
-            bm25.visit_sentence_words(part, |word: Option<&str>| {
-                let Some(word) = word else {
-                    end_sentence(&mut in_sentence, &mut sentence_count, &mut sentence_mask);
-                    previous = None;
-                    return;
-                };
-                total += 1;
-                if !prefixes.start(word) {
-                    previous = None;
-                    return;
-                }
-                let index = match stems.get(word) {
-                    Some(index) => *index,
-                    None => {
-                        let index = terms.binary_search(&bm25.stem(word)).ok();
-                        stems.insert(word.to_string(), index);
-                        index
-                    }
-                };
-                if let (Some(before), Some(index)) = (previous, index) {
-                    let pair = (before as u32, index as u32);
-                    if let Some(found) = pairs.iter().position(|p| *p == pair) {
-                        phrases[found] = true;
-                    }
-                }
-                previous = index;
-                if let Some(index) = index {
-                    if index < 64 {
-                        sentence_mask |= 1 << index;
-                    }
-                    matching += 1;
-                    present[index] = true;
-                    if !in_sentence[index] {
-                        in_sentence[index] = true;
-                        sentence_count += 1;
-                    }
-                }
-            });
-            end_sentence(&mut in_sentence, &mut sentence_count, &mut sentence_mask);
-            // Cues and needles are searched for in the lowercased text.
-            if part.is_ascii() {
-                self.lowered.clear();
-                self.lowered.push_str(part);
-                self.lowered.make_ascii_lowercase();
-            } else {
-                self.lowered = part.to_lowercase();
+            self.tally_terms(part, &mut tally);
+            self.tally_needles(part, &mut tally);
+        }
+        tally.lexical(self.plan.terms.len())
+    }
+
+    /// Counts `part`'s words, its query terms (per sentence, and as the query's phrases) and the
+    /// sentences' term masks.
+    fn tally_terms(&mut self, part: &str, tally: &mut Tally) {
+        let terms = &self.plan.terms;
+        let pairs = &self.plan.pairs;
+        let prefixes = &self.prefixes;
+        let (stems, bm25, sentences) = (&mut self.stems, self.bm25, &mut self.sentences);
+        let Tally {
+            phrases,
+            total,
+            matching,
+            present,
+            best_sentence,
+            in_sentence,
+            sentence_count,
+            sentence_mask,
+            ..
+        } = tally;
+        let mut end_sentence = |in_sentence: &mut [bool], count: &mut usize, mask: &mut u64| {
+            *best_sentence = (*best_sentence).max(*count);
+            in_sentence.iter_mut().for_each(|p| *p = false);
+            *count = 0;
+            if *mask != 0 {
+                sentences.push(*mask);
             }
-            let text = self.lowered.as_str();
-            distractor = distractor || has_cue(text);
-            for (needle, roles) in &self.needles {
-                let missing = roles.iter().any(|role| match role {
-                    Role::Entity(i) => !entities[*i],
-                    Role::Date(i) => !dates[*i],
-                });
-                if missing && needle.find(text.as_bytes()).is_some() {
-                    for role in roles {
-                        match role {
-                            Role::Entity(i) => entities[*i] = true,
-                            Role::Date(i) => dates[*i] = true,
-                        }
+            *mask = 0;
+        };
+        // The query term the previous word stems to (None: another word, or a sentence start).
+        let mut previous: Option<usize> = None;
+        bm25.visit_sentence_words(part, |word: Option<&str>| {
+            let Some(word) = word else {
+                end_sentence(in_sentence, sentence_count, sentence_mask);
+                previous = None;
+                return;
+            };
+            *total += 1;
+            if !prefixes.start(word) {
+                previous = None;
+                return;
+            }
+            let index = match stems.get(word) {
+                Some(index) => *index,
+                None => {
+                    let index = terms.binary_search(&bm25.stem(word)).ok();
+                    stems.insert(word.to_string(), index);
+                    index
+                }
+            };
+            if let (Some(before), Some(index)) = (previous, index) {
+                let pair = (before as u32, index as u32);
+                if let Some(found) = pairs.iter().position(|p| *p == pair) {
+                    phrases[found] = true;
+                }
+            }
+            previous = index;
+            if let Some(index) = index {
+                if index < 64 {
+                    *sentence_mask |= 1 << index;
+                }
+                *matching += 1;
+                present[index] = true;
+                if !in_sentence[index] {
+                    in_sentence[index] = true;
+                    *sentence_count += 1;
+                }
+            }
+        });
+        end_sentence(in_sentence, sentence_count, sentence_mask);
+    }
+
+    /// Looks for the distractor cues and the query's entities and dates in `part`, lowercased.
+    fn tally_needles(&mut self, part: &str, tally: &mut Tally) {
+        if part.is_ascii() {
+            self.lowered.clear();
+            self.lowered.push_str(part);
+            self.lowered.make_ascii_lowercase();
+        } else {
+            self.lowered = part.to_lowercase();
+        }
+        let text = self.lowered.as_str();
+        tally.distractor = tally.distractor || has_cue(text);
+        for (needle, roles) in &self.needles {
+            let missing = roles.iter().any(|role| match role {
+                Role::Entity(i) => !tally.entities[*i],
+                Role::Date(i) => !tally.dates[*i],
+            });
+            if missing && needle.find(text.as_bytes()).is_some() {
+                for role in roles {
+                    match role {
+                        Role::Entity(i) => tally.entities[*i] = true,
+                        Role::Date(i) => tally.dates[*i] = true,
                     }
                 }
             }
         }
+    }
+}
+
+/// What [`Features::of`] counts over one chunk's parts.
+struct Tally {
+    /// The query's phrases the chunk holds: two of its terms next to each other, in the query's
+    /// order, within one sentence (stop words between them skipped, as in the query).
+    phrases: Vec<bool>,
+    /// Words seen.
+    total: usize,
+    /// Words that stem to a query term.
+    matching: usize,
+    /// The query terms seen.
+    present: Vec<bool>,
+    /// The most distinct query terms in one sentence (answers sit in the sentence that echoes the
+    /// question).
+    best_sentence: usize,
+    in_sentence: Vec<bool>,
+    sentence_count: usize,
+    sentence_mask: u64,
+    entities: Vec<bool>,
+    dates: Vec<bool>,
+    distractor: bool,
+}
+
+impl Tally {
+    fn new(plan: &Plan) -> Self {
+        Self {
+            phrases: vec![false; plan.pairs.len()],
+            total: 0,
+            matching: 0,
+            present: vec![false; plan.terms.len()],
+            best_sentence: 0,
+            in_sentence: vec![false; plan.terms.len()],
+            sentence_count: 0,
+            sentence_mask: 0,
+            entities: vec![false; plan.entities.len()],
+            dates: vec![false; plan.dates.len()],
+            distractor: false,
+        }
+    }
+
+    /// The features, for a query of `terms` terms.
+    fn lexical(&self, terms: usize) -> Lexical {
         let share = |found: &[bool]| {
             if found.is_empty() {
                 0.0
@@ -387,25 +439,25 @@ impl<'a> Features<'a> {
             }
         };
         let of_terms = |count: usize| {
-            if terms.is_empty() {
+            if terms == 0 {
                 0.0
             } else {
-                count as f32 / terms.len() as f32
+                count as f32 / terms as f32
             }
         };
-        let precision = if total == 0 {
+        let precision = if self.total == 0 {
             0.0
         } else {
-            matching as f32 / total as f32
+            self.matching as f32 / self.total as f32
         };
         Lexical {
-            term_recall: of_terms(present.iter().filter(|p| **p).count()),
+            term_recall: of_terms(self.present.iter().filter(|p| **p).count()),
             term_precision: precision,
-            entity: share(&entities),
-            date: share(&dates),
-            distractor: if distractor { 1.0 } else { 0.0 },
-            sentence_recall: of_terms(best_sentence),
-            phrase: share(&phrases),
+            entity: share(&self.entities),
+            date: share(&self.dates),
+            distractor: if self.distractor { 1.0 } else { 0.0 },
+            sentence_recall: of_terms(self.best_sentence),
+            phrase: share(&self.phrases),
         }
     }
 }
