@@ -19,6 +19,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ragstream_operators::ingest::decode::{decode_event, DecodeConfig, DocumentEvent};
 use ragstream_operators::io::dir_source::DirSource;
 use ragstream_operators::model::DocOp;
+use ragstream_operators::outage::Backoff;
 use serde_json::{json, Value};
 
 use crate::documents::KafkaDocuments;
@@ -243,7 +244,7 @@ fn send_to_job(
         .filter(|t| !t.is_empty());
     for chunk in batches(documents, batch) {
         let mut pending: Vec<&Outgoing> = chunk.iter().collect();
-        let mut tries = 0;
+        let (mut tries, mut backoff) = (0, retry_backoff());
         while !pending.is_empty() {
             tries += 1;
             let body = json!({ "documents": pending.iter().map(|d| &d.event).collect::<Vec<_>>() });
@@ -262,7 +263,7 @@ fn send_to_job(
                     )
                 }
                 Err(error) if tries < TRIES => {
-                    std::thread::sleep(backoff(tries));
+                    std::thread::sleep(backoff.next_delay());
                     tracing::debug!(%error, "POST /v1/documents failed; retrying");
                     continue;
                 }
@@ -301,7 +302,7 @@ fn send_to_job(
                         .map(|(_, document)| document)
                         .collect();
                 }
-                408 | 429 | 503 | 504 if tries < TRIES => std::thread::sleep(backoff(tries)),
+                408 | 429 | 503 | 504 if tries < TRIES => std::thread::sleep(backoff.next_delay()),
                 401 => anyhow::bail!("the job requires a bearer token: set RAGSTREAM_QUERY_TOKEN"),
                 _ => anyhow::bail!(
                     "the job answered {status}: {}",
@@ -313,8 +314,9 @@ fn send_to_job(
     Ok(())
 }
 
-fn backoff(tries: u32) -> Duration {
-    Duration::from_millis(250u64 << tries.min(6))
+/// The waits between a batch's tries: 0.5 s doubling to 16 s.
+fn retry_backoff() -> Backoff {
+    Backoff::new(Duration::from_millis(500), Duration::from_secs(16))
 }
 
 fn send_to_kafka(
@@ -343,14 +345,14 @@ fn send_to_kafka(
                 }
             }
         }
-        let mut tries = 0;
+        let (mut tries, mut backoff) = (0, retry_backoff());
         loop {
             tries += 1;
             match producer.send(&events) {
                 Ok(()) => break,
                 Err(error) if tries < TRIES => {
                     tracing::debug!(%error, "retrying the batch");
-                    std::thread::sleep(backoff(tries));
+                    std::thread::sleep(backoff.next_delay());
                 }
                 Err(error) => {
                     anyhow::bail!("the broker at {brokers} did not take the batch: {error}")

@@ -169,7 +169,7 @@ pub fn with_backoff<T, E: std::fmt::Display>(
     retryable: impl Fn(&E) -> bool,
     mut attempt: impl FnMut() -> Result<T, E>,
 ) -> Result<T, E> {
-    let mut delay = Duration::from_millis(100);
+    let mut backoff = crate::outage::Backoff::default();
     // Lives while this call retries: the outage `/readyz` and the `ragstream_outage` gauge show.
     let mut outage: Option<crate::outage::Retrying> = None;
     loop {
@@ -179,6 +179,7 @@ pub fn with_backoff<T, E: std::fmt::Display>(
                     Some(outage) => outage.failed_again(&error),
                     None => outage = Some(crate::outage::Retrying::begin(component, &error)),
                 }
+                let delay = backoff.next_delay();
                 Retrying {
                     component,
                     error: &error,
@@ -186,7 +187,6 @@ pub fn with_backoff<T, E: std::fmt::Display>(
                 }
                 .emit();
                 std::thread::sleep(delay);
-                delay = (delay * 2).min(crate::embed::service::MAX_BACKOFF);
             }
             other => return other,
         }

@@ -12,6 +12,51 @@ use std::time::{Duration, Instant};
 
 use crate::metrics::metrics;
 
+/// Capped exponential backoff: the waits between the tries of a call that meets an outage. Every
+/// retry loop of the job (helper threads' writes, the inference service's ingest slices, the
+/// command-line client) waits by one of these.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    first: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    /// First wait after an outage is seen.
+    pub const FIRST: Duration = Duration::from_millis(100);
+    /// Longest wait between tries.
+    pub const MAX: Duration = Duration::from_secs(30);
+
+    /// Waits of `first`, doubling, at most `max`.
+    pub fn new(first: Duration, max: Duration) -> Self {
+        Self {
+            first,
+            max,
+            next: first.min(max),
+        }
+    }
+
+    /// The wait before the next try; the one after is twice as long, up to the cap.
+    pub fn next_delay(&mut self) -> Duration {
+        let delay = self.next;
+        self.next = delay.saturating_mul(2).min(self.max);
+        delay
+    }
+
+    /// Back to the first wait (the call succeeded).
+    pub fn reset(&mut self) {
+        self.next = self.first.min(self.max);
+    }
+}
+
+impl Default for Backoff {
+    /// [`Backoff::FIRST`] doubling to [`Backoff::MAX`].
+    fn default() -> Self {
+        Self::new(Self::FIRST, Self::MAX)
+    }
+}
+
 /// The dependencies whose outages are tracked (the gauge's label values, exposed at 0 from start).
 pub const DEPENDENCIES: [&str; 5] = ["index", "embedder", "dlq", "query_dlq", "rehydrate"];
 
@@ -132,6 +177,21 @@ pub fn current() -> Vec<Outage> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn backoff_doubles_to_its_cap_and_starts_over_after_a_success() {
+        let mut backoff = Backoff::default();
+        let waits: Vec<u128> = (0..11).map(|_| backoff.next_delay().as_millis()).collect();
+        assert_eq!(
+            waits,
+            [100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]
+        );
+        backoff.reset();
+        assert_eq!(backoff.next_delay(), Backoff::FIRST);
+        let mut capped = Backoff::new(Duration::from_secs(5), Duration::from_secs(1));
+        assert_eq!(capped.next_delay(), Duration::from_secs(1));
+    }
+
     use super::*;
 
     #[test]

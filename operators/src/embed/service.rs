@@ -32,16 +32,12 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{EmbedError, Embedder};
 use crate::events::{InternalEvent, Retrying};
 use crate::metrics::metrics;
 
-/// Longest wait between retries of an outage.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
-/// First wait after an outage is seen.
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Which queue a request joins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,7 +170,7 @@ struct Queues {
     next_id: u64,
     /// Ingest work waits until then after an outage.
     backoff_until: Option<Instant>,
-    backoff: Duration,
+    backoff: crate::outage::Backoff,
     /// Held while ingest work is retried after an outage (what `/readyz` shows).
     outage: Option<crate::outage::Retrying>,
     stopping: bool,
@@ -279,7 +275,7 @@ impl InferenceService {
         }
         let shared = Arc::new(Shared {
             queues: Mutex::new(Queues {
-                backoff: FIRST_BACKOFF,
+                backoff: crate::outage::Backoff::default(),
                 ..Queues::default()
             }),
             work: Condvar::new(),
@@ -559,7 +555,7 @@ fn finish_slice(
     };
     match result {
         Ok((vectors, word_pieces)) => {
-            queues.backoff = FIRST_BACKOFF;
+            queues.backoff.reset();
             queues.backoff_until = None;
             queues.outage = None;
             let request = &mut queues.ingest[index];
@@ -581,8 +577,7 @@ fn finish_slice(
             }
         }
         Err(error) if error.is_retryable() => {
-            let delay = queues.backoff;
-            queues.backoff = (delay * 2).min(MAX_BACKOFF);
+            let delay = queues.backoff.next_delay();
             queues.backoff_until = Some(Instant::now() + delay);
             match &queues.outage {
                 Some(outage) => outage.failed_again(&error),

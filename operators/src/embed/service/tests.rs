@@ -1,5 +1,6 @@
 use super::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 /// Answers `[text length, call number]`; records each call's texts; can be told to fail.
 #[derive(Clone, Default)]
