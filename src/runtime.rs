@@ -1,4 +1,4 @@
-//! The runtime: builds what the configuration names (`ragstream_topologies::factory`: embedders,
+//! The runtime: opens what the configuration names (`ragstream_topologies::factory`: embedders,
 //! shards, sources, sinks), starts the timely workers and the HTTP endpoints, and stops them.
 //!
 //! Shards (edge backend) live at `<index.path>/shard-<i>` for worker `i`; `<index.path>/layout.json`
@@ -18,26 +18,19 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use ragstream_core::query::invalidate::InvalidationLog;
 use ragstream_operators::embed::service::{InferenceService, Priority};
-use ragstream_operators::ingest::chunk::{Chunker, ChunkerConfig};
 use ragstream_operators::ingest::embed::{push_texts, take_vectors};
-use ragstream_operators::ingest::guard::Rehydration;
 use ragstream_operators::ingest::hydrate::hydrate;
 use ragstream_operators::io::checkpoint::IndexCheckpoint;
-use ragstream_operators::io::context_sink::ContextPublisher;
-use ragstream_operators::io::invalidation_sink::InvalidationPublisher;
 use ragstream_operators::io::kafka_log::QuietContext;
 use ragstream_operators::io::local_source::DocumentIngress;
 use ragstream_operators::io::query_source::{HttpIngress, IngestProgress};
 use ragstream_operators::metrics::metrics;
-use ragstream_operators::query::job::QueryServices;
 use ragstream_operators::store::stats::CorpusStats;
 use ragstream_operators::store::{StoreError, VectorStore};
 use ragstream_operators::tokens::Encoding;
 use ragstream_topologies::config::{Config, IndexKind, SourceKind};
-use ragstream_topologies::factory::{self, SourceParts};
-use ragstream_topologies::ingest::{ingest, IngestParts};
-use ragstream_topologies::query::{query, QueryParts};
-use timely::dataflow::ProbeHandle;
+use ragstream_topologies::factory;
+use ragstream_topologies::job::ProcessParts;
 
 use crate::documents::{DocumentsTarget, KafkaDocuments};
 use crate::http::{check_open, serve, Limits, QueryTokens, Readiness};
@@ -117,111 +110,41 @@ fn reembed_shard(
     Ok(written)
 }
 
-/// Starts the job on a background thread.
+/// Starts the job: opens the index and the embedder, serves HTTP, then runs the workers (each
+/// builds its dataflow from the process's parts: `ragstream_topologies::job`).
 pub fn start(config: Config) -> anyhow::Result<Running> {
     let workers = config.runtime.workers;
     let encoding = Encoding::parse(&config.chunking.tokenizer).expect("validated");
     // The embedders first: their dimension shapes the collection. One inference service per process
     // serves every worker's ingest and queries, on threads of its own.
     let service = factory::inference_service(&config)?;
-    let dimension = service.dimension();
-    let version = service.version().to_string();
-    let shards: Vec<_> = factory::open_shards(&config, dimension)?
-        .into_iter()
-        .map(ragstream_operators::faults::maybe_faulty)
-        .collect();
-    for (index, shard) in shards.iter().enumerate() {
-        match shard.check_embedder(&version, dimension) {
-            Ok(()) => {}
-            Err(StoreError::EmbedderMismatch {
-                found_dimension, ..
-            }) if config.embedder.reembed && found_dimension == dimension => {
-                let written =
-                    reembed_shard(shard.as_ref(), &service, config.embedder.evidence_units)?;
-                tracing::info!(shard = index, chunks = written, embedder = %version, "re-embedded");
-            }
-            Err(StoreError::EmbedderMismatch {
-                found_dimension, ..
-            }) if config.embedder.reembed => {
-                bail!("re-embedding from dimension {found_dimension} to {dimension} needs a new index: set index.path to an empty directory");
-            }
-            Err(error) => return Err(error.into()),
-        }
-    }
-    let reranker = factory::reranker(&config);
-    let access = Arc::new(Mutex::new(
-        ragstream_core::query::surrogate::AccessCounts::new(
-            config.query.pack.surrogates.access_entries,
-        ),
-    ));
-    let writer = factory::passage_writer(&config);
+    let shards = open_index(&config, &service)?;
     let readiness = Arc::new(Readiness::default());
     let ingress = Arc::new(HttpIngress::default());
     let invalidation_log = Arc::new(Mutex::new(InvalidationLog::new(
         config.query.invalidations.log_entries,
     )));
-    let tokens = QueryTokens::from_env(
-        &config.http.query_token_env,
-        &config.http.tokens,
-        &config.http.token_labels,
-    );
-    check_open(
-        &config.http.listen,
-        tokens.is_empty(),
-        config.http.anonymous,
-    )?;
     // Documents posted over HTTP: to the documents topic, or into a local source that keeps serving.
     let posted = match config.source.kind {
         SourceKind::Dir => Some(Arc::new(DocumentIngress::default())),
         SourceKind::Jsonl if config.runtime.serve => Some(Arc::new(DocumentIngress::default())),
         _ => None,
     };
-    let documents = match (&posted, config.source.kind) {
-        (_, SourceKind::Kafka) => DocumentsTarget::Kafka(Arc::new(
-            KafkaDocuments::new(&config.kafka.client_config(), &config.kafka.documents_topic)
-                .map_err(|e| anyhow::anyhow!("the documents producer: {e}"))?,
-        )),
-        (Some(ingress), kind) => DocumentsTarget::Local {
-            ingress: ingress.clone(),
-            owned_tenant: (kind == SourceKind::Dir).then(|| config.source.tenant.clone()),
-        },
-        (None, _) => DocumentsTarget::None,
-    };
-    let address = serve(
-        &config.http.listen,
-        readiness.clone(),
-        ingress.clone(),
-        invalidation_log.clone(),
-        tokens,
-        &config.http.allowed_hosts,
-        Limits {
-            max_connections: config.http.max_connections,
-            max_queries_in_flight: config.http.max_queries_in_flight,
-            read_timeout: Duration::from_secs(config.http.read_timeout_secs),
-            max_body_bytes: config.query.max_query_bytes.saturating_mul(2),
-            max_documents_body_bytes: config.ingest.max_document_bytes.saturating_mul(4),
-        },
-        documents,
-        factory::decode_config(&config),
+    let address = serve_http(
+        &config,
+        &readiness,
+        &ingress,
+        &invalidation_log,
+        posted.as_ref(),
     )?;
     tracing::info!(%address, "serving /metrics, /healthz, /readyz, /v1/ (query, documents, sources, chunks, invalidations, openapi.json), /mcp");
     let progress = Arc::new(IngestProgress::default());
     if config.source.kind == SourceKind::Kafka {
         progress.kafka.store(true, Ordering::SeqCst);
-    }
-    if config.source.kind == SourceKind::Kafka && config.kafka.create_topics {
-        let client = config.kafka.client_config();
-        let topics = [
-            (config.kafka.queries_topic.as_str(), 1),
-            (config.kafka.contexts_topic.as_str(), 1),
-            (config.kafka.invalidations_topic.as_str(), 1),
-            (config.kafka.dlq_topic.as_str(), 1),
-        ];
-        if let Err(error) = ragstream_operators::io::kafka_admin::ensure_topics(&client, &topics) {
-            tracing::warn!(%error, "could not ensure the queries/contexts/invalidations/dlq topics exist");
+        if config.kafka.create_topics {
+            ensure_topics(&config);
         }
     }
-
     let shutdown = Arc::new(AtomicBool::new(false));
     if config.source.kind == SourceKind::Kafka {
         probe_broker(
@@ -237,13 +160,8 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
             shutdown.clone(),
         );
     }
-
-    let local_input = factory::local_input(&config, &shards)?;
-    let local_input = Arc::new(Mutex::new(local_input));
+    let local_input = Arc::new(Mutex::new(factory::local_input(&config, &shards)?));
     let shards = Arc::new(shards);
-    let config = Arc::new(config);
-    let ready_workers = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-
     // The embedded index's own position in the documents topic (see `io::checkpoint`); a shared
     // (server) index uses the group's offsets.
     let checkpoint = match (config.source.kind, config.index.kind) {
@@ -253,137 +171,38 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         )?)),
         _ => None,
     };
-    let first_worker = config.runtime.first_worker();
-    // The corpus's BM25 statistics, one copy per process, kept by its first worker.
-    let corpus_stats = Arc::new(CorpusStats::default());
-    let stats_leaders: Vec<usize> = (0..config.runtime.processes.max(1))
-        .map(|process| process * workers)
-        .collect();
     let timely_config = timely_config(&config.runtime)?;
-    let job_shards = shards.clone();
-    let job_shutdown = shutdown.clone();
-    let job_ingress = ingress.clone();
+    let parts = ProcessParts {
+        encoding,
+        shards: shards.clone(),
+        first_worker: config.runtime.first_worker(),
+        stats_leaders: (0..config.runtime.processes.max(1))
+            .map(|process| process * workers)
+            .collect(),
+        corpus_stats: Arc::new(CorpusStats::default()),
+        progress,
+        checkpoint,
+        local_input,
+        posted,
+        ingress: ingress.clone(),
+        invalidation_log,
+        reranker: factory::reranker(&config),
+        writer: factory::passage_writer(&config),
+        access: Arc::new(Mutex::new(
+            ragstream_core::query::surrogate::AccessCounts::new(
+                config.query.pack.surrogates.access_entries,
+            ),
+        )),
+        shutdown: shutdown.clone(),
+        service,
+        config: Arc::new(config),
+    };
+    let ready_workers = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let thread = std::thread::Builder::new().name("timely".into()).spawn(
         move || -> anyhow::Result<()> {
             let guards = timely::execute(timely_config, move |worker| {
                 ragstream_operators::activations::record_activations(worker);
-                let index = worker.index();
-                let peers = worker.peers();
-                let local = index - first_worker;
-                let store = shards[local].clone();
-                let owns = move |key: &ragstream_operators::model::DocKey| {
-                    (key.route() % peers as u64) as usize == index
-                };
-                let hydrated = hydrate(store.as_ref(), &owns)
-                    .unwrap_or_else(|e| panic!("hydrating shard {index}: {e}"));
-                tracing::info!(
-                    worker = index,
-                    documents = hydrated.documents.len(),
-                    chunks = hydrated.chunk_count(),
-                    "hydrated"
-                );
-                let chunker = Chunker::new(ChunkerConfig {
-                    encoding,
-                    prose_tokens: config.chunking.prose_tokens,
-                    code_tokens: config.chunking.code_tokens,
-                    schema_tokens: config.chunking.schema_tokens,
-                    overlap_ratio: config.chunking.overlap_ratio,
-                });
-                let dlq = factory::dlq_sink(&config).unwrap_or_else(|e| panic!("{e:#}"));
-                let query_dlq = factory::dlq_sink(&config).unwrap_or_else(|e| panic!("{e:#}"));
-                let acks = ProbeHandle::new();
-                let kafka_queries = factory::query_kafka(&config);
-                let publisher = ContextPublisher::new(
-                    Some(ingress.clone()),
-                    kafka_queries
-                        .as_ref()
-                        .map(|k| (&k.client, config.kafka.contexts_topic.as_str())),
-                )
-                .unwrap_or_else(|e| panic!("contexts producer: {e}"));
-                let invalidations = InvalidationPublisher::new(
-                    invalidation_log.clone(),
-                    kafka_queries
-                        .as_ref()
-                        .map(|k| (&k.client, config.kafka.invalidations_topic.as_str())),
-                )
-                .unwrap_or_else(|e| panic!("invalidations producer: {e}"));
-                let services = QueryServices {
-                    shards: shards.clone(),
-                    first_worker,
-                    peers,
-                    shared_index: config.index.kind == IndexKind::Server,
-                    embedder: service.clone(),
-                    config: Arc::new(config.query.clone()),
-                    encoding,
-                    progress: progress.clone(),
-                    acks: acks.clone(),
-                    stats: corpus_stats.clone(),
-                    reranker: reranker.clone(),
-                    writer: writer.clone(),
-                    access: access.clone(),
-                };
-                let finite = config.source.kind == SourceKind::Jsonl && !config.runtime.serve;
-                let input = if index == first_worker {
-                    local_input.lock().expect("local input").take()
-                } else {
-                    None
-                };
-                let posted = input.as_ref().and(posted.clone());
-                let shutdown = shutdown.clone();
-                let config = config.clone();
-                // A shared index (the server's one collection) is read again at every assignment.
-                let rehydration = (config.index.kind == IndexKind::Server).then(|| Rehydration {
-                    store: store.clone(),
-                    owns: Arc::new(owns),
-                    acks: acks.clone(),
-                });
-                worker.dataflow::<u64, _, _>(|scope| {
-                    let (events, assigned) = factory::document_source(
-                        scope,
-                        &config,
-                        SourceParts {
-                            local: input,
-                            checkpoint: checkpoint.clone(),
-                            acks: acks.clone(),
-                            shutdown: shutdown.clone(),
-                            progress: progress.clone(),
-                            posted,
-                        },
-                    );
-                    let changed = ingest(
-                        scope,
-                        events,
-                        assigned,
-                        IngestParts {
-                            hydrated,
-                            chunker,
-                            embedder: service.clone(),
-                            evidence_units: config.embedder.evidence_units,
-                            store,
-                            optimize_every: config.index.tuning.optimize_every,
-                            dlq,
-                            stats: corpus_stats.clone(),
-                            stats_leaders: stats_leaders.clone(),
-                            rehydration,
-                        },
-                        &acks,
-                    );
-                    query(
-                        scope,
-                        QueryParts {
-                            services,
-                            kafka: kafka_queries,
-                            // POST /v1/query of this process is shared by its workers.
-                            http: Some(ingress.clone()),
-                            publisher,
-                            dlq: query_dlq,
-                            shutdown,
-                            finite_ingest: finite.then(|| acks.clone()),
-                            invalidations: Some(Box::new(invalidations)),
-                        },
-                        changed,
-                    );
-                });
+                parts.build_worker(worker);
                 if ready_workers.fetch_add(1, Ordering::SeqCst) + 1 == workers {
                     readiness.ready.store(true, Ordering::SeqCst);
                 }
@@ -397,12 +216,109 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         },
     )?;
     Ok(Running {
-        shards: job_shards,
-        shutdown: job_shutdown,
+        shards,
+        shutdown,
         address,
-        ingress: job_ingress,
+        ingress,
         thread,
     })
+}
+
+/// Opens this process's shards and checks they were embedded by `service`'s model (re-embedding
+/// them where `embedder.reembed` asks).
+fn open_index(
+    config: &Config,
+    service: &InferenceService,
+) -> anyhow::Result<Vec<Arc<dyn VectorStore>>> {
+    let dimension = service.dimension();
+    let version = service.version().to_string();
+    let shards: Vec<_> = factory::open_shards(config, dimension)?
+        .into_iter()
+        .map(ragstream_operators::faults::maybe_faulty)
+        .collect();
+    for (index, shard) in shards.iter().enumerate() {
+        match shard.check_embedder(&version, dimension) {
+            Ok(()) => {}
+            Err(StoreError::EmbedderMismatch {
+                found_dimension, ..
+            }) if config.embedder.reembed && found_dimension == dimension => {
+                let written =
+                    reembed_shard(shard.as_ref(), service, config.embedder.evidence_units)?;
+                tracing::info!(shard = index, chunks = written, embedder = %version, "re-embedded");
+            }
+            Err(StoreError::EmbedderMismatch {
+                found_dimension, ..
+            }) if config.embedder.reembed => {
+                bail!("re-embedding from dimension {found_dimension} to {dimension} needs a new index: set index.path to an empty directory");
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(shards)
+}
+
+/// Serves the HTTP API (refusing to listen openly without tokens unless `http.anonymous`); returns
+/// the address it listens on.
+fn serve_http(
+    config: &Config,
+    readiness: &Arc<Readiness>,
+    ingress: &Arc<HttpIngress>,
+    invalidation_log: &Arc<Mutex<InvalidationLog>>,
+    posted: Option<&Arc<DocumentIngress>>,
+) -> anyhow::Result<std::net::SocketAddr> {
+    let tokens = QueryTokens::from_env(
+        &config.http.query_token_env,
+        &config.http.tokens,
+        &config.http.token_labels,
+    );
+    check_open(
+        &config.http.listen,
+        tokens.is_empty(),
+        config.http.anonymous,
+    )?;
+    let documents = match (posted, config.source.kind) {
+        (_, SourceKind::Kafka) => DocumentsTarget::Kafka(Arc::new(
+            KafkaDocuments::new(&config.kafka.client_config(), &config.kafka.documents_topic)
+                .map_err(|e| anyhow::anyhow!("the documents producer: {e}"))?,
+        )),
+        (Some(ingress), kind) => DocumentsTarget::Local {
+            ingress: ingress.clone(),
+            owned_tenant: (kind == SourceKind::Dir).then(|| config.source.tenant.clone()),
+        },
+        (None, _) => DocumentsTarget::None,
+    };
+    serve(
+        &config.http.listen,
+        readiness.clone(),
+        ingress.clone(),
+        invalidation_log.clone(),
+        tokens,
+        &config.http.allowed_hosts,
+        Limits {
+            max_connections: config.http.max_connections,
+            max_queries_in_flight: config.http.max_queries_in_flight,
+            read_timeout: Duration::from_secs(config.http.read_timeout_secs),
+            max_body_bytes: config.query.max_query_bytes.saturating_mul(2),
+            max_documents_body_bytes: config.ingest.max_document_bytes.saturating_mul(4),
+        },
+        documents,
+        factory::decode_config(config),
+    )
+}
+
+/// Creates the queries, contexts, invalidations and DLQ topics the broker misses (one partition
+/// each); a failure is logged, and a missing topic is then an outage the sources retry.
+fn ensure_topics(config: &Config) {
+    let client = config.kafka.client_config();
+    let topics = [
+        (config.kafka.queries_topic.as_str(), 1),
+        (config.kafka.contexts_topic.as_str(), 1),
+        (config.kafka.invalidations_topic.as_str(), 1),
+        (config.kafka.dlq_topic.as_str(), 1),
+    ];
+    if let Err(error) = ragstream_operators::io::kafka_admin::ensure_topics(&client, &topics) {
+        tracing::warn!(%error, "could not ensure the queries/contexts/invalidations/dlq topics exist");
+    }
 }
 
 /// One process of `workers` threads, or this process's place in a cluster (addresses from the hostfile).

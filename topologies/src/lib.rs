@@ -4,4 +4,5 @@
 pub mod config;
 pub mod factory;
 pub mod ingest;
+pub mod job;
 pub mod query;

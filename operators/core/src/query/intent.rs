@@ -603,7 +603,7 @@ impl<'a> Words<'a> {
             });
         matched(Signal::Claim, !question && words.len() >= 4);
         // Not an intent of its own (no preset): evidence for the code-search rule ([`super::adapt`]).
-        matched(Signal::NamesLanguage, names_language(&words));
+        matched(Signal::NamesLanguage, names_language(words));
         signals
     }
 }
