@@ -20,9 +20,48 @@ fn ids(hits: &[Hit]) -> Vec<String> {
         .collect()
 }
 
+/// The points the contract writes: three of tenant `a` (with metadata, ACL labels, a language and
+/// evidence units), one of tenant `b`.
+struct Points {
+    a1: PointWrite,
+    a2: PointWrite,
+    a3: PointWrite,
+    b1: PointWrite,
+    /// The axis of a2's second evidence unit.
+    second: usize,
+}
+
 /// Runs the whole contract. `open` must return a store over the same (initially empty) collection each call.
 pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
     let store = open();
+    let points = sample_points();
+    let tenant_a = SearchFilter {
+        tenant: Some("a".into()),
+        ..SearchFilter::default()
+    };
+    check_writes(store.as_ref(), &points, &tenant_a);
+    check_scroll(store.as_ref(), &points, &tenant_a);
+    check_tenant_isolation(store.as_ref(), &points, &tenant_a);
+    check_acl(store.as_ref(), &points);
+    check_score_threshold(store.as_ref(), &points, &tenant_a);
+    check_bm25(store.as_ref(), &tenant_a);
+    check_doc_and_kind_filters(store.as_ref());
+    check_lang_filter(store.as_ref(), &points);
+    check_source_prefix(store.as_ref(), &points);
+    check_metadata_filters(store.as_ref(), &points);
+    check_metadata_refusals_and_searches(store.as_ref(), &points);
+    check_get(store.as_ref(), &points);
+    check_vectors(store.as_ref(), &points);
+    check_delete(store.as_ref(), &points, &tenant_a);
+    check_embedder_guard(store.as_ref());
+
+    // Durable across close and reopen.
+    drop(store);
+    check_reopen(open);
+}
+
+/// The contract's points.
+fn sample_points() -> Points {
     let a1 = sample_point(
         "a",
         "one",
@@ -74,6 +113,18 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
     );
     let mut b1 = b1;
     b1.chunk.metadata = metadata(serde_json::json!({ "team": "search", "year": 2024 }));
+    Points {
+        a1,
+        a2,
+        a3,
+        b1,
+        second,
+    }
+}
+
+/// Declares metadata keys, upserts every point twice (idempotent) and counts them.
+fn check_writes(store: &dyn VectorStore, points: &Points, tenant_a: &SearchFilter) {
+    let Points { a1, a2, a3, b1, .. } = points;
     // Declared keys get payload indexes of their type; `tags` and `draft` stay undeclared (filtered
     // all the same).
     store
@@ -93,16 +144,15 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
         4,
         "idempotent: same ids"
     );
-    let tenant_a = SearchFilter {
-        tenant: Some("a".into()),
-        ..SearchFilter::default()
-    };
-    assert_eq!(store.count(&tenant_a).expect("count a"), 3);
+    assert_eq!(store.count(tenant_a).expect("count a"), 3);
+}
 
-    // Scroll returns exactly what was written.
+/// Scroll returns exactly what was written.
+fn check_scroll(store: &dyn VectorStore, points: &Points, tenant_a: &SearchFilter) {
+    let a2 = &points.a2;
     let mut scrolled = Vec::new();
     store
-        .scroll(&tenant_a, &mut |stored| scrolled.push(stored))
+        .scroll(tenant_a, &mut |stored| scrolled.push(stored))
         .expect("scroll");
     assert_eq!(scrolled.len(), 3);
     let two = scrolled
@@ -112,10 +162,13 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
     assert_eq!(two.chunk, a2.chunk);
     assert_eq!(two.id, a2.id);
     assert_eq!(two.embedder_version, "test-embedder");
+}
 
-    // Tenant isolation inside the search: b's identical vector never shows up for tenant a.
+/// Tenant isolation inside the search: b's identical vector never shows up for tenant a.
+fn check_tenant_isolation(store: &dyn VectorStore, points: &Points, tenant_a: &SearchFilter) {
+    let Points { a1, a2, .. } = points;
     let hits = store
-        .search(&SearchVector::Dense(a1.dense.clone()), &tenant_a, 10, None)
+        .search(&SearchVector::Dense(a1.dense.clone()), tenant_a, 10, None)
         .expect("dense");
     assert_eq!(ids(&hits)[0], "a/one");
     assert!(
@@ -131,8 +184,11 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
         .search(&SearchVector::Dense(a2.dense.clone()), &tenant_b, 10, None)
         .expect("dense b");
     assert_eq!(ids(&hits), vec!["b/one"]);
+}
 
-    // ACL: public points plus those sharing a label.
+/// ACL: public points plus those sharing a label.
+fn check_acl(store: &dyn VectorStore, points: &Points) {
+    let a3 = &points.a3;
     let eng = SearchFilter {
         tenant: Some("a".into()),
         acl: Some(vec!["eng".into()]),
@@ -149,26 +205,33 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
         ..SearchFilter::default()
     };
     assert_eq!(store.count(&nobody).expect("count public"), 1);
+}
 
-    // Score threshold.
+/// Score threshold.
+fn check_score_threshold(store: &dyn VectorStore, points: &Points, tenant_a: &SearchFilter) {
+    let a1 = &points.a1;
     let strict = store
         .search(
             &SearchVector::Dense(a1.dense.clone()),
-            &tenant_a,
+            tenant_a,
             10,
             Some(0.99),
         )
         .expect("threshold");
     assert_eq!(ids(&strict), vec!["a/one"]);
+}
 
-    // BM25 lane (IDF by the engine): the only chunk with "tiktoken".
+/// BM25 lane (IDF by the engine): the only chunk with "tiktoken".
+fn check_bm25(store: &dyn VectorStore, tenant_a: &SearchFilter) {
     let query = Bm25Encoder::default().encode_query("tiktoken budget");
     let hits = store
-        .search(&SearchVector::Sparse(query), &tenant_a, 10, None)
+        .search(&SearchVector::Sparse(query), tenant_a, 10, None)
         .expect("sparse");
     assert_eq!(ids(&hits).first().map(String::as_str), Some("a/three"));
+}
 
-    // Doc-id and kind filters.
+/// Doc-id and kind filters.
+fn check_doc_and_kind_filters(store: &dyn VectorStore) {
     let only_two = SearchFilter {
         tenant: Some("a".into()),
         doc_ids: vec!["two".into()],
@@ -181,8 +244,11 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
         ..SearchFilter::default()
     };
     assert_eq!(store.count(&code).expect("kind filter"), 0);
+}
 
-    // Language filter (the `lang` payload field).
+/// Language filter (the `lang` payload field).
+fn check_lang_filter(store: &dyn VectorStore, points: &Points) {
+    let Points { a1, a3, .. } = points;
     let langs = |langs: &[&str]| SearchFilter {
         tenant: Some("a".into()),
         langs: langs.iter().map(|l| l.to_string()).collect(),
@@ -205,8 +271,11 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
         .expect("lang search");
     assert_eq!(ids(&hits), vec!["a/three"]);
     assert_eq!(store.get(&[a3.id]).expect("get")[0].chunk.lang, "fra");
+}
 
-    // Source-prefix filter, by whole path components, inside the search.
+/// Source-prefix filter, by whole path components, inside the search.
+fn check_source_prefix(store: &dyn VectorStore, points: &Points) {
+    let a1 = &points.a1;
     let under = |prefix: &str| SearchFilter {
         tenant: Some("a".into()),
         source_prefix: Some(prefix.into()),
@@ -224,17 +293,24 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
         )
         .expect("prefix search");
     assert_eq!(ids(&hits), vec!["a/three"]);
+}
 
-    // Metadata: stored with each chunk, read back as written, filtered inside the engine.
+/// A filter of tenant `a` with metadata `conditions`.
+fn meta(conditions: serde_json::Value) -> SearchFilter {
+    SearchFilter {
+        tenant: Some("a".into()),
+        metadata: parse_conditions(&conditions).expect("valid conditions"),
+        ..SearchFilter::default()
+    }
+}
+
+/// Metadata: stored with each chunk, read back as written, filtered inside the engine.
+fn check_metadata_filters(store: &dyn VectorStore, points: &Points) {
+    let a1 = &points.a1;
     assert_eq!(
         store.get(&[a1.id]).expect("get")[0].chunk.metadata,
         a1.chunk.metadata
     );
-    let meta = |conditions: serde_json::Value| SearchFilter {
-        tenant: Some("a".into()),
-        metadata: parse_conditions(&conditions).expect("valid conditions"),
-        ..SearchFilter::default()
-    };
     let count = |conditions: serde_json::Value| {
         let filter = meta(conditions.clone());
         let mut found = Vec::new();
@@ -287,7 +363,13 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
     ] {
         assert_eq!(count(conditions.clone()), expected, "{conditions}");
     }
-    // A condition that does not fit a declared key's type is refused, not compared.
+}
+
+/// A condition that does not fit a declared key's type is refused, not compared; metadata filters
+/// inside the dense and the BM25 search.
+fn check_metadata_refusals_and_searches(store: &dyn VectorStore, points: &Points) {
+    use serde_json::json;
+    let a1 = &points.a1;
     for unfit in [
         json!({"published": {"gte": 2023}}),
         json!({"year": {"gte": "2024-01-01"}}),
@@ -320,14 +402,21 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
         )
         .expect("metadata sparse search");
     assert_eq!(ids(&hits), vec!["a/one"]);
+}
 
-    // Chunks by id (read_chunk).
+/// Chunks by id (read_chunk).
+fn check_get(store: &dyn VectorStore, points: &Points) {
+    let a2 = &points.a2;
     let got = store.get(&[a2.id, uuid::Uuid::nil()]).expect("get");
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].chunk, a2.chunk);
+}
 
-    // Stored vectors come back for MMR, with the evidence units' vectors in their order; a point
-    // written without any has none.
+/// Stored vectors come back for MMR, with the evidence units' vectors in their order; a point
+/// written without any has none.
+fn check_vectors(store: &dyn VectorStore, points: &Points) {
+    let Points { a2, a3, second, .. } = points;
+    let second = *second;
     let vectors = store
         .vectors(&[a2.id, a3.id, uuid::Uuid::nil()])
         .expect("vectors");
@@ -352,13 +441,18 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
     );
     let score = of(a3.id).evidence_score(&a3.dense);
     assert!(score > 0.999, "evidence score {score}");
+}
 
-    // Deletes; absent ids are fine.
+/// Deletes; absent ids are fine.
+fn check_delete(store: &dyn VectorStore, points: &Points, tenant_a: &SearchFilter) {
+    let a1 = &points.a1;
     store.delete(&[a1.id, uuid::Uuid::nil()]).expect("delete");
     store.flush().expect("flush");
-    assert_eq!(store.count(&tenant_a).expect("count after delete"), 2);
+    assert_eq!(store.count(tenant_a).expect("count after delete"), 2);
+}
 
-    // Embedder guard.
+/// Embedder guard.
+fn check_embedder_guard(store: &dyn VectorStore) {
     assert!(store.check_embedder("test-embedder", DIMENSION).is_ok());
     assert!(matches!(
         store.check_embedder("other-model", DIMENSION),
@@ -368,9 +462,10 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
         store.check_embedder("test-embedder", DIMENSION + 1),
         Err(StoreError::EmbedderMismatch { .. })
     ));
+}
 
-    // Durable across close and reopen.
-    drop(store);
+/// Durable across close and reopen: the store `open` returns again holds what is left.
+fn check_reopen(open: &dyn Fn() -> Box<dyn VectorStore>) {
     let store = open();
     assert_eq!(
         store

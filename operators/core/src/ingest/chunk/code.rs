@@ -184,11 +184,13 @@ impl Language {
     }
 }
 
+/// A line of the text: where it starts, and its content without the line ending.
 struct Line<'a> {
     start: usize,
     text: &'a str,
 }
 
+/// Code chunks of `text`: its top-level items found, cut into units within `budget`, and packed.
 pub(super) fn chunk_code(
     text: &str,
     language: Language,
@@ -196,6 +198,15 @@ pub(super) fn chunk_code(
     counter: TokenCounter,
     budget: usize,
 ) -> Vec<Piece> {
+    let lines = text_lines(text);
+    let starts = item_starts(&lines, language);
+    let items = item_ranges(&lines, &starts, language);
+    let (units, unit_items) = item_units(text, &lines, &items, counter, budget);
+    pack_items(text, &units, &unit_items, &items, source, counter, budget)
+}
+
+/// The lines of `text`, each with its byte offset.
+fn text_lines(text: &str) -> Vec<Line<'_>> {
     let mut lines = Vec::new();
     let mut offset = 0;
     for raw in text.split_inclusive('\n') {
@@ -205,6 +216,12 @@ pub(super) fn chunk_code(
         });
         offset += raw.len();
     }
+    lines
+}
+
+/// Where the top-level items start (line index, name), their doc comments and attributes included;
+/// a preamble first when the first item does not start the text.
+fn item_starts(lines: &[Line<'_>], language: Language) -> Vec<(usize, String)> {
     // Item starts: (line index, name).
     let mut starts: Vec<(usize, String)> = Vec::new();
     for (index, line) in lines.iter().enumerate() {
@@ -238,11 +255,15 @@ pub(super) fn chunk_code(
     if starts.first().is_none_or(|(first, _)| *first > 0) {
         starts.insert(0, (0, "preamble".to_string()));
     }
-    let file_name = source
-        .rsplit(['/', '\\'])
-        .next()
-        .unwrap_or(source)
-        .to_string();
+    starts
+}
+
+/// The items as byte ranges trimmed of surrounding blank space: (start, end, name, signature).
+fn item_ranges(
+    lines: &[Line<'_>],
+    starts: &[(usize, String)],
+    language: Language,
+) -> Vec<(usize, usize, String, String)> {
     // Items as byte ranges, trimmed of surrounding blank space.
     let mut items: Vec<(usize, usize, String, String)> = Vec::new(); // start, end, name, signature
     for (position, (first_line, name)) in starts.iter().enumerate() {
@@ -271,6 +292,18 @@ pub(super) fn chunk_code(
             .to_string();
         items.push((start, end, name.clone(), signature));
     }
+    items
+}
+
+/// The units to pack, and the item each belongs to: whole items where they fit the budget, else their
+/// blank-line blocks (split on lines where a block is still over).
+fn item_units(
+    text: &str,
+    lines: &[Line<'_>],
+    items: &[(usize, usize, String, String)],
+    counter: TokenCounter,
+    budget: usize,
+) -> (Vec<Unit>, Vec<usize>) {
     // Units: whole items where they fit, else groups of lines split on blank lines.
     let mut units: Vec<Unit> = Vec::new();
     let mut unit_items: Vec<usize> = Vec::new(); // which item each unit belongs to
@@ -340,6 +373,25 @@ pub(super) fn chunk_code(
             push_block(s, block_end, &mut first, &mut units, &mut unit_items);
         }
     }
+    (units, unit_items)
+}
+
+/// The units packed into pieces within the budget (the preamble apart), each named by the file and
+/// the item it starts with.
+fn pack_items(
+    text: &str,
+    units: &[Unit],
+    unit_items: &[usize],
+    items: &[(usize, usize, String, String)],
+    source: &str,
+    counter: TokenCounter,
+    budget: usize,
+) -> Vec<Piece> {
+    let file_name = source
+        .rsplit(['/', '\\'])
+        .next()
+        .unwrap_or(source)
+        .to_string();
     // The preamble (imports, module docs) is never packed with the first item: each chunk is named by
     // the item it starts with.
     let preamble_units = if items.first().is_some_and(|item| item.2 == "preamble") {
