@@ -51,7 +51,9 @@ pub trait EmbedQuery<'scope> {
 impl<'scope> EmbedQuery<'scope> for StreamVec<'scope, u64, QueryJob> {
     fn embed_query(self, services: QueryServices) -> StreamVec<'scope, u64, QueryJob> {
         // Repeated query texts (other budgets, other modes) are embedded once.
-        let mut vectors: LruTtl<String, Vec<f32>> = LruTtl::new(16_384, Duration::from_secs(3600));
+        let cached = services.config.embedding_cache;
+        let mut vectors: LruTtl<String, Vec<f32>> =
+            LruTtl::new(cached.entries.max(1), Duration::from_secs(cached.ttl_secs));
         let hyde_weight = services.config.hyde.weight;
         let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(

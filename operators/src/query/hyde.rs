@@ -34,7 +34,7 @@ impl<'scope> Hyde<'scope> for StreamVec<'scope, u64, QueryJob> {
         // Passages by query text; a cached one needs no call.
         let cache: Arc<Mutex<LruTtl<String, String>>> = Arc::new(Mutex::new(LruTtl::new(
             config.cache_entries.max(1),
-            Duration::from_secs(3600),
+            Duration::from_secs(config.cache_ttl_secs),
         )));
         let lookup = cache.clone();
         let intents = config.intents.clone();

@@ -163,7 +163,7 @@ fn bounded(working: &mut Working, services: &QueryServices, output: &mut Output)
     let counter = *counter;
     let query = &working.job.query;
     let plan = working.job.plan.as_ref();
-    let (budget, window) = budget_for(query, counter);
+    let (budget, window) = budget_for(query, counter, &services.config.window);
     let neighbours = std::mem::take(&mut working.neighbours);
     let terms = plan.as_ref().map(|p| p.terms.clone()).unwrap_or_default();
     let tiers = surrogate_tiers(working, services, plan);
@@ -187,7 +187,12 @@ fn bounded(working: &mut Working, services: &QueryServices, output: &mut Output)
         notes.push(note);
     }
     if let Some((window, prompt)) = window {
-        context.max_new_tokens = Some(max_new_tokens(window, prompt, packed.tokens_used));
+        context.max_new_tokens = Some(max_new_tokens(
+            window,
+            prompt,
+            packed.tokens_used,
+            &services.config.window,
+        ));
     }
     if services.config.pack.surrogates.policy == SurrogatePolicy::Importance {
         services.access.lock().expect("access counts").record(

@@ -307,6 +307,15 @@ impl Config {
         if !(64..=(1 << 24)).contains(&query.max_query_bytes) {
             return invalid("query.max_query_bytes", "must be in 64..=16777216");
         }
+        if !(0.0..1.0).contains(&query.window.reserve_ratio) {
+            return invalid("query.window.reserve_ratio", "must be in [0, 1)");
+        }
+        if query.embedding_cache.entries == 0 {
+            return invalid("query.embedding_cache.entries", "must be at least 1");
+        }
+        if !(0.0..=1.0).contains(&query.pack.deferred_value) {
+            return invalid("query.pack.deferred_value", "must be in [0, 1]");
+        }
         if let Err(message) = query.intents.validate() {
             return Err(ConfigError::Invalid {
                 key: "query.intents",

@@ -164,6 +164,9 @@ fn query_endpoint_and_packing_settings_are_checked() {
             "query.intents",
         ),
         ("[query.code_search]\nshare = 2.0\n", "query.code_search"),
+        ("[query.window]\nreserve_ratio = 1.0\n", "query.window.reserve_ratio"),
+        ("[query.embedding_cache]\nentries = 0\n", "query.embedding_cache.entries"),
+        ("[query.pack]\ndeferred_value = 2.0\n", "query.pack.deferred_value"),
     ] {
         let err = load_error(&format!("{kafka}{section}"));
         assert!(err.contains(key), "{section}: {err}");

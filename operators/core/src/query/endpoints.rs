@@ -83,6 +83,8 @@ pub struct HydeConfig {
     pub max_tokens: usize,
     /// Hypothetical passages kept, by query text.
     pub cache_entries: usize,
+    /// Seconds a cached passage lives.
+    pub cache_ttl_secs: u64,
     /// The chat endpoint.
     pub endpoint: EndpointConfig,
 }
@@ -95,6 +97,7 @@ impl Default for HydeConfig {
             weight: 0.5,
             max_tokens: 160,
             cache_entries: 4096,
+            cache_ttl_secs: 3600,
             endpoint: EndpointConfig {
                 timeout_ms: 3000,
                 ..EndpointConfig::default()

@@ -372,6 +372,11 @@ pub struct QueryConfig {
     pub per_section_cap: usize,
     /// Packing tiers.
     pub pack: pack::PackConfig,
+    /// Query vectors cached by query text (a text asked again, at another budget or in another
+    /// mode, is embedded once).
+    pub embedding_cache: EmbeddingCacheConfig,
+    /// How a budget is derived from a model's context window ([`modes::budget_for`]).
+    pub window: modes::WindowConfig,
     /// Contexts cached (0 disables the cache).
     pub cache_entries: usize,
     /// Seconds a cached context lives.
@@ -392,6 +397,25 @@ pub struct QueryConfig {
     pub invalidations: InvalidationConfig,
     /// Hypothetical-passage query expansion ([`endpoints`]), off by default.
     pub hyde: endpoints::HydeConfig,
+}
+
+/// The query-vector cache (config section `query.embedding_cache`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EmbeddingCacheConfig {
+    /// Vectors kept (at least 1).
+    pub entries: usize,
+    /// Seconds a vector lives.
+    pub ttl_secs: u64,
+}
+
+impl Default for EmbeddingCacheConfig {
+    fn default() -> Self {
+        Self {
+            entries: 16_384,
+            ttl_secs: 3600,
+        }
+    }
 }
 
 /// Invalidations of published contexts (config section `query.invalidations`).
@@ -431,6 +455,8 @@ impl Default for QueryConfig {
             per_document_cap: 2,
             per_section_cap: 1,
             pack: pack::PackConfig::default(),
+            embedding_cache: EmbeddingCacheConfig::default(),
+            window: modes::WindowConfig::default(),
             cache_entries: 1024,
             cache_ttl_secs: 60,
             consistency_timeout_ms: 10_000,

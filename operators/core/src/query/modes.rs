@@ -2,15 +2,32 @@
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
+
 use super::{Candidate, Query, SourceEntry, DEFAULT_BUDGET};
 use crate::tokens::TokenCounter;
 
-/// Tokens kept free between the context, the prompt and the answer.
-pub const SAFETY_MARGIN: usize = 32;
-/// Share of the window reserved for the answer when the query does not say.
-pub const RESERVE_RATIO: f32 = 0.25;
-/// Least tokens reserved for the answer.
-pub const MIN_RESERVE: usize = 32;
+/// How a budget is derived from a model's context window (config section `query.window`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WindowConfig {
+    /// Share of the window reserved for the answer when the query does not say (`reserve_output`).
+    pub reserve_ratio: f32,
+    /// Least tokens reserved for the answer.
+    pub min_reserve: usize,
+    /// Tokens kept free between the context, the prompt and the answer.
+    pub safety_margin: usize,
+}
+
+impl Default for WindowConfig {
+    fn default() -> Self {
+        Self {
+            reserve_ratio: 0.25,
+            min_reserve: 32,
+            safety_margin: 32,
+        }
+    }
+}
 /// Above this many tokens, `sql_full` suggests `sql_compact`.
 pub const SQL_FULL_HINT_TOKENS: usize = 2000;
 /// Sample rows `sql_full` keeps per table.
@@ -18,7 +35,11 @@ pub const SQL_SAMPLE_ROWS: usize = 5;
 
 /// The context budget and the prompt's size: `window − prompt − reserve − margin` when a context window
 /// is given (and at most `token_budget` if both are), else `token_budget` or the default.
-pub fn budget_for(query: &Query, counter: TokenCounter) -> (usize, Option<(usize, usize)>) {
+pub fn budget_for(
+    query: &Query,
+    counter: TokenCounter,
+    rule: &WindowConfig,
+) -> (usize, Option<(usize, usize)>) {
     let Some(window) = query.context_window else {
         return (query.token_budget.unwrap_or(DEFAULT_BUDGET), None);
     };
@@ -33,21 +54,29 @@ pub fn budget_for(query: &Query, counter: TokenCounter) -> (usize, Option<(usize
     });
     let reserve = query
         .reserve_output
-        .unwrap_or(((window as f32 * RESERVE_RATIO) as usize).max(MIN_RESERVE));
-    let mut budget =
-        window.saturating_sub(prompt.saturating_add(reserve).saturating_add(SAFETY_MARGIN));
+        .unwrap_or(((window as f32 * rule.reserve_ratio) as usize).max(rule.min_reserve));
+    let mut budget = window.saturating_sub(
+        prompt
+            .saturating_add(reserve)
+            .saturating_add(rule.safety_margin),
+    );
     if let Some(limit) = query.token_budget {
         budget = budget.min(limit);
     }
     (budget, Some((window, prompt)))
 }
 
-/// Tokens left for the answer once the context is packed.
-pub fn max_new_tokens(window: usize, prompt: usize, tokens_used: usize) -> usize {
+/// Tokens left for the answer once the context is packed (less the window's safety margin).
+pub fn max_new_tokens(
+    window: usize,
+    prompt: usize,
+    tokens_used: usize,
+    rule: &WindowConfig,
+) -> usize {
     window.saturating_sub(
         prompt
             .saturating_add(tokens_used)
-            .saturating_add(SAFETY_MARGIN),
+            .saturating_add(rule.safety_margin),
     )
 }
 
@@ -179,33 +208,44 @@ mod tests {
     #[test]
     fn budget_from_window_and_prompt() {
         let counter = TokenCounter::new(Encoding::O200kBase);
+        let rule = WindowConfig::default();
         let query = decode_query(
             br#"{"query_id":"q","tenant":"t","text":"x","context_window":8000,"prompt":{"system":"You are helpful.","template":"Answer: {context}","history":["hi","hello"]}}"#,
             8192,
         )
         .unwrap();
-        let (budget, window) = budget_for(&query, counter);
+        let (budget, window) = budget_for(&query, counter, &rule);
         let (w, prompt) = window.unwrap();
         assert_eq!(w, 8000);
         assert!(prompt > 5 && prompt < 20);
-        assert_eq!(budget, 8000 - prompt - 2000 - SAFETY_MARGIN);
-        assert_eq!(max_new_tokens(8000, prompt, budget), 2000);
+        assert_eq!(budget, 8000 - prompt - 2000 - rule.safety_margin);
+        assert_eq!(max_new_tokens(8000, prompt, budget, &rule), 2000);
         // A small window: the reserve is at least 32.
         let small = decode_query(
             br#"{"query_id":"q","tenant":"t","text":"x","context_window":100}"#,
             8192,
         )
         .unwrap();
-        assert_eq!(budget_for(&small, counter).0, 100 - 32 - 32);
+        assert_eq!(budget_for(&small, counter, &rule).0, 100 - 32 - 32);
         // token_budget caps the derived budget; no window: token_budget or the default.
         let capped = decode_query(
             br#"{"query_id":"q","tenant":"t","text":"x","context_window":8000,"token_budget":500}"#,
             8192,
         )
         .unwrap();
-        assert_eq!(budget_for(&capped, counter).0, 500);
+        assert_eq!(budget_for(&capped, counter, &rule).0, 500);
         let plain = decode_query(br#"{"query_id":"q","tenant":"t","text":"x"}"#, 8192).unwrap();
-        assert_eq!(budget_for(&plain, counter), (DEFAULT_BUDGET, None));
+        assert_eq!(budget_for(&plain, counter, &rule), (DEFAULT_BUDGET, None));
+        // The rule is the config's: no reserve floor, a wider margin.
+        let wide = WindowConfig {
+            reserve_ratio: 0.0,
+            min_reserve: 0,
+            safety_margin: 100,
+        };
+        assert_eq!(budget_for(&small, counter, &wide).0, 0);
+        assert_eq!(budget_for(&capped, counter, &wide).0, 500);
+        let (budget, _) = budget_for(&query, counter, &wide);
+        assert_eq!(budget, 8000 - prompt - 100);
     }
 
     #[test]

@@ -69,6 +69,9 @@ pub struct PackConfig {
     pub position_decay: f32,
     /// How much an item's value is discounted by its highest cosine to a better item (0 = none).
     pub redundancy_weight: f32,
+    /// What a deferred candidate's value (one held back by a per-document or per-section cap) is
+    /// multiplied by: it fills budget left unused rather than competing for it.
+    pub deferred_value: f32,
     /// Between items.
     pub separator: String,
     /// Wrap the context in the untrusted-content delimiters ([`UNTRUSTED_OPEN`], [`UNTRUSTED_CLOSE`]).
@@ -123,6 +126,7 @@ impl Default for PackConfig {
             standing_decay: 10.0,
             position_decay: 0.0,
             redundancy_weight: 0.5,
+            deferred_value: 0.5,
             separator: "\n\n".into(),
             untrusted_delimiters: true,
             evidence_ratio: 0.64,

@@ -80,9 +80,6 @@ fn assemble(entries: &[Entry<'_>], config: &PackConfig) -> String {
     wrap_items(&items, config)
 }
 
-/// What a deferred candidate's value is multiplied by: it only fills budget left unused.
-const DEFERRED_VALUE: f32 = 0.5;
-
 /// Tokens of the context's frame: between two items, and around them all.
 #[derive(Debug, Clone, Copy)]
 struct Frame {
@@ -255,7 +252,7 @@ fn plan<'a>(
 
 /// Value: a candidate's relevance by its standing on the evidence stop's scale `(top, range)` (and
 /// its rank where `position_decay` asks), discounted by its redundancy with the candidates before it
-/// and, for a deferred one, by [`DEFERRED_VALUE`].
+/// and, for a deferred one, by `deferred_value`.
 fn value(
     all: &[(&Candidate, bool)],
     self_dots: &[Option<f32>],
@@ -293,7 +290,11 @@ fn value(
     });
     relevance
         * (1.0 - config.redundancy_weight * redundancy.max(0.0))
-        * if is_deferred { DEFERRED_VALUE } else { 1.0 }
+        * if is_deferred {
+            config.deferred_value
+        } else {
+            1.0
+        }
 }
 
 /// Fit: shrinks the plan on estimates, grows it back to the largest forms that fit, then counts the
