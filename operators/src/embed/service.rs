@@ -38,7 +38,6 @@ use super::{EmbedError, Embedder};
 use crate::events::{InternalEvent, Retrying};
 use crate::metrics::metrics;
 
-
 /// Which queue a request joins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Priority {
