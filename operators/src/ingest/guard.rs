@@ -30,12 +30,14 @@ use std::time::Duration;
 
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::{Exchange, Pipeline};
+use timely::dataflow::operators::generic::OutputBuilderSession;
 use timely::dataflow::operators::vec::Broadcast;
 use timely::dataflow::operators::{Capability, OkErr, Operator};
 use timely::dataflow::{ProbeHandle, StreamVec};
+use timely::scheduling::Activator;
 
 use super::hydrate::{hydrate, Hydrated};
-use crate::background::{with_backoff, Background, Deliver};
+use crate::background::{with_backoff, Background, Deliver, Waker};
 use crate::events::{InternalEvent, StaleVersion};
 use crate::metrics::metrics;
 use crate::model::{ChunkIds, DocKey, DocOp, Document};
@@ -139,7 +141,7 @@ pub trait GuardVersions<'scope> {
 impl<'scope> GuardVersions<'scope> for StreamVec<'scope, u64, DocOp> {
     fn guard_versions(
         self,
-        mut guard: VersionGuard,
+        guard: VersionGuard,
         assigned: StreamVec<'scope, u64, Assigned>,
         rehydration: Option<Rehydration>,
     ) -> (
@@ -148,115 +150,243 @@ impl<'scope> GuardVersions<'scope> for StreamVec<'scope, u64, DocOp> {
     ) {
         let scope = self.scope();
         let pact = Exchange::new(|op: &DocOp| op.key().route());
-        let guarded = self.binary_frontier::<_, CapacityContainerBuilder<Vec<Result<Admitted, Rehydrated>>>, _, _, _, _>(
-            assigned.broadcast(),
-            pact,
-            Pipeline,
-            "VersionGuard",
-            move |_cap, info| {
-                let activator = scope.activator_for(info.address.clone());
-                let reader = rehydration.map(|rehydration| {
-                    let Rehydration { store, owns, acks } = rehydration;
-                    let waker = crate::background::operator_waker(scope.worker(), &info.address);
-                    let read = Background::start(
-                        "ragstream-rehydrate",
-                        move |(), deliver: &Deliver<Hydrated>| {
-                            let retryable = |error: &StoreError| !matches!(error, StoreError::Gone(_));
-                            match with_backoff("rehydrate", retryable, || hydrate(store.as_ref(), &*owns)) {
-                                Ok(hydrated) => deliver.send(hydrated),
-                                Err(error) => crate::outage::stop_job(&error.to_string()),
-                            }
-                        },
-                        waker,
-                    );
-                    (read, acks)
-                });
-                let mut stash: BTreeMap<u64, (Capability<u64>, Vec<DocOp>)> = BTreeMap::new();
-                let mut markers: BTreeMap<u64, Capability<u64>> = BTreeMap::new();
-                // The marker time whose read is on the helper thread.
-                let mut reading: Option<u64> = None;
-                move |(input, frontier), (marks, marks_frontier), output| {
-                    input.for_each(|cap, data| {
-                        if let Some(&time) = cap.least() {
-                            let entry = stash.entry(time).or_insert_with(|| (cap.retain_least(0).expect("time of the batch"), Vec::new()));
-                            entry.1.append(data);
-                        }
+        let guarded = self
+            .binary_frontier::<_, CapacityContainerBuilder<Vec<GuardItem>>, _, _, _, _>(
+                assigned.broadcast(),
+                pact,
+                Pipeline,
+                "VersionGuard",
+                move |_cap, info| {
+                    let activator = scope.activator_for(info.address.clone());
+                    let reader = rehydration.map(|rehydration| {
+                        let waker =
+                            crate::background::operator_waker(scope.worker(), &info.address);
+                        start_reader(rehydration, waker)
                     });
-                    marks.for_each(|cap, _| {
-                        // Without a shared index there is nothing to read again.
-                        if reader.is_some() {
+                    let mut state = GuardState {
+                        guard,
+                        reader,
+                        stash: BTreeMap::new(),
+                        markers: BTreeMap::new(),
+                        reading: None,
+                    };
+                    move |(input, frontier), (marks, marks_frontier), output| {
+                        input.for_each(|cap, data| {
                             if let Some(&time) = cap.least() {
-                                markers.entry(time).or_insert_with(|| cap.retain_least(0).expect("time of the marker"));
+                                let entry = state.stash.entry(time).or_insert_with(|| {
+                                    (cap.retain_least(0).expect("time of the batch"), Vec::new())
+                                });
+                                entry.1.append(data);
                             }
-                        }
-                    });
-                    // Times complete in order (events and markers alike); holding each capability until its
-                    // time is complete keeps the output frontier at or below the earliest unprocessed one.
-                    let done = |time: &u64| !frontier.less_equal(time) && !marks_frontier.less_equal(time);
-                    loop {
-                        let event = stash.keys().next().copied().filter(done);
-                        let marker = markers.keys().next().copied().filter(done);
-                        if let Some(at) = marker.filter(|at| event.is_none_or(|event| *at <= event)) {
-                            let (read, acks) = reader.as_ref().expect("markers are kept only with a reader");
-                            if reading.is_none() {
-                                if acks.less_than(&at) {
-                                    activator.activate_after(ACK_POLL);
-                                    break;
-                                }
-                                read.submit(());
-                                reading = Some(at);
-                            }
-                            let Some(hydrated) = read.try_result() else {
-                                // The helper wakes the operator with the result.
-                                break;
-                            };
-                            reading = None;
-                            let cap = markers.remove(&at).expect("the marker read");
-                            // Markers up to the next event share this read.
-                            while let Some(next) = markers.keys().next().copied().filter(|next| done(next) && event.is_none_or(|event| *next <= event)) {
-                                markers.remove(&next);
-                            }
-                            let busy: HashSet<&DocKey> = stash.get(&at).map(|(_, ops)| ops.iter().map(DocOp::key).collect()).unwrap_or_default();
-                            let mut session = output.session(&cap);
-                            let mut documents = 0usize;
-                            for (key, ids) in hydrated.ids() {
-                                if !busy.contains(&key) {
-                                    guard.seed(key.clone(), ids.version);
-                                    session.give(Err((key, Some(ids), at)));
-                                    documents += 1;
+                        });
+                        marks.for_each(|cap, _| {
+                            // Without a shared index there is nothing to read again.
+                            if state.reader.is_some() {
+                                if let Some(&time) = cap.least() {
+                                    state.markers.entry(time).or_insert_with(|| {
+                                        cap.retain_least(0).expect("time of the marker")
+                                    });
                                 }
                             }
-                            let gone: Vec<DocKey> = guard.keys().filter(|key| !busy.contains(key) && !hydrated.documents.contains_key(*key)).cloned().collect();
-                            for key in &gone {
-                                session.give(Err((key.clone(), Some(ChunkIds { version: 0, ids: Vec::new() }), at)));
-                            }
-                            metrics().rehydrations.inc();
-                            tracing::info!(time = at, documents, gone = gone.len(), chunks = hydrated.chunk_count(), "partitions assigned: read the shared index again");
-                            continue;
-                        }
-                        let Some(time) = event else {
-                            break;
+                        });
+                        // Times complete in order (events and markers alike); holding each
+                        // capability until its time is complete keeps the output frontier at or
+                        // below the earliest unprocessed one.
+                        let done = |time: &u64| {
+                            !frontier.less_equal(time) && !marks_frontier.less_equal(time)
                         };
-                        let (cap, ops) = stash.remove(&time).expect("the first stashed time");
-                        let mut last: BTreeMap<DocKey, Option<Document>> = BTreeMap::new();
-                        for op in ops {
-                            let op_name = if matches!(op, DocOp::Upsert(_)) { "upsert" } else { "delete" };
-                            match guard.admit(op) {
-                                Admission::Apply(key, document) => {
-                                    metrics().record_document(op_name, "applied");
-                                    last.insert(key, document);
-                                }
-                                Admission::Stale { key, version, applied } => {
-                                    StaleVersion { key: &key, version, applied, op: op_name }.emit();
-                                }
-                            }
-                        }
-                        output.session(&cap).give_iterator(last.into_iter().map(|(key, document)| Ok((key, document, time))));
+                        state.process_complete(&done, &activator, output);
                     }
-                }
-            },
-        );
+                },
+            );
         guarded.ok_err(|item| item)
+    }
+}
+
+/// The guard's output: admitted upserts (`Ok`) and the index's ids read at an assignment (`Err`).
+type GuardItem = Result<Admitted, Rehydrated>;
+/// The guard's output in one activation.
+type GuardOutput<'a> = OutputBuilderSession<'a, u64, CapacityContainerBuilder<Vec<GuardItem>>>;
+/// The index reader's helper thread, and the writers' frontier its reads wait for.
+type Reader = (Background<(), Hydrated>, ProbeHandle<u64>);
+
+/// Starts the helper thread that reads the guarded documents from the shared index.
+fn start_reader(rehydration: Rehydration, waker: Waker) -> Reader {
+    let Rehydration { store, owns, acks } = rehydration;
+    let read = Background::start(
+        "ragstream-rehydrate",
+        move |(), deliver: &Deliver<Hydrated>| {
+            let retryable = |error: &StoreError| !matches!(error, StoreError::Gone(_));
+            match with_backoff("rehydrate", retryable, || hydrate(store.as_ref(), &*owns)) {
+                Ok(hydrated) => deliver.send(hydrated),
+                Err(error) => crate::outage::stop_job(&error.to_string()),
+            }
+        },
+        waker,
+    );
+    (read, acks)
+}
+
+/// The guard operator's state between activations.
+struct GuardState {
+    guard: VersionGuard,
+    /// The index reader, with a shared index only.
+    reader: Option<Reader>,
+    /// Events by time, with a capability for it, until the time is complete.
+    stash: BTreeMap<u64, (Capability<u64>, Vec<DocOp>)>,
+    /// Assignment markers by time (kept only with a reader).
+    markers: BTreeMap<u64, Capability<u64>>,
+    /// The marker time whose read is on the helper thread.
+    reading: Option<u64>,
+}
+
+impl GuardState {
+    /// Handles the complete times in order, markers first; stops at a read not back yet.
+    fn process_complete(
+        &mut self,
+        done: &impl Fn(&u64) -> bool,
+        activator: &Activator,
+        output: &mut GuardOutput<'_>,
+    ) {
+        loop {
+            let event = self.stash.keys().next().copied().filter(done);
+            let marker = self.markers.keys().next().copied().filter(done);
+            if let Some(at) = marker.filter(|at| event.is_none_or(|event| *at <= event)) {
+                if !self.rehydrate(at, event, done, activator, output) {
+                    break;
+                }
+                continue;
+            }
+            let Some(time) = event else {
+                break;
+            };
+            self.admit_time(time, output);
+        }
+    }
+
+    /// Reads the index again for the marker at `at`; false while the read is not back.
+    fn rehydrate(
+        &mut self,
+        at: u64,
+        event: Option<u64>,
+        done: &impl Fn(&u64) -> bool,
+        activator: &Activator,
+        output: &mut GuardOutput<'_>,
+    ) -> bool {
+        let (read, acks) = self
+            .reader
+            .as_ref()
+            .expect("markers are kept only with a reader");
+        if self.reading.is_none() {
+            if acks.less_than(&at) {
+                activator.activate_after(ACK_POLL);
+                return false;
+            }
+            read.submit(());
+            self.reading = Some(at);
+        }
+        let Some(hydrated) = read.try_result() else {
+            // The helper wakes the operator with the result.
+            return false;
+        };
+        self.reading = None;
+        let cap = self.markers.remove(&at).expect("the marker read");
+        // Markers up to the next event share this read.
+        while let Some(next) = self
+            .markers
+            .keys()
+            .next()
+            .copied()
+            .filter(|next| done(next) && event.is_none_or(|event| *next <= event))
+        {
+            self.markers.remove(&next);
+        }
+        self.emit_rehydrated(at, &cap, &hydrated, output);
+        true
+    }
+
+    /// Reseeds the guard from the index read at `at` and emits each document's stored ids.
+    fn emit_rehydrated(
+        &mut self,
+        at: u64,
+        cap: &Capability<u64>,
+        hydrated: &Hydrated,
+        output: &mut GuardOutput<'_>,
+    ) {
+        let busy: HashSet<&DocKey> = self
+            .stash
+            .get(&at)
+            .map(|(_, ops)| ops.iter().map(DocOp::key).collect())
+            .unwrap_or_default();
+        let mut session = output.session(cap);
+        let mut documents = 0usize;
+        for (key, ids) in hydrated.ids() {
+            if !busy.contains(&key) {
+                self.guard.seed(key.clone(), ids.version);
+                session.give(Err((key, Some(ids), at)));
+                documents += 1;
+            }
+        }
+        let gone: Vec<DocKey> = self
+            .guard
+            .keys()
+            .filter(|key| !busy.contains(key) && !hydrated.documents.contains_key(*key))
+            .cloned()
+            .collect();
+        for key in &gone {
+            session.give(Err((
+                key.clone(),
+                Some(ChunkIds {
+                    version: 0,
+                    ids: Vec::new(),
+                }),
+                at,
+            )));
+        }
+        metrics().rehydrations.inc();
+        tracing::info!(
+            time = at,
+            documents,
+            gone = gone.len(),
+            chunks = hydrated.chunk_count(),
+            "partitions assigned: read the shared index again"
+        );
+    }
+
+    /// Admits the events of the complete `time` in arrival order and emits each key's final state.
+    fn admit_time(&mut self, time: u64, output: &mut GuardOutput<'_>) {
+        let (cap, ops) = self.stash.remove(&time).expect("the first stashed time");
+        let mut last: BTreeMap<DocKey, Option<Document>> = BTreeMap::new();
+        for op in ops {
+            let op_name = if matches!(op, DocOp::Upsert(_)) {
+                "upsert"
+            } else {
+                "delete"
+            };
+            match self.guard.admit(op) {
+                Admission::Apply(key, document) => {
+                    metrics().record_document(op_name, "applied");
+                    last.insert(key, document);
+                }
+                Admission::Stale {
+                    key,
+                    version,
+                    applied,
+                } => {
+                    StaleVersion {
+                        key: &key,
+                        version,
+                        applied,
+                        op: op_name,
+                    }
+                    .emit();
+                }
+            }
+        }
+        output.session(&cap).give_iterator(
+            last.into_iter()
+                .map(|(key, document)| Ok((key, document, time))),
+        );
     }
 }
 

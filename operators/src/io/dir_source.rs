@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use crate::ingest::decode::{check_bounds, decode_event, DecodeConfig, DlqReason};
+use crate::ingest::decode::{check_bounds, decode_event, DecodeConfig, DecodeError, DlqReason};
 use crate::ingest::dlq::{DlqRecord, Origin};
 use crate::ingest::extract::{self, Extracted};
 use crate::model::{DocKey, DocKind, DocOp, Document};
@@ -107,122 +107,180 @@ impl DirSource {
             if !entry.file_type().is_some_and(|t| t.is_file()) {
                 continue;
             }
-            let path = entry.path();
-            let doc_id = path
-                .strip_prefix(&self.root)
-                .unwrap_or(path)
-                .to_string_lossy()
-                .replace('\\', "/");
-            let origin = Origin::File {
-                path: doc_id.clone(),
-                line: None,
-            };
-            if let Err(refused) = check_bounds(&self.tenant, &doc_id, Some(&doc_id), None, &[]) {
-                // A path too long or too deep to index: refused once while it stays.
-                let seen = Seen {
-                    hash: *blake3::hash(b"refused path").as_bytes(),
-                };
-                let unchanged = self.seen.get(&doc_id) == Some(&seen);
-                present.insert(doc_id.clone(), seen);
-                if !unchanged {
-                    out.push(Err(DlqRecord::new(
-                        refused.reason,
-                        refused.to_string(),
-                        origin,
-                        Some(self.tenant.clone()),
-                        None,
-                        None,
-                    )));
-                }
-                continue;
+            self.scan_file(&entry, &mut present, &mut out);
+        }
+        self.delete_vanished(&present, &mut out);
+        self.seen = present;
+        out
+    }
+
+    /// Scans one file: records it in `present`, pushes its upsert or refusal if new or changed.
+    fn scan_file(
+        &mut self,
+        entry: &ignore::DirEntry,
+        present: &mut HashMap<String, Seen>,
+        out: &mut Vec<Result<DocOp, DlqRecord>>,
+    ) {
+        let path = entry.path();
+        let doc_id = path
+            .strip_prefix(&self.root)
+            .unwrap_or(path)
+            .to_string_lossy()
+            .replace('\\', "/");
+        let origin = Origin::File {
+            path: doc_id.clone(),
+            line: None,
+        };
+        if let Err(refused) = check_bounds(&self.tenant, &doc_id, Some(&doc_id), None, &[]) {
+            self.refuse_path(&doc_id, origin, refused, present, out);
+            return;
+        }
+        let size = entry.metadata().map(|m| m.len() as usize).unwrap_or(0);
+        if size > self.max_bytes {
+            self.refuse_oversize(entry, &doc_id, size, origin, present, out);
+            return;
+        }
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                tracing::warn!(path = %doc_id, %error, "unreadable file skipped");
+                return;
             }
-            let size = entry.metadata().map(|m| m.len() as usize).unwrap_or(0);
-            if size > self.max_bytes {
-                // Refused once per content change: remember it by size and modification time.
-                let modified = entry
-                    .metadata()
-                    .ok()
-                    .and_then(|m| m.modified().ok())
-                    .map(|t| format!("{t:?}"))
-                    .unwrap_or_default();
-                let seen = Seen {
-                    hash: *blake3::hash(format!("{size}/{modified}").as_bytes()).as_bytes(),
-                };
-                let unchanged = self.seen.get(&doc_id) == Some(&seen);
-                present.insert(doc_id.clone(), seen);
-                if unchanged {
-                    continue;
-                }
-                let message = format!(
-                    "oversize: file of {size} bytes exceeds the limit of {} bytes",
-                    self.max_bytes
-                );
+        };
+        let seen = Seen {
+            hash: *blake3::hash(&bytes).as_bytes(),
+        };
+        let unchanged = self.seen.get(&doc_id) == Some(&seen);
+        present.insert(doc_id.clone(), seen);
+        if unchanged {
+            return;
+        }
+        let (kind, text, file_title) = match read_file(&doc_id, bytes, self.max_bytes) {
+            Ok(FileContent::Text(text)) => (DocKind::Auto, text, None),
+            Ok(FileContent::Extracted(kind, file)) => (kind, file.text, file.title),
+            Ok(FileContent::Binary) => {
+                tracing::debug!(path = %doc_id, "binary file skipped");
+                return;
+            }
+            Err(refused) => {
+                // Refused once per content: the hash above is remembered.
                 out.push(Err(DlqRecord::new(
-                    DlqReason::Oversize,
-                    message,
+                    DlqReason::Unparseable,
+                    format!("{}: {refused}", DlqReason::Unparseable.as_str()),
                     origin,
                     Some(self.tenant.clone()),
                     Some(doc_id.as_bytes()),
                     None,
                 )));
-                continue;
+                return;
             }
-            let bytes = match std::fs::read(path) {
-                Ok(bytes) => bytes,
-                Err(error) => {
-                    tracing::warn!(path = %doc_id, %error, "unreadable file skipped");
-                    continue;
-                }
-            };
-            let seen = Seen {
-                hash: *blake3::hash(&bytes).as_bytes(),
-            };
-            let unchanged = self.seen.get(&doc_id) == Some(&seen);
-            present.insert(doc_id.clone(), seen);
-            if unchanged {
-                continue;
-            }
-            let (kind, text, file_title) = match read_file(&doc_id, bytes, self.max_bytes) {
-                Ok(FileContent::Text(text)) => (DocKind::Auto, text, None),
-                Ok(FileContent::Extracted(kind, file)) => (kind, file.text, file.title),
-                Ok(FileContent::Binary) => {
-                    tracing::debug!(path = %doc_id, "binary file skipped");
-                    continue;
-                }
-                Err(refused) => {
-                    // Refused once per content: the hash above is remembered.
-                    out.push(Err(DlqRecord::new(
-                        DlqReason::Unparseable,
-                        format!("{}: {refused}", DlqReason::Unparseable.as_str()),
-                        origin,
-                        Some(self.tenant.clone()),
-                        Some(doc_id.as_bytes()),
-                        None,
-                    )));
-                    continue;
-                }
-            };
-            let version = self.next_version(&doc_id);
-            let title =
-                file_title.or_else(|| path.file_name().map(|n| n.to_string_lossy().into_owned()));
-            // The file's modification time is when the document last changed.
-            let updated_ms = std::fs::metadata(path)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_millis() as u64);
-            out.push(Ok(DocOp::Upsert(Document {
-                key: DocKey::new(self.tenant.clone(), doc_id.clone()),
-                version,
-                source: doc_id,
-                kind,
-                title,
-                text,
-                acl: Vec::new(),
-                updated_ms,
-                metadata: Default::default(),
-            })));
+        };
+        out.push(Ok(self.upsert(path, doc_id, kind, text, file_title)));
+    }
+
+    /// Refuses a path too long or too deep to index (once while it stays).
+    fn refuse_path(
+        &self,
+        doc_id: &str,
+        origin: Origin,
+        refused: DecodeError,
+        present: &mut HashMap<String, Seen>,
+        out: &mut Vec<Result<DocOp, DlqRecord>>,
+    ) {
+        // A path too long or too deep to index: refused once while it stays.
+        let seen = Seen {
+            hash: *blake3::hash(b"refused path").as_bytes(),
+        };
+        let unchanged = self.seen.get(doc_id) == Some(&seen);
+        present.insert(doc_id.to_string(), seen);
+        if !unchanged {
+            out.push(Err(DlqRecord::new(
+                refused.reason,
+                refused.to_string(),
+                origin,
+                Some(self.tenant.clone()),
+                None,
+                None,
+            )));
         }
+    }
+
+    /// Refuses a file of `size` bytes, over the limit (once per content change).
+    fn refuse_oversize(
+        &self,
+        entry: &ignore::DirEntry,
+        doc_id: &str,
+        size: usize,
+        origin: Origin,
+        present: &mut HashMap<String, Seen>,
+        out: &mut Vec<Result<DocOp, DlqRecord>>,
+    ) {
+        // Refused once per content change: remember it by size and modification time.
+        let modified = entry
+            .metadata()
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .map(|t| format!("{t:?}"))
+            .unwrap_or_default();
+        let seen = Seen {
+            hash: *blake3::hash(format!("{size}/{modified}").as_bytes()).as_bytes(),
+        };
+        let unchanged = self.seen.get(doc_id) == Some(&seen);
+        present.insert(doc_id.to_string(), seen);
+        if unchanged {
+            return;
+        }
+        let message = format!(
+            "oversize: file of {size} bytes exceeds the limit of {} bytes",
+            self.max_bytes
+        );
+        out.push(Err(DlqRecord::new(
+            DlqReason::Oversize,
+            message,
+            origin,
+            Some(self.tenant.clone()),
+            Some(doc_id.as_bytes()),
+            None,
+        )));
+    }
+
+    /// The upsert of a new or changed file, at the document's next version.
+    fn upsert(
+        &mut self,
+        path: &Path,
+        doc_id: String,
+        kind: DocKind,
+        text: String,
+        file_title: Option<String>,
+    ) -> DocOp {
+        let version = self.next_version(&doc_id);
+        let title =
+            file_title.or_else(|| path.file_name().map(|n| n.to_string_lossy().into_owned()));
+        // The file's modification time is when the document last changed.
+        let updated_ms = std::fs::metadata(path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_millis() as u64);
+        DocOp::Upsert(Document {
+            key: DocKey::new(self.tenant.clone(), doc_id.clone()),
+            version,
+            source: doc_id,
+            kind,
+            title,
+            text,
+            acl: Vec::new(),
+            updated_ms,
+            metadata: Default::default(),
+        })
+    }
+
+    /// Deletes, in id order, the documents seen before that are not `present` now.
+    fn delete_vanished(
+        &mut self,
+        present: &HashMap<String, Seen>,
+        out: &mut Vec<Result<DocOp, DlqRecord>>,
+    ) {
         let mut vanished: Vec<String> = self
             .seen
             .keys()
@@ -237,8 +295,6 @@ impl DirSource {
                 version: Some(version),
             }));
         }
-        self.seen = present;
-        out
     }
 }
 

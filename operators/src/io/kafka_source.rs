@@ -36,9 +36,10 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Reb
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, Statistics, TopicPartitionList};
 use timely::container::CapacityContainerBuilder;
-use timely::dataflow::operators::generic::source;
-use timely::dataflow::operators::OkErr;
+use timely::dataflow::operators::generic::{source, OutputBuilderSession};
+use timely::dataflow::operators::{Capability, OkErr};
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
+use timely::scheduling::Activator;
 
 use super::checkpoint::IndexCheckpoint;
 use super::query_source::IngestProgress;
@@ -298,7 +299,6 @@ pub fn kafka_source<'scope>(
     shutdown: Arc<AtomicBool>,
     progress: Arc<IngestProgress>,
 ) -> SourceStreams<'scope> {
-    type Item = Result<Result<DocOp, DlqRecord>, Assigned>;
     let items = source::<_, CapacityContainerBuilder<Vec<Item>>, _, _>(
         scope,
         "KafkaSource",
@@ -307,178 +307,272 @@ pub fn kafka_source<'scope>(
             let consumer = consumer(&config, scope.index())
                 .unwrap_or_else(|e| panic!("cannot create the Kafka consumer: {e}"));
             let mut cap = Some(cap);
-            // time → (partition → (first, last) offset) of batches not yet acknowledged.
-            let mut pending: BTreeMap<u64, BTreeMap<i32, (i64, i64)>> = BTreeMap::new();
-            let mut pending_count: BTreeMap<u64, usize> = BTreeMap::new();
-            let mut paused = false;
-            let mut poll_failing = false;
-            let mut reported_in_flight = 0i64;
+            let mut reader = DocumentReader {
+                config,
+                decode,
+                acks,
+                shutdown,
+                progress,
+                activator,
+                consumer,
+                pending: BTreeMap::new(),
+                pending_count: BTreeMap::new(),
+                paused: false,
+                poll_failing: false,
+                reported_in_flight: 0i64,
+            };
             move |output| {
                 let Some(capability) = cap.as_mut() else {
                     return;
                 };
                 // 1. Store offsets of acknowledged times.
-                let mut stored = false;
-                while let Some(entry) = pending.first_entry() {
-                    if acks.less_equal(entry.key()) {
-                        break;
-                    }
-                    let time = *entry.key();
-                    let mut positions = Vec::new();
-                    for (partition, (_, offset)) in entry.remove() {
-                        // Stores offset + 1 (the next to consume); fails only if the partition was revoked,
-                        // in which case its new owner replays from the last committed offset.
-                        if let Err(error) = consumer.store_offset(&config.topic, partition, offset)
-                        {
-                            tracing::debug!(partition, offset, %error, "offset not stored (partition revoked?)");
-                        }
-                        positions.push((partition, offset + 1));
-                    }
-                    if let Some(checkpoint) = &config.checkpoint {
-                        // Behind is safe (a replay into an idempotent index); never crash the job for it.
-                        if let Err(error) = checkpoint.advance(&positions) {
-                            tracing::warn!(%error, "index checkpoint not written");
-                        }
-                    }
-                    pending_count.remove(&time);
-                    stored = true;
-                }
-                if stored {
-                    crate::faults::fail_point(crate::faults::AFTER_OFFSET_STORE);
-                }
-                let in_flight: usize = pending_count.values().sum();
-                // The gauge is the process's total: each worker adds the change of its own count.
-                metrics().in_flight_messages.add(
-                    in_flight as i64 - std::mem::replace(&mut reported_in_flight, in_flight as i64),
-                );
-                if let Ok(frontier) = acks.with_frontier(|f| f.first().copied().ok_or(())) {
-                    let lag = crate::now_millis().saturating_sub(frontier) as f64 / 1000.0;
-                    metrics().ingest_frontier_lag_seconds.set(lag);
-                }
-                if shutdown.load(Ordering::SeqCst) {
-                    // Graceful stop: poll nothing more, wait for what is in flight, commit, release.
-                    if pending.is_empty() {
-                        if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync) {
-                            tracing::debug!(%error, "final commit");
-                        }
+                reader.store_acknowledged();
+                let in_flight = reader.report_in_flight();
+                if reader.shutdown.load(Ordering::SeqCst) {
+                    if reader.finish() {
                         cap = None;
-                    } else {
-                        activator.activate_after(Duration::from_millis(10));
                     }
                     return;
                 }
                 // 2. Flow control.
-                let over = if paused {
-                    in_flight > config.max_in_flight / 2
-                } else {
-                    in_flight > config.max_in_flight
-                };
-                if over != paused {
-                    if let Ok(assignment) = consumer.assignment() {
-                        let result = if over {
-                            consumer.pause(&assignment)
-                        } else {
-                            consumer.resume(&assignment)
-                        };
-                        if result.is_ok() {
-                            paused = over;
-                            tracing::info!(paused, in_flight, "flow control");
-                        }
-                    }
-                }
+                reader.flow_control(in_flight);
                 // 3. Poll a batch.
                 let time = now_after(*capability.time());
                 capability.downgrade(&time);
-                let mut batch = Vec::new();
-                let mut offsets: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
-                // Fill the batch for up to `BATCH_LINGER` once a first message arrived: larger batches embed
-                // with less padding per forward pass, at a bounded cost in latency.
-                let mut first_at: Option<std::time::Instant> = None;
-                while batch.len() < config.max_batch {
-                    let lingering = first_at.is_some_and(|at| at.elapsed() < BATCH_LINGER);
-                    if first_at.is_some() && !lingering {
-                        break;
-                    }
-                    let wait = if lingering {
-                        Duration::from_millis(2)
-                    } else {
-                        Duration::from_millis(1)
-                    };
-                    match consumer.poll(wait) {
-                        None if lingering => continue,
-                        None => break,
-                        Some(Err(error)) => {
-                            // Once per failure, not once per poll: the consumer retries by itself.
-                            if !poll_failing {
-                                tracing::warn!(%error, "kafka poll error (logged once until polling works again)");
-                                poll_failing = true;
-                            }
-                            break;
-                        }
-                        Some(Ok(message)) => {
-                            if std::mem::take(&mut poll_failing) {
-                                tracing::info!("kafka polling works again");
-                            }
-                            first_at.get_or_insert_with(std::time::Instant::now);
-                            let origin = Origin::Kafka {
-                                topic: message.topic().to_string(),
-                                partition: message.partition(),
-                                offset: message.offset(),
-                            };
-                            offsets
-                                .entry(message.partition())
-                                .and_modify(|(_, last)| *last = message.offset())
-                                .or_insert((message.offset(), message.offset()));
-                            let decoded = decode_event(message.key(), message.payload(), &decode)
-                                .map_err(|error| {
-                                    let tenant = message
-                                        .key()
-                                        .and_then(|k| std::str::from_utf8(k).ok())
-                                        .and_then(|k| k.split_once('/'))
-                                        .map(|(t, _)| t.to_string());
-                                    DlqRecord::new(
-                                        error.reason,
-                                        error.to_string(),
-                                        origin,
-                                        tenant,
-                                        message.key(),
-                                        message.payload(),
-                                    )
-                                });
-                            batch.push(decoded);
-                        }
-                    }
-                }
-                let polled = batch.len();
-                metrics().source_events.inc_by(polled as u64);
-                let mut time = time;
-                if consumer.context().assigned.swap(false, Ordering::SeqCst) {
-                    // The marker goes first; this poll's messages (the assigned partitions' first ones
-                    // among them) follow at a later time.
-                    output.session(&*capability).give(Err(()));
-                    time += 1;
-                    capability.downgrade(&time);
-                }
-                if !batch.is_empty() {
-                    output
-                        .session(&*capability)
-                        .give_iterator(batch.into_iter().map(Ok));
-                    pending.insert(time, offsets);
-                    pending_count.insert(time, polled);
-                    // The batch's time can now complete.
-                    capability.downgrade(&(time + 1));
-                    crate::faults::fail_point(crate::faults::AFTER_CONSUME);
-                }
-                publish_progress(&consumer, &pending, &progress);
-                if polled > 0 {
-                    activator.activate();
-                } else {
-                    activator.activate_after(config.idle_poll);
-                }
+                let (batch, offsets) = reader.poll_batch();
+                reader.emit(capability, time, batch, offsets, output);
             }
         },
     );
     items.ok_err(|item| item)
+}
+
+/// What the source operator emits: a document event (or its DLQ record), or an assignment marker.
+type Item = Result<Result<DocOp, DlqRecord>, Assigned>;
+/// The source operator's output in one activation.
+type ItemOutput<'a> = OutputBuilderSession<'a, u64, CapacityContainerBuilder<Vec<Item>>>;
+/// The document events (or DLQ records) of one poll batch.
+type Batch = Vec<Result<DocOp, DlqRecord>>;
+/// Per partition, the first and last offset of a batch.
+type BatchOffsets = BTreeMap<i32, (i64, i64)>;
+
+/// One worker's Kafka source between activations.
+struct DocumentReader {
+    config: KafkaSourceConfig,
+    decode: DecodeConfig,
+    acks: ProbeHandle<u64>,
+    shutdown: Arc<AtomicBool>,
+    progress: Arc<IngestProgress>,
+    activator: Activator,
+    consumer: BaseConsumer<LagContext>,
+    /// time → (partition → (first, last) offset) of batches not yet acknowledged.
+    pending: BTreeMap<u64, BTreeMap<i32, (i64, i64)>>,
+    /// time → messages of the batch not yet acknowledged.
+    pending_count: BTreeMap<u64, usize>,
+    /// Whether the assigned partitions are paused (flow control).
+    paused: bool,
+    /// Whether the last poll failed (its error is logged once).
+    poll_failing: bool,
+    /// This worker's share of the in-flight gauge.
+    reported_in_flight: i64,
+}
+
+impl DocumentReader {
+    /// Stores the offsets of the batches the ack probe passed and advances the index checkpoint.
+    fn store_acknowledged(&mut self) {
+        let mut stored = false;
+        while let Some(entry) = self.pending.first_entry() {
+            if self.acks.less_equal(entry.key()) {
+                break;
+            }
+            let time = *entry.key();
+            let mut positions = Vec::new();
+            for (partition, (_, offset)) in entry.remove() {
+                // Stores offset + 1 (the next to consume); fails only if the partition was revoked,
+                // in which case its new owner replays from the last committed offset.
+                if let Err(error) =
+                    self.consumer
+                        .store_offset(&self.config.topic, partition, offset)
+                {
+                    tracing::debug!(partition, offset, %error, "offset not stored (partition revoked?)");
+                }
+                positions.push((partition, offset + 1));
+            }
+            if let Some(checkpoint) = &self.config.checkpoint {
+                // Behind is safe (a replay into an idempotent index); never crash the job for it.
+                if let Err(error) = checkpoint.advance(&positions) {
+                    tracing::warn!(%error, "index checkpoint not written");
+                }
+            }
+            self.pending_count.remove(&time);
+            stored = true;
+        }
+        if stored {
+            crate::faults::fail_point(crate::faults::AFTER_OFFSET_STORE);
+        }
+    }
+
+    /// Counts the messages in flight and updates the in-flight and frontier lag metrics.
+    fn report_in_flight(&mut self) -> usize {
+        let in_flight: usize = self.pending_count.values().sum();
+        // The gauge is the process's total: each worker adds the change of its own count.
+        metrics().in_flight_messages.add(
+            in_flight as i64 - std::mem::replace(&mut self.reported_in_flight, in_flight as i64),
+        );
+        if let Ok(frontier) = self.acks.with_frontier(|f| f.first().copied().ok_or(())) {
+            let lag = crate::now_millis().saturating_sub(frontier) as f64 / 1000.0;
+            metrics().ingest_frontier_lag_seconds.set(lag);
+        }
+        in_flight
+    }
+
+    /// On shutdown: commits once nothing is in flight (true: the capability can go), else waits.
+    fn finish(&self) -> bool {
+        // Graceful stop: poll nothing more, wait for what is in flight, commit, release.
+        if self.pending.is_empty() {
+            if let Err(error) = self.consumer.commit_consumer_state(CommitMode::Sync) {
+                tracing::debug!(%error, "final commit");
+            }
+            true
+        } else {
+            self.activator.activate_after(Duration::from_millis(10));
+            false
+        }
+    }
+
+    /// Pauses the assigned partitions above `max_in_flight` in flight, resumes them at half of it.
+    fn flow_control(&mut self, in_flight: usize) {
+        let over = if self.paused {
+            in_flight > self.config.max_in_flight / 2
+        } else {
+            in_flight > self.config.max_in_flight
+        };
+        if over != self.paused {
+            if let Ok(assignment) = self.consumer.assignment() {
+                let result = if over {
+                    self.consumer.pause(&assignment)
+                } else {
+                    self.consumer.resume(&assignment)
+                };
+                if result.is_ok() {
+                    self.paused = over;
+                    tracing::info!(paused = self.paused, in_flight, "flow control");
+                }
+            }
+        }
+    }
+
+    /// Polls a batch of decoded messages, with the first and last offset polled per partition.
+    fn poll_batch(&mut self) -> (Batch, BatchOffsets) {
+        let mut batch = Vec::new();
+        let mut offsets: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
+        // Fill the batch for up to `BATCH_LINGER` once a first message arrived: larger batches embed
+        // with less padding per forward pass, at a bounded cost in latency.
+        let mut first_at: Option<std::time::Instant> = None;
+        while batch.len() < self.config.max_batch {
+            let lingering = first_at.is_some_and(|at| at.elapsed() < BATCH_LINGER);
+            if first_at.is_some() && !lingering {
+                break;
+            }
+            let wait = if lingering {
+                Duration::from_millis(2)
+            } else {
+                Duration::from_millis(1)
+            };
+            match self.consumer.poll(wait) {
+                None if lingering => continue,
+                None => break,
+                Some(Err(error)) => {
+                    // Once per failure, not once per poll: the consumer retries by itself.
+                    if !self.poll_failing {
+                        tracing::warn!(%error, "kafka poll error (logged once until polling works again)");
+                        self.poll_failing = true;
+                    }
+                    break;
+                }
+                Some(Ok(message)) => {
+                    if std::mem::take(&mut self.poll_failing) {
+                        tracing::info!("kafka polling works again");
+                    }
+                    first_at.get_or_insert_with(std::time::Instant::now);
+                    offsets
+                        .entry(message.partition())
+                        .and_modify(|(_, last)| *last = message.offset())
+                        .or_insert((message.offset(), message.offset()));
+                    batch.push(decode_message(&message, &self.decode));
+                }
+            }
+        }
+        (batch, offsets)
+    }
+
+    /// Emits any assignment marker then the batch, publishes progress, schedules the next poll.
+    fn emit(
+        &mut self,
+        capability: &mut Capability<u64>,
+        time: u64,
+        batch: Batch,
+        offsets: BatchOffsets,
+        output: &mut ItemOutput<'_>,
+    ) {
+        let polled = batch.len();
+        metrics().source_events.inc_by(polled as u64);
+        let mut time = time;
+        if self
+            .consumer
+            .context()
+            .assigned
+            .swap(false, Ordering::SeqCst)
+        {
+            // The marker goes first; this poll's messages (the assigned partitions' first ones
+            // among them) follow at a later time.
+            output.session(&*capability).give(Err(()));
+            time += 1;
+            capability.downgrade(&time);
+        }
+        if !batch.is_empty() {
+            output
+                .session(&*capability)
+                .give_iterator(batch.into_iter().map(Ok));
+            self.pending.insert(time, offsets);
+            self.pending_count.insert(time, polled);
+            // The batch's time can now complete.
+            capability.downgrade(&(time + 1));
+            crate::faults::fail_point(crate::faults::AFTER_CONSUME);
+        }
+        publish_progress(&self.consumer, &self.pending, &self.progress);
+        if polled > 0 {
+            self.activator.activate();
+        } else {
+            self.activator.activate_after(self.config.idle_poll);
+        }
+    }
+}
+
+/// Decodes a polled message into its document event, or its DLQ record (tenant from the key).
+// The `Err` side is a DLQ record flowing through the dataflow as data, not an error path.
+#[allow(clippy::result_large_err)]
+fn decode_message<M: Message>(message: &M, decode: &DecodeConfig) -> Result<DocOp, DlqRecord> {
+    let origin = Origin::Kafka {
+        topic: message.topic().to_string(),
+        partition: message.partition(),
+        offset: message.offset(),
+    };
+    decode_event(message.key(), message.payload(), decode).map_err(|error| {
+        let tenant = message
+            .key()
+            .and_then(|k| std::str::from_utf8(k).ok())
+            .and_then(|k| k.split_once('/'))
+            .map(|(t, _)| t.to_string());
+        DlqRecord::new(
+            error.reason,
+            error.to_string(),
+            origin,
+            tenant,
+            message.key(),
+            message.payload(),
+        )
+    })
 }
 
 /// Publishes, per assigned partition, the next offset not yet acknowledged by the index: the first

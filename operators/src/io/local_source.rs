@@ -18,8 +18,10 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use timely::container::CapacityContainerBuilder;
-use timely::dataflow::operators::generic::source;
+use timely::dataflow::operators::generic::{source, OutputBuilderSession};
+use timely::dataflow::operators::Capability;
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
+use timely::scheduling::Activator;
 
 use super::dir_source::DirSource;
 use crate::ingest::dlq::DlqRecord;
@@ -108,124 +110,206 @@ pub fn local_source<'scope>(
     source::<_, CapacityContainerBuilder<Vec<_>>, _, _>(scope, "LocalSource", move |cap, info| {
         let activator = scope.activator_for(info.address.clone());
         let mut cap = input.is_some().then_some(cap);
-        let mut input = input;
-        let mut queue: VecDeque<Result<DocOp, DlqRecord>> = VecDeque::new();
-        let mut last_scan: Option<Instant> = None;
-        let mut pending: BTreeMap<u64, usize> = BTreeMap::new();
-        let mut bar: Option<ProgressBar> = None;
-        // Posted requests by the time their documents were emitted at.
-        let mut replies: BTreeMap<u64, Vec<mpsc::Sender<()>>> = BTreeMap::new();
-        if let Some(LocalInput::Events(events)) = input.as_mut() {
-            queue.extend(events.drain(..));
-            bar = Some(progress_bar(queue.len()));
+        let mut reader = LocalReader {
+            input,
+            config,
+            acks,
+            shutdown,
+            posted,
+            activator,
+            queue: VecDeque::new(),
+            last_scan: None,
+            pending: BTreeMap::new(),
+            bar: None,
+            replies: BTreeMap::new(),
+        };
+        if let Some(LocalInput::Events(events)) = reader.input.as_mut() {
+            reader.queue.extend(events.drain(..));
+            reader.bar = Some(progress_bar(reader.queue.len()));
         }
         move |output| {
             let Some(capability) = cap.as_mut() else {
                 return;
             };
-            while let Some(entry) = pending.first_entry() {
-                if acks.less_equal(entry.key()) {
-                    break;
-                }
-                let done = entry.remove();
-                if let Some(bar) = &bar {
-                    bar.inc(done as u64);
-                }
-            }
-            while let Some(entry) = replies.first_entry() {
-                if acks.less_equal(entry.key()) {
-                    break;
-                }
-                for reply in entry.remove() {
-                    let _ = reply.send(());
-                }
-            }
-            let in_flight: usize = pending.values().sum();
+            reader.acknowledge();
+            let in_flight: usize = reader.pending.values().sum();
             crate::metrics::metrics()
                 .in_flight_messages
-                .set((in_flight + queue.len()) as i64);
-            let finished_events = matches!(input, Some(LocalInput::Events(_)))
-                && queue.is_empty()
-                && posted.is_none();
-            let stopping = shutdown.load(Ordering::SeqCst);
-            if stopping {
-                if let Some(posted) = &posted {
-                    posted.close();
-                }
-            }
-            if stopping || finished_events {
-                if in_flight == 0 {
-                    if let Some(bar) = bar.take() {
-                        bar.finish();
-                    }
+                .set((in_flight + reader.queue.len()) as i64);
+            if reader.ending() {
+                if reader.finish(in_flight) {
                     cap = None;
-                } else {
-                    activator.activate_after(Duration::from_millis(10));
                 }
                 return;
             }
-            if let Some(LocalInput::Dir { source, rescan }) = input.as_mut() {
-                if queue.is_empty() && last_scan.is_none_or(|at| at.elapsed() >= *rescan) {
-                    queue.extend(source.scan());
-                    if last_scan.is_none() && !queue.is_empty() {
-                        bar = Some(progress_bar(queue.len()));
-                    }
-                    last_scan = Some(Instant::now());
-                }
-            }
+            reader.rescan();
             let time = crate::now_millis().max(*capability.time());
             capability.downgrade(&time);
-            if in_flight < config.max_in_flight && !queue.is_empty() {
-                let count = config.batch.min(queue.len());
+            reader.emit_queued(capability, time, in_flight, output);
+            let emitted_posts = reader.emit_posted(capability, output);
+            reader.schedule(in_flight, emitted_posts);
+        }
+    })
+}
+
+/// The local source's output in one activation.
+type LocalOutput<'a> =
+    OutputBuilderSession<'a, u64, CapacityContainerBuilder<Vec<Result<DocOp, DlqRecord>>>>;
+
+/// The local source between activations (worker 0).
+struct LocalReader {
+    input: Option<LocalInput>,
+    config: LocalSourceConfig,
+    acks: ProbeHandle<u64>,
+    shutdown: Arc<AtomicBool>,
+    posted: Option<Arc<DocumentIngress>>,
+    activator: Activator,
+    /// Events read and not emitted yet.
+    queue: VecDeque<Result<DocOp, DlqRecord>>,
+    /// When the directory was last scanned.
+    last_scan: Option<Instant>,
+    /// Events emitted and not acknowledged yet, by time.
+    pending: BTreeMap<u64, usize>,
+    /// The backfill's progress bar.
+    bar: Option<ProgressBar>,
+    /// Posted requests by the time their documents were emitted at.
+    replies: BTreeMap<u64, Vec<mpsc::Sender<()>>>,
+}
+
+impl LocalReader {
+    /// Forgets the acknowledged times (advancing the progress bar) and tells their posted requests.
+    fn acknowledge(&mut self) {
+        while let Some(entry) = self.pending.first_entry() {
+            if self.acks.less_equal(entry.key()) {
+                break;
+            }
+            let done = entry.remove();
+            if let Some(bar) = &self.bar {
+                bar.inc(done as u64);
+            }
+        }
+        while let Some(entry) = self.replies.first_entry() {
+            if self.acks.less_equal(entry.key()) {
+                break;
+            }
+            for reply in entry.remove() {
+                let _ = reply.send(());
+            }
+        }
+    }
+
+    /// Whether the source ends: shutdown (closing the posts) or a JSONL input all emitted.
+    fn ending(&self) -> bool {
+        let finished_events = matches!(self.input, Some(LocalInput::Events(_)))
+            && self.queue.is_empty()
+            && self.posted.is_none();
+        let stopping = self.shutdown.load(Ordering::SeqCst);
+        if stopping {
+            if let Some(posted) = &self.posted {
+                posted.close();
+            }
+        }
+        stopping || finished_events
+    }
+
+    /// Finishes the bar and returns true once nothing is in flight, else comes back later.
+    fn finish(&mut self, in_flight: usize) -> bool {
+        if in_flight == 0 {
+            if let Some(bar) = self.bar.take() {
+                bar.finish();
+            }
+            true
+        } else {
+            self.activator.activate_after(Duration::from_millis(10));
+            false
+        }
+    }
+
+    /// Scans the directory again when everything scanned was emitted and the interval passed.
+    fn rescan(&mut self) {
+        if let Some(LocalInput::Dir { source, rescan }) = self.input.as_mut() {
+            if self.queue.is_empty() && self.last_scan.is_none_or(|at| at.elapsed() >= *rescan) {
+                self.queue.extend(source.scan());
+                if self.last_scan.is_none() && !self.queue.is_empty() {
+                    self.bar = Some(progress_bar(self.queue.len()));
+                }
+                self.last_scan = Some(Instant::now());
+            }
+        }
+    }
+
+    /// Emits up to a batch of the queued events at `time`, within the flow control.
+    fn emit_queued(
+        &mut self,
+        capability: &mut Capability<u64>,
+        time: u64,
+        in_flight: usize,
+        output: &mut LocalOutput<'_>,
+    ) {
+        if in_flight < self.config.max_in_flight && !self.queue.is_empty() {
+            let count = self.config.batch.min(self.queue.len());
+            output
+                .session(&*capability)
+                .give_iterator(self.queue.drain(..count));
+            self.pending.insert(time, count);
+            // Counted in flight from the moment they are emitted (a reader of the two metrics
+            // never sees them emitted and not in flight).
+            crate::metrics::metrics()
+                .in_flight_messages
+                .set((in_flight + count + self.queue.len()) as i64);
+            crate::metrics::metrics().source_events.inc_by(count as u64);
+            capability.downgrade(&(time + 1));
+        }
+    }
+
+    /// Emits the posted requests the flow control allows, each at its own time; whether any.
+    fn emit_posted(
+        &mut self,
+        capability: &mut Capability<u64>,
+        output: &mut LocalOutput<'_>,
+    ) -> bool {
+        // Posted documents: each request whole, at a time of its own, within the flow control.
+        let mut emitted_posts = false;
+        if let Some(posted) = &self.posted {
+            let mut in_flight: usize = self.pending.values().sum();
+            while in_flight < self.config.max_in_flight {
+                let Some((documents, reply)) = posted.take() else {
+                    break;
+                };
+                let time = crate::now_millis().max(*capability.time());
+                capability.downgrade(&time);
+                let count = documents.len();
                 output
                     .session(&*capability)
-                    .give_iterator(queue.drain(..count));
-                pending.insert(time, count);
-                // Counted in flight from the moment they are emitted (a reader of the two metrics
-                // never sees them emitted and not in flight).
+                    .give_iterator(documents.into_iter());
+                *self.pending.entry(time).or_insert(0) += count;
+                self.replies.entry(time).or_default().push(reply);
+                in_flight += count;
                 crate::metrics::metrics()
                     .in_flight_messages
-                    .set((in_flight + count + queue.len()) as i64);
+                    .set((in_flight + self.queue.len()) as i64);
                 crate::metrics::metrics().source_events.inc_by(count as u64);
                 capability.downgrade(&(time + 1));
+                emitted_posts = true;
             }
-            // Posted documents: each request whole, at a time of its own, within the flow control.
-            let mut emitted_posts = false;
-            if let Some(posted) = &posted {
-                let mut in_flight: usize = pending.values().sum();
-                while in_flight < config.max_in_flight {
-                    let Some((documents, reply)) = posted.take() else {
-                        break;
-                    };
-                    let time = crate::now_millis().max(*capability.time());
-                    capability.downgrade(&time);
-                    let count = documents.len();
-                    output
-                        .session(&*capability)
-                        .give_iterator(documents.into_iter());
-                    *pending.entry(time).or_insert(0) += count;
-                    replies.entry(time).or_default().push(reply);
-                    in_flight += count;
-                    crate::metrics::metrics()
-                        .in_flight_messages
-                        .set((in_flight + queue.len()) as i64);
-                    crate::metrics::metrics().source_events.inc_by(count as u64);
-                    capability.downgrade(&(time + 1));
-                    emitted_posts = true;
-                }
+        }
+        emitted_posts
+    }
+
+    /// Schedules the next activation (finishing the progress bar when idle).
+    fn schedule(&mut self, in_flight: usize, emitted_posts: bool) {
+        if self.queue.is_empty() && in_flight == 0 && !emitted_posts {
+            if let Some(bar) = self.bar.take() {
+                bar.finish();
             }
-            if queue.is_empty() && in_flight == 0 && !emitted_posts {
-                if let Some(bar) = bar.take() {
-                    bar.finish();
-                }
-                activator.activate_after(Duration::from_millis(100));
-            } else {
-                activator.activate_after(Duration::from_millis(if queue.is_empty() {
+            self.activator.activate_after(Duration::from_millis(100));
+        } else {
+            self.activator
+                .activate_after(Duration::from_millis(if self.queue.is_empty() {
                     5
                 } else {
                     1
                 }));
-            }
         }
-    })
+    }
 }

@@ -26,10 +26,9 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::kafka_log::{log_client_error, ErrorDedup, QuietContext};
 use super::query_ledger::Handover;
-use rdkafka::{ClientConfig, ClientContext, Message};
+use rdkafka::{ClientConfig, ClientContext};
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::operators::generic::source;
-use timely::dataflow::operators::Capability;
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 
 use crate::background::{Background, Deliver};
@@ -38,6 +37,9 @@ use crate::metrics::metrics;
 use crate::query::job::{QueryJob, Refusal, Reply};
 use ragstream_core::query::decode::QueryError;
 use ragstream_core::query::{Consistency, Context};
+use reader::QueryReader;
+
+mod reader;
 
 /// Requests from the HTTP server waiting for their contexts.
 #[derive(Debug, Default)]
@@ -323,207 +325,121 @@ pub fn query_source<'scope>(
         if let Some(http) = &http {
             http.register();
         }
-        let consumer = kafka.as_ref().map(|config| {
-            let member = config
-                .instance_id
-                .as_ref()
-                .map(|instance| format!("{instance}-queries-{worker}"));
-            let context = QueryConsumerContext {
-                errors: ErrorDedup::default(),
-                topic: config.topic.clone(),
-                handover: handover.clone(),
-            };
-            let consumer: BaseConsumer<QueryConsumerContext> = super::kafka_source::group_client(
-                &config.client,
-                &config.group_id,
-                member,
-                config.session_timeout,
-            )
-            .create_with_context(context)
-            .unwrap_or_else(|e| panic!("cannot create the queries consumer: {e}"));
-            consumer
-                .subscribe(&[&config.topic])
-                .unwrap_or_else(|e| panic!("cannot subscribe to {}: {e}", config.topic));
-            consumer
-        });
+        let consumer = kafka
+            .as_ref()
+            .map(|config| queries_consumer(config, worker, &handover));
         // Read-your-writes: the documents topic's high watermarks, fetched on a helper thread (a
         // broker that does not answer costs seconds per partition, which a worker must not wait).
         // The same thread reads the documents group's committed offsets, for the cache and for
         // read-your-writes queries whose partitions other processes consume.
-        let watermarks = kafka.as_ref().map(|config| {
-            let mut marks = Watermarks {
-                consumer: config
-                    .client
-                    .clone()
-                    .create_with_context(QuietContext::new("watermark client"))
-                    .unwrap_or_else(|e| panic!("cannot create the watermark client: {e}")),
-                group: config
-                    .client
-                    .clone()
-                    .set("group.id", &config.documents_group)
-                    .set("enable.auto.commit", "false")
-                    .create_with_context(QuietContext::new("committed offsets reader"))
-                    .unwrap_or_else(|e| panic!("cannot create the committed offsets reader: {e}")),
-                topic: config.documents_topic.clone(),
-                partitions: Vec::new(),
-                listed: None,
-            };
-            let progress = progress.clone();
-            let waker = crate::background::operator_waker(scope.worker(), &info.address);
-            Background::start_idle(
-                "watermarks",
-                Some(COMMITTED_REFRESH),
-                move |job: Option<()>, deliver: &Deliver<BTreeMap<i32, i64>>| {
-                    if job.is_some() {
-                        deliver.send(marks.fetch());
-                    } else {
-                        marks.list();
-                    }
-                    marks.refresh_committed(&progress);
-                },
-                waker,
-            )
-        });
-        // Batches read with read-your-writes queries in them, each held at its time until watermarks
-        // fetched after it was read come back (in order: one fetch per batch).
-        let mut waiting: VecDeque<(Capability<u64>, Batch)> = VecDeque::new();
+        let watermarks = kafka
+            .as_ref()
+            .map(|config| start_watermarks(config, &progress, scope.worker(), &info.address));
         let mut cap = (consumer.is_some() || http.is_some()).then_some(cap);
-        // Per batch time: per partition, the highest offset read and the partition's lease epoch.
-        let mut pending: BTreeMap<u64, BTreeMap<i32, (i64, u64)>> = BTreeMap::new();
-        let mut sequence = 0u64;
+        let mut reader = QueryReader {
+            activator,
+            worker,
+            kafka,
+            http,
+            max_bytes,
+            published,
+            handover,
+            shutdown,
+            finite_ingest,
+            consumer,
+            watermarks,
+            waiting: VecDeque::new(),
+            pending: BTreeMap::new(),
+            sequence: 0u64,
+        };
         move |output| {
             let Some(capability) = cap.as_mut() else {
                 return;
             };
-            // Store offsets of batches whose contexts are all published.
-            while let Some(entry) = pending.first_entry() {
-                if published.less_equal(entry.key()) {
-                    break;
-                }
-                let (Some(consumer), Some(config)) = (consumer.as_ref(), kafka.as_ref()) else {
-                    entry.remove();
-                    continue;
-                };
-                for (partition, (offset, epoch)) in entry.remove() {
-                    // A partition revoked since was committed at the revocation.
-                    if handover.ledger.holds(partition, epoch) {
-                        let _ = consumer.store_offset(&config.topic, partition, offset);
-                    }
-                }
-            }
-            while !waiting.is_empty() {
-                let Some(marks) = watermarks.as_ref().and_then(Background::try_result) else {
-                    // The helper wakes the operator when they come.
-                    break;
-                };
-                let (held, mut batch) = waiting.pop_front().expect("a held batch");
-                wait_for(&mut batch, &marks);
-                output.session(&held).give_iterator(batch.into_iter());
-            }
-            let input_done = finite_ingest.as_ref().is_some_and(ProbeHandle::done);
-            if shutdown.load(Ordering::SeqCst) || input_done {
-                if let Some(http) = &http {
-                    http.close();
-                }
-                if pending.is_empty() && waiting.is_empty() {
-                    if let Some(consumer) = consumer.as_ref() {
-                        let _ = consumer.commit_consumer_state(CommitMode::Sync);
-                    }
+            reader.store_published_offsets();
+            reader.release_held(output);
+            if reader.stopping() {
+                if reader.finish() {
                     cap = None;
-                } else {
-                    activator.activate_after(Duration::from_millis(10));
                 }
                 return;
             }
             let time = crate::now_millis().max(*capability.time());
             capability.downgrade(&time);
-            let mut batch: Vec<Result<QueryJob, Refusal>> = Vec::new();
-            let mut offsets: BTreeMap<i32, (i64, u64)> = BTreeMap::new();
-            let mut job = |query: ragstream_core::query::Query, reply: Reply| {
-                sequence += 1;
-                QueryJob::new(
-                    query,
-                    time,
-                    worker,
-                    (worker as u64) << 48 | sequence,
-                    reply,
-                    BTreeMap::new(),
-                )
-            };
-            if let Some(http) = &http {
-                for (ticket, body) in http.drain() {
-                    let reply = Reply::Http(ticket);
-                    batch.push(match decode_timed(&body, max_bytes) {
-                        Ok(query) => Ok(job(query, reply)),
-                        Err(error) => Err(refusal(
-                            error,
-                            Origin::Http {
-                                endpoint: "POST /v1/query".into(),
-                            },
-                            None,
-                            &body,
-                            reply,
-                        )),
-                    });
-                }
-            }
-            if let (Some(consumer), Some(config)) = (consumer.as_ref(), kafka.as_ref()) {
-                while batch.len() < 256 {
-                    match consumer.poll(Duration::ZERO) {
-                        None => break,
-                        Some(Err(error)) => {
-                            tracing::warn!(%error, "queries poll error");
-                            break;
-                        }
-                        Some(Ok(message)) => {
-                            let lease = handover.ledger.read(message.partition(), message.offset());
-                            offsets.insert(message.partition(), (message.offset(), lease.epoch));
-                            let payload = message.payload().unwrap_or_default();
-                            let origin = Origin::Kafka {
-                                topic: config.topic.clone(),
-                                partition: message.partition(),
-                                offset: message.offset(),
-                            };
-                            batch.push(match decode_timed(payload, max_bytes) {
-                                Ok(query) => Ok(job(query, Reply::Kafka(lease))),
-                                Err(error) => Err(refusal(
-                                    error,
-                                    origin,
-                                    message.key(),
-                                    payload,
-                                    Reply::Kafka(lease),
-                                )),
-                            });
-                        }
-                    }
-                }
-            }
-            let polled = batch.len();
-            if polled > 0 {
-                metrics().queries_received.inc_by(polled as u64);
-                let reads_own_writes = batch.iter().any(|job| {
-                    job.as_ref()
-                        .is_ok_and(|job| job.query.consistency == Consistency::ReadYourWrites)
-                });
-                match &watermarks {
-                    Some(fetcher) if reads_own_writes => {
-                        fetcher.submit(());
-                        waiting.push_back((capability.delayed(&time), batch));
-                    }
-                    _ => output
-                        .session(&*capability)
-                        .give_iterator(batch.into_iter()),
-                }
-                if !offsets.is_empty() {
-                    pending.insert(time, offsets);
-                }
-                capability.downgrade(&(time + 1));
-                activator.activate();
-            } else {
-                activator.activate_after(Duration::from_millis(2));
-            }
+            let (batch, offsets) = reader.read_batch(time);
+            reader.emit(capability, time, batch, offsets, output);
         }
     })
+}
+
+/// Builds the queries consumer of `worker` (subscribed), handing revoked partitions over.
+fn queries_consumer(
+    config: &QueryKafkaConfig,
+    worker: usize,
+    handover: &Handover,
+) -> BaseConsumer<QueryConsumerContext> {
+    let member = config
+        .instance_id
+        .as_ref()
+        .map(|instance| format!("{instance}-queries-{worker}"));
+    let context = QueryConsumerContext {
+        errors: ErrorDedup::default(),
+        topic: config.topic.clone(),
+        handover: handover.clone(),
+    };
+    let consumer: BaseConsumer<QueryConsumerContext> = super::kafka_source::group_client(
+        &config.client,
+        &config.group_id,
+        member,
+        config.session_timeout,
+    )
+    .create_with_context(context)
+    .unwrap_or_else(|e| panic!("cannot create the queries consumer: {e}"));
+    consumer
+        .subscribe(&[&config.topic])
+        .unwrap_or_else(|e| panic!("cannot subscribe to {}: {e}", config.topic));
+    consumer
+}
+
+/// Starts the helper thread fetching watermarks and refreshing committed offsets into `progress`.
+fn start_watermarks(
+    config: &QueryKafkaConfig,
+    progress: &Arc<IngestProgress>,
+    worker: &timely::worker::Worker,
+    address: &[usize],
+) -> Background<(), BTreeMap<i32, i64>> {
+    let mut marks = Watermarks {
+        consumer: config
+            .client
+            .clone()
+            .create_with_context(QuietContext::new("watermark client"))
+            .unwrap_or_else(|e| panic!("cannot create the watermark client: {e}")),
+        group: config
+            .client
+            .clone()
+            .set("group.id", &config.documents_group)
+            .set("enable.auto.commit", "false")
+            .create_with_context(QuietContext::new("committed offsets reader"))
+            .unwrap_or_else(|e| panic!("cannot create the committed offsets reader: {e}")),
+        topic: config.documents_topic.clone(),
+        partitions: Vec::new(),
+        listed: None,
+    };
+    let progress = progress.clone();
+    let waker = crate::background::operator_waker(worker, address);
+    Background::start_idle(
+        "watermarks",
+        Some(COMMITTED_REFRESH),
+        move |job: Option<()>, deliver: &Deliver<BTreeMap<i32, i64>>| {
+            if job.is_some() {
+                deliver.send(marks.fetch());
+            } else {
+                marks.list();
+            }
+            marks.refresh_committed(&progress);
+        },
+        waker,
+    )
 }
 
 #[cfg(test)]
