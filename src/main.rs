@@ -13,6 +13,7 @@ mod bench_query;
 mod bench_scale;
 mod bench_volume;
 mod client;
+mod config_reference;
 mod documents;
 mod eval;
 mod http;
@@ -109,6 +110,8 @@ enum Command {
     },
     /// Prints the HTTP API's OpenAPI 3.1 document (what `/v1/openapi.json` serves).
     Openapi,
+    /// Prints the configuration reference (every key, its default and its meaning) in Markdown.
+    ConfigReference,
     /// Writes the JSON Schemas of the topics' messages into DIR (one `<name>.schema.json` each).
     Schemas {
         /// The folder to write to (created if missing).
@@ -513,6 +516,10 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Openapi => {
             print!("{}", openapi::pretty(&openapi::document()));
+            Ok(())
+        }
+        Command::ConfigReference => {
+            print!("{}", config_reference::reference());
             Ok(())
         }
         Command::Schemas { dir } => {

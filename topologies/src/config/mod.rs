@@ -12,10 +12,10 @@ pub use pipeline::*;
 pub use serving::*;
 pub use sources::*;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The whole configuration.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Ingest input.

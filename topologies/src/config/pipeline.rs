@@ -2,10 +2,10 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Ingest limits.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct IngestConfig {
     /// Largest accepted document event in bytes.
@@ -30,7 +30,7 @@ impl Default for IngestConfig {
 }
 
 /// Chunk sizes.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChunkingConfig {
     /// `o200k_base` (default) or `cl100k_base`.
@@ -73,7 +73,7 @@ impl Default for ChunkingConfig {
 }
 
 /// Which embedder runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EmbedderKind {
     /// all-MiniLM-L6-v2 in-process (ONNX Runtime).
@@ -83,7 +83,7 @@ pub enum EmbedderKind {
 }
 
 /// Embedder settings.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct EmbedderConfig {
     /// `minilm` or `http`.
@@ -154,7 +154,7 @@ fn default_evidence_units() -> bool {
 }
 
 /// Graph of the local model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EmbedderPrecision {
     /// int8 weights, activations quantised at run time.

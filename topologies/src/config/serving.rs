@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 
 use ragstream_operators::store::IndexTuning;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Which index backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IndexKind {
     /// qdrant-edge in-process, one shard directory per worker.
@@ -16,7 +16,7 @@ pub enum IndexKind {
 }
 
 /// Index settings.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct IndexConfig {
     /// `edge` or `server`.
@@ -64,7 +64,7 @@ impl Default for IndexConfig {
 }
 
 /// HTTP endpoints (metrics, health).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
     /// Listen address; loopback by default.
@@ -143,7 +143,7 @@ impl Default for HttpConfig {
 }
 
 /// Process and worker settings.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuntimeConfig {
     /// Timely worker threads.

@@ -2,10 +2,10 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Which input feeds the ingest flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SourceKind {
     /// A directory, rescanned on an interval.
@@ -17,7 +17,7 @@ pub enum SourceKind {
 }
 
 /// The ingest input.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
     /// `dir`, `jsonl` or `kafka`.
@@ -41,7 +41,7 @@ fn default_rescan_secs() -> u64 {
 }
 
 /// Kafka connection and topics.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaConfig {
     /// Bootstrap servers.

@@ -43,13 +43,13 @@ pub const KEYWORD_INDEXES: [&str; 7] = [
 /// when [`IndexTuning::indexes_on_disk`]. The others (tenant, kind, ACL) have few values and stay in RAM.
 pub const ON_DISK_KEYWORD_INDEXES: [&str; 3] = ["doc_id", "source", "source_prefixes"];
 
-/// How a backend builds and searches its dense index (`[index]` and `[index.hnsw]` in the config).
+/// How a backend builds and searches its dense index (config section `index.tuning`).
 ///
 /// The defaults are chosen by `bench volume` at 200k and 1M chunks on two cores (BENCHMARKS.md,
 /// "Volume at one million chunks").
 /// The embedded index applies the HNSW settings to existing shards too; a Qdrant server collection
 /// takes all of them when it is created, and the search beam and re-scoring on every search.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct IndexTuning {
     /// HNSW edges per node.
