@@ -143,7 +143,12 @@ impl DirSource {
         let bytes = match std::fs::read(path) {
             Ok(bytes) => bytes,
             Err(error) => {
+                // A file that is there but cannot be read now is not a deleted one: what the index
+                // holds of it stays, and the next scan reads it again.
                 tracing::warn!(path = %doc_id, %error, "unreadable file skipped");
+                if let Some(seen) = self.seen.get(&doc_id) {
+                    present.insert(doc_id, *seen);
+                }
                 return;
             }
         };
