@@ -196,7 +196,8 @@ pub struct Query {
     /// Prompt parts that share the window.
     #[serde(default)]
     pub prompt: Option<Prompt>,
-    /// Tokens reserved for the model's answer (default: 25 % of the window, at least 32).
+    /// Tokens reserved for the model's answer (default: the job's `query.window.reserve_ratio` of the window,
+    /// 25 % unless configured, and at least its `min_reserve`).
     #[serde(default)]
     #[cfg_attr(feature = "schema", schemars(range(max = 1_000_000)))]
     pub reserve_output: Option<usize>,
