@@ -42,6 +42,8 @@ echo "== format"
 cargo fmt --all --check
 echo "== deployment files (Dockerfile, compose, Kubernetes manifests; offline)"
 deploy/scripts/check-deploy.sh
+echo "== bench plots (deploy/scripts/plot-benches.py; standard library only)"
+python3 -m unittest --quiet deploy/scripts/test_plot_benches.py
 echo "== layers (core < operators < topologies < binary)"
 deploy/scripts/check-layers.sh
 echo "== tests"
