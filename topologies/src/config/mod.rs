@@ -116,12 +116,6 @@ impl Config {
 
     /// Sources, chunking, embedder, index, runtime and Kafka.
     fn validate_pipeline(&self) -> Result<(), ConfigError> {
-        let invalid = |key: &'static str, message: &str| {
-            Err(ConfigError::Invalid {
-                key,
-                message: message.into(),
-            })
-        };
         if matches!(self.source.kind, SourceKind::Dir | SourceKind::Jsonl)
             && self.source.path.is_none()
         {
@@ -228,12 +222,6 @@ impl Config {
 
     /// The query section.
     fn validate_query(&self) -> Result<(), ConfigError> {
-        let invalid = |key: &'static str, message: &str| {
-            Err(ConfigError::Invalid {
-                key,
-                message: message.into(),
-            })
-        };
         let pack = &self.query.pack;
         if !(0.0..=1.0).contains(&pack.evidence_ratio) {
             return invalid("query.pack.evidence_ratio", "must be in [0, 1]");
@@ -333,12 +321,6 @@ impl Config {
 
     /// The HTTP server.
     fn validate_http(&self) -> Result<(), ConfigError> {
-        let invalid = |key: &'static str, message: &str| {
-            Err(ConfigError::Invalid {
-                key,
-                message: message.into(),
-            })
-        };
         let http = &self.http;
         for (env, labels) in &http.token_labels {
             if !http.tokens.contains_key(env) || labels.iter().any(String::is_empty) {
@@ -367,6 +349,14 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The error of a value out of range at `key`.
+fn invalid(key: &'static str, message: &str) -> Result<(), ConfigError> {
+    Err(ConfigError::Invalid {
+        key,
+        message: message.into(),
+    })
 }
 
 #[cfg(test)]

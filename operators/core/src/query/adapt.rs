@@ -81,7 +81,7 @@ impl CodeSearchConfig {
 
 /// Adapts `plan` to the dense lane's hits (best first); returns the reason when it changed it.
 pub fn adapt(plan: &mut Plan, dense: &[Hit], rule: &CodeSearchConfig) -> Option<String> {
-    let exact = plan.signals.contains(&Signal::Identifier);
+    let exact = plan.signals.contains(&Signal::Shows(Intent::Identifier));
     let head = &dense[..dense.len().min(rule.head)];
     if exact || head.is_empty() {
         return None;
@@ -215,7 +215,7 @@ mod tests {
         // match phrases), so quoting plain words does not make them the code's own.
         let bm25 = Bm25Encoder::default();
         let mut plan = analyze("python \"is not none\" check", &bm25);
-        assert!(plan.signals.contains(&Signal::QuotedPhrase));
+        assert!(plan.signals.contains(&Signal::Shows(Intent::QuotedPhrase)));
         assert!(adapt(&mut plan, &hits(&[DocKind::Code; 10])).is_some());
         assert_eq!(plan.intent, Intent::CodeSearch);
         assert_eq!(plan.weights, CODE_SEARCH);

@@ -62,22 +62,16 @@ impl Intent {
         Intent::Exploratory,
     ];
 
-    /// Every intent (metric initialisation).
-    pub const ALL: [Intent; 13] = [
-        Intent::Identifier,
-        Intent::QuotedPhrase,
-        Intent::Sql,
-        Intent::Measurement,
-        Intent::DateTime,
-        Intent::Ownership,
-        Intent::Location,
-        Intent::Definition,
-        Intent::Procedure,
-        Intent::MultiEntity,
-        Intent::Claim,
-        Intent::Exploratory,
-        Intent::CodeSearch,
-    ];
+    /// Every intent (metric initialisation): the analysed ones, then code search.
+    pub const ALL: [Intent; 13] = {
+        let mut all = [Intent::CodeSearch; 13];
+        let mut index = 0;
+        while index < Self::ANALYZED.len() {
+            all[index] = Self::ANALYZED[index];
+            index += 1;
+        }
+        all
+    };
 
     /// The wire name (trace, metrics label, config key).
     pub fn as_str(self) -> &'static str {
@@ -97,24 +91,6 @@ impl Intent {
             Intent::CodeSearch => "code_search",
         }
     }
-
-    /// The signal that chooses this intent (none for the fallback and for code search).
-    pub fn signal(self) -> Option<Signal> {
-        Some(match self {
-            Intent::Identifier => Signal::Identifier,
-            Intent::QuotedPhrase => Signal::QuotedPhrase,
-            Intent::Sql => Signal::Sql,
-            Intent::Measurement => Signal::Measurement,
-            Intent::DateTime => Signal::DateTime,
-            Intent::Ownership => Signal::Ownership,
-            Intent::Location => Signal::Location,
-            Intent::Definition => Signal::Definition,
-            Intent::Procedure => Signal::Procedure,
-            Intent::MultiEntity => Signal::MultiEntity,
-            Intent::Claim => Signal::Claim,
-            Intent::Exploratory | Intent::CodeSearch => return None,
-        })
-    }
 }
 
 impl std::fmt::Display for Intent {
@@ -123,33 +99,14 @@ impl std::fmt::Display for Intent {
     }
 }
 
-/// What the analyzer (and the code-search rule) saw in a query: each intent's trigger, and the
-/// evidence that chooses no intent of its own.
+/// What the analyzer (and the code-search rule) saw in a query: an intent's trigger, or evidence that
+/// chooses no intent of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Signal {
-    /// An identifier-like word.
-    Identifier,
-    /// A quoted phrase.
-    QuotedPhrase,
-    /// SQL words about tables, columns or schemas.
-    Sql,
-    /// A measurement cue ("how many", "number of").
-    Measurement,
-    /// A date cue, a year or a month.
-    DateTime,
-    /// An ownership cue ("who owns", "maintainer").
-    Ownership,
-    /// A location cue ("where", "which city").
-    Location,
-    /// A definition cue ("what is", "stand for").
-    Definition,
-    /// A procedure cue ("how to", "install").
-    Procedure,
-    /// Two capitalised entities or a comparison.
-    MultiEntity,
-    /// Not a question, four words or more.
-    Claim,
+    /// The trigger of an analysed intent (an identifier-like word for `identifier`, a quoted phrase
+    /// for `quoted_phrase`, "how many" for `measurement` …: see [`analyze`]).
+    Shows(Intent),
     /// Names a programming language ([`LANGUAGES`]): evidence for the code-search rule.
     NamesLanguage,
     /// The dense lane's head is mostly code: the code-search rule fired ([`super::adapt`]).
@@ -157,20 +114,10 @@ pub enum Signal {
 }
 
 impl Signal {
-    /// The wire name (trace).
+    /// The wire name (trace): an intent's trigger is named as its intent.
     pub fn as_str(self) -> &'static str {
         match self {
-            Signal::Identifier => "identifier",
-            Signal::QuotedPhrase => "quoted_phrase",
-            Signal::Sql => "sql",
-            Signal::Measurement => "measurement",
-            Signal::DateTime => "date_time",
-            Signal::Ownership => "ownership",
-            Signal::Location => "location",
-            Signal::Definition => "definition",
-            Signal::Procedure => "procedure",
-            Signal::MultiEntity => "multi_entity",
-            Signal::Claim => "claim",
+            Signal::Shows(intent) => intent.as_str(),
             Signal::NamesLanguage => "names_language",
             Signal::CodeHits => "code_hits",
         }
@@ -506,16 +453,16 @@ impl<'a> Words<'a> {
                 signals.push(signal);
             }
         };
-        matched(Signal::Identifier, !identifiers.is_empty());
-        matched(Signal::QuotedPhrase, !phrases.is_empty());
+        matched(Signal::Shows(Intent::Identifier), !identifiers.is_empty());
+        matched(Signal::Shows(Intent::QuotedPhrase), !phrases.is_empty());
         matched(
-            Signal::Sql,
+            Signal::Shows(Intent::Sql),
             has_word(&SQL_WORDS)
                 && (has_word(&["table", "tables", "column", "columns", "schema"])
                     || starts(&["select "])),
         );
         matched(
-            Signal::Measurement,
+            Signal::Shows(Intent::Measurement),
             contains(&[
                 "how many",
                 "how much",
@@ -531,7 +478,7 @@ impl<'a> Words<'a> {
             ]),
         );
         matched(
-            Signal::DateTime,
+            Signal::Shows(Intent::DateTime),
             starts(&["when"])
                 || contains(&[
                     "what year",
@@ -543,7 +490,7 @@ impl<'a> Words<'a> {
                 || !dates.is_empty(),
         );
         matched(
-            Signal::Ownership,
+            Signal::Shows(Intent::Ownership),
             contains(&[
                 "who owns",
                 "owner",
@@ -555,7 +502,7 @@ impl<'a> Words<'a> {
             ]) || starts(&["who "]),
         );
         matched(
-            Signal::Location,
+            Signal::Shows(Intent::Location),
             starts(&["where"])
                 || contains(&[
                     "which city",
@@ -569,7 +516,7 @@ impl<'a> Words<'a> {
                 ]),
         );
         matched(
-            Signal::Definition,
+            Signal::Shows(Intent::Definition),
             starts(&[
                 "what is",
                 "what are",
@@ -581,7 +528,7 @@ impl<'a> Words<'a> {
             ]) || contains(&["stand for", "is defined as"]),
         );
         matched(
-            Signal::Procedure,
+            Signal::Shows(Intent::Procedure),
             starts(&["how to", "how do", "how can", "how should", "steps"])
                 || contains(&["step by step", "install", "configure", "set up"]),
         );
@@ -590,7 +537,7 @@ impl<'a> Words<'a> {
             .filter(|e| e.chars().next().is_some_and(char::is_uppercase))
             .count();
         matched(
-            Signal::MultiEntity,
+            Signal::Shows(Intent::MultiEntity),
             capitalised >= 2 || contains(&[" vs ", " versus ", "compare", "difference between"]),
         );
         let question = lower.ends_with('?')
@@ -601,7 +548,7 @@ impl<'a> Words<'a> {
                 ]
                 .contains(&w.as_str())
             });
-        matched(Signal::Claim, !question && words.len() >= 4);
+        matched(Signal::Shows(Intent::Claim), !question && words.len() >= 4);
         // Not an intent of its own (no preset): evidence for the code-search rule ([`super::adapt`]).
         matched(Signal::NamesLanguage, names_language(words));
         signals
@@ -618,11 +565,7 @@ pub fn analyze(text: &str, bm25: &Bm25Encoder, presets: &IntentPresets) -> Plan 
     let signals = words.signals(&identifiers, &phrases, &entities, &dates);
     let intent = Intent::ANALYZED
         .into_iter()
-        .find(|intent| {
-            intent
-                .signal()
-                .is_some_and(|signal| signals.contains(&signal))
-        })
+        .find(|intent| signals.contains(&Signal::Shows(*intent)))
         .unwrap_or(Intent::Exploratory);
     let preset = presets.of(intent);
     let sequence = bm25.terms(text);
@@ -733,6 +676,8 @@ mod tests {
 
     #[test]
     fn names_are_their_serialised_forms_and_presets_are_overridden_whole() {
+        assert_eq!(Signal::Shows(Intent::Sql).as_str(), "sql");
+        assert_eq!(Signal::NamesLanguage.as_str(), "names_language");
         for intent in Intent::ALL {
             let json = serde_json::to_value(intent).unwrap();
             assert_eq!(json, intent.as_str());
@@ -787,9 +732,6 @@ mod tests {
                 "{text}: {:?}",
                 plan.signals
             );
-            assert!(Intent::ANALYZED
-                .iter()
-                .all(|i| i.signal() != Some(Signal::NamesLanguage)));
         }
         // The intent is the one the other signals choose.
         assert_eq!(
