@@ -28,6 +28,56 @@ struct PendingEmbedding {
     started: Instant,
 }
 
+impl PendingEmbedding {
+    /// Takes the service's answer: each job's query vector (cached by its text) and HyDE passage
+    /// mixed in, or, when the embedder failed, a note that the dense lane (or the passage) was out.
+    fn take_result(
+        &mut self,
+        result: Result<crate::embed::service::Embedded, crate::embed::EmbedError>,
+        vectors: &mut LruTtl<String, Vec<f32>>,
+        hyde_weight: f32,
+    ) {
+        let pending = self;
+        let jobs = &mut pending.jobs;
+        match result {
+            Ok(embedded) => {
+                for (&(i, passage), vector) in pending.missing.iter().zip(embedded.vectors) {
+                    if passage {
+                        let text = jobs[i].hyde.as_ref().expect("a passage").text.clone();
+                        vectors.put(text, vector.clone(), 0);
+                        pending.passages.push((i, vector));
+                    } else {
+                        vectors.put(jobs[i].query.text.clone(), vector.clone(), 0);
+                        jobs[i].vectors.dense = vector;
+                    }
+                }
+                for (i, passage) in std::mem::take(&mut pending.passages) {
+                    mix_passage(&mut jobs[i], &passage, hyde_weight);
+                }
+            }
+            Err(error) => {
+                // The BM25 lane still answers; the context says the dense lane was
+                // out. A passage not embedded leaves the query's own vector.
+                for &(i, passage) in &pending.missing {
+                    if passage {
+                        jobs[i].degraded = true;
+                        jobs[i].notes.push(format!(
+                            "hyde passage not embedded ({error}): the query's own vector was used"
+                        ));
+                    } else {
+                        jobs[i]
+                            .notes
+                            .push(format!("dense lane unavailable: {error}"));
+                    }
+                }
+                for (i, passage) in std::mem::take(&mut pending.passages) {
+                    mix_passage(&mut jobs[i], &passage, hyde_weight);
+                }
+            }
+        }
+    }
+}
+
 /// Mixes a job's HyDE passage vector into its dense query and says so (a job whose query vector is
 /// missing keeps none: the dense lane is out either way, and its note says that).
 fn mix_passage(job: &mut QueryJob, passage: &[f32], weight: f32) {
@@ -121,46 +171,8 @@ impl<'scope> EmbedQuery<'scope> for StreamVec<'scope, u64, QueryJob> {
                         let Some(result) = pending.ticket.try_take() else {
                             return true;
                         };
+                        pending.take_result(result, &mut vectors, hyde_weight);
                         let jobs = &mut pending.jobs;
-                        match result {
-                            Ok(embedded) => {
-                                for (&(i, passage), vector) in
-                                    pending.missing.iter().zip(embedded.vectors)
-                                {
-                                    if passage {
-                                        let text =
-                                            jobs[i].hyde.as_ref().expect("a passage").text.clone();
-                                        vectors.put(text, vector.clone(), 0);
-                                        pending.passages.push((i, vector));
-                                    } else {
-                                        vectors.put(jobs[i].query.text.clone(), vector.clone(), 0);
-                                        jobs[i].vectors.dense = vector;
-                                    }
-                                }
-                                for (i, passage) in std::mem::take(&mut pending.passages) {
-                                    mix_passage(&mut jobs[i], &passage, hyde_weight);
-                                }
-                            }
-                            Err(error) => {
-                                // The BM25 lane still answers; the context says the dense lane was
-                                // out. A passage not embedded leaves the query's own vector.
-                                for &(i, passage) in &pending.missing {
-                                    if passage {
-                                        jobs[i].degraded = true;
-                                        jobs[i].notes.push(format!(
-                                            "hyde passage not embedded ({error}): the query's own vector was used"
-                                        ));
-                                    } else {
-                                        jobs[i]
-                                            .notes
-                                            .push(format!("dense lane unavailable: {error}"));
-                                    }
-                                }
-                                for (i, passage) in std::mem::take(&mut pending.passages) {
-                                    mix_passage(&mut jobs[i], &passage, hyde_weight);
-                                }
-                            }
-                        }
                         for &i in &pending.wanted {
                             jobs[i].record("embed", pending.started);
                         }

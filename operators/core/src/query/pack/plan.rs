@@ -174,26 +174,15 @@ fn plan<'a>(
     let mut expanded_document = None;
     let mut expanded_covers_others = false;
     for (position, (candidate, is_deferred)) in all.iter().enumerate() {
-        let mut band = None;
-        if let Some((top, range)) = stop.filter(|_| position > 0) {
-            let standing = 1.0 - (top - candidate.score) / range;
-            if standing < config.sentence_ratio {
-                band = Some(standing);
-            }
-            if standing < config.evidence_ratio {
+        let band = match evidence(candidate, stop.filter(|_| position > 0), config) {
+            Evidence::Whole => None,
+            Evidence::Band(standing) => Some(standing),
+            Evidence::Stopped(decision) => {
                 stopped += 1;
-                decisions.push(Decision::new(
-                    candidate.id(),
-                    Action::Dropped,
-                    Cause::EvidenceStop,
-                    format!(
-                        "evidence stop: score at {standing:.2} of the top result's (scale bottom 0), below {}",
-                        config.evidence_ratio
-                    ),
-                ));
+                decisions.push(decision);
                 continue;
             }
-        }
+        };
         let stored = &candidate.stored;
         expanded_covers_others |= expanded_document == Some(&stored.key);
         let doc_covered = covered.entry(&stored.key).or_default();
@@ -248,6 +237,41 @@ fn plan<'a>(
         stopped,
         expanded_covers_others,
     })
+}
+
+/// Where a candidate stands against the evidence stop.
+enum Evidence {
+    /// Packed whole (the top result, or no stop).
+    Whole,
+    /// In the evidence band: packed as its best sentence; its standing.
+    Band(f32),
+    /// Below the stop: left out, and why.
+    Stopped(Decision),
+}
+
+/// The evidence stop and band for a candidate after the top result, on the stop's scale
+/// `(top, range)` (`None`: the top result, or no stop).
+fn evidence(candidate: &Candidate, scale: Option<(f32, f32)>, config: &PackConfig) -> Evidence {
+    let Some((top, range)) = scale else {
+        return Evidence::Whole;
+    };
+    let standing = 1.0 - (top - candidate.score) / range;
+    if standing < config.evidence_ratio {
+        return Evidence::Stopped(Decision::new(
+            candidate.id(),
+            Action::Dropped,
+            Cause::EvidenceStop,
+            format!(
+                "evidence stop: score at {standing:.2} of the top result's (scale bottom 0), below {}",
+                config.evidence_ratio
+            ),
+        ));
+    }
+    if standing < config.sentence_ratio {
+        Evidence::Band(standing)
+    } else {
+        Evidence::Whole
+    }
 }
 
 /// Value: a candidate's relevance by its standing on the evidence stop's scale `(top, range)` (and
