@@ -50,8 +50,11 @@ struct Struct {
 fn structs() -> std::collections::BTreeMap<String, Struct> {
     let mut found = std::collections::BTreeMap::new();
     for source in SOURCES {
-        // Only the code before the tests.
-        let source = source.split("\n#[cfg(test)]").next().unwrap_or(source);
+        // Only the code before the tests (a `#[cfg(test)]` import above does not end it).
+        let source = source
+            .split("\n#[cfg(test)]\nmod tests")
+            .next()
+            .unwrap_or(source);
         let lines: Vec<&str> = source.lines().collect();
         let mut index = 0;
         while index < lines.len() {
@@ -282,6 +285,7 @@ mod tests {
             ("## `[query.hyde]`", "| `intents` | `[\"exploratory\"]` |"),
             ("## `[source]`", "| `kind` | *(required)* |"),
             ("## `[index.tuning]`", "| `m` |"),
+            ("## `[query.rerank]`", "| `window` | `40` |"),
         ] {
             let at = text.find(section).unwrap_or_else(|| panic!("{section} missing"));
             let next = text[at + 1..].find("\n## ").map_or(text.len(), |n| at + 1 + n);
