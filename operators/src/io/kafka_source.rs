@@ -101,7 +101,6 @@ pub struct LagContext {
 pub use crate::ingest::guard::Assigned;
 
 impl LagContext {
-    /// Sets, in an assignment, the start of every partition the index has a checkpoint for.
     /// Sets, in an assignment, the start of every partition the index has a checkpoint for; returns
     /// those partitions with their start.
     fn start_at_checkpoint(&self, assignment: &mut TopicPartitionList) -> Vec<(i32, i64)> {
