@@ -21,19 +21,21 @@ pub(crate) fn cache_key(query: &Query) -> String {
     serde_json::to_string(&key).expect("queries serialise")
 }
 
+/// The misses to answer and the hits' contexts to publish.
+pub type Looked<'scope> = (
+    StreamVec<'scope, u64, QueryJob>,
+    StreamVec<'scope, u64, (Context, Reply)>,
+);
+
 /// Extension trait: the `CacheLookup` operator.
 pub trait CacheLookup<'scope> {
     /// Answers a query from the cache when a context for it was computed at the current index
     /// state: `(misses, hits)`, the misses to answer and the hits' contexts to publish.
-    #[allow(clippy::type_complexity)]
     fn cache_lookup(
         self,
         cache: Arc<Mutex<LruTtl<String, Context>>>,
         progress: Arc<IngestProgress>,
-    ) -> (
-        StreamVec<'scope, u64, QueryJob>,
-        StreamVec<'scope, u64, (Context, Reply)>,
-    );
+    ) -> Looked<'scope>;
 }
 
 impl<'scope> CacheLookup<'scope> for StreamVec<'scope, u64, QueryJob> {
@@ -43,10 +45,7 @@ impl<'scope> CacheLookup<'scope> for StreamVec<'scope, u64, QueryJob> {
         self,
         cache: Arc<Mutex<LruTtl<String, Context>>>,
         progress: Arc<IngestProgress>,
-    ) -> (
-        StreamVec<'scope, u64, QueryJob>,
-        StreamVec<'scope, u64, (Context, Reply)>,
-    ) {
+    ) -> Looked<'scope> {
         let looked_up = map_stage(self, "CacheLookup", move |mut job: QueryJob| {
             // This process's writes, and the group's commits (writes acknowledged anywhere).
             let generation = progress.generation(metrics().index_generation.get());

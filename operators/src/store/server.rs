@@ -33,9 +33,9 @@ use qdrant_client::Qdrant;
 use ragstream_core::metadata::MetaIndex;
 
 use super::{
-    check_compatible, chunk_payload, Hit, IndexTuning, PointWrite, SearchFilter, SearchVector,
-    StoreError, StoredChunk, StoredVectors, VectorStore, DENSE_VECTOR, EVIDENCE_VECTOR,
-    KEYWORD_INDEXES, ON_DISK_KEYWORD_INDEXES, SPARSE_VECTOR,
+    check_compatible, check_dimensions, chunk_payload, Hit, IndexTuning, PointWrite, SearchFilter,
+    SearchVector, StoreError, StoredChunk, StoredVectors, VectorStore, DENSE_VECTOR,
+    EVIDENCE_VECTOR, KEYWORD_INDEXES, ON_DISK_KEYWORD_INDEXES, SPARSE_VECTOR,
 };
 
 mod convert;
@@ -358,15 +358,9 @@ impl VectorStore for ServerStore {
         if points.is_empty() {
             return Ok(());
         }
+        check_dimensions(points, self.dimension)?;
         let mut list = Vec::with_capacity(points.len());
         for point in points {
-            if point.dense.len() != self.dimension {
-                return Err(StoreError::Invalid(format!(
-                    "vector of dimension {} for a {}-d index",
-                    point.dense.len(),
-                    self.dimension
-                )));
-            }
             if point.sparse.indices.len() != point.sparse.values.len() {
                 return Err(StoreError::Invalid(format!(
                     "sparse vector with {} indices and {} values",

@@ -350,6 +350,18 @@ pub trait VectorStore: Send + Sync {
         Ok(())
     }
 }
+/// Refuses a write whose dense vectors are not of the index's `dimension` (both backends check
+/// before writing anything).
+pub fn check_dimensions(points: &[PointWrite], dimension: usize) -> Result<(), StoreError> {
+    match points.iter().find(|point| point.dense.len() != dimension) {
+        Some(point) => Err(StoreError::Invalid(format!(
+            "vector of dimension {} for a {}-d index",
+            point.dense.len(),
+            dimension
+        ))),
+        None => Ok(()),
+    }
+}
 
 /// The embedder guard shared by the backends: an index whose stored vectors (`found`, any one point) or
 /// dimension differ from this job's embedder refuses it; an empty index only checks the dimension.

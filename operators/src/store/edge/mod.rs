@@ -23,9 +23,9 @@ use std::collections::BTreeMap;
 use ragstream_core::metadata::MetaIndex;
 
 use super::{
-    check_compatible, chunk_from_payload, chunk_payload, Hit, IndexTuning, PointWrite,
-    SearchFilter, SearchVector, StoreError, StoredChunk, StoredVectors, VectorStore, DENSE_VECTOR,
-    EVIDENCE_VECTOR, SPARSE_VECTOR,
+    check_compatible, check_dimensions, chunk_from_payload, chunk_payload, Hit, IndexTuning,
+    PointWrite, SearchFilter, SearchVector, StoreError, StoredChunk, StoredVectors, VectorStore,
+    DENSE_VECTOR, EVIDENCE_VECTOR, SPARSE_VECTOR,
 };
 
 mod config;
@@ -232,15 +232,9 @@ impl VectorStore for EdgeStore {
         if points.is_empty() {
             return Ok(());
         }
+        check_dimensions(points, self.dimension)?;
         let mut list = Vec::with_capacity(points.len());
         for point in points {
-            if point.dense.len() != self.dimension {
-                return Err(StoreError::Invalid(format!(
-                    "vector of dimension {} for a {}-d index",
-                    point.dense.len(),
-                    self.dimension
-                )));
-            }
             let sparse =
                 Vector::new_sparse(point.sparse.indices.clone(), point.sparse.values.clone())
                     .map_err(engine_error)?;
