@@ -76,9 +76,10 @@ pub(crate) fn proc_status_mib(field: &str) -> f64 {
 fn embed_all(config: &Config, inputs: &[String]) -> anyhow::Result<(f64, usize)> {
     let service = ragstream_topologies::factory::inference_service(config)?;
     let started = Instant::now();
+    let nobody: ragstream_operators::offload::Waker = std::sync::Arc::new(|| {});
     let tickets: Vec<_> = inputs
         .chunks(config.kafka.max_batch)
-        .map(|batch| service.submit(batch.to_vec(), Priority::Ingest, || {}))
+        .map(|batch| service.submit(batch.to_vec(), Priority::Ingest, &nobody))
         .collect();
     let mut word_pieces = 0;
     for ticket in tickets {

@@ -9,13 +9,13 @@
 pub use ragstream_core::{metadata, model, text, tokens, wire};
 
 pub mod activations;
-pub mod background;
 pub mod embed;
 pub mod events;
 pub mod faults;
 pub mod ingest;
 pub mod io;
 pub mod metrics;
+pub mod offload;
 pub mod outage;
 pub mod query;
 pub mod stage;

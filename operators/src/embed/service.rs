@@ -1,9 +1,9 @@
 //! The inference service: embedders on threads of their own, so no dataflow worker ever waits on a model.
 //!
-//! Operators [`submit`](InferenceService::submit) texts with a [`Priority`] and a waker (a timely
-//! `SyncActivator` in the operators), keep their capabilities, and go on; when the vectors are ready the
-//! service stores them in the request's [`Ticket`] and calls the waker, and the operator, activated,
-//! takes them with [`Ticket::try_take`].
+//! Operators [`submit`](InferenceService::submit) texts with a [`Priority`] and their waker, park their
+//! capabilities with the [`Ticket`] (the job's one way off the worker: [`crate::offload`]), and go on;
+//! when the vectors are ready the service keeps the request's promise (stores them, calls the waker),
+//! and the operator, activated, takes them with [`Ticket::try_take`].
 //!
 //! # Guarantees
 //! - **Queries first.** An idle executor takes every waiting query request (up to `query_batch` of
@@ -12,7 +12,7 @@
 //!   runs waits at most one slice.
 //! - **Or a query executor of its own** ([`ServiceConfig::query_executor`]): the last executor takes
 //!   only queries and the others only ingest slices, on threads at a lower CPU priority
-//!   ([`HELPER_NICE`](crate::background::HELPER_NICE) on Linux). A query then waits behind no slice at
+//!   ([`HELPER_NICE`](crate::offload::HELPER_NICE) on Linux). A query then waits behind no slice at
 //!   all, and where the cores are short the scheduler runs it (and the worker) before ingest.
 //! - **Every executor busy while there is work:** a submit wakes one executor, and an executor that
 //!   takes work while more is waiting wakes the next.
@@ -31,6 +31,8 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use crate::offload::Waker;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -88,53 +90,10 @@ pub struct Embedded {
     pub word_pieces: usize,
 }
 
-type Waker = Arc<dyn Fn() + Send + Sync>;
-
-#[derive(Default)]
-struct TicketState {
-    result: Mutex<Option<Result<Embedded, EmbedError>>>,
-    ready: Condvar,
-}
-
-/// A submitted request's result, once it is there.
-#[derive(Clone)]
-pub struct Ticket {
-    state: Arc<TicketState>,
-}
-
-impl std::fmt::Debug for Ticket {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ticket").finish_non_exhaustive()
-    }
-}
-
-impl Ticket {
-    /// The result if the request is complete (taken once: later calls answer `None`).
-    pub fn try_take(&self) -> Option<Result<Embedded, EmbedError>> {
-        lock(&self.state.result).take()
-    }
-
-    /// Blocks until the request is complete (for startup work and benches, never on a worker).
-    pub fn wait(self) -> Result<Embedded, EmbedError> {
-        let mut result = lock(&self.state.result);
-        loop {
-            if let Some(result) = result.take() {
-                return result;
-            }
-            result = self
-                .state
-                .ready
-                .wait(result)
-                .unwrap_or_else(|e| e.into_inner());
-        }
-    }
-
-    fn complete(&self, result: Result<Embedded, EmbedError>, waker: &Waker) {
-        *lock(&self.state.result) = Some(result);
-        self.state.ready.notify_all();
-        waker();
-    }
-}
+/// A submitted request's result, once it is there ([`Ticket::try_take`], or [`Ticket::wait`] off the
+/// workers).
+pub type Ticket = crate::offload::Ticket<Result<Embedded, EmbedError>>;
+type Promise = crate::offload::Promise<Result<Embedded, EmbedError>>;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
@@ -143,8 +102,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 struct Request {
     id: u64,
     texts: Arc<Vec<String>>,
-    ticket: Ticket,
-    waker: Waker,
+    /// Kept (the result stored, the operator woken) when the request completes.
+    promise: Promise,
     /// Positions of the texts, shortest first; `order[next..]` are not handed out yet.
     order: Vec<usize>,
     next: usize,
@@ -327,20 +286,11 @@ impl InferenceService {
     }
 
     /// Queues `texts`; `waker` is called (on a service thread) once the ticket holds the result.
-    pub fn submit(
-        &self,
-        texts: Vec<String>,
-        priority: Priority,
-        waker: impl Fn() + Send + Sync + 'static,
-    ) -> Ticket {
-        let ticket = Ticket {
-            state: Arc::default(),
-        };
-        let waker: Waker = Arc::new(waker);
+    pub fn submit(&self, texts: Vec<String>, priority: Priority, waker: &Waker) -> Ticket {
         if texts.is_empty() {
-            ticket.complete(Ok(Embedded::default()), &waker);
-            return ticket;
+            return Ticket::ready(Ok(Embedded::default()));
         }
+        let (promise, ticket) = crate::offload::promise(waker);
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|&i| texts[i].len());
         let mut queues = lock(&self.shared.queues);
@@ -349,8 +299,7 @@ impl InferenceService {
             id: queues.next_id,
             vectors: vec![Vec::new(); texts.len()],
             texts: Arc::new(texts),
-            ticket: ticket.clone(),
-            waker,
+            promise,
             order,
             next: 0,
             retry: Vec::new(),
@@ -375,7 +324,8 @@ impl InferenceService {
         texts: Vec<String>,
         priority: Priority,
     ) -> Result<Embedded, EmbedError> {
-        self.submit(texts, priority, || {}).wait()
+        let nobody: Waker = Arc::new(|| {});
+        self.submit(texts, priority, &nobody).wait()
     }
 
     /// Texts queued or being embedded, by priority (query, ingest).
@@ -462,7 +412,7 @@ fn take_slice(ingest: &mut VecDeque<Request>, budget: usize) -> Option<Work> {
 
 fn run_executor(shared: &Shared, mut embedder: Box<dyn Embedder>, role: Role) {
     if role == Role::Ingest {
-        crate::background::lower_priority();
+        crate::offload::lower_priority();
     }
     while let Some(work) = next_work(shared, role) {
         match work {
@@ -516,13 +466,10 @@ fn run_queries(embedder: &mut dyn Embedder, requests: Vec<Request>) {
             let mut vectors = vectors.into_iter();
             for request in requests {
                 let vectors: Vec<Vec<f32>> = vectors.by_ref().take(request.texts.len()).collect();
-                request.ticket.complete(
-                    Ok(Embedded {
-                        vectors,
-                        word_pieces,
-                    }),
-                    &request.waker,
-                );
+                request.promise.keep(Ok(Embedded {
+                    vectors,
+                    word_pieces,
+                }));
             }
         }
         Err(error) => {
@@ -534,7 +481,7 @@ fn run_queries(embedder: &mut dyn Embedder, requests: Vec<Request>) {
                 } else {
                     EmbedError::Model(message.clone())
                 };
-                request.ticket.complete(Err(error), &request.waker);
+                request.promise.keep(Err(error));
             }
         }
     }
@@ -566,13 +513,10 @@ fn finish_slice(
             if request.done == request.texts.len() {
                 let request = queues.ingest.remove(index).expect("request exists");
                 drop(queues);
-                request.ticket.complete(
-                    Ok(Embedded {
-                        vectors: request.vectors,
-                        word_pieces: request.word_pieces,
-                    }),
-                    &request.waker,
-                );
+                request.promise.keep(Ok(Embedded {
+                    vectors: request.vectors,
+                    word_pieces: request.word_pieces,
+                }));
             }
         }
         Err(error) if error.is_retryable() => {
@@ -596,7 +540,7 @@ fn finish_slice(
         Err(error) => {
             let request = queues.ingest.remove(index).expect("request exists");
             drop(queues);
-            request.ticket.complete(Err(error), &request.waker);
+            request.promise.keep(Err(error));
         }
     }
 }

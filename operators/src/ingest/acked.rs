@@ -19,8 +19,8 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use super::diff::{diff_owned, ChunkDelta};
-use crate::background::with_backoff;
 use crate::model::{ChunkIds, DocKey};
+use crate::offload::with_backoff;
 use crate::store::{SearchFilter, StoreError, VectorStore};
 
 /// The documents of one worker with a write in flight, and what the index holds of those whose last

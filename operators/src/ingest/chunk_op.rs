@@ -20,8 +20,8 @@ use timely::dataflow::operators::{Capability, Operator};
 use timely::dataflow::StreamVec;
 
 use super::chunk::Chunker;
-use crate::background::Background;
 use crate::model::{Chunk, ChunkSet, DocKey, Document};
+use crate::offload::{Background, Ticket};
 
 /// Chunking time one activation of the operator may take before it yields the worker.
 pub const CHUNK_STEP: Duration = Duration::from_millis(5);
@@ -30,6 +30,15 @@ pub const CHUNK_STEP: Duration = Duration::from_millis(5);
 pub const LARGE_DOCUMENT_BYTES: usize = 64 * 1024;
 
 type Upsert = (DocKey, Option<Document>, u64);
+
+/// A large document on the Chunk operator's helper thread: its key, event time, and the ticket its
+/// chunks come back in.
+struct OnHelper {
+    key: DocKey,
+    document: Arc<Document>,
+    time: u64,
+    ticket: Ticket<Vec<Chunk>>,
+}
 
 /// Extension trait: chunk upserted documents.
 pub trait ChunkDocuments<'scope> {
@@ -51,7 +60,7 @@ impl<'scope> ChunkDocuments<'scope> for StreamVec<'scope, u64, Upsert> {
             "Chunk",
             move |_cap, info| {
                 let activator = scope.activator_for(info.address.clone());
-                let waker = crate::background::operator_waker(scope.worker(), &info.address);
+                let waker = crate::offload::operator_waker(scope.worker(), &info.address);
                 let helper_chunker = chunker.clone();
                 let helper: Background<Arc<Document>, Vec<Chunk>> = Background::start(
                     "chunk",
@@ -62,8 +71,8 @@ impl<'scope> ChunkDocuments<'scope> for StreamVec<'scope, u64, Upsert> {
                 );
                 let mut pending: VecDeque<(Capability<u64>, std::vec::IntoIter<Upsert>)> =
                     VecDeque::new();
-                // The front batch's document on the helper thread, its key and time.
-                let mut on_helper: Option<(DocKey, Arc<Document>, u64)> = None;
+                // The front batch's document on the helper thread.
+                let mut on_helper: Option<OnHelper> = None;
                 move |input, output| {
                     input.for_each(|cap, data| {
                         let cap = cap.retain_least(0).expect("time of the batch");
@@ -71,8 +80,14 @@ impl<'scope> ChunkDocuments<'scope> for StreamVec<'scope, u64, Upsert> {
                     });
                     let started = Instant::now();
                     while let Some((cap, upserts)) = pending.front_mut() {
-                        if let Some((key, document, time)) = on_helper.take() {
-                            match helper.try_result() {
+                        if let Some(OnHelper {
+                            key,
+                            document,
+                            time,
+                            ticket,
+                        }) = on_helper.take()
+                        {
+                            match ticket.try_take() {
                                 Some(chunks) => {
                                     let set = ChunkSet {
                                         version: document.version,
@@ -83,7 +98,12 @@ impl<'scope> ChunkDocuments<'scope> for StreamVec<'scope, u64, Upsert> {
                                 }
                                 None => {
                                     // Still chunking: the helper wakes the operator when done.
-                                    on_helper = Some((key, document, time));
+                                    on_helper = Some(OnHelper {
+                                        key,
+                                        document,
+                                        time,
+                                        ticket,
+                                    });
                                     return;
                                 }
                             }
@@ -93,8 +113,13 @@ impl<'scope> ChunkDocuments<'scope> for StreamVec<'scope, u64, Upsert> {
                             match document {
                                 Some(doc) if doc.text.len() > LARGE_DOCUMENT_BYTES => {
                                     let doc = Arc::new(doc);
-                                    on_helper = Some((key, doc.clone(), time));
-                                    helper.submit(doc);
+                                    let ticket = helper.submit(doc.clone());
+                                    on_helper = Some(OnHelper {
+                                        key,
+                                        document: doc,
+                                        time,
+                                        ticket,
+                                    });
                                     break;
                                 }
                                 document => {

@@ -27,10 +27,11 @@ use timely::dataflow::StreamVec;
 use super::acked::SharedAcked;
 use super::diff::ChunkDelta;
 use super::dlq::{DlqReason, DlqRecord, Origin};
-use crate::embed::service::{InferenceService, Priority, Ticket};
+use crate::embed::service::{Embedded, InferenceService, Priority, Ticket};
 use crate::embed::EmbedError;
 use crate::ingest::decode::encode_event;
 use crate::model::{Chunk, DocKey};
+use crate::offload::Parked;
 use crate::store::{Bm25Encoder, PointWrite};
 
 /// The index work of one document, ready to write.
@@ -71,7 +72,7 @@ pub const REQUEST_TEXTS: usize = 64;
 /// Requests of one Embed operator in the service at once.
 pub const MAX_IN_FLIGHT: usize = 2;
 
-pub use crate::background::Waker;
+pub use crate::offload::Waker;
 
 /// DLQ records for the upserts of `deltas`, whose embedding failed with `error`, each with its
 /// document event as value ([`encode_event`]); their retractions still apply.
@@ -211,18 +212,12 @@ pub fn take_request(queue: &mut VecDeque<ChunkDelta>, texts: usize) -> Vec<Chunk
     taken
 }
 
-/// A request in the service, with what it needs to become index work.
-struct InFlight<C> {
-    cap: C,
-    deltas: Vec<ChunkDelta>,
-    ticket: Ticket,
-}
-
 /// The Embed operator's state, free of timely: deltas queued per capability (`C`), requests in flight,
 /// results handed out in submission order.
 pub struct EmbedQueue<C> {
     queued: VecDeque<(C, VecDeque<ChunkDelta>)>,
-    in_flight: VecDeque<InFlight<C>>,
+    /// Requests in the service: each request's deltas, parked at their capability.
+    in_flight: Parked<C, Vec<ChunkDelta>, Result<Embedded, EmbedError>>,
     request_texts: usize,
     max_in_flight: usize,
     evidence: bool,
@@ -234,7 +229,7 @@ impl<C: Clone> EmbedQueue<C> {
     pub fn new(request_texts: usize, max_in_flight: usize) -> Self {
         Self {
             queued: VecDeque::new(),
-            in_flight: VecDeque::new(),
+            in_flight: Parked::default(),
             request_texts: request_texts.max(1),
             max_in_flight: max_in_flight.max(1),
             evidence: false,
@@ -270,29 +265,22 @@ impl<C: Clone> EmbedQueue<C> {
             if deltas.is_empty() {
                 self.queued.pop_front();
             }
-            self.in_flight
-                .push_back(Self::request(service, waker, cap, taken, self.evidence));
+            let ticket = Self::request(service, waker, &taken, self.evidence);
+            self.in_flight.park(cap, taken, ticket);
         }
     }
 
     fn request(
         service: &InferenceService,
         waker: &Waker,
-        cap: C,
-        deltas: Vec<ChunkDelta>,
+        deltas: &[ChunkDelta],
         evidence: bool,
-    ) -> InFlight<C> {
+    ) -> Ticket {
         let mut texts = Vec::new();
         for chunk in deltas.iter().flat_map(|d| &d.upserts) {
             push_texts(chunk, evidence, &mut texts);
         }
-        let waker = waker.clone();
-        let ticket = service.submit(texts, Priority::Ingest, move || waker());
-        InFlight {
-            cap,
-            deltas,
-            ticket,
-        }
+        service.submit(texts, Priority::Ingest, waker)
     }
 
     /// The work of the completed requests at the front, each with its capability, in submission
@@ -305,11 +293,7 @@ impl<C: Clone> EmbedQueue<C> {
         bm25: &Bm25Encoder,
     ) -> Vec<(C, Vec<IndexDelta>, Vec<DlqRecord>)> {
         let mut ready = Vec::new();
-        while let Some(front) = self.in_flight.front() {
-            let Some(result) = front.ticket.try_take() else {
-                break;
-            };
-            let InFlight { cap, deltas, .. } = self.in_flight.pop_front().expect("front exists");
+        while let Some((cap, deltas, result)) = self.in_flight.next_in_order() {
             match result {
                 Ok(embedded) => {
                     let chunks: usize = deltas.iter().map(|d| d.upserts.len()).sum();
@@ -328,9 +312,9 @@ impl<C: Clone> EmbedQueue<C> {
                 Err(error) if deltas.iter().filter(|d| !d.upserts.is_empty()).count() > 1 => {
                     tracing::warn!(%error, documents = deltas.len(), "embedding a request failed: isolating the failing documents");
                     for delta in deltas.into_iter().rev() {
-                        let one =
-                            Self::request(service, waker, cap.clone(), vec![delta], self.evidence);
-                        self.in_flight.push_front(one);
+                        let one = vec![delta];
+                        let ticket = Self::request(service, waker, &one, self.evidence);
+                        self.in_flight.park_first(cap.clone(), one, ticket);
                     }
                 }
                 Err(error) => {
@@ -367,7 +351,7 @@ impl<'scope> EmbedChunks<'scope> for StreamVec<'scope, u64, ChunkDelta> {
         let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(pact, "Embed", move |_cap, info| {
             // Called on a service thread: a `SyncActivator` schedules this operator on its worker.
-            let waker = crate::background::operator_waker(scope.worker(), &info.address);
+            let waker = crate::offload::operator_waker(scope.worker(), &info.address);
             // Each batch keeps its capability until its work is given: a time is not complete
             // downstream (and its offsets not committed) while any of its documents is being embedded.
             let mut queue = EmbedQueue::new(REQUEST_TEXTS, MAX_IN_FLIGHT).with_evidence(evidence);

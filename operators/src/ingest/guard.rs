@@ -37,10 +37,10 @@ use timely::dataflow::{ProbeHandle, StreamVec};
 use timely::scheduling::Activator;
 
 use super::hydrate::{hydrate, Hydrated};
-use crate::background::{with_backoff, Background, Deliver, Waker};
 use crate::events::{InternalEvent, StaleVersion};
 use crate::metrics::metrics;
 use crate::model::{ChunkIds, DocKey, DocOp, Document};
+use crate::offload::{with_backoff, Background, Deliver, Ticket, Waker};
 use crate::store::{StoreError, VectorStore};
 
 /// A marker: a source was assigned partitions (the marker's time precedes their messages); with a
@@ -159,8 +159,7 @@ impl<'scope> GuardVersions<'scope> for StreamVec<'scope, u64, DocOp> {
                 move |_cap, info| {
                     let activator = scope.activator_for(info.address.clone());
                     let reader = rehydration.map(|rehydration| {
-                        let waker =
-                            crate::background::operator_waker(scope.worker(), &info.address);
+                        let waker = crate::offload::operator_waker(scope.worker(), &info.address);
                         start_reader(rehydration, waker)
                     });
                     let mut state = GuardState {
@@ -236,8 +235,8 @@ struct GuardState {
     stash: BTreeMap<u64, (Capability<u64>, Vec<DocOp>)>,
     /// Assignment markers by time (kept only with a reader).
     markers: BTreeMap<u64, Capability<u64>>,
-    /// The marker time whose read is on the helper thread.
-    reading: Option<u64>,
+    /// The read on the helper thread (for a marker's time), and the ticket it comes back in.
+    reading: Option<Ticket<Hydrated>>,
 }
 
 impl GuardState {
@@ -282,10 +281,9 @@ impl GuardState {
                 activator.activate_after(ACK_POLL);
                 return false;
             }
-            read.submit(());
-            self.reading = Some(at);
+            self.reading = Some(read.submit(()));
         }
-        let Some(hydrated) = read.try_result() else {
+        let Some(hydrated) = self.reading.as_ref().and_then(Ticket::try_take) else {
             // The helper wakes the operator with the result.
             return false;
         };

@@ -1,7 +1,7 @@
 //! IndexWrite: applies index work to this worker's shard and acknowledges it.
 //!
 //! The writes run on a writer thread of the shard's own ([`shard_writer`] on a
-//! [`Background`](crate::background::Background) thread), never on the worker: the
+//! [`Background`](crate::offload::Background) thread), never on the worker: the
 //! operator hands each input batch over, keeps the batch's capability, and is woken when the batch is
 //! written (deletes, upserts) and flushed; then it gives the ack at the batch's time and drops the
 //! capability.
@@ -19,7 +19,7 @@
 //!   the writer optimizes the shard after acknowledging; the index answers searches meanwhile (see
 //!   `store::edge`), and writes wait for it on the writer thread.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,10 +31,10 @@ use timely::dataflow::StreamVec;
 use super::acked::{held_by_index, SharedAcked};
 use super::dlq::{DlqReason, DlqRecord, Origin};
 use super::embed::IndexDelta;
-use crate::background::{with_backoff, Background, Deliver};
 use crate::events::{InternalEvent, ShardOptimized};
 use crate::metrics::metrics;
 use crate::model::{ChunkIds, DocKey};
+use crate::offload::{with_backoff, Background, Deliver, Parked};
 use crate::store::stats::StatsDelta;
 use crate::store::{Bm25Encoder, PointWrite, SparseVector, StoreError, StoredVectors, VectorStore};
 
@@ -374,24 +374,26 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
             Pipeline,
             "IndexWrite",
             move |_cap, info| {
-                let waker = crate::background::operator_waker(scope.worker(), &info.address);
+                let waker = crate::offload::operator_waker(scope.worker(), &info.address);
                 let writer = Background::start_idle(
                     "ragstream-index-writer",
                     Some(OPTIMIZE_WHEN_IDLE),
                     shard_writer(store, optimize_every),
                     waker,
                 );
-                // The capabilities of the batches with the writer, oldest first: a time stays incomplete
-                // downstream (offsets uncommitted) until its batches are durable.
-                let mut pending: VecDeque<timely::dataflow::operators::Capability<u64>> =
-                    VecDeque::new();
+                // The batches with the writer, oldest first, each at its capability: a time stays
+                // incomplete downstream (offsets uncommitted) until its batches are durable.
+                let mut pending: Parked<
+                    timely::dataflow::operators::Capability<u64>,
+                    (),
+                    BatchOutcome,
+                > = Parked::default();
                 move |input, output| {
                     input.for_each(|cap, data| {
-                        pending.push_back(cap.retain_least(0).expect("time of the batch"));
-                        writer.submit(std::mem::take(data));
+                        let ticket = writer.submit(std::mem::take(data));
+                        pending.park(cap.retain_least(0).expect("time of the batch"), (), ticket);
                     });
-                    while let Some(mut outcome) = writer.try_result() {
-                        let cap = pending.pop_front().expect("one capability per batch");
+                    for (cap, (), mut outcome) in pending.ready_in_order() {
                         let mut ledger = acked.borrow_mut();
                         for key in &outcome.written {
                             ledger.finished(key, outcome.held.remove(key));
@@ -411,8 +413,8 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::background::Waker;
     use crate::model::DocKey;
+    use crate::offload::Waker;
     use crate::store::edge::EdgeStore;
     use std::sync::mpsc::channel;
     use std::sync::Mutex;
@@ -449,18 +451,22 @@ mod tests {
             shard_writer(store, crate::store::IndexTuning::default().optimize_every),
             waker,
         );
+        let mut pending = crate::offload::Parked::default();
         for doc in ["a", "b", "c"] {
-            writer.submit(vec![delta(doc)]);
+            pending.park(doc, (), writer.submit(vec![delta(doc)]));
         }
         let mut acks = Vec::new();
         while acks.len() < 3 {
             let thread = woken.recv_timeout(Duration::from_secs(10)).expect("woken");
             assert_eq!(thread.as_deref(), Some("ragstream-index-writer"));
-            while let Some(outcome) = writer.try_result() {
+            for (doc, (), outcome) in pending.ready_in_order() {
                 assert!(outcome.refused.is_empty());
-                acks.push(outcome.ack);
+                acks.push((doc, outcome.ack));
             }
         }
+        let docs: Vec<&str> = acks.iter().map(|(doc, _)| *doc).collect();
+        assert_eq!(docs, ["a", "b", "c"]);
+        let acks: Vec<IndexAck> = acks.into_iter().map(|(_, ack)| ack).collect();
         assert_eq!(acks, vec![IndexAck::default(); 3]);
     }
 

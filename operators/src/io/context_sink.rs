@@ -2,10 +2,11 @@
 //!
 //! The Kafka producer is idempotent (retries never duplicate or reorder) and keys each context by its
 //! query id. Publishing never waits for the broker: each context is sent tagged with its batch's time,
-//! the producer's delivery reports count down the contexts of each time still on their way
-//! ([`ContextPublisher::delivered`]), and the publish operator holds a time until all of its contexts
-//! are on the broker, so a query's offset is stored only then. A context the broker did not take (its
-//! delivery failed after the producer's own retries) is sent again; it is never dropped.
+//! the producer's delivery reports (served on the producer's own thread) count down the contexts of
+//! each time still on their way and keep the batch's [`Promise`] when none is left, and the publish
+//! operator holds a time until then, so a query's offset is stored only then. A context the broker
+//! did not take (its delivery failed after the producer's own retries, or the producer's queue was
+//! full) is sent again when the operator is next woken; it is never dropped.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -14,7 +15,7 @@ use std::time::Duration;
 use super::query_ledger::{Handover, QueryLedger};
 
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 
 use super::kafka_log::{log_client_error, ErrorDedup};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -22,6 +23,7 @@ use rdkafka::{ClientConfig, ClientContext};
 
 use super::query_source::HttpIngress;
 use crate::metrics::metrics;
+use crate::offload::{lock, promise, Promise, Ticket, Waker};
 use crate::query::job::Reply;
 use crate::query::publish::ContextSink;
 use ragstream_core::query::Context;
@@ -34,9 +36,33 @@ pub const HANDOVER_FLUSH: Duration = Duration::from_secs(5);
 struct Deliveries {
     errors: ErrorDedup,
     /// Contexts sent and not yet on the broker, by batch time.
-    on_their_way: Mutex<BTreeMap<u64, usize>>,
-    /// Contexts whose delivery failed, to send again.
+    on_their_way: Mutex<BTreeMap<u64, OnTheirWay>>,
+    /// Contexts whose delivery failed (or that found the producer's queue full), to send again.
     failed: Mutex<Vec<Failed>>,
+    /// Wakes the publish operator to send the failed contexts again.
+    waker: Mutex<Option<Waker>>,
+}
+
+/// The contexts of one batch time not yet on the broker, and the promises of its batches.
+#[derive(Default)]
+struct OnTheirWay {
+    count: usize,
+    promises: Vec<Promise<()>>,
+}
+
+impl Deliveries {
+    /// Queues a context to send again and wakes the publish operator.
+    fn retry(&self, failed: Failed) {
+        lock(&self.failed).push(failed);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        let waker = lock(&self.waker).clone();
+        if let Some(waker) = waker {
+            waker();
+        }
+    }
 }
 
 /// A context whose delivery failed: its batch time, key and payload.
@@ -55,12 +81,21 @@ impl ProducerContext for Deliveries {
     fn delivery(&self, report: &DeliveryResult<'_>, time: Box<u64>) {
         match report {
             Ok(_) => {
-                let mut on_their_way = self.on_their_way.lock().expect("deliveries");
-                if let Some(count) = on_their_way.get_mut(&time) {
-                    *count -= 1;
-                    if *count == 0 {
-                        on_their_way.remove(&time);
-                    }
+                let mut on_their_way = lock(&self.on_their_way);
+                let delivered = on_their_way.get_mut(&time).and_then(|batch| {
+                    batch.count = batch.count.saturating_sub(1);
+                    (batch.count == 0).then(|| std::mem::take(&mut batch.promises))
+                });
+                if delivered.is_some() {
+                    on_their_way.remove(&time);
+                }
+                drop(on_their_way);
+                for promise in delivered.into_iter().flatten() {
+                    promise.keep(());
+                }
+                // A delivery made room in the producer's queue for contexts that found it full.
+                if !lock(&self.failed).is_empty() {
+                    self.wake();
                 }
             }
             Err((error, message)) => {
@@ -78,10 +113,7 @@ impl ProducerContext for Deliveries {
                 } else {
                     payload.to_vec()
                 };
-                self.failed
-                    .lock()
-                    .expect("deliveries")
-                    .push((*time, key, payload));
+                self.retry((*time, key, payload));
             }
         }
     }
@@ -90,7 +122,7 @@ impl ProducerContext for Deliveries {
 /// Where contexts go.
 pub struct ContextPublisher {
     http: Option<Arc<HttpIngress>>,
-    kafka: Option<(Arc<BaseProducer<Deliveries>>, String)>,
+    kafka: Option<(ThreadedProducer<Deliveries>, String)>,
     ledger: Arc<QueryLedger>,
 }
 
@@ -103,12 +135,17 @@ impl std::fmt::Debug for ContextPublisher {
 }
 
 impl ContextSink for ContextPublisher {
-    fn publish(&mut self, time: u64, contexts: Vec<(Context, Reply)>) -> Vec<(Context, Reply)> {
-        ContextPublisher::publish(self, time, contexts)
+    fn publish(
+        &mut self,
+        time: u64,
+        contexts: Vec<(Context, Reply)>,
+        waker: &Waker,
+    ) -> (Vec<(Context, Reply)>, Ticket<()>) {
+        ContextPublisher::publish(self, time, contexts, waker)
     }
 
-    fn delivered(&self, time: u64) -> bool {
-        ContextPublisher::delivered(self, time)
+    fn send_again(&mut self) {
+        ContextPublisher::send_again(self)
     }
 }
 
@@ -121,13 +158,13 @@ impl ContextPublisher {
     ) -> Result<Self, String> {
         let kafka = match kafka {
             Some((client, topic)) => {
-                let producer: BaseProducer<Deliveries> = client
+                let producer: ThreadedProducer<Deliveries> = client
                     .clone()
                     .set("enable.idempotence", "true")
                     .set("linger.ms", "0")
                     .create_with_context(Deliveries::default())
                     .map_err(|e| e.to_string())?;
-                Some((Arc::new(producer), topic.to_string()))
+                Some((producer, topic.to_string()))
             }
             None => None,
         };
@@ -152,70 +189,90 @@ impl ContextPublisher {
         }
     }
 
-    /// Whether every context of batch `time` is on the broker. Serves the producer's delivery reports
-    /// and sends again the contexts whose delivery failed; never blocks.
-    pub fn delivered(&self, time: u64) -> bool {
+    /// Sends again the contexts whose delivery failed or that found the producer's queue full; never
+    /// blocks (a queue still full keeps the rest for the next wake-up).
+    pub fn send_again(&mut self) {
         let Some((producer, topic)) = &self.kafka else {
-            return true;
+            return;
         };
-        producer.poll(Duration::ZERO);
-        let failed = std::mem::take(&mut *producer.context().failed.lock().expect("deliveries"));
-        for (time, key, payload) in failed {
-            // Still counted on its way: the first delivery failed.
-            let _ = send(producer, topic, time, &key, &payload);
+        let deliveries = producer.context();
+        let failed = std::mem::take(&mut *lock(&deliveries.failed));
+        let mut failed = failed.into_iter();
+        for (time, key, payload) in failed.by_ref() {
+            // Still counted on its way: the first try failed.
+            if let Err(full) = send(producer, topic, time, &key, &payload) {
+                lock(&deliveries.failed).push(full);
+                break;
+            }
         }
-        !producer
-            .context()
-            .on_their_way
-            .lock()
-            .expect("deliveries")
-            .contains_key(&time)
+        lock(&deliveries.failed).extend(failed);
     }
 
-    /// Publishes a batch of contexts (Kafka sends are acknowledged later; see [`Self::in_flight`]) and
-    /// returns those published: a context whose query's partition was revoked since it was read is
-    /// not (its next owner answers the query; counted as `handed_over`).
-    pub fn publish(&mut self, time: u64, contexts: Vec<(Context, Reply)>) -> Vec<(Context, Reply)> {
-        let mut published = Vec::with_capacity(contexts.len());
-        for (context, reply) in contexts {
-            if let Reply::Kafka(lease) = &reply {
-                if !self.ledger.settle(lease) {
+    /// Publishes a batch of contexts and returns those published (a context whose query's partition
+    /// was revoked since it was read is not: its next owner answers the query; counted as
+    /// `handed_over`), and the ticket whose promise is kept, waking the operator by `waker`, once all
+    /// of them are on the broker (at once without Kafka).
+    pub fn publish(
+        &mut self,
+        time: u64,
+        contexts: Vec<(Context, Reply)>,
+        waker: &Waker,
+    ) -> (Vec<(Context, Reply)>, Ticket<()>) {
+        let published: Vec<(Context, Reply)> = contexts
+            .into_iter()
+            .filter(|(context, reply)| {
+                let Reply::Kafka(lease) = reply else {
+                    return true;
+                };
+                let ours = self.ledger.settle(lease);
+                if !ours {
                     tracing::debug!(query = %context.query_id, "partition revoked: the next owner answers");
                     metrics()
                         .queries
                         .with_label_values(&[&context.mode, "handed_over"])
                         .inc();
-                    continue;
+                }
+                ours
+            })
+            .collect();
+        let ticket = match &self.kafka {
+            Some((producer, topic)) if !published.is_empty() => {
+                let deliveries = producer.context();
+                lock(&deliveries.waker).get_or_insert_with(|| waker.clone());
+                let (delivered, ticket) = promise(waker);
+                // Counted before the first is sent: the reports cannot run ahead of the count.
+                let mut on_their_way = lock(&deliveries.on_their_way);
+                let batch = on_their_way.entry(time).or_default();
+                batch.count += published.len();
+                batch.promises.push(delivered);
+                drop(on_their_way);
+                for (context, _) in &published {
+                    let payload = serde_json::to_vec(context).expect("contexts serialise");
+                    let key = context.query_id.as_bytes();
+                    if let Err(full) = send(producer, topic, time, key, &payload) {
+                        deliveries.retry(full);
+                    }
+                    metrics()
+                        .contexts_published
+                        .with_label_values(&["kafka"])
+                        .inc();
+                }
+                ticket
+            }
+            _ => Ticket::ready(()),
+        };
+        if let Some(http) = &self.http {
+            for (context, reply) in &published {
+                if let Reply::Http(request) = reply {
+                    http.reply(*request, context.clone());
+                    metrics()
+                        .contexts_published
+                        .with_label_values(&["http"])
+                        .inc();
                 }
             }
-            if let Some((producer, topic)) = &self.kafka {
-                let payload = serde_json::to_vec(&context).expect("contexts serialise");
-                *producer
-                    .context()
-                    .on_their_way
-                    .lock()
-                    .expect("deliveries")
-                    .entry(time)
-                    .or_default() += 1;
-                let _ = send(producer, topic, time, context.query_id.as_bytes(), &payload);
-                metrics()
-                    .contexts_published
-                    .with_label_values(&["kafka"])
-                    .inc();
-            }
-            if let (Reply::Http(ticket), Some(http)) = (&reply, &self.http) {
-                http.reply(*ticket, context.clone());
-                metrics()
-                    .contexts_published
-                    .with_label_values(&["http"])
-                    .inc();
-            }
-            published.push((context, reply));
         }
-        if let Some((producer, _)) = &self.kafka {
-            producer.poll(Duration::ZERO);
-        }
-        published
+        (published, ticket)
     }
 }
 
@@ -259,28 +316,29 @@ fn too_large_context(key: &[u8], payload: &[u8]) -> Vec<u8> {
 }
 
 /// Hands one context to the producer, tagged with its batch `time`, and returns the error context
-/// sent in its place when it is over the producer's message limit. A full local queue is an outage
-/// of the broker: waits and retries, never drops.
+/// sent in its place when it is over the producer's message limit; a full local queue (an outage of
+/// the broker) hands the context back, to send again when deliveries have made room.
 fn send(
-    producer: &BaseProducer<Deliveries>,
+    producer: &ThreadedProducer<Deliveries>,
     topic: &str,
     time: u64,
     key: &[u8],
     payload: &[u8],
-) -> Option<Vec<u8>> {
+) -> Result<Option<Vec<u8>>, Failed> {
     let mut replaced: Option<Vec<u8>> = None;
     loop {
         let record = BaseRecord::with_opaque_to(topic, Box::new(time))
             .key(key)
             .payload(replaced.as_deref().unwrap_or(payload));
         match producer.send(record) {
-            Ok(()) => return replaced,
+            Ok(()) => return Ok(replaced),
             Err((error, _)) if replaced.is_none() && too_large(&error) => {
                 replaced = Some(too_large_context(key, payload));
             }
             Err((error, _)) => {
-                tracing::warn!(%error, "contexts producer queue full; retrying");
-                producer.poll(Duration::from_millis(100));
+                tracing::warn!(%error, "contexts producer queue full; sending again later");
+                let payload = replaced.unwrap_or_else(|| payload.to_vec());
+                return Err((time, key.to_vec(), payload));
             }
         }
     }
@@ -307,7 +365,9 @@ mod tests {
             ..Context::default()
         };
         let payload = serde_json::to_vec(&context).expect("serialise");
-        let sent = send(producer, topic, 1, b"q-big", &payload).expect("replaced");
+        let sent = send(producer, topic, 1, b"q-big", &payload)
+            .expect("queued")
+            .expect("replaced");
         let sent: Context = serde_json::from_slice(&sent).expect("a context");
         assert_eq!(
             (
@@ -324,6 +384,6 @@ mod tests {
         );
         // A context within the limit goes as it is.
         let small = serde_json::to_vec(&Context::default()).expect("serialise");
-        assert_eq!(send(producer, topic, 1, b"q-small", &small), None);
+        assert_eq!(send(producer, topic, 1, b"q-small", &small), Ok(None));
     }
 }

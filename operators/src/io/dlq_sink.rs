@@ -28,9 +28,9 @@ use timely::dataflow::operators::Operator;
 use timely::dataflow::StreamVec;
 
 use super::kafka_log::{idempotent_producer, DeliveryContext};
-use crate::background::{with_backoff, Background, Deliver};
 use crate::events::{DeadLettered, InternalEvent};
 use crate::ingest::dlq::{DlqLine, DlqRecord, Origin};
+use crate::offload::{with_backoff, Background, Deliver, Parked};
 
 pub use crate::ingest::dlq::DlqSink;
 
@@ -253,7 +253,7 @@ impl<'scope> WriteDlq<'scope> for StreamVec<'scope, u64, DlqRecord> {
             Pipeline,
             "DlqWrite",
             move |_cap, info| {
-                let waker = crate::background::operator_waker(scope.worker(), &info.address);
+                let waker = crate::offload::operator_waker(scope.worker(), &info.address);
                 let writer = Background::start(
                     "ragstream-dlq-writer",
                     move |records: Vec<DlqRecord>, deliver: &Deliver<usize>| {
@@ -267,17 +267,15 @@ impl<'scope> WriteDlq<'scope> for StreamVec<'scope, u64, DlqRecord> {
                     },
                     waker,
                 );
-                // The capabilities of the batches with the writer, oldest first.
-                let mut pending: std::collections::VecDeque<
-                    timely::dataflow::operators::Capability<u64>,
-                > = std::collections::VecDeque::new();
+                // The batches with the writer, oldest first, each at its capability.
+                let mut pending: Parked<timely::dataflow::operators::Capability<u64>, (), usize> =
+                    Parked::default();
                 move |input, output| {
                     input.for_each(|cap, data| {
-                        pending.push_back(cap.retain_least(0).expect("time of the batch"));
-                        writer.submit(std::mem::take(data));
+                        let ticket = writer.submit(std::mem::take(data));
+                        pending.park(cap.retain_least(0).expect("time of the batch"), (), ticket);
                     });
-                    while let Some(written) = writer.try_result() {
-                        let cap = pending.pop_front().expect("one capability per batch");
+                    for (cap, (), written) in pending.ready_in_order() {
                         output.session(&cap).give(written);
                     }
                 }

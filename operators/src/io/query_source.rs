@@ -31,9 +31,9 @@ use timely::container::CapacityContainerBuilder;
 use timely::dataflow::operators::generic::source;
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 
-use crate::background::{Background, Deliver};
 use crate::ingest::dlq::{DlqRecord, Origin};
 use crate::metrics::metrics;
+use crate::offload::{Background, Deliver, Parked};
 use crate::query::job::{QueryJob, Refusal, Reply};
 use ragstream_core::query::decode::QueryError;
 use ragstream_core::query::{Consistency, Context};
@@ -348,7 +348,7 @@ pub fn query_source<'scope>(
             finite_ingest,
             consumer,
             watermarks,
-            waiting: VecDeque::new(),
+            waiting: Parked::default(),
             pending: BTreeMap::new(),
             sequence: 0u64,
         };
@@ -426,7 +426,7 @@ fn start_watermarks(
         listed: None,
     };
     let progress = progress.clone();
-    let waker = crate::background::operator_waker(worker, address);
+    let waker = crate::offload::operator_waker(worker, address);
     Background::start_idle(
         "watermarks",
         Some(COMMITTED_REFRESH),

@@ -10,12 +10,14 @@ use timely::dataflow::operators::Operator;
 use timely::dataflow::StreamVec;
 
 use super::job::{QueryJob, QueryServices};
-use crate::embed::service::{Priority, Ticket};
+use crate::embed::service::{Embedded, Priority};
+use crate::embed::EmbedError;
+use crate::offload::{operator_waker, Parked};
 use ragstream_core::query::cache::LruTtl;
+use timely::dataflow::operators::Capability;
 
 /// Query jobs waiting for their vectors from the inference service.
 struct PendingEmbedding {
-    cap: timely::dataflow::operators::Capability<u64>,
     jobs: Vec<QueryJob>,
     /// Jobs that need a dense vector.
     wanted: Vec<usize>,
@@ -24,7 +26,6 @@ struct PendingEmbedding {
     missing: Vec<(usize, bool)>,
     /// HyDE passage vectors found in the cache, by job.
     passages: Vec<(usize, Vec<f32>)>,
-    ticket: Ticket,
     started: Instant,
 }
 
@@ -33,7 +34,7 @@ impl PendingEmbedding {
     /// mixed in, or, when the embedder failed, a note that the dense lane (or the passage) was out.
     fn take_result(
         &mut self,
-        result: Result<crate::embed::service::Embedded, crate::embed::EmbedError>,
+        result: Result<Embedded, EmbedError>,
         vectors: &mut LruTtl<String, Vec<f32>>,
         hyde_weight: f32,
     ) {
@@ -112,9 +113,9 @@ impl<'scope> EmbedQuery<'scope> for StreamVec<'scope, u64, QueryJob> {
             move |_, info| {
                 // The service wakes this operator from its own thread when a query's vector is ready;
                 // meanwhile the worker runs the rest of the query flow and ingest.
-                let waker = crate::background::operator_waker(scope.worker(), &info.address);
+                let waker = operator_waker(scope.worker(), &info.address);
                 // Batches waiting for their vectors, each holding its capability.
-                let mut waiting: Vec<PendingEmbedding> = Vec::new();
+                let mut waiting: Parked<Capability<u64>, PendingEmbedding, _> = Parked::default();
                 move |input, output| {
                     input.for_each(|cap, data| {
                         let started = Instant::now();
@@ -153,34 +154,24 @@ impl<'scope> EmbedQuery<'scope> for StreamVec<'scope, u64, QueryJob> {
                                 false => jobs[i].query.text.clone(),
                             })
                             .collect();
-                        let waker = waker.clone();
-                        let ticket = services
-                            .embedder
-                            .submit(texts, Priority::Query, move || waker());
-                        waiting.push(PendingEmbedding {
-                            cap: cap.retain_least(0).expect("time of the batch"),
+                        let ticket = services.embedder.submit(texts, Priority::Query, &waker);
+                        let pending = PendingEmbedding {
                             jobs,
                             wanted,
                             missing,
                             passages,
-                            ticket,
                             started,
-                        });
-                    });
-                    waiting.retain_mut(|pending| {
-                        let Some(result) = pending.ticket.try_take() else {
-                            return true;
                         };
-                        pending.take_result(result, &mut vectors, hyde_weight);
-                        let jobs = &mut pending.jobs;
-                        for &i in &pending.wanted {
-                            jobs[i].record("embed", pending.started);
-                        }
-                        output
-                            .session(&pending.cap)
-                            .give_iterator(std::mem::take(jobs).into_iter());
-                        false
+                        let cap = cap.retain_least(0).expect("time of the batch");
+                        waiting.park(cap, pending, ticket);
                     });
+                    for (cap, mut pending, result) in waiting.ready() {
+                        pending.take_result(result, &mut vectors, hyde_weight);
+                        for &i in &pending.wanted {
+                            pending.jobs[i].record("embed", pending.started);
+                        }
+                        output.session(&cap).give_iterator(pending.jobs.into_iter());
+                    }
                 }
             },
         )

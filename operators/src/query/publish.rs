@@ -1,7 +1,8 @@
 //! Publish: hands contexts to a [`ContextSink`] (the contexts topic and HTTP replies:
-//! `io::context_sink`) and holds each batch's time until its contexts are delivered.
+//! `io::context_sink`) and holds each batch's time until its contexts are delivered: the sink keeps
+//! the batch's promise ([`crate::offload`]) from its delivery reports, which wakes the operator.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::Pipeline;
@@ -10,15 +11,22 @@ use timely::dataflow::StreamVec;
 
 use super::job::Reply;
 use crate::metrics::metrics;
+use crate::offload::{operator_waker, Parked, Ticket, Waker};
 use ragstream_core::query::Context;
 
 /// Where published contexts go (implemented by `io::context_sink::ContextPublisher`).
 pub trait ContextSink {
-    /// Publishes a batch of contexts tagged with its dataflow `time` and returns those published: a
-    /// context whose query was handed to another consumer since it was read is not.
-    fn publish(&mut self, time: u64, contexts: Vec<(Context, Reply)>) -> Vec<(Context, Reply)>;
-    /// Whether every context of batch `time` is delivered; never blocks.
-    fn delivered(&self, time: u64) -> bool;
+    /// Publishes a batch of contexts tagged with its dataflow `time` and returns those published (a
+    /// context whose query was handed to another consumer since it was read is not) and the ticket
+    /// whose promise is kept, calling `waker`, once every one of them is delivered; never blocks.
+    fn publish(
+        &mut self,
+        time: u64,
+        contexts: Vec<(Context, Reply)>,
+        waker: &Waker,
+    ) -> (Vec<(Context, Reply)>, Ticket<()>);
+    /// Sends again what was not delivered (the sink wakes the operator for it); never blocks.
+    fn send_again(&mut self);
 }
 
 /// Extension trait: publish contexts.
@@ -35,14 +43,15 @@ impl<'scope> PublishContexts<'scope> for StreamVec<'scope, u64, (Context, Reply)
             Pipeline,
             "Publish",
             move |_, info| {
-                let activator = scope.activator_for(info.address.clone());
-                // Times whose contexts may still be on their way to the broker.
-                let mut held: Vec<Capability<u64>> = Vec::new();
+                let waker = operator_waker(scope.worker(), &info.address);
+                // Batches whose contexts may still be on their way to the broker, at their time.
+                let mut held: Parked<Capability<u64>, (), ()> = Parked::default();
                 move |input, _output| {
                     input.for_each(|cap, data| {
                         let started = Instant::now();
                         let cap = cap.retain_least(0).expect("time of the batch");
-                        let contexts = publisher.publish(*cap.time(), std::mem::take(data));
+                        let (contexts, delivered) =
+                            publisher.publish(*cap.time(), std::mem::take(data), &waker);
                         metrics()
                             .query_stage_seconds
                             .with_label_values(&["publish"])
@@ -64,13 +73,11 @@ impl<'scope> PublishContexts<'scope> for StreamVec<'scope, u64, (Context, Reply)
                             }
                             metrics().record_context(context);
                         }
-                        held.push(cap);
+                        held.park(cap, (), delivered);
                     });
+                    publisher.send_again();
                     // A time completes once all of its contexts are on the broker.
-                    held.retain(|cap| !publisher.delivered(*cap.time()));
-                    if !held.is_empty() {
-                        activator.activate_after(Duration::from_millis(2));
-                    }
+                    drop(held.ready());
                 }
             },
         )
@@ -81,29 +88,35 @@ impl<'scope> PublishContexts<'scope> for StreamVec<'scope, u64, (Context, Reply)
 mod tests {
     use std::cell::RefCell;
     use std::rc::Rc;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::offload::{promise, Promise};
 
     use timely::dataflow::operators::vec::Input;
     use timely::dataflow::operators::Probe;
 
     use super::*;
 
-    /// Records what it is given; a time is delivered once the test says so.
+    /// Records what it is given; a batch is delivered once the test keeps its promise.
     struct HeldSink {
         published: Rc<RefCell<Vec<(u64, String)>>>,
-        delivered: Arc<AtomicBool>,
+        promises: Rc<RefCell<Vec<Promise<()>>>>,
     }
 
     impl ContextSink for HeldSink {
-        fn publish(&mut self, time: u64, contexts: Vec<(Context, Reply)>) -> Vec<(Context, Reply)> {
+        fn publish(
+            &mut self,
+            time: u64,
+            contexts: Vec<(Context, Reply)>,
+            waker: &Waker,
+        ) -> (Vec<(Context, Reply)>, Ticket<()>) {
             let mut published = self.published.borrow_mut();
             published.extend(contexts.iter().map(|(c, _)| (time, c.query_id.clone())));
-            contexts
+            let (delivered, ticket) = promise(waker);
+            self.promises.borrow_mut().push(delivered);
+            (contexts, ticket)
         }
-        fn delivered(&self, _time: u64) -> bool {
-            self.delivered.load(Ordering::SeqCst)
-        }
+        fn send_again(&mut self) {}
     }
 
     fn context(id: &str) -> (Context, Reply) {
@@ -118,10 +131,10 @@ mod tests {
     fn publish_holds_a_time_until_its_contexts_are_delivered() {
         timely::execute_directly(|worker| {
             let published = Rc::new(RefCell::new(Vec::new()));
-            let delivered = Arc::new(AtomicBool::new(false));
+            let promises = Rc::new(RefCell::new(Vec::new()));
             let sink = HeldSink {
                 published: published.clone(),
-                delivered: delivered.clone(),
+                promises: promises.clone(),
             };
             let (mut input, probe) = worker.dataflow(|scope| {
                 let (input, stream) = scope.new_input::<(Context, Reply)>();
@@ -141,8 +154,12 @@ mod tests {
                 probe.less_equal(&0),
                 "time 0 completes only once its contexts are delivered"
             );
-            delivered.store(true, Ordering::SeqCst);
-            // The operator polls the sink again on its own (it asked to be activated).
+            let kept: Vec<Promise<()>> = promises.borrow_mut().drain(..).collect();
+            assert_eq!(kept.len(), 1, "one batch, one promise");
+            // Keeping the promise on another thread wakes the operator.
+            std::thread::spawn(move || kept.into_iter().for_each(|p| p.keep(())))
+                .join()
+                .expect("deliveries");
             let deadline = Instant::now() + Duration::from_secs(5);
             while probe.less_equal(&0) && Instant::now() < deadline {
                 worker.step();

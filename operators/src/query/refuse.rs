@@ -1,17 +1,15 @@
 //! RefuseQueries: a refused query's DLQ record is written (on a helper thread, retried while the DLQ
 //! is down) and, once it is durable, its error context goes to Publish.
 
-use std::collections::VecDeque;
-
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::Pipeline;
 use timely::dataflow::operators::{Capability, Operator};
 use timely::dataflow::StreamVec;
 
 use super::job::{Refusal, Reply};
-use crate::background::{with_backoff, Background};
 use crate::events::{InternalEvent, QueryRefused};
 use crate::ingest::dlq::{DlqRecord, DlqSink};
+use crate::offload::{with_backoff, Background, Parked};
 use ragstream_core::query::Context;
 
 /// A refused query's error context (and its DLQ record, written here).
@@ -40,7 +38,7 @@ impl<'scope> RefuseQueries<'scope> for StreamVec<'scope, u64, Refusal> {
             move |_, info| {
                 // The DLQ writes (retried while the DLQ is down) run on a helper thread; a batch's
                 // error contexts leave once its records are durable.
-                let waker = crate::background::operator_waker(scope.worker(), &info.address);
+                let waker = crate::offload::operator_waker(scope.worker(), &info.address);
                 let writer: Background<Vec<DlqRecord>, ()> = Background::start(
                     "query-dlq",
                     move |records: Vec<DlqRecord>, deliver| {
@@ -51,15 +49,14 @@ impl<'scope> RefuseQueries<'scope> for StreamVec<'scope, u64, Refusal> {
                     },
                     waker,
                 );
-                let mut pending: VecDeque<(Capability<u64>, Vec<Refusal>)> = VecDeque::new();
+                let mut pending: Parked<Capability<u64>, Vec<Refusal>, ()> = Parked::default();
                 move |input, output| {
                     input.for_each(|cap, data| {
                         let cap = cap.retain_least(0).expect("time of the batch");
-                        writer.submit(data.iter().map(|r| r.dlq.clone()).collect());
-                        pending.push_back((cap, std::mem::take(data)));
+                        let ticket = writer.submit(data.iter().map(|r| r.dlq.clone()).collect());
+                        pending.park(cap, std::mem::take(data), ticket);
                     });
-                    while !pending.is_empty() && writer.try_result().is_some() {
-                        let (cap, refusals) = pending.pop_front().expect("a pending batch");
+                    for (cap, refusals, ()) in pending.ready_in_order() {
                         for refusal in &refusals {
                             QueryRefused {
                                 reason: refusal.error.reason.as_str(),

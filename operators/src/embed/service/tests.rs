@@ -118,15 +118,17 @@ fn a_query_executor_answers_while_every_ingest_executor_is_busy() {
         },
     )
     .unwrap();
-    let ingest = service.submit(texts(&[10; 6]), Priority::Ingest, || {});
+    let ingest = service.submit(texts(&[10; 6]), Priority::Ingest, &nobody());
     // Both ingest executors are inside a slice that cannot finish until the gate opens.
     while lock(&embedder.callers).len() < 2 {
         std::thread::sleep(Duration::from_millis(1));
     }
     let (done, answered) = std::sync::mpsc::channel();
-    let query = service.submit(vec![QUERY.into()], Priority::Query, move || {
-        let _ = done.send(());
+    let done = Mutex::new(done);
+    let woken: Waker = Arc::new(move || {
+        let _ = done.lock().unwrap().send(());
     });
+    let query = service.submit(vec![QUERY.into()], Priority::Query, &woken);
     let waited = answered.recv_timeout(Duration::from_secs(10));
     open(&gate);
     assert!(waited.is_ok(), "the query was answered behind no slice");
@@ -143,7 +145,7 @@ fn a_query_executor_answers_while_every_ingest_executor_is_busy() {
             );
             if cfg!(target_os = "linux") {
                 assert!(
-                    *nice >= crate::background::HELPER_NICE,
+                    *nice >= crate::offload::HELPER_NICE,
                     "ingest at nice {nice}"
                 );
             }
@@ -181,7 +183,7 @@ fn a_query_submitted_during_ingest_runs_before_the_remaining_slices() {
         ..Scripted::default()
     };
     let service = InferenceService::start(vec![Box::new(embedder.clone())], config(1)).unwrap();
-    let ingest = service.submit(texts(&[10; 20]), Priority::Ingest, || {});
+    let ingest = service.submit(texts(&[10; 20]), Priority::Ingest, &nobody());
     // Let the executor start on the ingest work.
     while lock(&embedder.calls).is_empty() {
         std::thread::sleep(Duration::from_millis(1));
@@ -189,9 +191,13 @@ fn a_query_submitted_during_ingest_runs_before_the_remaining_slices() {
     let woken = Arc::new(AtomicUsize::new(0));
     let counter = woken.clone();
     let query = service
-        .submit(vec!["the query".into()], Priority::Query, move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-        })
+        .submit(
+            vec!["the query".into()],
+            Priority::Query,
+            &(Arc::new(move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }) as Waker),
+        )
         .wait()
         .unwrap();
     // The waker runs right after the result is stored (and `wait` may return in between).
@@ -214,7 +220,7 @@ fn an_outage_pauses_ingest_but_queries_fail_fast_and_nothing_is_lost() {
     lock(&embedder.outages).extend([0, 1, 2]);
     let service = InferenceService::start(vec![Box::new(embedder.clone())], config(1000)).unwrap();
     let started = Instant::now();
-    let ingest = service.submit(texts(&[3, 5, 7]), Priority::Ingest, || {});
+    let ingest = service.submit(texts(&[3, 5, 7]), Priority::Ingest, &nobody());
     // Calls 0, 1 and 2 fail: backoff 100 + 200 + 400 ms. A query in between is tried once.
     std::thread::sleep(Duration::from_millis(150));
     let query = service.embed_blocking(vec!["q".into()], Priority::Query);
@@ -243,9 +249,9 @@ fn a_refused_request_fails_whole_and_later_requests_go_on() {
     let bad = service.submit(
         vec!["good".into(), "BAD one".into(), "fine".into()],
         Priority::Ingest,
-        || {},
+        &nobody(),
     );
-    let good = service.submit(vec!["later".into()], Priority::Ingest, || {});
+    let good = service.submit(vec!["later".into()], Priority::Ingest, &nobody());
     assert!(matches!(bad.wait(), Err(EmbedError::Refused(_))));
     assert_eq!(good.wait().unwrap().vectors[0][0], 5.0);
 }
@@ -278,4 +284,9 @@ fn several_executors_share_one_request() {
         3,
         "all three executors worked on the one request at once"
     );
+}
+
+/// A waker nobody listens to.
+fn nobody() -> Waker {
+    Arc::new(|| {})
 }

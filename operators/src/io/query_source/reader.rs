@@ -1,7 +1,7 @@
 //! The query source's state on one worker and what it does in each activation (see the parent
 //! module for the guarantees it keeps).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,10 +17,10 @@ use timely::scheduling::Activator;
 use super::{
     decode_timed, refusal, wait_for, Batch, HttpIngress, QueryConsumerContext, QueryKafkaConfig,
 };
-use crate::background::Background;
 use crate::ingest::dlq::Origin;
 use crate::io::query_ledger::{Handover, Lease};
 use crate::metrics::metrics;
+use crate::offload::{Background, Parked};
 use crate::query::job::{QueryJob, Refusal, Reply};
 use ragstream_core::query::Consistency;
 
@@ -45,7 +45,7 @@ pub(super) struct QueryReader {
     pub(super) watermarks: Option<Background<(), BTreeMap<i32, i64>>>,
     /// Batches read with read-your-writes queries in them, each held at its time until watermarks
     /// fetched after it was read come back (in order: one fetch per batch).
-    pub(super) waiting: VecDeque<(Capability<u64>, Batch)>,
+    pub(super) waiting: Parked<Capability<u64>, Batch, BTreeMap<i32, i64>>,
     /// Per batch time: per partition, the highest offset read and the partition's lease epoch.
     pub(super) pending: BTreeMap<u64, BTreeMap<i32, (i64, u64)>>,
     /// Queries read by this worker so far (the low bits of their ids).
@@ -75,12 +75,8 @@ impl QueryReader {
 
     /// Emits the held batches whose watermarks came back, oldest first.
     pub(super) fn release_held(&mut self, output: &mut QueryOutput<'_>) {
-        while !self.waiting.is_empty() {
-            let Some(marks) = self.watermarks.as_ref().and_then(Background::try_result) else {
-                // The helper wakes the operator when they come.
-                break;
-            };
-            let (held, mut batch) = self.waiting.pop_front().expect("a held batch");
+        // The helper wakes the operator when they come.
+        for (held, mut batch, marks) in self.waiting.ready_in_order() {
             wait_for(&mut batch, &marks);
             output.session(&held).give_iterator(batch.into_iter());
         }
@@ -176,8 +172,8 @@ impl QueryReader {
             });
             match &self.watermarks {
                 Some(fetcher) if reads_own_writes => {
-                    fetcher.submit(());
-                    self.waiting.push_back((capability.delayed(&time), batch));
+                    let marks = fetcher.submit(());
+                    self.waiting.park(capability.delayed(&time), batch, marks);
                 }
                 _ => output
                     .session(&*capability)

@@ -1,8 +1,9 @@
-//! A helper thread of one operator: runs its slow calls (index writes, DLQ writes) off the dataflow
-//! worker, one job at a time in submission order, and wakes the operator after each.
+//! A helper thread of one operator: runs its slow calls (index writes, DLQ writes, large documents'
+//! chunking, reads) off the dataflow worker, one job at a time in submission order; each job's
+//! result comes back in the [`Ticket`] [`Background::submit`] returned.
 //!
 //! # Guarantees
-//! - Results come back in the order the jobs were submitted, one per job.
+//! - Jobs run one at a time in the order they were submitted; each job's promise is kept once.
 //! - The waker is called after each result is ready to take (in the job, so the job may go on with
 //!   housekeeping, such as an index optimization, after its result was delivered).
 //! - Dropping the handle lets the thread finish the jobs already submitted, then joins it.
@@ -12,11 +13,12 @@
 //!
 //! [`with_backoff`] retries a job's outages with capped exponential backoff on the helper thread.
 
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
-use std::sync::Arc;
+use std::cell::Cell;
+use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::{promise, Promise, Ticket, Waker};
 use crate::events::{InternalEvent, Retrying};
 
 /// The nice value of helper threads: CFS gives a nice-0 thread about 3x this one's CPU share
@@ -36,40 +38,24 @@ pub(crate) fn lower_priority() {
     }
 }
 
-/// A callback that schedules the operator (a timely `SyncActivator` in the job).
-pub type Waker = Arc<dyn Fn() + Send + Sync>;
-
-/// A waker that schedules the operator at `address` on `worker` from any thread.
-pub fn operator_waker(worker: &timely::worker::Worker, address: &[usize]) -> Waker {
-    let activator = std::sync::Mutex::new(worker.sync_activator_for(address.to_vec()));
-    Arc::new(move || {
-        // An error means the worker is gone (the dataflow was dropped): nothing left to wake.
-        let _ = activator
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .activate();
-    })
-}
-
 /// Hands a job's result to the operator and wakes it.
 pub struct Deliver<O> {
-    results: Sender<O>,
-    waker: Waker,
+    promise: Cell<Option<Promise<O>>>,
 }
 
 impl<O> Deliver<O> {
-    /// Delivers the result of the current job (call once per job).
+    /// Delivers the result of the current job (once per job; an idle call has nothing to deliver).
     pub fn send(&self, result: O) {
-        if self.results.send(result).is_ok() {
-            (self.waker)();
+        if let Some(promise) = self.promise.take() {
+            promise.keep(result);
         }
     }
 }
 
 /// The handle an operator keeps.
 pub struct Background<I, O> {
-    jobs: Option<Sender<I>>,
-    results: Receiver<O>,
+    jobs: Option<Sender<(I, Promise<O>)>>,
+    waker: Waker,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -106,24 +92,26 @@ impl<I: Send + 'static, O: Send + 'static> Background<I, O> {
         mut work: impl FnMut(Option<I>, &Deliver<O>) + Send + 'static,
         waker: Waker,
     ) -> Self {
-        let (jobs, inbox) = channel::<I>();
-        let (results, outbox) = channel();
-        let deliver = Deliver { results, waker };
+        let (jobs, inbox) = channel::<(I, Promise<O>)>();
         let thread = std::thread::Builder::new()
             .name(name.to_string())
             .spawn(move || {
                 lower_priority();
                 loop {
-                    let job = match idle {
+                    let next = match idle {
                         Some(idle) => match inbox.recv_timeout(idle) {
-                            Ok(job) => Some(job),
+                            Ok(next) => Some(next),
                             Err(RecvTimeoutError::Timeout) => None,
                             Err(RecvTimeoutError::Disconnected) => return,
                         },
                         None => match inbox.recv() {
-                            Ok(job) => Some(job),
+                            Ok(next) => Some(next),
                             Err(_) => return,
                         },
+                    };
+                    let (job, promise) = next.unzip();
+                    let deliver = Deliver {
+                        promise: Cell::new(promise),
                     };
                     work(job, &deliver);
                 }
@@ -131,23 +119,20 @@ impl<I: Send + 'static, O: Send + 'static> Background<I, O> {
             .expect("a helper thread starts");
         Self {
             jobs: Some(jobs),
-            results: outbox,
+            waker,
             thread: Some(thread),
         }
     }
 
-    /// Queues a job.
-    pub fn submit(&self, job: I) {
+    /// Queues a job; its result comes back in the ticket.
+    pub fn submit(&self, job: I) -> Ticket<O> {
+        let (promise, ticket) = promise(&self.waker);
         self.jobs
             .as_ref()
             .expect("helper running")
-            .send(job)
+            .send((job, promise))
             .expect("the helper thread is alive");
-    }
-
-    /// The oldest result not yet taken, if it is ready.
-    pub fn try_result(&self) -> Option<O> {
-        self.results.try_recv().ok()
+        ticket
     }
 }
 
@@ -196,7 +181,7 @@ pub fn with_backoff<T, E: std::fmt::Display>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
+    use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
     #[test]
@@ -216,18 +201,17 @@ mod tests {
             },
             waker,
         );
+        let mut parked = super::super::Parked::default();
         for job in 0..3 {
-            helper.submit(job);
+            parked.park(job, (), helper.submit(job));
         }
         let mut results = Vec::new();
         while results.len() < 3 {
             let thread = woken.recv_timeout(Duration::from_secs(5)).expect("woken");
             assert_eq!(thread.as_deref(), Some("helper-test"));
-            while let Some(result) = helper.try_result() {
-                results.push(result);
-            }
+            results.extend(parked.ready_in_order());
         }
-        assert_eq!(results, vec![0, 2, 4]);
+        assert_eq!(results, vec![(0, (), 0), (1, (), 2), (2, (), 4)]);
     }
 
     #[test]
@@ -243,10 +227,9 @@ mod tests {
             },
             Arc::new(|| {}),
         );
-        for job in 0..4 {
-            helper.submit(job);
-        }
+        let tickets: Vec<_> = (0..4).map(|job| helper.submit(job)).collect();
         drop(helper);
+        assert!(tickets.iter().all(Ticket::is_ready));
         assert_eq!(*done.lock().unwrap(), vec![0, 1, 2, 3]);
     }
 
@@ -267,9 +250,9 @@ mod tests {
                 let _ = sender.lock().unwrap().send(());
             }),
         );
-        helper.submit(());
+        let ticket = helper.submit(());
         woken.recv_timeout(Duration::from_secs(5)).expect("woken");
-        let helper_nice = helper.try_result().expect("a result");
+        let helper_nice = ticket.try_take().expect("a result");
         assert_eq!(nice(), caller, "the caller's priority is untouched");
         assert_eq!(helper_nice, caller.max(HELPER_NICE));
     }
