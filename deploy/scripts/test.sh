@@ -54,6 +54,8 @@ echo "== tests"
 cargo test --workspace --no-fail-fast --lib --bins --tests --examples -- --test-threads=1 --show-output
 # Criterion benches run once each as smoke tests (their own harness takes no libtest flags).
 cargo test --workspace --benches
+# The operators' `# Examples` (doctests: each one a small dataflow on `timely::example`).
+cargo test --workspace --doc
 # `--workspace` as above: `-p ragstream-operators` alone would unify other features and rebuild much
 # of the dependency tree (minutes of a cold CI).
 if [ -n "${QDRANT_URL:-}" ]; then

@@ -13,6 +13,37 @@ use ragstream_core::query::fuse::{attach_evidence, attach_vectors, fuse};
 use ragstream_core::query::{Action, Cause, Decision, QueryConfig};
 
 /// Extension trait: the `Fuse` operator.
+///
+/// # Examples
+///
+/// A chunk both lanes found goes ahead of chunks only one lane found:
+///
+/// ```
+/// use std::sync::Arc;
+/// use ragstream_core::query::QueryConfig;
+/// use ragstream_operators::query::example::{documents, gathered, hit, job};
+/// use timely::dataflow::operators::capture::{Capture, Extract};
+/// use timely::dataflow::operators::vec::{Map, ToStream};
+/// use ragstream_operators::query::fuse::Fuse;
+///
+/// let ranked = timely::example(|scope| {
+///     let query = job(r#"{"query_id": "q1", "tenant": "t", "text": "tide pools"}"#);
+///     let dense = vec![
+///         hit("a", "rock pools at low tide", 0.9, &[1.0, 0.0]),
+///         hit("b", "tide pools and what lives in them", 0.8, &[0.9, 0.1]),
+///     ];
+///     let bm25 = vec![
+///         hit("b", "tide pools and what lives in them", 7.0, &[0.9, 0.1]),
+///         hit("c", "pools of sea water", 5.0, &[0.5, 0.5]),
+///     ];
+///     vec![gathered(query, dense, bm25)]
+///         .to_stream(scope)
+///         .fuse(Arc::new(QueryConfig::default()))
+///         .map(|working| documents(&working))
+///         .capture()
+/// });
+/// assert_eq!(ranked.extract()[0].1, [vec!["b", "a", "c"]]);
+/// ```
 pub trait Fuse<'scope> {
     /// Weighted reciprocal-rank fusion of the gathered lanes.
     fn fuse(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working>;

@@ -12,6 +12,42 @@ use crate::store::Bm25Encoder;
 use ragstream_core::query::intent::{analyze, IntentPresets};
 
 /// Extension trait: the `Intent` operator.
+///
+/// # Examples
+///
+/// A question about code leans on the BM25 lane (identifiers match exactly); a plain question leans on
+/// the dense lane:
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use ragstream_core::query::decode::decode_query;
+/// use ragstream_core::query::intent::IntentPresets;
+/// use ragstream_operators::query::intent::Intent;
+/// use ragstream_operators::query::job::{QueryJob, Reply};
+/// use timely::dataflow::operators::capture::{Capture, Extract};
+/// use timely::dataflow::operators::vec::{Map, ToStream};
+///
+/// let plans = timely::example(|scope| {
+///     let jobs = [
+///         r#"{"query_id": "q1", "tenant": "t", "text": "where is parse_config_file defined"}"#,
+///         r#"{"query_id": "q2", "tenant": "t", "text": "why do tides rise and fall"}"#,
+///     ]
+///     .map(|body| {
+///         let query = decode_query(body.as_bytes(), 8192).unwrap();
+///         QueryJob::new(query, 0, 0, 0, Reply::Http(0), BTreeMap::new())
+///     });
+///     jobs.to_vec()
+///         .to_stream(scope)
+///         .intent(IntentPresets::default())
+///         .map(|job| {
+///             let plan = job.plan.expect("analysed");
+///             (job.query.query_id, plan.weights.bm25 > plan.weights.dense)
+///         })
+///         .capture()
+/// });
+/// let plans = &plans.extract()[0].1;
+/// assert_eq!(plans, &[("q1".to_string(), true), ("q2".to_string(), false)]);
+/// ```
 pub trait Intent<'scope> {
     /// Chooses the intent, weights and pool from the configured presets.
     fn intent(self, presets: IntentPresets) -> StreamVec<'scope, u64, QueryJob>;

@@ -11,6 +11,40 @@ use ragstream_core::query::mmr::{mmr, MmrConfig};
 use ragstream_core::query::{Mode, QueryConfig};
 
 /// Extension trait: the `Mmr` operator.
+///
+/// # Examples
+///
+/// At most `query.per_document_cap` chunks of one document (2 by default) are picked; the others
+/// are deferred, and the next document's chunk is picked instead:
+///
+/// ```
+/// use std::sync::Arc;
+/// use ragstream_core::query::QueryConfig;
+/// use ragstream_operators::query::example::{documents, gathered, hit, job};
+/// use timely::dataflow::operators::capture::{Capture, Extract};
+/// use timely::dataflow::operators::vec::{Map, ToStream};
+/// use ragstream_operators::query::fuse::Fuse;
+/// use ragstream_operators::query::mmr::Mmr;
+///
+/// let picked = timely::example(|scope| {
+///     let query = job(r#"{"query_id": "q1", "tenant": "t", "text": "tide pools", "k": 3}"#);
+///     let dense = vec![
+///         hit("a", "tide pools form at low tide", 0.9, &[1.0, 0.0, 0.0]),
+///         hit("a", "tide pools hold anemones", 0.85, &[0.0, 1.0, 0.0]),
+///         hit("a", "tide pools hold crabs", 0.8, &[0.0, 0.0, 1.0]),
+///         hit("b", "rock pools on the shore", 0.7, &[0.5, 0.5, 0.0]),
+///     ];
+///     vec![gathered(query, dense, Vec::new())]
+///         .to_stream(scope)
+///         .fuse(Arc::new(QueryConfig::default()))
+///         .mmr(Arc::new(QueryConfig::default()))
+///         .map(|working| documents(&working))
+///         .capture()
+/// });
+/// let picked = &picked.extract()[0].1[0];
+/// assert_eq!(picked.iter().filter(|doc| *doc == "a").count(), 2);
+/// assert!(picked.contains(&"b".to_string()));
+/// ```
 pub trait Mmr<'scope> {
     /// MMR with per-document and per-section caps.
     fn mmr(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working>;

@@ -25,6 +25,8 @@ pub mod cache_lookup;
 pub mod consistency;
 pub mod dedup;
 pub mod embed_query;
+#[doc(hidden)]
+pub mod example;
 pub mod fuse;
 pub mod hyde;
 pub mod intent;

@@ -11,6 +11,36 @@ use ragstream_core::query::rerank::rerank;
 use ragstream_core::query::QueryConfig;
 
 /// Extension trait: the `Rerank` operator.
+///
+/// # Examples
+///
+/// The rerank reads the window for the answer: a chunk that holds the query's words together goes
+/// ahead of one the dense lane ranked first for its topic alone:
+///
+/// ```
+/// use std::sync::Arc;
+/// use ragstream_core::query::QueryConfig;
+/// use ragstream_operators::query::example::{documents, gathered, hit, job};
+/// use timely::dataflow::operators::capture::{Capture, Extract};
+/// use timely::dataflow::operators::vec::{Map, ToStream};
+/// use ragstream_operators::query::fuse::Fuse;
+/// use ragstream_operators::query::rerank::Rerank;
+///
+/// let reranked = timely::example(|scope| {
+///     let query = job(r#"{"query_id": "q1", "tenant": "t", "text": "when was the eiffel tower completed"}"#);
+///     let dense = vec![
+///         hit("paris", "Paris has many famous towers and monuments.", 0.9, &[1.0, 0.0]),
+///         hit("eiffel", "The Eiffel Tower was completed in 1889.", 0.8, &[0.9, 0.1]),
+///     ];
+///     vec![gathered(query, dense, Vec::new())]
+///         .to_stream(scope)
+///         .fuse(Arc::new(QueryConfig::default()))
+///         .rerank(Arc::new(QueryConfig::default()))
+///         .map(|working| documents(&working))
+///         .capture()
+/// });
+/// assert_eq!(reranked.extract()[0].1, [vec!["eiffel", "paris"]]);
+/// ```
 pub trait Rerank<'scope> {
     /// Answer-focused rerank of the top window.
     fn rerank(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working>;
