@@ -118,74 +118,10 @@ enum Command {
         dir: PathBuf,
     },
     /// Sends a query to the running job (`POST /v1/query`) and prints its context.
-    Query {
-        /// The question (the chunk id for `--mode read_chunk`).
-        text: Option<String>,
-        /// The job's HTTP address.
-        #[arg(long, default_value = "http://127.0.0.1:9464", env = "RAGSTREAM_URL")]
-        url: String,
-        /// Tenant.
-        #[arg(long, default_value = "local")]
-        tenant: String,
-        /// bounded, deep, read_chunk, list_sources, files, sql_compact, sql_full.
-        #[arg(long, default_value = "bounded")]
-        mode: String,
-        /// Token budget.
-        #[arg(long)]
-        budget: Option<usize>,
-        /// Results.
-        #[arg(long, short)]
-        k: Option<usize>,
-        /// Only sources under this path prefix.
-        #[arg(long)]
-        source_prefix: Option<String>,
-        /// Wait until every document event written before the query is indexed.
-        #[arg(long)]
-        read_your_writes: bool,
-        /// Include the trace of every decision.
-        #[arg(long)]
-        trace: bool,
-        /// Print the context JSON instead of the readable form.
-        #[arg(long)]
-        json: bool,
-    },
+    Query(QueryArgs),
     /// Retrieval and packing quality on a BEIR-layout dataset, through the real job, against a naive
     /// baseline measured in the same run.
-    Eval {
-        /// `squad` (Answer Recall@Budget), `scifact` (nDCG@10 with train qrels) or `cosqa` (nDCG@10
-        /// on code search, dev qrels).
-        #[arg(long)]
-        dataset: String,
-        /// Index the corpus as this document kind (`prose`, `code`, …) instead of the dataset's own
-        /// (`code` for CoSQA, `prose` for the others), to compare.
-        #[arg(long)]
-        kind: Option<String>,
-        /// BEIR data root.
-        #[arg(long, default_value = "../shared/data", env = "RAGSTREAM_DATA")]
-        data: PathBuf,
-        /// Index directory, reused across runs.
-        #[arg(long, default_value = ".ragstream/eval/index")]
-        index: PathBuf,
-        /// Use only the first N queries.
-        #[arg(long)]
-        limit: Option<usize>,
-        /// Budgets for Answer Recall@Budget.
-        #[arg(long, value_delimiter = ',', default_value = "500,1000,2000,4000")]
-        budgets: Vec<usize>,
-        /// Queries in flight.
-        #[arg(long, default_value_t = 8)]
-        concurrency: usize,
-        /// Also write the report here.
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Write one line per question and budget here (JSONL): answered or not, the ranked
-        /// candidates with lane ranks and rerank factors, what was packed and why.
-        #[arg(long)]
-        details: Option<PathBuf>,
-        /// Extra config (TOML) for the job, e.g. "[query]\nadapt_fusion = false" to compare.
-        #[arg(long, default_value = "")]
-        config_extra: String,
-    },
+    Eval(EvalCli),
     /// Benchmarks (figures measured in one run on this machine).
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -195,6 +131,78 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+}
+
+/// `ragstream query`.
+#[derive(Args, Debug)]
+struct QueryArgs {
+    /// The question (the chunk id for `--mode read_chunk`).
+    text: Option<String>,
+    /// The job's HTTP address.
+    #[arg(long, default_value = "http://127.0.0.1:9464", env = "RAGSTREAM_URL")]
+    url: String,
+    /// Tenant.
+    #[arg(long, default_value = "local")]
+    tenant: String,
+    /// bounded, deep, read_chunk, list_sources, files, sql_compact, sql_full.
+    #[arg(long, default_value = "bounded")]
+    mode: String,
+    /// Token budget.
+    #[arg(long)]
+    budget: Option<usize>,
+    /// Results.
+    #[arg(long, short)]
+    k: Option<usize>,
+    /// Only sources under this path prefix.
+    #[arg(long)]
+    source_prefix: Option<String>,
+    /// Wait until every document event written before the query is indexed.
+    #[arg(long)]
+    read_your_writes: bool,
+    /// Include the trace of every decision.
+    #[arg(long)]
+    trace: bool,
+    /// Print the context JSON instead of the readable form.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `ragstream eval`.
+#[derive(Args, Debug)]
+struct EvalCli {
+    /// `squad` (Answer Recall@Budget), `scifact` (nDCG@10 with train qrels) or `cosqa` (nDCG@10
+    /// on code search, dev qrels).
+    #[arg(long)]
+    dataset: String,
+    /// Index the corpus as this document kind (`prose`, `code`, …) instead of the dataset's own
+    /// (`code` for CoSQA, `prose` for the others), to compare.
+    #[arg(long)]
+    kind: Option<String>,
+    /// BEIR data root.
+    #[arg(long, default_value = "../shared/data", env = "RAGSTREAM_DATA")]
+    data: PathBuf,
+    /// Index directory, reused across runs.
+    #[arg(long, default_value = ".ragstream/eval/index")]
+    index: PathBuf,
+    /// Use only the first N queries.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Budgets for Answer Recall@Budget.
+    #[arg(long, value_delimiter = ',', default_value = "500,1000,2000,4000")]
+    budgets: Vec<usize>,
+    /// Queries in flight.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Also write the report here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Write one line per question and budget here (JSONL): answered or not, the ranked
+    /// candidates with lane ranks and rerank factors, what was packed and why.
+    #[arg(long)]
+    details: Option<PathBuf>,
+    /// Extra config (TOML) for the job, e.g. "[query]\nadapt_fusion = false" to compare.
+    #[arg(long, default_value = "")]
+    config_extra: String,
 }
 
 /// What the query benches read and where the broker is.
@@ -421,76 +429,6 @@ fn main() -> anyhow::Result<()> {
             running.join()?;
             served
         }
-        Command::Bench(BenchCommand::Pathological {
-            size_mib,
-            queries,
-            interval_ms,
-            loaded_seconds,
-        }) => {
-            let report = bench_pathological::pathological(bench_pathological::PathologicalBench {
-                size_mib,
-                queries,
-                interval_ms,
-                loaded_seconds,
-            })?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
-            Ok(())
-        }
-        Command::Bench(BenchCommand::Load {
-            data,
-            seed,
-            queries,
-            config_extra,
-            index_url,
-        }) => {
-            let report = bench_load::load(bench_load::LoadBench {
-                corpus: data.corpus,
-                questions: data.questions,
-                brokers: data.brokers,
-                seed,
-                queries,
-                config_extra: config_extra.replace("\\n", "\n"),
-                index_url: (!index_url.is_empty()).then_some(index_url),
-            })?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
-            Ok(())
-        }
-        Command::Bench(BenchCommand::Embed {
-            corpus,
-            questions,
-            limit,
-            queries,
-            engine,
-            threads,
-            texts_out,
-        }) => {
-            let report = bench_embed::embed(bench_embed::EmbedBench {
-                corpus,
-                questions,
-                limit,
-                queries,
-                engine,
-                threads,
-                texts_out,
-            })?;
-            println!("{report}");
-            Ok(())
-        }
-        Command::Bench(BenchCommand::Ingest {
-            corpus,
-            brokers,
-            limit,
-            probes,
-        }) => {
-            let report = bench::ingest(bench::IngestBench {
-                corpus,
-                brokers,
-                limit,
-                probes,
-            })?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
-            Ok(())
-        }
         Command::Ingest {
             path,
             url,
@@ -514,6 +452,7 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Bench(command) => bench(command),
         Command::Openapi => {
             print!("{}", openapi::pretty(&openapi::document()));
             Ok(())
@@ -532,147 +471,8 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Query {
-            text,
-            url,
-            tenant,
-            mode,
-            budget,
-            k,
-            source_prefix,
-            read_your_writes,
-            trace,
-            json,
-        } => {
-            let mut query = serde_json::json!({
-                "query_id": format!("cli-{}-{}", std::process::id(), ragstream_operators::now_millis()),
-                "tenant": tenant,
-                "text": text.unwrap_or_default(),
-                "mode": mode,
-                "trace": trace,
-            });
-            if let Some(budget) = budget {
-                query["token_budget"] = budget.into();
-            }
-            if let Some(k) = k {
-                query["k"] = k.into();
-            }
-            if let Some(prefix) = source_prefix {
-                query["filters"] = serde_json::json!({ "source_prefix": prefix });
-            }
-            if read_your_writes {
-                query["consistency"] = "read_your_writes".into();
-            }
-            let context = client::query(&url, &query)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&context)?);
-            } else {
-                print!("{}", client::readable(&context));
-            }
-            if context.error.is_some() {
-                std::process::exit(1);
-            }
-            Ok(())
-        }
-        Command::Eval {
-            dataset,
-            kind,
-            data,
-            index,
-            limit,
-            budgets,
-            concurrency,
-            out,
-            details,
-            config_extra,
-        } => {
-            let report = eval::eval(eval::EvalArgs {
-                dataset,
-                kind,
-                data,
-                index,
-                limit,
-                budgets,
-                concurrency,
-                details,
-                config_extra: config_extra.replace("\\n", "\n"),
-            })?;
-            let text = serde_json::to_string_pretty(&report)?;
-            if let Some(out) = out {
-                std::fs::write(&out, &text)
-                    .with_context(|| format!("writing {}", out.display()))?;
-            }
-            println!("{text}");
-            Ok(())
-        }
-        Command::Bench(BenchCommand::Query {
-            brokers,
-            index,
-            data,
-            rate,
-            seconds,
-        }) => {
-            let report = bench_query::query(bench_query::QueryBench {
-                brokers,
-                index,
-                data,
-                rate,
-                seconds,
-            })?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
-            Ok(())
-        }
-        Command::Bench(BenchCommand::Scale {
-            corpus,
-            brokers,
-            limit,
-            workers,
-            queries,
-            rounds,
-        }) => {
-            let report = bench_scale::scale(bench_scale::ScaleBench {
-                corpus,
-                brokers,
-                limit,
-                workers,
-                queries,
-                rounds,
-            })?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
-            Ok(())
-        }
-        Command::Bench(BenchCommand::Edits {
-            corpus,
-            code,
-            chunks,
-        }) => {
-            let report = bench_edits::edits(bench_edits::EditsBench {
-                corpus,
-                code,
-                chunks,
-            })?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
-            Ok(())
-        }
-        Command::Bench(BenchCommand::Volume {
-            data,
-            chunks,
-            extra_chunks,
-            workers,
-            queries,
-        }) => {
-            let report = bench_volume::volume(bench_volume::VolumeBench {
-                corpus: data.corpus,
-                questions: data.questions,
-                brokers: data.brokers,
-                chunks,
-                extra_chunks,
-                workers,
-                queries,
-            })?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
-            Ok(())
-        }
+        Command::Query(args) => query(args),
+        Command::Eval(args) => eval(args),
         Command::Validate { config } => {
             let config =
                 Config::load(&config).with_context(|| format!("loading {}", config.display()))?;
@@ -681,4 +481,190 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Runs one of the benches and prints its report.
+fn bench(command: BenchCommand) -> anyhow::Result<()> {
+    let report = match command {
+        BenchCommand::Pathological {
+            size_mib,
+            queries,
+            interval_ms,
+            loaded_seconds,
+        } => bench_pathological::pathological(bench_pathological::PathologicalBench {
+            size_mib,
+            queries,
+            interval_ms,
+            loaded_seconds,
+        })?,
+        BenchCommand::Load {
+            data,
+            seed,
+            queries,
+            config_extra,
+            index_url,
+        } => bench_load::load(bench_load::LoadBench {
+            corpus: data.corpus,
+            questions: data.questions,
+            brokers: data.brokers,
+            seed,
+            queries,
+            config_extra: config_extra.replace("\\n", "\n"),
+            index_url: (!index_url.is_empty()).then_some(index_url),
+        })?,
+        BenchCommand::Embed {
+            corpus,
+            questions,
+            limit,
+            queries,
+            engine,
+            threads,
+            texts_out,
+        } => {
+            let report = bench_embed::embed(bench_embed::EmbedBench {
+                corpus,
+                questions,
+                limit,
+                queries,
+                engine,
+                threads,
+                texts_out,
+            })?;
+            // One line per report: the embed bench script collects them as JSON lines.
+            println!("{report}");
+            return Ok(());
+        }
+        BenchCommand::Ingest {
+            corpus,
+            brokers,
+            limit,
+            probes,
+        } => bench::ingest(bench::IngestBench {
+            corpus,
+            brokers,
+            limit,
+            probes,
+        })?,
+        BenchCommand::Query {
+            brokers,
+            index,
+            data,
+            rate,
+            seconds,
+        } => bench_query::query(bench_query::QueryBench {
+            brokers,
+            index,
+            data,
+            rate,
+            seconds,
+        })?,
+        BenchCommand::Scale {
+            corpus,
+            brokers,
+            limit,
+            workers,
+            queries,
+            rounds,
+        } => bench_scale::scale(bench_scale::ScaleBench {
+            corpus,
+            brokers,
+            limit,
+            workers,
+            queries,
+            rounds,
+        })?,
+        BenchCommand::Edits {
+            corpus,
+            code,
+            chunks,
+        } => bench_edits::edits(bench_edits::EditsBench {
+            corpus,
+            code,
+            chunks,
+        })?,
+        BenchCommand::Volume {
+            data,
+            chunks,
+            extra_chunks,
+            workers,
+            queries,
+        } => bench_volume::volume(bench_volume::VolumeBench {
+            corpus: data.corpus,
+            questions: data.questions,
+            brokers: data.brokers,
+            chunks,
+            extra_chunks,
+            workers,
+            queries,
+        })?,
+    };
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
+
+/// `ragstream query`: sends the query and prints its context (exit status 1 when it is an error).
+fn query(args: QueryArgs) -> anyhow::Result<()> {
+    let QueryArgs {
+        text,
+        url,
+        tenant,
+        mode,
+        budget,
+        k,
+        source_prefix,
+        read_your_writes,
+        trace,
+        json,
+    } = args;
+    let mut query = serde_json::json!({
+        "query_id": format!("cli-{}-{}", std::process::id(), ragstream_operators::now_millis()),
+        "tenant": tenant,
+        "text": text.unwrap_or_default(),
+        "mode": mode,
+        "trace": trace,
+    });
+    if let Some(budget) = budget {
+        query["token_budget"] = budget.into();
+    }
+    if let Some(k) = k {
+        query["k"] = k.into();
+    }
+    if let Some(prefix) = source_prefix {
+        query["filters"] = serde_json::json!({ "source_prefix": prefix });
+    }
+    if read_your_writes {
+        query["consistency"] = "read_your_writes".into();
+    }
+    let context = client::query(&url, &query)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&context)?);
+    } else {
+        print!("{}", client::readable(&context));
+    }
+    if context.error.is_some() {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// `ragstream eval`: prints the report (and writes it to `--out`).
+fn eval(args: EvalCli) -> anyhow::Result<()> {
+    let out = args.out.clone();
+    let report = eval::eval(eval::EvalArgs {
+        dataset: args.dataset,
+        kind: args.kind,
+        data: args.data,
+        index: args.index,
+        limit: args.limit,
+        budgets: args.budgets,
+        concurrency: args.concurrency,
+        details: args.details,
+        config_extra: args.config_extra.replace("\\n", "\n"),
+    })?;
+    let text = serde_json::to_string_pretty(&report)?;
+    if let Some(out) = out {
+        std::fs::write(&out, &text).with_context(|| format!("writing {}", out.display()))?;
+    }
+    println!("{text}");
+    Ok(())
 }

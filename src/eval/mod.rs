@@ -83,19 +83,25 @@ fn wait_indexed(
     }
 }
 
-/// Runs the evaluation; returns the report.
-pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
-    let data = dataset(&args)?;
-    let mut queries = data.queries.clone();
-    if let Some(limit) = args.limit {
-        queries.truncate(limit);
-    }
+/// The job running on the indexed corpus, and what indexing it took.
+struct Indexed {
+    running: crate::runtime::Running,
+    /// The embedder of the naive baseline (the job's own model, outside the job).
+    baseline_embedder: Box<dyn ragstream_operators::embed::Embedder>,
+    counter: TokenCounter,
+    documents: usize,
+    seconds: f64,
+    chunks_written: u64,
+}
+
+/// Step 1: writes the corpus as document events and starts the job on them (the real ingest flow:
+/// chunk, embed, index), until every event is indexed.
+fn index(args: &EvalArgs, data: &Dataset, kind: &str) -> anyhow::Result<Indexed> {
     std::fs::create_dir_all(&args.index)
         .with_context(|| format!("creating {}", args.index.display()))?;
     let events_path = args
         .index
         .with_extension(format!("{}.events.jsonl", data.tenant));
-    let kind = args.kind.as_deref().unwrap_or(data.kind);
     let documents = write_events(
         &data.corpus,
         &data.tenant,
@@ -114,37 +120,49 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
     assert_eq!(config.source.kind, SourceKind::Jsonl);
     assert_eq!(config.index.kind, IndexKind::Edge);
     let encoding = Encoding::parse(&config.chunking.tokenizer).expect("validated");
-    let counter = TokenCounter::new(encoding);
-
-    // 1. Index through the real ingest flow.
     let started_events = metrics().source_events.get();
     let upserted_before = metrics().chunks_upserted.get();
-    let index_started = Instant::now();
-    let mut baseline_embedder = ragstream_topologies::factory::embedder(&config)?;
+    let started = Instant::now();
+    let baseline_embedder = ragstream_topologies::factory::embedder(&config)?;
     let running = crate::runtime::start(config)?;
     wait_indexed(documents as u64, started_events, &running)?;
-    let index_seconds = index_started.elapsed().as_secs_f64();
+    let seconds = started.elapsed().as_secs_f64();
     let chunks_written = metrics().chunks_upserted.get() - upserted_before;
     eprintln!(
-        "indexed {documents} documents ({chunks_written} chunks written this run) in {index_seconds:.1} s; job at http://{}",
+        "indexed {documents} documents ({chunks_written} chunks written this run) in {seconds:.1} s; job at http://{}",
         running.address
     );
+    Ok(Indexed {
+        running,
+        baseline_embedder,
+        counter: TokenCounter::new(encoding),
+        documents,
+        seconds,
+        chunks_written,
+    })
+}
 
-    // 2. Queries through the real query flow.
-    let mut budgets = args.budgets.clone();
-    let qrels_mode = data.tenant != "squad";
-    if qrels_mode {
-        budgets = vec![ragstream_core::query::DEFAULT_BUDGET];
-    }
-    // Each budget twice: as the job answers by default (evidence stop) and with `fill: true`
-    // (packed to the budget); the fill runs are numbered after the default ones.
+/// The contexts of step 2, by (question, slot): slot `b` is budget `b` as the job answers by default,
+/// slot `b + budgets` the same budget with `fill: true`; each with its round trip (ms).
+type Contexts = HashMap<(usize, usize), (Context, f64)>;
+
+/// Step 2: every question at every budget, default and filled, through the real query flow (the
+/// ingress of `POST /v1/query`), `concurrency` at a time; answers the contexts, the requests made and
+/// the seconds they took.
+fn ask(
+    running: &crate::runtime::Running,
+    tenant: &str,
+    queries: &[EvalQuery],
+    budgets: &[usize],
+    concurrency: usize,
+) -> anyhow::Result<(Contexts, usize, f64)> {
     let mut requests: Vec<(usize, usize, Vec<u8>)> = Vec::new();
     for (qi, (id, text, _, _)) in queries.iter().enumerate() {
         for (bi, budget) in budgets.iter().enumerate() {
             for fill in [false, true] {
                 let body = json!({
                     "query_id": format!("{id}@{budget}{}", if fill { "+fill" } else { "" }),
-                    "tenant": data.tenant,
+                    "tenant": tenant,
                     "text": text,
                     "token_budget": budget,
                     "trace": true,
@@ -155,36 +173,19 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
             }
         }
     }
-    let mut contexts: HashMap<(usize, usize), (Context, f64)> = HashMap::new();
-    let query_started = Instant::now();
+    let mut contexts = Contexts::new();
+    let started = Instant::now();
     let mut in_flight = std::collections::VecDeque::new();
     let mut next = 0;
     while next < requests.len() || !in_flight.is_empty() {
-        while next < requests.len() && in_flight.len() < args.concurrency {
+        while next < requests.len() && in_flight.len() < concurrency {
             let (qi, bi, body) = requests[next].clone();
             let (_, receiver) = running.ingress.submit(body);
             in_flight.push_back((qi, bi, receiver, Instant::now()));
             next += 1;
         }
         let (qi, bi, receiver, sent) = in_flight.pop_front().expect("in flight");
-        // Waits up to 120 s, but not for a job that stopped (a worker that panicked answers nothing).
-        let context = loop {
-            match receiver.recv_timeout(Duration::from_secs(1)) {
-                Ok(context) => break context,
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    bail!("the job stopped before answering query {qi}")
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) if !running.is_running() => {
-                    bail!("the job stopped before answering query {qi} (see its log above)")
-                }
-                Err(mpsc::RecvTimeoutError::Timeout)
-                    if sent.elapsed() > Duration::from_secs(120) =>
-                {
-                    bail!("no context for query {qi} within 120 s")
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-            }
-        };
+        let context = await_context(running, &receiver, qi, sent)?;
         if let Some(error) = &context.error {
             bail!("query {} failed: {error}", context.query_id);
         }
@@ -193,21 +194,62 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
             eprintln!("{} / {} contexts", contexts.len(), requests.len());
         }
     }
-    let query_seconds = query_started.elapsed().as_secs_f64();
+    Ok((contexts, requests.len(), started.elapsed().as_secs_f64()))
+}
 
-    // 3. Naive baseline in the same run: dense top-k, chars ÷ 4 budget, nothing else.
-    let shard = running.shards[0].clone();
+/// Waits up to 120 s for question `qi`'s context, but not for a job that stopped (a worker that
+/// panicked answers nothing).
+fn await_context(
+    running: &crate::runtime::Running,
+    receiver: &mpsc::Receiver<Context>,
+    qi: usize,
+    sent: Instant,
+) -> anyhow::Result<Context> {
+    loop {
+        match receiver.recv_timeout(Duration::from_secs(1)) {
+            Ok(context) => return Ok(context),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                bail!("the job stopped before answering query {qi}")
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) if !running.is_running() => {
+                bail!("the job stopped before answering query {qi} (see its log above)")
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) if sent.elapsed() > Duration::from_secs(120) => {
+                bail!("no context for query {qi} within 120 s")
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+    }
+}
+
+/// The naive baseline's answers, per question: its ranked documents, the chunks it packs (the top
+/// k, as document and text) and its latency (ms).
+struct Naive {
+    ranked: Vec<Vec<String>>,
+    items: Vec<Vec<(String, String)>>,
+    latency: Vec<f64>,
+}
+
+/// Step 3: the naive baseline in the same run: dense top-k from the job's shard, nothing else.
+fn naive_baseline(
+    indexed: &mut Indexed,
+    tenant: &str,
+    queries: &[EvalQuery],
+) -> anyhow::Result<Naive> {
+    let shard = indexed.running.shards[0].clone();
     let filter = SearchFilter {
-        tenant: Some(data.tenant.clone()),
+        tenant: Some(tenant.to_string()),
         ..SearchFilter::default()
     };
-    let mut naive_ranked: Vec<Vec<String>> = Vec::new();
-    let mut naive_items: Vec<Vec<(String, String)>> = Vec::new();
-    let mut naive_latency = Vec::new();
+    let mut naive = Naive {
+        ranked: Vec::new(),
+        items: Vec::new(),
+        latency: Vec::new(),
+    };
     for chunk in queries.chunks(64) {
         let texts: Vec<&str> = chunk.iter().map(|q| q.1.as_str()).collect();
         let started = Instant::now();
-        let vectors = baseline_embedder.embed(&texts)?;
+        let vectors = indexed.baseline_embedder.embed(&texts)?;
         let per_query = started.elapsed().as_secs_f64() * 1000.0 / texts.len() as f64;
         for vector in vectors {
             let started = Instant::now();
@@ -219,9 +261,13 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
                 NAIVE_RANKING_DEPTH,
                 None,
             )?;
-            naive_latency.push(per_query + started.elapsed().as_secs_f64() * 1000.0);
-            naive_ranked.push(hits.iter().map(|h| h.stored.key.doc_id.clone()).collect());
-            naive_items.push(
+            naive
+                .latency
+                .push(per_query + started.elapsed().as_secs_f64() * 1000.0);
+            naive
+                .ranked
+                .push(hits.iter().map(|h| h.stored.key.doc_id.clone()).collect());
+            naive.items.push(
                 hits.iter()
                     .take(ragstream_core::query::DEFAULT_K)
                     .map(|h| (h.stored.key.doc_id.clone(), h.stored.chunk.text.clone()))
@@ -229,107 +275,115 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
             );
         }
     }
+    Ok(naive)
+}
 
-    // 4. Scores.
-    let mut report = json!({
-        "dataset": args.dataset,
-        "kind": kind,
-        "config_extra": args.config_extra,
-        "documents": documents,
-        "queries": queries.len(),
-        "index_seconds": index_seconds,
-        "chunks_written_this_run": chunks_written,
-        "query_seconds": query_seconds,
-        "queries_per_second": requests.len() as f64 / query_seconds.max(1e-9),
-    });
-    let mut stage_latency: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let mut round_trip = Vec::new();
-    // Latencies of the default contexts only (the `fill` ones are the same queries again).
-    for ((_, slot), (context, latency)) in &contexts {
-        if *slot >= budgets.len() {
-            continue;
-        }
-        round_trip.push(*latency);
-        for (stage, ms) in &context.latency_ms {
-            stage_latency.entry(stage.clone()).or_default().push(*ms);
+/// Each document once, in the order first seen.
+fn distinct_in_order<'a>(docs: impl IntoIterator<Item = &'a String>) -> Vec<String> {
+    let mut distinct: Vec<String> = Vec::new();
+    for doc in docs {
+        if !distinct.contains(doc) {
+            distinct.push(doc.clone());
         }
     }
-    let mut ragstream = json!({
-        "latency_round_trip": latency_summary(round_trip),
-        "latency_stages": stage_latency.into_iter().map(|(k, v)| (k, latency_summary(v))).collect::<serde_json::Map<_, _>>(),
-    });
-    let mut intents: BTreeMap<String, usize> = BTreeMap::new();
-    for (qi, _) in queries.iter().enumerate() {
-        if let Some((context, _)) = contexts.get(&(qi, 0)) {
-            *intents.entry(context.intent.clone()).or_default() += 1;
-        }
-    }
-    ragstream["intents"] = json!(intents);
-    let mut naive = json!({ "latency": latency_summary(naive_latency) });
-    // Ranking metrics over the documents in the order the pipeline ranked them (SQuAD: the gold
-    // paragraph is the one relevant document).
-    {
-        let (mut ndcg, mut r10, mut rpool, mut naive_ndcg, mut naive_r10) =
-            (0.0, 0.0, 0.0, 0.0, 0.0);
-        let (mut r1, mut r3) = (0.0, 0.0);
-        let mut by_intent: BTreeMap<String, (usize, f64)> = BTreeMap::new();
-        for (qi, (_, _, _, relevant)) in queries.iter().enumerate() {
-            let (context, _) = &contexts[&(qi, 0)];
-            let mut ranked: Vec<String> = Vec::new();
-            for candidate in context
+    distinct
+}
+
+/// Step 4a: ranking measures over the documents in the order the job ranked them (the trace's
+/// candidates) and the baseline's (SQuAD: the gold paragraph is the one relevant document).
+fn ranking_scores(
+    queries: &[EvalQuery],
+    contexts: &Contexts,
+    naive_ranked: &[Vec<String>],
+    ragstream: &mut Value,
+    naive: &mut Value,
+) {
+    let (mut ndcg, mut r10, mut rpool, mut naive_ndcg, mut naive_r10) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    let (mut r1, mut r3) = (0.0, 0.0);
+    let mut by_intent: BTreeMap<String, (usize, f64)> = BTreeMap::new();
+    for (qi, (_, _, _, relevant)) in queries.iter().enumerate() {
+        let (context, _) = &contexts[&(qi, 0)];
+        let ranked = distinct_in_order(
+            context
                 .trace
                 .as_ref()
                 .map(|t| t.candidates.as_slice())
                 .unwrap_or_default()
-            {
-                if !ranked.contains(&candidate.doc_id) {
-                    ranked.push(candidate.doc_id.clone());
-                }
-            }
-            let query_ndcg = ndcg_at(&ranked, relevant, 10);
-            ndcg += query_ndcg;
-            let entry = by_intent.entry(context.intent.clone()).or_default();
-            entry.0 += 1;
-            entry.1 += query_ndcg;
-            r10 += recall_at(&ranked, relevant, 10);
-            r1 += recall_at(&ranked, relevant, 1);
-            r3 += recall_at(&ranked, relevant, 3);
-            rpool += recall_at(&ranked, relevant, ranked.len());
-            let mut naive_docs: Vec<String> = Vec::new();
-            for doc in &naive_ranked[qi] {
-                if !naive_docs.contains(doc) {
-                    naive_docs.push(doc.clone());
-                }
-            }
-            naive_ndcg += ndcg_at(&naive_docs, relevant, 10);
-            naive_r10 += recall_at(&naive_docs, relevant, 10);
-        }
-        let n = queries.len().max(1) as f64;
-        ragstream["ndcg_at_10"] = json!(ndcg / n);
-        ragstream["recall_at_10"] = json!(r10 / n);
-        ragstream["recall_at_1"] = json!(r1 / n);
-        ragstream["recall_at_3"] = json!(r3 / n);
-        ragstream["recall_at_pool"] = json!(rpool / n);
-        ragstream["ndcg_at_10_by_intent"] = by_intent
-            .into_iter()
-            .map(|(intent, (count, sum))| {
-                (
-                    intent,
-                    json!({"queries": count, "ndcg_at_10": sum / count as f64}),
-                )
-            })
-            .collect::<serde_json::Map<_, _>>()
-            .into();
-        naive["ndcg_at_10"] = json!(naive_ndcg / n);
-        naive["recall_at_10"] = json!(naive_r10 / n);
+                .iter()
+                .map(|candidate| &candidate.doc_id),
+        );
+        let query_ndcg = ndcg_at(&ranked, relevant, 10);
+        ndcg += query_ndcg;
+        let entry = by_intent.entry(context.intent.clone()).or_default();
+        entry.0 += 1;
+        entry.1 += query_ndcg;
+        r10 += recall_at(&ranked, relevant, 10);
+        r1 += recall_at(&ranked, relevant, 1);
+        r3 += recall_at(&ranked, relevant, 3);
+        rpool += recall_at(&ranked, relevant, ranked.len());
+        let naive_docs = distinct_in_order(&naive_ranked[qi]);
+        naive_ndcg += ndcg_at(&naive_docs, relevant, 10);
+        naive_r10 += recall_at(&naive_docs, relevant, 10);
     }
+    let n = queries.len().max(1) as f64;
+    ragstream["ndcg_at_10"] = json!(ndcg / n);
+    ragstream["recall_at_10"] = json!(r10 / n);
+    ragstream["recall_at_1"] = json!(r1 / n);
+    ragstream["recall_at_3"] = json!(r3 / n);
+    ragstream["recall_at_pool"] = json!(rpool / n);
+    ragstream["ndcg_at_10_by_intent"] = by_intent
+        .into_iter()
+        .map(|(intent, (count, sum))| {
+            (
+                intent,
+                json!({"queries": count, "ndcg_at_10": sum / count as f64}),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into();
+    naive["ndcg_at_10"] = json!(naive_ndcg / n);
+    naive["recall_at_10"] = json!(naive_r10 / n);
+}
+
+/// The naive context of one question at `budget`: whole chunks while characters ÷ 4 stay within it.
+fn naive_context(items: &[(String, String)], budget: usize) -> (Vec<(String, String)>, String) {
+    let mut chars = 0;
+    let mut kept = Vec::new();
+    for (doc, text) in items {
+        if (chars + text.len()) / 4 > budget {
+            break;
+        }
+        chars += text.len() + 2;
+        kept.push((doc.clone(), text.clone()));
+    }
+    let context = kept
+        .iter()
+        .map(|(_, t)| t.as_str())
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    (kept, context)
+}
+
+/// Step 4b: the packing measures at each budget (`by_budget`, `by_budget_fill`, and the baseline's
+/// `by_budget`); answers the detail lines when they are asked for.
+#[allow(clippy::too_many_arguments)]
+fn budget_scores(
+    queries: &[EvalQuery],
+    budgets: &[usize],
+    contexts: &Contexts,
+    naive_items: &[Vec<(String, String)>],
+    (counter, by_lines, with_answers): (TokenCounter, bool, bool),
+    details: bool,
+    ragstream: &mut Value,
+    naive: &mut Value,
+) -> String {
     let mut by_budget = serde_json::Map::new();
     let mut by_budget_fill = serde_json::Map::new();
     let mut naive_by_budget = serde_json::Map::new();
-    let mut details = String::new();
+    let mut lines = String::new();
     for (bi, &budget) in budgets.iter().enumerate() {
         let tally = || Tally {
-            by_lines: kind == "code",
+            by_lines,
             ..Tally::default()
         };
         let (mut ours, mut filled, mut theirs) = (tally(), tally(), tally());
@@ -354,24 +408,10 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
                     counter,
                 );
             }
-            if args.details.is_some() {
-                details.push_str(&detail_line(&queries[qi], budget, context));
+            if details {
+                lines.push_str(&detail_line(&queries[qi], budget, context));
             }
-            // Naive: whole chunks while characters ÷ 4 stay within the budget.
-            let mut chars = 0;
-            let mut kept = Vec::new();
-            for (doc, text) in &naive_items[qi] {
-                if (chars + text.len()) / 4 > budget {
-                    break;
-                }
-                chars += text.len() + 2;
-                kept.push((doc.clone(), text.clone()));
-            }
-            let naive_context = kept
-                .iter()
-                .map(|(_, t)| t.as_str())
-                .collect::<Vec<_>>()
-                .join("\n\n");
+            let (kept, naive_context) = naive_context(&naive_items[qi], budget);
             let naive_tokens = counter.count(&naive_context);
             theirs.add(
                 &kept,
@@ -383,21 +423,105 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
                 counter,
             );
         }
-        by_budget.insert(budget.to_string(), ours.report(!qrels_mode));
-        by_budget_fill.insert(budget.to_string(), filled.report(!qrels_mode));
-        naive_by_budget.insert(budget.to_string(), theirs.report(!qrels_mode));
-    }
-    if let Some(path) = &args.details {
-        std::fs::write(path, details).with_context(|| format!("writing {}", path.display()))?;
+        by_budget.insert(budget.to_string(), ours.report(with_answers));
+        by_budget_fill.insert(budget.to_string(), filled.report(with_answers));
+        naive_by_budget.insert(budget.to_string(), theirs.report(with_answers));
     }
     ragstream["by_budget"] = Value::Object(by_budget);
     ragstream["by_budget_fill"] = Value::Object(by_budget_fill);
     naive["by_budget"] = Value::Object(naive_by_budget);
+    lines
+}
+
+/// Round-trip and per-stage latency of the default contexts (the `fill` ones are the same queries
+/// again), and how many questions took each intent.
+fn latency_and_intents(queries: &[EvalQuery], budgets: &[usize], contexts: &Contexts) -> Value {
+    let mut stage_latency: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut round_trip = Vec::new();
+    for ((_, slot), (context, latency)) in contexts {
+        if *slot >= budgets.len() {
+            continue;
+        }
+        round_trip.push(*latency);
+        for (stage, ms) in &context.latency_ms {
+            stage_latency.entry(stage.clone()).or_default().push(*ms);
+        }
+    }
+    let mut intents: BTreeMap<String, usize> = BTreeMap::new();
+    for (qi, _) in queries.iter().enumerate() {
+        if let Some((context, _)) = contexts.get(&(qi, 0)) {
+            *intents.entry(context.intent.clone()).or_default() += 1;
+        }
+    }
+    json!({
+        "latency_round_trip": latency_summary(round_trip),
+        "latency_stages": stage_latency.into_iter().map(|(k, v)| (k, latency_summary(v))).collect::<serde_json::Map<_, _>>(),
+        "intents": intents,
+    })
+}
+
+/// Runs the evaluation; returns the report.
+pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
+    let data = dataset(&args)?;
+    let mut queries = data.queries.clone();
+    if let Some(limit) = args.limit {
+        queries.truncate(limit);
+    }
+    let kind = args.kind.as_deref().unwrap_or(data.kind).to_string();
+    let mut indexed = index(&args, &data, &kind)?;
+    // SQuAD is measured by answers at each budget; the qrels sets by ranking, at the default budget.
+    let qrels_mode = data.tenant != "squad";
+    let budgets = match qrels_mode {
+        true => vec![ragstream_core::query::DEFAULT_BUDGET],
+        false => args.budgets.clone(),
+    };
+    let (contexts, requests, query_seconds) = ask(
+        &indexed.running,
+        &data.tenant,
+        &queries,
+        &budgets,
+        args.concurrency,
+    )?;
+    let baseline = naive_baseline(&mut indexed, &data.tenant, &queries)?;
+    let mut report = json!({
+        "dataset": args.dataset,
+        "kind": kind,
+        "config_extra": args.config_extra,
+        "documents": indexed.documents,
+        "queries": queries.len(),
+        "index_seconds": indexed.seconds,
+        "chunks_written_this_run": indexed.chunks_written,
+        "query_seconds": query_seconds,
+        "queries_per_second": requests as f64 / query_seconds.max(1e-9),
+    });
+    let mut ragstream = latency_and_intents(&queries, &budgets, &contexts);
+    let mut naive = json!({ "latency": latency_summary(baseline.latency) });
+    ranking_scores(
+        &queries,
+        &contexts,
+        &baseline.ranked,
+        &mut ragstream,
+        &mut naive,
+    );
+    let details = budget_scores(
+        &queries,
+        &budgets,
+        &contexts,
+        &baseline.items,
+        (indexed.counter, kind == "code", !qrels_mode),
+        args.details.is_some(),
+        &mut ragstream,
+        &mut naive,
+    );
+    if let Some(path) = &args.details {
+        std::fs::write(path, details).with_context(|| format!("writing {}", path.display()))?;
+    }
     report["ragstream"] = ragstream;
     report["naive_dense_topk"] = naive;
-    running
+    indexed
+        .running
         .shutdown
         .store(true, std::sync::atomic::Ordering::SeqCst);
-    running.join()?;
+    indexed.running.join()?;
     Ok(report)
 }
