@@ -258,3 +258,148 @@ pub(super) fn detail_line(query: &EvalQuery, budget: usize, context: &Context) -
     line.push('\n');
     line
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ragstream_operators::tokens::Encoding;
+
+    fn relevant(grades: &[(&str, u32)]) -> BTreeMap<String, u32> {
+        grades.iter().map(|(d, g)| (d.to_string(), *g)).collect()
+    }
+
+    fn ranked(docs: &[&str]) -> Vec<String> {
+        docs.iter().map(|d| d.to_string()).collect()
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn ndcg_against_hand_computed_values() {
+        // DCG = (2^1 - 1)/log2(3) + (2^2 - 1)/log2(4) = 0.63093 + 1.5; the ideal order (grade 2, then
+        // 1) gives 3/log2(2) + 1/log2(3) = 3.63093; nDCG = 2.13093 / 3.63093 = 0.586883.
+        let grades = relevant(&[("b", 1), ("c", 2)]);
+        let order = ranked(&["a", "b", "c"]);
+        assert!(close(ndcg_at(&order, &grades, 3), 0.586_882_671_435_72));
+        // The best document first and the other second: the ideal order.
+        assert!(close(ndcg_at(&ranked(&["c", "b", "a"]), &grades, 3), 1.0));
+        // Nothing relevant in the cut-off: 0; no judgements at all: 0, not NaN.
+        assert_eq!(ndcg_at(&order, &grades, 1), 0.0);
+        assert_eq!(ndcg_at(&order, &BTreeMap::new(), 3), 0.0);
+        // The cut-off applies to the ideal too: at k = 1 only the best grade counts.
+        assert!(close(ndcg_at(&ranked(&["c"]), &grades, 1), 1.0));
+    }
+
+    #[test]
+    fn recall_counts_relevant_documents_within_the_cut_off() {
+        let grades = relevant(&[("b", 1), ("c", 1), ("d", 1)]);
+        let order = ranked(&["a", "b", "c"]);
+        assert!(close(recall_at(&order, &grades, 2), 1.0 / 3.0));
+        assert!(close(recall_at(&order, &grades, 10), 2.0 / 3.0));
+        assert_eq!(recall_at(&order, &BTreeMap::new(), 10), 0.0);
+    }
+
+    #[test]
+    fn an_answer_counts_up_to_case_and_spacing_and_never_when_empty() {
+        let context = "The Eiffel\n  Tower was completed in 1889.";
+        assert!(answered(context, &["eiffel tower".into()]));
+        assert!(answered(context, &["1890".into(), "IN 1889".into()]));
+        assert!(!answered(context, &["1890".into()]));
+        assert!(!answered(context, &[" ".into()]));
+        assert!(!answered(context, &[]));
+    }
+
+    #[test]
+    fn redundancy_counts_each_distinct_sentence_once() {
+        let counter = TokenCounter::new(Encoding::default());
+        let sentence = "Tides rise twice a day.";
+        let once = counter.count(sentence);
+        // The same sentence packed twice: twice its tokens packed, once distinct.
+        let twice = [("a".into(), sentence.into()), ("b".into(), sentence.into())];
+        assert_eq!(redundancy(&twice, counter, false), (2 * once, once));
+        // Case and spacing do not make a sentence distinct.
+        let shouted = [
+            ("a".into(), sentence.into()),
+            ("b".into(), "TIDES  rise twice a day.".into()),
+        ];
+        let (packed, distinct) = redundancy(&shouted, counter, false);
+        assert_eq!(distinct, once);
+        assert_eq!(packed, once + counter.count("TIDES  rise twice a day."));
+        // Code: distinct non-blank lines.
+        let code = [
+            ("a".into(), "let x = 1;\n\nlet y = 2;\n".into()),
+            ("b".into(), "let x = 1;\n".into()),
+        ];
+        let (packed, distinct) = redundancy(&code, counter, true);
+        assert_eq!(
+            packed,
+            counter.count("let x = 1;\n\nlet y = 2;\n") + counter.count("let x = 1;\n")
+        );
+        assert_eq!(
+            distinct,
+            counter.count("let x = 1;\n") + counter.count("let y = 2;\n")
+        );
+    }
+
+    #[test]
+    fn garbage_is_tokens_of_items_neither_relevant_nor_answering() {
+        let counter = TokenCounter::new(Encoding::default());
+        let items = [
+            ("gold".into(), "The tower opened in 1889.".into()),
+            ("other".into(), "Its engineer saw it open in 1889.".into()),
+            ("junk".into(), "Bread needs flour, water and salt.".into()),
+        ];
+        let grades = relevant(&[("gold", 1)]);
+        let (bad, total) = garbage(&items, &grades, &["1889".into()], counter);
+        let tokens: Vec<usize> = items.iter().map(|(_, t)| counter.count(t)).collect();
+        assert_eq!(bad, tokens[2]);
+        assert_eq!(total, tokens.iter().sum::<usize>());
+        // Without answers only the relevant document is clean.
+        let (bad, _) = garbage(&items, &grades, &[], counter);
+        assert_eq!(bad, tokens[1] + tokens[2]);
+    }
+
+    #[test]
+    fn the_tally_reports_rates_over_its_contexts() {
+        let counter = TokenCounter::new(Encoding::default());
+        let grades = relevant(&[("gold", 1)]);
+        let answers = vec!["1889".to_string()];
+        let mut tally = Tally::default();
+        let hit = [("gold".to_string(), "Opened in 1889.".to_string())];
+        let miss = [("junk".to_string(), "Bread needs flour.".to_string())];
+        tally.add(&hit, "Opened in 1889.", 5, 100, &grades, &answers, counter);
+        // Says it used 120 of a 100-token budget: an overrun.
+        tally.add(
+            &miss,
+            "Bread needs flour.",
+            120,
+            100,
+            &grades,
+            &answers,
+            counter,
+        );
+        let report = tally.report(true);
+        assert_eq!(report["contexts"], 2);
+        assert_eq!(report["overruns"], 1);
+        assert_eq!(report["answer_recall"], 0.5);
+        assert_eq!(report["mean_tokens_used"], 62.5);
+        let junk = counter.count("Bread needs flour.") as f64;
+        let all = junk + counter.count("Opened in 1889.") as f64;
+        assert!(close(
+            report["garbage_fraction"].as_f64().expect("a number"),
+            junk / all
+        ));
+        assert!(tally.report(false).get("answer_recall").is_none());
+    }
+
+    #[test]
+    fn percentiles_take_the_nearest_rank() {
+        let sorted = [1.0, 2.0, 3.0, 4.0, 5.0];
+        assert_eq!(percentile(&sorted, 50.0), 3.0);
+        assert_eq!(percentile(&sorted, 99.0), 5.0);
+        assert_eq!(percentile(&sorted, 0.0), 1.0);
+        assert_eq!(percentile(&[], 50.0), 0.0);
+    }
+}
