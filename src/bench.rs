@@ -29,15 +29,34 @@ use rdkafka::ClientConfig;
 use serde_json::json;
 
 /// Arguments of `bench ingest`.
+#[derive(clap::Args, Debug)]
 pub struct IngestBench {
     /// BEIR corpus (`{_id, title, text}` per line).
+    #[arg(long)]
     pub corpus: PathBuf,
-    /// Kafka bootstrap servers.
+    /// Kafka bootstrap servers (a fresh topic is created by producing to it).
+    #[arg(long)]
     pub brokers: String,
     /// Use only the first N documents.
+    #[arg(long)]
     pub limit: Option<usize>,
     /// Single-document probes for event-to-searchable.
+    #[arg(long, default_value_t = 20)]
     pub probes: usize,
+}
+
+/// What the query benches read and where the broker is.
+#[derive(clap::Args, Debug)]
+pub struct QueryBenchData {
+    /// BEIR corpus (`{_id, title, text}` per line).
+    #[arg(long)]
+    pub corpus: PathBuf,
+    /// Questions (`{_id, text}` per line).
+    #[arg(long)]
+    pub questions: PathBuf,
+    /// Kafka bootstrap servers.
+    #[arg(long)]
+    pub brokers: String,
 }
 
 /// Queues `record`, serving delivery reports while the producer's queue is full.

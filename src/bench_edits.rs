@@ -18,12 +18,16 @@ use ragstream_operators::model::{ChunkSet, DocKey, DocKind, Document};
 use serde_json::json;
 
 /// Arguments of `bench edits`.
+#[derive(clap::Args, Debug)]
 pub struct EditsBench {
     /// BEIR corpus (`{_id, title, text}` per line) for the prose and markdown documents.
+    #[arg(long, default_value = "../shared/data/squad-v1.1/corpus.jsonl")]
     pub corpus: PathBuf,
     /// A directory of Rust sources for the code document.
+    #[arg(long, default_value = "operators/src")]
     pub code: PathBuf,
     /// Chunks each document reaches at least.
+    #[arg(long, default_value_t = 100)]
     pub chunks: usize,
 }
 

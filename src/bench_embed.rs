@@ -28,20 +28,28 @@ pub enum Engine {
 }
 
 /// Arguments of `bench embed`.
+#[derive(clap::Args, Debug)]
 pub struct EmbedBench {
     /// BEIR corpus (`{_id, title, text}` per line).
+    #[arg(long)]
     pub corpus: PathBuf,
     /// Questions (`{_id, text}` per line) for the single-query latency.
+    #[arg(long)]
     pub questions: PathBuf,
     /// Use only the first N documents.
+    #[arg(long)]
     pub limit: Option<usize>,
     /// Questions embedded one at a time.
+    #[arg(long, default_value_t = 200)]
     pub queries: usize,
     /// The embedder.
+    #[arg(long, value_enum, default_value = "int8")]
     pub engine: Engine,
     /// Inference threads.
+    #[arg(long, default_value_t = 2)]
     pub threads: usize,
-    /// Where to write the texts for the peer.
+    /// Write the texts and questions (JSON) for the PyTorch peer.
+    #[arg(long)]
     pub texts_out: Option<PathBuf>,
 }
 

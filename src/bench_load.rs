@@ -12,7 +12,6 @@
 //!    on until ingest is done (at most `queries` round trips of each kind are kept); the ingest rate of
 //!    the phase is reported with them.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ragstream_operators::metrics::metrics;
@@ -24,21 +23,24 @@ use serde_json::{json, Value};
 use crate::bench::latency_summary as summary;
 
 /// Arguments of `bench load`.
+#[derive(clap::Args, Debug)]
 pub struct LoadBench {
-    /// BEIR corpus (`{_id, title, text}` per line).
-    pub corpus: PathBuf,
-    /// Questions (`{_id, text}` per line).
-    pub questions: PathBuf,
-    /// Kafka bootstrap servers.
-    pub brokers: String,
+    /// The corpus, questions and broker.
+    #[command(flatten)]
+    pub data: crate::bench::QueryBenchData,
     /// Documents indexed before the idle phase.
+    #[arg(long, default_value_t = 200)]
     pub seed: usize,
     /// Round trips of each kind per phase.
+    #[arg(long, default_value_t = 100)]
     pub queries: usize,
-    /// Extra config lines (TOML, appended), e.g. `[embedder]\nthreads = 1`.
+    /// Extra config (TOML, appended; `\n` for a line break), e.g. "[embedder]\nthreads = 1".
+    #[arg(long, default_value = "")]
     pub config_extra: String,
-    /// A Qdrant server (gRPC URL) to index into, in a fresh collection, instead of an embedded index.
-    pub index_url: Option<String>,
+    /// A Qdrant server (gRPC URL) to index into, in a fresh collection, instead of an embedded
+    /// index (empty: embedded).
+    #[arg(long, default_value = "")]
+    pub index_url: String,
 }
 
 /// Round trips of one phase: (new questions, cached vectors).
@@ -64,15 +66,16 @@ pub fn load(args: LoadBench) -> anyhow::Result<Value> {
         std::process::id(),
         ragstream_operators::now_millis()
     );
-    let documents = crate::bench::read_jsonl_lines(&args.corpus)?;
-    let questions = crate::bench::read_questions(&args.questions, 4 * args.queries)?;
+    let documents = crate::bench::read_jsonl_lines(&args.data.corpus)?;
+    let questions = crate::bench::read_questions(&args.data.questions, 4 * args.queries)?;
     anyhow::ensure!(
         documents.len() > args.seed,
         "the corpus has no documents after the seed"
     );
     let index = std::env::temp_dir().join(format!("ragstream-bench-load-{run}"));
     let config_path = std::env::temp_dir().join(format!("ragstream-bench-load-{run}.toml"));
-    let index_section = match &args.index_url {
+    let index_url = Some(args.index_url.as_str()).filter(|url| !url.is_empty());
+    let index_section = match index_url {
         Some(url) => {
             format!("kind = \"server\"\nurl = {url:?}\ncollection = \"load_{run}\"")
         }
@@ -82,8 +85,8 @@ pub fn load(args: LoadBench) -> anyhow::Result<Value> {
         &config_path,
         format!(
             "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"{}\"\ndocuments_topic = \"load-docs-{run}\"\nqueries_topic = \"load-queries-{run}\"\ncontexts_topic = \"load-contexts-{run}\"\ndlq_topic = \"load-dlq-{run}\"\ngroup_id = \"load-{run}\"\n[index]\n{index_section}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = 1\n{}\n",
-            args.brokers,
-            args.config_extra,
+            args.data.brokers,
+            args.config_extra.replace("\\n", "\n"),
         ),
     )?;
     let config = Config::load(&config_path)?;
@@ -95,7 +98,7 @@ pub fn load(args: LoadBench) -> anyhow::Result<Value> {
     )
     .map_err(anyhow::Error::msg)?;
     let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", &args.brokers)
+        .set("bootstrap.servers", &args.data.brokers)
         .set("linger.ms", "5")
         .create()?;
     let topic = format!("load-docs-{run}");
@@ -189,7 +192,7 @@ pub fn load(args: LoadBench) -> anyhow::Result<Value> {
     let p50 = |v: &[f64]| summary(v.to_vec())["p50_ms"].as_f64().unwrap_or(0.0);
     Ok(json!({
         "embedder": embedder,
-        "index": if args.index_url.is_some() { "qdrant server" } else { "embedded" },
+        "index": if index_url.is_some() { "qdrant server" } else { "embedded" },
         "documents": {"seed": args.seed, "streamed": rest.len()},
         "idle": {"with_query_embedding": summary(idle.embedded.clone()), "embedding_cached": summary(idle.cached.clone()), "job_latency_total": summary(idle.job_total.clone())},
         "loaded": {"with_query_embedding": summary(loaded.embedded.clone()), "embedding_cached": summary(loaded.cached.clone()), "job_latency_total": summary(loaded.job_total.clone())},

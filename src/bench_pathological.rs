@@ -21,15 +21,20 @@ use serde_json::{json, Value};
 use crate::bench::latency_summary as summary;
 
 /// Arguments of `bench pathological`.
+#[derive(clap::Args, Debug)]
 pub struct PathologicalBench {
     /// Size of the large documents, MiB (each stays just under the job's document limit).
+    #[arg(long, default_value_t = 8)]
     pub size_mib: usize,
     /// Round trips with ingest idle.
+    #[arg(long, default_value_t = 200)]
     pub queries: usize,
-    /// Longest the loaded phase lasts (the large documents may still be embedded after it).
+    /// Longest the loaded phase lasts, seconds (the large documents may still be embedded after it).
+    #[arg(long, default_value_t = 120)]
     pub loaded_seconds: u64,
-    /// Least time between the starts of two round trips (one client, paced: the queries take a
-    /// bounded share of the CPU, and ingest goes on beside them).
+    /// Least milliseconds between the starts of two round trips (one client, paced: the queries
+    /// take a bounded share of the CPU, and ingest goes on beside them).
+    #[arg(long, default_value_t = 50)]
     pub interval_ms: u64,
 }
 

@@ -26,16 +26,22 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde_json::{json, Value};
 
 /// Arguments of `bench query`.
+#[derive(clap::Args, Debug)]
 pub struct QueryBench {
     /// Kafka bootstrap servers.
+    #[arg(long)]
     pub brokers: String,
-    /// An index holding the `squad` and `scifact` tenants.
+    /// An index holding the `squad` and `scifact` tenants (built by `ragstream eval`).
+    #[arg(long, default_value = ".ragstream/eval/index")]
     pub index: PathBuf,
     /// BEIR data root (for the query texts).
+    #[arg(long, default_value = "../shared/data", env = "RAGSTREAM_DATA")]
     pub data: PathBuf,
     /// Offered queries per second.
+    #[arg(long, default_value_t = 200.0)]
     pub rate: f64,
     /// Seconds per phase.
+    #[arg(long, default_value_t = 20.0)]
     pub seconds: f64,
 }
 

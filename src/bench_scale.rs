@@ -27,18 +27,25 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde_json::{json, Value};
 
 /// Arguments of `bench scale`.
+#[derive(clap::Args, Debug)]
 pub struct ScaleBench {
     /// BEIR corpus (`{_id, title, text}` per line).
+    #[arg(long)]
     pub corpus: PathBuf,
     /// Kafka bootstrap servers.
+    #[arg(long)]
     pub brokers: String,
     /// Use only the first N documents.
+    #[arg(long)]
     pub limit: Option<usize>,
-    /// Worker counts to measure.
+    /// Worker counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
     pub workers: Vec<usize>,
     /// Queries per worker count.
+    #[arg(long, default_value_t = 2000)]
     pub queries: usize,
-    /// Rounds over the worker counts.
+    /// Rounds over the worker counts (interleaved: 1, 2, 4, 1, 2, 4, …); medians are reported.
+    #[arg(long, default_value_t = 3)]
     pub rounds: usize,
 }
 

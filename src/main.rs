@@ -205,166 +205,27 @@ struct EvalCli {
     config_extra: String,
 }
 
-/// What the query benches read and where the broker is.
-#[derive(Args, Debug)]
-struct QueryBenchData {
-    /// BEIR-layout corpus.jsonl.
-    #[arg(long)]
-    corpus: PathBuf,
-    /// Questions (`{_id, text}` lines).
-    #[arg(long)]
-    questions: PathBuf,
-    /// Kafka bootstrap servers.
-    #[arg(long)]
-    brokers: String,
-}
-
 #[derive(Subcommand)]
 enum BenchCommand {
     /// Query latency through Kafka at a steady offered rate, with and without query embedding.
-    Query {
-        /// Kafka bootstrap servers.
-        #[arg(long)]
-        brokers: String,
-        /// An index holding the `squad` and `scifact` tenants (built by `ragstream eval`).
-        #[arg(long, default_value = ".ragstream/eval/index")]
-        index: PathBuf,
-        /// BEIR data root.
-        #[arg(long, default_value = "../shared/data", env = "RAGSTREAM_DATA")]
-        data: PathBuf,
-        /// Offered queries per second.
-        #[arg(long, default_value_t = 200.0)]
-        rate: f64,
-        /// Seconds per phase.
-        #[arg(long, default_value_t = 20.0)]
-        seconds: f64,
-    },
+    Query(bench_query::QueryBench),
     /// Ingest and query throughput at several worker counts, the model taken out (instant embedder).
-    Scale {
-        /// BEIR-layout corpus.jsonl.
-        #[arg(long)]
-        corpus: PathBuf,
-        /// Kafka bootstrap servers.
-        #[arg(long)]
-        brokers: String,
-        /// Use only the first N documents.
-        #[arg(long)]
-        limit: Option<usize>,
-        /// Worker counts, comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
-        workers: Vec<usize>,
-        /// Queries per worker count.
-        #[arg(long, default_value_t = 2000)]
-        queries: usize,
-        /// Rounds over the worker counts (interleaved: 1, 2, 4, 1, 2, 4, …); medians are reported.
-        #[arg(long, default_value_t = 3)]
-        rounds: usize,
-    },
+    Scale(bench_scale::ScaleBench),
     /// The job at a million chunks, the model taken out (instant embedder): ingest rate, RSS, disk,
     /// query round trips while growing, at full size idle and under ingest, stalls during optimization.
-    Volume {
-        /// The corpus (repeated with varied ids and words up to the target), questions and broker.
-        #[command(flatten)]
-        data: QueryBenchData,
-        /// Chunks to index.
-        #[arg(long, default_value_t = 1_000_000)]
-        chunks: u64,
-        /// Chunks streamed in while the loaded phase queries.
-        #[arg(long, default_value_t = 50_000)]
-        extra_chunks: u64,
-        /// Dataflow workers (one index shard each).
-        #[arg(long, default_value_t = 1)]
-        workers: usize,
-        /// Round trips in the idle and loaded phases.
-        #[arg(long, default_value_t = 1000)]
-        queries: usize,
-    },
+    Volume(bench_volume::VolumeBench),
     /// Chunks embedded, rewritten and deleted when one paragraph of a 100-chunk prose, markdown or
     /// code document is inserted, deleted or changed at its head, middle or tail (no model needed).
-    Edits {
-        /// BEIR-layout corpus.jsonl (prose and markdown documents).
-        #[arg(long, default_value = "../shared/data/squad-v1.1/corpus.jsonl")]
-        corpus: PathBuf,
-        /// A directory of Rust sources (the code document).
-        #[arg(long, default_value = "operators/src")]
-        code: PathBuf,
-        /// Chunks each document reaches at least.
-        #[arg(long, default_value_t = 100)]
-        chunks: usize,
-    },
+    Edits(bench_edits::EditsBench),
     /// The local embedder's word pieces/s on a corpus's chunks and its single-query latency.
-    Embed {
-        /// BEIR-layout corpus.jsonl.
-        #[arg(long)]
-        corpus: PathBuf,
-        /// Questions (`{_id, text}` lines) for the single-query latency.
-        #[arg(long)]
-        questions: PathBuf,
-        /// Use only the first N documents.
-        #[arg(long)]
-        limit: Option<usize>,
-        /// Questions embedded one at a time.
-        #[arg(long, default_value_t = 200)]
-        queries: usize,
-        /// The embedder.
-        #[arg(long, value_enum, default_value = "int8")]
-        engine: bench_embed::Engine,
-        /// Inference threads.
-        #[arg(long, default_value_t = 2)]
-        threads: usize,
-        /// Write the texts and questions (JSON) for the PyTorch peer.
-        #[arg(long)]
-        texts_out: Option<PathBuf>,
-    },
+    Embed(bench_embed::EmbedBench),
     /// Chunking time of pathological documents (one 8 MiB line, an 8 MiB table, one 8 MiB function)
     /// against 1 MiB ones, and `POST /v1/query` round trips while two of them are ingested against idle.
-    Pathological {
-        /// Size of the large documents, MiB.
-        #[arg(long, default_value_t = 8)]
-        size_mib: usize,
-        /// Round trips with ingest idle.
-        #[arg(long, default_value_t = 200)]
-        queries: usize,
-        /// Least milliseconds between the starts of two round trips.
-        #[arg(long, default_value_t = 50)]
-        interval_ms: u64,
-        /// Longest the loaded phase lasts, seconds.
-        #[arg(long, default_value_t = 120)]
-        loaded_seconds: u64,
-    },
+    Pathological(bench_pathological::PathologicalBench),
     /// `POST /v1/query` round trips while documents stream in at full embedding speed, and with ingest idle.
-    Load {
-        /// The corpus, questions and broker.
-        #[command(flatten)]
-        data: QueryBenchData,
-        /// Documents indexed before the idle phase.
-        #[arg(long, default_value_t = 200)]
-        seed: usize,
-        /// Round trips of each kind per phase.
-        #[arg(long, default_value_t = 100)]
-        queries: usize,
-        /// Extra config (TOML), e.g. `[embedder] threads = 1` as "[embedder]\nthreads = 1".
-        #[arg(long, default_value = "")]
-        config_extra: String,
-        /// A Qdrant server (gRPC URL) to index into instead of a fresh embedded index.
-        #[arg(long, default_value = "")]
-        index_url: String,
-    },
+    Load(bench_load::LoadBench),
     /// Token counting, embedding-only and end-to-end Kafka ingest throughput, freshness, peak RSS.
-    Ingest {
-        /// BEIR-layout corpus.jsonl.
-        #[arg(long)]
-        corpus: PathBuf,
-        /// Kafka bootstrap servers (a fresh topic is created by producing to it).
-        #[arg(long)]
-        brokers: String,
-        /// Use only the first N documents.
-        #[arg(long)]
-        limit: Option<usize>,
-        /// Single-document freshness probes.
-        #[arg(long, default_value_t = 20)]
-        probes: usize,
-    },
+    Ingest(bench::IngestBench),
 }
 
 fn init_logging(format: LogFormat) {
@@ -486,117 +347,18 @@ fn main() -> anyhow::Result<()> {
 /// Runs one of the benches and prints its report.
 fn bench(command: BenchCommand) -> anyhow::Result<()> {
     let report = match command {
-        BenchCommand::Pathological {
-            size_mib,
-            queries,
-            interval_ms,
-            loaded_seconds,
-        } => bench_pathological::pathological(bench_pathological::PathologicalBench {
-            size_mib,
-            queries,
-            interval_ms,
-            loaded_seconds,
-        })?,
-        BenchCommand::Load {
-            data,
-            seed,
-            queries,
-            config_extra,
-            index_url,
-        } => bench_load::load(bench_load::LoadBench {
-            corpus: data.corpus,
-            questions: data.questions,
-            brokers: data.brokers,
-            seed,
-            queries,
-            config_extra: config_extra.replace("\\n", "\n"),
-            index_url: (!index_url.is_empty()).then_some(index_url),
-        })?,
-        BenchCommand::Embed {
-            corpus,
-            questions,
-            limit,
-            queries,
-            engine,
-            threads,
-            texts_out,
-        } => {
-            let report = bench_embed::embed(bench_embed::EmbedBench {
-                corpus,
-                questions,
-                limit,
-                queries,
-                engine,
-                threads,
-                texts_out,
-            })?;
+        BenchCommand::Pathological(args) => bench_pathological::pathological(args)?,
+        BenchCommand::Load(args) => bench_load::load(args)?,
+        BenchCommand::Embed(args) => {
             // One line per report: the embed bench script collects them as JSON lines.
-            println!("{report}");
+            println!("{}", bench_embed::embed(args)?);
             return Ok(());
         }
-        BenchCommand::Ingest {
-            corpus,
-            brokers,
-            limit,
-            probes,
-        } => bench::ingest(bench::IngestBench {
-            corpus,
-            brokers,
-            limit,
-            probes,
-        })?,
-        BenchCommand::Query {
-            brokers,
-            index,
-            data,
-            rate,
-            seconds,
-        } => bench_query::query(bench_query::QueryBench {
-            brokers,
-            index,
-            data,
-            rate,
-            seconds,
-        })?,
-        BenchCommand::Scale {
-            corpus,
-            brokers,
-            limit,
-            workers,
-            queries,
-            rounds,
-        } => bench_scale::scale(bench_scale::ScaleBench {
-            corpus,
-            brokers,
-            limit,
-            workers,
-            queries,
-            rounds,
-        })?,
-        BenchCommand::Edits {
-            corpus,
-            code,
-            chunks,
-        } => bench_edits::edits(bench_edits::EditsBench {
-            corpus,
-            code,
-            chunks,
-        })?,
-        BenchCommand::Volume {
-            data,
-            chunks,
-            extra_chunks,
-            workers,
-            queries,
-        } => bench_volume::volume(bench_volume::VolumeBench {
-            corpus: data.corpus,
-            questions: data.questions,
-            brokers: data.brokers,
-            chunks,
-            extra_chunks,
-            workers,
-            queries,
-        })?,
+        BenchCommand::Ingest(args) => bench::ingest(args)?,
+        BenchCommand::Query(args) => bench_query::query(args)?,
+        BenchCommand::Scale(args) => bench_scale::scale(args)?,
+        BenchCommand::Edits(args) => bench_edits::edits(args)?,
+        BenchCommand::Volume(args) => bench_volume::volume(args)?,
     };
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())

@@ -22,7 +22,7 @@
 //! engine's in-memory structures) and file-backed (the index's memory-mapped segments) pages.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -37,20 +37,22 @@ mod recall;
 use recall::dense_recall;
 
 /// Arguments of `bench volume`.
+#[derive(clap::Args, Debug)]
 pub struct VolumeBench {
-    /// BEIR corpus (`{_id, title, text}` per line).
-    pub corpus: PathBuf,
-    /// Questions (`{_id, text}` per line).
-    pub questions: PathBuf,
-    /// Kafka bootstrap servers.
-    pub brokers: String,
+    /// The corpus (repeated with varied ids and words up to the target), questions and broker.
+    #[command(flatten)]
+    pub data: crate::bench::QueryBenchData,
     /// Chunks to index before the idle phase.
+    #[arg(long, default_value_t = 1_000_000)]
     pub chunks: u64,
     /// Chunks streamed in during the loaded phase.
+    #[arg(long, default_value_t = 50_000)]
     pub extra_chunks: u64,
     /// Dataflow workers (one index shard each).
+    #[arg(long, default_value_t = 1)]
     pub workers: usize,
     /// Round trips in the idle phase (and at most in the loaded one).
+    #[arg(long, default_value_t = 1000)]
     pub queries: usize,
 }
 
@@ -344,8 +346,8 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
         std::process::id(),
         ragstream_operators::now_millis()
     );
-    let corpus = Corpus::read(&args.corpus)?;
-    let questions = crate::bench::read_questions(&args.questions, 2 * args.queries)?;
+    let corpus = Corpus::read(&args.data.corpus)?;
+    let questions = crate::bench::read_questions(&args.data.questions, 2 * args.queries)?;
     let topic = format!("volume-docs-{run}");
     let index = std::env::temp_dir().join(format!("ragstream-bench-volume-{run}"));
     let config_path = std::env::temp_dir().join(format!("ragstream-bench-volume-{run}.toml"));
@@ -354,7 +356,7 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
         &config_path,
         format!(
             "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"{}\"\ndocuments_topic = \"{topic}\"\nqueries_topic = \"volume-queries-{run}\"\ncontexts_topic = \"volume-contexts-{run}\"\ndlq_topic = \"volume-dlq-{run}\"\ngroup_id = \"volume-{run}\"\n[embedder]\nkind = \"http\"\nurl = \"{embedder}\"\ndimension = {}\nbatch_size = 64\n[index]\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = {}\n",
-            args.brokers,
+            args.data.brokers,
             crate::bench_scale::DIMENSION,
             index.display().to_string(),
             args.workers,
@@ -498,7 +500,7 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
         .collect();
     let optimize = &metrics().index_optimize_seconds;
     Ok(json!({
-        "corpus": args.corpus.display().to_string(),
+        "corpus": args.data.corpus.display().to_string(),
         "workers": args.workers,
         "partitions": PARTITIONS,
         "embedder": "instant in-process /v1/embeddings (model time excluded)",
