@@ -187,6 +187,10 @@ struct EvalCli {
     /// Use only the first N queries.
     #[arg(long)]
     limit: Option<usize>,
+    /// Index only the first N documents of the corpus and those judged relevant to the questions
+    /// asked (a quick run: its figures are not the whole corpus's).
+    #[arg(long)]
+    corpus_limit: Option<usize>,
     /// Budgets for Answer Recall@Budget.
     #[arg(long, value_delimiter = ',', default_value = "500,1000,2000,4000")]
     budgets: Vec<usize>,
@@ -418,6 +422,7 @@ fn eval(args: EvalCli) -> anyhow::Result<()> {
         data: args.data,
         index: args.index,
         limit: args.limit,
+        corpus_limit: args.corpus_limit,
         budgets: args.budgets,
         concurrency: args.concurrency,
         details: args.details,

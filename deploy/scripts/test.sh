@@ -44,6 +44,8 @@ echo "== deployment files (Dockerfile, compose, Kubernetes manifests; offline)"
 deploy/scripts/check-deploy.sh
 echo "== bench plots (deploy/scripts/plot-benches.py; standard library only)"
 python3 -m unittest --quiet deploy/scripts/test_plot_benches.py
+echo "== eval floor checker (deploy/scripts/check_eval_floor.py)"
+python3 -m unittest --quiet deploy/scripts/test_check_eval_floor.py
 echo "== layers (core < operators < topologies < binary)"
 deploy/scripts/check-layers.sh
 echo "== tests"
@@ -56,6 +58,18 @@ cargo test --workspace --no-fail-fast --lib --bins --tests --examples -- --test-
 cargo test --workspace --benches
 # The operators' `# Examples` (doctests: each one a small dataflow on `timely::example`).
 cargo test --workspace --doc
+data="${RAGSTREAM_DATA:-../shared/data}"
+if [ -f "$data/scifact/queries.jsonl" ]; then
+  echo "== eval floor (ragstream eval: the first 100 SciFact questions over 1000 documents and those judged for them)"
+  cargo build -q
+  eval_dir="$(mktemp -d)"
+  RUST_LOG=warn "${CARGO_TARGET_DIR:-target}/debug/ragstream" eval --dataset scifact --data "$data" \
+    --index "$eval_dir/index" --limit 100 --corpus-limit 1000 --out "$eval_dir/scifact.json" >/dev/null
+  python3 deploy/scripts/check_eval_floor.py "$eval_dir/scifact.json"
+  rm -rf "$eval_dir"
+else
+  echo "SKIPPED: eval floor (no SciFact set under $data)"
+fi
 # `--workspace` as above: `-p ragstream-operators` alone would unify other features and rebuild much
 # of the dependency tree (minutes of a cold CI).
 if [ -n "${QDRANT_URL:-}" ]; then

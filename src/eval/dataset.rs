@@ -1,6 +1,6 @@
 //! The evaluation sets: BEIR corpora, queries, qrels and answers, and the events that index them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
@@ -112,17 +112,24 @@ pub(super) fn dataset(args: &EvalArgs) -> anyhow::Result<Dataset> {
 }
 
 /// Writes the corpus as document events (tenant = dataset, source = `<tenant>/<_id><extension>`, of
-/// `kind`).
+/// `kind`); with `sample = (n, judged)`, only the first `n` documents and those in `judged`. Answers
+/// the number of documents written.
 pub(super) fn write_events(
     corpus: &Path,
     tenant: &str,
     (kind, extension): (&str, &str),
+    sample: Option<(usize, &BTreeSet<String>)>,
     out: &Path,
 ) -> anyhow::Result<usize> {
     let docs = read_jsonl(corpus)?;
     let mut lines = String::new();
-    for doc in &docs {
+    let mut written = 0;
+    for (position, doc) in docs.iter().enumerate() {
         let id = doc.get("_id").and_then(Value::as_str).unwrap_or_default();
+        if sample.is_some_and(|(first, judged)| position >= first && !judged.contains(id)) {
+            continue;
+        }
+        written += 1;
         let event = json!({
             "op": "upsert",
             "tenant": tenant,
@@ -137,5 +144,5 @@ pub(super) fn write_events(
         lines.push('\n');
     }
     std::fs::write(out, lines).with_context(|| format!("writing {}", out.display()))?;
-    Ok(docs.len())
+    Ok(written)
 }

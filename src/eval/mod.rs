@@ -46,6 +46,9 @@ pub struct EvalArgs {
     pub index: PathBuf,
     /// Use only the first N queries.
     pub limit: Option<usize>,
+    /// Index only the first N documents of the corpus and those judged relevant to the questions
+    /// asked (a quick run; its figures are not the whole corpus's).
+    pub corpus_limit: Option<usize>,
     /// Budgets for Answer Recall@Budget.
     pub budgets: Vec<usize>,
     /// Queries in flight at once.
@@ -96,16 +99,27 @@ struct Indexed {
 
 /// Step 1: writes the corpus as document events and starts the job on them (the real ingest flow:
 /// chunk, embed, index), until every event is indexed.
-fn index(args: &EvalArgs, data: &Dataset, kind: &str) -> anyhow::Result<Indexed> {
+fn index(
+    args: &EvalArgs,
+    data: &Dataset,
+    kind: &str,
+    queries: &[EvalQuery],
+) -> anyhow::Result<Indexed> {
     std::fs::create_dir_all(&args.index)
         .with_context(|| format!("creating {}", args.index.display()))?;
     let events_path = args
         .index
         .with_extension(format!("{}.events.jsonl", data.tenant));
+    let judged: std::collections::BTreeSet<String> = queries
+        .iter()
+        .flat_map(|(_, _, _, relevant)| relevant.keys().cloned())
+        .collect();
+    let sample = args.corpus_limit.map(|first| (first, &judged));
     let documents = write_events(
         &data.corpus,
         &data.tenant,
         (kind, data.extension),
+        sample,
         &events_path,
     )?;
     let config_path = args.index.with_extension("eval.toml");
@@ -468,7 +482,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
         queries.truncate(limit);
     }
     let kind = args.kind.as_deref().unwrap_or(data.kind).to_string();
-    let mut indexed = index(&args, &data, &kind)?;
+    let mut indexed = index(&args, &data, &kind, &queries)?;
     // SQuAD is measured by answers at each budget; the qrels sets by ranking, at the default budget.
     let qrels_mode = data.tenant != "squad";
     let budgets = match qrels_mode {
@@ -488,6 +502,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
         "kind": kind,
         "config_extra": args.config_extra,
         "documents": indexed.documents,
+        "corpus_limit": args.corpus_limit,
         "queries": queries.len(),
         "index_seconds": indexed.seconds,
         "chunks_written_this_run": indexed.chunks_written,

@@ -25,7 +25,7 @@ use super::query_source::HttpIngress;
 use crate::metrics::metrics;
 use crate::offload::{lock, promise, Promise, Ticket, Waker};
 use crate::query::job::Reply;
-use crate::query::publish::ContextSink;
+use crate::query::publish::{ContextSink, Published};
 use ragstream_core::query::Context;
 
 /// The longest a revocation waits for the contexts sent to reach the broker.
@@ -135,12 +135,7 @@ impl std::fmt::Debug for ContextPublisher {
 }
 
 impl ContextSink for ContextPublisher {
-    fn publish(
-        &mut self,
-        time: u64,
-        contexts: Vec<(Context, Reply)>,
-        waker: &Waker,
-    ) -> (Vec<(Context, Reply)>, Ticket<()>) {
+    fn publish(&mut self, time: u64, contexts: Vec<(Context, Reply)>, waker: &Waker) -> Published {
         ContextPublisher::publish(self, time, contexts, waker)
     }
 
@@ -217,7 +212,7 @@ impl ContextPublisher {
         time: u64,
         contexts: Vec<(Context, Reply)>,
         waker: &Waker,
-    ) -> (Vec<(Context, Reply)>, Ticket<()>) {
+    ) -> Published {
         let published: Vec<(Context, Reply)> = contexts
             .into_iter()
             .filter(|(context, reply)| {

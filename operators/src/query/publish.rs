@@ -14,17 +14,15 @@ use crate::metrics::metrics;
 use crate::offload::{operator_waker, Parked, Ticket, Waker};
 use ragstream_core::query::Context;
 
+/// The contexts a sink published, and the ticket whose promise is kept once all are delivered.
+pub type Published = (Vec<(Context, Reply)>, Ticket<()>);
+
 /// Where published contexts go (implemented by `io::context_sink::ContextPublisher`).
 pub trait ContextSink {
     /// Publishes a batch of contexts tagged with its dataflow `time` and returns those published (a
     /// context whose query was handed to another consumer since it was read is not) and the ticket
     /// whose promise is kept, calling `waker`, once every one of them is delivered; never blocks.
-    fn publish(
-        &mut self,
-        time: u64,
-        contexts: Vec<(Context, Reply)>,
-        waker: &Waker,
-    ) -> (Vec<(Context, Reply)>, Ticket<()>);
+    fn publish(&mut self, time: u64, contexts: Vec<(Context, Reply)>, waker: &Waker) -> Published;
     /// Sends again what was not delivered (the sink wakes the operator for it); never blocks.
     fn send_again(&mut self);
 }
@@ -109,7 +107,7 @@ mod tests {
             time: u64,
             contexts: Vec<(Context, Reply)>,
             waker: &Waker,
-        ) -> (Vec<(Context, Reply)>, Ticket<()>) {
+        ) -> Published {
             let mut published = self.published.borrow_mut();
             published.extend(contexts.iter().map(|(c, _)| (time, c.query_id.clone())));
             let (delivered, ticket) = promise(waker);
