@@ -1,5 +1,5 @@
 //! Agent tools over the Model Context Protocol (rmcp): `rag_search` (a bounded context),
-//! `rag_search_deep`, `rag_read_chunk`, `rag_list_sources` and `sql_search`.
+//! `rag_search_deep`, `rag_read_chunk`, `rag_list_sources`, `sql_search` and `sql_search_compact`.
 //!
 //! Each tool builds a query event and submits it to the job's query ingress, the same path as
 //! `POST /v1/query`: the query is decoded, validated (a malformed one gets its DLQ record) and answered
@@ -110,6 +110,10 @@ pub struct SearchArgs {
     /// Pack to the budget instead of stopping once the evidence is in (default false).
     #[serde(default)]
     pub fill: Option<bool>,
+    /// Whole chunks instead of snippets: a chunk that does not fit the budget is left out (default
+    /// false).
+    #[serde(default)]
+    pub return_full: Option<bool>,
 }
 
 /// Arguments of `rag_search_deep`.
@@ -118,7 +122,7 @@ pub struct SearchArgs {
 pub struct DeepArgs {
     /// The question or search text.
     pub query: String,
-    /// Number of whole chunks (default 10, at most 50).
+    /// Number of whole chunks (default 20, the job's `query.deep_k`; at most 50).
     #[serde(default)]
     pub k: Option<usize>,
     /// Lowest cosine similarity (-1..1) a dense-lane candidate may have.
@@ -169,6 +173,10 @@ pub enum SqlDetail {
     Full,
 }
 
+/// Lowest cosine similarity of a table to an SQL search (the design's default): a table further
+/// from the question is not listed.
+pub const SQL_SCORE_THRESHOLD: f32 = 0.3;
+
 /// Arguments of `sql_search`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -178,6 +186,32 @@ pub struct SqlArgs {
     /// `compact` (default) or `full`.
     #[serde(default)]
     pub detail: SqlDetail,
+    /// The design's name for `detail`: true is `compact`, false is `full`; when given it decides.
+    #[serde(default)]
+    pub compact: Option<bool>,
+    /// Give each column's value distribution (default: only with `full`).
+    #[serde(default)]
+    pub include_distributions: Option<bool>,
+    /// Give up to 5 sample rows per table (default: only with `full`).
+    #[serde(default)]
+    pub include_samples: Option<bool>,
+    /// Lowest cosine similarity (-1..1) of a table to the query (default 0.3).
+    #[serde(default)]
+    pub score_threshold: Option<f32>,
+    /// Number of tables (default 10).
+    #[serde(default)]
+    pub k: Option<usize>,
+    /// The tenant to search, when the credential opens more than one.
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
+/// Arguments of `sql_search_compact`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SqlCompactArgs {
+    /// What the tables should hold (e.g. "orders per customer").
+    pub query: String,
     /// Number of tables (default 10).
     #[serde(default)]
     pub k: Option<usize>,
@@ -226,6 +260,9 @@ fn result(context: Context) -> CallToolResult {
                 "tier": item.tier,
                 "score": item.score,
                 "tokens": item.tokens,
+                // The design's names: the item as packed (`tokens`) and the whole chunk.
+                "snippet_tokens": item.tokens,
+                "full_tokens": item.full_tokens,
                 "metadata": item.metadata,
             })
         })
@@ -237,10 +274,16 @@ fn result(context: Context) -> CallToolResult {
         "intent": context.intent,
         "tokens_used": context.tokens_used,
         "token_budget": context.token_budget,
+        "max_new_tokens": context.max_new_tokens,
+        "base_tokens": context.base_tokens,
+        "generation_budget": context.generation_budget,
+        "chunks_available": context.chunks_available,
+        "chunks_returned": context.chunks_returned,
         "truncated": context.truncated,
         "note": context.note,
         "items": items,
         "sources": context.sources,
+        "next_cursor": context.next_cursor,
         "index_watermark": context.index_watermark,
     });
     let mut out = CallToolResult::success(vec![Content::text(context.context)]);
@@ -335,12 +378,13 @@ impl RagTools {
             "score_threshold": args.score_threshold,
             "filters": filters(args.doc_filter),
             "fill": args.fill.unwrap_or(false),
+            "return_full": args.return_full.unwrap_or(false),
         }))
         .await
     }
 
     #[tool(
-        description = "Search and get up to 50 whole chunks, best first, with no token budget (check they fit your window)."
+        description = "Search and get whole chunks, best first (20 unless `k` says, at most 50), with no token budget (check they fit your window: each item has `full_tokens`)."
     )]
     async fn rag_search_deep(
         &self,
@@ -394,7 +438,7 @@ impl RagTools {
     }
 
     #[tool(
-        description = "Find SQL tables by what they hold: qualified names, row counts, columns and types (`compact`), or also value distributions and sample rows (`full`)."
+        description = "Find SQL tables by what they hold: qualified names, row counts, columns and types (`compact`), or also value distributions and sample rows (`full`; `include_distributions` and `include_samples` choose each). Tables under `score_threshold` (0.3) similarity are left out."
     )]
     async fn sql_search(
         &self,
@@ -405,12 +449,44 @@ impl RagTools {
             Ok(tenant) => tenant,
             Err(refused) => return Ok(*refused),
         };
-        let mode = match args.detail {
-            SqlDetail::Compact => "sql_compact",
-            SqlDetail::Full => "sql_full",
+        let compact = args
+            .compact
+            .unwrap_or(matches!(args.detail, SqlDetail::Compact));
+        let mode = if compact { "sql_compact" } else { "sql_full" };
+        self.ask(json!({
+            "tenant": tenant,
+            "acl": self.labels(&extensions),
+            "text": args.query,
+            "mode": mode,
+            "k": args.k,
+            "score_threshold": args.score_threshold.unwrap_or(SQL_SCORE_THRESHOLD),
+            "include_distributions": args.include_distributions,
+            "include_samples": args.include_samples,
+        }))
+        .await
+    }
+
+    #[tool(
+        description = "Find SQL tables by what they hold, compactly: qualified names, row counts, columns and types only (sql_search with compact output and no samples or distributions)."
+    )]
+    async fn sql_search_compact(
+        &self,
+        Parameters(args): Parameters<SqlCompactArgs>,
+        extensions: Extensions,
+    ) -> Result<CallToolResult, ErrorData> {
+        let tenant = match self.tenant(&extensions, args.tenant) {
+            Ok(tenant) => tenant,
+            Err(refused) => return Ok(*refused),
         };
-        self.ask(json!({"tenant": tenant, "acl": self.labels(&extensions), "text": args.query, "mode": mode, "k": args.k}))
-            .await
+        self.ask(json!({
+            "tenant": tenant,
+            "acl": self.labels(&extensions),
+            "text": args.query,
+            "mode": "sql_compact",
+            "k": args.k,
+            "score_threshold": SQL_SCORE_THRESHOLD,
+        }))
+        .await
     }
 }
 

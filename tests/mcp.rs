@@ -14,13 +14,38 @@ const HANDBOOK: &str = "# Operations handbook\n\n## Deployment\n\nReleases ship 
 const FAQ: &str = "The Acme office is located in Lisbon, near the river. Visitors sign in at the front desk.\n\nThe cafeteria opens at eight. Coffee is free for employees and visitors.";
 const GLOBEX: &str = "Project zebra-quasar is the secret launch codename of Globex. To roll back a release at Globex, run deployctl rollback as well.";
 
-const TOOLS: [&str; 5] = [
+const TOOLS: [&str; 6] = [
     "rag_search",
     "rag_search_deep",
     "rag_read_chunk",
     "rag_list_sources",
     "sql_search",
+    "sql_search_compact",
 ];
+
+/// Thirty incident reports of about 150 tokens each: more chunks than a deep search returns by default.
+fn incidents() -> String {
+    (0..30)
+        .map(|i| {
+            format!(
+                "Incident {i} began when storage node db-{i} raised a disk alarm at {h:02}:{m:02}. \
+                 The on-call engineer found the write-ahead log of shard {s} filling volume v{i} and \
+                 rotated it; replication lag on replica r{i} peaked at {lag} seconds before it caught \
+                 up. The alarm cleared after {dur} minutes. Follow-up {i}: move the log of shard {s} \
+                 to its own volume, alert at {pct} percent instead of 95, and add node db-{i} to the \
+                 weekly capacity review. No customer data was lost and no request failed during \
+                 incident {i}; the status page stayed green throughout the {dur} minutes.",
+                h = i % 24,
+                m = (i * 7) % 60,
+                s = i * 3,
+                lag = 10 + i * 4,
+                dur = 5 + i,
+                pct = 70 + i % 20,
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
 
 fn event(tenant: &str, doc_id: &str, kind: &str, title: &str, text: &str) -> String {
     json!({
@@ -63,6 +88,18 @@ fn calls() -> Value {
         ["sources", "rag_list_sources", {}],
         ["sql", "sql_search", {"query": "orders per customer", "detail": "compact", "k": 1}],
         ["sql_full", "sql_search", {"query": "orders per customer", "detail": "full", "k": 1}],
+        ["sql_rows", "sql_search", {"query": "orders per customer", "k": 1, "include_samples": true}],
+        ["sql_dist", "sql_search", {"query": "orders per customer", "k": 1, "compact": false, "include_samples": false}],
+        ["sql_compact_tool", "sql_search_compact", {"query": "orders per customer", "k": 1}],
+        ["sql_far", "sql_search", {"query": "weather forecast for the mountains tomorrow"}],
+        ["sql_far_open", "sql_search", {"query": "weather forecast for the mountains tomorrow", "score_threshold": -1.0}],
+        ["search_plain", "rag_search", {"query": "storage node disk alarm incident", "token_budget": 1500, "doc_filter": {"doc_ids": ["incidents"]}}],
+        ["search_fill", "rag_search", {"query": "storage node disk alarm incident", "token_budget": 1500, "doc_filter": {"doc_ids": ["incidents"]}, "fill": true}],
+        ["search_full", "rag_search", {"query": "storage node disk alarm incident", "token_budget": 1500, "doc_filter": {"doc_ids": ["incidents"]}, "return_full": true}],
+        ["search_far", "rag_search", {"query": "weather forecast for the mountains tomorrow", "score_threshold": 0.9}],
+        ["sources_page", "rag_list_sources", {"limit": 2}],
+        ["sources_next", "rag_list_sources", {"limit": 2, "cursor": "$cursor"}],
+        ["deep_default", "rag_search_deep", {"query": "storage node disk alarm incident", "doc_filter": {"doc_ids": ["incidents"]}}],
         ["other_tenant", "rag_search", {"query": "zebra-quasar codename", "tenant": "globex"}],
         ["meta", "rag_search", {"query": "rollback", "doc_filter": {"metadata": {"team": {"any": ["support", "sales"]}, "year": {"gte": 2024}}}}],
         ["meta_eq", "rag_search_deep", {"query": "rollback", "k": 3, "doc_filter": {"metadata": {"team": "ops"}}}],
@@ -117,6 +154,7 @@ fn check(seen: &Value, transport: &str) {
         "doc_filter",
         "tenant",
         "fill",
+        "return_full",
     ] {
         assert!(
             properties("rag_search").contains(&field.to_string()),
@@ -128,7 +166,20 @@ fn check(seen: &Value, transport: &str) {
         json!(["query"])
     );
     assert!(properties("rag_read_chunk").contains(&"chunk_id".to_string()));
-    assert!(properties("sql_search").contains(&"detail".to_string()));
+    for field in [
+        "detail",
+        "compact",
+        "include_samples",
+        "include_distributions",
+        "score_threshold",
+        "k",
+    ] {
+        assert!(
+            properties("sql_search").contains(&field.to_string()),
+            "{transport}: sql_search takes {field}"
+        );
+    }
+    assert!(properties("sql_search_compact").contains(&"k".to_string()));
 
     let call = |label: &str| -> &Value { &seen["calls"][label] };
     let ok = |label: &str| {
@@ -140,7 +191,25 @@ fn check(seen: &Value, transport: &str) {
         );
     };
     for label in [
-        "search", "read", "deep", "filtered", "sources", "sql", "sql_full",
+        "search",
+        "read",
+        "deep",
+        "filtered",
+        "sources",
+        "sql",
+        "sql_full",
+        "sql_rows",
+        "sql_dist",
+        "sql_compact_tool",
+        "sql_far",
+        "sql_far_open",
+        "deep_default",
+        "search_plain",
+        "search_fill",
+        "search_far",
+        "search_full",
+        "sources_page",
+        "sources_next",
     ] {
         ok(label);
     }
@@ -163,6 +232,25 @@ fn check(seen: &Value, transport: &str) {
     let first = structured["items"][0]["chunk_id"]
         .as_str()
         .expect("an item");
+    // Counts and sizes: what came back of what was found, and each item packed and whole.
+    let items = structured["items"].as_array().expect("items");
+    assert!(items.len() <= 5, "{transport}: k = 5");
+    assert_eq!(
+        structured["chunks_returned"],
+        json!(items.len()),
+        "{transport}"
+    );
+    assert!(structured["chunks_available"].as_u64().expect("available") >= items.len() as u64);
+    for item in items {
+        assert_eq!(
+            item["snippet_tokens"], item["tokens"],
+            "{transport}: {item}"
+        );
+        assert!(
+            item["full_tokens"].as_u64().expect("full_tokens") > 0,
+            "{item}"
+        );
+    }
     // rag_read_chunk: the whole chunk the search cited.
     let read = call("read");
     assert_eq!(read["structured"]["items"][0]["chunk_id"], first);
@@ -200,6 +288,107 @@ fn check(seen: &Value, transport: &str) {
     );
     let sql_full = call("sql_full")["text"].as_str().expect("text");
     assert!(sql_full.len() > sql.len(), "{sql_full}");
+    // The table's distribution (mean 4312) and its sample row (total 990), each on its own switch.
+    let has = |label: &str, part: &str| call(label)["text"].as_str().expect("text").contains(part);
+    assert!(
+        !has("sql", "4312") && !has("sql", "990"),
+        "{transport}: {sql}"
+    );
+    assert!(
+        has("sql_full", "4312") && has("sql_full", "990"),
+        "{sql_full}"
+    );
+    assert!(
+        has("sql_rows", "990") && !has("sql_rows", "4312"),
+        "{transport}: samples only"
+    );
+    assert!(
+        has("sql_dist", "4312") && !has("sql_dist", "990"),
+        "{transport}: distributions only"
+    );
+    assert_eq!(call("sql_compact_tool")["text"], call("sql")["text"]);
+    // The 0.3 similarity floor leaves an unrelated question with no table; -1 lifts it.
+    let tables = |label: &str| call(label)["structured"]["items"].as_array().map(Vec::len);
+    assert_eq!(
+        tables("sql_far"),
+        Some(0),
+        "{transport}: {}",
+        call("sql_far")
+    );
+    assert!(
+        tables("sql_far_open").unwrap_or(0) > 0,
+        "{transport}: {}",
+        call("sql_far_open")
+    );
+    // fill: packed to the budget rather than stopped once the evidence is in.
+    let used = |label: &str| {
+        call(label)["structured"]["tokens_used"]
+            .as_u64()
+            .expect("tokens")
+    };
+    assert!(
+        used("search_fill") >= 1200 && used("search_fill") <= 1500,
+        "{transport}: filled {} of 1500",
+        used("search_fill")
+    );
+    assert!(used("search_fill") >= used("search_plain"));
+    // return_full: whole chunks only, within the budget; without it the items are cut to fit.
+    let tiers = |label: &str| -> Vec<Value> {
+        call(label)["structured"]["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|i| i["tier"].clone())
+            .collect()
+    };
+    let full = tiers("search_full");
+    assert!(
+        !full.is_empty() && full.iter().all(|t| t == "full"),
+        "{transport}: {full:?}"
+    );
+    assert!(used("search_full") <= 1500);
+    assert!(tiers("search_plain").iter().all(|t| t != "full"));
+    // score_threshold: no dense candidate that far from the question, and no word of it indexed.
+    assert_eq!(
+        call("search_far")["structured"]["items"]
+            .as_array()
+            .map(Vec::len),
+        Some(0),
+        "{transport}: {}",
+        call("search_far")
+    );
+    // rag_list_sources with a limit: one page of two documents and the cursor to the next.
+    let page = &call("sources_page")["structured"];
+    assert_eq!(page["sources"].as_array().map(Vec::len), Some(2), "{page}");
+    assert!(page["next_cursor"].is_string(), "{transport}: {page}");
+    // ... and the cursor: the next page starts after it (acme has four documents).
+    let next = &call("sources_next")["structured"];
+    let ids = |page: &Value| -> Vec<String> {
+        page["sources"]
+            .as_array()
+            .expect("sources")
+            .iter()
+            .map(|s| s["doc_id"].as_str().expect("doc_id").to_string())
+            .collect()
+    };
+    assert_eq!(ids(next).len(), 2, "{transport}: {next}");
+    assert!(
+        ids(next)[0] > ids(page)[1],
+        "{transport}: {page} then {next}"
+    );
+    // rag_search_deep without k: the design's 20 whole chunks, each with its size.
+    let deep_default = &call("deep_default")["structured"];
+    let whole = deep_default["items"].as_array().expect("items");
+    assert_eq!(whole.len(), 20, "{transport}: {deep_default}");
+    assert_eq!(deep_default["chunks_returned"], 20);
+    for item in whole {
+        assert_eq!(item["doc_id"], "incidents");
+        let full = item["full_tokens"].as_u64().expect("full_tokens");
+        assert!(
+            full > 0 && full <= item["tokens"].as_u64().expect("tokens"),
+            "{item}"
+        );
+    }
     // A tenant the credential does not open: a tool error, nothing of globex's.
     let other = call("other_tenant");
     assert_eq!(other["is_error"], true, "{transport}: {other}");
@@ -268,6 +457,13 @@ fn an_mcp_client_lists_and_calls_every_tool_over_http_and_stdio() {
             json!({"team": "support", "year": 2025}),
         ),
         event("acme", "warehouse", "sql_schema", "Warehouse", &warehouse()),
+        event(
+            "acme",
+            "incidents",
+            "prose",
+            "Incident reports",
+            &incidents(),
+        ),
         event("globex", "secret", "prose", "Globex secrets", GLOBEX),
     ];
     std::fs::write(dir.path().join("events.jsonl"), events.join("\n") + "\n").expect("events");
@@ -278,7 +474,7 @@ fn an_mcp_client_lists_and_calls_every_tool_over_http_and_stdio() {
     );
     let mut job = Job::start_with_env(dir.path(), &config, 1, &[("ACME_TOKEN", "acme-secret")]);
     job.wait_ready(Duration::from_secs(120));
-    job.wait_indexed(4);
+    job.wait_indexed(5);
 
     // Without the token, /mcp is refused like /v1/query.
     let (status, _) = http_post_json_with(

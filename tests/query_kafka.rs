@@ -290,11 +290,17 @@ fn every_mode_through_kafka_with_tenant_isolation_and_read_your_writes() {
 
     let window = &all["window"];
     let budget_from_window = window.token_budget.expect("derived budget");
-    assert!(
-        budget_from_window < 400 - 100 - 32,
-        "window − prompt − reserve − margin: {budget_from_window}"
+    let prompt = window.base_tokens.expect("base_tokens");
+    let reserve = window.generation_budget.expect("generation_budget");
+    assert!(prompt > 0, "the prompt's tokens");
+    // The reserve: a quarter of what the prompt leaves of the window.
+    assert_eq!(reserve, (400 - prompt) / 4);
+    assert_eq!(
+        budget_from_window,
+        400 - prompt - reserve - 32,
+        "window − prompt − reserve − margin"
     );
-    assert!(window.max_new_tokens.expect("max_new_tokens") >= 100);
+    assert!(window.max_new_tokens.expect("max_new_tokens") >= reserve);
     assert!(window.context.contains("Lisbon"));
 
     // Round 2: read_chunk by an id from round 1, an unknown id, read-your-writes, bad queries.

@@ -242,6 +242,7 @@ fn steps(c: &mut Criterion) {
             cue: AnswerCue::of_question(QUESTION),
             config: &pack_config,
             fill: true,
+            whole: false,
             floor: 0.0,
             tiers: &[],
         })
@@ -295,6 +296,7 @@ fn steps(c: &mut Criterion) {
                 cue: AnswerCue::of_question(QUESTION),
                 config: &pack_config,
                 fill: true,
+                whole: false,
                 floor: 0.0,
                 tiers: &[],
             }))

@@ -21,11 +21,13 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 
-def substitute(value, chunk):
-    if value == "$chunk":
-        return chunk
+def substitute(value, found):
+    """`value` with "$chunk" (the first chunk id a call returned) and "$cursor" (the latest
+    `next_cursor`) replaced by what was found."""
+    if isinstance(value, str) and value in found:
+        return found[value]
     if isinstance(value, dict):
-        return {k: substitute(v, chunk) for k, v in value.items()}
+        return {k: substitute(v, found) for k, v in value.items()}
     return value
 
 
@@ -38,12 +40,14 @@ async def exercise(server, calls):
             "tools": {t.name: {"description": t.description, "input_schema": t.input_schema} for t in tools.tools},
             "calls": {},
         }
-        chunk = None
+        found = {}
         for label, name, arguments in calls:
-            result = await client.call_tool(name, substitute(arguments, chunk))
+            result = await client.call_tool(name, substitute(arguments, found))
             structured = result.structured_content
-            if chunk is None and structured and structured.get("items"):
-                chunk = structured["items"][0]["chunk_id"]
+            if "$chunk" not in found and structured and structured.get("items"):
+                found["$chunk"] = structured["items"][0]["chunk_id"]
+            if structured and structured.get("next_cursor"):
+                found["$cursor"] = structured["next_cursor"]
             seen["calls"][label] = {
                 "is_error": bool(result.is_error),
                 "text": "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text"),

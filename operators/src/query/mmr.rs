@@ -54,7 +54,7 @@ impl<'scope> Mmr<'scope> for StreamVec<'scope, u64, Working> {
     fn mmr(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working> {
         ranked_step(self, "Mmr", move |working| {
             let query = &working.job.query;
-            let k = results_wanted(query);
+            let k = results_wanted(query, &config);
             match query.mode {
                 Mode::Bounded | Mode::Deep => {
                     let caps = if query.mode == Mode::Deep {

@@ -15,8 +15,7 @@ use crate::stage::map_stage;
 use crate::tokens::{Encoding, TokenCounter};
 use ragstream_core::query::cache::LruTtl;
 use ragstream_core::query::modes::{
-    budget_for, max_new_tokens, rank_files, sql_compact, sql_full, unknown_chunk,
-    SQL_FULL_HINT_TOKENS,
+    budget_for, max_new_tokens, rank_files, sql_table, unknown_chunk, SQL_FULL_HINT_TOKENS,
 };
 use ragstream_core::query::pack::{pack, render_full, AnswerCue, PackRequest};
 use ragstream_core::query::surrogate::{choose, SurrogatePolicy, SurrogateTier};
@@ -139,7 +138,7 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
         Mode::Deep => deep(working, services, &mut output),
         Mode::ReadChunk => read_chunk(working, services, &mut output),
         Mode::ListSources => list_sources(working, &mut output),
-        Mode::Files => files(working, &mut output),
+        Mode::Files => files(working, services, &mut output),
         Mode::SqlCompact | Mode::SqlFull => sql(working, services, &mut output),
     }
     let Output { context, notes, .. } = output;
@@ -163,7 +162,14 @@ fn bounded(working: &mut Working, services: &QueryServices, output: &mut Output)
     let counter = *counter;
     let query = &working.job.query;
     let plan = working.job.plan.as_ref();
-    let (budget, window) = budget_for(query, counter, &services.config.window);
+    let (budget, window) = budget_for(
+        query,
+        counter,
+        (
+            &services.config.window,
+            services.config.default_token_budget,
+        ),
+    );
     let neighbours = std::mem::take(&mut working.neighbours);
     let terms = plan.as_ref().map(|p| p.terms.clone()).unwrap_or_default();
     let tiers = surrogate_tiers(working, services, plan);
@@ -177,6 +183,7 @@ fn bounded(working: &mut Working, services: &QueryServices, output: &mut Output)
         cue: AnswerCue::of_question(&query.text),
         config: &services.config.pack,
         fill: query.fill,
+        whole: query.return_full,
         floor: working.score_floor,
         tiers: &tiers,
     });
@@ -186,13 +193,15 @@ fn bounded(working: &mut Working, services: &QueryServices, output: &mut Output)
     if let Some(note) = packed.note {
         notes.push(note);
     }
-    if let Some((window, prompt)) = window {
+    if let Some(derived) = window {
         context.max_new_tokens = Some(max_new_tokens(
-            window,
-            prompt,
+            derived.window,
+            derived.prompt,
             packed.tokens_used,
             &services.config.window,
         ));
+        context.base_tokens = Some(derived.prompt);
+        context.generation_budget = Some(derived.reserve);
     }
     if services.config.pack.surrogates.policy == SurrogatePolicy::Importance {
         services.access.lock().expect("access counts").record(
@@ -277,11 +286,11 @@ fn list_sources(working: &Working, output: &mut Output) {
 }
 
 /// `files`: files ranked by the concentration of chunk hits.
-fn files(working: &Working, output: &mut Output) {
+fn files(working: &Working, services: &QueryServices, output: &mut Output) {
     let Output {
         context, counter, ..
     } = output;
-    let k = results_wanted(&working.job.query);
+    let k = results_wanted(&working.job.query, &services.config);
     context.sources = rank_files(&working.candidates, &working.answer.sources, k);
     context.context = context
         .sources
@@ -307,15 +316,16 @@ fn sql(working: &Working, services: &QueryServices, output: &mut Output) {
         counter,
     } = output;
     let query = &working.job.query;
-    let render = if query.mode == Mode::SqlCompact {
-        sql_compact
-    } else {
-        sql_full
-    };
+    let full = query.mode == Mode::SqlFull;
+    let distributions = query.include_distributions.unwrap_or(full);
+    let samples = query.include_samples.unwrap_or(full);
     let items: Vec<(Candidate, String)> = working
         .candidates
         .iter()
-        .map(|c| (c.clone(), render(&c.stored.chunk.text)))
+        .map(|c| {
+            let text = sql_table(&c.stored.chunk.text, distributions, samples);
+            (c.clone(), text)
+        })
         .collect();
     let (items, text, tokens) = render_full(&items, &services.config.pack, *counter);
     (context.items, context.context, context.tokens_used) = (items, text, tokens);

@@ -46,7 +46,7 @@ impl<'scope> Retrieve<'scope> for StreamVec<'scope, u64, QueryJob> {
             let skip = search.shared_index && worker != 0;
             let answer = match search.local_shard(worker) {
                 Some(shard) if !skip => {
-                    let depth = lane_depths(&job.query, intent_depth(&job), search.config.min_pool);
+                    let depth = lane_depths(&job.query, intent_depth(&job), &search.config);
                     search_shard(shard.as_ref(), &job.query, &job.vectors, depth)
                 }
                 _ => ShardAnswer::default(),
@@ -77,11 +77,8 @@ impl<'scope> Retrieve<'scope> for StreamVec<'scope, u64, QueryJob> {
                             }
                             let (mut job, answers, seconds) =
                                 parts.remove(&id).expect("complete entry");
-                            let depth = lane_depths(
-                                &job.query,
-                                intent_depth(&job),
-                                services.config.min_pool,
-                            );
+                            let depth =
+                                lane_depths(&job.query, intent_depth(&job), &services.config);
                             job.watermark = services.watermark();
                             *job.latency.entry("retrieve".into()).or_default() += seconds * 1000.0;
                             metrics()

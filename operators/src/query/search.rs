@@ -16,7 +16,7 @@ use crate::store::{
     Hit, SearchFilter, SearchVector, SparseVector, StoreError, StoredChunk, VectorStore,
 };
 use ragstream_core::query::{
-    Depth, Mode, Query, SourceEntry, DEEP_MAX_K, DEFAULT_K, LIST_MAX_PAGE, LIST_PAGE,
+    Depth, Mode, Query, QueryConfig, SourceEntry, DEEP_MAX_K, LIST_MAX_PAGE, LIST_PAGE,
 };
 
 /// The filter of a query: tenant, ACL, source prefix, kinds and documents, all inside the search.
@@ -36,20 +36,20 @@ pub fn filter_for(query: &Query) -> SearchFilter {
     }
 }
 
-/// Results asked for: `k`, defaulting to 10, at most 50.
-pub fn results_wanted(query: &Query) -> usize {
+/// Results asked for: `k`, defaulting to `query.default_k` (`query.deep_k` for `deep`), at most 50.
+pub fn results_wanted(query: &Query, config: &QueryConfig) -> usize {
     let default = if query.mode == Mode::Deep {
-        DEEP_MAX_K
+        config.deep_k
     } else {
-        DEFAULT_K
+        config.default_k
     };
     query.k.unwrap_or(default).clamp(1, DEEP_MAX_K)
 }
 
 /// Candidates per lane: the intent's depth for that lane, at least twice the results wanted and
 /// `min_pool`, at most twice the deep mode's most results.
-pub fn lane_depths(query: &Query, intent: Depth, min_pool: usize) -> Depth {
-    let floor = (2 * results_wanted(query)).max(min_pool);
+pub fn lane_depths(query: &Query, intent: Depth, config: &QueryConfig) -> Depth {
+    let floor = (2 * results_wanted(query, config)).max(config.min_pool);
     let depth = |lane: usize| lane.max(floor).min(2 * DEEP_MAX_K);
     Depth {
         dense: depth(intent.dense),
@@ -343,13 +343,18 @@ mod tests {
         assert_eq!(filter.kinds, vec![DocKind::Code]);
         assert_eq!(filter.source_prefix.as_deref(), Some("docs/"));
         assert_eq!(filter.langs, vec!["fra".to_string()]);
-        assert_eq!(results_wanted(&query), 10);
+        let config = QueryConfig::default();
+        assert_eq!(results_wanted(&query, &config), 10);
+        let no_pool = QueryConfig {
+            min_pool: 0,
+            ..QueryConfig::default()
+        };
         let intent = Depth {
             dense: 12,
             bm25: 30,
         };
         assert_eq!(
-            lane_depths(&query, intent, 0),
+            lane_depths(&query, intent, &no_pool),
             Depth {
                 dense: 20,
                 bm25: 30
@@ -357,7 +362,14 @@ mod tests {
             "twice k is the floor; a deeper lane keeps its depth"
         );
         assert_eq!(
-            lane_depths(&query, intent, 40),
+            lane_depths(
+                &query,
+                intent,
+                &QueryConfig {
+                    min_pool: 40,
+                    ..QueryConfig::default()
+                }
+            ),
             Depth {
                 dense: 40,
                 bm25: 40
@@ -367,7 +379,7 @@ mod tests {
             dense: 500,
             bm25: 1,
         };
-        assert_eq!(lane_depths(&query, huge, 0).dense, 2 * DEEP_MAX_K);
+        assert_eq!(lane_depths(&query, huge, &no_pool).dense, 2 * DEEP_MAX_K);
         let sql = decode_query(
             br#"{"query_id":"q","tenant":"t","text":"x","mode":"sql_compact"}"#,
             8192,
@@ -379,7 +391,14 @@ mod tests {
             8192,
         )
         .unwrap();
-        assert_eq!(results_wanted(&deep), 50);
+        assert_eq!(results_wanted(&deep, &config), 20, "the design's deep k");
+        let configured = QueryConfig {
+            default_k: 4,
+            deep_k: 7,
+            ..QueryConfig::default()
+        };
+        assert_eq!(results_wanted(&deep, &configured), 7);
+        assert_eq!(results_wanted(&query, &configured), 4);
     }
 
     #[test]

@@ -222,6 +222,18 @@ impl Config {
 
     /// The query section.
     fn validate_query(&self) -> Result<(), ConfigError> {
+        use ragstream_core::query::DEEP_MAX_K;
+        for (key, k) in [
+            ("query.default_k", self.query.default_k),
+            ("query.deep_k", self.query.deep_k),
+        ] {
+            if !(1..=DEEP_MAX_K).contains(&k) {
+                return invalid(key, "must be in 1..=50");
+            }
+        }
+        if !(1..=1_000_000).contains(&self.query.default_token_budget) {
+            return invalid("query.default_token_budget", "must be in 1..=1000000");
+        }
         let pack = &self.query.pack;
         if !(0.0..=1.0).contains(&pack.evidence_ratio) {
             return invalid("query.pack.evidence_ratio", "must be in [0, 1]");

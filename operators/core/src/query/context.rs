@@ -72,6 +72,10 @@ pub struct ContextItem {
     pub score: f32,
     /// Tokens of the item's rendering (header line included).
     pub tokens: usize,
+    /// Tokens of the whole chunk (the top chunk of an expanded item) as counted at ingest, with the
+    /// ingest's tokenizer: what `read_chunk` returns, without its header.
+    #[serde(default)]
+    pub full_tokens: usize,
     /// The item's text (without the `Source:` header).
     pub text: String,
     /// The document's metadata (absent when it has none).
@@ -141,6 +145,14 @@ pub struct Context {
     /// Tokens left for the answer when a context window was given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_new_tokens: Option<usize>,
+    /// Tokens of the prompt (system, template and history) when a context window was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_tokens: Option<usize>,
+    /// Tokens reserved for the answer when a context window was given: the query's
+    /// `reserve_output`, else `[query.window] reserve_ratio` of what the prompt leaves of the
+    /// window, at least `min_reserve`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation_budget: Option<usize>,
     /// The intent the analyzer chose.
     pub intent: String,
     /// The fusion weights used.

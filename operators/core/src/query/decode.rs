@@ -335,10 +335,10 @@ mod tests {
             );
             if let Ok(query) = decode_query(body.as_bytes(), 8192) {
                 let counter = crate::tokens::TokenCounter::new(Encoding::O200kBase);
-                let (budget, window) = crate::query::modes::budget_for(&query, counter, &Default::default());
+                let (budget, window) = crate::query::modes::budget_for(&query, counter, (&Default::default(), crate::query::DEFAULT_BUDGET));
                 proptest::prop_assert!(budget <= MAX_BUDGET);
-                if let Some((window, prompt)) = window {
-                    let _ = crate::query::modes::max_new_tokens(window, prompt, budget, &Default::default());
+                if let Some(derived) = window {
+                    let _ = crate::query::modes::max_new_tokens(derived.window, derived.prompt, budget, &Default::default());
                 }
             }
         }

@@ -343,6 +343,7 @@ mod tests {
                     tier: Tier::Snippet,
                     score: 1.0,
                     tokens: 3,
+                    full_tokens: 3,
                     text: "x".into(),
                     metadata: Default::default(),
                 })

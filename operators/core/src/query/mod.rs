@@ -36,11 +36,13 @@ use serde::{Deserialize, Serialize};
 use crate::model::DocKind;
 use crate::store::StoredChunk;
 
-/// Default token budget of a bounded context.
+/// Default token budget of a bounded context (`query.default_token_budget`'s default).
 pub const DEFAULT_BUDGET: usize = 3000;
-/// Default number of results.
+/// Default number of results (`query.default_k`'s default).
 pub const DEFAULT_K: usize = 10;
-/// Most results of a `deep` query.
+/// Default number of whole chunks of a `deep` query (`query.deep_k`'s default).
+pub const DEEP_DEFAULT_K: usize = 20;
+/// Most results of a query (of a `deep` query: whole chunks).
 pub const DEEP_MAX_K: usize = 50;
 /// Documents per `list_sources` page when `k` is not given.
 pub const LIST_PAGE: usize = 100;
@@ -210,6 +212,18 @@ pub struct Query {
     /// Pack to the budget: no evidence stop (`query.pack.evidence_ratio`).
     #[serde(default)]
     pub fill: bool,
+    /// `bounded`: every item a whole chunk, never a snippet or surrogate; a chunk that does not fit
+    /// the budget is left out (the top result alone is cut to it).
+    #[serde(default)]
+    pub return_full: bool,
+    /// SQL modes: give each column's value distribution (default: `sql_full` does, `sql_compact`
+    /// does not).
+    #[serde(default)]
+    pub include_distributions: Option<bool>,
+    /// SQL modes: give up to 5 sample rows per table (default: `sql_full` does, `sql_compact` does
+    /// not).
+    #[serde(default)]
+    pub include_samples: Option<bool>,
     /// `list_sources`: the page starts after this document id (the previous page's `next_cursor`).
     #[serde(default)]
     #[cfg_attr(feature = "schema", schemars(length(max = 1024)))]
@@ -357,6 +371,13 @@ impl Query {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct QueryConfig {
+    /// Results of a query that does not give `k` (1 to 50).
+    pub default_k: usize,
+    /// Whole chunks of a `deep` query that does not give `k` (1 to 50).
+    pub deep_k: usize,
+    /// Token budget of a bounded context when the query gives neither `token_budget` nor
+    /// `context_window` (1 to 1 000 000).
+    pub default_token_budget: usize,
     /// Reciprocal-rank-fusion constant.
     pub rrf_k: f32,
     /// Fewest candidates fetched per lane (the intent's pool and twice `k` may ask for more).
@@ -448,6 +469,9 @@ impl Default for InvalidationConfig {
 impl Default for QueryConfig {
     fn default() -> Self {
         Self {
+            default_k: DEFAULT_K,
+            deep_k: DEEP_DEFAULT_K,
+            default_token_budget: DEFAULT_BUDGET,
             rrf_k: 60.0,
             min_pool: 20,
             rerank: rerank::RerankConfig::default(),

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Candidate, Query, SourceEntry, DEFAULT_BUDGET};
+use super::{Candidate, Query, SourceEntry};
 use crate::tokens::TokenCounter;
 
 /// How a budget is derived from a model's context window (config section `query.window`).
@@ -33,15 +33,28 @@ pub const SQL_FULL_HINT_TOKENS: usize = 2000;
 /// Sample rows `sql_full` keeps per table.
 pub const SQL_SAMPLE_ROWS: usize = 5;
 
-/// The context budget and the prompt's size: `window − prompt − reserve − margin` when a context window
-/// is given (and at most `token_budget` if both are), else `token_budget` or the default.
+/// A budget derived from a model's context window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Derived {
+    /// The model's context window.
+    pub window: usize,
+    /// Tokens of the prompt (system, template and history).
+    pub prompt: usize,
+    /// Tokens reserved for the answer.
+    pub reserve: usize,
+}
+
+/// The context budget, and how it was derived: `window − prompt − reserve − margin` when a context
+/// window is given (and at most `token_budget` if both are), the reserve being the query's
+/// `reserve_output`, else `reserve_ratio` of what the prompt leaves of the window (at least
+/// `min_reserve`); else `token_budget` or `default` (`query.default_token_budget`).
 pub fn budget_for(
     query: &Query,
     counter: TokenCounter,
-    rule: &WindowConfig,
-) -> (usize, Option<(usize, usize)>) {
+    (rule, default): (&WindowConfig, usize),
+) -> (usize, Option<Derived>) {
     let Some(window) = query.context_window else {
-        return (query.token_budget.unwrap_or(DEFAULT_BUDGET), None);
+        return (query.token_budget.unwrap_or(default), None);
     };
     // Saturating throughout: the decoder bounds each number, and this holds whatever it lets through.
     let prompt = query.prompt.as_ref().map_or(0, |p| {
@@ -52,9 +65,10 @@ pub fn budget_for(
             |sum, h| sum.saturating_add(counter.count(h)),
         )
     });
+    let remaining = window.saturating_sub(prompt);
     let reserve = query
         .reserve_output
-        .unwrap_or(((window as f32 * rule.reserve_ratio) as usize).max(rule.min_reserve));
+        .unwrap_or(((remaining as f32 * rule.reserve_ratio) as usize).max(rule.min_reserve));
     let mut budget = window.saturating_sub(
         prompt
             .saturating_add(reserve)
@@ -63,7 +77,14 @@ pub fn budget_for(
     if let Some(limit) = query.token_budget {
         budget = budget.min(limit);
     }
-    (budget, Some((window, prompt)))
+    (
+        budget,
+        Some(Derived {
+            window,
+            prompt,
+            reserve,
+        }),
+    )
 }
 
 /// Tokens left for the answer once the context is packed (less the window's safety margin).
@@ -128,30 +149,16 @@ pub fn rank_files(candidates: &[Candidate], sources: &[SourceEntry], k: usize) -
     files
 }
 
-/// `sql_compact`: the table line (qualified name, row count) and `name type` per column.
-pub fn sql_compact(table_text: &str) -> String {
-    let mut out = Vec::new();
-    for line in table_text.lines() {
-        if line.starts_with("Sample rows:") {
-            break;
-        }
-        match line.strip_prefix("- ") {
-            Some(column) => {
-                let column = column.split_once(": ").map_or(column, |(head, _)| head);
-                out.push(format!("- {column}"));
-            }
-            None => out.push(line.to_string()),
-        }
-    }
-    out.join("\n")
-}
-
-/// `sql_full`: the table with distributions and at most 5 sample rows.
-pub fn sql_full(table_text: &str) -> String {
+/// A schema table (`sql_compact`: neither distributions nor samples; `sql_full`: both): its line (qualified name, row count) and `name type` per column, with each
+/// column's value distribution when `distributions`, and at most 5 sample rows when `samples`.
+pub fn sql_table(table_text: &str, distributions: bool, samples: bool) -> String {
     let mut out = Vec::new();
     let mut rows = None;
     for line in table_text.lines() {
         if line.starts_with("Sample rows:") {
+            if !samples {
+                break;
+            }
             rows = Some(0);
             out.push(line.to_string());
             continue;
@@ -161,8 +168,16 @@ pub fn sql_full(table_text: &str) -> String {
             if *count > SQL_SAMPLE_ROWS {
                 continue;
             }
+            out.push(line.to_string());
+            continue;
         }
-        out.push(line.to_string());
+        match line.strip_prefix("- ") {
+            Some(column) if !distributions => {
+                let column = column.split_once(": ").map_or(column, |(head, _)| head);
+                out.push(format!("- {column}"));
+            }
+            _ => out.push(line.to_string()),
+        }
     }
     out.join("\n")
 }
@@ -189,20 +204,28 @@ mod tests {
     use super::*;
     use crate::query::decode::decode_query;
     use crate::query::fuse::tests::stored;
+    use crate::query::DEFAULT_BUDGET;
     use crate::tokens::Encoding;
 
     const TABLE: &str = "Table shop.public.orders (1200 rows)\nColumns:\n- id bigint: {\"min\":1,\"max\":1200}\n- email text: {\"distinct\":900}\nSample rows:\n{\"id\":1}\n{\"id\":2}\n{\"id\":3}\n{\"id\":4}\n{\"id\":5}\n{\"id\":6}";
 
     #[test]
     fn sql_renderings() {
-        assert_eq!(
-            sql_compact(TABLE),
-            "Table shop.public.orders (1200 rows)\nColumns:\n- id bigint\n- email text"
-        );
-        let full = sql_full(TABLE);
+        let compact = "Table shop.public.orders (1200 rows)\nColumns:\n- id bigint\n- email text";
+        assert_eq!(sql_table(TABLE, false, false), compact);
+        let full = sql_table(TABLE, true, true);
         assert!(full.contains("\"min\":1"));
         assert!(full.contains("{\"id\":5}"));
         assert!(!full.contains("{\"id\":6}"));
+        // Each part on its own: distributions without rows, rows without distributions.
+        assert_eq!(
+            sql_table(TABLE, true, false),
+            "Table shop.public.orders (1200 rows)\nColumns:\n- id bigint: {\"min\":1,\"max\":1200}\n- email text: {\"distinct\":900}"
+        );
+        let rows = sql_table(TABLE, false, true);
+        assert!(rows.starts_with(&format!("{compact}\nSample rows:\n{{\"id\":1}}")));
+        assert!(rows.contains("{\"id\":5}") && !rows.contains("{\"id\":6}"));
+        assert!(!rows.contains("min"));
     }
 
     #[test]
@@ -214,37 +237,60 @@ mod tests {
             8192,
         )
         .unwrap();
-        let (budget, window) = budget_for(&query, counter, &rule);
-        let (w, prompt) = window.unwrap();
+        let (budget, derived) = budget_for(&query, counter, (&rule, DEFAULT_BUDGET));
+        let Derived {
+            window: w,
+            prompt,
+            reserve,
+        } = derived.unwrap();
         assert_eq!(w, 8000);
         assert!(prompt > 5 && prompt < 20);
-        assert_eq!(budget, 8000 - prompt - 2000 - rule.safety_margin);
-        assert_eq!(max_new_tokens(8000, prompt, budget, &rule), 2000);
+        // The reserve is a quarter of what the prompt leaves, not of the whole window.
+        assert_eq!(reserve, (8000 - prompt) / 4);
+        assert!(reserve < 2000);
+        assert_eq!(budget, 8000 - prompt - reserve - rule.safety_margin);
+        assert_eq!(max_new_tokens(8000, prompt, budget, &rule), reserve);
+        // A long prompt leaves less, and the reserve shrinks with it.
+        let long = decode_query(
+            br#"{"query_id":"q","tenant":"t","text":"x","context_window":1000,"prompt":{"system":"word word word word word word word word word word word word word word word word word word word word"}}"#,
+            8192,
+        )
+        .unwrap();
+        let (_, derived) = budget_for(&long, counter, (&rule, DEFAULT_BUDGET));
+        let derived = derived.unwrap();
+        assert!(derived.prompt >= 20);
+        assert_eq!(derived.reserve, (1000 - derived.prompt) / 4);
         // A small window: the reserve is at least 32.
         let small = decode_query(
             br#"{"query_id":"q","tenant":"t","text":"x","context_window":100}"#,
             8192,
         )
         .unwrap();
-        assert_eq!(budget_for(&small, counter, &rule).0, 100 - 32 - 32);
+        assert_eq!(
+            budget_for(&small, counter, (&rule, DEFAULT_BUDGET)).0,
+            100 - 32 - 32
+        );
         // token_budget caps the derived budget; no window: token_budget or the default.
         let capped = decode_query(
             br#"{"query_id":"q","tenant":"t","text":"x","context_window":8000,"token_budget":500}"#,
             8192,
         )
         .unwrap();
-        assert_eq!(budget_for(&capped, counter, &rule).0, 500);
+        assert_eq!(budget_for(&capped, counter, (&rule, DEFAULT_BUDGET)).0, 500);
         let plain = decode_query(br#"{"query_id":"q","tenant":"t","text":"x"}"#, 8192).unwrap();
-        assert_eq!(budget_for(&plain, counter, &rule), (DEFAULT_BUDGET, None));
+        assert_eq!(
+            budget_for(&plain, counter, (&rule, DEFAULT_BUDGET)),
+            (DEFAULT_BUDGET, None)
+        );
         // The rule is the config's: no reserve floor, a wider margin.
         let wide = WindowConfig {
             reserve_ratio: 0.0,
             min_reserve: 0,
             safety_margin: 100,
         };
-        assert_eq!(budget_for(&small, counter, &wide).0, 0);
-        assert_eq!(budget_for(&capped, counter, &wide).0, 500);
-        let (budget, _) = budget_for(&query, counter, &wide);
+        assert_eq!(budget_for(&small, counter, (&wide, DEFAULT_BUDGET)).0, 0);
+        assert_eq!(budget_for(&capped, counter, (&wide, DEFAULT_BUDGET)).0, 500);
+        let (budget, _) = budget_for(&query, counter, (&wide, DEFAULT_BUDGET));
         assert_eq!(budget, 8000 - prompt - 100);
     }
 

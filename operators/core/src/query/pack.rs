@@ -157,6 +157,9 @@ pub struct PackRequest<'a> {
     pub config: &'a PackConfig,
     /// Pack to the budget (no evidence stop).
     pub fill: bool,
+    /// Every item a whole chunk (the query's `return_full`): no expanded, snippet or surrogate form,
+    /// so a chunk that does not fit is left out (the top result alone is cut to the budget).
+    pub whole: bool,
     /// The bottom of the evidence stop's scale: what [`crate::query::rerank::rerank`] returns (one
     /// below the lowest reranked score), at most the lowest candidate's score.
     pub floor: f32,
@@ -225,6 +228,7 @@ pub fn render_full(
             tier: Tier::Full,
             score: candidate.score,
             tokens: counter.count(&rendered),
+            full_tokens: chunk.tokens as usize,
             text: text.clone(),
             metadata: chunk.metadata.to_object(),
         });

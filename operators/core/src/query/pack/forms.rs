@@ -75,6 +75,32 @@ pub(super) fn header(chunk: &crate::model::Chunk, lines: (u32, u32)) -> String {
     }
 }
 
+/// The one form of a candidate when the query asks for whole chunks (`return_full`): the chunk's
+/// `(from, to)` part not already in the context (all of it unless it overlaps an earlier item of
+/// its document).
+pub(super) fn whole_chunk(
+    chunk: &crate::model::Chunk,
+    (from, to): (usize, usize),
+    counter: TokenCounter,
+) -> Form {
+    let base = chunk.char_range.0;
+    let lines = if (from, to) == (0, chunk.text.len()) {
+        chunk.lines
+    } else {
+        (line_of(chunk, from), line_of(chunk, to))
+    };
+    let header = header(chunk, lines);
+    Form {
+        tier: Tier::Full,
+        factor: 1.0,
+        estimate: counter.count(&header) + estimate(chunk.tokens, chunk.text.len(), to - from),
+        header,
+        text: chunk.text[from..to].to_string(),
+        lines,
+        range: (base + from as u32, base + to as u32),
+    }
+}
+
 /// The part of a chunk not covered by `covered` (byte ranges of the same document): its largest
 /// uncovered piece, as offsets into the chunk text.
 pub(super) fn uncovered(

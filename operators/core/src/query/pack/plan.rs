@@ -140,6 +140,7 @@ fn plan<'a>(
         cue,
         config,
         fill,
+        whole,
         floor,
         tiers,
         ..
@@ -183,6 +184,8 @@ fn plan<'a>(
                 continue;
             }
         };
+        // Whole chunks only: the band's best sentence is not one.
+        let band = band.filter(|_| !whole);
         let stored = &candidate.stored;
         expanded_covers_others |= expanded_document == Some(&stored.key);
         let doc_covered = covered.entry(&stored.key).or_default();
@@ -198,23 +201,28 @@ fn plan<'a>(
         let ceiling = tiers
             .get(position)
             .map_or(SurrogateTier::Full, |(tier, _)| *tier);
-        let expanded_form = (offer_expanded && position == 0 && ceiling == SurrogateTier::Full)
-            .then(|| expanded(stored, neighbours, counter, config.expanded_tokens))
-            .flatten();
-        let forms = forms(
-            candidate,
-            available,
-            (&terms, cue),
-            config,
-            counter,
-            expanded_form,
-            ceiling,
-            if band.is_some() {
-                Room::Sentence
-            } else {
-                Room::Whole
-            },
-        );
+        let expanded_form =
+            (offer_expanded && !whole && position == 0 && ceiling == SurrogateTier::Full)
+                .then(|| expanded(stored, neighbours, counter, config.expanded_tokens))
+                .flatten();
+        let forms = if whole {
+            vec![whole_chunk(&stored.chunk, available, counter)]
+        } else {
+            forms(
+                candidate,
+                available,
+                (&terms, cue),
+                config,
+                counter,
+                expanded_form,
+                ceiling,
+                if band.is_some() {
+                    Room::Sentence
+                } else {
+                    Room::Whole
+                },
+            )
+        };
         doc_covered.push(forms[0].range);
         if forms[0].tier == Tier::Expanded {
             expanded_document = Some(&stored.key);
@@ -452,6 +460,7 @@ fn report(entries: &[Entry<'_>], request: &PackRequest<'_>, stopped: usize, pack
                     tier: form.tier,
                     score: entry.candidate.score,
                     tokens: counter.count(&render(&form.header, &form.text)),
+                    full_tokens: stored.chunk.tokens as usize,
                     text: form.text.clone(),
                     metadata: stored.chunk.metadata.to_object(),
                 });

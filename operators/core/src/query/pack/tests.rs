@@ -101,6 +101,7 @@ fn run(
         cue: AnswerCue::None,
         config: &PackConfig::default(),
         fill: true,
+        whole: false,
         floor: 0.0,
         tiers: &[],
     })
@@ -221,6 +222,7 @@ fn separator_is_configurable_and_counted() {
         cue: AnswerCue::None,
         config: &config,
         fill: true,
+        whole: false,
         floor: 0.0,
         tiers: &[],
     });
@@ -244,6 +246,7 @@ fn deferred_candidates_fill_an_unused_budget_only() {
         cue: AnswerCue::None,
         config: &PackConfig::default(),
         fill: true,
+        whole: false,
         floor: 0.0,
         tiers: &[],
     });
@@ -260,6 +263,7 @@ fn deferred_candidates_fill_an_unused_budget_only() {
             cue: AnswerCue::None,
             config: &PackConfig::default(),
             fill: true,
+            whole: false,
             floor: 0.0,
             tiers: &[],
         }
@@ -349,6 +353,7 @@ fn tight_budgets_keep_the_sentence_holding_the_query_terms() {
         cue: AnswerCue::None,
         config: &equal,
         fill: true,
+        whole: false,
         floor: 0.0,
         tiers: &[],
     });
@@ -369,6 +374,7 @@ fn tight_budgets_keep_the_sentence_holding_the_query_terms() {
             ..equal.clone()
         },
         fill: true,
+        whole: false,
         floor: 0.0,
         tiers: &[],
     });
@@ -480,6 +486,7 @@ fn a_second_result_scoring_like_the_top_keeps_room_that_one_far_below_gives_up()
             cue: AnswerCue::None,
             config,
             fill: true,
+            whole: false,
             floor: 0.0,
             tiers: &[],
         });
@@ -540,6 +547,7 @@ fn the_context_is_marked_untrusted_and_a_document_cannot_close_the_block() {
         cue: AnswerCue::None,
         config: &plain,
         fill: true,
+        whole: false,
         floor: 0.0,
         tiers: &[],
     });
@@ -671,6 +679,7 @@ fn stop_pack(picked: &[Candidate], deferred: &[Candidate], fill: bool, ratio: f3
             ..PackConfig::default()
         },
         fill,
+        whole: false,
         floor: 0.0,
         tiers: &[],
     })
@@ -763,6 +772,7 @@ fn surrogate_tiers_cap_each_candidate_and_the_trace_says_why() {
         cue: AnswerCue::None,
         config: &PackConfig::default(),
         fill: true,
+        whole: false,
         floor: 0.0,
         tiers: &tiers,
     });
@@ -812,6 +822,7 @@ fn the_evidence_band_packs_a_weak_candidate_as_its_best_sentence_and_says_why() 
             cue: AnswerCue::None,
             config,
             fill,
+            whole: false,
             floor: 0.0,
             tiers: &[],
         })
@@ -866,4 +877,51 @@ fn the_evidence_band_packs_a_weak_candidate_as_its_best_sentence_and_says_why() 
     for (candidates, expected) in [(&picked, second), (&code, chunk.text.as_str())] {
         assert_eq!(with(candidates, &roomy, false).items[2].text, expected);
     }
+}
+
+/// `return_full`: each item is a whole chunk (never a snippet, surrogate or expanded window), and
+/// what does not fit whole is left out; the same candidates packed as usual are shrunk instead.
+#[test]
+fn whole_chunks_only_or_left_out() {
+    let docs: Vec<Vec<StoredChunk>> = (0..4).map(|d| document(d, 6, 6, 0)).collect();
+    let picked: Vec<Candidate> = docs
+        .iter()
+        .enumerate()
+        .map(|(d, chunks)| {
+            let mut vector = vec![0.0; 4];
+            vector[d] = 1.0;
+            candidate(&chunks[0], 1.0 - d as f32 * 0.05, vector)
+        })
+        .collect();
+    let one = docs[0][0].chunk.tokens as usize;
+    // Room for two whole chunks and their headers, not three.
+    let budget = 2 * one + 60;
+    let request = |whole: bool| {
+        pack(PackRequest {
+            picked: &picked,
+            deferred: &[],
+            neighbours: &docs[0],
+            budget,
+            counter: counter(),
+            terms: &[],
+            cue: AnswerCue::None,
+            config: &PackConfig::default(),
+            fill: true,
+            whole,
+            floor: 0.0,
+            tiers: &[],
+        })
+    };
+    let whole = request(true);
+    assert_eq!(whole.items.len(), 2, "{:?}", whole.items);
+    for (item, chunks) in whole.items.iter().zip(&docs) {
+        assert_eq!(item.tier, Tier::Full);
+        assert_eq!(item.text, chunks[0].chunk.text);
+        assert_eq!(item.full_tokens, chunks[0].chunk.tokens as usize);
+    }
+    assert!(whole.tokens_used <= budget);
+    assert!(whole.truncated, "two candidates left out");
+    let usual = request(false);
+    assert!(usual.items.len() > 2, "{:?}", usual.items);
+    assert!(usual.items.iter().any(|i| i.tier != Tier::Full));
 }
