@@ -44,6 +44,7 @@ use crate::tokens::TokenCounter;
 
 mod forms;
 mod plan;
+mod whole;
 pub use forms::AnswerCue;
 use forms::*;
 use plan::pack_once;

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::forms::*;
+use super::whole::{expanded, whole_chunk};
 use super::{render, wrap_items, PackConfig, PackRequest, Packed, UNTRUSTED_CLOSE, UNTRUSTED_OPEN};
 use crate::embed::{cosine_with_norms, dot};
 use crate::query::surrogate::SurrogateTier;
