@@ -263,6 +263,7 @@ fn result(context: Context) -> CallToolResult {
                 // The design's names: the item as packed (`tokens`) and the whole chunk.
                 "snippet_tokens": item.tokens,
                 "full_tokens": item.full_tokens,
+                "lanes": item.lanes,
                 "metadata": item.metadata,
             })
         })
@@ -279,6 +280,8 @@ fn result(context: Context) -> CallToolResult {
         "generation_budget": context.generation_budget,
         "chunks_available": context.chunks_available,
         "chunks_returned": context.chunks_returned,
+        "unique_files": context.unique_files,
+        "file_diversity_ratio": context.file_diversity_ratio,
         "truncated": context.truncated,
         "note": context.note,
         "items": items,

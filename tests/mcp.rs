@@ -250,7 +250,25 @@ fn check(seen: &Value, transport: &str) {
             item["full_tokens"].as_u64().expect("full_tokens") > 0,
             "{item}"
         );
+        // Which lanes found it: one of them at least, each named once.
+        let lanes = item["lanes"].as_array().expect("lanes");
+        assert!(
+            !lanes.is_empty() && lanes.len() <= 2 && (lanes[0] == "dense" || lanes[0] == "bm25"),
+            "{transport}: {item}"
+        );
     }
+    // Diversity: the distinct sources among the items, and their share.
+    let sources: std::collections::BTreeSet<&str> = items
+        .iter()
+        .map(|i| i["source"].as_str().expect("source"))
+        .collect();
+    assert_eq!(
+        structured["unique_files"],
+        json!(sources.len()),
+        "{transport}"
+    );
+    let ratio = structured["file_diversity_ratio"].as_f64().expect("ratio");
+    assert!((ratio - sources.len() as f64 / items.len() as f64).abs() < 1e-6);
     // rag_read_chunk: the whole chunk the search cited.
     let read = call("read");
     assert_eq!(read["structured"]["items"][0]["chunk_id"], first);
@@ -381,6 +399,16 @@ fn check(seen: &Value, transport: &str) {
     let whole = deep_default["items"].as_array().expect("items");
     assert_eq!(whole.len(), 20, "{transport}: {deep_default}");
     assert_eq!(deep_default["chunks_returned"], 20);
+    // One document: one file among the twenty.
+    assert_eq!(deep_default["unique_files"], 1);
+    assert!(
+        (deep_default["file_diversity_ratio"]
+            .as_f64()
+            .expect("ratio")
+            - 0.05)
+            .abs()
+            < 1e-6
+    );
     for item in whole {
         assert_eq!(item["doc_id"], "incidents");
         let full = item["full_tokens"].as_u64().expect("full_tokens");

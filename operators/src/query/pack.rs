@@ -339,6 +339,14 @@ fn sql(working: &Working, services: &QueryServices, output: &mut Output) {
 
 fn finish(mut context: Context, notes: Vec<String>, working: &mut Working) -> Context {
     context.chunks_returned = context.items.len().max(context.sources.len());
+    let files: std::collections::BTreeSet<&str> =
+        context.items.iter().map(|i| i.source.as_str()).collect();
+    context.unique_files = files.len();
+    context.file_diversity_ratio = if context.items.is_empty() {
+        0.0
+    } else {
+        files.len() as f32 / context.items.len() as f32
+    };
     metrics().record_decisions(&working.trace.decisions);
     if !notes.is_empty() {
         context.note = Some(notes.join("; "));

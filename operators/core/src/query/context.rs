@@ -76,6 +76,10 @@ pub struct ContextItem {
     /// ingest's tokenizer: what `read_chunk` returns, without its header.
     #[serde(default)]
     pub full_tokens: usize,
+    /// The retrieval lanes that found the item (its top chunk): `dense`, `bm25` or both; empty for
+    /// a chunk read by its id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lanes: Vec<super::fuse::Lane>,
     /// The item's text (without the `Source:` header).
     pub text: String,
     /// The document's metadata (absent when it has none).
@@ -142,6 +146,13 @@ pub struct Context {
     /// What was cut, warnings, hints.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Distinct sources (files) among the items.
+    #[serde(default)]
+    pub unique_files: usize,
+    /// `unique_files` over the number of items (1: every item from another file; 0 when there is
+    /// no item).
+    #[serde(default)]
+    pub file_diversity_ratio: f32,
     /// Tokens left for the answer when a context window was given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_new_tokens: Option<usize>,

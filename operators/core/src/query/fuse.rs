@@ -11,7 +11,9 @@ use super::{Action, Candidate, Cause, Decision, LaneHit, Weights};
 use crate::store::Hit;
 
 /// A retrieval lane.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
 pub enum Lane {
     /// Nearest neighbours of the query's vector.
     Dense,

@@ -344,6 +344,7 @@ mod tests {
                     score: 1.0,
                     tokens: 3,
                     full_tokens: 3,
+                    lanes: vec![],
                     text: "x".into(),
                     metadata: Default::default(),
                 })

@@ -331,6 +331,18 @@ impl Candidate {
         }
     }
 
+    /// The lanes that found it, dense first.
+    pub fn lanes(&self) -> Vec<fuse::Lane> {
+        let mut lanes = Vec::with_capacity(2);
+        if self.dense.is_some() {
+            lanes.push(fuse::Lane::Dense);
+        }
+        if self.bm25.is_some() {
+            lanes.push(fuse::Lane::Bm25);
+        }
+        lanes
+    }
+
     /// The point id as a string.
     pub fn id(&self) -> String {
         self.stored.id.to_string()

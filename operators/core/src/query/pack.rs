@@ -230,6 +230,7 @@ pub fn render_full(
             score: candidate.score,
             tokens: counter.count(&rendered),
             full_tokens: chunk.tokens as usize,
+            lanes: candidate.lanes(),
             text: text.clone(),
             metadata: chunk.metadata.to_object(),
         });

@@ -462,6 +462,7 @@ fn report(entries: &[Entry<'_>], request: &PackRequest<'_>, stopped: usize, pack
                     score: entry.candidate.score,
                     tokens: counter.count(&render(&form.header, &form.text)),
                     full_tokens: stored.chunk.tokens as usize,
+                    lanes: entry.candidate.lanes(),
                     text: form.text.clone(),
                     metadata: stored.chunk.metadata.to_object(),
                 });
