@@ -23,13 +23,14 @@ use rmcp::model::{
     CallToolResult, ContentBlock as Content, Extensions, Implementation, ServerCapabilities,
     ServerConfig,
 };
-use rmcp::schemars::{self, JsonSchema};
 use rmcp::transport::streamable_http_server::{
     session::never::NeverSessionManager, StreamableHttpServerConfig, StreamableHttpService,
 };
 use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
-use serde::Deserialize;
 use serde_json::{json, Value};
+
+mod args;
+pub use args::*;
 
 /// How long a tool waits for its context (as `POST /v1/query` does).
 const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
@@ -61,163 +62,6 @@ impl Grant {
             (None, None) => Err("name the tenant to search in `tenant`".into()),
         }
     }
-}
-
-/// Restricts a search to some documents (applied inside the index query).
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct DocFilter {
-    /// Only these document ids.
-    #[serde(default)]
-    pub doc_ids: Vec<String>,
-    /// Only sources under this path prefix (whole path components: `docs/` matches `docs/a.md`).
-    #[serde(default)]
-    pub source_prefix: Option<String>,
-    /// Only these kinds: `prose`, `markdown`, `code`, `sql_schema`.
-    #[serde(default)]
-    pub kinds: Vec<String>,
-    /// Only documents in these languages (ISO 639-3, e.g. `eng`).
-    #[serde(default)]
-    pub langs: Vec<String>,
-    /// Conditions on the documents' metadata, all required: key → a value (string, integer or
-    /// boolean), `{"any": [values]}`, or a range `{"gte": x, "lte": y}` of numbers or RFC 3339
-    /// date-times.
-    #[serde(default)]
-    pub metadata: Option<serde_json::Map<String, Value>>,
-}
-
-/// Arguments of `rag_search`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SearchArgs {
-    /// The question or search text.
-    pub query: String,
-    /// Token budget of the packed context (default 3000), counted with the o200k_base tokenizer.
-    #[serde(default)]
-    pub token_budget: Option<usize>,
-    /// Number of results to choose from (default 10).
-    #[serde(default)]
-    pub k: Option<usize>,
-    /// Lowest cosine similarity (-1..1) a dense-lane candidate may have.
-    #[serde(default)]
-    pub score_threshold: Option<f32>,
-    /// Restrict the search to some documents.
-    #[serde(default)]
-    pub doc_filter: Option<DocFilter>,
-    /// The tenant to search, when the credential opens more than one.
-    #[serde(default)]
-    pub tenant: Option<String>,
-    /// Pack to the budget instead of stopping once the evidence is in (default false).
-    #[serde(default)]
-    pub fill: Option<bool>,
-    /// Whole chunks instead of snippets: a chunk that does not fit the budget is left out (default
-    /// false).
-    #[serde(default)]
-    pub return_full: Option<bool>,
-}
-
-/// Arguments of `rag_search_deep`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct DeepArgs {
-    /// The question or search text.
-    pub query: String,
-    /// Number of whole chunks (default 20, the job's `query.deep_k`; at most 50).
-    #[serde(default)]
-    pub k: Option<usize>,
-    /// Lowest cosine similarity (-1..1) a dense-lane candidate may have.
-    #[serde(default)]
-    pub score_threshold: Option<f32>,
-    /// Restrict the search to some documents.
-    #[serde(default)]
-    pub doc_filter: Option<DocFilter>,
-    /// The tenant to search, when the credential opens more than one.
-    #[serde(default)]
-    pub tenant: Option<String>,
-}
-
-/// Arguments of `rag_read_chunk`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ReadChunkArgs {
-    /// The chunk id (from a search result's `items[].chunk_id`).
-    pub chunk_id: String,
-    /// The tenant, when the credential opens more than one.
-    #[serde(default)]
-    pub tenant: Option<String>,
-}
-
-/// Arguments of `rag_list_sources`.
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ListSourcesArgs {
-    /// The tenant, when the credential opens more than one.
-    #[serde(default)]
-    pub tenant: Option<String>,
-    /// Documents per page (default 100, at most 1000).
-    #[serde(default)]
-    pub limit: Option<usize>,
-    /// The previous page's `next_cursor`: the page starts after it.
-    #[serde(default)]
-    pub cursor: Option<String>,
-}
-
-/// How much `sql_search` tells about each table.
-#[derive(Debug, Default, Clone, Copy, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum SqlDetail {
-    /// Qualified names, row counts, columns and types.
-    #[default]
-    Compact,
-    /// Also value distributions and up to 5 sample rows.
-    Full,
-}
-
-/// Lowest cosine similarity of a table to an SQL search (the design's default): a table further
-/// from the question is not listed.
-pub const SQL_SCORE_THRESHOLD: f32 = 0.3;
-
-/// Arguments of `sql_search`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SqlArgs {
-    /// What the tables should hold (e.g. "orders per customer").
-    pub query: String,
-    /// `compact` (default) or `full`.
-    #[serde(default)]
-    pub detail: SqlDetail,
-    /// The design's name for `detail`: true is `compact`, false is `full`; when given it decides.
-    #[serde(default)]
-    pub compact: Option<bool>,
-    /// Give each column's value distribution (default: only with `full`).
-    #[serde(default)]
-    pub include_distributions: Option<bool>,
-    /// Give up to 5 sample rows per table (default: only with `full`).
-    #[serde(default)]
-    pub include_samples: Option<bool>,
-    /// Lowest cosine similarity (-1..1) of a table to the query (default 0.3).
-    #[serde(default)]
-    pub score_threshold: Option<f32>,
-    /// Number of tables (default 10).
-    #[serde(default)]
-    pub k: Option<usize>,
-    /// The tenant to search, when the credential opens more than one.
-    #[serde(default)]
-    pub tenant: Option<String>,
-}
-
-/// Arguments of `sql_search_compact`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SqlCompactArgs {
-    /// What the tables should hold (e.g. "orders per customer").
-    pub query: String,
-    /// Number of tables (default 10).
-    #[serde(default)]
-    pub k: Option<usize>,
-    /// The tenant to search, when the credential opens more than one.
-    #[serde(default)]
-    pub tenant: Option<String>,
 }
 
 /// The tools, answering through the job's query ingress.
@@ -333,6 +177,23 @@ impl RagTools {
             .filter(|labels| !labels.is_empty())
     }
 
+    /// Asks `query` for the call's tenant (the one it names in `asked`, if its credential opens it)
+    /// with the credential's ACL labels; a refused tenant is a tool error.
+    async fn ask_as(
+        &self,
+        extensions: &Extensions,
+        asked: Option<String>,
+        mut query: Value,
+    ) -> Result<CallToolResult, ErrorData> {
+        let tenant = match self.tenant(extensions, asked) {
+            Ok(tenant) => tenant,
+            Err(refused) => return Ok(*refused),
+        };
+        query["tenant"] = json!(tenant);
+        query["acl"] = json!(self.labels(extensions));
+        self.ask(query).await
+    }
+
     /// Submits a query event and waits for its context (off the async executor).
     async fn ask(&self, mut query: Value) -> Result<CallToolResult, ErrorData> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
@@ -367,22 +228,20 @@ impl RagTools {
         Parameters(args): Parameters<SearchArgs>,
         extensions: Extensions,
     ) -> Result<CallToolResult, ErrorData> {
-        let tenant = match self.tenant(&extensions, args.tenant) {
-            Ok(tenant) => tenant,
-            Err(refused) => return Ok(*refused),
-        };
-        self.ask(json!({
-            "tenant": tenant,
-            "acl": self.labels(&extensions),
-            "text": args.query,
-            "mode": "bounded",
-            "token_budget": args.token_budget,
-            "k": args.k,
-            "score_threshold": args.score_threshold,
-            "filters": filters(args.doc_filter),
-            "fill": args.fill.unwrap_or(false),
-            "return_full": args.return_full.unwrap_or(false),
-        }))
+        self.ask_as(
+            &extensions,
+            args.tenant,
+            json!({
+                "text": args.query,
+                "mode": "bounded",
+                "token_budget": args.token_budget,
+                "k": args.k,
+                "score_threshold": args.score_threshold,
+                "filters": filters(args.doc_filter),
+                "fill": args.fill.unwrap_or(false),
+                "return_full": args.return_full.unwrap_or(false),
+            }),
+        )
         .await
     }
 
@@ -394,19 +253,17 @@ impl RagTools {
         Parameters(args): Parameters<DeepArgs>,
         extensions: Extensions,
     ) -> Result<CallToolResult, ErrorData> {
-        let tenant = match self.tenant(&extensions, args.tenant) {
-            Ok(tenant) => tenant,
-            Err(refused) => return Ok(*refused),
-        };
-        self.ask(json!({
-            "tenant": tenant,
-            "acl": self.labels(&extensions),
-            "text": args.query,
-            "mode": "deep",
-            "k": args.k,
-            "score_threshold": args.score_threshold,
-            "filters": filters(args.doc_filter),
-        }))
+        self.ask_as(
+            &extensions,
+            args.tenant,
+            json!({
+                "text": args.query,
+                "mode": "deep",
+                "k": args.k,
+                "score_threshold": args.score_threshold,
+                "filters": filters(args.doc_filter),
+            }),
+        )
         .await
     }
 
@@ -416,12 +273,12 @@ impl RagTools {
         Parameters(args): Parameters<ReadChunkArgs>,
         extensions: Extensions,
     ) -> Result<CallToolResult, ErrorData> {
-        let tenant = match self.tenant(&extensions, args.tenant) {
-            Ok(tenant) => tenant,
-            Err(refused) => return Ok(*refused),
-        };
-        self.ask(json!({"tenant": tenant, "acl": self.labels(&extensions), "text": args.chunk_id, "mode": "read_chunk"}))
-            .await
+        self.ask_as(
+            &extensions,
+            args.tenant,
+            json!({"text": args.chunk_id, "mode": "read_chunk"}),
+        )
+        .await
     }
 
     #[tool(
@@ -432,12 +289,12 @@ impl RagTools {
         Parameters(args): Parameters<ListSourcesArgs>,
         extensions: Extensions,
     ) -> Result<CallToolResult, ErrorData> {
-        let tenant = match self.tenant(&extensions, args.tenant) {
-            Ok(tenant) => tenant,
-            Err(refused) => return Ok(*refused),
-        };
-        self.ask(json!({"tenant": tenant, "acl": self.labels(&extensions), "text": "", "mode": "list_sources", "k": args.limit, "cursor": args.cursor}))
-            .await
+        self.ask_as(
+            &extensions,
+            args.tenant,
+            json!({"text": "", "mode": "list_sources", "k": args.limit, "cursor": args.cursor}),
+        )
+        .await
     }
 
     #[tool(
@@ -448,24 +305,22 @@ impl RagTools {
         Parameters(args): Parameters<SqlArgs>,
         extensions: Extensions,
     ) -> Result<CallToolResult, ErrorData> {
-        let tenant = match self.tenant(&extensions, args.tenant) {
-            Ok(tenant) => tenant,
-            Err(refused) => return Ok(*refused),
-        };
         let compact = args
             .compact
             .unwrap_or(matches!(args.detail, SqlDetail::Compact));
         let mode = if compact { "sql_compact" } else { "sql_full" };
-        self.ask(json!({
-            "tenant": tenant,
-            "acl": self.labels(&extensions),
-            "text": args.query,
-            "mode": mode,
-            "k": args.k,
-            "score_threshold": args.score_threshold.unwrap_or(SQL_SCORE_THRESHOLD),
-            "include_distributions": args.include_distributions,
-            "include_samples": args.include_samples,
-        }))
+        self.ask_as(
+            &extensions,
+            args.tenant,
+            json!({
+                "text": args.query,
+                "mode": mode,
+                "k": args.k,
+                "score_threshold": args.score_threshold.unwrap_or(SQL_SCORE_THRESHOLD),
+                "include_distributions": args.include_distributions,
+                "include_samples": args.include_samples,
+            }),
+        )
         .await
     }
 
@@ -477,18 +332,16 @@ impl RagTools {
         Parameters(args): Parameters<SqlCompactArgs>,
         extensions: Extensions,
     ) -> Result<CallToolResult, ErrorData> {
-        let tenant = match self.tenant(&extensions, args.tenant) {
-            Ok(tenant) => tenant,
-            Err(refused) => return Ok(*refused),
-        };
-        self.ask(json!({
-            "tenant": tenant,
-            "acl": self.labels(&extensions),
-            "text": args.query,
-            "mode": "sql_compact",
-            "k": args.k,
-            "score_threshold": SQL_SCORE_THRESHOLD,
-        }))
+        self.ask_as(
+            &extensions,
+            args.tenant,
+            json!({
+                "text": args.query,
+                "mode": "sql_compact",
+                "k": args.k,
+                "score_threshold": SQL_SCORE_THRESHOLD,
+            }),
+        )
         .await
     }
 }

@@ -1,0 +1,163 @@
+//! The tools' arguments: each a JSON schema the MCP client lists (the `///` comments are the
+//! arguments' descriptions), checked strictly (an unknown argument is refused).
+
+use rmcp::schemars::{self, JsonSchema};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Restricts a search to some documents (applied inside the index query).
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DocFilter {
+    /// Only these document ids.
+    #[serde(default)]
+    pub doc_ids: Vec<String>,
+    /// Only sources under this path prefix (whole path components: `docs/` matches `docs/a.md`).
+    #[serde(default)]
+    pub source_prefix: Option<String>,
+    /// Only these kinds: `prose`, `markdown`, `code`, `sql_schema`.
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    /// Only documents in these languages (ISO 639-3, e.g. `eng`).
+    #[serde(default)]
+    pub langs: Vec<String>,
+    /// Conditions on the documents' metadata, all required: key → a value (string, integer or
+    /// boolean), `{"any": [values]}`, or a range `{"gte": x, "lte": y}` of numbers or RFC 3339
+    /// date-times.
+    #[serde(default)]
+    pub metadata: Option<serde_json::Map<String, Value>>,
+}
+
+/// Arguments of `rag_search`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchArgs {
+    /// The question or search text.
+    pub query: String,
+    /// Token budget of the packed context (default 3000), counted with the o200k_base tokenizer.
+    #[serde(default)]
+    pub token_budget: Option<usize>,
+    /// Number of results to choose from (default 10).
+    #[serde(default)]
+    pub k: Option<usize>,
+    /// Lowest cosine similarity (-1..1) a dense-lane candidate may have.
+    #[serde(default)]
+    pub score_threshold: Option<f32>,
+    /// Restrict the search to some documents.
+    #[serde(default)]
+    pub doc_filter: Option<DocFilter>,
+    /// The tenant to search, when the credential opens more than one.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// Pack to the budget instead of stopping once the evidence is in (default false).
+    #[serde(default)]
+    pub fill: Option<bool>,
+    /// Whole chunks instead of snippets: a chunk that does not fit the budget is left out (default
+    /// false).
+    #[serde(default)]
+    pub return_full: Option<bool>,
+}
+
+/// Arguments of `rag_search_deep`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeepArgs {
+    /// The question or search text.
+    pub query: String,
+    /// Number of whole chunks (default 20, the job's `query.deep_k`; at most 50).
+    #[serde(default)]
+    pub k: Option<usize>,
+    /// Lowest cosine similarity (-1..1) a dense-lane candidate may have.
+    #[serde(default)]
+    pub score_threshold: Option<f32>,
+    /// Restrict the search to some documents.
+    #[serde(default)]
+    pub doc_filter: Option<DocFilter>,
+    /// The tenant to search, when the credential opens more than one.
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
+/// Arguments of `rag_read_chunk`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadChunkArgs {
+    /// The chunk id (from a search result's `items[].chunk_id`).
+    pub chunk_id: String,
+    /// The tenant, when the credential opens more than one.
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
+/// Arguments of `rag_list_sources`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListSourcesArgs {
+    /// The tenant, when the credential opens more than one.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// Documents per page (default 100, at most 1000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// The previous page's `next_cursor`: the page starts after it.
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+/// How much `sql_search` tells about each table.
+#[derive(Debug, Default, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SqlDetail {
+    /// Qualified names, row counts, columns and types.
+    #[default]
+    Compact,
+    /// Also value distributions and up to 5 sample rows.
+    Full,
+}
+
+/// Lowest cosine similarity of a table to an SQL search (the design's default): a table further
+/// from the question is not listed.
+pub const SQL_SCORE_THRESHOLD: f32 = 0.3;
+
+/// Arguments of `sql_search`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SqlArgs {
+    /// What the tables should hold (e.g. "orders per customer").
+    pub query: String,
+    /// `compact` (default) or `full`.
+    #[serde(default)]
+    pub detail: SqlDetail,
+    /// The design's name for `detail`: true is `compact`, false is `full`; when given it decides.
+    #[serde(default)]
+    pub compact: Option<bool>,
+    /// Give each column's value distribution (default: only with `full`).
+    #[serde(default)]
+    pub include_distributions: Option<bool>,
+    /// Give up to 5 sample rows per table (default: only with `full`).
+    #[serde(default)]
+    pub include_samples: Option<bool>,
+    /// Lowest cosine similarity (-1..1) of a table to the query (default 0.3).
+    #[serde(default)]
+    pub score_threshold: Option<f32>,
+    /// Number of tables (default 10).
+    #[serde(default)]
+    pub k: Option<usize>,
+    /// The tenant to search, when the credential opens more than one.
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
+/// Arguments of `sql_search_compact`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SqlCompactArgs {
+    /// What the tables should hold (e.g. "orders per customer").
+    pub query: String,
+    /// Number of tables (default 10).
+    #[serde(default)]
+    pub k: Option<usize>,
+    /// The tenant to search, when the credential opens more than one.
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
