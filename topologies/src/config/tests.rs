@@ -167,6 +167,10 @@ fn query_endpoint_and_packing_settings_are_checked() {
         ("[query.window]\nreserve_ratio = 1.0\n", "query.window.reserve_ratio"),
         ("[query.embedding_cache]\nentries = 0\n", "query.embedding_cache.entries"),
         ("[query.pack]\ndeferred_value = 2.0\n", "query.pack.deferred_value"),
+        ("[query]\ndefault_k = 0\n", "query.default_k"),
+        ("[query]\ndeep_k = 51\n", "query.deep_k"),
+        ("[query]\ndefault_token_budget = 0\n", "query.default_token_budget"),
+        ("[query]\ndefault_token_budget = 1000001\n", "query.default_token_budget"),
     ] {
         let err = load_error(&format!("{kafka}{section}"));
         assert!(err.contains(key), "{section}: {err}");
