@@ -156,6 +156,9 @@ struct QueryArgs {
     /// Only sources under this path prefix.
     #[arg(long)]
     source_prefix: Option<String>,
+    /// Only sources matching this glob (`docs/**/*.md`).
+    #[arg(long)]
+    source_pattern: Option<String>,
     /// Wait until every document event written before the query is indexed.
     #[arg(long)]
     read_your_writes: bool,
@@ -378,6 +381,7 @@ fn query(args: QueryArgs) -> anyhow::Result<()> {
         budget,
         k,
         source_prefix,
+        source_pattern,
         read_your_writes,
         trace,
         json,
@@ -395,9 +399,10 @@ fn query(args: QueryArgs) -> anyhow::Result<()> {
     if let Some(k) = k {
         query["k"] = k.into();
     }
-    if let Some(prefix) = source_prefix {
-        query["filters"] = serde_json::json!({ "source_prefix": prefix });
-    }
+    query["filters"] = serde_json::json!({
+        "source_prefix": source_prefix,
+        "source_pattern": source_pattern,
+    });
     if read_your_writes {
         query["consistency"] = "read_your_writes".into();
     }

@@ -247,6 +247,13 @@ fn open_index(
                 tracing::info!(shard = index, chunks = written, embedder = %version, "re-embedded");
             }
             Err(StoreError::EmbedderMismatch {
+                found,
+                found_dimension,
+                ..
+            }) if config.embedder.allow_mixed_versions && found_dimension == dimension => {
+                tracing::warn!(shard = index, %found, embedder = %version, "serving vectors of another embedder version (embedder.allow_mixed_versions)");
+            }
+            Err(StoreError::EmbedderMismatch {
                 found_dimension, ..
             }) if config.embedder.reembed => {
                 bail!("re-embedding from dimension {found_dimension} to {dimension} needs a new index: set index.path to an empty directory");

@@ -76,3 +76,57 @@ fn the_two_precisions_write_different_embedder_versions() {
     assert_eq!(fp32.version(), "all-MiniLM-L6-v2/mean/256");
     assert_eq!(int8.version(), "all-MiniLM-L6-v2/mean/256/int8");
 }
+
+#[test]
+fn an_index_of_another_embedder_version_stops_the_job_unless_mixing_is_allowed() {
+    use crate::common::job::Job;
+    use std::time::Duration;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let events = [
+        (
+            "tides",
+            "Tides rise and fall twice a day under the pull of the moon.",
+        ),
+        (
+            "bees",
+            "Honey bees dance to tell the hive where the flowers are.",
+        ),
+    ]
+    .iter()
+    .map(|(id, text)| {
+        serde_json::json!({"op": "upsert", "tenant": "local", "doc_id": id, "version": 1,
+                           "source": format!("{id}.md"), "kind": "prose", "text": text})
+        .to_string()
+    })
+    .collect::<Vec<_>>();
+    std::fs::write(dir.path().join("events.jsonl"), events.join("\n") + "\n").expect("events");
+    let serving = crate::common::JSONL_SERVING;
+    let mut job = Job::start(dir.path(), serving, 1);
+    job.wait_ready(Duration::from_secs(120));
+    job.wait_indexed(2);
+    job.stop();
+    // The fp32 graph writes another embedder version: refused at start, saying what to do.
+    let fp32 = format!("{serving}[embedder]\nprecision = \"fp32\"\n");
+    let mut refused = Job::start(dir.path(), &fp32, 1);
+    assert!(!refused.wait_exit(Duration::from_secs(120)).success());
+    let log = refused.log();
+    assert!(
+        log.contains("holds vectors of embedder all-MiniLM-L6-v2/mean/256/int8"),
+        "{log}"
+    );
+    // Flagged: it serves the index as it is.
+    let mixed = format!("{fp32}allow_mixed_versions = true\n");
+    let mut job = Job::start(dir.path(), &mixed, 1);
+    job.wait_ready(Duration::from_secs(120));
+    let body = serde_json::json!({"query_id": "m", "tenant": "local", "text": "why do tides rise"});
+    let (status, reply) =
+        crate::common::job::http_post_json(job.http_port, "/v1/query", &body.to_string())
+            .expect("answered");
+    assert_eq!(status, 200, "{reply}");
+    let context: serde_json::Value = serde_json::from_str(&reply).expect("context JSON");
+    assert_eq!(context["items"][0]["doc_id"], "tides", "{context}");
+    assert!(job
+        .log()
+        .contains("serving vectors of another embedder version"));
+    job.stop();
+}

@@ -35,8 +35,16 @@ fn start(dir: &std::path::Path, endpoint: &str) -> Job {
 }
 
 fn ask(job: &Job, id: &str, text: &str, budget: usize) -> Value {
-    let body = json!({"query_id": id, "tenant": "nature", "text": text, "token_budget": budget,
+    ask_with(job, id, text, budget, json!({}))
+}
+
+/// As [`ask`], with the query's other fields from `extra`.
+fn ask_with(job: &Job, id: &str, text: &str, budget: usize, extra: Value) -> Value {
+    let mut body = json!({"query_id": id, "tenant": "nature", "text": text, "token_budget": budget,
                       "trace": true, "fill": true});
+    for (key, value) in extra.as_object().expect("an object") {
+        body[key] = value.clone();
+    }
     let (status, reply) =
         http_post_json(job.http_port, "/v1/query", &body.to_string()).expect("answered");
     assert_eq!(status, 200, "{reply}");
@@ -217,9 +225,16 @@ fn hyde_joins_a_hypothetical_passage_to_vague_queries_once_and_falls_back_when_s
     let context = ask(&job, "y1", question, 2000);
     assert_eq!(context["intent"], "exploratory");
     assert!(
-        notes(&context).contains("hyde: hypothetical passage joined the dense query"),
+        notes(&context)
+            .contains("hyde (combined): 1 hypothetical passage(s) joined the dense query"),
         "{context}"
     );
+    assert_eq!(
+        context["trace"]["hyde"]["strategy"], "combined",
+        "{context}"
+    );
+    assert_eq!(context["trace"]["hyde"]["hypotheses"], 1);
+    assert_eq!(context["trace"]["hyde"]["joined"], true);
     // The dense lane reads the mixed vector: the passage's document leads it with a cosine the
     // question alone does not reach (measured: docs/query.md, "Rerank and HyDE endpoints").
     let dense_top = context["trace"]["candidates"]
@@ -240,6 +255,28 @@ fn hyde_joins_a_hypothetical_passage_to_vague_queries_once_and_falls_back_when_s
     let procedure = ask(&job, "y3", "how to install a compass", 2000);
     assert!(!notes(&procedure).contains("hyde"), "{procedure}");
     assert_eq!(stand_in.count("/v1/chat/completions"), 1);
+    // A query may ask for HyDE whatever its intent, with more passages and the passages alone:
+    // three passages (the stand-in answers one per request, so the writer asks three times).
+    let asked = ask_with(
+        &job,
+        "y5",
+        "how to install a compass",
+        2000,
+        json!({"hyde": "hyde", "num_hypotheses": 3}),
+    );
+    assert_eq!(asked["trace"]["hyde"]["strategy"], "hyde", "{asked}");
+    assert_eq!(asked["trace"]["hyde"]["hypotheses"], 3);
+    assert_eq!(asked["trace"]["hyde"]["weight"], 1.0);
+    assert!(
+        notes(&asked).contains("hyde (hyde): 3 hypothetical passage(s)"),
+        "{asked}"
+    );
+    assert_eq!(stand_in.count("/v1/chat/completions"), 4);
+    // `skip` on a vague question: no passage, no call, no HyDE in the trace.
+    let skipped = ask_with(&job, "y6", question, 1800, json!({"hyde": "skip"}));
+    assert!(skipped["trace"].get("hyde").is_none(), "{skipped}");
+    assert!(!notes(&skipped).contains("hyde"), "{skipped}");
+    assert_eq!(stand_in.count("/v1/chat/completions"), 4);
     // Too slow: the query's own vector, noted.
     let slow = ask(&job, "y4", "why do insects travel slowly", 2000);
     assert!(notes(&slow).contains("hyde endpoint unavailable"), "{slow}");
@@ -262,10 +299,13 @@ fn hyde_joins_a_hypothetical_passage_to_vague_queries_once_and_falls_back_when_s
     );
     job.stop();
 
-    // Without HyDE, the same question's best dense cosine for that document is lower.
+    // Without HyDE, the same question's best dense cosine for that document is lower; a query that
+    // asks for HyDE is told the job has no writer.
     let plain = tempfile::tempdir().expect("tempdir");
     let mut job = start(plain.path(), "");
-    let context = ask(&job, "p1", question, 2000);
+    let context = ask_with(&job, "p1", question, 2000, json!({"hyde": "combined"}));
+    assert!(notes(&context).contains("no HyDE writer"), "{context}");
+    assert!(context["trace"].get("hyde").is_none(), "{context}");
     let without = context["trace"]["candidates"]
         .as_array()
         .expect("candidates")

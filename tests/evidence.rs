@@ -238,6 +238,26 @@ fn plain_words_over_code_hits_are_a_code_search_in_the_context_trace_and_metrics
         (dense_sum - (0.85 + named_dense)).abs() < 1e-6,
         "dense weights observed {dense_sum}, used 0.85 + {named_dense}"
     );
+    drop(job);
+
+    // The design's QUERY_ADAPTIVE_WEIGHTS off (`adapt_fusion = false`): the analyzer's intent and
+    // weights stand, and nothing is adapted.
+    let off_dir = tempfile::tempdir().expect("tempdir");
+    let off = start_with(
+        off_dir.path(),
+        "[query]\nadapt_fusion = false\n",
+        &CODE,
+        "code",
+        ".py",
+    );
+    let fixed = context(&off, "plain", "python check whether a list has no elements");
+    assert_eq!(fixed["intent"], "claim", "{fixed}");
+    assert!((fixed["weights"]["dense"].as_f64().unwrap() - 0.5).abs() < 1e-6);
+    assert!(!fixed["trace"]["decisions"]
+        .as_array()
+        .expect("decisions")
+        .iter()
+        .any(|d| d["action"] == "adapted"));
 }
 
 /// Seven documents in prose about lists, numbers and words: beside [`CODE`], code is three of ten.

@@ -85,6 +85,8 @@ fn calls() -> Value {
         ["read", "rag_read_chunk", {"chunk_id": "$chunk"}],
         ["deep", "rag_search_deep", {"query": "rollback", "k": 2, "doc_filter": {"doc_ids": ["handbook"]}}],
         ["filtered", "rag_search", {"query": "rollback", "doc_filter": {"source_prefix": "acme/faq"}}],
+        ["pattern", "rag_search", {"query": "rollback", "doc_filter": "*/h*k"}],
+        ["pattern_field", "rag_search_deep", {"query": "rollback", "doc_filter": {"source_pattern": "acme/{faq,warehouse}"}}],
         ["sources", "rag_list_sources", {}],
         ["sql", "sql_search", {"query": "orders per customer", "detail": "compact", "k": 1}],
         ["sql_full", "sql_search", {"query": "orders per customer", "detail": "full", "k": 1}],
@@ -291,6 +293,27 @@ fn check(seen: &Value, transport: &str) {
     assert!(
         filtered.iter().all(|i| i["doc_id"] == "faq"),
         "{filtered:?}"
+    );
+    // doc_filter as a path pattern (a glob, no literal directory), and as `source_pattern`.
+    let pattern = call("pattern")["structured"]["items"]
+        .as_array()
+        .expect("items")
+        .clone();
+    assert!(!pattern.is_empty(), "{transport}: {pattern:?}");
+    assert!(
+        pattern.iter().all(|i| i["doc_id"] == "handbook"),
+        "{pattern:?}"
+    );
+    let chosen = call("pattern_field")["structured"]["items"]
+        .as_array()
+        .expect("items")
+        .clone();
+    assert!(!chosen.is_empty(), "{transport}: {chosen:?}");
+    assert!(
+        chosen
+            .iter()
+            .all(|i| i["doc_id"] == "faq" || i["doc_id"] == "warehouse"),
+        "{chosen:?}"
     );
     // rag_list_sources: acme's documents only.
     let sources = call("sources")["text"].as_str().expect("text");

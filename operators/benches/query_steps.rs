@@ -204,6 +204,7 @@ fn steps(c: &mut Criterion) {
         per_document: 2,
         per_section: 1,
         near_duplicate: 0.95,
+        file_penalty: 0.0,
     };
     let pack_config = PackConfig::default();
     let weights = Weights {

@@ -300,7 +300,8 @@ impl Metrics {
                 | Cause::EvidenceStop
                 | Cause::EvidenceBand
                 | Cause::EndpointFallback
-                | Cause::SurrogatePolicy => continue,
+                | Cause::SurrogatePolicy
+                | Cause::TierCap => continue,
             };
             counter.with_label_values(&[decision.cause.as_str()]).inc();
         }

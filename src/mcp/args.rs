@@ -5,6 +5,30 @@ use rmcp::schemars::{self, JsonSchema};
 use serde::Deserialize;
 use serde_json::Value;
 
+/// Restricts a search to some documents: a path pattern (`docs/**/*.md`), or conditions.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum DocFilterArg {
+    /// Only sources matching this glob: `*` within a path component, `**` across them, `?` one
+    /// character, `{a,b}` alternatives (e.g. `src/**/*.rs`).
+    Pattern(String),
+    /// Conditions, all required.
+    Filter(DocFilter),
+}
+
+impl DocFilterArg {
+    /// The conditions (a pattern as `source_pattern`).
+    pub fn into_filter(self) -> DocFilter {
+        match self {
+            DocFilterArg::Pattern(pattern) => DocFilter {
+                source_pattern: Some(pattern),
+                ..DocFilter::default()
+            },
+            DocFilterArg::Filter(filter) => filter,
+        }
+    }
+}
+
 /// Restricts a search to some documents (applied inside the index query).
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -15,6 +39,9 @@ pub struct DocFilter {
     /// Only sources under this path prefix (whole path components: `docs/` matches `docs/a.md`).
     #[serde(default)]
     pub source_prefix: Option<String>,
+    /// Only sources matching this glob (`docs/**/*.md`; at most 512 bytes).
+    #[serde(default)]
+    pub source_pattern: Option<String>,
     /// Only these kinds: `prose`, `markdown`, `code`, `sql_schema`.
     #[serde(default)]
     pub kinds: Vec<String>,
@@ -43,9 +70,9 @@ pub struct SearchArgs {
     /// Lowest cosine similarity (-1..1) a dense-lane candidate may have.
     #[serde(default)]
     pub score_threshold: Option<f32>,
-    /// Restrict the search to some documents.
+    /// Restrict the search to some documents: a path pattern or conditions.
     #[serde(default)]
-    pub doc_filter: Option<DocFilter>,
+    pub doc_filter: Option<DocFilterArg>,
     /// The tenant to search, when the credential opens more than one.
     #[serde(default)]
     pub tenant: Option<String>,
@@ -70,9 +97,9 @@ pub struct DeepArgs {
     /// Lowest cosine similarity (-1..1) a dense-lane candidate may have.
     #[serde(default)]
     pub score_threshold: Option<f32>,
-    /// Restrict the search to some documents.
+    /// Restrict the search to some documents: a path pattern or conditions.
     #[serde(default)]
-    pub doc_filter: Option<DocFilter>,
+    pub doc_filter: Option<DocFilterArg>,
     /// The tenant to search, when the credential opens more than one.
     #[serde(default)]
     pub tenant: Option<String>,

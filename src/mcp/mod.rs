@@ -74,11 +74,12 @@ pub struct RagTools {
     tool_router: ToolRouter<Self>,
 }
 
-fn filters(filter: Option<DocFilter>) -> Value {
-    let filter = filter.unwrap_or_default();
+fn filters(filter: Option<DocFilterArg>) -> Value {
+    let filter = filter.map(DocFilterArg::into_filter).unwrap_or_default();
     json!({
         "doc_ids": filter.doc_ids,
         "source_prefix": filter.source_prefix,
+        "source_pattern": filter.source_pattern,
         "kinds": filter.kinds,
         "langs": filter.langs,
         "metadata": filter.metadata.unwrap_or_default(),

@@ -16,7 +16,7 @@ use ragstream_operators::embed::service::{InferenceService, ServiceConfig};
 use ragstream_operators::embed::Embedder;
 use ragstream_operators::ingest::decode::DecodeConfig;
 use ragstream_operators::io::checkpoint::IndexCheckpoint;
-use ragstream_operators::io::dir_source::{read_jsonl, DirSource};
+use ragstream_operators::io::dir_source::{read_jsonl, DirSource, Extensions};
 use ragstream_operators::io::dlq_sink::{DlqSink, FileDlq, KafkaDlq};
 use ragstream_operators::io::endpoints::{
     ChatPassageWriter, CohereReranker, LlmReranker, TeiReranker,
@@ -224,7 +224,11 @@ pub fn local_input(
                 .canonicalize()
                 .with_context(|| format!("source.path {}", root.display()))?;
             Some(LocalInput::Dir {
-                source: DirSource::new(root, tenant, config.ingest.max_document_bytes, known),
+                source: DirSource::new(root, tenant, config.ingest.max_document_bytes, known)
+                    .with_extensions(Extensions::new(
+                        &config.source.include_extensions,
+                        &config.source.exclude_extensions,
+                    )),
                 rescan: Duration::from_secs(config.source.rescan_secs.max(1)),
             })
         }

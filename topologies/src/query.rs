@@ -1,7 +1,7 @@
 //! The query topology: wiring only.
 //!
 //! ```text
-//! QuerySource ─ok─► (absent ACL rule) ─► AwaitConsistency ─► CacheLookup ─miss─► Intent ─► (Hyde) ─► EmbedQuery ─► Retrieve (broadcast, SearchShard, Gather)
+//! QuerySource ─ok─► JobRules (absent ACL, similarity threshold) ─► AwaitConsistency ─► CacheLookup ─miss─► Intent ─► (Hyde) ─► EmbedQuery ─► Retrieve (broadcast, SearchShard, Gather)
 //!      │                                                          │hit      ─► Fuse ─► Rerank ─► (RerankEndpoint) ─► Dedup ─► Mmr ─► Neighbours ─► Pack ─┐
 //!      │                                                          └─────────────────────────────────────────────────────────────────────────────► Cite ◄─┘ (citations)
 //!      └─err─► RefuseQueries (DLQ + error context) ──────────────────────────────────────────────────────────────────────────────┴► Publish ─► probe
@@ -97,9 +97,9 @@ pub fn query<'scope>(
         StreamVec<'scope, u64, QueryJob>,
         StreamVec<'scope, u64, Refusal>,
     ) = events.ok_err(|event| event);
-    let absent_acl = config.absent_acl;
-    let jobs = map_stage(jobs, "AbsentAcl", move |mut job: QueryJob| {
-        job.query.apply_absent_acl(absent_acl);
+    let rules = config.clone();
+    let jobs = map_stage(jobs, "JobRules", move |mut job: QueryJob| {
+        job.query.apply_job_rules(&rules);
         job
     });
     let cache = Arc::new(Mutex::new(LruTtl::new(
@@ -113,7 +113,16 @@ pub fn query<'scope>(
     let planned = misses.intent(config.intents.clone());
     let planned = match &services.writer {
         Some(writer) => planned.hyde(writer.clone(), config.hyde.clone()),
-        None => planned,
+        // A query that asks for HyDE where the job has no writer is told so.
+        None => map_stage(planned, "NoHyde", |mut job: QueryJob| {
+            if job.query.hyde.is_some_and(|s| s.weight(0.0).is_some()) {
+                job.notes.push(
+                    "hyde asked for, but the job has no HyDE writer (query.hyde.enabled = false): the query's own vector was used"
+                        .into(),
+                );
+            }
+            job
+        }),
     };
     let reranked = planned
         .embed_query(services.clone())

@@ -30,8 +30,47 @@ pub struct DirSource {
     root: PathBuf,
     tenant: String,
     max_bytes: usize,
+    extensions: Extensions,
     seen: HashMap<String, Seen>,
     versions: HashMap<String, u64>,
+}
+
+/// Which files a scan reads, by extension (case-insensitive, without the dot; `tar.gz` matches
+/// `a.tar.gz`): with `include`, only files ending in one of them; never those ending in one of
+/// `exclude`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Extensions {
+    /// Only these (none: every extension).
+    pub include: Vec<String>,
+    /// Never these.
+    pub exclude: Vec<String>,
+}
+
+impl Extensions {
+    /// The lists as given (`.md`, `MD` and `md` alike).
+    pub fn new(include: &[String], exclude: &[String]) -> Self {
+        let normal = |list: &[String]| {
+            list.iter()
+                .map(|e| e.trim().trim_start_matches('.').to_lowercase())
+                .filter(|e| !e.is_empty())
+                .collect()
+        };
+        Self {
+            include: normal(include),
+            exclude: normal(exclude),
+        }
+    }
+
+    /// Whether a file named `name` is read.
+    pub fn admits(&self, name: &str) -> bool {
+        let name = name.to_lowercase();
+        let ends = |ext: &String| {
+            name.len() > ext.len() + 1
+                && name.ends_with(ext.as_str())
+                && name.as_bytes()[name.len() - ext.len() - 1] == b'.'
+        };
+        (self.include.is_empty() || self.include.iter().any(ends)) && !self.exclude.iter().any(ends)
+    }
 }
 
 /// What a file turned out to be.
@@ -77,9 +116,17 @@ impl DirSource {
             root,
             tenant,
             max_bytes,
+            extensions: Extensions::default(),
             seen,
             versions: known.into_iter().collect(),
         }
+    }
+
+    /// Reads only the files `extensions` admits (a file it no longer admits is deleted from the
+    /// index at the next scan, as a vanished one is).
+    pub fn with_extensions(mut self, extensions: Extensions) -> Self {
+        self.extensions = extensions;
+        self
     }
 
     /// The root directory.
@@ -104,7 +151,9 @@ impl DirSource {
             .require_git(false)
             .build();
         for entry in walker.flatten() {
-            if !entry.file_type().is_some_and(|t| t.is_file()) {
+            if !entry.file_type().is_some_and(|t| t.is_file())
+                || !self.extensions.admits(&entry.file_name().to_string_lossy())
+            {
                 continue;
             }
             self.scan_file(&entry, &mut present, &mut out);
@@ -389,6 +438,41 @@ mod tests {
             kinds(&source.scan()),
             vec!["delete src/lib.rs", "upsert README.md v2"]
         );
+    }
+
+    #[test]
+    fn extension_lists_choose_the_files_read_and_a_file_no_longer_admitted_leaves_the_index() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        std::fs::write(root.join("guide.md"), "# Guide\n\nText.\n").unwrap();
+        std::fs::write(root.join("NOTES.MD"), "Notes.\n").unwrap();
+        std::fs::write(root.join("lib.rs"), "fn main() {}\n").unwrap();
+        std::fs::write(root.join("data.tar.gz.txt"), "listing\n").unwrap();
+        std::fs::write(root.join("md"), "no extension\n").unwrap();
+        let scan = |include: &[&str], exclude: &[&str]| {
+            let own = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+            DirSource::new(root.to_path_buf(), "local".into(), 1 << 20, BTreeMap::new())
+                .with_extensions(Extensions::new(&own(include), &own(exclude)))
+                .scan()
+        };
+        assert_eq!(
+            kinds(&scan(&[".md", "RS"], &[])),
+            vec![
+                "upsert NOTES.MD v1",
+                "upsert guide.md v1",
+                "upsert lib.rs v1"
+            ]
+        );
+        assert_eq!(
+            kinds(&scan(&[], &["md", "txt"])),
+            vec!["upsert lib.rs v1", "upsert md v1"]
+        );
+        // Excluded after being indexed: deleted like a vanished file.
+        let mut source =
+            DirSource::new(root.to_path_buf(), "local".into(), 1 << 20, BTreeMap::new());
+        assert_eq!(source.scan().len(), 5);
+        let mut source = source.with_extensions(Extensions::new(&[], &["rs".to_string()]));
+        assert_eq!(kinds(&source.scan()), vec!["delete lib.rs"]);
     }
 
     #[test]

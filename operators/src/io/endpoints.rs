@@ -77,19 +77,46 @@ impl Client {
 
     /// One chat completion's text.
     fn chat(&self, system: &str, user: &str, max_tokens: usize) -> Result<String, String> {
-        let reply = self.post(
-            "/v1/chat/completions",
-            &json!({
-                "model": self.model,
-                "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
-                "max_tokens": max_tokens,
-                "temperature": 0,
-            }),
-        )?;
-        reply["choices"][0]["message"]["content"]
-            .as_str()
-            .map(str::to_string)
+        self.chat_n(system, user, max_tokens, 1, 0.0)?
+            .into_iter()
+            .next()
             .ok_or_else(|| "chat reply without choices[0].message.content".to_string())
+    }
+
+    /// Up to `n` chat completions of one request (`n` choices at `temperature`; a server that
+    /// ignores `n` returns one). At least one, or an error.
+    fn chat_n(
+        &self,
+        system: &str,
+        user: &str,
+        max_tokens: usize,
+        n: usize,
+        temperature: f32,
+    ) -> Result<Vec<String>, String> {
+        let mut body = json!({
+            "model": self.model,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+        });
+        if n > 1 {
+            body["n"] = json!(n);
+        }
+        let reply = self.post("/v1/chat/completions", &body)?;
+        let texts: Vec<String> = reply["choices"]
+            .as_array()
+            .map(|choices| {
+                choices
+                    .iter()
+                    .take(n)
+                    .filter_map(|c| c["message"]["content"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if texts.is_empty() {
+            return Err("chat reply without choices[0].message.content".into());
+        }
+        Ok(texts)
     }
 }
 
@@ -216,14 +243,34 @@ impl ChatPassageWriter {
 }
 
 impl PassageWriter for ChatPassageWriter {
-    fn write(&self, query: &str) -> Result<String, String> {
+    /// One passage at temperature 0; more are sampled at 0.7 (one request for all of them, then one
+    /// request per passage the server did not return), at most `n` requests in all.
+    fn write(&self, query: &str, n: usize) -> Result<Vec<String>, String> {
         let (system, user) = hyde_prompt(query);
-        let passage = self.client.chat(&system, &user, self.max_tokens)?;
-        let passage = passage.trim();
-        if passage.is_empty() {
+        let n = n.clamp(1, ragstream_core::query::endpoints::MAX_HYPOTHESES);
+        let temperature = if n == 1 { 0.0 } else { 0.7 };
+        let mut passages = Vec::with_capacity(n);
+        for _ in 0..n {
+            let wanted = n - passages.len();
+            let texts = self
+                .client
+                .chat_n(&system, &user, self.max_tokens, wanted, temperature)?;
+            passages.extend(
+                texts
+                    .iter()
+                    .map(|t| t.trim())
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_string),
+            );
+            if passages.len() >= n {
+                break;
+            }
+        }
+        passages.truncate(n);
+        if passages.is_empty() {
             return Err("the model wrote an empty passage".into());
         }
-        Ok(passage.to_string())
+        Ok(passages)
     }
 }
 

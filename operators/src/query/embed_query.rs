@@ -2,6 +2,7 @@
 //! inference service, off the worker; a repeated text is embedded once. When the embedder fails the
 //! BM25 lane still answers and the context says the dense lane was out.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use timely::container::CapacityContainerBuilder;
@@ -21,11 +22,11 @@ struct PendingEmbedding {
     jobs: Vec<QueryJob>,
     /// Jobs that need a dense vector.
     wanted: Vec<usize>,
-    /// Texts whose vector was not cached (the request's texts, in order): the job, and whether the
-    /// text is its HyDE passage rather than its query.
-    missing: Vec<(usize, bool)>,
-    /// HyDE passage vectors found in the cache, by job.
-    passages: Vec<(usize, Vec<f32>)>,
+    /// Texts whose vector was not cached (the request's texts, in order): the job, and which of its
+    /// HyDE passages the text is (`None`: its query).
+    missing: Vec<(usize, Option<usize>)>,
+    /// HyDE passage vectors (found in the cache, then embedded), by job.
+    passages: BTreeMap<usize, Vec<Vec<f32>>>,
     started: Instant,
 }
 
@@ -36,59 +37,72 @@ impl PendingEmbedding {
         &mut self,
         result: Result<Embedded, EmbedError>,
         vectors: &mut LruTtl<String, Vec<f32>>,
-        hyde_weight: f32,
     ) {
         let pending = self;
         let jobs = &mut pending.jobs;
         match result {
             Ok(embedded) => {
                 for (&(i, passage), vector) in pending.missing.iter().zip(embedded.vectors) {
-                    if passage {
-                        let text = jobs[i].hyde.as_ref().expect("a passage").text.clone();
-                        vectors.put(text, vector.clone(), 0);
-                        pending.passages.push((i, vector));
-                    } else {
-                        vectors.put(jobs[i].query.text.clone(), vector.clone(), 0);
-                        jobs[i].vectors.dense = vector;
+                    vectors.put(text_of(&jobs[i], passage).to_string(), vector.clone(), 0);
+                    match passage {
+                        Some(_) => pending.passages.entry(i).or_default().push(vector),
+                        None => jobs[i].vectors.dense = vector,
                     }
-                }
-                for (i, passage) in std::mem::take(&mut pending.passages) {
-                    mix_passage(&mut jobs[i], &passage, hyde_weight);
                 }
             }
             Err(error) => {
                 // The BM25 lane still answers; the context says the dense lane was
                 // out. A passage not embedded leaves the query's own vector.
+                let mut told = std::collections::BTreeSet::new();
                 for &(i, passage) in &pending.missing {
-                    if passage {
-                        jobs[i].degraded = true;
-                        jobs[i].notes.push(format!(
-                            "hyde passage not embedded ({error}): the query's own vector was used"
-                        ));
-                    } else {
-                        jobs[i]
+                    match passage {
+                        Some(_) => {
+                            pending.passages.remove(&i);
+                            jobs[i].degraded = true;
+                            if told.insert(i) {
+                                jobs[i].notes.push(format!(
+                                    "hyde passages not embedded ({error}): the query's own vector was used"
+                                ));
+                            }
+                        }
+                        None => jobs[i]
                             .notes
-                            .push(format!("dense lane unavailable: {error}"));
+                            .push(format!("dense lane unavailable: {error}")),
                     }
                 }
-                for (i, passage) in std::mem::take(&mut pending.passages) {
-                    mix_passage(&mut jobs[i], &passage, hyde_weight);
-                }
             }
+        }
+        for (i, passages) in std::mem::take(&mut pending.passages) {
+            mix_passages(&mut jobs[i], &passages);
         }
     }
 }
 
-/// Mixes a job's HyDE passage vector into its dense query and says so (a job whose query vector is
-/// missing keeps none: the dense lane is out either way, and its note says that).
-fn mix_passage(job: &mut QueryJob, passage: &[f32], weight: f32) {
+/// The text a request entry stands for: the job's query, or one of its HyDE passages.
+fn text_of(job: &QueryJob, passage: Option<usize>) -> &str {
+    match (passage, &job.hyde) {
+        (Some(p), Some(hyde)) => &hyde.texts[p],
+        _ => &job.query.text,
+    }
+}
+
+/// Mixes the mean of a job's HyDE passage vectors into its dense query by its strategy and says so
+/// (a job whose query vector is missing keeps none: the dense lane is out either way, and its note
+/// says that).
+fn mix_passages(job: &mut QueryJob, passages: &[Vec<f32>]) {
+    let Some(hyde) = &mut job.hyde else {
+        return;
+    };
+    let passage = ragstream_core::query::endpoints::mean(passages);
     if job.vectors.dense.len() == passage.len() && !passage.is_empty() {
         job.vectors.dense =
-            ragstream_core::query::endpoints::mix(&job.vectors.dense, passage, weight);
-        let cached = job.hyde.as_ref().is_some_and(|h| h.cached);
+            ragstream_core::query::endpoints::mix(&job.vectors.dense, &passage, hyde.weight);
+        hyde.joined = true;
         job.notes.push(format!(
-            "hyde: hypothetical passage joined the dense query{}",
-            if cached { " (cached)" } else { "" }
+            "hyde ({}): {} hypothetical passage(s) joined the dense query{}",
+            hyde.strategy.as_str(),
+            passages.len(),
+            if hyde.cached { " (cached)" } else { "" }
         ));
     }
 }
@@ -105,7 +119,6 @@ impl<'scope> EmbedQuery<'scope> for StreamVec<'scope, u64, QueryJob> {
         let cached = services.config.embedding_cache;
         let mut vectors: LruTtl<String, Vec<f32>> =
             LruTtl::new(cached.entries.max(1), Duration::from_secs(cached.ttl_secs));
-        let hyde_weight = services.config.hyde.weight;
         let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
             Pipeline,
@@ -123,23 +136,24 @@ impl<'scope> EmbedQuery<'scope> for StreamVec<'scope, u64, QueryJob> {
                         let wanted: Vec<usize> = (0..jobs.len())
                             .filter(|&i| jobs[i].query.mode.retrieves())
                             .collect();
-                        let mut missing: Vec<(usize, bool)> = Vec::new();
-                        let mut passages: Vec<(usize, Vec<f32>)> = Vec::new();
+                        let mut missing: Vec<(usize, Option<usize>)> = Vec::new();
+                        let mut passages: BTreeMap<usize, Vec<Vec<f32>>> = BTreeMap::new();
                         for &i in &wanted {
                             match vectors.get(&jobs[i].query.text, 0) {
                                 Some(vector) => jobs[i].vectors.dense = vector,
-                                None => missing.push((i, false)),
+                                None => missing.push((i, None)),
                             }
-                            if let Some(passage) = &jobs[i].hyde {
-                                match vectors.get(&passage.text, 0) {
-                                    Some(vector) => passages.push((i, vector)),
-                                    None => missing.push((i, true)),
+                            let texts = jobs[i].hyde.as_ref().map_or(&[][..], |h| &h.texts);
+                            for (p, text) in texts.iter().enumerate() {
+                                match vectors.get(text, 0) {
+                                    Some(vector) => passages.entry(i).or_default().push(vector),
+                                    None => missing.push((i, Some(p))),
                                 }
                             }
                         }
                         if missing.is_empty() {
-                            for (i, passage) in passages {
-                                mix_passage(&mut jobs[i], &passage, hyde_weight);
+                            for (i, passages) in passages {
+                                mix_passages(&mut jobs[i], &passages);
                             }
                             for &i in &wanted {
                                 jobs[i].record("embed", started);
@@ -149,10 +163,7 @@ impl<'scope> EmbedQuery<'scope> for StreamVec<'scope, u64, QueryJob> {
                         }
                         let texts = missing
                             .iter()
-                            .map(|&(i, passage)| match passage {
-                                true => jobs[i].hyde.as_ref().expect("a passage").text.clone(),
-                                false => jobs[i].query.text.clone(),
-                            })
+                            .map(|&(i, passage)| text_of(&jobs[i], passage).to_string())
                             .collect();
                         let ticket = services.embedder.submit(texts, Priority::Query, &waker);
                         let pending = PendingEmbedding {
@@ -166,7 +177,7 @@ impl<'scope> EmbedQuery<'scope> for StreamVec<'scope, u64, QueryJob> {
                         waiting.park(cap, pending, ticket);
                     });
                     for (cap, mut pending, result) in waiting.ready() {
-                        pending.take_result(result, &mut vectors, hyde_weight);
+                        pending.take_result(result, &mut vectors);
                         for &i in &pending.wanted {
                             pending.jobs[i].record("embed", pending.started);
                         }

@@ -1,6 +1,7 @@
-//! Hyde: for queries of the configured intents, asks the HyDE writer endpoint for a hypothetical
-//! passage (off the worker, through [`remote`](super::remote)); EmbedQuery mixes its vector into the
-//! query's. Passages are cached by query text; when the endpoint is out the query's own vector is
+//! Hyde: for queries of the configured intents (or that ask with `hyde`), asks the HyDE writer
+//! endpoint for `num_hypotheses` hypothetical passages (off the worker, through
+//! [`remote`](super::remote)); EmbedQuery mixes their mean vector into the query's by the strategy.
+//! Passages are cached by query text and count; when the endpoint is out the query's own vector is
 //! used and the context says so.
 
 use std::sync::{Arc, Mutex};
@@ -12,8 +13,30 @@ use super::job::{HydePassage, QueryJob};
 use super::remote::{outcome, remote, EndpointCall};
 use crate::metrics::metrics;
 use ragstream_core::query::cache::LruTtl;
-use ragstream_core::query::endpoints::{HydeConfig, PassageWriter};
+use ragstream_core::query::endpoints::{HydeConfig, HydeStrategy, PassageWriter};
 use ragstream_core::query::Mode;
+
+/// What a query gets of HyDE: its strategy, the passages' share and how many, or `None` (no
+/// passage: another mode, an intent HyDE is not configured for, or `original` / `skip`).
+fn wanted(job: &QueryJob, config: &HydeConfig) -> Option<(HydeStrategy, f32, usize)> {
+    if !matches!(job.query.mode, Mode::Bounded | Mode::Deep) {
+        return None;
+    }
+    let strategy = match job.query.hyde {
+        Some(asked) => asked,
+        None if job
+            .plan
+            .as_ref()
+            .is_some_and(|plan| config.intents.contains(&plan.intent)) =>
+        {
+            config.strategy
+        }
+        None => return None,
+    };
+    let weight = strategy.weight(config.weight)?;
+    let n = job.query.num_hypotheses.unwrap_or(config.num_hypotheses);
+    Some((strategy, weight, n.max(1)))
+}
 
 /// Extension trait: the `Hyde` operator.
 pub trait Hyde<'scope> {
@@ -31,32 +54,33 @@ impl<'scope> Hyde<'scope> for StreamVec<'scope, u64, QueryJob> {
         writer: Arc<dyn PassageWriter>,
         config: HydeConfig,
     ) -> StreamVec<'scope, u64, QueryJob> {
-        // Passages by query text; a cached one needs no call.
-        let cache: Arc<Mutex<LruTtl<String, String>>> = Arc::new(Mutex::new(LruTtl::new(
+        // Passages by count and query text; cached ones need no call.
+        let cache: Arc<Mutex<LruTtl<String, Vec<String>>>> = Arc::new(Mutex::new(LruTtl::new(
             config.cache_entries.max(1),
             Duration::from_secs(config.cache_ttl_secs),
         )));
         let lookup = cache.clone();
-        let intents = config.intents.clone();
+        let hypotheses = config.num_hypotheses;
+        let key = |n: usize, text: &str| format!("{n}\u{0}{text}");
         remote(
             self,
             "Hyde",
             config.endpoint.concurrency,
             Duration::from_millis(config.endpoint.timeout_ms),
             move |job: &mut QueryJob| {
-                let wanted = matches!(job.query.mode, Mode::Bounded | Mode::Deep)
-                    && job
-                        .plan
-                        .as_ref()
-                        .is_some_and(|plan| intents.contains(&plan.intent));
-                if !wanted {
-                    return None;
-                }
-                if let Some(passage) = lookup.lock().expect("hyde cache").get(&job.query.text, 0) {
-                    job.hyde = Some(HydePassage {
-                        text: passage,
-                        cached: true,
-                    });
+                let (strategy, weight, n) = wanted(job, &config)?;
+                let cached = lookup
+                    .lock()
+                    .expect("hyde cache")
+                    .get(&key(n, &job.query.text), 0);
+                job.hyde = Some(HydePassage {
+                    texts: cached.clone().unwrap_or_default(),
+                    cached: cached.is_some(),
+                    weight,
+                    strategy,
+                    joined: false,
+                });
+                if cached.is_some() {
                     metrics()
                         .endpoint_calls
                         .with_label_values(&["hyde", "cached"])
@@ -65,25 +89,26 @@ impl<'scope> Hyde<'scope> for StreamVec<'scope, u64, QueryJob> {
                 }
                 let writer = writer.clone();
                 let text = job.query.text.clone();
-                Some(Box::new(move || writer.write(&text)) as EndpointCall<String>)
+                Some(Box::new(move || writer.write(&text, n)) as EndpointCall<Vec<String>>)
             },
-            move |job: &mut QueryJob, result: Result<String, String>, took| {
+            move |job: &mut QueryJob, result: Result<Vec<String>, String>, took| {
                 job.record("hyde", Instant::now() - took);
                 match result {
-                    Ok(passage) => {
+                    Ok(passages) => {
                         outcome("hyde", "ok", took);
+                        let n = job.query.num_hypotheses.unwrap_or(hypotheses);
                         cache.lock().expect("hyde cache").put(
-                            job.query.text.clone(),
-                            passage.clone(),
+                            key(n.max(1), &job.query.text),
+                            passages.clone(),
                             0,
                         );
-                        job.hyde = Some(HydePassage {
-                            text: passage,
-                            cached: false,
-                        });
+                        if let Some(hyde) = &mut job.hyde {
+                            hyde.texts = passages;
+                        }
                     }
                     Err(error) => {
                         outcome("hyde", "fallback", took);
+                        job.hyde = None;
                         job.degraded = true;
                         job.notes.push(format!(
                             "hyde endpoint unavailable ({error}): the query's own vector was used"

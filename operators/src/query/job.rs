@@ -60,7 +60,7 @@ pub struct QueryJob {
     /// The index generation read before retrieval: the context is cached under it, so a write that
     /// lands between retrieval and packing leaves the entry stale for the next lookup, not fresh.
     pub generation: u64,
-    /// HyDE: the hypothetical passage whose vector joins the dense query.
+    /// HyDE: the hypothetical passages whose vectors join the dense query.
     #[serde(default)]
     pub hyde: Option<HydePassage>,
     /// An optional endpoint fell back for this query: its context is not cached.
@@ -68,13 +68,20 @@ pub struct QueryJob {
     pub degraded: bool,
 }
 
-/// A HyDE passage for a query.
+/// The HyDE passages of a query.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HydePassage {
-    /// The passage the model wrote.
-    pub text: String,
-    /// Whether it came from the passage cache.
+    /// The passages the model wrote (at least one).
+    pub texts: Vec<String>,
+    /// Whether they came from the passage cache.
     pub cached: bool,
+    /// The passages' share of the dense query (1 under `hyde`).
+    pub weight: f32,
+    /// How they shape the dense query.
+    pub strategy: ragstream_core::query::endpoints::HydeStrategy,
+    /// Whether their vectors joined the dense query (set by EmbedQuery).
+    #[serde(default)]
+    pub joined: bool,
 }
 
 pub(crate) fn now_micros() -> u64 {

@@ -70,6 +70,7 @@ impl<'scope> Mmr<'scope> for StreamVec<'scope, u64, Working> {
                             per_document: caps.0,
                             per_section: caps.1,
                             near_duplicate: config.near_duplicate,
+                            file_penalty: config.mmr_file_penalty,
                         },
                     );
                     working.candidates = selection.picked;

@@ -26,8 +26,10 @@ impl<'scope> Neighbours<'scope> for StreamVec<'scope, u64, Working> {
     fn neighbours(self, services: QueryServices) -> StreamVec<'scope, u64, Working> {
         type Request = Wire<((usize, u64), crate::store::StoredChunk)>;
         type Answer = Wire<((usize, u64), Vec<crate::store::StoredChunk>)>;
-        let wants = |working: &Working| {
-            working.job.query.mode == Mode::Bounded && !working.candidates.is_empty()
+        // Section reunification off: no neighbours, no expanded top result.
+        let reunify = services.config.pack.section_reunification;
+        let wants = move |working: &Working| {
+            reunify && working.job.query.mode == Mode::Bounded && !working.candidates.is_empty()
         };
         let route = services.clone();
         let requests = flat_map_stage(

@@ -16,7 +16,7 @@ use super::search::{gather, lane_depths, search_shard, ShardAnswer};
 use crate::metrics::metrics;
 use crate::stage::map_stage;
 use crate::wire::Wire;
-use ragstream_core::query::{Depth, Trace};
+use ragstream_core::query::{Depth, HydeTrace, Trace};
 
 /// Extension trait: the `Retrieve` operator.
 pub trait Retrieve<'scope> {
@@ -85,6 +85,13 @@ impl<'scope> Retrieve<'scope> for StreamVec<'scope, u64, QueryJob> {
                                 .query_stage_seconds
                                 .with_label_values(&["retrieve"])
                                 .observe(seconds);
+                            let hyde = job.hyde.as_ref().map(|hyde| HydeTrace {
+                                strategy: hyde.strategy,
+                                hypotheses: hyde.texts.len(),
+                                weight: hyde.weight,
+                                cached: hyde.cached,
+                                joined: hyde.joined,
+                            });
                             output.session(&cap).give(Working {
                                 answer: gather(answers, depth),
                                 job,
@@ -93,6 +100,7 @@ impl<'scope> Retrieve<'scope> for StreamVec<'scope, u64, QueryJob> {
                                 score_floor: 0.0,
                                 trace: Trace {
                                     depth: Some(depth),
+                                    hyde,
                                     ..Trace::default()
                                 },
                                 available: 0,

@@ -15,25 +15,42 @@ use crate::model::DocKind;
 use crate::store::{
     Hit, SearchFilter, SearchVector, SparseVector, StoreError, StoredChunk, VectorStore,
 };
+use ragstream_core::query::pattern::{SourcePattern, PATTERN_DEPTH_FACTOR};
 use ragstream_core::query::{
     Depth, Mode, Query, QueryConfig, SourceEntry, DEEP_MAX_K, LIST_MAX_PAGE, LIST_PAGE,
 };
 
-/// The filter of a query: tenant, ACL, source prefix, kinds and documents, all inside the search.
+/// The filter of a query: tenant, ACL, source prefix, kinds and documents, all inside the search
+/// (a source pattern's literal directories as the prefix when the query gives none; the rest of the
+/// pattern is [`pattern_of`]'s).
 pub fn filter_for(query: &Query) -> SearchFilter {
     let mut kinds = query.filters.kinds.clone();
     if matches!(query.mode, Mode::SqlCompact | Mode::SqlFull) {
         kinds = vec![DocKind::SqlSchema];
     }
+    let source_prefix = query.filters.source_prefix.clone().or_else(|| {
+        pattern_of(query)
+            .map(|p| p.literal_prefix().to_string())
+            .filter(|p| !p.is_empty())
+    });
     SearchFilter {
         tenant: Some(query.tenant.clone()),
         acl: query.acl.clone(),
         kinds,
         doc_ids: query.filters.doc_ids.clone(),
-        source_prefix: query.filters.source_prefix.clone(),
+        source_prefix,
         langs: query.filters.langs.clone(),
         metadata: query.filters.metadata.0.clone(),
     }
+}
+
+/// The query's source pattern (checked when the query was decoded).
+pub fn pattern_of(query: &Query) -> Option<SourcePattern> {
+    query
+        .filters
+        .source_pattern
+        .as_deref()
+        .and_then(|p| SourcePattern::parse(p).ok())
 }
 
 /// Results asked for: `k`, defaulting to `query.default_k` (`query.deep_k` for `deep`), at most 50.
@@ -86,19 +103,22 @@ pub struct ShardAnswer {
     pub error: Option<String>,
 }
 
-/// One page of the documents matching `filter` with their chunk counts: the first `limit` document
-/// ids after `after`, in id order, plus the next one when there is one (so the caller knows a next
-/// page exists). Memory stays within `limit + 1` entries whatever the tenant's size.
+/// One page of the documents matching `filter` (and `pattern`) with their chunk counts: the first
+/// `limit` document ids after `after`, in id order, plus the next one when there is one (so the
+/// caller knows a next page exists). Memory stays within `limit + 1` entries whatever the tenant's
+/// size.
 pub fn list_sources(
     store: &dyn VectorStore,
-    filter: &SearchFilter,
+    (filter, pattern): (&SearchFilter, Option<&SourcePattern>),
     after: Option<&str>,
     limit: usize,
 ) -> Result<Vec<SourceEntry>, StoreError> {
     let mut by_doc: BTreeMap<String, SourceEntry> = BTreeMap::new();
     store.scroll(filter, &mut |stored| {
         let doc_id = stored.key.doc_id.as_str();
-        if after.is_some_and(|after| doc_id <= after) {
+        if after.is_some_and(|after| doc_id <= after)
+            || pattern.is_some_and(|p| !p.matches(&stored.chunk.source))
+        {
             return;
         }
         if let Some(entry) = by_doc.get_mut(doc_id) {
@@ -145,12 +165,36 @@ pub fn search_shard(
     depth: Depth,
 ) -> ShardAnswer {
     let filter = filter_for(query);
+    let pattern = pattern_of(query);
+    let pattern = pattern.as_ref();
+    // A pattern filters the lanes' hits: each reads deeper so as many pass.
+    let (depth, wanted) = match pattern {
+        Some(_) => (
+            Depth {
+                dense: depth.dense * PATTERN_DEPTH_FACTOR,
+                bm25: depth.bm25 * PATTERN_DEPTH_FACTOR,
+            },
+            depth,
+        ),
+        None => (depth, depth),
+    };
+    let matching = |mut hits: Vec<Hit>, most: usize| {
+        if let Some(pattern) = pattern {
+            hits.retain(|hit| pattern.matches(&hit.stored.chunk.source));
+            hits.truncate(most);
+        }
+        hits
+    };
     let result = (|| -> Result<ShardAnswer, StoreError> {
         let mut answer = ShardAnswer::default();
         match query.mode {
             Mode::ListSources => {
-                answer.sources =
-                    list_sources(store, &filter, query.cursor.as_deref(), list_page(query))?;
+                answer.sources = list_sources(
+                    store,
+                    (&filter, pattern),
+                    query.cursor.as_deref(),
+                    list_page(query),
+                )?;
             }
             Mode::ReadChunk => {
                 let id = uuid::Uuid::parse_str(query.text.trim()).ok();
@@ -168,7 +212,7 @@ pub fn search_shard(
                 });
                 if answer.chunk.is_none() {
                     // What the caller could read instead: the first page of documents.
-                    answer.sources = list_sources(store, &filter, None, LIST_PAGE)?;
+                    answer.sources = list_sources(store, (&filter, pattern), None, LIST_PAGE)?;
                 }
             }
             _ => {
@@ -180,22 +224,28 @@ pub fn search_shard(
                 };
                 if !vectors.dense.is_empty() {
                     let started = std::time::Instant::now();
-                    answer.dense = store.search(
-                        &SearchVector::Dense(vectors.dense.clone()),
-                        &filter,
-                        depth.dense,
-                        query.score_threshold,
-                    )?;
+                    answer.dense = matching(
+                        store.search(
+                            &SearchVector::Dense(vectors.dense.clone()),
+                            &filter,
+                            depth.dense,
+                            query.score_threshold,
+                        )?,
+                        wanted.dense,
+                    );
                     lane_timer("retrieve_dense", started);
                 }
                 if !vectors.sparse.indices.is_empty() {
                     let started = std::time::Instant::now();
-                    answer.bm25 = store.search(
-                        &SearchVector::Sparse(vectors.sparse.clone()),
-                        &filter,
-                        depth.bm25,
-                        query.bm25_score_threshold,
-                    )?;
+                    answer.bm25 = matching(
+                        store.search(
+                            &SearchVector::Sparse(vectors.sparse.clone()),
+                            &filter,
+                            depth.bm25,
+                            query.bm25_score_threshold,
+                        )?,
+                        wanted.bm25,
+                    );
                     lane_timer("retrieve_bm25", started);
                 }
                 let mut ids: Vec<uuid::Uuid> = answer
@@ -227,7 +277,7 @@ pub fn search_shard(
                         .collect();
                     if !files.doc_ids.is_empty() {
                         let count = files.doc_ids.len();
-                        answer.sources = list_sources(store, &files, None, count)?;
+                        answer.sources = list_sources(store, (&files, None), None, count)?;
                     }
                 }
             }
@@ -308,7 +358,7 @@ mod tests {
             tenant: Some("t".into()),
             ..SearchFilter::default()
         };
-        let everything = list_sources(&store, &filter, None, 1000).expect("list");
+        let everything = list_sources(&store, (&filter, None), None, 1000).expect("list");
         assert_eq!(everything.len(), 23);
         assert_eq!(
             everything.iter().map(|s| s.chunks).sum::<usize>(),
@@ -317,7 +367,8 @@ mod tests {
         let mut paged = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
-            let mut page = list_sources(&store, &filter, cursor.as_deref(), 5).expect("page");
+            let mut page =
+                list_sources(&store, (&filter, None), cursor.as_deref(), 5).expect("page");
             assert!(page.len() <= 6, "at most the page and one more");
             let more = page.len() > 5;
             page.truncate(5);
@@ -488,5 +539,86 @@ mod tests {
         assert_eq!(lanes(r#","score_threshold":1.5"#), (0, 1));
         assert_eq!(lanes(r#","bm25_score_threshold":1.5"#), (1, 1));
         assert_eq!(lanes(r#","bm25_score_threshold":5.0"#), (1, 0));
+    }
+
+    /// A source pattern: its literal directories inside the index query, the rest on the hits, in
+    /// both lanes and in `list_sources`.
+    #[test]
+    fn a_source_pattern_keeps_the_matching_sources_in_every_lane_and_listing() {
+        use crate::store::contract::{sample_point, DIMENSION};
+        use crate::store::edge::EdgeStore;
+        use crate::store::Bm25Encoder;
+        let dir = tempfile::tempdir().unwrap();
+        let store = EdgeStore::open(dir.path(), DIMENSION).unwrap();
+        let mut points = Vec::new();
+        for (doc, source) in [
+            ("a", "docs/guide/a.md"),
+            ("b", "docs/b.rs"),
+            ("c", "src/c.md"),
+            ("d", "docs/d.md"),
+        ] {
+            let mut point = sample_point("t", doc, 1, "rollback the release", &[]);
+            point.chunk.source = source.into();
+            points.push(point);
+        }
+        store.upsert(&points).unwrap();
+        store.flush().unwrap();
+        let vectors = QueryVectors {
+            dense: points[0].dense.clone(),
+            sparse: Bm25Encoder::default().encode_query("rollback release"),
+        };
+        let ask = |extra: &str| {
+            let query = decode_query(
+                format!(r#"{{"query_id":"q","tenant":"t","text":"rollback release"{extra}}}"#)
+                    .as_bytes(),
+                8192,
+            )
+            .unwrap();
+            let answer = search_shard(
+                &store,
+                &query,
+                &vectors,
+                Depth {
+                    dense: 10,
+                    bm25: 10,
+                },
+            );
+            assert_eq!(answer.error, None);
+            let docs = |hits: &[Hit]| {
+                let mut docs: Vec<String> =
+                    hits.iter().map(|h| h.stored.key.doc_id.clone()).collect();
+                docs.sort();
+                docs
+            };
+            (docs(&answer.dense), docs(&answer.bm25), answer.sources)
+        };
+        let (dense, bm25, _) = ask(r#","filters":{"source_pattern":"docs/**/*.md"}"#);
+        assert_eq!(dense, ["a", "d"]);
+        assert_eq!(bm25, ["a", "d"]);
+        let (dense, _, _) = ask(r#","filters":{"source_pattern":"**/*.md"}"#);
+        assert_eq!(dense, ["a", "c", "d"]);
+        let (dense, _, _) = ask(r#","filters":{"source_pattern":"docs/*.*"}"#);
+        assert_eq!(dense, ["b", "d"], "* stays in one directory");
+        let (_, _, sources) =
+            ask(r#","mode":"list_sources","filters":{"source_pattern":"*/*.md"}"#);
+        let listed: Vec<&str> = sources.iter().map(|s| s.doc_id.as_str()).collect();
+        assert_eq!(listed, ["c", "d"]);
+        // The literal directories go into the index query as a prefix.
+        let query = decode_query(
+            br#"{"query_id":"q","tenant":"t","text":"x","filters":{"source_pattern":"docs/guide/*.md"}}"#,
+            8192,
+        )
+        .unwrap();
+        assert_eq!(
+            filter_for(&query).source_prefix.as_deref(),
+            Some("docs/guide")
+        );
+        // A pattern that does not compile is refused when the query is decoded.
+        let bad = decode_query(
+            br#"{"query_id":"q","tenant":"t","text":"x","filters":{"source_pattern":"docs/[a"}}"#,
+            8192,
+        )
+        .unwrap_err();
+        assert!(bad.message.contains("source_pattern"), "{}", bad.message);
     }
 }

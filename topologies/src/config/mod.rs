@@ -235,11 +235,8 @@ impl Config {
             return invalid("query.default_token_budget", "must be in 1..=1000000");
         }
         let pack = &self.query.pack;
-        if !(0.0..=1.0).contains(&pack.evidence_ratio) {
-            return invalid("query.pack.evidence_ratio", "must be in [0, 1]");
-        }
-        if !(0.0..=1.0).contains(&pack.sentence_ratio) {
-            return invalid("query.pack.sentence_ratio", "must be in [0, 1]");
+        if let Err((key, message)) = pack.validate() {
+            return Err(ConfigError::Invalid { key, message });
         }
         let surrogates = &pack.surrogates;
         if !(surrogates.age_full_days >= 0.0
@@ -270,6 +267,10 @@ impl Config {
         if self.query.hyde.enabled && self.query.hyde.endpoint.url.is_empty() {
             return invalid("query.hyde.endpoint.url", "required when hyde is enabled");
         }
+        let most = ragstream_core::query::endpoints::MAX_HYPOTHESES;
+        if !(1..=most).contains(&self.query.hyde.num_hypotheses) {
+            return invalid("query.hyde.num_hypotheses", "must be in 1..=8");
+        }
         for (key, endpoint) in [
             ("query.rerank.endpoint", &rerank.endpoint),
             ("query.hyde.endpoint", &self.query.hyde.endpoint),
@@ -285,24 +286,20 @@ impl Config {
         if !(0.0..=1.0).contains(&query.mmr_lambda) {
             return invalid("query.mmr_lambda", "must be in [0, 1]");
         }
+        if !(0.0..=1.0).contains(&query.mmr_file_penalty) {
+            return invalid("query.mmr_file_penalty", "must be in [0, 1]");
+        }
         if !(query.near_duplicate > 0.0 && query.near_duplicate <= 1.0) {
             return invalid("query.near_duplicate", "must be in (0, 1]");
+        }
+        if !(-1.0..=1.0).contains(&query.similarity_threshold) {
+            return invalid("query.similarity_threshold", "must be in [-1, 1]");
         }
         if query.rrf_k <= 0.0 {
             return invalid("query.rrf_k", "must be positive");
         }
         if query.per_document_cap == 0 || query.per_section_cap == 0 {
             return invalid("query.per_document_cap", "caps must be at least 1");
-        }
-        let pack = &query.pack;
-        if pack.surrogate_tokens == 0
-            || pack.snippet_tokens < pack.surrogate_tokens
-            || pack.expanded_tokens < pack.snippet_tokens
-        {
-            return invalid(
-                "query.pack",
-                "need 0 < surrogate_tokens <= snippet_tokens <= expanded_tokens",
-            );
         }
         if !(64..=(1 << 24)).contains(&query.max_query_bytes) {
             return invalid("query.max_query_bytes", "must be in 64..=16777216");
@@ -312,9 +309,6 @@ impl Config {
         }
         if query.embedding_cache.entries == 0 {
             return invalid("query.embedding_cache.entries", "must be at least 1");
-        }
-        if !(0.0..=1.0).contains(&query.pack.deferred_value) {
-            return invalid("query.pack.deferred_value", "must be in [0, 1]");
         }
         if let Err(message) = query.intents.validate() {
             return Err(ConfigError::Invalid {

@@ -113,6 +113,12 @@ pub struct EmbedderConfig {
     /// Allow writing vectors of another embedder into an existing index (re-embed).
     #[serde(default)]
     pub reembed: bool,
+    /// Serve an index that holds vectors of another embedder version of the same dimension without
+    /// re-embedding it (the design's "unless flagged"): old chunks keep their vectors until their
+    /// documents change, new ones get this embedder's. Off: the job refuses to start on such an
+    /// index. Another dimension is always refused.
+    #[serde(default)]
+    pub allow_mixed_versions: bool,
     /// Graph of the local model (minilm): `int8` (default; quantised weights, within the quality gate of
     /// docs/decisions/0010-int8-quality-gate.md) or `fp32` (the reference vectors). The two write
     /// different embedder versions.

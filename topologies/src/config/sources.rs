@@ -31,6 +31,14 @@ pub struct SourceConfig {
     /// Seconds between directory rescans.
     #[serde(default = "default_rescan_secs")]
     pub rescan_secs: u64,
+    /// `dir`: read only files with these extensions (`md`, `.rs`, `tar.gz`; case-insensitive);
+    /// empty: every file.
+    #[serde(default)]
+    pub include_extensions: Vec<String>,
+    /// `dir`: never read files with these extensions; a file excluded after it was indexed is
+    /// deleted from the index at the next scan.
+    #[serde(default)]
+    pub exclude_extensions: Vec<String>,
 }
 
 fn default_tenant() -> String {

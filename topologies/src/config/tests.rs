@@ -171,6 +171,11 @@ fn query_endpoint_and_packing_settings_are_checked() {
         ("[query]\ndeep_k = 51\n", "query.deep_k"),
         ("[query]\ndefault_token_budget = 0\n", "query.default_token_budget"),
         ("[query]\ndefault_token_budget = 1000001\n", "query.default_token_budget"),
+        ("[query]\nsimilarity_threshold = 1.5\n", "query.similarity_threshold"),
+        ("[query.hyde]\nnum_hypotheses = 9\n", "query.hyde.num_hypotheses"),
+        ("[query.hyde]\nstrategy = \"both\"\n", "both"),
+        ("[query.pack]\nheader_format = \"{source} {author}\"\n", "{author}"),
+        ("[query.pack]\nheader_format = \"{source\"\n", "query.pack.header_format"),
     ] {
         let err = load_error(&format!("{kafka}{section}"));
         assert!(err.contains(key), "{section}: {err}");

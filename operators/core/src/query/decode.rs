@@ -63,7 +63,13 @@ pub fn decode_query(bytes: &[u8], max_bytes: usize) -> Result<Query, QueryError>
         )
     })?;
     // Counts first, so a negative or fractional one is named in the error (serde's message is not).
-    for field in ["k", "token_budget", "context_window", "reserve_output"] {
+    for field in [
+        "k",
+        "token_budget",
+        "context_window",
+        "reserve_output",
+        "num_hypotheses",
+    ] {
         if let Some(given) = value.get(field).filter(|v| !v.is_null()) {
             if given.as_u64().is_none() {
                 return Err(refuse(
@@ -99,6 +105,15 @@ pub fn validate(query: &Query) -> Result<(), String> {
         };
         if k == 0 || k > most {
             return Err(format!("k must be in 1..={most}, got {k}"));
+        }
+    }
+    if let Some(pattern) = &query.filters.source_pattern {
+        super::pattern::SourcePattern::parse(pattern)?;
+    }
+    if let Some(n) = query.num_hypotheses {
+        let most = super::endpoints::MAX_HYPOTHESES;
+        if n == 0 || n > most {
+            return Err(format!("num_hypotheses must be in 1..={most}, got {n}"));
         }
     }
     if query

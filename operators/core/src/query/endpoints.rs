@@ -68,17 +68,69 @@ impl RerankKind {
     }
 }
 
+/// Most hypothetical passages written for one query.
+pub const MAX_HYPOTHESES: usize = 8;
+
+/// How a query's hypothetical passages shape its dense vector (`query.hyde.strategy`, or a query's
+/// `hyde`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum HydeStrategy {
+    /// The query's vector and the passages' mean, mixed at `weight`.
+    #[default]
+    Combined,
+    /// The passages' mean alone.
+    Hyde,
+    /// The query's own vector; no passage is written.
+    Original,
+    /// No passage is written: the same as `original` (the design's name for turning HyDE off per
+    /// query).
+    Skip,
+}
+
+impl HydeStrategy {
+    /// The name (trace).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HydeStrategy::Combined => "combined",
+            HydeStrategy::Hyde => "hyde",
+            HydeStrategy::Original => "original",
+            HydeStrategy::Skip => "skip",
+        }
+    }
+
+    /// The passages' share of the dense query (`configured` for `combined`), or `None` when no
+    /// passage is written.
+    pub fn weight(self, configured: f32) -> Option<f32> {
+        match self {
+            HydeStrategy::Combined => Some(configured),
+            HydeStrategy::Hyde => Some(1.0),
+            HydeStrategy::Original | HydeStrategy::Skip => None,
+        }
+    }
+}
+
 /// HyDE settings (config section `query.hyde`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HydeConfig {
     /// Off by default.
     pub enabled: bool,
-    /// The intents whose queries get a hypothetical passage (the vague ones); a name that is no
-    /// intent is refused at load.
+    /// The intents whose queries get hypothetical passages (the vague ones); a name that is no
+    /// intent is refused at load. A query's own `hyde` overrides this.
     pub intents: Vec<super::intent::Intent>,
-    /// Share of the hypothetical passage's vector in the dense query (0 = the query's alone).
+    /// Share of the hypothetical passages' vector in the dense query under `combined` (0 = the
+    /// query's alone).
     pub weight: f32,
+    /// How the passages shape the dense query: `combined` (the query's vector and the passages'
+    /// mean at `weight`), `hyde` (the passages' mean alone), `original` or `skip` (no passage; the
+    /// query's own vector). A query's `hyde` overrides it.
+    pub strategy: HydeStrategy,
+    /// Passages written per query (1 to 8; their vectors are averaged): one chat request asks for
+    /// them all (`n`, sampled at temperature 0.7 past the first), topped up one request at a time
+    /// where the server returns fewer. A query's `num_hypotheses` overrides it.
+    pub num_hypotheses: usize,
     /// Most tokens the model may write.
     pub max_tokens: usize,
     /// Hypothetical passages kept, by query text.
@@ -95,6 +147,8 @@ impl Default for HydeConfig {
             enabled: false,
             intents: vec![super::intent::Intent::Exploratory],
             weight: 0.5,
+            strategy: HydeStrategy::Combined,
+            num_hypotheses: 1,
             max_tokens: 160,
             cache_entries: 4096,
             cache_ttl_secs: 3600,
@@ -114,10 +168,10 @@ pub trait Reranker: Send + Sync {
     fn score(&self, query: &str, texts: &[String]) -> Result<Vec<f32>, String>;
 }
 
-/// Writes a hypothetical passage answering a query (HyDE).
+/// Writes hypothetical passages answering a query (HyDE).
 pub trait PassageWriter: Send + Sync {
-    /// The passage.
-    fn write(&self, query: &str) -> Result<String, String>;
+    /// Up to `n` passages (at least one, or an error).
+    fn write(&self, query: &str, n: usize) -> Result<Vec<String>, String>;
 }
 
 /// Characters of a passage shown to a grading model (keeps the prompt bounded).
@@ -207,6 +261,25 @@ pub fn apply_scores(candidates: &mut [Candidate], window: usize, scores: &[f32])
         };
     }
     head.sort_by(|a, b| b.score.total_cmp(&a.score));
+}
+
+/// The mean of the passages' vectors (empty for none, or when their lengths differ).
+pub fn mean(vectors: &[Vec<f32>]) -> Vec<f32> {
+    let Some(first) = vectors.first() else {
+        return Vec::new();
+    };
+    if vectors.iter().any(|v| v.len() != first.len()) {
+        return Vec::new();
+    }
+    let mut sum = vec![0.0f32; first.len()];
+    for vector in vectors {
+        for (s, x) in sum.iter_mut().zip(vector) {
+            *s += x;
+        }
+    }
+    let n = vectors.len() as f32;
+    sum.iter_mut().for_each(|s| *s /= n);
+    sum
 }
 
 /// The dense query of HyDE: `(1 - weight) · query + weight · passage`, unit length.
@@ -319,5 +392,26 @@ mod tests {
         assert!((mixed[0] - half).abs() < 1e-6 && (mixed[1] - half).abs() < 1e-6);
         assert_eq!(mix(&[1.0, 0.0], &[0.0, 1.0], 0.0), vec![1.0, 0.0]);
         assert_eq!(mix(&[1.0, 0.0], &[0.0, 1.0], 2.0), vec![0.0, 1.0]);
+    }
+
+    #[test]
+    fn hypotheses_are_averaged_and_the_strategy_sets_their_share() {
+        assert_eq!(mean(&[vec![1.0, 0.0], vec![0.0, 1.0]]), vec![0.5, 0.5]);
+        assert_eq!(mean(&[vec![1.0, 3.0]]), vec![1.0, 3.0]);
+        assert!(mean(&[]).is_empty());
+        assert!(mean(&[vec![1.0], vec![1.0, 2.0]]).is_empty());
+        assert_eq!(HydeStrategy::Combined.weight(0.3), Some(0.3));
+        assert_eq!(HydeStrategy::Hyde.weight(0.3), Some(1.0));
+        assert_eq!(HydeStrategy::Original.weight(0.3), None);
+        assert_eq!(HydeStrategy::Skip.weight(0.3), None);
+        // `hyde`: the passages' mean alone, whatever the query's vector.
+        let averaged = mean(&[vec![1.0, 0.0], vec![0.0, 1.0]]);
+        let alone = mix(
+            &[1.0, 0.0],
+            &averaged,
+            HydeStrategy::Hyde.weight(0.3).unwrap(),
+        );
+        let half = std::f32::consts::FRAC_1_SQRT_2;
+        assert!((alone[0] - half).abs() < 1e-6 && (alone[1] - half).abs() < 1e-6);
     }
 }

@@ -5,7 +5,9 @@
 //! picks, or whose section already has `per_section`, is deferred, not dropped (a chunk outside any
 //! section, as in plain prose, counts against its document's cap only): the packer uses
 //! deferred candidates only when the budget would otherwise be left unused. A candidate whose cosine to
-//! a pick reaches `near_duplicate` (0.95) is dropped as a near-duplicate of it.
+//! a pick reaches `near_duplicate` (0.95) is dropped as a near-duplicate of it. Below the caps,
+//! `file_penalty` spreads the picks softly: each pick of a document already picked costs
+//! `file_penalty` times the number of its document's picks (0 by default: the caps alone).
 
 use std::collections::BTreeMap;
 
@@ -23,6 +25,8 @@ pub struct MmrConfig {
     pub per_section: usize,
     /// Cosine at or above which a candidate is a near-duplicate of a pick and leaves (dedup step).
     pub near_duplicate: f32,
+    /// Taken off a candidate's MMR value per pick its document already has.
+    pub file_penalty: f32,
 }
 
 /// The MMR outcome.
@@ -148,13 +152,21 @@ pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection
     let (mut picks, mut deferred, mut decisions) = (Vec::new(), Vec::new(), Vec::new());
     let mut per_document: BTreeMap<&str, usize> = BTreeMap::new();
     let mut per_section: BTreeMap<(&str, &[String]), usize> = BTreeMap::new();
+    // The soft cost of a document's picks (exact whenever computed: it is not part of the bound).
+    let penalty = |index: usize, per_document: &BTreeMap<&str, usize>| {
+        let document = candidates[index].stored.key.doc_id.as_str();
+        config.file_penalty * per_document.get(document).copied().unwrap_or(0) as f32
+    };
     while picks.len() < k {
         // The highest value (the first of equals), once it is up to date.
         let position = loop {
             let best = remaining
                 .iter()
                 .enumerate()
-                .map(|(position, &index)| (position, value(index, &similarities.max_similarity)))
+                .map(|(position, &index)| {
+                    let value = value(index, &similarities.max_similarity);
+                    (position, value - penalty(index, &per_document))
+                })
                 .reduce(|best, next| {
                     if next.1.total_cmp(&best.1).is_gt() {
                         next
@@ -300,8 +312,11 @@ mod tests {
                 .enumerate()
                 .map(|(position, &index)| {
                     let similarity = max_similarity[index].unwrap_or(0.0);
-                    let value =
-                        config.lambda * relevance[index] - (1.0 - config.lambda) * similarity;
+                    let document = &slots[index].as_ref().expect("remaining").stored.key.doc_id;
+                    let picks = per_document.get(document).copied().unwrap_or(0);
+                    let value = config.lambda * relevance[index]
+                        - (1.0 - config.lambda) * similarity
+                        - config.file_penalty * picks as f32;
                     (position, value)
                 })
                 .max_by(|a, b| a.1.total_cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
@@ -381,6 +396,7 @@ mod tests {
             k in 1usize..12,
             lambda in 0.0f32..1.0,
             near_duplicate in 0.8f32..1.0,
+            file_penalty in proptest::prop_oneof![proptest::strategy::Just(0.0f32), 0.0f32..0.3],
         ) {
             let mut candidates: Vec<Candidate> = Vec::new();
             for (i, (score, vector, doc, section, shape)) in rows.into_iter().enumerate() {
@@ -397,7 +413,7 @@ mod tests {
                 }
                 candidates.push(c);
             }
-            let config = MmrConfig { lambda, per_document: 2, per_section: 1, near_duplicate };
+            let config = MmrConfig { lambda, per_document: 2, per_section: 1, near_duplicate, file_penalty };
             let ids = |list: &[Candidate]| list.iter().map(|c| c.id()).collect::<Vec<_>>();
             let lazy = mmr(candidates.clone(), k, config);
             let eager = eager(candidates, k, config);
@@ -420,6 +436,7 @@ mod tests {
         per_document: 10,
         per_section: 10,
         near_duplicate: 0.999,
+        file_penalty: 0.0,
     };
 
     #[test]
@@ -502,6 +519,7 @@ mod tests {
             per_document: 2,
             per_section: 1,
             near_duplicate,
+            file_penalty: 0.0,
         };
         let selection = mmr(candidates, 10, config);
         let picked = selection
@@ -546,5 +564,30 @@ mod tests {
         assert_eq!(picked, vec!["a0", "p0", "p1"]);
         assert_eq!(selection.deferred.len(), 1);
         assert_eq!(selection.decisions[0].cause, Cause::SectionCap);
+    }
+
+    #[test]
+    fn the_file_penalty_lets_another_document_pass_a_slightly_better_second_chunk() {
+        let candidates = vec![
+            candidate("a", 0, 1.0, vec![1.0, 0.0, 0.0, 0.0]),
+            candidate("a", 1, 0.95, vec![0.0, 1.0, 0.0, 0.0]),
+            candidate("b", 0, 0.9, vec![0.0, 0.0, 1.0, 0.0]),
+            candidate("c", 0, 0.0, vec![0.0, 0.0, 0.0, 1.0]),
+        ];
+        let order = |file_penalty: f32| -> Vec<String> {
+            let config = MmrConfig {
+                lambda: 1.0,
+                file_penalty,
+                ..OPEN
+            };
+            mmr(candidates.clone(), 4, config)
+                .picked
+                .iter()
+                .map(|c| format!("{}{}", c.stored.key.doc_id, c.stored.chunk.order_index))
+                .collect()
+        };
+        assert_eq!(order(0.0), ["a0", "a1", "b0", "c0"]);
+        // a1's relevance 0.95 less 0.10 for a's pick falls below b0's 0.90.
+        assert_eq!(order(0.1), ["a0", "b0", "a1", "c0"]);
     }
 }

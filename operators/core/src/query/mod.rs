@@ -22,6 +22,7 @@ pub mod ledger;
 pub mod mmr;
 pub mod modes;
 pub mod pack;
+pub mod pattern;
 pub mod rerank;
 pub mod surrogate;
 mod trace;
@@ -111,6 +112,12 @@ pub struct QueryFilters {
     /// Only sources under this path prefix (whole path components: `docs/` matches `docs/a.md`).
     #[serde(default)]
     pub source_prefix: Option<String>,
+    /// Only sources matching this glob (`docs/**/*.md`, `src/*.rs`; at most 512 bytes): its leading
+    /// literal components inside the index query, the rest on the candidates the lanes return
+    /// ([`pattern`]).
+    #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 512)))]
+    pub source_pattern: Option<String>,
     /// Only these kinds.
     #[serde(default)]
     pub kinds: Vec<DocKind>,
@@ -224,6 +231,16 @@ pub struct Query {
     /// not).
     #[serde(default)]
     pub include_samples: Option<bool>,
+    /// HyDE for this query, overriding the intents it is configured for: `combined` (the query's
+    /// vector and its passages' mean), `hyde` (the passages' mean alone), `original` or `skip` (the
+    /// query's own vector). Needs a job with `query.hyde` enabled; without one the query's own
+    /// vector is used and the note says so.
+    #[serde(default)]
+    pub hyde: Option<endpoints::HydeStrategy>,
+    /// Hypothetical passages written for this query (1 to 8; default `query.hyde.num_hypotheses`).
+    #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 8)))]
+    pub num_hypotheses: Option<usize>,
     /// `list_sources`: the page starts after this document id (the previous page's `next_cursor`).
     #[serde(default)]
     #[cfg_attr(feature = "schema", schemars(length(max = 1024)))]
@@ -377,6 +394,16 @@ impl Query {
             self.acl = Some(Vec::new());
         }
     }
+
+    /// Applies the job's rules to a query as it arrives: the ACL rule for a query without `acl`
+    /// ([`Self::apply_absent_acl`]), and `similarity_threshold` where the query gives no
+    /// `score_threshold`.
+    pub fn apply_job_rules(&mut self, config: &QueryConfig) {
+        self.apply_absent_acl(config.absent_acl);
+        if self.score_threshold.is_none() && config.similarity_threshold > -1.0 {
+            self.score_threshold = Some(config.similarity_threshold);
+        }
+    }
 }
 
 /// Tunables of the query pipeline (config section `query`).
@@ -394,12 +421,18 @@ pub struct QueryConfig {
     pub rrf_k: f32,
     /// Fewest candidates fetched per lane (the intent's pool and twice `k` may ask for more).
     pub min_pool: usize,
+    /// Lowest cosine (−1..1) a dense-lane candidate may have when the query gives no
+    /// `score_threshold`; −1: none.
+    pub similarity_threshold: f32,
     /// Rerank window and factor weights.
     pub rerank: rerank::RerankConfig,
     /// Cosine at or above which two chunks are near-duplicates.
     pub near_duplicate: f32,
     /// MMR trade-off between relevance (1.0) and diversity (0.0).
     pub mmr_lambda: f32,
+    /// MMR's soft spread over documents: taken off a candidate's value per pick its document
+    /// already has (the design's `file_penalty`; 0: the per-document cap alone).
+    pub mmr_file_penalty: f32,
     /// Most chunks of one document (lifted when the budget would be left unused).
     pub per_document_cap: usize,
     /// Most chunks of one section (lifted when the budget would be left unused).
@@ -486,9 +519,11 @@ impl Default for QueryConfig {
             default_token_budget: DEFAULT_BUDGET,
             rrf_k: 60.0,
             min_pool: 20,
+            similarity_threshold: -1.0,
             rerank: rerank::RerankConfig::default(),
             near_duplicate: 0.95,
             mmr_lambda: 0.8,
+            mmr_file_penalty: 0.0,
             per_document_cap: 2,
             per_section_cap: 1,
             pack: pack::PackConfig::default(),
@@ -543,6 +578,7 @@ mod tests {
             Cause::EvidenceBand,
             Cause::EndpointFallback,
             Cause::SurrogatePolicy,
+            Cause::TierCap,
         ];
         for cause in causes {
             assert_eq!(name(serde_json::to_value(cause).unwrap()), cause.as_str());
@@ -569,5 +605,25 @@ mod tests {
         let mut named = decode(r#"{"query_id":"q","tenant":"acme","text":"x","acl":["eng"]}"#);
         named.apply_absent_acl(AbsentAcl::Public);
         assert_eq!(named.acl, Some(vec!["eng".to_string()]));
+    }
+
+    #[test]
+    fn the_jobs_similarity_threshold_applies_where_the_query_gives_none() {
+        let decode = |body: &str| decode::decode_query(body.as_bytes(), 8192).expect("valid");
+        let mut plain = decode(r#"{"query_id":"q","tenant":"acme","text":"x"}"#);
+        plain.apply_job_rules(&QueryConfig::default());
+        assert_eq!(plain.score_threshold, None, "none by default");
+        assert_eq!(plain.acl, Some(vec![]), "the ACL rule applies too");
+        let config = QueryConfig {
+            similarity_threshold: 0.25,
+            ..QueryConfig::default()
+        };
+        let mut plain = decode(r#"{"query_id":"q","tenant":"acme","text":"x"}"#);
+        plain.apply_job_rules(&config);
+        assert_eq!(plain.score_threshold, Some(0.25));
+        let mut own =
+            decode(r#"{"query_id":"q","tenant":"acme","text":"x","score_threshold":0.5}"#);
+        own.apply_job_rules(&config);
+        assert_eq!(own.score_threshold, Some(0.5), "the query's own wins");
     }
 }

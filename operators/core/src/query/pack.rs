@@ -7,7 +7,8 @@
 //!   the sentence holding most query terms, cut on sentence boundaries;
 //! - a **surrogate**: title, section path and first sentence (~60 tokens).
 //!
-//! Each item is rendered as `Source: {source} (lines a–b)` + newline + text; items are joined by the
+//! Each item is rendered as its citation line (`header_format`, by default `Source: {source} (lines
+//! a–b)`), with `include_metadata_in_context` its document's metadata line, then its text; items are joined by the
 //! separator, and the whole context is wrapped in `<retrieved-context trust="untrusted">` …
 //! `</retrieved-context>`: what is inside is untrusted data from indexed documents, not instructions (a
 //! document that spells either delimiter has it defused, so no text can close the block early). Planning uses the token counts stored at ingest (parts of a chunk are estimated by their
@@ -23,6 +24,11 @@
 //! expanded top result covers the text of its document's other candidates, which are cut to what it
 //! leaves; when the budget then shrinks it to a smaller form, the plan is made again without the
 //! expanded form, so that those candidates compete for the budget on their own.
+//!
+//! **Tier caps** (`max_snippets`, `max_surrogates`, off by default) bound how many items take each
+//! kind of form: in value order, an item past the snippet cap takes its surrogate, one past the
+//! surrogate cap is left out (trace cause `tier_cap`); `expansion_max_bytes` bounds the expanded
+//! form in bytes as `expanded_tokens` does in tokens.
 //!
 //! **Evidence stop.** A context need not fill its budget: a candidate other than the top result is
 //! packed only while its score, on the scale from the bottom of the rerank's scale (0: one below the
@@ -53,6 +59,10 @@ use plan::pack_once;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PackConfig {
+    /// Section reunification: the top result expanded with its section header and its document's
+    /// neighbouring chunks (the design's `SECTION_REUNIFICATION`); off, it is packed like the others
+    /// and no neighbours are fetched.
+    pub section_reunification: bool,
     /// Most tokens of the expanded top result.
     pub expanded_tokens: usize,
     /// Most tokens of a snippet.
@@ -61,6 +71,15 @@ pub struct PackConfig {
     pub sentence_tokens: usize,
     /// Most tokens of a surrogate.
     pub surrogate_tokens: usize,
+    /// Most items packed as snippets; past it an item takes its surrogate (or is left out when the
+    /// surrogates are full too). The top result is packed whatever the caps, and counts. 0: no cap.
+    pub max_snippets: usize,
+    /// Most items packed as surrogates (`surrogate`, `gist`, `micro`); past it an item is left out.
+    /// 0: no cap.
+    pub max_surrogates: usize,
+    /// Most bytes of the expanded top result's text: neighbours stop being added before it, and a
+    /// top chunk longer than it is not expanded. 0: only `expanded_tokens` bounds it.
+    pub expansion_max_bytes: usize,
     /// An item's relevance by its standing: `exp(−standing_decay · (1 − standing))`, the standing
     /// being its score on the evidence stop's scale (0: the bottom of the rerank's scale, 1: the top
     /// result), with or without the stop; 0 values every item alike.
@@ -86,6 +105,91 @@ pub struct PackConfig {
     pub sentence_ratio: f32,
     /// Surrogate tiers and the policy that picks them ([`crate::query::surrogate`]).
     pub surrogates: crate::query::surrogate::SurrogateConfig,
+    /// Each item's citation line, before its text: `{source}`, `{location}` (`lines 3–9`, or `page
+    /// 2, lines 40–52` for a PDF), `{lines}` (`3–9`), `{page}` (empty without one), `{title}` and
+    /// `{section}` (the section path joined by ` › `) are filled in; a newline follows it. At most
+    /// 256 bytes; any other `{name}` is refused at load.
+    pub header_format: String,
+    /// After each item's citation line, a `Metadata: {json}` line with its document's metadata
+    /// (canonical JSON), counted in the budget like the rest.
+    pub include_metadata_in_context: bool,
+}
+
+/// The default `header_format`.
+pub const DEFAULT_HEADER: &str = "Source: {source} ({location})";
+/// The placeholders a `header_format` may use.
+pub const HEADER_FIELDS: [&str; 6] = ["source", "location", "lines", "page", "title", "section"];
+
+/// `format` with each `{name}` of `values` replaced (one pass: a value is never read as a
+/// placeholder).
+fn fill_header(format: &str, values: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(format.len() + 64);
+    let mut rest = format;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        match after
+            .find('}')
+            .and_then(|close| Some((values.iter().find(|(k, _)| *k == &after[..close])?, close)))
+        {
+            Some(((_, value), close)) => {
+                out.push_str(value);
+                rest = &after[close + 1..];
+            }
+            None => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+impl PackConfig {
+    /// Checks the settings a config file gives: the key at fault and why.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        if !(0.0..=1.0).contains(&self.evidence_ratio) {
+            return Err(("query.pack.evidence_ratio", "must be in [0, 1]".into()));
+        }
+        if !(0.0..=1.0).contains(&self.sentence_ratio) {
+            return Err(("query.pack.sentence_ratio", "must be in [0, 1]".into()));
+        }
+        if !(0.0..=1.0).contains(&self.deferred_value) {
+            return Err(("query.pack.deferred_value", "must be in [0, 1]".into()));
+        }
+        if self.surrogate_tokens == 0
+            || self.snippet_tokens < self.surrogate_tokens
+            || self.expanded_tokens < self.snippet_tokens
+        {
+            return Err((
+                "query.pack",
+                "need 0 < surrogate_tokens <= snippet_tokens <= expanded_tokens".into(),
+            ));
+        }
+        if self.header_format.len() > 256 {
+            return Err(("query.pack.header_format", "at most 256 bytes".into()));
+        }
+        let mut rest = self.header_format.as_str();
+        while let Some(open) = rest.find('{') {
+            let after = &rest[open + 1..];
+            let Some(close) = after.find('}') else {
+                return Err(("query.pack.header_format", "an unclosed `{`".into()));
+            };
+            let name = &after[..close];
+            if !HEADER_FIELDS.contains(&name) {
+                return Err((
+                    "query.pack.header_format",
+                    format!(
+                        "unknown placeholder {{{name}}} (known: {})",
+                        HEADER_FIELDS.join(", ")
+                    ),
+                ));
+            }
+            rest = after;
+        }
+        Ok(())
+    }
 }
 
 /// Opens a packed context: retrieved text is data to quote, never instructions to follow.
@@ -120,10 +224,14 @@ pub fn wrap_items(items: &[String], config: &PackConfig) -> String {
 impl Default for PackConfig {
     fn default() -> Self {
         Self {
+            section_reunification: true,
             expanded_tokens: 600,
             snippet_tokens: 200,
             sentence_tokens: 60,
             surrogate_tokens: 60,
+            max_snippets: 0,
+            max_surrogates: 0,
+            expansion_max_bytes: 0,
             standing_decay: 10.0,
             position_decay: 0.0,
             redundancy_weight: 0.5,
@@ -133,6 +241,8 @@ impl Default for PackConfig {
             evidence_ratio: 0.64,
             sentence_ratio: 0.78,
             surrogates: Default::default(),
+            header_format: DEFAULT_HEADER.into(),
+            include_metadata_in_context: false,
         }
     }
 }
@@ -218,7 +328,7 @@ pub fn render_full(
     let mut parts = Vec::with_capacity(candidates.len());
     for (candidate, text) in candidates {
         let chunk = &candidate.stored.chunk;
-        let rendered = render(&header(chunk, chunk.lines), text);
+        let rendered = render(&header(chunk, chunk.lines, config), text);
         items.push(ContextItem {
             chunk_id: candidate.id(),
             doc_id: candidate.stored.key.doc_id.clone(),

@@ -130,6 +130,9 @@ pub enum Cause {
     EndpointFallback,
     /// Pack: packed in the surrogate tier its policy chose (gist or micro).
     SurrogatePolicy,
+    /// Pack: shortened or left out because its form's tier was full (`max_snippets`,
+    /// `max_surrogates`).
+    TierCap,
 }
 
 impl Cause {
@@ -146,7 +149,8 @@ impl Cause {
             | Cause::BudgetLeft
             | Cause::EvidenceStop
             | Cause::EvidenceBand
-            | Cause::SurrogatePolicy => Step::Pack,
+            | Cause::SurrogatePolicy
+            | Cause::TierCap => Step::Pack,
             Cause::EndpointFallback => Step::Rerank,
         }
     }
@@ -170,6 +174,7 @@ impl Cause {
             Cause::EvidenceBand => "evidence_band",
             Cause::EndpointFallback => "endpoint_fallback",
             Cause::SurrogatePolicy => "surrogate_policy",
+            Cause::TierCap => "tier_cap",
         }
     }
 }
@@ -246,6 +251,22 @@ impl From<&Candidate> for TraceCandidate {
     }
 }
 
+/// What HyDE did for a query.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct HydeTrace {
+    /// The strategy (`combined` or `hyde`).
+    pub strategy: super::endpoints::HydeStrategy,
+    /// Passages written (`num_hypotheses`, or fewer where the model wrote fewer).
+    pub hypotheses: usize,
+    /// The passages' share of the dense query.
+    pub weight: f32,
+    /// Whether they came from the passage cache.
+    pub cached: bool,
+    /// Whether their mean vector joined the dense query (not when the embedder failed).
+    pub joined: bool,
+}
+
 /// The trace of every decision, returned when the query asks for it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -255,6 +276,9 @@ pub struct Trace {
     /// Candidates each lane was asked for: the intent's depth raised to the query's floor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depth: Option<super::Depth>,
+    /// HyDE, when the query got hypothetical passages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hyde: Option<HydeTrace>,
     /// Candidates after fusion and rerank, in order.
     pub candidates: Vec<TraceCandidate>,
     /// Every decision, in pipeline order.

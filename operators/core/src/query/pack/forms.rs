@@ -60,16 +60,43 @@ pub(super) fn line_of(chunk: &crate::model::Chunk, offset: usize) -> u32 {
     chunk.lines.0 + memchr::memchr_iter(b'\n', &chunk.text.as_bytes()[..offset]).count() as u32
 }
 
-/// An item's citation line: `Source: guide.md (lines 3–9)`, with the page for a PDF:
-/// `Source: report.pdf (page 2, lines 40–52)`.
-pub(super) fn header(chunk: &crate::model::Chunk, lines: (u32, u32)) -> String {
-    match chunk.page {
-        Some(page) => format!(
-            "Source: {} (page {page}, lines {}–{})\n",
-            chunk.source, lines.0, lines.1
-        ),
-        None => format!("Source: {} (lines {}–{})\n", chunk.source, lines.0, lines.1),
+/// An item's citation line, by the config's `header_format` (by default `Source: guide.md (lines
+/// 3–9)`, with the page for a PDF: `Source: report.pdf (page 2, lines 40–52)`), and with
+/// `include_metadata_in_context` a `Metadata: {json}` line when the document has metadata.
+pub(super) fn header(
+    chunk: &crate::model::Chunk,
+    lines: (u32, u32),
+    config: &PackConfig,
+) -> String {
+    let span = format!("{}–{}", lines.0, lines.1);
+    let location = match chunk.page {
+        Some(page) => format!("page {page}, lines {span}"),
+        None => format!("lines {span}"),
+    };
+    let mut out = if config.header_format == super::DEFAULT_HEADER {
+        format!("Source: {} ({location})", chunk.source)
+    } else {
+        let page = chunk.page.map(|p| p.to_string()).unwrap_or_default();
+        let section = chunk.section_path.join(" › ");
+        super::fill_header(
+            &config.header_format,
+            &[
+                ("source", chunk.source.as_str()),
+                ("location", location.as_str()),
+                ("lines", span.as_str()),
+                ("page", page.as_str()),
+                ("title", chunk.doc_title.as_str()),
+                ("section", section.as_str()),
+            ],
+        )
+    };
+    out.push('\n');
+    if config.include_metadata_in_context && !chunk.metadata.is_empty() {
+        out.push_str("Metadata: ");
+        out.push_str(chunk.metadata.as_str());
+        out.push('\n');
     }
+    out
 }
 
 /// The part of a chunk not covered by `covered` (byte ranges of the same document): its largest
@@ -357,7 +384,7 @@ fn tiered_forms(
         }
     };
     let lines = (line_of(chunk, from), line_of(chunk, to));
-    let header = header(chunk, lines);
+    let header = header(chunk, lines, config);
     let form = |tier, factor, text: String, bytes: usize| Form {
         tier,
         factor,
@@ -433,7 +460,7 @@ pub(super) fn forms(
     let base = chunk.char_range.0;
     // Every form's header names a sub-range of the chunk's lines: the header with the last line
     // twice has the most digits, an upper bound counted once for all of them.
-    let header_tokens = counter.count(&header(chunk, (chunk.lines.1, chunk.lines.1)));
+    let header_tokens = counter.count(&header(chunk, (chunk.lines.1, chunk.lines.1), config));
     if ceiling != SurrogateTier::Full {
         return tiered_forms(chunk, available, ceiling, config, header_tokens);
     }
@@ -487,7 +514,7 @@ pub(super) fn forms(
         } else {
             (line_of(chunk, from), line_of(chunk, to))
         };
-        let header = header(chunk, lines);
+        let header = header(chunk, lines, config);
         out.push(Form {
             tier: Tier::Snippet,
             factor: if whole { 1.0 } else { factor },
@@ -500,7 +527,7 @@ pub(super) fn forms(
     }
     let (text, at, text_estimate) = surrogate_text(chunk, available, config.surrogate_tokens);
     let line = line_of(chunk, at);
-    let header = header(chunk, (line, line));
+    let header = header(chunk, (line, line), config);
     out.push(Form {
         tier: Tier::Surrogate,
         factor: 0.15,

@@ -23,6 +23,85 @@ struct Entry<'a> {
     position: usize,
     /// The candidate's standing when the evidence band holds it to its best sentence.
     band: Option<f32>,
+    /// Shortened or left out by a tier cap.
+    capped: bool,
+}
+
+/// The capped class of a tier: snippets 0, surrogates 1 (expanded and whole forms are not capped).
+fn class(tier: Tier) -> Option<usize> {
+    match tier {
+        Tier::Snippet => Some(0),
+        Tier::Surrogate | Tier::Gist | Tier::Micro => Some(1),
+        Tier::Expanded | Tier::Full => None,
+    }
+}
+
+/// The tier caps, snippets then surrogates (`usize::MAX` where the config sets none).
+fn caps(config: &PackConfig) -> [usize; 2] {
+    [config.max_snippets, config.max_surrogates].map(|cap| if cap == 0 { usize::MAX } else { cap })
+}
+
+/// Whether the entry is the top result (packed whatever the caps).
+fn is_top(index: usize, entry: &Entry<'_>) -> bool {
+    index == 0 && !entry.deferred
+}
+
+/// Whether the plan's items keep to the tier caps (the top result counts, but a cap never leaves
+/// it out).
+fn caps_hold(entries: &[Entry<'_>], caps: [usize; 2]) -> bool {
+    let mut used = [0usize; 2];
+    let mut top = [0usize; 2];
+    for (index, entry) in entries.iter().enumerate() {
+        let Some(class) = entry.state.and_then(|s| class(entry.forms[s].tier)) else {
+            continue;
+        };
+        used[class] += 1;
+        if is_top(index, entry) {
+            top[class] = 1;
+        }
+    }
+    (0..2).all(|c| used[c] <= caps[c].max(top[c]))
+}
+
+/// Holds the plan to the tier caps: in value order (the top result first, never moved), an item
+/// whose class is full takes its next form of a class with room, or is left out.
+fn cap_tiers(entries: &mut [Entry<'_>], caps: [usize; 2]) {
+    if caps == [usize::MAX; 2] {
+        return;
+    }
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    order.sort_by(|&a, &b| {
+        is_top(b, &entries[b])
+            .cmp(&is_top(a, &entries[a]))
+            .then(entries[b].value.total_cmp(&entries[a].value))
+    });
+    let mut used = [0usize; 2];
+    for index in order {
+        let top = is_top(index, &entries[index]);
+        let entry = &mut entries[index];
+        let Some(mut state) = entry.state else {
+            continue;
+        };
+        loop {
+            match class(entry.forms[state].tier) {
+                Some(c) if used[c] >= caps[c] && !top => {
+                    entry.capped = true;
+                    if state + 1 == entry.forms.len() {
+                        entry.state = None;
+                        break;
+                    }
+                    state += 1;
+                }
+                class => {
+                    if let Some(c) = class {
+                        used[c] += 1;
+                    }
+                    entry.state = Some(state);
+                    break;
+                }
+            }
+        }
+    }
 }
 
 /// Estimated tokens of the plan: items, separators and (when anything is in it) the delimiters.
@@ -202,12 +281,15 @@ fn plan<'a>(
         let ceiling = tiers
             .get(position)
             .map_or(SurrogateTier::Full, |(tier, _)| *tier);
-        let expanded_form =
-            (offer_expanded && !whole && position == 0 && ceiling == SurrogateTier::Full)
-                .then(|| expanded(stored, neighbours, counter, config.expanded_tokens))
-                .flatten();
+        let expanded_form = (offer_expanded
+            && config.section_reunification
+            && !whole
+            && position == 0
+            && ceiling == SurrogateTier::Full)
+            .then(|| expanded(stored, neighbours, counter, config))
+            .flatten();
         let forms = if whole {
-            vec![whole_chunk(&stored.chunk, available, counter)]
+            vec![whole_chunk(&stored.chunk, available, counter, config)]
         } else {
             forms(
                 candidate,
@@ -239,6 +321,7 @@ fn plan<'a>(
             deferred: *is_deferred,
             position,
             band,
+            capped: false,
         });
     }
     Some(Planned {
@@ -343,23 +426,27 @@ fn fit(entries: &mut [Entry<'_>], request: &PackRequest<'_>, frame: Frame, packe
         separator: separator_tokens,
         delimiters: delimiter_tokens,
     } = frame;
+    let caps = caps(config);
     // Plan on estimates.
     while plan_tokens(entries, separator_tokens, delimiter_tokens) > budget && shrink(entries) {}
+    cap_tiers(entries, caps);
     // Greedy shrinking can overshoot: grow items back (best value first, left-out and deferred ones
-    // included) to the largest form that still fits.
+    // included) to the largest form that still fits, within the tier caps.
     let mut order: Vec<usize> = (0..entries.len()).collect();
     order.sort_by(|&a, &b| entries[b].value.total_cmp(&entries[a].value));
     for index in order {
         let current = entries[index].state;
         for form in 0..current.unwrap_or(entries[index].forms.len()) {
             entries[index].state = Some(form);
-            if plan_tokens(entries, separator_tokens, delimiter_tokens) <= budget {
+            if plan_tokens(entries, separator_tokens, delimiter_tokens) <= budget
+                && caps_hold(entries, caps)
+            {
                 break;
             }
             entries[index].state = current;
         }
     }
-    // Count the real string; shrink until it fits.
+    // Count the real string; shrink until it fits (a shrunk snippet may meet the surrogate cap).
     loop {
         packed.context = assemble(entries, config);
         packed.tokens_used = counter.count(&packed.context);
@@ -367,6 +454,7 @@ fn fit(entries: &mut [Entry<'_>], request: &PackRequest<'_>, frame: Frame, packe
         if packed.tokens_used <= budget || !shrink(entries) {
             break;
         }
+        cap_tiers(entries, caps);
     }
     if packed.tokens_used > budget {
         // Only the top result's surrogate is left and it is still too long: cut it to the budget.
@@ -406,6 +494,14 @@ fn report(entries: &[Entry<'_>], request: &PackRequest<'_>, stopped: usize, pack
         ..
     } = request;
     let mut banded = 0;
+    let capped = entries
+        .iter()
+        .filter(|e| e.capped && (e.state.is_some() || !e.deferred))
+        .count();
+    let caps = format!(
+        "max_snippets {}, max_surrogates {}",
+        config.max_snippets, config.max_surrogates
+    );
     // Items and decisions.
     let (mut shortened, mut left_out) = (0, 0);
     for entry in entries {
@@ -416,7 +512,12 @@ fn report(entries: &[Entry<'_>], request: &PackRequest<'_>, stopped: usize, pack
                 if state > 0 {
                     shortened += 1;
                 }
-                let (cause, reason) = if matches!(form.tier, Tier::Gist | Tier::Micro) {
+                let (cause, reason) = if entry.capped && state > 0 {
+                    (
+                        Cause::TierCap,
+                        format!("tier cap ({caps}): packed as {}", form.tier.as_str()),
+                    )
+                } else if matches!(form.tier, Tier::Gist | Tier::Micro) {
                     let why = tiers
                         .get(entry.position)
                         .map_or("", |(_, why)| why.as_str());
@@ -467,6 +568,15 @@ fn report(entries: &[Entry<'_>], request: &PackRequest<'_>, stopped: usize, pack
                     metadata: stored.chunk.metadata.to_object(),
                 });
             }
+            None if !entry.deferred && entry.capped => {
+                left_out += 1;
+                packed.decisions.push(Decision::new(
+                    id,
+                    Action::Dropped,
+                    Cause::TierCap,
+                    format!("tier cap ({caps}): no form with room"),
+                ));
+            }
             None if !entry.deferred => {
                 left_out += 1;
                 packed.decisions.push(Decision::new(
@@ -484,6 +594,11 @@ fn report(entries: &[Entry<'_>], request: &PackRequest<'_>, stopped: usize, pack
     if packed.truncated {
         notes.push(format!(
             "budget {budget}: {shortened} item(s) shortened, {left_out} left out (lowest marginal value first)"
+        ));
+    }
+    if capped > 0 {
+        notes.push(format!(
+            "tier caps ({caps}): {capped} item(s) shortened or left out"
         ));
     }
     if banded > 0 {

@@ -925,3 +925,215 @@ fn whole_chunks_only_or_left_out() {
     assert!(usual.items.len() > 2, "{:?}", usual.items);
     assert!(usual.items.iter().any(|i| i.tier != Tier::Full));
 }
+
+#[test]
+fn tier_caps_give_the_best_items_snippets_the_next_surrogates_and_leave_the_rest_out() {
+    // Six long chunks (over the expanded form's 600 tokens: every first form is a snippet, an
+    // excerpt), scores falling.
+    let docs: Vec<Vec<StoredChunk>> = (0..6).map(|d| document(d, 40, 40, 0)).collect();
+    let picked: Vec<Candidate> = docs
+        .iter()
+        .enumerate()
+        .map(|(d, doc)| {
+            let mut vector = vec![0.0; 6];
+            vector[d] = 1.0;
+            candidate(&doc[0], 1.0 - 0.05 * d as f32, vector)
+        })
+        .collect();
+    let packed = |config: &PackConfig| {
+        pack(PackRequest {
+            picked: &picked,
+            deferred: &[],
+            neighbours: &[],
+            budget: 100_000,
+            counter: counter(),
+            terms: &[],
+            cue: AnswerCue::None,
+            config,
+            fill: true,
+            whole: false,
+            floor: 0.0,
+            tiers: &[],
+        })
+    };
+    let tiers = |packed: &Packed| -> Vec<(String, Tier)> {
+        packed
+            .items
+            .iter()
+            .map(|i| (i.doc_id.clone(), i.tier))
+            .collect()
+    };
+    let open = packed(&PackConfig::default());
+    assert_eq!(open.items.len(), 6);
+    assert!(open.items.iter().all(|i| i.tier == Tier::Snippet));
+    assert!(!open.decisions.iter().any(|d| d.cause == Cause::TierCap));
+
+    let capped = packed(&PackConfig {
+        max_snippets: 2,
+        max_surrogates: 2,
+        ..PackConfig::default()
+    });
+    assert_eq!(
+        tiers(&capped),
+        vec![
+            ("doc0".to_string(), Tier::Snippet),
+            ("doc1".to_string(), Tier::Snippet),
+            ("doc2".to_string(), Tier::Surrogate),
+            ("doc3".to_string(), Tier::Surrogate),
+        ]
+    );
+    let causes: Vec<(String, Cause)> = capped
+        .decisions
+        .iter()
+        .map(|d| (d.chunk_id.clone(), d.cause))
+        .collect();
+    let id = |d: usize| picked[d].id();
+    for d in 2..6 {
+        assert!(causes.contains(&(id(d), Cause::TierCap)), "{causes:?}");
+    }
+    assert!(causes.contains(&(id(1), Cause::Fits)), "{causes:?}");
+    assert!(capped
+        .note
+        .as_deref()
+        .is_some_and(|n| n.contains("tier caps (max_snippets 2, max_surrogates 2): 4 item(s)")));
+    assert!(capped.tokens_used < open.tokens_used);
+
+    // The top result is packed whatever the caps (its snippet counts toward them).
+    let none = packed(&PackConfig {
+        max_snippets: 1,
+        max_surrogates: 1,
+        ..PackConfig::default()
+    });
+    assert_eq!(
+        tiers(&none),
+        vec![
+            ("doc0".to_string(), Tier::Snippet),
+            ("doc1".to_string(), Tier::Surrogate),
+        ]
+    );
+}
+
+#[test]
+fn expansion_max_bytes_bounds_the_expanded_top_result() {
+    let doc = document(0, 30, 6, 2);
+    let top = [candidate(&doc[2], 1.0, vec![1.0, 0.0])];
+    let with = |bytes: usize| {
+        pack(PackRequest {
+            picked: &top,
+            deferred: &[],
+            neighbours: &doc,
+            budget: 3000,
+            counter: counter(),
+            terms: &[],
+            cue: AnswerCue::None,
+            config: &PackConfig {
+                expansion_max_bytes: bytes,
+                ..PackConfig::default()
+            },
+            fill: true,
+            whole: false,
+            floor: 0.0,
+            tiers: &[],
+        })
+        .items
+        .remove(0)
+    };
+    let chunk = &doc[2].chunk;
+    let open = with(0);
+    assert_eq!(open.tier, Tier::Expanded);
+    assert!(open.text.len() > chunk.text.len() + 200, "{}", open.text);
+    // Room for the section line, the chunk and one neighbour's new sentences at most.
+    let bound = open.text.len() - 100;
+    let bounded = with(bound);
+    assert_eq!(bounded.tier, Tier::Expanded);
+    assert!(
+        bounded.text.len() <= bound,
+        "{} > {bound}",
+        bounded.text.len()
+    );
+    assert!(bounded.text.contains(&chunk.text));
+    // A bound below the chunk itself: no expanded form.
+    assert_eq!(with(chunk.text.len() / 2).tier, Tier::Snippet);
+}
+
+#[test]
+fn the_citation_line_follows_the_header_format_and_the_metadata_line_is_counted() {
+    let mut doc = document(0, 2, 2, 0);
+    doc[0].chunk.metadata =
+        crate::metadata::Metadata::parse(&serde_json::json!({"year": 2024, "team": "ops"}))
+            .expect("valid metadata");
+    let picked = [candidate(&doc[0], 1.0, vec![1.0, 0.0])];
+    let config = PackConfig {
+        header_format: "[{title} › {section}] {source}:{lines}{page}".into(),
+        include_metadata_in_context: true,
+        ..PackConfig::default()
+    };
+    let with = |config: &PackConfig, budget: usize| {
+        pack(PackRequest {
+            picked: &picked,
+            deferred: &[],
+            neighbours: &[],
+            budget,
+            counter: counter(),
+            terms: &[],
+            cue: AnswerCue::None,
+            config,
+            fill: true,
+            whole: false,
+            floor: 0.0,
+            tiers: &[],
+        })
+    };
+    let packed = with(&config, 1000);
+    assert!(
+        packed.context.contains(
+            "[Title 0 › Part 0] docs/doc0.md:1–2\nMetadata: {\"team\":\"ops\",\"year\":2024}\n"
+        ),
+        "{}",
+        packed.context
+    );
+    assert_eq!(packed.tokens_used, counter().count(&packed.context));
+    // By default: the `Source:` line, no metadata.
+    let plain = with(&PackConfig::default(), 1000);
+    assert!(plain
+        .context
+        .contains("Source: docs/doc0.md (lines 1–2)\n§ Part 0\n"));
+    assert!(!plain.context.contains("Metadata:"));
+    assert!(packed.tokens_used > plain.tokens_used);
+    // The metadata line counts against the budget like the text.
+    for budget in [20, 30, 45] {
+        assert!(with(&config, budget).tokens_used <= budget);
+    }
+}
+
+#[test]
+fn without_section_reunification_the_top_result_is_packed_like_the_others() {
+    let doc = document(0, 30, 6, 2);
+    let top = [candidate(&doc[2], 1.0, vec![1.0, 0.0])];
+    let with = |section_reunification: bool| {
+        pack(PackRequest {
+            picked: &top,
+            deferred: &[],
+            neighbours: &doc,
+            budget: 3000,
+            counter: counter(),
+            terms: &[],
+            cue: AnswerCue::None,
+            config: &PackConfig {
+                section_reunification,
+                ..PackConfig::default()
+            },
+            fill: true,
+            whole: false,
+            floor: 0.0,
+            tiers: &[],
+        })
+        .items
+        .remove(0)
+    };
+    assert_eq!(with(true).tier, Tier::Expanded);
+    let alone = with(false);
+    assert_eq!(alone.tier, Tier::Snippet);
+    assert_eq!(alone.text, doc[2].chunk.text);
+    assert_eq!(alone.lines, doc[2].chunk.lines);
+}

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::forms::{estimate, header, line_of, Form};
-use super::Tier;
+use super::{PackConfig, Tier};
 use crate::store::StoredChunk;
 use crate::tokens::TokenCounter;
 
@@ -15,6 +15,7 @@ pub(super) fn whole_chunk(
     chunk: &crate::model::Chunk,
     (from, to): (usize, usize),
     counter: TokenCounter,
+    config: &PackConfig,
 ) -> Form {
     let base = chunk.char_range.0;
     let lines = if (from, to) == (0, chunk.text.len()) {
@@ -22,7 +23,7 @@ pub(super) fn whole_chunk(
     } else {
         (line_of(chunk, from), line_of(chunk, to))
     };
-    let header = header(chunk, lines);
+    let header = header(chunk, lines, config);
     Form {
         tier: Tier::Full,
         factor: 1.0,
@@ -35,14 +36,20 @@ pub(super) fn whole_chunk(
 }
 
 /// The top result's expanded form: its section path, its text and its document's neighbours on both
-/// sides, grown one at a time while the estimate stays within `max_tokens` (`None` when the chunk
-/// alone is over it).
+/// sides, grown one at a time while the estimate stays within `expanded_tokens` and the text within
+/// `expansion_max_bytes` (0: no byte bound); `None` when the chunk alone is over either.
 pub(super) fn expanded(
     top: &StoredChunk,
     neighbours: &[StoredChunk],
     counter: TokenCounter,
-    max_tokens: usize,
+    config: &PackConfig,
 ) -> Option<Form> {
+    let (max_tokens, max_bytes) = (config.expanded_tokens, config.expansion_max_bytes);
+    let max_bytes = if max_bytes == 0 {
+        usize::MAX
+    } else {
+        max_bytes
+    };
     let chunk = &top.chunk;
     let section = if chunk.section_path.is_empty() {
         String::new()
@@ -50,7 +57,7 @@ pub(super) fn expanded(
         format!("§ {}\n", chunk.section_path.join(" › "))
     };
     let mut estimate_tokens = counter.count(&section) + chunk.tokens as usize;
-    if estimate_tokens > max_tokens {
+    if estimate_tokens > max_tokens || section.len() + chunk.text.len() > max_bytes {
         return None;
     }
     let mut by_order: BTreeMap<u32, &StoredChunk> = BTreeMap::new();
@@ -102,7 +109,9 @@ pub(super) fn expanded(
             n.text[..at].to_string()
         };
         let cost = estimate(n.tokens, n.text.len(), piece.len());
-        if estimate_tokens + cost > max_tokens {
+        if estimate_tokens + cost > max_tokens
+            || section.len() + text.len() + piece.len() > max_bytes
+        {
             stuck += 1;
             continue;
         }
@@ -121,7 +130,7 @@ pub(super) fn expanded(
         }
     }
     let lines = (first_line, last_line);
-    let header = header(chunk, lines);
+    let header = header(chunk, lines, config);
     Some(Form {
         tier: Tier::Expanded,
         // The neighbours and section header are worth more than the chunk alone.
