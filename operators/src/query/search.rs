@@ -157,6 +157,56 @@ pub fn list_page(query: &Query) -> usize {
     query.k.unwrap_or(LIST_PAGE).clamp(1, LIST_MAX_PAGE)
 }
 
+/// The dense and BM25 lanes of `query` on one shard, best first. A source pattern filters their
+/// hits, each lane reading [`PATTERN_DEPTH_FACTOR`] times deeper so that as many pass.
+fn search_lanes(
+    store: &dyn VectorStore,
+    query: &Query,
+    vectors: &QueryVectors,
+    (filter, pattern): (&SearchFilter, Option<&SourcePattern>),
+    wanted: Depth,
+) -> Result<(Vec<Hit>, Vec<Hit>), StoreError> {
+    let factor = if pattern.is_some() {
+        PATTERN_DEPTH_FACTOR
+    } else {
+        1
+    };
+    let lane = |name: &str, vector: SearchVector, threshold: Option<f32>, most: usize| {
+        let started = std::time::Instant::now();
+        let mut hits = store.search(&vector, filter, most * factor, threshold)?;
+        if let Some(pattern) = pattern {
+            hits.retain(|hit| pattern.matches(&hit.stored.chunk.source));
+            hits.truncate(most);
+        }
+        metrics()
+            .query_stage_seconds
+            .with_label_values(&[name])
+            .observe(started.elapsed().as_secs_f64());
+        Ok::<_, StoreError>(hits)
+    };
+    let dense = if vectors.dense.is_empty() {
+        Vec::new()
+    } else {
+        lane(
+            "retrieve_dense",
+            SearchVector::Dense(vectors.dense.clone()),
+            query.score_threshold,
+            wanted.dense,
+        )?
+    };
+    let bm25 = if vectors.sparse.indices.is_empty() {
+        Vec::new()
+    } else {
+        lane(
+            "retrieve_bm25",
+            SearchVector::Sparse(vectors.sparse.clone()),
+            query.bm25_score_threshold,
+            wanted.bm25,
+        )?
+    };
+    Ok((dense, bm25))
+}
+
 /// Runs `query` against one shard.
 pub fn search_shard(
     store: &dyn VectorStore,
@@ -167,24 +217,6 @@ pub fn search_shard(
     let filter = filter_for(query);
     let pattern = pattern_of(query);
     let pattern = pattern.as_ref();
-    // A pattern filters the lanes' hits: each reads deeper so as many pass.
-    let (depth, wanted) = match pattern {
-        Some(_) => (
-            Depth {
-                dense: depth.dense * PATTERN_DEPTH_FACTOR,
-                bm25: depth.bm25 * PATTERN_DEPTH_FACTOR,
-            },
-            depth,
-        ),
-        None => (depth, depth),
-    };
-    let matching = |mut hits: Vec<Hit>, most: usize| {
-        if let Some(pattern) = pattern {
-            hits.retain(|hit| pattern.matches(&hit.stored.chunk.source));
-            hits.truncate(most);
-        }
-        hits
-    };
     let result = (|| -> Result<ShardAnswer, StoreError> {
         let mut answer = ShardAnswer::default();
         match query.mode {
@@ -216,38 +248,8 @@ pub fn search_shard(
                 }
             }
             _ => {
-                let lane_timer = |lane: &str, started: std::time::Instant| {
-                    metrics()
-                        .query_stage_seconds
-                        .with_label_values(&[lane])
-                        .observe(started.elapsed().as_secs_f64());
-                };
-                if !vectors.dense.is_empty() {
-                    let started = std::time::Instant::now();
-                    answer.dense = matching(
-                        store.search(
-                            &SearchVector::Dense(vectors.dense.clone()),
-                            &filter,
-                            depth.dense,
-                            query.score_threshold,
-                        )?,
-                        wanted.dense,
-                    );
-                    lane_timer("retrieve_dense", started);
-                }
-                if !vectors.sparse.indices.is_empty() {
-                    let started = std::time::Instant::now();
-                    answer.bm25 = matching(
-                        store.search(
-                            &SearchVector::Sparse(vectors.sparse.clone()),
-                            &filter,
-                            depth.bm25,
-                            query.bm25_score_threshold,
-                        )?,
-                        wanted.bm25,
-                    );
-                    lane_timer("retrieve_bm25", started);
-                }
+                (answer.dense, answer.bm25) =
+                    search_lanes(store, query, vectors, (&filter, pattern), depth)?;
                 let mut ids: Vec<uuid::Uuid> = answer
                     .dense
                     .iter()

@@ -308,7 +308,8 @@ pub fn pack(request: PackRequest<'_>) -> Packed {
     // to what it leaves (or left out). When the budget then shrinks it to a smaller form, that text
     // is no longer in the context: pack again without the expanded form, so that they compete for
     // the budget on their own.
-    match pack_once(request, true) {
+    // Without section reunification there is no expanded form to offer.
+    match pack_once(request, request.config.section_reunification) {
         (first, true) => {
             let mut packed = pack_once(request, false).0;
             packed.counts += first.counts;

@@ -12,6 +12,9 @@ use crate::embed::{cosine_with_norms, dot};
 use crate::query::surrogate::SurrogateTier;
 use crate::query::{Action, Candidate, Cause, ContextItem, Decision, Tier};
 
+mod caps;
+use caps::{cap_tiers, caps, caps_hold};
+
 struct Entry<'a> {
     candidate: &'a Candidate,
     forms: Vec<Form>,
@@ -25,83 +28,6 @@ struct Entry<'a> {
     band: Option<f32>,
     /// Shortened or left out by a tier cap.
     capped: bool,
-}
-
-/// The capped class of a tier: snippets 0, surrogates 1 (expanded and whole forms are not capped).
-fn class(tier: Tier) -> Option<usize> {
-    match tier {
-        Tier::Snippet => Some(0),
-        Tier::Surrogate | Tier::Gist | Tier::Micro => Some(1),
-        Tier::Expanded | Tier::Full => None,
-    }
-}
-
-/// The tier caps, snippets then surrogates (`usize::MAX` where the config sets none).
-fn caps(config: &PackConfig) -> [usize; 2] {
-    [config.max_snippets, config.max_surrogates].map(|cap| if cap == 0 { usize::MAX } else { cap })
-}
-
-/// Whether the entry is the top result (packed whatever the caps).
-fn is_top(index: usize, entry: &Entry<'_>) -> bool {
-    index == 0 && !entry.deferred
-}
-
-/// Whether the plan's items keep to the tier caps (the top result counts, but a cap never leaves
-/// it out).
-fn caps_hold(entries: &[Entry<'_>], caps: [usize; 2]) -> bool {
-    let mut used = [0usize; 2];
-    let mut top = [0usize; 2];
-    for (index, entry) in entries.iter().enumerate() {
-        let Some(class) = entry.state.and_then(|s| class(entry.forms[s].tier)) else {
-            continue;
-        };
-        used[class] += 1;
-        if is_top(index, entry) {
-            top[class] = 1;
-        }
-    }
-    (0..2).all(|c| used[c] <= caps[c].max(top[c]))
-}
-
-/// Holds the plan to the tier caps: in value order (the top result first, never moved), an item
-/// whose class is full takes its next form of a class with room, or is left out.
-fn cap_tiers(entries: &mut [Entry<'_>], caps: [usize; 2]) {
-    if caps == [usize::MAX; 2] {
-        return;
-    }
-    let mut order: Vec<usize> = (0..entries.len()).collect();
-    order.sort_by(|&a, &b| {
-        is_top(b, &entries[b])
-            .cmp(&is_top(a, &entries[a]))
-            .then(entries[b].value.total_cmp(&entries[a].value))
-    });
-    let mut used = [0usize; 2];
-    for index in order {
-        let top = is_top(index, &entries[index]);
-        let entry = &mut entries[index];
-        let Some(mut state) = entry.state else {
-            continue;
-        };
-        loop {
-            match class(entry.forms[state].tier) {
-                Some(c) if used[c] >= caps[c] && !top => {
-                    entry.capped = true;
-                    if state + 1 == entry.forms.len() {
-                        entry.state = None;
-                        break;
-                    }
-                    state += 1;
-                }
-                class => {
-                    if let Some(c) = class {
-                        used[c] += 1;
-                    }
-                    entry.state = Some(state);
-                    break;
-                }
-            }
-        }
-    }
 }
 
 /// Estimated tokens of the plan: items, separators and (when anything is in it) the delimiters.
@@ -281,13 +207,10 @@ fn plan<'a>(
         let ceiling = tiers
             .get(position)
             .map_or(SurrogateTier::Full, |(tier, _)| *tier);
-        let expanded_form = (offer_expanded
-            && config.section_reunification
-            && !whole
-            && position == 0
-            && ceiling == SurrogateTier::Full)
-            .then(|| expanded(stored, neighbours, counter, config))
-            .flatten();
+        let expanded_form =
+            (offer_expanded && !whole && position == 0 && ceiling == SurrogateTier::Full)
+                .then(|| expanded(stored, neighbours, counter, config))
+                .flatten();
         let forms = if whole {
             vec![whole_chunk(&stored.chunk, available, counter, config)]
         } else {
@@ -484,13 +407,58 @@ fn fit(entries: &mut [Entry<'_>], request: &PackRequest<'_>, frame: Frame, packe
     }
 }
 
+/// Why an entry packed in its form `state` is there as it is: the cause and its particulars.
+fn packed_because(
+    entry: &Entry<'_>,
+    state: usize,
+    request: &PackRequest<'_>,
+    caps: &str,
+) -> (Cause, String) {
+    let form = &entry.forms[state];
+    if entry.capped && state > 0 {
+        (
+            Cause::TierCap,
+            format!("tier cap ({caps}): packed as {}", form.tier.as_str()),
+        )
+    } else if matches!(form.tier, Tier::Gist | Tier::Micro) {
+        let why = request
+            .tiers
+            .get(entry.position)
+            .map_or("", |(_, why)| why.as_str());
+        (
+            Cause::SurrogatePolicy,
+            format!("surrogate tier {}: {why}", form.tier.as_str()),
+        )
+    } else if let (Some(standing), 0) = (entry.band, state) {
+        (
+            Cause::EvidenceBand,
+            format!(
+                "evidence band: score at {standing:.2} of the top result's (scale bottom 0), below {}: its best sentence only",
+                request.config.sentence_ratio
+            ),
+        )
+    } else if state > 0 {
+        let first = entry.forms[0].tier.as_str();
+        (
+            Cause::Shortened,
+            format!("shortened from {first} to fit the budget"),
+        )
+    } else if entry.deferred {
+        (
+            Cause::BudgetLeft,
+            "budget left unused: deferred candidate added".to_string(),
+        )
+    } else {
+        (Cause::Fits, "fits".to_string())
+    }
+}
+
 /// Report: the plan's items in context order, a decision for every candidate, and the note.
 fn report(entries: &[Entry<'_>], request: &PackRequest<'_>, stopped: usize, packed: &mut Packed) {
     let &PackRequest {
         budget,
         counter,
         config,
-        tiers,
         ..
     } = request;
     let mut banded = 0;
@@ -512,42 +480,8 @@ fn report(entries: &[Entry<'_>], request: &PackRequest<'_>, stopped: usize, pack
                 if state > 0 {
                     shortened += 1;
                 }
-                let (cause, reason) = if entry.capped && state > 0 {
-                    (
-                        Cause::TierCap,
-                        format!("tier cap ({caps}): packed as {}", form.tier.as_str()),
-                    )
-                } else if matches!(form.tier, Tier::Gist | Tier::Micro) {
-                    let why = tiers
-                        .get(entry.position)
-                        .map_or("", |(_, why)| why.as_str());
-                    (
-                        Cause::SurrogatePolicy,
-                        format!("surrogate tier {}: {why}", form.tier.as_str()),
-                    )
-                } else if let (Some(standing), 0) = (entry.band, state) {
-                    banded += 1;
-                    (
-                        Cause::EvidenceBand,
-                        format!(
-                            "evidence band: score at {standing:.2} of the top result's (scale bottom 0), below {}: its best sentence only",
-                            config.sentence_ratio
-                        ),
-                    )
-                } else if state > 0 {
-                    let first = entry.forms[0].tier.as_str();
-                    (
-                        Cause::Shortened,
-                        format!("shortened from {first} to fit the budget"),
-                    )
-                } else if entry.deferred {
-                    (
-                        Cause::BudgetLeft,
-                        "budget left unused: deferred candidate added".to_string(),
-                    )
-                } else {
-                    (Cause::Fits, "fits".to_string())
-                };
+                let (cause, reason) = packed_because(entry, state, request, &caps);
+                banded += usize::from(cause == Cause::EvidenceBand);
                 packed
                     .decisions
                     .push(Decision::new(id, form.tier.into(), cause, reason));
