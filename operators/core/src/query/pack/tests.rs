@@ -926,6 +926,29 @@ fn whole_chunks_only_or_left_out() {
     assert!(usual.items.iter().any(|i| i.tier != Tier::Full));
 }
 
+/// Packs `picked` (no deferred candidates) into `budget` with `config`, filling it.
+fn pack_with(
+    picked: &[Candidate],
+    neighbours: &[StoredChunk],
+    budget: usize,
+    config: &PackConfig,
+) -> Packed {
+    pack(PackRequest {
+        picked,
+        deferred: &[],
+        neighbours,
+        budget,
+        counter: counter(),
+        terms: &[],
+        cue: AnswerCue::None,
+        config,
+        fill: true,
+        whole: false,
+        floor: 0.0,
+        tiers: &[],
+    })
+}
+
 #[test]
 fn tier_caps_give_the_best_items_snippets_the_next_surrogates_and_leave_the_rest_out() {
     // Six long chunks (over the expanded form's 600 tokens: every first form is a snippet, an
@@ -940,22 +963,7 @@ fn tier_caps_give_the_best_items_snippets_the_next_surrogates_and_leave_the_rest
             candidate(&doc[0], 1.0 - 0.05 * d as f32, vector)
         })
         .collect();
-    let packed = |config: &PackConfig| {
-        pack(PackRequest {
-            picked: &picked,
-            deferred: &[],
-            neighbours: &[],
-            budget: 100_000,
-            counter: counter(),
-            terms: &[],
-            cue: AnswerCue::None,
-            config,
-            fill: true,
-            whole: false,
-            floor: 0.0,
-            tiers: &[],
-        })
-    };
+    let packed = |config: &PackConfig| pack_with(&picked, &[], 100_000, config);
     let tiers = |packed: &Packed| -> Vec<(String, Tier)> {
         packed
             .items
@@ -1018,25 +1026,11 @@ fn expansion_max_bytes_bounds_the_expanded_top_result() {
     let doc = document(0, 30, 6, 2);
     let top = [candidate(&doc[2], 1.0, vec![1.0, 0.0])];
     let with = |bytes: usize| {
-        pack(PackRequest {
-            picked: &top,
-            deferred: &[],
-            neighbours: &doc,
-            budget: 3000,
-            counter: counter(),
-            terms: &[],
-            cue: AnswerCue::None,
-            config: &PackConfig {
-                expansion_max_bytes: bytes,
-                ..PackConfig::default()
-            },
-            fill: true,
-            whole: false,
-            floor: 0.0,
-            tiers: &[],
-        })
-        .items
-        .remove(0)
+        let config = PackConfig {
+            expansion_max_bytes: bytes,
+            ..PackConfig::default()
+        };
+        pack_with(&top, &doc, 3000, &config).items.remove(0)
     };
     let chunk = &doc[2].chunk;
     let open = with(0);
@@ -1068,22 +1062,7 @@ fn the_citation_line_follows_the_header_format_and_the_metadata_line_is_counted(
         include_metadata_in_context: true,
         ..PackConfig::default()
     };
-    let with = |config: &PackConfig, budget: usize| {
-        pack(PackRequest {
-            picked: &picked,
-            deferred: &[],
-            neighbours: &[],
-            budget,
-            counter: counter(),
-            terms: &[],
-            cue: AnswerCue::None,
-            config,
-            fill: true,
-            whole: false,
-            floor: 0.0,
-            tiers: &[],
-        })
-    };
+    let with = |config: &PackConfig, budget: usize| pack_with(&picked, &[], budget, config);
     let packed = with(&config, 1000);
     assert!(
         packed.context.contains(
@@ -1111,25 +1090,11 @@ fn without_section_reunification_the_top_result_is_packed_like_the_others() {
     let doc = document(0, 30, 6, 2);
     let top = [candidate(&doc[2], 1.0, vec![1.0, 0.0])];
     let with = |section_reunification: bool| {
-        pack(PackRequest {
-            picked: &top,
-            deferred: &[],
-            neighbours: &doc,
-            budget: 3000,
-            counter: counter(),
-            terms: &[],
-            cue: AnswerCue::None,
-            config: &PackConfig {
-                section_reunification,
-                ..PackConfig::default()
-            },
-            fill: true,
-            whole: false,
-            floor: 0.0,
-            tiers: &[],
-        })
-        .items
-        .remove(0)
+        let config = PackConfig {
+            section_reunification,
+            ..PackConfig::default()
+        };
+        pack_with(&top, &doc, 3000, &config).items.remove(0)
     };
     assert_eq!(with(true).tier, Tier::Expanded);
     let alone = with(false);
