@@ -15,7 +15,7 @@ use crate::model::DocKind;
 use crate::store::{
     Hit, SearchFilter, SearchVector, SparseVector, StoreError, StoredChunk, VectorStore,
 };
-use ragstream_core::query::pattern::{SourcePattern, PATTERN_DEPTH_FACTOR};
+use ragstream_core::query::pattern::{literal_prefix, SourcePattern, PATTERN_DEPTH_FACTOR};
 use ragstream_core::query::{
     Depth, Mode, Query, QueryConfig, SourceEntry, DEEP_MAX_K, LIST_MAX_PAGE, LIST_PAGE,
 };
@@ -29,9 +29,8 @@ pub fn filter_for(query: &Query) -> SearchFilter {
         kinds = vec![DocKind::SqlSchema];
     }
     let source_prefix = query.filters.source_prefix.clone().or_else(|| {
-        pattern_of(query)
-            .map(|p| p.literal_prefix().to_string())
-            .filter(|p| !p.is_empty())
+        let pattern = query.filters.source_pattern.as_deref()?;
+        Some(literal_prefix(pattern)).filter(|p| !p.is_empty())
     });
     SearchFilter {
         tenant: Some(query.tenant.clone()),

@@ -116,6 +116,14 @@ impl Config {
 
     /// Sources, chunking, embedder, index, runtime and Kafka.
     fn validate_pipeline(&self) -> Result<(), ConfigError> {
+        for (key, list) in [
+            ("source.include_extensions", &self.source.include_extensions),
+            ("source.exclude_extensions", &self.source.exclude_extensions),
+        ] {
+            if list.len() > 256 || list.iter().any(|e| e.is_empty() || e.len() > 32) {
+                return invalid(key, "at most 256 extensions of 1 to 32 bytes each");
+            }
+        }
         if matches!(self.source.kind, SourceKind::Dir | SourceKind::Jsonl)
             && self.source.path.is_none()
         {

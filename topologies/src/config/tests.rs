@@ -172,6 +172,7 @@ fn query_endpoint_and_packing_settings_are_checked() {
         ("[query]\ndefault_token_budget = 0\n", "query.default_token_budget"),
         ("[query]\ndefault_token_budget = 1000001\n", "query.default_token_budget"),
         ("[query]\nsimilarity_threshold = 1.5\n", "query.similarity_threshold"),
+        ("include_extensions = [\"\"]\n", "source.include_extensions"),
         ("[query.hyde]\nnum_hypotheses = 9\n", "query.hyde.num_hypotheses"),
         ("[query.hyde]\nstrategy = \"both\"\n", "both"),
         ("[query.pack]\nheader_format = \"{source} {author}\"\n", "{author}"),

@@ -26,6 +26,14 @@ fn is_literal(component: &str) -> bool {
     !component.contains(['*', '?', '[', ']', '{', '}', '\\'])
 }
 
+/// The leading literal components of a pattern (empty when it starts with a wildcard), without
+/// compiling it.
+pub fn literal_prefix(pattern: &str) -> String {
+    let trimmed = pattern.trim_start_matches('/');
+    let literal: Vec<&str> = trimmed.split('/').take_while(|c| is_literal(c)).collect();
+    literal.join("/")
+}
+
 impl SourcePattern {
     /// Checks and compiles `pattern`; the error says why it is refused.
     pub fn parse(pattern: &str) -> Result<Self, String> {
@@ -39,11 +47,9 @@ impl SourcePattern {
             .backslash_escape(true)
             .build()
             .map_err(|e| format!("source_pattern {pattern:?}: {}", e.kind()))?;
-        let trimmed = pattern.trim_start_matches('/');
-        let literal: Vec<&str> = trimmed.split('/').take_while(|c| is_literal(c)).collect();
         Ok(Self {
             matcher: glob.compile_matcher(),
-            literal: literal.join("/"),
+            literal: literal_prefix(pattern),
         })
     }
 

@@ -466,10 +466,15 @@ fn report(entries: &[Entry<'_>], request: &PackRequest<'_>, stopped: usize, pack
         .iter()
         .filter(|e| e.capped && (e.state.is_some() || !e.deferred))
         .count();
-    let caps = format!(
-        "max_snippets {}, max_surrogates {}",
-        config.max_snippets, config.max_surrogates
-    );
+    // Named only where a cap changed something (no allocation per query otherwise).
+    let caps = if capped > 0 {
+        format!(
+            "max_snippets {}, max_surrogates {}",
+            config.max_snippets, config.max_surrogates
+        )
+    } else {
+        String::new()
+    };
     // Items and decisions.
     let (mut shortened, mut left_out) = (0, 0);
     for entry in entries {
