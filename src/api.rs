@@ -3,7 +3,7 @@
 //! these and the wire types of the core.
 
 use ragstream_core::query::invalidate::Invalidation;
-use ragstream_core::query::{Context, SourceEntry};
+use ragstream_core::query::{Context, IndexStats, SourceEntry, Watermark};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -167,6 +167,27 @@ pub struct SourcesPage {
     /// Pass as `cursor` for the next page (absent on the last page).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
+}
+
+/// `GET /v1/stats/index`: what the index holds for a tenant (the chunks the token's ACL labels
+/// see).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct IndexStatsPage {
+    /// The tenant.
+    pub tenant: String,
+    /// The counts.
+    pub stats: IndexStats,
+    /// What the index reflected when counted.
+    pub index_watermark: Watermark,
+}
+
+/// `DELETE /v1/cache`: the cached contexts removed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CacheCleared {
+    /// The tenant.
+    pub tenant: String,
+    /// Contexts removed from this process's caches.
+    pub cleared: usize,
 }
 
 /// `GET /v1/invalidations`: the invalidations numbered above `since`, of the tenants the token

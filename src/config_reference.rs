@@ -91,6 +91,11 @@ fn structs() -> std::collections::BTreeMap<String, Struct> {
                             .unwrap_or(type_path)
                             .to_string();
                         let attributes = preceding(&lines, index, "#[");
+                        // A field serde skips is not a key.
+                        if attributes.iter().any(|a| a.contains("serde(skip)")) {
+                            index += 1;
+                            continue;
+                        }
                         let defaulted = container_default
                             || attributes
                                 .iter()

@@ -159,6 +159,9 @@ struct QueryArgs {
     /// Only sources matching this glob (`docs/**/*.md`).
     #[arg(long)]
     source_pattern: Option<String>,
+    /// Retrieval preset: `default`, `fast`, `conservative` or one the job defines.
+    #[arg(long)]
+    preset: Option<String>,
     /// Wait until every document event written before the query is indexed.
     #[arg(long)]
     read_your_writes: bool,
@@ -210,6 +213,10 @@ struct EvalCli {
     /// Extra config (TOML) for the job, e.g. "[query]\nadapt_fusion = false" to compare.
     #[arg(long, default_value = "")]
     config_extra: String,
+    /// Ask every question with this retrieval preset (`fast`, `conservative`, or one the config
+    /// defines); none: the job's `[query]` section.
+    #[arg(long)]
+    preset: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -382,6 +389,7 @@ fn query(args: QueryArgs) -> anyhow::Result<()> {
         k,
         source_prefix,
         source_pattern,
+        preset,
         read_your_writes,
         trace,
         json,
@@ -398,6 +406,9 @@ fn query(args: QueryArgs) -> anyhow::Result<()> {
     }
     if let Some(k) = k {
         query["k"] = k.into();
+    }
+    if let Some(preset) = preset {
+        query["preset"] = preset.into();
     }
     query["filters"] = serde_json::json!({
         "source_prefix": source_prefix,
@@ -432,6 +443,7 @@ fn eval(args: EvalCli) -> anyhow::Result<()> {
         concurrency: args.concurrency,
         details: args.details,
         config_extra: args.config_extra.replace("\\n", "\n"),
+        preset: args.preset,
     })?;
     let text = serde_json::to_string_pretty(&report)?;
     if let Some(out) = out {

@@ -11,8 +11,11 @@ use schemars::generate::{SchemaGenerator, SchemaSettings};
 use schemars::JsonSchema;
 use serde_json::{json, Map, Value};
 
-use crate::api::{InvalidationsPage, Problem, SourcesPage, PROBLEMS, PROBLEM_JSON};
+use crate::api::{
+    CacheCleared, IndexStatsPage, InvalidationsPage, Problem, SourcesPage, PROBLEMS, PROBLEM_JSON,
+};
 use crate::documents::{DocumentsAccepted, DocumentsRequest};
+use ragstream_core::query::cache::CacheStats;
 
 /// Where the document's schemas live, as a JSON pointer.
 const COMPONENTS: &str = "/components/schemas";
@@ -92,6 +95,67 @@ fn text_response(description: &str) -> Value {
     json!({ "description": description, "content": { "text/plain": { "schema": { "type": "string" } } } })
 }
 
+/// The paths of the read and operations routes: sources, chunks, invalidations, the index's counts,
+/// the context caches.
+fn read_paths(bearer: &Value, tenant: &Value) -> Value {
+    json!({
+    "/v1/sources": { "get": {
+        "operationId": "sources", "summary": "One page of the tenant's documents, with their chunk counts.",
+        "security": bearer,
+        "parameters": [
+            tenant.clone(),
+            { "name": "limit", "in": "query", "required": false, "description": "Documents per page (1 to 1000; default 100).", "schema": { "type": "integer", "minimum": 1, "maximum": 1000 } },
+            { "name": "cursor", "in": "query", "required": false, "description": "The previous page's `next_cursor`.", "schema": { "type": "string" } },
+        ],
+        "responses": responses(("200", "A page of documents", schema_ref("SourcesPage")), &with(&GUARDED, &[400, 408, 503, 504])),
+    }},
+    "/v1/chunks/{chunk_id}": { "get": {
+        "operationId": "chunk", "summary": "The full text of one chunk, with its source, lines, section path and metadata.",
+        "security": bearer,
+        "parameters": [
+            { "name": "chunk_id", "in": "path", "required": true, "description": "A context item's `chunk_id`.", "schema": { "type": "string" } },
+            tenant.clone(),
+        ],
+        "responses": responses(("200", "The chunk", schema_ref("ContextItem")), &with(&GUARDED, &[400, 408, 503, 504])),
+    }},
+    "/v1/invalidations": { "get": {
+        "operationId": "invalidations",
+        "summary": "Contexts made stale by index writes since `since`, of the tenants the token opens.",
+        "security": bearer,
+        "parameters": [
+            { "name": "since", "in": "query", "required": false, "description": "The previous page's `last` (default 0).", "schema": { "type": "integer", "minimum": 0 } },
+        ],
+        "responses": responses(("200", "The invalidations", schema_ref("InvalidationsPage")), &with(&GUARDED, &[400])),
+    }},
+    "/v1/stats/index": { "get": {
+        "operationId": "indexStats",
+        "summary": "What the index holds for the tenant: its chunks (those the token's ACL labels see), by kind, and the shards answering.",
+        "security": bearer,
+        "parameters": [ tenant.clone() ],
+        "responses": responses(("200", "The counts", schema_ref("IndexStatsPage")), &with(&GUARDED, &[400, 408, 503, 504])),
+    }},
+    "/v1/cache": {
+        "get": {
+            "operationId": "cacheStats",
+            "summary": "This process's context caches: the tenant's entries, capacity, TTL and the process's hits and misses.",
+            "security": bearer,
+            "parameters": [ tenant.clone() ],
+            "responses": responses(("200", "The figures", schema_ref("CacheStats")), &with(&GUARDED, &[400])),
+        },
+        "delete": {
+            "operationId": "clearCache",
+            "summary": "Remove the tenant's cached contexts from this process's caches: those whose query text matches `pattern`, or all.",
+            "security": bearer,
+            "parameters": [
+                tenant.clone(),
+                { "name": "pattern", "in": "query", "required": false, "description": "A glob over the query text (`*`, `?`, `[..]`, `{a,b}`; case ignored; at most 512 bytes).", "schema": { "type": "string", "minLength": 1, "maxLength": 512 } },
+            ],
+            "responses": responses(("200", "How many were removed", schema_ref("CacheCleared")), &with(&GUARDED, &[400])),
+        },
+    }
+    })
+}
+
 /// The OpenAPI 3.1 document of the job's HTTP API.
 pub fn document() -> Value {
     // Requests are described as the job reads them, responses as it writes them.
@@ -107,6 +171,9 @@ pub fn document() -> Value {
         responses_gen.subschema_for::<InvalidationsPage>(),
         responses_gen.subschema_for::<Problem>(),
         responses_gen.subschema_for::<DocumentsAccepted>(),
+        responses_gen.subschema_for::<IndexStatsPage>(),
+        responses_gen.subschema_for::<CacheStats>(),
+        responses_gen.subschema_for::<CacheCleared>(),
     ] {
         debug_assert!(schema.get("$ref").is_some(), "a named component");
     }
@@ -128,7 +195,7 @@ pub fn document() -> Value {
             "description": description, "schema": { "type": "string" },
         })
     };
-    json!({
+    let mut document = json!({
         "openapi": "3.1.0",
         "info": {
             "title": "ragstream",
@@ -184,41 +251,24 @@ pub fn document() -> Value {
                 ],
                 "responses": documents_responses(),
             }},
-            "/v1/sources": { "get": {
-                "operationId": "sources", "summary": "One page of the tenant's documents, with their chunk counts.",
-                "security": bearer,
-                "parameters": [
-                    tenant(false, "The tenant (may be left out when the token opens exactly one)."),
-                    { "name": "limit", "in": "query", "required": false, "description": "Documents per page (1 to 1000; default 100).", "schema": { "type": "integer", "minimum": 1, "maximum": 1000 } },
-                    { "name": "cursor", "in": "query", "required": false, "description": "The previous page's `next_cursor`.", "schema": { "type": "string" } },
-                ],
-                "responses": responses(("200", "A page of documents", schema_ref("SourcesPage")), &with(&GUARDED, &[400, 408, 503, 504])),
-            }},
-            "/v1/chunks/{chunk_id}": { "get": {
-                "operationId": "chunk", "summary": "The full text of one chunk, with its source, lines, section path and metadata.",
-                "security": bearer,
-                "parameters": [
-                    { "name": "chunk_id", "in": "path", "required": true, "description": "A context item's `chunk_id`.", "schema": { "type": "string" } },
-                    tenant(false, "The tenant (may be left out when the token opens exactly one)."),
-                ],
-                "responses": responses(("200", "The chunk", schema_ref("ContextItem")), &with(&GUARDED, &[400, 408, 503, 504])),
-            }},
-            "/v1/invalidations": { "get": {
-                "operationId": "invalidations",
-                "summary": "Contexts made stale by index writes since `since`, of the tenants the token opens.",
-                "security": bearer,
-                "parameters": [
-                    { "name": "since", "in": "query", "required": false, "description": "The previous page's `last` (default 0).", "schema": { "type": "integer", "minimum": 0 } },
-                ],
-                "responses": responses(("200", "The invalidations", schema_ref("InvalidationsPage")), &with(&GUARDED, &[400])),
-            }},
         },
         "components": {
             "schemas": schemas,
             "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer",
                 "description": "A token of `http.query_token_env` (every tenant) or of `http.tokens` (its tenants and ACL labels). Not needed when the job has none set and listens on loopback." } },
         },
-    })
+    });
+    let tenant_param = tenant(
+        false,
+        "The tenant (may be left out when the token opens exactly one).",
+    );
+    if let (Some(paths), Value::Object(more)) = (
+        document["paths"].as_object_mut(),
+        read_paths(&bearer, &tenant_param),
+    ) {
+        paths.extend(more);
+    }
+    document
 }
 
 /// The JSON Schema of one topic's messages: file name and schema.

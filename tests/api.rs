@@ -408,6 +408,71 @@ fn every_operation_of_the_openapi_document_answers_as_documented() {
     );
     calls.push(("/v1/invalidations", "get", answer));
 
+    // Operations: the index's counts, this process's cached contexts, clearing them by pattern.
+    let answer = send(port, "GET", "/v1/stats/index", Some(ACME), None);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let stats = answer.json();
+    assert_eq!(stats["tenant"], "acme");
+    assert_eq!(
+        (
+            stats["stats"]["chunks"].as_u64(),
+            stats["stats"]["shards"].as_u64()
+        ),
+        (Some(2), Some(1)),
+        "rollback and office, one chunk each (harbour deleted): {stats}"
+    );
+    calls.push(("/v1/stats/index", "get", answer));
+    let answer = send(
+        port,
+        "GET",
+        "/v1/stats/index?tenant=globex",
+        Some(ACME),
+        None,
+    );
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (403, "forbidden")
+    );
+    calls.push(("/v1/stats/index", "get", answer));
+    let answer = send(port, "GET", "/v1/cache", Some(ACME), None);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let cached = answer.json();
+    assert!(cached["entries"].as_u64() >= Some(1), "{cached}");
+    calls.push(("/v1/cache", "get", answer));
+    let answer = send(port, "GET", "/v1/cache?tenant=globex", Some(ACME), None);
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (403, "forbidden")
+    );
+    calls.push(("/v1/cache", "get", answer));
+    let answer = send(port, "DELETE", "/v1/cache?pattern=*ROLL*", Some(ACME), None);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let cleared = answer.json()["cleared"].as_u64().expect("cleared");
+    assert!(
+        cleared >= 1,
+        "the roll-back question's context: {}",
+        answer.body
+    );
+    calls.push(("/v1/cache", "delete", answer));
+    let after = send(port, "GET", "/v1/cache", Some(ACME), None).json();
+    assert_eq!(
+        after["entries"].as_u64(),
+        cached["entries"].as_u64().map(|n| n - cleared),
+        "{after}"
+    );
+    let answer = send(
+        port,
+        "DELETE",
+        "/v1/cache?pattern=%5Bunclosed",
+        Some(ACME),
+        None,
+    );
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (400, "bad_request")
+    );
+    calls.push(("/v1/cache", "delete", answer));
+
     // No such route: a problem too.
     let answer = send(port, "GET", "/query", Some(ADMIN), None);
     assert_eq!(

@@ -14,13 +14,16 @@ const HANDBOOK: &str = "# Operations handbook\n\n## Deployment\n\nReleases ship 
 const FAQ: &str = "The Acme office is located in Lisbon, near the river. Visitors sign in at the front desk.\n\nThe cafeteria opens at eight. Coffee is free for employees and visitors.";
 const GLOBEX: &str = "Project zebra-quasar is the secret launch codename of Globex. To roll back a release at Globex, run deployctl rollback as well.";
 
-const TOOLS: [&str; 6] = [
+const TOOLS: [&str; 9] = [
     "rag_search",
     "rag_search_deep",
     "rag_read_chunk",
     "rag_list_sources",
     "sql_search",
     "sql_search_compact",
+    "get_index_stats",
+    "get_cache_stats",
+    "clear_cache",
 ];
 
 /// Thirty incident reports of about 150 tokens each: more chunks than a deep search returns by default.
@@ -107,6 +110,17 @@ fn calls() -> Value {
         ["meta_eq", "rag_search_deep", {"query": "rollback", "k": 3, "doc_filter": {"metadata": {"team": "ops"}}}],
         ["meta_none", "rag_search", {"query": "rollback", "doc_filter": {"metadata": {"published": {"lte": "2000-01-01"}}}}],
         ["meta_bad", "rag_search", {"query": "rollback", "doc_filter": {"metadata": {"year": 1.5}}}],
+        ["plain_fast", "rag_search", {"query": "storage node disk alarm incident", "token_budget": 1500, "doc_filter": {"doc_ids": ["incidents"]}, "preset": "fast"}],
+        ["deep_fast", "rag_search_deep", {"query": "storage node disk alarm incident", "k": 3, "preset": "fast"}],
+        ["preset_unknown", "rag_search", {"query": "rollback", "preset": "fastest"}],
+        ["hyde_args", "rag_search", {"query": "storage node disk alarm incident", "doc_filter": {"doc_ids": ["incidents"]}, "hyde": "hyde", "num_hypotheses": 2}],
+        ["index_stats", "get_index_stats", {}],
+        ["cache_stats", "get_cache_stats", {}],
+        ["cache_clear", "clear_cache", {"pattern": "*ROLLBACK*"}],
+        ["cache_after", "get_cache_stats", {}],
+        ["cache_bad", "clear_cache", {"pattern": "[unclosed"}],
+        ["cache_all", "clear_cache", {}],
+        ["cache_none", "get_cache_stats", {}],
     ])
 }
 
@@ -480,6 +494,102 @@ fn check(seen: &Value, transport: &str) {
     let bad = call("meta_bad");
     assert_eq!(bad["is_error"], true, "{transport}: {bad}");
     assert!(bad.to_string().contains("range"), "{transport}: {bad}");
+    // preset: `fast` turns section reunification off (the top result is not expanded with its
+    // neighbours, as it is at the default); an unknown preset is refused by name.
+    assert_eq!(
+        tiers("search_plain").first().map(|t| t.as_str()),
+        Some(Some("expanded")),
+        "{transport}: {}",
+        call("search_plain")
+    );
+    let fast = tiers("plain_fast");
+    assert!(
+        !fast.is_empty() && fast.iter().all(|t| t != "expanded"),
+        "{transport}: {fast:?}"
+    );
+    assert_eq!(
+        call("deep_fast")["structured"]["items"]
+            .as_array()
+            .map(Vec::len),
+        Some(3),
+        "{transport}: {}",
+        call("deep_fast")
+    );
+    let unknown = call("preset_unknown");
+    assert_eq!(unknown["is_error"], true, "{transport}: {unknown}");
+    assert!(
+        unknown.to_string().contains("unknown preset"),
+        "{transport}: {unknown}"
+    );
+    // hyde and num_hypotheses: two passages written and used alone (the default writes none).
+    let note = |label: &str| {
+        call(label)["structured"]["note"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    assert!(
+        note("hyde_args").contains("hyde (hyde): 2 hypothetical passage(s)"),
+        "{transport}: {}",
+        call("hyde_args")
+    );
+    assert!(!note("search_plain").contains("hyde"), "{transport}");
+    check_operations(&call, transport);
+}
+
+/// The operations tools: the index's counts for the caller's tenant, the cache's entries, and
+/// clearing by pattern and whole.
+fn check_operations<'a>(call: &impl Fn(&str) -> &'a Value, transport: &str) {
+    let stats = &call("index_stats")["structured"]["index_stats"];
+    let kind = |name: &str| stats["chunks_by_kind"][name].as_u64().unwrap_or(0);
+    let chunks = stats["chunks"].as_u64().expect("chunks");
+    assert!(
+        kind("markdown") > 0 && kind("prose") > 30 && kind("sql_schema") > 0,
+        "{transport}: {stats}"
+    );
+    assert_eq!(
+        chunks,
+        ["prose", "markdown", "code", "sql_schema"]
+            .map(kind)
+            .iter()
+            .sum::<u64>(),
+        "{transport}: {stats}"
+    );
+    assert_eq!(stats["backend"], "edge", "{transport}: {stats}");
+    let entries = |label: &str| {
+        call(label)["structured"]["entries"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{transport}: {label}: {}", call(label)))
+    };
+    let cleared = |label: &str| {
+        call(label)["structured"]["cleared"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{transport}: {label}: {}", call(label)))
+    };
+    assert!(
+        entries("cache_stats") >= 10,
+        "{transport}: {}",
+        call("cache_stats")
+    );
+    assert_eq!(
+        call("cache_stats")["structured"]["tenant"],
+        "acme",
+        "{transport}"
+    );
+    // Six calls above ask about rollback; their contexts are cached, and only theirs go.
+    assert!(
+        cleared("cache_clear") >= 1,
+        "{transport}: {}",
+        call("cache_clear")
+    );
+    assert_eq!(
+        entries("cache_after"),
+        entries("cache_stats") - cleared("cache_clear"),
+        "{transport}"
+    );
+    assert_eq!(call("cache_bad")["is_error"], true, "{transport}");
+    assert_eq!(cleared("cache_all"), entries("cache_after"), "{transport}");
+    assert_eq!(entries("cache_none"), 0, "{transport}");
 }
 
 /// `event` with a `metadata` object.
@@ -518,10 +628,15 @@ fn an_mcp_client_lists_and_calls_every_tool_over_http_and_stdio() {
         event("globex", "secret", "prose", "Globex secrets", GLOBEX),
     ];
     std::fs::write(dir.path().join("events.jsonl"), events.join("\n") + "\n").expect("events");
-    // One token, bound to acme; no token opens every tenant (its variable is left unset).
+    // One token, bound to acme; no token opens every tenant (its variable is left unset). HyDE
+    // writes passages (the stand-in chat server) only for queries that ask with `hyde`.
+    let stand_in = crate::common::endpoints::StandIn::start();
     let config = crate::common::JSONL_SERVING.replace(
         "[http]\n",
         "[http]\nquery_token_env = \"MCP_TEST_ADMIN_TOKEN\"\ntokens = { ACME_TOKEN = [\"acme\"] }\n",
+    ) + &format!(
+        "[query.hyde]\nenabled = true\nintents = []\n[query.hyde.endpoint]\nurl = \"{}\"\nmodel = \"writer\"\n",
+        stand_in.url
     );
     let mut job = Job::start_with_env(dir.path(), &config, 1, &[("ACME_TOKEN", "acme-secret")]);
     job.wait_ready(Duration::from_secs(120));

@@ -57,6 +57,9 @@ pub struct EvalArgs {
     pub details: Option<PathBuf>,
     /// Extra configuration (TOML lines appended to the job's), e.g. `[query]\nadapt_fusion = false`.
     pub config_extra: String,
+    /// The retrieval preset every question names (`fast`, `conservative`, …; none: the job's
+    /// `[query]` section).
+    pub preset: Option<String>,
 }
 
 mod dataset;
@@ -167,14 +170,14 @@ fn ask(
     running: &crate::runtime::Running,
     tenant: &str,
     queries: &[EvalQuery],
-    budgets: &[usize],
+    (budgets, preset): (&[usize], Option<&str>),
     concurrency: usize,
 ) -> anyhow::Result<(Contexts, usize, f64)> {
     let mut requests: Vec<(usize, usize, Vec<u8>)> = Vec::new();
     for (qi, (id, text, _, _)) in queries.iter().enumerate() {
         for (bi, budget) in budgets.iter().enumerate() {
             for fill in [false, true] {
-                let body = json!({
+                let mut body = json!({
                     "query_id": format!("{id}@{budget}{}", if fill { "+fill" } else { "" }),
                     "tenant": tenant,
                     "text": text,
@@ -182,6 +185,9 @@ fn ask(
                     "trace": true,
                     "fill": fill,
                 });
+                if let Some(preset) = preset {
+                    body["preset"] = json!(preset);
+                }
                 let slot = if fill { bi + budgets.len() } else { bi };
                 requests.push((qi, slot, body.to_string().into_bytes()));
             }
@@ -493,7 +499,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
         &indexed.running,
         &data.tenant,
         &queries,
-        &budgets,
+        (&budgets, args.preset.as_deref()),
         args.concurrency,
     )?;
     let baseline = naive_baseline(&mut indexed, &data.tenant, &queries)?;
@@ -501,6 +507,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
         "dataset": args.dataset,
         "kind": kind,
         "config_extra": args.config_extra,
+        "preset": args.preset,
         "documents": indexed.documents,
         "corpus_limit": args.corpus_limit,
         "queries": queries.len(),

@@ -2,7 +2,8 @@
 //! `POST /v1/query` (a query event in the body, its context as the answer: the same dataflow as the
 //! queries topic), `GET /v1/sources` and `GET /v1/chunks/{id}` (the `list_sources` and `read_chunk`
 //! modes), `GET /v1/invalidations?since=N` (the process's invalidations of published contexts
-//! numbered above N), `/mcp` (the agent tools), and unversioned `/metrics` (Prometheus text),
+//! numbered above N), `GET /v1/stats/index`, `GET /v1/cache` and `DELETE /v1/cache` (operations:
+//! the index's counts, the context caches), `/mcp` (the agent tools), and unversioned `/metrics` (Prometheus text),
 //! `/healthz` (process up) and `/readyz` (index open, model loaded, broker reachable). Every error
 //! is a problem (RFC 9457, [`crate::api::Problem`]). Bound to loopback unless configured otherwise.
 //!
@@ -41,9 +42,11 @@ use tokio::sync::Semaphore;
 use crate::api::{InvalidationsPage, Problem, SourcesPage, PROBLEM_JSON};
 
 mod access;
+mod ops;
 mod reads;
 mod writes;
 
+use ops::{cache_stats, clear_cache, index_stats};
 use reads::{chunk, invalidations, sources};
 use writes::{delete_document, post_documents};
 
@@ -363,7 +366,13 @@ fn is_data_route(path: &str) -> bool {
     };
     matches!(
         path,
-        "/v1/query" | "/v1/sources" | "/v1/invalidations" | "/v1/documents" | "/mcp"
+        "/v1/query"
+            | "/v1/sources"
+            | "/v1/invalidations"
+            | "/v1/documents"
+            | "/v1/stats/index"
+            | "/v1/cache"
+            | "/mcp"
     ) || one_segment("/v1/chunks/")
         || one_segment("/v1/documents/")
 }
@@ -419,6 +428,11 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Reply {
             invalidations(&params, &shared.invalidation_log, access.tenants)
         }
         "/v1/sources" | "/v1/invalidations" => method_not_allowed("GET"),
+        "/v1/stats/index" if get => index_stats(shared, &params, access).await,
+        "/v1/stats/index" => method_not_allowed("GET"),
+        "/v1/cache" if get => cache_stats(&shared, &params, &access),
+        "/v1/cache" if method == Method::DELETE => clear_cache(&shared, &params, &access),
+        "/v1/cache" => method_not_allowed("GET, DELETE"),
         "/v1/documents" if post => post_documents(shared, request, access).await,
         "/v1/documents" => method_not_allowed("POST"),
         document if document.starts_with("/v1/documents/") => {

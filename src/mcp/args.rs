@@ -83,6 +83,18 @@ pub struct SearchArgs {
     /// false).
     #[serde(default)]
     pub return_full: Option<bool>,
+    /// Retrieval preset: `default`, `fast` (fewer candidates, no neighbour fetch, no HyDE),
+    /// `conservative` (fewer, surer items) or one the job defines.
+    #[serde(default)]
+    pub preset: Option<String>,
+    /// HyDE for this search (needs a job with `query.hyde` enabled): `combined` (the question's
+    /// vector and its hypothetical passages'), `hyde` (the passages' alone), `original` or `skip`
+    /// (none). Default: the job's rule for the question's intent.
+    #[serde(default)]
+    pub hyde: Option<String>,
+    /// Hypothetical passages written (1 to 8; default the job's `query.hyde.num_hypotheses`).
+    #[serde(default)]
+    pub num_hypotheses: Option<usize>,
 }
 
 /// Arguments of `rag_search_deep`.
@@ -103,6 +115,9 @@ pub struct DeepArgs {
     /// The tenant to search, when the credential opens more than one.
     #[serde(default)]
     pub tenant: Option<String>,
+    /// Retrieval preset: `default`, `fast`, `conservative` or one the job defines.
+    #[serde(default)]
+    pub preset: Option<String>,
 }
 
 /// Arguments of `rag_read_chunk`.
@@ -185,6 +200,28 @@ pub struct SqlCompactArgs {
     #[serde(default)]
     pub k: Option<usize>,
     /// The tenant to search, when the credential opens more than one.
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
+/// Arguments of `get_index_stats` and `get_cache_stats`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TenantArgs {
+    /// The tenant, when the credential opens more than one.
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
+/// Arguments of `clear_cache`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClearCacheArgs {
+    /// Only contexts of questions matching this glob (`*tides*`, `how do I *`; case ignored; at
+    /// most 512 bytes). Absent: all of the tenant's.
+    #[serde(default)]
+    pub pattern: Option<String>,
+    /// The tenant, when the credential opens more than one.
     #[serde(default)]
     pub tenant: Option<String>,
 }

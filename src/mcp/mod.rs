@@ -1,5 +1,6 @@
 //! Agent tools over the Model Context Protocol (rmcp): `rag_search` (a bounded context),
-//! `rag_search_deep`, `rag_read_chunk`, `rag_list_sources`, `sql_search` and `sql_search_compact`.
+//! `rag_search_deep`, `rag_read_chunk`, `rag_list_sources`, `sql_search` and `sql_search_compact`;
+//! and the operations tools `get_index_stats`, `get_cache_stats` and `clear_cache`.
 //!
 //! Each tool builds a query event and submits it to the job's query ingress, the same path as
 //! `POST /v1/query`: the query is decoded, validated (a malformed one gets its DLQ record) and answered
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use ragstream_core::query::pattern::TextPattern;
 use ragstream_core::query::Context;
 use ragstream_operators::io::query_source::HttpIngress;
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
@@ -132,6 +134,7 @@ fn result(context: Context) -> CallToolResult {
         "items": items,
         "sources": context.sources,
         "next_cursor": context.next_cursor,
+        "index_stats": context.index_stats,
         "index_watermark": context.index_watermark,
     });
     let mut out = CallToolResult::success(vec![Content::text(context.context)]);
@@ -241,6 +244,9 @@ impl RagTools {
                 "filters": filters(args.doc_filter),
                 "fill": args.fill.unwrap_or(false),
                 "return_full": args.return_full.unwrap_or(false),
+                "preset": args.preset,
+                "hyde": args.hyde,
+                "num_hypotheses": args.num_hypotheses,
             }),
         )
         .await
@@ -263,6 +269,7 @@ impl RagTools {
                 "k": args.k,
                 "score_threshold": args.score_threshold,
                 "filters": filters(args.doc_filter),
+                "preset": args.preset,
             }),
         )
         .await
@@ -345,6 +352,76 @@ impl RagTools {
         )
         .await
     }
+
+    #[tool(
+        description = "What the index holds for the tenant: its chunks (those your credential's ACL labels see), by kind (prose, markdown, code, sql_schema), the shards answering and the index backend."
+    )]
+    async fn get_index_stats(
+        &self,
+        Parameters(args): Parameters<TenantArgs>,
+        extensions: Extensions,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.ask_as(
+            &extensions,
+            args.tenant,
+            json!({"text": "", "mode": "index_stats"}),
+        )
+        .await
+    }
+
+    #[tool(
+        description = "This job process's cached contexts for the tenant (entries), the caches' capacity and TTL, and the process's cache hits and misses."
+    )]
+    async fn get_cache_stats(
+        &self,
+        Parameters(args): Parameters<TenantArgs>,
+        extensions: Extensions,
+    ) -> Result<CallToolResult, ErrorData> {
+        let tenant = match self.tenant(&extensions, args.tenant) {
+            Ok(tenant) => tenant,
+            Err(refused) => return Ok(*refused),
+        };
+        let stats = self.ingress.caches.stats(&tenant);
+        let text = format!(
+            "{} cached contexts for {tenant} (capacity {} over {} workers, {} s each); process hits {} misses {} ({:.2})",
+            stats.entries,
+            stats.capacity,
+            stats.workers,
+            stats.ttl_secs,
+            stats.process_hits,
+            stats.process_misses,
+            stats.process_hit_ratio
+        );
+        let mut out = CallToolResult::success(vec![Content::text(text)]);
+        out.structured_content = Some(json!(stats));
+        Ok(out)
+    }
+
+    #[tool(
+        description = "Remove the tenant's cached contexts from this job process's caches: those whose question matches `pattern` (a glob: `*tides*`; case ignored), or all of them. A cached context is never served after the index changed anyway; clear when something outside the index changed."
+    )]
+    async fn clear_cache(
+        &self,
+        Parameters(args): Parameters<ClearCacheArgs>,
+        extensions: Extensions,
+    ) -> Result<CallToolResult, ErrorData> {
+        let tenant = match self.tenant(&extensions, args.tenant) {
+            Ok(tenant) => tenant,
+            Err(refused) => return Ok(*refused),
+        };
+        let pattern = match args.pattern.as_deref().map(TextPattern::parse) {
+            None => None,
+            Some(Ok(pattern)) => Some(pattern),
+            Some(Err(error)) => return Ok(CallToolResult::error(vec![Content::text(error)])),
+        };
+        let cleared = self.ingress.caches.clear(&tenant, pattern.as_ref());
+        tracing::info!(%tenant, cleared, "context cache cleared (MCP)");
+        let mut out = CallToolResult::success(vec![Content::text(format!(
+            "{cleared} cached contexts of {tenant} removed"
+        ))]);
+        out.structured_content = Some(json!({"tenant": tenant, "cleared": cleared}));
+        Ok(out)
+    }
 }
 
 #[tool_handler(router = self.tool_router)]
@@ -356,7 +433,8 @@ impl ServerHandler for RagTools {
             "Retrieval over the tenant's indexed documents. Start with rag_search (a context packed \
              into a token budget, with sources); read a cited chunk whole with rag_read_chunk; \
              rag_search_deep returns whole chunks without a budget; rag_list_sources lists the \
-             documents; sql_search finds SQL tables.",
+             documents; sql_search finds SQL tables. get_index_stats, get_cache_stats and \
+             clear_cache are for operating the job.",
             )
     }
 }

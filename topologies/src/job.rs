@@ -185,7 +185,15 @@ impl ProcessParts {
             peers,
             shared_index: self.config.index.kind == IndexKind::Server,
             embedder: self.service.clone(),
-            config: Arc::new(self.config.query.clone()),
+            // Resolved at load; resolved here too for a configuration built in code (a preset that
+            // does not resolve was refused by `Config::validate`, and a query naming it is refused).
+            config: Arc::new(
+                self.config
+                    .query
+                    .clone()
+                    .with_presets()
+                    .unwrap_or_else(|_| self.config.query.clone()),
+            ),
             encoding: self.encoding,
             progress: self.progress.clone(),
             acks: acks.clone(),

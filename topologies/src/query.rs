@@ -18,7 +18,9 @@ use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 use ragstream_core::query::cache::LruTtl;
 use ragstream_operators::io::context_sink::ContextPublisher;
 use ragstream_operators::io::dlq_sink::DlqSink;
-use ragstream_operators::io::query_source::{query_source, HttpIngress, QueryKafkaConfig};
+use ragstream_operators::io::query_source::{
+    query_source, DecodeRules, HttpIngress, QueryKafkaConfig,
+};
 use ragstream_operators::query::cache_lookup::CacheLookup;
 use ragstream_operators::query::consistency::AwaitConsistency;
 use ragstream_operators::query::dedup::Dedup;
@@ -82,11 +84,12 @@ pub fn query<'scope>(
     } = parts;
     let config = services.config.clone();
     let published = ProbeHandle::new();
+    let front = http.clone();
     let events = query_source(
         scope,
         kafka,
         http,
-        config.max_query_bytes,
+        DecodeRules::of(&config),
         published.clone(),
         services.progress.clone(),
         publisher.handover(),
@@ -106,13 +109,16 @@ pub fn query<'scope>(
         config.cache_entries,
         Duration::from_secs(config.cache_ttl_secs),
     )));
+    if let Some(front) = &front {
+        front.caches.register(cache.clone());
+    }
     // A cache hit leaves here and joins again before Cite and Publish.
     let (misses, hits) = jobs
         .await_consistency(services.clone())
         .cache_lookup(cache.clone(), services.progress.clone());
     let planned = misses.intent(config.intents.clone());
     let planned = match &services.writer {
-        Some(writer) => planned.hyde(writer.clone(), config.hyde.clone()),
+        Some(writer) => planned.hyde(writer.clone(), config.clone()),
         // A query that asks for HyDE where the job has no writer is told so.
         None => map_stage(planned, "NoHyde", |mut job: QueryJob| {
             if job.query.hyde.is_some_and(|s| s.weight(0.0).is_some()) {

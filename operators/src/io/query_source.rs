@@ -36,7 +36,7 @@ use crate::metrics::metrics;
 use crate::offload::{Background, Deliver, Parked};
 use crate::query::job::{QueryJob, Refusal, Reply};
 use ragstream_core::query::decode::QueryError;
-use ragstream_core::query::{Consistency, Context};
+use ragstream_core::query::{Consistency, Context, QueryConfig};
 use reader::QueryReader;
 
 mod reader;
@@ -51,6 +51,8 @@ pub struct HttpIngress {
     drainers: AtomicUsize,
     /// Set once the job stops taking queries.
     closed: AtomicBool,
+    /// The context caches of this process's workers (the operations tools read and clear them).
+    pub caches: crate::query::caches::CacheRegistry,
 }
 
 impl HttpIngress {
@@ -269,13 +271,36 @@ fn wait_for(batch: &mut [Result<QueryJob, Refusal>], marks: &BTreeMap<i32, i64>)
     }
 }
 
+/// What a query event is checked against as it is decoded.
+#[derive(Debug, Clone)]
+pub struct DecodeRules {
+    /// Longest accepted event, in bytes (`query.max_query_bytes`).
+    pub max_bytes: usize,
+    /// The presets a query may name (`default` and the job's, [`QueryConfig::preset_names`]).
+    pub presets: Vec<String>,
+}
+
+impl DecodeRules {
+    /// The rules of a job's query section.
+    pub fn of(config: &QueryConfig) -> Self {
+        Self {
+            max_bytes: config.max_query_bytes,
+            presets: config.preset_names(),
+        }
+    }
+}
+
 /// Decodes a query event, recording the `decode` stage's seconds.
 fn decode_timed(
     payload: &[u8],
-    max_bytes: usize,
+    rules: &DecodeRules,
 ) -> Result<ragstream_core::query::Query, QueryError> {
     let started = Instant::now();
-    let decoded = ragstream_core::query::decode::decode_query(payload, max_bytes);
+    let decoded =
+        ragstream_core::query::decode::decode_query(payload, rules.max_bytes).and_then(|query| {
+            ragstream_core::query::decode::check_preset(&query, &rules.presets)?;
+            Ok(query)
+        });
     metrics()
         .query_stage_seconds
         .with_label_values(&["decode"])
@@ -312,7 +337,7 @@ pub fn query_source<'scope>(
     scope: Scope<'scope, u64>,
     kafka: Option<QueryKafkaConfig>,
     http: Option<Arc<HttpIngress>>,
-    max_bytes: usize,
+    rules: DecodeRules,
     published: ProbeHandle<u64>,
     progress: Arc<IngestProgress>,
     handover: Handover,
@@ -341,7 +366,7 @@ pub fn query_source<'scope>(
             worker,
             kafka,
             http,
-            max_bytes,
+            rules,
             published,
             handover,
             shutdown,

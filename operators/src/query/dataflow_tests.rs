@@ -280,7 +280,7 @@ fn gather_answers_once_on_the_receiving_worker_with_both_shards_hits() {
 }
 
 #[test]
-fn neighbours_come_from_the_worker_owning_the_top_hit() {
+fn neighbours_come_from_the_worker_owning_the_top_hit_unless_the_preset_turns_them_off() {
     // A document whose shard belongs to worker 1, with chunks at positions 0..8.
     let doc = (0..)
         .map(|i| format!("d{i}"))
@@ -299,7 +299,8 @@ fn neighbours_come_from_the_worker_owning_the_top_hit() {
     let seen = on_two_workers(move |worker| {
         let index = worker.index();
         let acks = ProbeHandle::new();
-        let services = services(shards.clone(), 2, acks, QueryConfig::default());
+        let config = QueryConfig::default().with_presets().expect("presets");
+        let services = services(shards.clone(), 2, acks, config);
         let out = Rc::new(RefCell::new(Vec::new()));
         let sink = out.clone();
         let top = shards[1].get(&[top.id]).expect("get").remove(0);
@@ -314,23 +315,32 @@ fn neighbours_come_from_the_worker_owning_the_top_hit() {
                         .map(|c| c.chunk.order_index)
                         .collect();
                     orders.sort();
-                    sink.borrow_mut().push((index, orders));
+                    let id = working.job.query.query_id.clone();
+                    sink.borrow_mut().push((index, id, orders));
                 })
                 .probe()
                 .0;
             (input, probe)
         });
         if index == 0 {
-            input.send(Working {
-                job: job(r#"{"query_id":"q","tenant":"t","text":"x"}"#, 0, 3, 0),
-                answer: Default::default(),
-                candidates: vec![Candidate::new(top)],
-                deferred: Vec::new(),
-                score_floor: 0.0,
-                trace: Trace::default(),
-                available: 1,
-                neighbours: Vec::new(),
-            });
+            for (id, body) in [
+                (3, r#"{"query_id":"q","tenant":"t","text":"x"}"#),
+                (
+                    4,
+                    r#"{"query_id":"fast","tenant":"t","text":"x","preset":"fast"}"#,
+                ),
+            ] {
+                input.send(Working {
+                    job: job(body, 0, id, 0),
+                    answer: Default::default(),
+                    candidates: vec![Candidate::new(top.clone())],
+                    deferred: Vec::new(),
+                    score_floor: 0.0,
+                    trace: Trace::default(),
+                    available: 1,
+                    neighbours: Vec::new(),
+                });
+            }
         }
         input.advance_to(1);
         while probe.less_equal(&0) {
@@ -338,6 +348,15 @@ fn neighbours_come_from_the_worker_owning_the_top_hit() {
         }
         out.take()
     });
-    assert_eq!(seen[0], [(0, vec![2, 3, 4, 5, 6, 7])], "within 3 of 5");
+    let mut seen_0 = seen[0].clone();
+    seen_0.sort();
+    assert_eq!(
+        seen_0,
+        [
+            (0, "fast".to_string(), vec![]),
+            (0, "q".to_string(), vec![2, 3, 4, 5, 6, 7])
+        ],
+        "within 3 of 5; none under the fast preset (no section reunification)"
+    );
     assert!(seen[1].is_empty(), "{:?}", seen[1]);
 }

@@ -52,6 +52,7 @@ pub trait Fuse<'scope> {
 impl<'scope> Fuse<'scope> for StreamVec<'scope, u64, Working> {
     fn fuse(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working> {
         ranked_step(self, "Fuse", move |working| {
+            let config = config.preset(working.job.query.preset.as_deref());
             if let Some(plan) = working.job.plan.as_mut().filter(|_| config.adapt_fusion) {
                 if let Some(reason) = adapt(plan, &working.answer.dense, &config.code_search) {
                     metrics()

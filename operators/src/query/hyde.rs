@@ -14,14 +14,24 @@ use super::remote::{outcome, remote, EndpointCall};
 use crate::metrics::metrics;
 use ragstream_core::query::cache::LruTtl;
 use ragstream_core::query::endpoints::{HydeConfig, HydeStrategy, PassageWriter};
-use ragstream_core::query::Mode;
+use ragstream_core::query::{Mode, QueryConfig};
 
-/// What a query gets of HyDE: its strategy, the passages' share and how many, or `None` (no
-/// passage: another mode, an intent HyDE is not configured for, or `original` / `skip`).
-fn wanted(job: &QueryJob, config: &HydeConfig) -> Option<(HydeStrategy, f32, usize)> {
+/// Passages a query asks for: its `num_hypotheses`, else its preset's.
+fn hypotheses(job: &QueryJob, config: &HydeConfig) -> usize {
+    job.query
+        .num_hypotheses
+        .unwrap_or(config.num_hypotheses)
+        .max(1)
+}
+
+/// What a query gets of HyDE (by its preset's `hyde`): its strategy, the passages' share and how
+/// many, or `None` (no passage: another mode, an intent HyDE is not configured for, or `original`
+/// / `skip`).
+fn wanted(job: &QueryJob, config: &QueryConfig) -> Option<(HydeStrategy, f32, usize)> {
     if !matches!(job.query.mode, Mode::Bounded | Mode::Deep) {
         return None;
     }
+    let config = &config.preset(job.query.preset.as_deref()).hyde;
     let strategy = match job.query.hyde {
         Some(asked) => asked,
         None if job
@@ -34,17 +44,17 @@ fn wanted(job: &QueryJob, config: &HydeConfig) -> Option<(HydeStrategy, f32, usi
         None => return None,
     };
     let weight = strategy.weight(config.weight)?;
-    let n = job.query.num_hypotheses.unwrap_or(config.num_hypotheses);
-    Some((strategy, weight, n.max(1)))
+    Some((strategy, weight, hypotheses(job, config)))
 }
 
 /// Extension trait: the `Hyde` operator.
 pub trait Hyde<'scope> {
-    /// Asks the HyDE writer for a hypothetical passage for queries of the configured intents.
+    /// Asks the HyDE writer for hypothetical passages for queries of the configured intents (each
+    /// query by its preset's `hyde`; the cache and the endpoint are the job's `query.hyde`).
     fn hyde(
         self,
         writer: Arc<dyn PassageWriter>,
-        config: HydeConfig,
+        config: Arc<QueryConfig>,
     ) -> StreamVec<'scope, u64, QueryJob>;
 }
 
@@ -52,21 +62,26 @@ impl<'scope> Hyde<'scope> for StreamVec<'scope, u64, QueryJob> {
     fn hyde(
         self,
         writer: Arc<dyn PassageWriter>,
-        config: HydeConfig,
+        config: Arc<QueryConfig>,
     ) -> StreamVec<'scope, u64, QueryJob> {
+        let job_level = &config.hyde;
         // Passages by count and query text; cached ones need no call.
         let cache: Arc<Mutex<LruTtl<String, Vec<String>>>> = Arc::new(Mutex::new(LruTtl::new(
-            config.cache_entries.max(1),
-            Duration::from_secs(config.cache_ttl_secs),
+            job_level.cache_entries.max(1),
+            Duration::from_secs(job_level.cache_ttl_secs),
         )));
         let lookup = cache.clone();
-        let hypotheses = config.num_hypotheses;
+        let (concurrency, timeout) = (
+            job_level.endpoint.concurrency,
+            Duration::from_millis(job_level.endpoint.timeout_ms),
+        );
+        let answered = config.clone();
         let key = |n: usize, text: &str| format!("{n}\u{0}{text}");
         remote(
             self,
             "Hyde",
-            config.endpoint.concurrency,
-            Duration::from_millis(config.endpoint.timeout_ms),
+            concurrency,
+            timeout,
             move |job: &mut QueryJob| {
                 let (strategy, weight, n) = wanted(job, &config)?;
                 let cached = lookup
@@ -96,9 +111,10 @@ impl<'scope> Hyde<'scope> for StreamVec<'scope, u64, QueryJob> {
                 match result {
                     Ok(passages) => {
                         outcome("hyde", "ok", took);
-                        let n = job.query.num_hypotheses.unwrap_or(hypotheses);
+                        let preset = answered.preset(job.query.preset.as_deref());
+                        let n = hypotheses(job, &preset.hyde);
                         cache.lock().expect("hyde cache").put(
-                            key(n.max(1), &job.query.text),
+                            key(n, &job.query.text),
                             passages.clone(),
                             0,
                         );

@@ -54,7 +54,8 @@ impl<'scope> Mmr<'scope> for StreamVec<'scope, u64, Working> {
     fn mmr(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working> {
         ranked_step(self, "Mmr", move |working| {
             let query = &working.job.query;
-            let k = results_wanted(query, &config);
+            let config = config.preset(query.preset.as_deref());
+            let k = results_wanted(query, config);
             match query.mode {
                 Mode::Bounded | Mode::Deep => {
                     let caps = if query.mode == Mode::Deep {

@@ -22,6 +22,7 @@
 //! the job; the context carries them all. The wiring is `topologies/src/query.rs`.
 
 pub mod cache_lookup;
+pub mod caches;
 pub mod consistency;
 pub mod dedup;
 pub mod embed_query;

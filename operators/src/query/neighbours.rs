@@ -26,11 +26,18 @@ impl<'scope> Neighbours<'scope> for StreamVec<'scope, u64, Working> {
     fn neighbours(self, services: QueryServices) -> StreamVec<'scope, u64, Working> {
         type Request = Wire<((usize, u64), crate::store::StoredChunk)>;
         type Answer = Wire<((usize, u64), Vec<crate::store::StoredChunk>)>;
-        // Section reunification off: no neighbours, no expanded top result.
-        let reunify = services.config.pack.section_reunification;
+        // Section reunification off (in the query's preset): no neighbours, no expanded top result.
+        let config = services.config.clone();
         let wants = move |working: &Working| {
-            reunify && working.job.query.mode == Mode::Bounded && !working.candidates.is_empty()
+            let query = &working.job.query;
+            config
+                .preset(query.preset.as_deref())
+                .pack
+                .section_reunification
+                && query.mode == Mode::Bounded
+                && !working.candidates.is_empty()
         };
+        let joins = wants.clone();
         let route = services.clone();
         let requests = flat_map_stage(
             self.clone(),
@@ -78,7 +85,7 @@ impl<'scope> Neighbours<'scope> for StreamVec<'scope, u64, Working> {
                 move |working_input, answer_input, output| {
                     working_input.for_each(|cap, data| {
                         for mut working in data.drain(..) {
-                            if !wants(&working) {
+                            if !joins(&working) {
                                 output.session(&cap).give(working);
                                 continue;
                             }

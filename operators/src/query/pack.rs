@@ -65,7 +65,8 @@ fn surrogate_tiers(
     services: &QueryServices,
     plan: Option<&ragstream_core::query::Plan>,
 ) -> Vec<(SurrogateTier, String)> {
-    let config = &services.config.pack.surrogates;
+    let preset = services.config.preset(working.job.query.preset.as_deref());
+    let config = &preset.pack.surrogates;
     if config.policy == SurrogatePolicy::Disabled {
         return Vec::new();
     }
@@ -138,6 +139,7 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
         Mode::Deep => deep(working, services, &mut output),
         Mode::ReadChunk => read_chunk(working, services, &mut output),
         Mode::ListSources => list_sources(working, &mut output),
+        Mode::IndexStats => index_stats(working, &mut output),
         Mode::Files => files(working, services, &mut output),
         Mode::SqlCompact | Mode::SqlFull => sql(working, services, &mut output),
     }
@@ -161,14 +163,12 @@ fn bounded(working: &mut Working, services: &QueryServices, output: &mut Output)
     } = output;
     let counter = *counter;
     let query = &working.job.query;
+    let config = services.config.preset(query.preset.as_deref());
     let plan = working.job.plan.as_ref();
     let (budget, window) = budget_for(
         query,
         counter,
-        (
-            &services.config.window,
-            services.config.default_token_budget,
-        ),
+        (&config.window, config.default_token_budget),
     );
     let neighbours = std::mem::take(&mut working.neighbours);
     let terms = plan.as_ref().map(|p| p.terms.clone()).unwrap_or_default();
@@ -181,7 +181,7 @@ fn bounded(working: &mut Working, services: &QueryServices, output: &mut Output)
         counter,
         terms: &terms,
         cue: AnswerCue::of_question(&query.text),
-        config: &services.config.pack,
+        config: &config.pack,
         fill: query.fill,
         whole: query.return_full,
         floor: working.score_floor,
@@ -198,12 +198,12 @@ fn bounded(working: &mut Working, services: &QueryServices, output: &mut Output)
             derived.window,
             derived.prompt,
             packed.tokens_used,
-            &services.config.window,
+            &config.window,
         ));
         context.base_tokens = Some(derived.prompt);
         context.generation_budget = Some(derived.reserve);
     }
-    if services.config.pack.surrogates.policy == SurrogatePolicy::Importance {
+    if config.pack.surrogates.policy == SurrogatePolicy::Importance {
         services.access.lock().expect("access counts").record(
             &query.tenant,
             packed.items.iter().map(|i| i.chunk_id.as_str()),
@@ -221,12 +221,13 @@ fn deep(working: &Working, services: &QueryServices, output: &mut Output) {
         notes,
         counter,
     } = output;
+    let config = services.config.preset(working.job.query.preset.as_deref());
     let items: Vec<(Candidate, String)> = working
         .candidates
         .iter()
         .map(|c| (c.clone(), c.stored.chunk.text.clone()))
         .collect();
-    let (items, text, tokens) = render_full(&items, &services.config.pack, *counter);
+    let (items, text, tokens) = render_full(&items, &config.pack, *counter);
     (context.items, context.context, context.tokens_used) = (items, text, tokens);
     notes.push(format!(
         "deep mode: no token budget; {} full chunks, {} tokens — check they fit your model's window",
@@ -241,12 +242,13 @@ fn read_chunk(working: &Working, services: &QueryServices, output: &mut Output) 
         context, counter, ..
     } = output;
     let query = &working.job.query;
+    let config = services.config.preset(query.preset.as_deref());
     match &working.answer.chunk {
         Some(stored) => {
             let candidate = Candidate::new(stored.clone());
             let (items, text, tokens) = render_full(
                 &[(candidate, stored.chunk.text.clone())],
-                &services.config.pack,
+                &config.pack,
                 *counter,
             );
             (context.items, context.context, context.tokens_used) = (items, text, tokens);
@@ -285,6 +287,34 @@ fn list_sources(working: &Working, output: &mut Output) {
     context.tokens_used = counter.count(&context.context);
 }
 
+/// `index_stats`: the shards' counts, and a line saying them.
+fn index_stats(working: &Working, output: &mut Output) {
+    let Output {
+        context, counter, ..
+    } = output;
+    let stats = working.answer.stats.clone().unwrap_or_default();
+    context.chunks_available = stats.chunks;
+    let kinds: Vec<String> = stats
+        .chunks_by_kind
+        .iter()
+        .filter(|(_, chunks)| **chunks > 0)
+        .map(|(kind, chunks)| format!("{kind} {chunks}"))
+        .collect();
+    context.context = format!(
+        "{} chunks ({}) on {} shard(s), {} index",
+        stats.chunks,
+        if kinds.is_empty() {
+            "none".to_string()
+        } else {
+            kinds.join(", ")
+        },
+        stats.shards,
+        stats.backend
+    );
+    context.tokens_used = counter.count(&context.context);
+    context.index_stats = Some(stats);
+}
+
 /// `files`: files ranked by the concentration of chunk hits.
 fn files(working: &Working, services: &QueryServices, output: &mut Output) {
     let Output {
@@ -316,6 +346,7 @@ fn sql(working: &Working, services: &QueryServices, output: &mut Output) {
         counter,
     } = output;
     let query = &working.job.query;
+    let config = services.config.preset(query.preset.as_deref());
     let full = query.mode == Mode::SqlFull;
     let distributions = query.include_distributions.unwrap_or(full);
     let samples = query.include_samples.unwrap_or(full);
@@ -327,7 +358,7 @@ fn sql(working: &Working, services: &QueryServices, output: &mut Output) {
             (c.clone(), text)
         })
         .collect();
-    let (items, text, tokens) = render_full(&items, &services.config.pack, *counter);
+    let (items, text, tokens) = render_full(&items, &config.pack, *counter);
     (context.items, context.context, context.tokens_used) = (items, text, tokens);
     if query.mode == Mode::SqlFull && context.tokens_used > SQL_FULL_HINT_TOKENS {
         notes.push(format!(

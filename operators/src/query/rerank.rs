@@ -50,6 +50,7 @@ impl<'scope> Rerank<'scope> for StreamVec<'scope, u64, Working> {
     fn rerank(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working> {
         let bm25 = Bm25Encoder::default();
         ranked_step(self, "Rerank", move |working| {
+            let config = config.preset(working.job.query.preset.as_deref());
             working.score_floor = match &working.job.plan {
                 Some(plan) => rerank(&mut working.candidates, plan, &config.rerank, &bm25),
                 None => working

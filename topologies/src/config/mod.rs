@@ -100,10 +100,17 @@ impl Config {
             .add_source(environment)
             .build()
             .map_err(|e| ConfigError::Load(e.to_string()))?;
-        let config: Config = loaded
+        let mut config: Config = loaded
             .try_deserialize()
             .map_err(|e| ConfigError::Load(e.to_string()))?;
         config.validate()?;
+        config.query = config
+            .query
+            .with_presets()
+            .map_err(|message| ConfigError::Invalid {
+                key: "query.presets",
+                message,
+            })?;
         Ok(config)
     }
 
@@ -228,107 +235,20 @@ impl Config {
         Ok(())
     }
 
-    /// The query section.
+    /// The query section and each of its presets.
     fn validate_query(&self) -> Result<(), ConfigError> {
-        use ragstream_core::query::DEEP_MAX_K;
-        for (key, k) in [
-            ("query.default_k", self.query.default_k),
-            ("query.deep_k", self.query.deep_k),
-        ] {
-            if !(1..=DEEP_MAX_K).contains(&k) {
-                return invalid(key, "must be in 1..=50");
-            }
-        }
-        if !(1..=1_000_000).contains(&self.query.default_token_budget) {
-            return invalid("query.default_token_budget", "must be in 1..=1000000");
-        }
-        let pack = &self.query.pack;
-        if let Err((key, message)) = pack.validate() {
-            return Err(ConfigError::Invalid { key, message });
-        }
-        let surrogates = &pack.surrogates;
-        if !(surrogates.age_full_days >= 0.0
-            && surrogates.age_gist_days >= surrogates.age_full_days)
-        {
-            return invalid(
-                "query.pack.surrogates.age_gist_days",
-                "must be at least age_full_days (both at least 0)",
-            );
-        }
-        if !(0.0..=1.0).contains(&surrogates.importance_gist)
-            || !(surrogates.importance_gist..=1.0).contains(&surrogates.importance_full)
-        {
-            return invalid(
-                "query.pack.surrogates.importance_full",
-                "need 0 <= importance_gist <= importance_full <= 1",
-            );
-        }
-        let rerank = &self.query.rerank;
-        if rerank.kind != ragstream_core::query::endpoints::RerankKind::None
-            && rerank.endpoint.url.is_empty()
-        {
-            return invalid(
-                "query.rerank.endpoint.url",
-                "required for a rerank endpoint",
-            );
-        }
-        if self.query.hyde.enabled && self.query.hyde.endpoint.url.is_empty() {
-            return invalid("query.hyde.endpoint.url", "required when hyde is enabled");
-        }
-        let most = ragstream_core::query::endpoints::MAX_HYPOTHESES;
-        if !(1..=most).contains(&self.query.hyde.num_hypotheses) {
-            return invalid("query.hyde.num_hypotheses", "must be in 1..=8");
-        }
-        for (key, endpoint) in [
-            ("query.rerank.endpoint", &rerank.endpoint),
-            ("query.hyde.endpoint", &self.query.hyde.endpoint),
-        ] {
-            if endpoint.timeout_ms == 0 || endpoint.concurrency == 0 {
-                return Err(ConfigError::Invalid {
-                    key,
-                    message: "timeout_ms and concurrency must be at least 1".into(),
-                });
-            }
-        }
-        let query = &self.query;
-        if !(0.0..=1.0).contains(&query.mmr_lambda) {
-            return invalid("query.mmr_lambda", "must be in [0, 1]");
-        }
-        if !(0.0..=1.0).contains(&query.mmr_file_penalty) {
-            return invalid("query.mmr_file_penalty", "must be in [0, 1]");
-        }
-        if !(query.near_duplicate > 0.0 && query.near_duplicate <= 1.0) {
-            return invalid("query.near_duplicate", "must be in (0, 1]");
-        }
-        if !(-1.0..=1.0).contains(&query.similarity_threshold) {
-            return invalid("query.similarity_threshold", "must be in [-1, 1]");
-        }
-        if query.rrf_k <= 0.0 {
-            return invalid("query.rrf_k", "must be positive");
-        }
-        if query.per_document_cap == 0 || query.per_section_cap == 0 {
-            return invalid("query.per_document_cap", "caps must be at least 1");
-        }
-        if !(64..=(1 << 24)).contains(&query.max_query_bytes) {
-            return invalid("query.max_query_bytes", "must be in 64..=16777216");
-        }
-        if !(0.0..1.0).contains(&query.window.reserve_ratio) {
-            return invalid("query.window.reserve_ratio", "must be in [0, 1)");
-        }
-        if query.embedding_cache.entries == 0 {
-            return invalid("query.embedding_cache.entries", "must be at least 1");
-        }
-        if let Err(message) = query.intents.validate() {
-            return Err(ConfigError::Invalid {
-                key: "query.intents",
+        check_query(&self.query)?;
+        let presets = ragstream_core::query::presets::resolve(&self.query).map_err(|message| {
+            ConfigError::Invalid {
+                key: "query.presets",
                 message,
-            });
-        }
-        if let Err(message) = query.code_search.validate() {
-            return Err(ConfigError::Invalid {
-                key: "query.code_search",
-                message,
-            });
+            }
+        })?;
+        for (name, preset) in &presets {
+            check_query(preset).map_err(|error| ConfigError::Invalid {
+                key: "query.presets",
+                message: format!("preset {name}: {error}"),
+            })?;
         }
         Ok(())
     }
@@ -363,6 +283,108 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The checks of a query section (the job's, or a resolved preset).
+fn check_query(query: &ragstream_core::query::QueryConfig) -> Result<(), ConfigError> {
+    use ragstream_core::query::DEEP_MAX_K;
+    for (key, k) in [
+        ("query.default_k", query.default_k),
+        ("query.deep_k", query.deep_k),
+    ] {
+        if !(1..=DEEP_MAX_K).contains(&k) {
+            return invalid(key, "must be in 1..=50");
+        }
+    }
+    if !(1..=1_000_000).contains(&query.default_token_budget) {
+        return invalid("query.default_token_budget", "must be in 1..=1000000");
+    }
+    let pack = &query.pack;
+    if let Err((key, message)) = pack.validate() {
+        return Err(ConfigError::Invalid { key, message });
+    }
+    let surrogates = &pack.surrogates;
+    if !(surrogates.age_full_days >= 0.0 && surrogates.age_gist_days >= surrogates.age_full_days) {
+        return invalid(
+            "query.pack.surrogates.age_gist_days",
+            "must be at least age_full_days (both at least 0)",
+        );
+    }
+    if !(0.0..=1.0).contains(&surrogates.importance_gist)
+        || !(surrogates.importance_gist..=1.0).contains(&surrogates.importance_full)
+    {
+        return invalid(
+            "query.pack.surrogates.importance_full",
+            "need 0 <= importance_gist <= importance_full <= 1",
+        );
+    }
+    let rerank = &query.rerank;
+    if rerank.kind != ragstream_core::query::endpoints::RerankKind::None
+        && rerank.endpoint.url.is_empty()
+    {
+        return invalid(
+            "query.rerank.endpoint.url",
+            "required for a rerank endpoint",
+        );
+    }
+    if query.hyde.enabled && query.hyde.endpoint.url.is_empty() {
+        return invalid("query.hyde.endpoint.url", "required when hyde is enabled");
+    }
+    let most = ragstream_core::query::endpoints::MAX_HYPOTHESES;
+    if !(1..=most).contains(&query.hyde.num_hypotheses) {
+        return invalid("query.hyde.num_hypotheses", "must be in 1..=8");
+    }
+    for (key, endpoint) in [
+        ("query.rerank.endpoint", &rerank.endpoint),
+        ("query.hyde.endpoint", &query.hyde.endpoint),
+    ] {
+        if endpoint.timeout_ms == 0 || endpoint.concurrency == 0 {
+            return Err(ConfigError::Invalid {
+                key,
+                message: "timeout_ms and concurrency must be at least 1".into(),
+            });
+        }
+    }
+    if !(0.0..=1.0).contains(&query.mmr_lambda) {
+        return invalid("query.mmr_lambda", "must be in [0, 1]");
+    }
+    if !(0.0..=1.0).contains(&query.mmr_file_penalty) {
+        return invalid("query.mmr_file_penalty", "must be in [0, 1]");
+    }
+    if !(query.near_duplicate > 0.0 && query.near_duplicate <= 1.0) {
+        return invalid("query.near_duplicate", "must be in (0, 1]");
+    }
+    if !(-1.0..=1.0).contains(&query.similarity_threshold) {
+        return invalid("query.similarity_threshold", "must be in [-1, 1]");
+    }
+    if query.rrf_k <= 0.0 {
+        return invalid("query.rrf_k", "must be positive");
+    }
+    if query.per_document_cap == 0 || query.per_section_cap == 0 {
+        return invalid("query.per_document_cap", "caps must be at least 1");
+    }
+    if !(64..=(1 << 24)).contains(&query.max_query_bytes) {
+        return invalid("query.max_query_bytes", "must be in 64..=16777216");
+    }
+    if !(0.0..1.0).contains(&query.window.reserve_ratio) {
+        return invalid("query.window.reserve_ratio", "must be in [0, 1)");
+    }
+    if query.embedding_cache.entries == 0 {
+        return invalid("query.embedding_cache.entries", "must be at least 1");
+    }
+    if let Err(message) = query.intents.validate() {
+        return Err(ConfigError::Invalid {
+            key: "query.intents",
+            message,
+        });
+    }
+    if let Err(message) = query.code_search.validate() {
+        return Err(ConfigError::Invalid {
+            key: "query.code_search",
+            message,
+        });
+    }
+    Ok(())
 }
 
 /// The error of a value out of range at `key`.

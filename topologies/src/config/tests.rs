@@ -228,3 +228,44 @@ fn environment_overrides_set_scalars_and_comma_separated_lists() {
     assert!((config.query.mmr_lambda - 0.7).abs() < 1e-6);
     assert!(!config.query.adapt_fusion);
 }
+
+#[test]
+fn retrieval_presets_load_from_the_file_and_the_environment_and_job_keys_are_refused() {
+    let dir = "[source]\nkind = \"dir\"\npath = \".\"\n";
+    let (_dir, path) = write(&format!(
+        "{dir}[query]\nmmr_lambda = 0.7\n[query.presets.fast.rerank]\nwindow = 12\n[query.presets.wide]\nmin_pool = 40\n"
+    ));
+    let config = Config::load_with(
+        &path,
+        [("RAGSTREAM_QUERY__PRESETS__WIDE__PER_DOCUMENT_CAP", "3")]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into_iter()
+            .collect(),
+    )
+    .expect("loads");
+    let query = &config.query;
+    assert_eq!(
+        query.preset_names(),
+        ["default", "conservative", "fast", "wide"]
+    );
+    let fast = query.preset(Some("fast"));
+    assert_eq!((fast.rerank.window, fast.min_pool), (12, 10));
+    assert!((fast.mmr_lambda - 0.7).abs() < 1e-6, "the section's value");
+    let wide = query.preset(Some("wide"));
+    assert_eq!((wide.min_pool, wide.per_document_cap), (40, 3));
+    // A job-level key, an unknown one and a value out of range are refused at load, by name.
+    let err = load_error(&format!(
+        "{dir}[query.presets.open]\nabsent_acl = \"all\"\n"
+    ));
+    assert!(
+        err.contains("query.presets") && err.contains("absent_acl"),
+        "{err}"
+    );
+    let err = load_error(&format!("{dir}[query.presets.x]\nmin_pol = 3\n"));
+    assert!(err.contains("min_pol"), "{err}");
+    let err = load_error(&format!("{dir}[query.presets.x]\nmmr_lambda = 2.0\n"));
+    assert!(
+        err.contains("preset x") && err.contains("query.mmr_lambda"),
+        "{err}"
+    );
+}

@@ -5,6 +5,29 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
+/// The context caches' figures for one tenant (`get_cache_stats`, `GET /v1/cache`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct CacheStats {
+    /// The tenant.
+    pub tenant: String,
+    /// Contexts cached for the tenant across this process's workers (an entry the index has moved
+    /// past counts until a lookup finds it stale).
+    pub entries: usize,
+    /// Most entries, all tenants together, across the workers.
+    pub capacity: usize,
+    /// Seconds an entry lives.
+    pub ttl_secs: u64,
+    /// Caches (one a worker of this process).
+    pub workers: usize,
+    /// Lookups of this process that found a context, every tenant, since it started.
+    pub process_hits: u64,
+    /// Lookups of this process that did not.
+    pub process_misses: u64,
+    /// `process_hits / (process_hits + process_misses)`; 0 before any lookup.
+    pub process_hit_ratio: f64,
+}
+
 /// The cache.
 #[derive(Debug)]
 pub struct LruTtl<K, V> {
@@ -72,6 +95,28 @@ impl<K: Hash + Eq + Clone, V: Clone> LruTtl<K, V> {
     /// Whether the cache is empty.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Most entries (0: disabled).
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// How long an entry lives.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The entries' keys and values, in no order (fresh or not).
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.entries.iter().map(|(key, (value, ..))| (key, value))
+    }
+
+    /// Removes the entries `remove` picks; answers how many.
+    pub fn remove_where(&mut self, mut remove: impl FnMut(&K, &V) -> bool) -> usize {
+        let before = self.entries.len();
+        self.entries.retain(|key, (value, ..)| !remove(key, value));
+        before - self.entries.len()
     }
 }
 

@@ -111,6 +111,20 @@ pub struct SourceEntry {
     pub score: Option<f32>,
 }
 
+/// `index_stats`: what the index holds for a tenant.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct IndexStats {
+    /// Chunks the query sees: the tenant's, within its filters and ACL labels.
+    pub chunks: usize,
+    /// The same by chunk kind (`prose`, `markdown`, `code`, `sql_schema`).
+    pub chunks_by_kind: BTreeMap<String, usize>,
+    /// Shards that answered (one for a Qdrant server collection, which every worker shares).
+    pub shards: usize,
+    /// The index backend: `edge` (embedded) or `server`.
+    pub backend: String,
+}
+
 /// The answer to a query (the contexts topic's value, the body of the `POST /v1/query` response).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -129,6 +143,9 @@ pub struct Context {
     /// `list_sources`: the cursor of the next page (absent on the last page).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
+    /// `index_stats`: what the index holds for the tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index_stats: Option<IndexStats>,
     /// The packed string, items prefixed `Source: … (lines a–b)`.
     pub context: String,
     /// Tokens of `context`, counted with the real tokenizer.

@@ -86,6 +86,23 @@ pub fn decode_query(bytes: &[u8], max_bytes: usize) -> Result<Query, QueryError>
     Ok(query)
 }
 
+/// Refuses a query whose `preset` is not one of `names` (the job's: `default` and its resolved
+/// presets, [`super::QueryConfig::preset_names`]).
+pub fn check_preset(query: &Query, names: &[String]) -> Result<(), QueryError> {
+    match &query.preset {
+        Some(name) if !names.iter().any(|known| known == name) => Err(QueryError {
+            reason: DlqReason::InvalidQuery,
+            message: format!(
+                "unknown preset {name:?} (this job has {})",
+                names.join(", ")
+            ),
+            query_id: Some(query.query_id.clone()),
+            tenant: Some(query.tenant.clone()),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Checks the fields serde cannot.
 pub fn validate(query: &Query) -> Result<(), String> {
     if query.query_id.trim().is_empty() {
@@ -94,7 +111,7 @@ pub fn validate(query: &Query) -> Result<(), String> {
     if query.tenant.is_empty() || query.tenant.contains('/') {
         return Err("tenant must be non-empty and contain no '/'".into());
     }
-    if query.text.trim().is_empty() && query.mode != Mode::ListSources {
+    if query.text.trim().is_empty() && !query.mode.textless() {
         return Err(format!("text is empty (mode {})", query.mode.as_str()));
     }
     if let Some(k) = query.k {
@@ -109,6 +126,20 @@ pub fn validate(query: &Query) -> Result<(), String> {
     }
     if let Some(pattern) = &query.filters.source_pattern {
         super::pattern::SourcePattern::parse(pattern)?;
+        if query.mode == Mode::IndexStats {
+            return Err(
+                "index_stats counts with the index's own filters: use filters.source_prefix, not source_pattern"
+                    .into(),
+            );
+        }
+    }
+    if let Some(name) = &query.preset {
+        if !super::presets::valid_name(name) {
+            return Err(format!(
+                "preset must be 1 to {} bytes of a-z, 0-9, _ and -",
+                super::presets::MAX_NAME_BYTES
+            ));
+        }
     }
     if let Some(n) = query.num_hypotheses {
         let most = super::endpoints::MAX_HYPOTHESES;
@@ -165,6 +196,44 @@ pub fn validate(query: &Query) -> Result<(), String> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_preset_must_be_well_formed_and_one_the_job_has() {
+        let decode = |preset: &str| {
+            decode_query(
+                format!(r#"{{"query_id":"q","tenant":"t","text":"x","preset":{preset}}}"#)
+                    .as_bytes(),
+                8192,
+            )
+        };
+        let names = crate::query::QueryConfig::default()
+            .with_presets()
+            .expect("built-ins")
+            .preset_names();
+        for good in ["\"fast\"", "\"default\"", "\"conservative\"", "null"] {
+            let query = decode(good).expect(good);
+            check_preset(&query, &names).expect(good);
+        }
+        let unknown = decode("\"fastest\"").expect("well formed");
+        let error = check_preset(&unknown, &names).expect_err("unknown");
+        assert_eq!(error.reason, DlqReason::InvalidQuery);
+        assert!(
+            error.message.contains("fastest") && error.message.contains("conservative"),
+            "{}",
+            error.message
+        );
+        assert_eq!(error.query_id.as_deref(), Some("q"));
+        for bad in [
+            "\"\"",
+            "\"Fast\"",
+            "\"a b\"",
+            &format!("\"{}\"", "p".repeat(65)),
+            "3",
+        ] {
+            let error = decode(bad).expect_err(bad);
+            assert_eq!(error.reason, DlqReason::InvalidQuery, "{bad}");
+        }
+    }
 
     #[test]
     fn list_sources_pages_have_their_own_bounds_and_the_cursor_is_bounded() {

@@ -23,6 +23,7 @@ pub mod mmr;
 pub mod modes;
 pub mod pack;
 pub mod pattern;
+pub mod presets;
 pub mod rerank;
 pub mod surrogate;
 mod trace;
@@ -70,6 +71,9 @@ pub enum Mode {
     SqlCompact,
     /// SQL schema tables with distributions and up to 5 sample rows.
     SqlFull,
+    /// What the index holds for the tenant: chunks (those the caller's ACL labels and filters
+    /// see), by kind, and the shards that answered (no text; `get_index_stats`).
+    IndexStats,
 }
 
 impl Mode {
@@ -83,12 +87,18 @@ impl Mode {
             Mode::Files => "files",
             Mode::SqlCompact => "sql_compact",
             Mode::SqlFull => "sql_full",
+            Mode::IndexStats => "index_stats",
         }
     }
 
     /// Whether the mode retrieves candidates with the query text.
     pub fn retrieves(self) -> bool {
-        !matches!(self, Mode::ReadChunk | Mode::ListSources)
+        !matches!(self, Mode::ReadChunk | Mode::ListSources | Mode::IndexStats)
+    }
+
+    /// Whether the mode needs no query text.
+    pub fn textless(self) -> bool {
+        matches!(self, Mode::ListSources | Mode::IndexStats)
     }
 }
 
@@ -245,6 +255,15 @@ pub struct Query {
     #[serde(default)]
     #[cfg_attr(feature = "schema", schemars(length(max = 1024)))]
     pub cursor: Option<String>,
+    /// The retrieval preset the query is answered with: `default` (the job's `[query]` section,
+    /// also when absent), `fast`, `conservative`, or one the job defines (`query.presets`). An
+    /// unknown name is refused.
+    #[serde(default)]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(length(min = 1, max = 64), regex(pattern = r"^[a-z0-9_-]+$"))
+    )]
+    pub preset: Option<String>,
 }
 
 /// Dense and BM25 weights of the fusion.
@@ -397,11 +416,12 @@ impl Query {
 
     /// Applies the job's rules to a query as it arrives: the ACL rule for a query without `acl`
     /// ([`Self::apply_absent_acl`]), and `similarity_threshold` where the query gives no
-    /// `score_threshold`.
+    /// `score_threshold` (the query's preset's).
     pub fn apply_job_rules(&mut self, config: &QueryConfig) {
         self.apply_absent_acl(config.absent_acl);
-        if self.score_threshold.is_none() && config.similarity_threshold > -1.0 {
-            self.score_threshold = Some(config.similarity_threshold);
+        let threshold = config.preset(self.preset.as_deref()).similarity_threshold;
+        if self.score_threshold.is_none() && threshold > -1.0 {
+            self.score_threshold = Some(threshold);
         }
     }
 }
@@ -464,6 +484,14 @@ pub struct QueryConfig {
     pub invalidations: InvalidationConfig,
     /// Hypothetical-passage query expansion ([`endpoints`]), off by default.
     pub hyde: endpoints::HydeConfig,
+    /// Retrieval presets a query picks with `preset` ([`presets`]): each a table of this section's
+    /// per-query keys (depths, fusion, rerank weights, dedup, MMR, `pack`, `window`, HyDE's
+    /// strategy) merged over it. `fast` and `conservative` are built in (their keys may be
+    /// changed here); `default` is this section itself.
+    pub presets: BTreeMap<String, serde_json::Value>,
+    /// The presets resolved at load ([`QueryConfig::with_presets`]).
+    #[serde(skip)]
+    pub resolved_presets: std::sync::Arc<BTreeMap<String, QueryConfig>>,
 }
 
 /// The query-vector cache (config section `query.embedding_cache`).
@@ -539,91 +567,11 @@ impl Default for QueryConfig {
             code_search: adapt::CodeSearchConfig::default(),
             invalidations: InvalidationConfig::default(),
             hyde: endpoints::HydeConfig::default(),
+            presets: BTreeMap::new(),
+            resolved_presets: Default::default(),
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn decision_names_are_their_serialised_forms_and_each_cause_has_one_step() {
-        let name = |value: serde_json::Value| value.as_str().unwrap().to_string();
-        for step in [Step::Fuse, Step::Dedup, Step::Mmr, Step::Pack] {
-            assert_eq!(name(serde_json::to_value(step).unwrap()), step.as_str());
-        }
-        for tier in Tier::ALL {
-            let action = Action::from(tier);
-            assert_eq!(action.as_str(), tier.as_str());
-            assert_eq!(name(serde_json::to_value(action).unwrap()), action.as_str());
-        }
-        for action in [Action::Adapted, Action::Dropped, Action::Deferred] {
-            assert_eq!(name(serde_json::to_value(action).unwrap()), action.as_str());
-        }
-        let causes = [
-            Cause::LaneDuplicate,
-            Cause::EvidenceRule,
-            Cause::Exact,
-            Cause::NearDuplicate,
-            Cause::DocumentCap,
-            Cause::SectionCap,
-            Cause::BeyondK,
-            Cause::Overlap,
-            Cause::OverBudget,
-            Cause::Fits,
-            Cause::Shortened,
-            Cause::BudgetLeft,
-            Cause::EvidenceStop,
-            Cause::EvidenceBand,
-            Cause::EndpointFallback,
-            Cause::SurrogatePolicy,
-            Cause::TierCap,
-        ];
-        for cause in causes {
-            assert_eq!(name(serde_json::to_value(cause).unwrap()), cause.as_str());
-            let decision = Decision::new("id", Action::Dropped, cause, "why");
-            assert_eq!(decision.step, cause.step());
-            let json = serde_json::to_value(&decision).unwrap();
-            assert_eq!(json["step"], cause.step().as_str());
-            assert_eq!(json["cause"], cause.as_str());
-            assert_eq!(serde_json::from_value::<Decision>(json).unwrap(), decision);
-        }
-    }
-
-    #[test]
-    fn a_query_without_acl_sees_public_chunks_only_unless_the_job_opens_it() {
-        let decode = |body: &str| decode::decode_query(body.as_bytes(), 8192).expect("valid");
-        let without = r#"{"query_id":"q","tenant":"acme","text":"x"}"#;
-        let mut closed = decode(without);
-        closed.apply_absent_acl(AbsentAcl::Public);
-        assert_eq!(closed.acl, Some(vec![]), "an empty label list: public only");
-        assert_eq!(QueryConfig::default().absent_acl, AbsentAcl::Public);
-        let mut open = decode(without);
-        open.apply_absent_acl(AbsentAcl::All);
-        assert_eq!(open.acl, None);
-        let mut named = decode(r#"{"query_id":"q","tenant":"acme","text":"x","acl":["eng"]}"#);
-        named.apply_absent_acl(AbsentAcl::Public);
-        assert_eq!(named.acl, Some(vec!["eng".to_string()]));
-    }
-
-    #[test]
-    fn the_jobs_similarity_threshold_applies_where_the_query_gives_none() {
-        let decode = |body: &str| decode::decode_query(body.as_bytes(), 8192).expect("valid");
-        let mut plain = decode(r#"{"query_id":"q","tenant":"acme","text":"x"}"#);
-        plain.apply_job_rules(&QueryConfig::default());
-        assert_eq!(plain.score_threshold, None, "none by default");
-        assert_eq!(plain.acl, Some(vec![]), "the ACL rule applies too");
-        let config = QueryConfig {
-            similarity_threshold: 0.25,
-            ..QueryConfig::default()
-        };
-        let mut plain = decode(r#"{"query_id":"q","tenant":"acme","text":"x"}"#);
-        plain.apply_job_rules(&config);
-        assert_eq!(plain.score_threshold, Some(0.25));
-        let mut own =
-            decode(r#"{"query_id":"q","tenant":"acme","text":"x","score_threshold":0.5}"#);
-        own.apply_job_rules(&config);
-        assert_eq!(own.score_threshold, Some(0.5), "the query's own wins");
-    }
-}
+mod tests;

@@ -64,9 +64,47 @@ impl SourcePattern {
     }
 }
 
+/// A glob over a query's text (`clear_cache`'s pattern): `*` any run of characters, `?` one, case
+/// ignored; at most [`MAX_PATTERN_BYTES`].
+#[derive(Debug, Clone)]
+pub struct TextPattern(globset::GlobMatcher);
+
+impl TextPattern {
+    /// Checks and compiles `pattern`.
+    pub fn parse(pattern: &str) -> Result<Self, String> {
+        if pattern.is_empty() || pattern.len() > MAX_PATTERN_BYTES {
+            return Err(format!("pattern must be 1 to {MAX_PATTERN_BYTES} bytes"));
+        }
+        let glob = globset::GlobBuilder::new(pattern)
+            .case_insensitive(true)
+            .literal_separator(false)
+            .build()
+            .map_err(|e| format!("pattern {pattern:?}: {}", e.kind()))?;
+        Ok(Self(glob.compile_matcher()))
+    }
+
+    /// Whether a query text matches.
+    pub fn matches(&self, text: &str) -> bool {
+        self.0.is_match(text)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_patterns_match_whole_texts_ignoring_case_and_slashes() {
+        let tides = TextPattern::parse("*tide*").expect("valid");
+        assert!(tides.matches("Why do TIDES rise?"));
+        assert!(tides.matches("tide"));
+        assert!(!tides.matches("why is the sky blue"));
+        let paths = TextPattern::parse("where is src/*").expect("valid");
+        assert!(paths.matches("where is src/lib/mod.rs"), "`*` crosses `/`");
+        assert!(TextPattern::parse("").is_err());
+        assert!(TextPattern::parse(&"a".repeat(513)).is_err());
+        assert!(TextPattern::parse("[unclosed").is_err());
+    }
 
     #[test]
     fn globs_match_paths_by_component_and_give_their_literal_directories() {

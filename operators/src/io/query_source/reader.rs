@@ -15,7 +15,8 @@ use timely::dataflow::ProbeHandle;
 use timely::scheduling::Activator;
 
 use super::{
-    decode_timed, refusal, wait_for, Batch, HttpIngress, QueryConsumerContext, QueryKafkaConfig,
+    decode_timed, refusal, wait_for, Batch, DecodeRules, HttpIngress, QueryConsumerContext,
+    QueryKafkaConfig,
 };
 use crate::ingest::dlq::Origin;
 use crate::io::query_ledger::{Handover, Lease};
@@ -34,7 +35,7 @@ pub(super) struct QueryReader {
     pub(super) worker: usize,
     pub(super) kafka: Option<QueryKafkaConfig>,
     pub(super) http: Option<Arc<HttpIngress>>,
-    pub(super) max_bytes: usize,
+    pub(super) rules: DecodeRules,
     pub(super) published: ProbeHandle<u64>,
     pub(super) handover: Handover,
     pub(super) shutdown: Arc<AtomicBool>,
@@ -123,7 +124,7 @@ impl QueryReader {
         };
         if let Some(http) = &self.http {
             for (ticket, body) in http.drain() {
-                batch.push(http_query(ticket, &body, self.max_bytes, &mut job));
+                batch.push(http_query(ticket, &body, &self.rules, &mut job));
             }
         }
         if let (Some(consumer), Some(config)) = (self.consumer.as_ref(), self.kafka.as_ref()) {
@@ -144,7 +145,7 @@ impl QueryReader {
                             &message,
                             &config.topic,
                             lease,
-                            self.max_bytes,
+                            &self.rules,
                             &mut job,
                         ));
                     }
@@ -196,11 +197,11 @@ impl QueryReader {
 fn http_query(
     ticket: u64,
     body: &[u8],
-    max_bytes: usize,
+    rules: &DecodeRules,
     job: &mut impl FnMut(ragstream_core::query::Query, Reply) -> QueryJob,
 ) -> Result<QueryJob, Refusal> {
     let reply = Reply::Http(ticket);
-    match decode_timed(body, max_bytes) {
+    match decode_timed(body, rules) {
         Ok(query) => Ok(job(query, reply)),
         Err(error) => Err(refusal(
             error,
@@ -221,7 +222,7 @@ fn kafka_query<M: Message>(
     message: &M,
     topic: &str,
     lease: Lease,
-    max_bytes: usize,
+    rules: &DecodeRules,
     job: &mut impl FnMut(ragstream_core::query::Query, Reply) -> QueryJob,
 ) -> Result<QueryJob, Refusal> {
     let payload = message.payload().unwrap_or_default();
@@ -230,7 +231,7 @@ fn kafka_query<M: Message>(
         partition: message.partition(),
         offset: message.offset(),
     };
-    match decode_timed(payload, max_bytes) {
+    match decode_timed(payload, rules) {
         Ok(query) => Ok(job(query, Reply::Kafka(lease))),
         Err(error) => Err(refusal(
             error,
