@@ -198,6 +198,25 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    fn index_stats_needs_no_text_and_refuses_a_source_pattern() {
+        let stats = decode_query(
+            br#"{"query_id":"q","tenant":"t","mode":"index_stats","filters":{"source_prefix":"docs"}}"#,
+            8192,
+        )
+        .expect("no text needed");
+        assert_eq!(stats.mode, Mode::IndexStats);
+        let error = decode_query(
+            br#"{"query_id":"q","tenant":"t","mode":"index_stats","filters":{"source_pattern":"docs/*.md"}}"#,
+            8192,
+        )
+        .expect_err("a pattern cannot be counted inside the index");
+        assert_eq!(error.reason, DlqReason::InvalidQuery);
+        assert!(error.message.contains("source_prefix"), "{}", error.message);
+        // A bounded mode still needs its text.
+        assert!(decode_query(br#"{"query_id":"q","tenant":"t"}"#, 8192).is_err());
+    }
+
+    #[test]
     fn a_preset_must_be_well_formed_and_one_the_job_has() {
         let decode = |preset: &str| {
             decode_query(
