@@ -8,7 +8,7 @@ use serde_json::Value;
 use ragstream_topologies::config::Config;
 
 /// The sources of every config type, by path (their `///` comments are the reference's text).
-const SOURCES: [&str; 14] = [
+const SOURCES: [&str; 15] = [
     include_str!("../topologies/src/config/mod.rs"),
     include_str!("../topologies/src/config/pipeline.rs"),
     include_str!("../topologies/src/config/serving.rs"),
@@ -22,6 +22,7 @@ const SOURCES: [&str; 14] = [
     include_str!("../operators/core/src/query/modes.rs"),
     include_str!("../operators/core/src/query/surrogate.rs"),
     include_str!("../operators/core/src/store/mod.rs"),
+    include_str!("../operators/core/src/store/bm25.rs"),
     include_str!("../operators/core/src/query/invalidate.rs"),
 ];
 

@@ -68,14 +68,14 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 }
 
 /// Re-embeds every chunk of a shard with `embedder` (same ids, new vectors and embedder version; with
-/// `evidence`, the chunks' evidence units too).
+/// `evidence`, the chunks' evidence units too), its BM25 weights encoded with `bm25`.
 fn reembed_shard(
     shard: &dyn VectorStore,
     embedder: &InferenceService,
-    evidence: bool,
+    (evidence, bm25): (bool, ragstream_operators::store::Bm25Params),
 ) -> anyhow::Result<usize> {
     let hydrated = hydrate(shard, &|_| true)?;
-    let bm25 = ragstream_operators::store::Bm25Encoder::default();
+    let bm25 = ragstream_operators::store::Bm25Encoder::with_params(bm25);
     let mut written = 0;
     let all: Vec<_> = hydrated.documents.into_values().flatten().collect();
     for batch in all.chunks(256) {
@@ -242,8 +242,11 @@ fn open_index(
             Err(StoreError::EmbedderMismatch {
                 found_dimension, ..
             }) if config.embedder.reembed && found_dimension == dimension => {
-                let written =
-                    reembed_shard(shard.as_ref(), service, config.embedder.evidence_units)?;
+                let written = reembed_shard(
+                    shard.as_ref(),
+                    service,
+                    (config.embedder.evidence_units, config.index.bm25),
+                )?;
                 tracing::info!(shard = index, chunks = written, embedder = %version, "re-embedded");
             }
             Err(StoreError::EmbedderMismatch {

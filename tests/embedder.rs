@@ -130,3 +130,73 @@ fn an_index_of_another_embedder_version_stops_the_job_unless_mixing_is_allowed()
         .contains("serving vectors of another embedder version"));
     job.stop();
 }
+
+/// The BM25 weighting is part of what an index holds: a job with another `[index.bm25]` refuses
+/// the index, and `embedder.reembed` re-encodes it (BM25+ then scores a match higher by its shift).
+#[test]
+fn an_index_of_another_bm25_weighting_refuses_to_open_until_re_encoded() {
+    use crate::common::job::Job;
+    use std::time::Duration;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let events = [
+        (
+            "tides",
+            "Tides rise and fall twice a day under the pull of the moon.",
+        ),
+        (
+            "bees",
+            "Honey bees dance to tell the hive where the flowers are.",
+        ),
+    ]
+    .iter()
+    .map(|(id, text)| {
+        serde_json::json!({"op": "upsert", "tenant": "local", "doc_id": id, "version": 1,
+                           "source": format!("{id}.md"), "kind": "prose", "text": text})
+        .to_string()
+    })
+    .collect::<Vec<_>>();
+    std::fs::write(dir.path().join("events.jsonl"), events.join("\n") + "\n").expect("events");
+    let bm25_score = |job: &Job| -> f64 {
+        let body = serde_json::json!({"query_id": "b", "tenant": "local", "text": "tides moon",
+                                      "trace": true});
+        let (status, reply) =
+            crate::common::job::http_post_json(job.http_port, "/v1/query", &body.to_string())
+                .expect("answered");
+        assert_eq!(status, 200, "{reply}");
+        let context: serde_json::Value = serde_json::from_str(&reply).expect("context JSON");
+        context["trace"]["candidates"]
+            .as_array()
+            .expect("trace candidates")
+            .iter()
+            .find(|c| c["doc_id"] == "tides")
+            .and_then(|c| c["bm25"]["score"].as_f64())
+            .unwrap_or_else(|| panic!("a BM25 hit on tides: {context}"))
+    };
+    let serving = crate::common::JSONL_SERVING;
+    let mut job = Job::start(dir.path(), serving, 1);
+    job.wait_ready(Duration::from_secs(120));
+    job.wait_indexed(2);
+    let standard = bm25_score(&job);
+    job.stop();
+    let plus = format!("{serving}[index.bm25]\nvariant = \"plus\"\n");
+    let mut refused = Job::start(dir.path(), &plus, 1);
+    assert!(!refused.wait_exit(Duration::from_secs(120)).success());
+    let log = refused.log();
+    assert!(
+        log.contains(
+            "this job embeds with all-MiniLM-L6-v2/mean/256/int8 + bm25 plus k1=1.2 b=0.75 delta=1"
+        ),
+        "{log}"
+    );
+    let reencode = format!("{plus}[embedder]\nreembed = true\n");
+    let mut job = Job::start(dir.path(), &reencode, 1);
+    job.wait_ready(Duration::from_secs(120));
+    assert!(job.log().contains("re-embedded"), "{}", job.log());
+    let shifted = bm25_score(&job);
+    // Two matched terms, each adding its IDF (ln 2 in a corpus of two, one holding it) times 1.
+    assert!(
+        shifted > standard + 1.0,
+        "BM25+ {shifted} against the standard {standard}"
+    );
+    job.stop();
+}

@@ -14,9 +14,10 @@ const HANDBOOK: &str = "# Operations handbook\n\n## Deployment\n\nReleases ship 
 const FAQ: &str = "The Acme office is located in Lisbon, near the river. Visitors sign in at the front desk.\n\nThe cafeteria opens at eight. Coffee is free for employees and visitors.";
 const GLOBEX: &str = "Project zebra-quasar is the secret launch codename of Globex. To roll back a release at Globex, run deployctl rollback as well.";
 
-const TOOLS: [&str; 9] = [
+const TOOLS: [&str; 10] = [
     "rag_search",
     "rag_search_deep",
+    "rag_search_files",
     "rag_read_chunk",
     "rag_list_sources",
     "sql_search",
@@ -114,6 +115,11 @@ fn calls() -> Value {
         ["deep_fast", "rag_search_deep", {"query": "storage node disk alarm incident", "k": 3, "preset": "fast"}],
         ["preset_unknown", "rag_search", {"query": "rollback", "preset": "fastest"}],
         ["hyde_args", "rag_search", {"query": "storage node disk alarm incident", "doc_filter": {"doc_ids": ["incidents"]}, "hyde": "hyde", "num_hypotheses": 2}],
+        ["files", "rag_search_files", {"query": "How do I roll back a release?", "k": 3}],
+        ["files_team", "rag_search_files", {"query": "rollback release", "file_key": "metadata.team", "pool": 40}],
+        ["files_pool", "rag_search_files", {"query": "storage node disk alarm incident", "pool": 1}],
+        ["files_wide", "rag_search_files", {"query": "storage node disk alarm incident", "pool": 200}],
+        ["files_bad_key", "rag_search_files", {"query": "rollback", "file_key": "path"}],
         ["index_stats", "get_index_stats", {}],
         ["cache_stats", "get_cache_stats", {}],
         ["cache_clear", "clear_cache", {"pattern": "*ROLLBACK*"}],
@@ -196,6 +202,12 @@ fn check(seen: &Value, transport: &str) {
         );
     }
     assert!(properties("sql_search_compact").contains(&"k".to_string()));
+    for field in ["query", "k", "pool", "file_key", "doc_filter", "tenant"] {
+        assert!(
+            properties("rag_search_files").contains(&field.to_string()),
+            "{transport}: rag_search_files takes {field}"
+        );
+    }
 
     let call = |label: &str| -> &Value { &seen["calls"][label] };
     let ok = |label: &str| {
@@ -535,6 +547,79 @@ fn check(seen: &Value, transport: &str) {
     );
     assert!(!note("search_plain").contains("hyde"), "{transport}");
     check_operations(&call, transport);
+    check_files(&call, transport);
+}
+
+/// `rag_search_files`: files ranked for a question, grouped by `file_key`, from a `pool` of
+/// candidates.
+fn check_files<'a>(call: &impl Fn(&str) -> &'a Value, transport: &str) {
+    let sources = |label: &str| -> &'a Vec<Value> {
+        call(label)["structured"]["sources"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{transport}: {label}: {}", call(label)))
+    };
+    let files = sources("files");
+    assert!(
+        !files.is_empty() && files.len() <= 3,
+        "{transport}: {files:?}"
+    );
+    assert!(
+        files.iter().any(|f| f["doc_id"] == "handbook"),
+        "{transport}: {files:?}"
+    );
+    assert!(files.iter().all(|f| f["hits"].as_u64().unwrap() >= 1
+        && f["chunks"].as_u64().unwrap() >= f["hits"].as_u64().unwrap()
+        && f.get("group").is_none()));
+    // By the team in the documents' metadata: ops (the handbook), support (the FAQ), and one group
+    // of the documents without a team.
+    let teams: Vec<&str> = sources("files_team")
+        .iter()
+        .map(|f| f["group"].as_str().expect("group"))
+        .collect();
+    assert!(teams.contains(&"ops"), "{transport}: {teams:?}");
+    let ops = sources("files_team")
+        .iter()
+        .find(|f| f["group"] == "ops")
+        .expect("ops");
+    assert_eq!(
+        (&ops["doc_id"], &ops["documents"]),
+        (&json!("handbook"), &json!(1))
+    );
+    assert!(
+        teams.iter().all(|t| ["ops", "support", ""].contains(t)),
+        "{transport}: {teams:?}"
+    );
+    let none = sources("files_team")
+        .iter()
+        .find(|f| f["group"] == "")
+        .expect("the documents without a team");
+    assert!(
+        none["documents"].as_u64().unwrap() >= 2,
+        "{transport}: {none}"
+    );
+    // A pool of one candidate per lane finds at most two chunks; a pool of 200 every chunk of the
+    // incident reports.
+    let hits = |label: &str| -> u64 {
+        sources(label)
+            .iter()
+            .map(|f| f["hits"].as_u64().unwrap())
+            .sum()
+    };
+    assert!(
+        hits("files_pool") <= 2,
+        "{transport}: {}",
+        call("files_pool")
+    );
+    let incidents = sources("files_wide")
+        .iter()
+        .find(|f| f["doc_id"] == "incidents")
+        .expect("incidents");
+    assert_eq!(
+        incidents["hits"], incidents["chunks"],
+        "{transport}: {incidents}"
+    );
+    assert!(hits("files_wide") > hits("files_pool") + 10, "{transport}");
+    assert_eq!(call("files_bad_key")["is_error"], true, "{transport}");
 }
 
 /// The operations tools: the index's counts for the caller's tenant, the cache's entries, and

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::broker::Broker;
 use crate::common::job::{metric, Job};
+use ragstream_core::query::modes::ReserveFrom;
 use ragstream_core::query::{Context, Tier};
 use serde_json::{json, Value};
 
@@ -301,6 +302,13 @@ fn every_mode_through_kafka_with_tenant_isolation_and_read_your_writes() {
         "window − prompt − reserve − margin"
     );
     assert!(window.max_new_tokens.expect("max_new_tokens") >= reserve);
+    let meta = window.meta.as_ref().expect("meta with a context window");
+    assert_eq!(
+        (meta.context_window, meta.remaining, meta.safety_margin),
+        (400, 400 - prompt, 32)
+    );
+    assert_eq!(meta.reserve_from, ReserveFrom::ReserveRatio);
+    assert!(bounded.meta.is_none(), "no window, no meta");
     assert!(window.context.contains("Lisbon"));
 
     // Round 2: read_chunk by an id from round 1, an unknown id, read-your-writes, bad queries.

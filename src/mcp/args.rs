@@ -120,6 +120,31 @@ pub struct DeepArgs {
     pub preset: Option<String>,
 }
 
+/// Arguments of `rag_search_files`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FilesArgs {
+    /// The question or search text.
+    pub query: String,
+    /// Number of files (default 10, the job's `query.default_k`; at most 50).
+    #[serde(default)]
+    pub k: Option<usize>,
+    /// Candidate chunks per retrieval lane that are grouped into files (1 to 500; default: twice
+    /// `k`, at least the preset's `min_pool`, at most 100).
+    #[serde(default)]
+    pub pool: Option<usize>,
+    /// What a file is: `doc_id` (default), `source`, `directory`, or `metadata.<key>` (documents
+    /// sharing that metadata value).
+    #[serde(default)]
+    pub file_key: Option<String>,
+    /// Restrict the search to some documents: a path pattern or conditions.
+    #[serde(default)]
+    pub doc_filter: Option<DocFilterArg>,
+    /// The tenant to search, when the credential opens more than one.
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
 /// Arguments of `rag_read_chunk`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -125,6 +125,7 @@ fn result(context: Context) -> CallToolResult {
         "max_new_tokens": context.max_new_tokens,
         "base_tokens": context.base_tokens,
         "generation_budget": context.generation_budget,
+        "meta": context.meta,
         "chunks_available": context.chunks_available,
         "chunks_returned": context.chunks_returned,
         "unique_files": context.unique_files,
@@ -270,6 +271,29 @@ impl RagTools {
                 "score_threshold": args.score_threshold,
                 "filters": filters(args.doc_filter),
                 "preset": args.preset,
+            }),
+        )
+        .await
+    }
+
+    #[tool(
+        description = "Find the files most about a question: chunks are retrieved, grouped into files (documents, sources, directories or a metadata value: `file_key`) and ranked by how many of a file's chunks rank high; each file with its chunk counts. Read a file's chunks with rag_search and a doc_filter."
+    )]
+    async fn rag_search_files(
+        &self,
+        Parameters(args): Parameters<FilesArgs>,
+        extensions: Extensions,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.ask_as(
+            &extensions,
+            args.tenant,
+            json!({
+                "text": args.query,
+                "mode": "files",
+                "k": args.k,
+                "pool": args.pool,
+                "file_key": args.file_key,
+                "filters": filters(args.doc_filter),
             }),
         )
         .await

@@ -75,6 +75,7 @@ pub fn inference_service(config: &Config) -> anyhow::Result<InferenceService> {
         ServiceConfig {
             slice_word_pieces: config.embedder.slice_word_pieces,
             query_executor,
+            version_tag: config.index.bm25.tag(),
             ..ServiceConfig::default()
         },
     )?)
@@ -228,7 +229,8 @@ pub fn local_input(
                     .with_extensions(Extensions::new(
                         &config.source.include_extensions,
                         &config.source.exclude_extensions,
-                    )),
+                    ))
+                    .with_preview_window(config.source.preview_window),
                 rescan: Duration::from_secs(config.source.rescan_secs.max(1)),
             })
         }

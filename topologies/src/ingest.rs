@@ -35,7 +35,7 @@ use ragstream_operators::io::kafka_source::Assigned;
 use ragstream_operators::model::{ChunkIds, DocKey, DocOp};
 use ragstream_operators::stage::map_stage;
 use ragstream_operators::store::stats::{CorpusStats, StatsDelta};
-use ragstream_operators::store::VectorStore;
+use ragstream_operators::store::{Bm25Params, VectorStore};
 
 /// Everything one worker's ingest flow needs.
 pub struct IngestParts {
@@ -47,6 +47,8 @@ pub struct IngestParts {
     pub embedder: InferenceService,
     /// Whether each chunk's evidence units are embedded too (`embedder.evidence_units`).
     pub evidence_units: bool,
+    /// BM25's document-side weighting (`index.bm25`).
+    pub bm25: Bm25Params,
     /// This worker's shard.
     pub store: Arc<dyn VectorStore>,
     /// Points written between two optimizations of the shard ([`ragstream_operators::store::IndexTuning::optimize_every`]).
@@ -78,6 +80,7 @@ pub fn ingest<'scope>(
         chunker,
         embedder,
         evidence_units,
+        bm25,
         store,
         optimize_every,
         dlq,
@@ -126,7 +129,7 @@ pub fn ingest<'scope>(
         StreamVec<'scope, u64, IndexDelta>,
         StreamVec<'scope, u64, DlqRecord>,
     ) = deltas
-        .embed_chunks(embedder, evidence_units, acked.clone())
+        .embed_chunks(embedder, (evidence_units, bm25), acked.clone())
         .ok_err(|result| result);
     let (written, index_refused): (
         StreamVec<'scope, u64, IndexAck>,

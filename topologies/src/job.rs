@@ -151,6 +151,7 @@ impl ProcessParts {
                     chunker,
                     embedder: self.service.clone(),
                     evidence_units: config.embedder.evidence_units,
+                    bm25: config.index.bm25,
                     store,
                     optimize_every: config.index.tuning.optimize_every,
                     dlq,

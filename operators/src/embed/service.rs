@@ -50,7 +50,7 @@ pub enum Priority {
 }
 
 /// How the service schedules.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ServiceConfig {
     /// Estimated word pieces per ingest slice: the longest a query waits behind ingest is the model time
     /// of one slice.
@@ -60,6 +60,9 @@ pub struct ServiceConfig {
     /// The last executor serves queries only; the others serve ingest only, at a lower CPU priority
     /// (needs at least two executors; with one it is ignored).
     pub query_executor: bool,
+    /// Appended to the embedders' version (`<version> + <tag>`): what else the index's stored
+    /// vectors depend on (a BM25 weighting other than the default, [`crate::store::Bm25Params::tag`]).
+    pub version_tag: Option<String>,
 }
 
 impl Default for ServiceConfig {
@@ -68,6 +71,7 @@ impl Default for ServiceConfig {
             slice_word_pieces: DEFAULT_SLICE_WORD_PIECES,
             query_batch: 32,
             query_executor: false,
+            version_tag: None,
         }
     }
 }
@@ -231,6 +235,10 @@ impl InferenceService {
                 message: format!("executors disagree: {} and {}", version, other.version()),
             });
         }
+        let version: Arc<str> = match &config.version_tag {
+            Some(tag) => format!("{version} + {tag}").into(),
+            None => version,
+        };
         let shared = Arc::new(Shared {
             queues: Mutex::new(Queues {
                 backoff: crate::outage::Backoff::default(),
@@ -242,6 +250,7 @@ impl InferenceService {
                 slice_word_pieces: config.slice_word_pieces.max(1),
                 query_batch: config.query_batch.max(1),
                 query_executor: config.query_executor && executors.len() > 1,
+                version_tag: None,
             },
         });
         let last = executors.len() - 1;

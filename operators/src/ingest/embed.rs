@@ -32,7 +32,7 @@ use crate::embed::EmbedError;
 use crate::ingest::decode::encode_event;
 use crate::model::{Chunk, DocKey};
 use crate::offload::Parked;
-use crate::store::{Bm25Encoder, PointWrite};
+use crate::store::{Bm25Encoder, Bm25Params, PointWrite};
 
 /// The index work of one document, ready to write.
 #[derive(Debug, Clone)]
@@ -329,12 +329,12 @@ impl<C: Clone> EmbedQueue<C> {
 
 /// Extension trait: embed chunk deltas.
 pub trait EmbedChunks<'scope> {
-    /// Embeds each batch through `service` (with `evidence`, each chunk's evidence units too); `Ok`
-    /// index work, `Err` DLQ records.
+    /// Embeds each batch through `service` (with `evidence`, each chunk's evidence units too) and
+    /// weighs its terms with `bm25`; `Ok` index work, `Err` DLQ records.
     fn embed_chunks(
         self,
         service: InferenceService,
-        evidence: bool,
+        options: (bool, Bm25Params),
         acked: SharedAcked,
     ) -> StreamVec<'scope, u64, Result<IndexDelta, DlqRecord>>;
 }
@@ -343,11 +343,11 @@ impl<'scope> EmbedChunks<'scope> for StreamVec<'scope, u64, ChunkDelta> {
     fn embed_chunks(
         self,
         service: InferenceService,
-        evidence: bool,
+        (evidence, bm25): (bool, Bm25Params),
         acked: SharedAcked,
     ) -> StreamVec<'scope, u64, Result<IndexDelta, DlqRecord>> {
         let pact = Exchange::new(|delta: &ChunkDelta| delta.key.route());
-        let bm25 = Bm25Encoder::default();
+        let bm25 = Bm25Encoder::with_params(bm25);
         let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(pact, "Embed", move |_cap, info| {
             // Called on a service thread: a `SyncActivator` schedules this operator on its worker.
@@ -688,7 +688,11 @@ mod tests {
             let (mut input, probe) = worker.dataflow(|scope| {
                 let (input, stream) = scope.new_input::<ChunkDelta>();
                 let probe = stream
-                    .embed_chunks(service, false, crate::ingest::acked::Acked::shared())
+                    .embed_chunks(
+                        service,
+                        (false, Default::default()),
+                        crate::ingest::acked::Acked::shared(),
+                    )
                     .inspect_core(move |event| {
                         if let Ok((stamp, data)) = event {
                             let time: u64 = *stamp.elements().first().expect("a time");

@@ -3,7 +3,7 @@
 //! [`DirSource`] walks a directory recursively (honouring `.gitignore`, `.ignore` and hidden files like
 //! git does, via the `ignore` crate), extracts HTML, PDF and DOCX files (recognised by extension or
 //! content; one that cannot be read goes to the DLQ as `unparseable`, once per content), skips other
-//! binary files (a NUL byte in the first 8 KiB or invalid UTF-8), and sends an upsert for every new or
+//! binary files (a NUL byte in the first `preview_window` bytes, 8 KiB unless configured, or invalid UTF-8), and sends an upsert for every new or
 //! changed file (by content hash) and a delete for every file that disappeared. It rescans on an interval, so the index follows edits. Document id = path
 //! relative to the root; version = a per-document counter seeded from the index, so a restart re-sends
 //! every file with a newer version and the differential upsert finds the unchanged chunks unchanged.
@@ -18,6 +18,9 @@ use crate::ingest::dlq::{DlqRecord, Origin};
 use crate::ingest::extract::{self, Extracted};
 use crate::model::{DocKey, DocKind, DocOp, Document};
 
+/// Bytes at a file's start searched for a NUL byte unless configured (`[source] preview_window`).
+pub const DEFAULT_PREVIEW_WINDOW: usize = 8192;
+
 /// One scan's findings for a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Seen {
@@ -31,6 +34,7 @@ pub struct DirSource {
     tenant: String,
     max_bytes: usize,
     extensions: Extensions,
+    preview_window: usize,
     seen: HashMap<String, Seen>,
     versions: HashMap<String, u64>,
 }
@@ -82,18 +86,19 @@ enum FileContent {
 }
 
 /// Reads a file: one of the formats [`extract::detect`] recognises is extracted (or refused with
-/// the reason), other files are text when they are UTF-8 without a NUL in the first 8 KiB.
+/// the reason), other files are text when they are UTF-8 without a NUL in the first `preview`
+/// bytes.
 fn read_file(
     doc_id: &str,
     bytes: Vec<u8>,
-    max_bytes: usize,
+    (max_bytes, preview): (usize, usize),
 ) -> Result<FileContent, extract::ExtractError> {
     if let Some(kind) = extract::detect(doc_id, &bytes) {
         let limits = extract::ExtractLimits::for_documents(max_bytes);
         return extract::extract(kind, &bytes, &limits)
             .map(|file| FileContent::Extracted(kind, file));
     }
-    if bytes[..bytes.len().min(8192)].contains(&0) {
+    if bytes[..bytes.len().min(preview)].contains(&0) {
         return Ok(FileContent::Binary);
     }
     Ok(String::from_utf8(bytes).map_or(FileContent::Binary, FileContent::Text))
@@ -117,6 +122,7 @@ impl DirSource {
             tenant,
             max_bytes,
             extensions: Extensions::default(),
+            preview_window: DEFAULT_PREVIEW_WINDOW,
             seen,
             versions: known.into_iter().collect(),
         }
@@ -126,6 +132,12 @@ impl DirSource {
     /// index at the next scan, as a vanished one is).
     pub fn with_extensions(mut self, extensions: Extensions) -> Self {
         self.extensions = extensions;
+        self
+    }
+
+    /// Searches the first `bytes` of a file for the NUL byte that marks it binary (at least 1).
+    pub fn with_preview_window(mut self, bytes: usize) -> Self {
+        self.preview_window = bytes.max(1);
         self
     }
 
@@ -209,26 +221,27 @@ impl DirSource {
         if unchanged {
             return;
         }
-        let (kind, text, file_title) = match read_file(&doc_id, bytes, self.max_bytes) {
-            Ok(FileContent::Text(text)) => (DocKind::Auto, text, None),
-            Ok(FileContent::Extracted(kind, file)) => (kind, file.text, file.title),
-            Ok(FileContent::Binary) => {
-                tracing::debug!(path = %doc_id, "binary file skipped");
-                return;
-            }
-            Err(refused) => {
-                // Refused once per content: the hash above is remembered.
-                out.push(Err(DlqRecord::new(
-                    DlqReason::Unparseable,
-                    format!("{}: {refused}", DlqReason::Unparseable.as_str()),
-                    origin,
-                    Some(self.tenant.clone()),
-                    Some(doc_id.as_bytes()),
-                    None,
-                )));
-                return;
-            }
-        };
+        let (kind, text, file_title) =
+            match read_file(&doc_id, bytes, (self.max_bytes, self.preview_window)) {
+                Ok(FileContent::Text(text)) => (DocKind::Auto, text, None),
+                Ok(FileContent::Extracted(kind, file)) => (kind, file.text, file.title),
+                Ok(FileContent::Binary) => {
+                    tracing::debug!(path = %doc_id, "binary file skipped");
+                    return;
+                }
+                Err(refused) => {
+                    // Refused once per content: the hash above is remembered.
+                    out.push(Err(DlqRecord::new(
+                        DlqReason::Unparseable,
+                        format!("{}: {refused}", DlqReason::Unparseable.as_str()),
+                        origin,
+                        Some(self.tenant.clone()),
+                        Some(doc_id.as_bytes()),
+                        None,
+                    )));
+                    return;
+                }
+            };
         out.push(Ok(self.upsert(path, doc_id, kind, text, file_title)));
     }
 
@@ -473,6 +486,36 @@ mod tests {
         assert_eq!(source.scan().len(), 5);
         let mut source = source.with_extensions(Extensions::new(&[], &["rs".to_string()]));
         assert_eq!(kinds(&source.scan()), vec!["delete lib.rs"]);
+    }
+
+    #[test]
+    fn the_preview_window_decides_how_far_a_nul_byte_makes_a_file_binary() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let mut late = "text before the NUL byte\n".repeat(400).into_bytes();
+        assert!(late.len() > 9000);
+        late[9000] = 0;
+        std::fs::write(root.join("late.txt"), &late).unwrap();
+        let mut early = b"text".to_vec();
+        early.push(0);
+        std::fs::write(root.join("early.txt"), &early).unwrap();
+        let scan = |window: usize| {
+            DirSource::new(root.to_path_buf(), "local".into(), 1 << 20, BTreeMap::new())
+                .with_preview_window(window)
+                .scan()
+        };
+        // The default 8 KiB does not reach byte 9000: the file is text (the NUL stays in it).
+        assert_eq!(
+            kinds(&scan(DEFAULT_PREVIEW_WINDOW)),
+            vec!["upsert late.txt v1"]
+        );
+        // A 16 KiB window sees it: both files are skipped as binary.
+        assert!(scan(16 << 10).is_empty());
+        // A window too short for the early NUL reads that file too.
+        assert_eq!(
+            kinds(&scan(4)),
+            vec!["upsert early.txt v1", "upsert late.txt v1"]
+        );
     }
 
     #[test]

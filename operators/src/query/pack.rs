@@ -15,11 +15,11 @@ use crate::stage::map_stage;
 use crate::tokens::{Encoding, TokenCounter};
 use ragstream_core::query::cache::LruTtl;
 use ragstream_core::query::modes::{
-    budget_for, max_new_tokens, rank_files, sql_table, unknown_chunk, SQL_FULL_HINT_TOKENS,
+    budget_for, max_new_tokens, rank_files, sql_table, unknown_chunk, FileKey, SQL_FULL_HINT_TOKENS,
 };
 use ragstream_core::query::pack::{pack, render_full, AnswerCue, PackRequest};
 use ragstream_core::query::surrogate::{choose, SurrogatePolicy, SurrogateTier};
-use ragstream_core::query::{Candidate, Context, Mode, LIST_PAGE};
+use ragstream_core::query::{Candidate, Context, GenerationMeta, Mode, LIST_PAGE};
 
 /// Extension trait: the `Pack` operator.
 pub trait Pack<'scope> {
@@ -202,6 +202,15 @@ fn bounded(working: &mut Working, services: &QueryServices, output: &mut Output)
         ));
         context.base_tokens = Some(derived.prompt);
         context.generation_budget = Some(derived.reserve);
+        context.meta = Some(GenerationMeta {
+            context_window: derived.window,
+            remaining: derived.window.saturating_sub(derived.prompt),
+            reserve_from: derived.reserve_from,
+            reserve_ratio: config.window.reserve_ratio,
+            min_reserve: config.window.min_reserve,
+            safety_margin: config.window.safety_margin,
+            capped_by_token_budget: query.token_budget.filter(|cap| *cap == budget),
+        });
     }
     if config.pack.surrogates.policy == SurrogatePolicy::Importance {
         services.access.lock().expect("access counts").record(
@@ -321,17 +330,32 @@ fn files(working: &Working, services: &QueryServices, output: &mut Output) {
         context, counter, ..
     } = output;
     let k = results_wanted(&working.job.query, &services.config);
-    context.sources = rank_files(&working.candidates, &working.answer.sources, k);
+    let key = working
+        .job
+        .query
+        .file_key
+        .as_deref()
+        .and_then(|key| FileKey::parse(key).ok())
+        .unwrap_or_default();
+    context.sources = rank_files(&working.candidates, &working.answer.sources, k, &key);
     context.context = context
         .sources
         .iter()
-        .map(|s| {
-            format!(
+        .map(|s| match (&s.group, s.documents) {
+            (Some(group), Some(documents)) => format!(
+                "{} ({} of {} chunks match, in {} documents; best {})",
+                if group.is_empty() { "(none)" } else { group },
+                s.hits.unwrap_or(0),
+                s.chunks,
+                documents,
+                s.source
+            ),
+            _ => format!(
                 "{} ({} of {} chunks match)",
                 s.source,
                 s.hits.unwrap_or(0),
                 s.chunks
-            )
+            ),
         })
         .collect::<Vec<_>>()
         .join("\n");

@@ -65,8 +65,16 @@ pub fn results_wanted(query: &Query, config: &QueryConfig) -> usize {
 }
 
 /// Candidates per lane: the intent's depth for that lane, at least twice the results wanted and
-/// the query preset's `min_pool`, at most twice the deep mode's most results.
+/// the query preset's `min_pool`, at most twice the deep mode's most results; a `files` query's
+/// `pool` when it gives one.
 pub fn lane_depths(query: &Query, intent: Depth, config: &QueryConfig) -> Depth {
+    if let (Mode::Files, Some(pool)) = (query.mode, query.pool) {
+        let pool = pool.clamp(1, ragstream_core::query::modes::MAX_FILES_POOL);
+        return Depth {
+            dense: pool,
+            bm25: pool,
+        };
+    }
     let config = config.preset(query.preset.as_deref());
     let floor = (2 * results_wanted(query, config)).max(config.min_pool);
     let depth = |lane: usize| lane.max(floor).min(2 * DEEP_MAX_K);
@@ -148,6 +156,8 @@ pub fn list_sources(
                 chunks: 1,
                 hits: None,
                 score: None,
+                group: None,
+                documents: None,
             },
         );
         if by_doc.len() > limit + 1 {

@@ -131,6 +131,12 @@ impl Config {
                 return invalid(key, "at most 256 extensions of 1 to 32 bytes each");
             }
         }
+        if let Err(message) = self.index.bm25.check() {
+            return invalid("index.bm25", &message);
+        }
+        if !(512..=16 << 20).contains(&self.source.preview_window) {
+            return invalid("source.preview_window", "512 to 16777216 bytes");
+        }
         if matches!(self.source.kind, SourceKind::Dir | SourceKind::Jsonl)
             && self.source.path.is_none()
         {

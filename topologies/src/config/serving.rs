@@ -42,6 +42,11 @@ pub struct IndexConfig {
     /// what the other conditions leave.
     #[serde(default)]
     pub metadata: std::collections::BTreeMap<String, ragstream_operators::metadata::MetaIndex>,
+    /// BM25's document-side weighting (`[index.bm25]`: `variant`, `k1`, `b`, `delta`). A setting
+    /// other than the default is stamped on every point with the embedder version: an index written
+    /// with another refuses to open (`embedder.reembed` re-encodes it).
+    #[serde(default)]
+    pub bm25: ragstream_operators::store::Bm25Params,
 }
 
 fn default_index_kind() -> IndexKind {

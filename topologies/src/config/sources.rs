@@ -39,6 +39,14 @@ pub struct SourceConfig {
     /// deleted from the index at the next scan.
     #[serde(default)]
     pub exclude_extensions: Vec<String>,
+    /// `dir`: bytes at the start of a file searched for a NUL byte, the sign of a binary file that
+    /// is skipped (HTML, PDF and DOCX are recognised first); 512 to 16 MiB.
+    #[serde(default = "default_preview_window")]
+    pub preview_window: usize,
+}
+
+fn default_preview_window() -> usize {
+    ragstream_operators::io::dir_source::DEFAULT_PREVIEW_WINDOW
 }
 
 fn default_tenant() -> String {

@@ -109,6 +109,14 @@ pub struct SourceEntry {
     /// Concentration score (`files`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub score: Option<f32>,
+    /// `files` with a `file_key` other than `doc_id`: the group's value (the source, its
+    /// directory, or the metadata value; empty for documents without it); `doc_id`, `source` and
+    /// `title` are then the group's best document's, `chunks` and `hits` the group's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// `files` with a `file_key` other than `doc_id`: the group's documents among the candidates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub documents: Option<usize>,
 }
 
 /// `index_stats`: what the index holds for a tenant.
@@ -181,6 +189,10 @@ pub struct Context {
     /// window, at least `min_reserve`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation_budget: Option<usize>,
+    /// How `token_budget` and `generation_budget` were derived from a context window (absent
+    /// without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<GenerationMeta>,
     /// The intent the analyzer chose.
     pub intent: String,
     /// The fusion weights used.
@@ -200,6 +212,29 @@ pub struct Context {
     /// `index_unavailable` (retry later), `index_refused`, `too_large_context`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_type: Option<String>,
+}
+
+/// How a context window was shared out: `token_budget = context_window − base_tokens −
+/// generation_budget − safety_margin` (at most the query's own `token_budget`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct GenerationMeta {
+    /// The model's context window, as the query gave it.
+    pub context_window: usize,
+    /// What the prompt leaves of the window (`context_window − base_tokens`).
+    pub remaining: usize,
+    /// Where `generation_budget` came from.
+    pub reserve_from: super::modes::ReserveFrom,
+    /// The job's `[query.window] reserve_ratio` (the share of `remaining` reserved when the query
+    /// gives no `reserve_output`).
+    pub reserve_ratio: f32,
+    /// The job's `[query.window] min_reserve`.
+    pub min_reserve: usize,
+    /// Tokens kept free (`[query.window] safety_margin`).
+    pub safety_margin: usize,
+    /// The query's `token_budget` when it capped the derived budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capped_by_token_budget: Option<usize>,
 }
 
 /// The ingest progress a context reflects.

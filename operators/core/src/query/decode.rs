@@ -141,6 +141,18 @@ pub fn validate(query: &Query) -> Result<(), String> {
             ));
         }
     }
+    if query.mode != Mode::Files && (query.pool.is_some() || query.file_key.is_some()) {
+        return Err("pool and file_key apply to mode files".into());
+    }
+    if let Some(pool) = query.pool {
+        let most = super::modes::MAX_FILES_POOL;
+        if pool == 0 || pool > most {
+            return Err(format!("pool must be in 1..={most}, got {pool}"));
+        }
+    }
+    if let Some(key) = &query.file_key {
+        super::modes::FileKey::parse(key)?;
+    }
     if let Some(n) = query.num_hypotheses {
         let most = super::endpoints::MAX_HYPOTHESES;
         if n == 0 || n > most {

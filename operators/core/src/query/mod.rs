@@ -255,6 +255,16 @@ pub struct Query {
     #[serde(default)]
     #[cfg_attr(feature = "schema", schemars(length(max = 1024)))]
     pub cursor: Option<String>,
+    /// `files`: candidates per retrieval lane that are grouped into files (1 to 500; default: the
+    /// usual depth, twice `k` and at least the preset's `min_pool`, at most 100).
+    #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 500)))]
+    pub pool: Option<usize>,
+    /// `files`: what a file is: `doc_id` (the default), `source`, `directory` (the source's
+    /// directory) or `metadata.<key>` (documents with the same value of that metadata key).
+    #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(length(max = 80)))]
+    pub file_key: Option<String>,
     /// The retrieval preset the query is answered with: `default` (the job's `[query]` section,
     /// also when absent), `fast`, `conservative`, or one the job defines (`query.presets`). An
     /// unknown name is refused.

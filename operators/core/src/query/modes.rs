@@ -42,6 +42,21 @@ pub struct Derived {
     pub prompt: usize,
     /// Tokens reserved for the answer.
     pub reserve: usize,
+    /// Where the reserve came from.
+    pub reserve_from: ReserveFrom,
+}
+
+/// Where a derived budget's answer reserve came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ReserveFrom {
+    /// The query's `reserve_output`.
+    ReserveOutput,
+    /// `[query.window] reserve_ratio` of what the prompt leaves of the window.
+    ReserveRatio,
+    /// `[query.window] min_reserve`, the ratio's share being smaller.
+    MinReserve,
 }
 
 /// The context budget, and how it was derived: `window − prompt − reserve − margin` when a context
@@ -66,9 +81,12 @@ pub fn budget_for(
         )
     });
     let remaining = window.saturating_sub(prompt);
-    let reserve = query
-        .reserve_output
-        .unwrap_or(((remaining as f32 * rule.reserve_ratio) as usize).max(rule.min_reserve));
+    let share = (remaining as f32 * rule.reserve_ratio) as usize;
+    let (reserve, reserve_from) = match query.reserve_output {
+        Some(reserve) => (reserve, ReserveFrom::ReserveOutput),
+        None if share >= rule.min_reserve => (share, ReserveFrom::ReserveRatio),
+        None => (rule.min_reserve, ReserveFrom::MinReserve),
+    };
     let mut budget = window.saturating_sub(
         prompt
             .saturating_add(reserve)
@@ -83,6 +101,7 @@ pub fn budget_for(
             window,
             prompt,
             reserve,
+            reserve_from,
         }),
     )
 }
@@ -101,13 +120,77 @@ pub fn max_new_tokens(
     )
 }
 
+/// Most candidates per lane a `files` query may ask for (`pool`).
+pub const MAX_FILES_POOL: usize = 500;
+
+/// What `files` groups its candidates by (the query's `file_key`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum FileKey {
+    /// The document (the default).
+    #[default]
+    DocId,
+    /// The document's source (documents sharing a source are one file).
+    Source,
+    /// The directory of the source: everything before its last `/` (`.` for none).
+    Directory,
+    /// A metadata value (`metadata.<key>`): documents without the key form one group, `""`.
+    Metadata(String),
+}
+
+impl FileKey {
+    /// `doc_id`, `source`, `directory` or `metadata.<key>`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "doc_id" => Ok(Self::DocId),
+            "source" => Ok(Self::Source),
+            "directory" => Ok(Self::Directory),
+            _ => match text.strip_prefix("metadata.") {
+                Some(key) => {
+                    crate::metadata::check_key(key)?;
+                    Ok(Self::Metadata(key.to_string()))
+                }
+                None => Err(format!(
+                    "file_key must be doc_id, source, directory or metadata.<key>, got {:?}",
+                    text.chars().take(64).collect::<String>()
+                )),
+            },
+        }
+    }
+
+    /// The group a file (one of the candidates' documents) falls in.
+    fn of(&self, entry: &SourceEntry, metadata: &crate::metadata::Metadata) -> String {
+        match self {
+            Self::DocId => entry.doc_id.clone(),
+            Self::Source => entry.source.clone(),
+            Self::Directory => entry
+                .source
+                .rsplit_once('/')
+                .map_or(".", |(dir, _)| dir)
+                .to_string(),
+            Self::Metadata(key) => match metadata.to_object().get(key) {
+                None | Some(serde_json::Value::Null) => String::new(),
+                Some(serde_json::Value::String(text)) => text.clone(),
+                Some(other) => other.to_string(),
+            },
+        }
+    }
+}
+
 /// Files ranked by the concentration of chunk hits: `Σ 1/rank · sqrt(hits / chunks)` over the file's
 /// chunks among the ranked candidates (rank from 1), so a file whose few chunks all rank high beats a
-/// long file with many middling hits.
-pub fn rank_files(candidates: &[Candidate], sources: &[SourceEntry], k: usize) -> Vec<SourceEntry> {
+/// long file with many middling hits. With a `key` other than the document, a group's hits, rank
+/// sum and chunks are its documents' sums (chunks of the documents found among the candidates).
+pub fn rank_files(
+    candidates: &[Candidate],
+    sources: &[SourceEntry],
+    k: usize,
+    key: &FileKey,
+) -> Vec<SourceEntry> {
     let totals: BTreeMap<&str, &SourceEntry> =
         sources.iter().map(|s| (s.doc_id.as_str(), s)).collect();
-    let mut by_doc: BTreeMap<String, (usize, f32, SourceEntry)> = BTreeMap::new();
+    // Per document: hits, Σ 1/rank, the entry, its metadata.
+    let mut by_doc: BTreeMap<String, (usize, f32, SourceEntry, &crate::metadata::Metadata)> =
+        BTreeMap::new();
     for (position, candidate) in candidates.iter().enumerate() {
         let stored = &candidate.stored;
         let entry = by_doc.entry(stored.key.doc_id.clone()).or_insert_with(|| {
@@ -124,18 +207,48 @@ pub fn rank_files(candidates: &[Candidate], sources: &[SourceEntry], k: usize) -
                     chunks,
                     hits: None,
                     score: None,
+                    group: None,
+                    documents: None,
                 },
+                &stored.chunk.metadata,
             )
         });
         entry.0 += 1;
         entry.1 += 1.0 / (position + 1) as f32;
     }
-    let mut files: Vec<SourceEntry> = by_doc
-        .into_values()
-        .map(|(hits, sum, mut entry)| {
-            let concentration = (hits as f32 / entry.chunks.max(hits) as f32).sqrt();
+    // Per group: hits, Σ 1/rank, chunks, documents, the best document's entry and its Σ.
+    let mut groups: BTreeMap<String, (usize, f32, usize, usize, SourceEntry, f32)> =
+        BTreeMap::new();
+    for (hits, sum, entry, metadata) in by_doc.into_values() {
+        let name = key.of(&entry, metadata);
+        let chunks = entry.chunks.max(hits);
+        match groups.get_mut(&name) {
+            Some(group) => {
+                group.0 += hits;
+                group.1 += sum;
+                group.2 = group.2.saturating_add(chunks);
+                group.3 += 1;
+                if sum > group.5 {
+                    (group.4, group.5) = (entry, sum);
+                }
+            }
+            None => {
+                groups.insert(name, (hits, sum, chunks, 1, entry, sum));
+            }
+        }
+    }
+    let grouped = *key != FileKey::DocId;
+    let mut files: Vec<SourceEntry> = groups
+        .into_iter()
+        .map(|(name, (hits, sum, chunks, documents, mut entry, _))| {
+            let concentration = (hits as f32 / chunks.max(hits) as f32).sqrt();
+            entry.chunks = chunks;
             entry.hits = Some(hits);
             entry.score = Some(sum * concentration);
+            if grouped {
+                entry.group = Some(name);
+                entry.documents = Some(documents);
+            }
             entry
         })
         .collect();
@@ -143,6 +256,7 @@ pub fn rank_files(candidates: &[Candidate], sources: &[SourceEntry], k: usize) -
         b.score
             .unwrap_or(0.0)
             .total_cmp(&a.score.unwrap_or(0.0))
+            .then_with(|| a.group.cmp(&b.group))
             .then_with(|| a.doc_id.cmp(&b.doc_id))
     });
     files.truncate(k);
@@ -242,7 +356,9 @@ mod tests {
             window: w,
             prompt,
             reserve,
+            reserve_from,
         } = derived.unwrap();
+        assert_eq!(reserve_from, ReserveFrom::ReserveRatio);
         assert_eq!(w, 8000);
         assert!(prompt > 5 && prompt < 20);
         // The reserve is a quarter of what the prompt leaves, not of the whole window.
@@ -266,10 +382,17 @@ mod tests {
             8192,
         )
         .unwrap();
-        assert_eq!(
-            budget_for(&small, counter, (&rule, DEFAULT_BUDGET)).0,
-            100 - 32 - 32
-        );
+        let (budget, derived) = budget_for(&small, counter, (&rule, DEFAULT_BUDGET));
+        assert_eq!(budget, 100 - 32 - 32);
+        assert_eq!(derived.unwrap().reserve_from, ReserveFrom::MinReserve);
+        let asked = decode_query(
+            br#"{"query_id":"q","tenant":"t","text":"x","context_window":1000,"reserve_output":100}"#,
+            8192,
+        )
+        .unwrap();
+        let (budget, derived) = budget_for(&asked, counter, (&rule, DEFAULT_BUDGET));
+        assert_eq!(budget, 1000 - 100 - 32);
+        assert_eq!(derived.unwrap().reserve_from, ReserveFrom::ReserveOutput);
         // token_budget caps the derived budget; no window: token_budget or the default.
         let capped = decode_query(
             br#"{"query_id":"q","tenant":"t","text":"x","context_window":8000,"token_budget":500}"#,
@@ -309,6 +432,8 @@ mod tests {
                 chunks: 100,
                 hits: None,
                 score: None,
+                group: None,
+                documents: None,
             },
             SourceEntry {
                 doc_id: "small".into(),
@@ -317,6 +442,8 @@ mod tests {
                 chunks: 2,
                 hits: None,
                 score: None,
+                group: None,
+                documents: None,
             },
         ];
         // Two hits in a 2-chunk file beat three in a 100-chunk file.
@@ -327,10 +454,96 @@ mod tests {
             candidate("small", 0, 0.9),
             candidate("small", 1, 0.9),
         ];
-        let files = rank_files(&candidates, &sources, 10);
+        let files = rank_files(&candidates, &sources, 10, &FileKey::DocId);
         assert_eq!(files[0].doc_id, "small");
         assert_eq!(files[0].hits, Some(2));
         assert_eq!(files[1].hits, Some(3));
+    }
+
+    #[test]
+    fn files_group_by_source_directory_or_a_metadata_value() {
+        let candidate = |doc: &str, dir: &str, repo: Option<&str>| {
+            let mut stored = stored(doc, 0, doc);
+            stored.chunk.source = format!("{dir}/{doc}.rs");
+            if let Some(repo) = repo {
+                stored.chunk.metadata =
+                    crate::metadata::Metadata::parse(&serde_json::json!({ "repo": repo })).unwrap();
+            }
+            Candidate::new(stored)
+        };
+        let entry = |doc: &str, dir: &str, chunks: usize| SourceEntry {
+            doc_id: doc.into(),
+            source: format!("{dir}/{doc}.rs"),
+            title: String::new(),
+            chunks,
+            hits: None,
+            score: None,
+            group: None,
+            documents: None,
+        };
+        let sources = vec![
+            entry("a", "src/query", 4),
+            entry("b", "src/query", 6),
+            entry("c", "src/store", 2),
+            entry("d", "lib", 3),
+        ];
+        let candidates = vec![
+            candidate("c", "src/store", Some("core")),
+            candidate("a", "src/query", Some("core")),
+            candidate("b", "src/query", Some("app")),
+            candidate("a", "src/query", Some("core")),
+            candidate("d", "lib", None),
+        ];
+        // By document: four files, each its own group, no group fields.
+        let docs = rank_files(&candidates, &sources, 10, &FileKey::DocId);
+        assert_eq!(docs.len(), 4);
+        assert!(docs
+            .iter()
+            .all(|f| f.group.is_none() && f.documents.is_none()));
+        // By directory: src/query holds a and b (3 hits of 10 chunks), its best document a.
+        let dirs = rank_files(&candidates, &sources, 10, &FileKey::Directory);
+        let query = dirs
+            .iter()
+            .find(|f| f.group.as_deref() == Some("src/query"))
+            .unwrap();
+        assert_eq!(
+            (query.hits, query.chunks, query.documents),
+            (Some(3), 10, Some(2))
+        );
+        assert_eq!(query.doc_id, "a");
+        // Σ 1/rank = 1/2 + 1/3 + 1/4 over sqrt(3/10).
+        let expected = (0.5 + 1.0 / 3.0 + 0.25) * (0.3f32).sqrt();
+        assert!((query.score.unwrap() - expected).abs() < 1e-6);
+        // src/store: one hit at rank 1 of 2 chunks, 1 · sqrt(1/2), ranks first.
+        assert_eq!(dirs[0].group.as_deref(), Some("src/store"));
+        assert_eq!(dirs.len(), 3);
+        // By a metadata value: core (a, c), app (b), and "" for d, which has no repo.
+        let repos = rank_files(
+            &candidates,
+            &sources,
+            10,
+            &FileKey::parse("metadata.repo").unwrap(),
+        );
+        let mut names: Vec<_> = repos.iter().map(|f| f.group.clone().unwrap()).collect();
+        names.sort();
+        assert_eq!(names, vec!["", "app", "core"]);
+        let core = repos
+            .iter()
+            .find(|f| f.group.as_deref() == Some("core"))
+            .unwrap();
+        assert_eq!(
+            (core.hits, core.chunks, core.documents),
+            (Some(3), 6, Some(2))
+        );
+        // By source, with k: one entry per source, the best only.
+        assert_eq!(
+            rank_files(&candidates, &sources, 1, &FileKey::Source).len(),
+            1
+        );
+        // Keys are checked.
+        assert!(FileKey::parse("path").unwrap_err().contains("file_key"));
+        assert!(FileKey::parse("metadata.").is_err());
+        assert!(FileKey::parse("metadata.a b").is_err());
     }
 
     #[test]
@@ -342,6 +555,8 @@ mod tests {
             chunks: 3,
             hits: None,
             score: None,
+            group: None,
+            documents: None,
         }];
         let message = unknown_chunk("nope", &sources);
         assert!(message.contains("a (3 chunks)"));

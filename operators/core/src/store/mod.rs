@@ -19,7 +19,7 @@ pub mod stats;
 use serde_json::{json, Map, Value};
 
 use crate::model::{Chunk, DocKey, DocKind};
-pub use bm25::{Bm25Encoder, SparseVector};
+pub use bm25::{Bm25Encoder, Bm25Params, Bm25Variant, SparseVector};
 
 /// Name of the dense vector in the collection.
 pub const DENSE_VECTOR: &str = "dense";

@@ -136,6 +136,8 @@ fn gather_merges_shards_by_score() {
             chunks: 2,
             hits: None,
             score: None,
+            group: None,
+            documents: None,
         }],
         ..ShardAnswer::default()
     };
@@ -148,6 +150,8 @@ fn gather_merges_shards_by_score() {
             chunks: 1,
             hits: None,
             score: None,
+            group: None,
+            documents: None,
         }],
         ..ShardAnswer::default()
     };
