@@ -506,6 +506,7 @@ mod tests {
                 slice_word_pieces: slice,
                 query_batch: 8,
                 query_executor: false,
+                version_tag: None,
             },
         )
         .unwrap()
@@ -679,6 +680,7 @@ mod tests {
                 slice_word_pieces: 1000,
                 query_batch: 8,
                 query_executor: false,
+                version_tag: None,
             },
         )
         .unwrap();

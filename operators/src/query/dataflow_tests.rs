@@ -61,6 +61,7 @@ fn services(
                 slice_word_pieces: 1000,
                 query_batch: 8,
                 query_executor: false,
+                version_tag: None,
             },
         )
         .expect("service"),

@@ -33,8 +33,8 @@ use qdrant_client::Qdrant;
 use ragstream_core::metadata::MetaIndex;
 
 use super::{
-    check_compatible, check_dimensions, chunk_payload, Hit, IndexTuning, PointWrite, SearchFilter,
-    SearchVector, StoreError, StoredChunk, StoredVectors, VectorStore, DENSE_VECTOR,
+    check_compatible, check_dimensions, chunk_payload, DenseDistance, Hit, IndexTuning, PointWrite,
+    SearchFilter, SearchVector, StoreError, StoredChunk, StoredVectors, VectorStore, DENSE_VECTOR,
     EVIDENCE_VECTOR, KEYWORD_INDEXES, ON_DISK_KEYWORD_INDEXES, SPARSE_VECTOR,
 };
 
@@ -154,7 +154,8 @@ impl ServerStore {
             .map_err(store_error)?;
         if !exists {
             let mut vectors = VectorsConfigBuilder::default();
-            let mut dense = VectorParamsBuilder::new(self.dimension as u64, Distance::Cosine);
+            let mut dense =
+                VectorParamsBuilder::new(self.dimension as u64, server_distance(&self.tuning));
             if self.tuning.quantized {
                 dense = dense.on_disk(true).quantization_config(
                     ScalarQuantizationBuilder::default()
@@ -203,7 +204,15 @@ impl ServerStore {
                 Err(error) => return Err(store_error(error)),
             }
         }
-        let (found, engine_idf, evidence) = self.collection_params()?;
+        let (found, engine_idf, evidence, distance) = self.collection_params()?;
+        if found.is_some() && distance != Some(server_distance(&self.tuning) as i32) {
+            return Err(StoreError::Invalid(format!(
+                "the collection {} holds dense vectors of distance {:?}; index.tuning.distance is {}: use a new collection to change it",
+                self.collection,
+                distance.and_then(|d| Distance::try_from(d).ok()),
+                self.tuning.distance.as_str()
+            )));
+        }
         if !evidence {
             tracing::warn!(
                 collection = %self.collection,
@@ -290,10 +299,10 @@ impl ServerStore {
         Ok(())
     }
 
-    /// Size of the collection's named dense vector; `None` if it has none.
-    /// The collection's dense dimension, whether its sparse vector has the IDF modifier, and whether
-    /// it has the evidence multi-vector.
-    fn collection_params(&self) -> Result<(Option<usize>, bool, bool), StoreError> {
+    /// The collection's dense dimension (`None` if it has no dense vector), whether its sparse vector
+    /// has the IDF modifier, whether it has the evidence multi-vector, and the dense distance.
+    #[allow(clippy::type_complexity)]
+    fn collection_params(&self) -> Result<(Option<usize>, bool, bool, Option<i32>), StoreError> {
         let info = self
             .runtime
             .block_on(self.client.collection_info(&self.collection))
@@ -310,14 +319,15 @@ impl ServerStore {
         let config = params
             .and_then(|params| params.vectors_config)
             .and_then(|vectors| vectors.config);
-        let (dimension, evidence) = match config {
+        let (dimension, evidence, distance) = match config {
             Some(VectorsConfigKind::ParamsMap(map)) => (
                 map.map.get(DENSE_VECTOR).map(|params| params.size as usize),
                 map.map.contains_key(EVIDENCE_VECTOR),
+                map.map.get(DENSE_VECTOR).map(|params| params.distance),
             ),
-            _ => (None, false),
+            _ => (None, false, None),
         };
-        Ok((dimension, engine_idf, evidence))
+        Ok((dimension, engine_idf, evidence, distance))
     }
 }
 
@@ -369,7 +379,10 @@ impl VectorStore for ServerStore {
                 )));
             }
             let mut vectors = NamedVectors::default()
-                .add_vector(DENSE_VECTOR, Vector::new_dense(point.dense.clone()))
+                .add_vector(
+                    DENSE_VECTOR,
+                    Vector::new_dense(self.tuning.distance.prepare(&point.dense)),
+                )
                 .add_vector(
                     SPARSE_VECTOR,
                     Vector::new_sparse(point.sparse.indices.clone(), point.sparse.values.clone()),
@@ -483,7 +496,10 @@ impl VectorStore for ServerStore {
             return Ok(Vec::new());
         }
         let (query, using) = match vector {
-            SearchVector::Dense(dense) => (Query::new_nearest(dense.clone()), DENSE_VECTOR),
+            SearchVector::Dense(dense) => (
+                Query::new_nearest(self.tuning.distance.prepare(dense)),
+                DENSE_VECTOR,
+            ),
             SearchVector::Sparse(sparse) => (
                 Query::new_nearest(VectorInput::new_sparse(
                     sparse.indices.clone(),
@@ -513,8 +529,14 @@ impl VectorStore for ServerStore {
         if let Some(filter) = server_filter(filter, &self.declared())? {
             request = request.filter(filter);
         }
+        let dense = matches!(vector, SearchVector::Dense(_));
+        let distance = self.tuning.distance;
         if let Some(threshold) = score_threshold {
-            request = request.score_threshold(threshold);
+            request = request.score_threshold(if dense {
+                distance.engine_threshold(threshold)
+            } else {
+                threshold
+            });
         }
         let response = self
             .runtime
@@ -527,7 +549,11 @@ impl VectorStore for ServerStore {
                 let stored = stored_chunk(point.id.as_ref(), &point.payload)?;
                 Some(Hit {
                     stored,
-                    score: point.score,
+                    score: if dense {
+                        distance.to_cosine(point.score)
+                    } else {
+                        point.score
+                    },
                 })
             })
             .collect())
@@ -593,6 +619,15 @@ impl VectorStore for ServerStore {
                 ))
             })
             .collect())
+    }
+}
+
+/// The server's distance for the dense vectors.
+fn server_distance(tuning: &IndexTuning) -> Distance {
+    match tuning.distance {
+        DenseDistance::Cosine => Distance::Cosine,
+        DenseDistance::Dot => Distance::Dot,
+        DenseDistance::L2 => Distance::Euclid,
     }
 }
 

@@ -75,6 +75,66 @@ pub struct IndexTuning {
     /// point by point; an optimization indexes them (and merges segments). A Qdrant server optimizes
     /// on its own and ignores it.
     pub optimize_every: usize,
+    /// The dense lane's distance: `cosine`, `dot` or `l2`. Fixed when the index is created (a shard
+    /// or collection of another distance is refused). With `dot` and `l2` the job stores and searches
+    /// unit-length vectors, so the three rank alike, and scores are reported as cosines whichever it
+    /// is (`score_threshold` too is a cosine): the setting lets the job create, or join, a collection
+    /// of that distance.
+    pub distance: DenseDistance,
+}
+
+/// The dense vectors' distance in the index (`[index.tuning] distance`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DenseDistance {
+    /// Cosine similarity (the engine normalises the vectors).
+    #[default]
+    Cosine,
+    /// Dot product of unit vectors (equal to their cosine).
+    Dot,
+    /// Euclidean distance `d` of unit vectors (`cos = 1 − d²/2`).
+    L2,
+}
+
+impl DenseDistance {
+    /// The name in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cosine => "cosine",
+            Self::Dot => "dot",
+            Self::L2 => "l2",
+        }
+    }
+
+    /// The vector as the index stores and searches it: unit length for `dot` and `l2`, as given for
+    /// `cosine` (the engine normalises). A zero vector stays zero.
+    pub fn prepare(self, vector: &[f32]) -> Vec<f32> {
+        if self == Self::Cosine {
+            return vector.to_vec();
+        }
+        let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if norm > 0.0 && norm.is_finite() {
+            vector.iter().map(|x| x / norm).collect()
+        } else {
+            vector.to_vec()
+        }
+    }
+
+    /// The engine's score of a dense hit as a cosine.
+    pub fn to_cosine(self, score: f32) -> f32 {
+        match self {
+            Self::Cosine | Self::Dot => score,
+            Self::L2 => 1.0 - score * score / 2.0,
+        }
+    }
+
+    /// A cosine threshold as the engine's: the largest distance allowed for `l2`.
+    pub fn engine_threshold(self, cosine: f32) -> f32 {
+        match self {
+            Self::Cosine | Self::Dot => cosine,
+            Self::L2 => (2.0 - 2.0 * cosine.clamp(-1.0, 1.0)).sqrt(),
+        }
+    }
 }
 
 impl Default for IndexTuning {
@@ -87,6 +147,7 @@ impl Default for IndexTuning {
             indexing_threads: 0,
             indexes_on_disk: true,
             optimize_every: 20_000,
+            distance: DenseDistance::Cosine,
         }
     }
 }

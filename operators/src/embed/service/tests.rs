@@ -97,6 +97,7 @@ fn config(slice: usize) -> ServiceConfig {
         slice_word_pieces: slice,
         query_batch: 8,
         query_executor: false,
+        version_tag: None,
     }
 }
 

@@ -6,7 +6,7 @@ use qdrant_edge::{
     MultiVectorConfig, QuantizationConfig, VectorStorageDatatype,
 };
 
-use crate::store::IndexTuning;
+use crate::store::{DenseDistance, IndexTuning};
 
 /// Segments a shard's merge optimizer aims at. The engine's default on two cores is 2, so every
 /// optimization merged the newly indexed points into the shard's largest segment and rebuilt it: the
@@ -38,6 +38,15 @@ pub(super) fn evidence_params(dimension: usize) -> EdgeVectorParams {
             ..HnswIndexConfig::default()
         })
         .build()
+}
+
+/// The engine's distance for the dense vectors.
+pub(super) fn distance(tuning: &IndexTuning) -> Distance {
+    match tuning.distance {
+        DenseDistance::Cosine => Distance::Cosine,
+        DenseDistance::Dot => Distance::Dot,
+        DenseDistance::L2 => Distance::Euclid,
+    }
 }
 
 /// The HNSW settings of `tuning`.

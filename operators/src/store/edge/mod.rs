@@ -12,10 +12,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use qdrant_edge::{
-    CountRequest, Distance, EdgeConfig, EdgeShard, EdgeSparseVectorParams, EdgeVectorParams,
-    Modifier, PointId, PointInsertOperations, PointOperations, PointStruct, ScrollRequest,
-    UpdateOperation, Vector, VectorInternal, VectorStructInternal, Vectors, WithPayloadInterface,
-    WithVector,
+    CountRequest, EdgeConfig, EdgeShard, EdgeSparseVectorParams, EdgeVectorParams, Modifier,
+    PointId, PointInsertOperations, PointOperations, PointStruct, ScrollRequest, UpdateOperation,
+    Vector, VectorInternal, VectorStructInternal, Vectors, WithPayloadInterface, WithVector,
 };
 
 use std::collections::BTreeMap;
@@ -35,7 +34,7 @@ mod ids;
 mod indexes;
 mod search;
 
-use config::{evidence_params, hnsw, int8, optimizers};
+use config::{distance, evidence_params, hnsw, int8, optimizers};
 use error::{engine_error, io_error};
 use filter::engine_filter;
 use ids::{point_id, uuid_of};
@@ -95,7 +94,7 @@ impl EdgeStore {
         tuning: IndexTuning,
     ) -> Result<Self, StoreError> {
         std::fs::create_dir_all(path).map_err(io_error)?;
-        let mut dense = EdgeVectorParams::builder(dimension, Distance::Cosine);
+        let mut dense = EdgeVectorParams::builder(dimension, distance(&tuning));
         if tuning.quantized {
             dense = dense.on_disk(true).quantization_config(int8());
         }
@@ -137,6 +136,14 @@ impl EdgeStore {
                     expected: "(this job)".into(),
                     expected_dimension: dimension,
                 });
+            }
+            if let Some(found) = found.as_ref().filter(|v| v.distance != distance(&tuning)) {
+                return Err(StoreError::Invalid(format!(
+                    "the shard at {} holds dense vectors of distance {:?}; index.tuning.distance is {}: re-index into a new path to change it",
+                    path.display(),
+                    found.distance,
+                    tuning.distance.as_str()
+                )));
             }
             if engine_idf(&shard) {
                 tracing::warn!(
@@ -239,7 +246,10 @@ impl VectorStore for EdgeStore {
                 Vector::new_sparse(point.sparse.indices.clone(), point.sparse.values.clone())
                     .map_err(engine_error)?;
             let mut named = vec![
-                (DENSE_VECTOR, Vector::new_dense(point.dense.clone())),
+                (
+                    DENSE_VECTOR,
+                    Vector::new_dense(self.tuning.distance.prepare(&point.dense)),
+                ),
                 (SPARSE_VECTOR, sparse),
             ];
             if self.evidence && !point.evidence.is_empty() {

@@ -66,8 +66,12 @@ impl EdgeStore {
         score_threshold: Option<f32>,
         params: Option<SearchParams>,
     ) -> Result<Vec<Hit>, StoreError> {
+        let distance = self.tuning.distance;
+        let dense = matches!(vector, SearchVector::Dense(_));
         let (query, using) = match vector {
-            SearchVector::Dense(dense) => (VectorInternal::Dense(dense.clone()), DENSE_VECTOR),
+            SearchVector::Dense(dense) => {
+                (VectorInternal::Dense(distance.prepare(dense)), DENSE_VECTOR)
+            }
             SearchVector::Sparse(sparse) => {
                 let sparse = qdrant_edge::SparseVector {
                     indices: sparse.indices.clone(),
@@ -83,6 +87,13 @@ impl EdgeStore {
             )))),
             filter: engine_filter(filter, &self.declared())?,
             score_threshold: score_threshold
+                .map(|t| {
+                    if dense {
+                        distance.engine_threshold(t)
+                    } else {
+                        t
+                    }
+                })
                 .map(qdrant_edge::external::ordered_float::OrderedFloat),
             limit,
             offset: 0,
@@ -98,7 +109,11 @@ impl EdgeStore {
                 let stored = chunk_from_payload(id, &point.payload.as_ref()?.0)?;
                 Some(Hit {
                     stored,
-                    score: point.score,
+                    score: if dense {
+                        distance.to_cosine(point.score)
+                    } else {
+                        point.score
+                    },
                 })
             })
             .collect())

@@ -1,5 +1,7 @@
 use super::*;
 use crate::store::bm25::Bm25Encoder;
+use crate::store::DenseDistance;
+use qdrant_edge::Distance;
 
 #[test]
 fn edge_store_passes_the_contract() {
@@ -206,4 +208,78 @@ fn engine_outages_are_retried_and_wrong_requests_refused() {
             "{refusal}"
         );
     }
+}
+
+/// With `dot` and `l2` the shard passes the contract (its score thresholds are cosines), ranks as
+/// with `cosine` and reports the same scores; a shard is refused by a job of another distance.
+#[test]
+fn every_distance_passes_the_contract_and_ranks_and_scores_as_cosine() {
+    let points = random_points(&mut xorshift());
+    let shards: Vec<(tempfile::TempDir, EdgeStore)> =
+        [DenseDistance::Cosine, DenseDistance::Dot, DenseDistance::L2]
+            .into_iter()
+            .map(|distance| {
+                let tuning = IndexTuning {
+                    distance,
+                    quantized: false,
+                    ..IndexTuning::default()
+                };
+                let contract = tempfile::tempdir().expect("tempdir");
+                super::super::contract::run(&|| {
+                    Box::new(
+                        EdgeStore::open_tuned(
+                            contract.path(),
+                            super::super::contract::DIMENSION,
+                            tuning,
+                        )
+                        .expect("open"),
+                    ) as Box<dyn VectorStore>
+                });
+                let dir = tempfile::tempdir().expect("tempdir");
+                let store = EdgeStore::open_tuned(dir.path(), DIMENSION, tuning).expect("open");
+                store.upsert(&points).expect("upsert");
+                (dir, store)
+            })
+            .collect();
+    let filter = SearchFilter {
+        tenant: Some("t".into()),
+        ..SearchFilter::default()
+    };
+    let mut random = xorshift();
+    for _ in 0..20 {
+        let query: Vec<f32> = (0..DIMENSION).map(|_| random() * 3.0).collect();
+        let answers: Vec<Vec<Hit>> = shards
+            .iter()
+            .map(|(_, store)| {
+                store
+                    .search(&SearchVector::Dense(query.clone()), &filter, 10, Some(0.1))
+                    .expect("search")
+            })
+            .collect();
+        let ids = |hits: &[Hit]| hits.iter().map(|h| h.stored.id).collect::<Vec<_>>();
+        assert!(!answers[0].is_empty());
+        for other in &answers[1..] {
+            assert_eq!(ids(other), ids(&answers[0]));
+            for (a, b) in other.iter().zip(&answers[0]) {
+                assert!(
+                    (a.score - b.score).abs() < 1e-3,
+                    "{} vs {}",
+                    a.score,
+                    b.score
+                );
+                assert!(b.score >= 0.1);
+            }
+        }
+    }
+    let (dirs, stores): (Vec<_>, Vec<_>) = shards.into_iter().unzip();
+    drop(stores);
+    let Err(error) = EdgeStore::open_tuned(dirs[1].path(), DIMENSION, IndexTuning::default())
+    else {
+        panic!("a dot shard refused by a cosine job");
+    };
+    let error = error.to_string();
+    assert!(
+        error.contains("distance Dot") && error.contains("cosine"),
+        "{error}"
+    );
 }
