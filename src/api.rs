@@ -58,6 +58,11 @@ pub const PROBLEMS: &[(&str, u16, &str)] = &[
         409,
         "This job takes no documents over HTTP",
     ),
+    (
+        "reindex_running",
+        409,
+        "A reindex is running in this process; one at a time",
+    ),
     ("request_timeout", 408, "The body did not arrive in time"),
     ("oversize", 413, "The body or the query is too large"),
     (

@@ -16,6 +16,7 @@ use crate::api::{
 };
 use crate::documents::{DocumentsAccepted, DocumentsRequest};
 use ragstream_core::query::cache::CacheStats;
+use ragstream_core::store::reindex::ReindexStatus;
 
 /// Where the document's schemas live, as a JSON pointer.
 const COMPONENTS: &str = "/components/schemas";
@@ -152,6 +153,25 @@ fn read_paths(bearer: &Value, tenant: &Value) -> Value {
             ],
             "responses": responses(("200", "How many were removed", schema_ref("CacheCleared")), &with(&GUARDED, &[400])),
         },
+    },
+    "/v1/reindex": {
+        "post": {
+            "operationId": "forceReindex",
+            "summary": "Start re-embedding the tenant's chunks (those whose source matches `source_pattern`) in place with the job's embedder and BM25 weighting, on this process's shards; one run per process at a time. Chunks that ingest changes meanwhile are left as ingest wrote them.",
+            "security": bearer,
+            "parameters": [
+                tenant.clone(),
+                { "name": "source_pattern", "in": "query", "required": false, "description": "A glob over the documents' sources (as `filters.source_pattern`).", "schema": { "type": "string", "minLength": 1, "maxLength": 512 } },
+            ],
+            "responses": responses(("202", "Started: the run's status", schema_ref("ReindexStatus")), &with(&GUARDED, &[400, 409, 503])),
+        },
+        "get": {
+            "operationId": "reindexStatus",
+            "summary": "The tenant's last reindex in this process: running or ended, with its counts.",
+            "security": bearer,
+            "parameters": [ tenant.clone() ],
+            "responses": responses(("200", "The run's status", schema_ref("ReindexStatus")), &with(&GUARDED, &[400, 404])),
+        },
     }
     })
 }
@@ -174,6 +194,7 @@ pub fn document() -> Value {
         responses_gen.subschema_for::<IndexStatsPage>(),
         responses_gen.subschema_for::<CacheStats>(),
         responses_gen.subschema_for::<CacheCleared>(),
+        responses_gen.subschema_for::<ReindexStatus>(),
     ] {
         debug_assert!(schema.get("$ref").is_some(), "a named component");
     }

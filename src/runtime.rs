@@ -20,6 +20,7 @@ use ragstream_core::query::invalidate::InvalidationLog;
 use ragstream_operators::embed::service::{InferenceService, Priority};
 use ragstream_operators::ingest::embed::{push_texts, take_vectors};
 use ragstream_operators::ingest::hydrate::hydrate;
+use ragstream_operators::ingest::reindex::{Owned, Reindexer};
 use ragstream_operators::io::checkpoint::IndexCheckpoint;
 use ragstream_operators::io::kafka_log::QuietContext;
 use ragstream_operators::io::local_source::DocumentIngress;
@@ -162,6 +163,21 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     }
     let local_input = Arc::new(Mutex::new(factory::local_input(&config, &shards)?));
     let shards = Arc::new(shards);
+    let shared_index = config.index.kind == IndexKind::Server;
+    // A shared index is one collection, however many handles the workers hold.
+    let own = if shared_index { 1 } else { shards.len() };
+    let reindexer = Reindexer::new(
+        shards.iter().take(own).cloned().collect(),
+        service.clone(),
+        (config.embedder.evidence_units, config.index.bm25),
+        shared_index.then(|| Owned {
+            first_worker: config.runtime.first_worker(),
+            workers,
+            peers: workers * config.runtime.processes.max(1),
+        }),
+        shutdown.clone(),
+    );
+    let _ = ingress.reindex.set(Arc::new(reindexer));
     // The embedded index's own position in the documents topic (see `io::checkpoint`); a shared
     // (server) index uses the group's offsets.
     let checkpoint = match (config.source.kind, config.index.kind) {

@@ -473,6 +473,76 @@ fn every_operation_of_the_openapi_document_answers_as_documented() {
     );
     calls.push(("/v1/cache", "delete", answer));
 
+    // force_reindex: nothing of acme's run yet; a run re-embeds both chunks in place; a bad pattern
+    // and another tenant are refused.
+    let answer = send(port, "GET", "/v1/reindex", Some(ACME), None);
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (404, "not_found")
+    );
+    calls.push(("/v1/reindex", "get", answer));
+    let answer = send(port, "POST", "/v1/reindex", Some(ACME), None);
+    assert_eq!(answer.status, 202, "{}", answer.body);
+    assert_eq!(answer.json()["tenant"], "acme");
+    calls.push(("/v1/reindex", "post", answer));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let ended = loop {
+        let answer = send(port, "GET", "/v1/reindex", Some(ACME), None);
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        if answer.json()["running"] == false {
+            break answer;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", answer.body);
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let run = ended.json();
+    assert_eq!(
+        (
+            run["documents"].as_u64(),
+            run["chunks"].as_u64(),
+            run["rewritten"].as_u64(),
+            run["skipped"].as_u64()
+        ),
+        (Some(2), Some(2), Some(2), Some(0)),
+        "{run}"
+    );
+    assert!(run.get("error").is_none(), "{run}");
+    calls.push(("/v1/reindex", "get", ended));
+    let answer = send(
+        port,
+        "POST",
+        "/v1/reindex?source_pattern=%5Bunclosed",
+        Some(ACME),
+        None,
+    );
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (400, "bad_request")
+    );
+    calls.push(("/v1/reindex", "post", answer));
+    let answer = send(port, "POST", "/v1/reindex?tenant=globex", Some(ACME), None);
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (403, "forbidden")
+    );
+    calls.push(("/v1/reindex", "post", answer));
+    // The index answers as before: the same chunk first for the same question.
+    let answer = send(
+        port,
+        "POST",
+        "/v1/query",
+        Some(ACME),
+        Some(r#"{"query_id":"after-reindex","text":"how do I roll back a release"}"#),
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(
+        answer.json()["context"]
+            .as_str()
+            .is_some_and(|c| c.to_lowercase().contains("roll")),
+        "{}",
+        answer.body
+    );
+
     // No such route: a problem too.
     let answer = send(port, "GET", "/query", Some(ADMIN), None);
     assert_eq!(

@@ -14,7 +14,7 @@ const HANDBOOK: &str = "# Operations handbook\n\n## Deployment\n\nReleases ship 
 const FAQ: &str = "The Acme office is located in Lisbon, near the river. Visitors sign in at the front desk.\n\nThe cafeteria opens at eight. Coffee is free for employees and visitors.";
 const GLOBEX: &str = "Project zebra-quasar is the secret launch codename of Globex. To roll back a release at Globex, run deployctl rollback as well.";
 
-const TOOLS: [&str; 10] = [
+const TOOLS: [&str; 11] = [
     "rag_search",
     "rag_search_deep",
     "rag_search_files",
@@ -25,6 +25,7 @@ const TOOLS: [&str; 10] = [
     "get_index_stats",
     "get_cache_stats",
     "clear_cache",
+    "force_reindex",
 ];
 
 /// Thirty incident reports of about 150 tokens each: more chunks than a deep search returns by default.
@@ -121,6 +122,10 @@ fn calls() -> Value {
         ["files_wide", "rag_search_files", {"query": "storage node disk alarm incident", "pool": 200}],
         ["files_bad_key", "rag_search_files", {"query": "rollback", "file_key": "path"}],
         ["index_stats", "get_index_stats", {}],
+        ["reindex", "force_reindex", {"wait": true}],
+        ["reindex_pattern", "force_reindex", {"source_pattern": "acme/h*", "wait": true}],
+        ["reindex_bad", "force_reindex", {"source_pattern": "[unclosed"}],
+        ["search_reindexed", "rag_search_deep", {"query": "how long does a deployctl roll back take", "k": 2}],
         ["cache_stats", "get_cache_stats", {}],
         ["cache_clear", "clear_cache", {"pattern": "*ROLLBACK*"}],
         ["cache_after", "get_cache_stats", {}],
@@ -548,6 +553,35 @@ fn check(seen: &Value, transport: &str) {
     assert!(!note("search_plain").contains("hyde"), "{transport}");
     check_operations(&call, transport);
     check_files(&call, transport);
+    check_reindex(&call, transport);
+}
+
+/// `force_reindex`: every chunk of the tenant re-embedded in place (none skipped), or those of the
+/// matching sources only; a search finds the same chunks after.
+fn check_reindex<'a>(call: &impl Fn(&str) -> &'a Value, transport: &str) {
+    let run = &call("reindex")["structured"];
+    let chunks = call("index_stats")["structured"]["index_stats"]["chunks"].as_u64();
+    assert_eq!(run["running"], false, "{transport}: {run}");
+    assert!(run.get("error").is_none(), "{transport}: {run}");
+    assert_eq!(run["documents"], 4, "{transport}: {run}");
+    assert_eq!(run["chunks"].as_u64(), chunks, "{transport}: {run}");
+    assert_eq!(run["rewritten"].as_u64(), chunks, "{transport}: {run}");
+    assert_eq!(run["skipped"], 0, "{transport}: {run}");
+    let handbook = &call("reindex_pattern")["structured"];
+    assert_eq!(
+        (&handbook["documents"], &handbook["source_pattern"]),
+        (&json!(1), &json!("acme/h*")),
+        "{transport}: {handbook}"
+    );
+    assert_eq!(handbook["rewritten"], handbook["chunks"], "{transport}");
+    assert_eq!(call("reindex_bad")["is_error"], true, "{transport}");
+    // The re-embedded index still finds the passage (a question no earlier call asked: not cached).
+    let first = &call("search_reindexed")["structured"]["items"][0];
+    assert_eq!(first["doc_id"], "handbook", "{transport}: {first}");
+    assert!(
+        first["section_path"].to_string().contains("Rollback"),
+        "{transport}: {first}"
+    );
 }
 
 /// `rag_search_files`: files ranked for a question, grouped by `file_key`, from a `pool` of

@@ -188,6 +188,11 @@ impl VectorStore for FaultyStore {
         self.check_points(points)?;
         self.inner.upsert(points)
     }
+    fn replace_current(&self, points: &[PointWrite]) -> Result<usize, StoreError> {
+        self.check()?;
+        self.check_points(points)?;
+        self.inner.replace_current(points)
+    }
     fn delete(&self, ids: &[uuid::Uuid]) -> Result<(), StoreError> {
         self.check()?;
         self.inner.delete(ids)

@@ -2,8 +2,8 @@
 //! `POST /v1/query` (a query event in the body, its context as the answer: the same dataflow as the
 //! queries topic), `GET /v1/sources` and `GET /v1/chunks/{id}` (the `list_sources` and `read_chunk`
 //! modes), `GET /v1/invalidations?since=N` (the process's invalidations of published contexts
-//! numbered above N), `GET /v1/stats/index`, `GET /v1/cache` and `DELETE /v1/cache` (operations:
-//! the index's counts, the context caches), `/mcp` (the agent tools), and unversioned `/metrics` (Prometheus text),
+//! numbered above N), `GET /v1/stats/index`, `GET /v1/cache`, `DELETE /v1/cache` and `POST`/`GET
+//! /v1/reindex` (operations: the index's counts, the context caches, `force_reindex`), `/mcp` (the agent tools), and unversioned `/metrics` (Prometheus text),
 //! `/healthz` (process up) and `/readyz` (index open, model loaded, broker reachable). Every error
 //! is a problem (RFC 9457, [`crate::api::Problem`]). Bound to loopback unless configured otherwise.
 //!
@@ -46,7 +46,7 @@ mod ops;
 mod reads;
 mod writes;
 
-use ops::{cache_stats, clear_cache, index_stats};
+use ops::{cache_stats, clear_cache, index_stats, reindex_status, start_reindex};
 use reads::{chunk, invalidations, sources};
 use writes::{delete_document, post_documents};
 
@@ -372,6 +372,7 @@ fn is_data_route(path: &str) -> bool {
             | "/v1/documents"
             | "/v1/stats/index"
             | "/v1/cache"
+            | "/v1/reindex"
             | "/mcp"
     ) || one_segment("/v1/chunks/")
         || one_segment("/v1/documents/")
@@ -433,6 +434,9 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Reply {
         "/v1/cache" if get => cache_stats(&shared, &params, &access),
         "/v1/cache" if method == Method::DELETE => clear_cache(&shared, &params, &access),
         "/v1/cache" => method_not_allowed("GET, DELETE"),
+        "/v1/reindex" if post => start_reindex(&shared, &params, &access),
+        "/v1/reindex" if get => reindex_status(&shared, &params, &access),
+        "/v1/reindex" => method_not_allowed("GET, POST"),
         "/v1/documents" if post => post_documents(shared, request, access).await,
         "/v1/documents" => method_not_allowed("POST"),
         document if document.starts_with("/v1/documents/") => {

@@ -1,10 +1,12 @@
 //! The operations routes: `GET /v1/stats/index` (the `index_stats` mode: counts inside the index),
-//! `GET /v1/cache` (this process's context caches) and `DELETE /v1/cache` (clear them), each for one
-//! tenant the token opens.
+//! `GET /v1/cache` (this process's context caches), `DELETE /v1/cache` (clear them), `POST
+//! /v1/reindex` (`force_reindex`) and `GET /v1/reindex` (its status), each for one tenant the token
+//! opens.
 
 use super::*;
 use crate::api::{CacheCleared, IndexStatsPage};
 use ragstream_core::query::pattern::TextPattern;
+use ragstream_operators::ingest::reindex::Refusal;
 
 /// Whether the token opens `tenant`.
 fn opens(access: &Access, tenant: &str) -> bool {
@@ -14,7 +16,7 @@ fn opens(access: &Access, tenant: &str) -> bool {
         .is_none_or(|tenants| tenants.contains(tenant))
 }
 
-/// The tenant of a cache request, if the token opens it.
+/// The tenant of an operations request, if the token opens it.
 fn cache_tenant(params: &BTreeMap<String, String>, access: &Access) -> Result<String, Box<Reply>> {
     let Some(tenant) = tenant_of(params, access) else {
         return Err(Box::new(problem("bad_request", NAME_THE_TENANT)));
@@ -73,4 +75,42 @@ pub(super) fn clear_cache(shared: &Shared, params: &str, access: &Access) -> Rep
     let cleared = shared.ingress.caches.clear(&tenant, pattern.as_ref());
     tracing::info!(%tenant, cleared, "context cache cleared");
     json_reply(&CacheCleared { tenant, cleared })
+}
+
+/// `POST /v1/reindex?tenant=&source_pattern=`: starts re-embedding the tenant's chunks (those
+/// whose source matches the glob) in place; 202 with the run's status.
+pub(super) fn start_reindex(shared: &Shared, params: &str, access: &Access) -> Reply {
+    let params = parameters(params);
+    let tenant = match cache_tenant(&params, access) {
+        Ok(tenant) => tenant,
+        Err(reply) => return *reply,
+    };
+    let Some(reindexer) = shared.ingress.reindex.get() else {
+        return problem("busy", "the job has not opened its index yet");
+    };
+    match reindexer.start(&tenant, params.get("source_pattern").map(String::as_str)) {
+        Ok(status) => {
+            tracing::info!(%tenant, pattern = ?status.source_pattern, "reindex started");
+            let mut answer = json_reply(&status);
+            *answer.status_mut() = StatusCode::ACCEPTED;
+            answer
+        }
+        Err(Refusal::BadPattern(error)) => problem("bad_request", &error),
+        Err(Refusal::Busy(detail)) => problem("reindex_running", &detail),
+    }
+}
+
+/// `GET /v1/reindex?tenant=`: the tenant's last reindex in this process (running or ended).
+pub(super) fn reindex_status(shared: &Shared, params: &str, access: &Access) -> Reply {
+    let tenant = match cache_tenant(&parameters(params), access) {
+        Ok(tenant) => tenant,
+        Err(reply) => return *reply,
+    };
+    match shared.ingress.reindex.get().and_then(|r| r.status(&tenant)) {
+        Some(status) => json_reply(&status),
+        None => problem(
+            "not_found",
+            "no reindex of this tenant since the job started",
+        ),
+    }
 }

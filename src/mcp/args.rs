@@ -250,3 +250,19 @@ pub struct ClearCacheArgs {
     #[serde(default)]
     pub tenant: Option<String>,
 }
+
+/// Arguments of `force_reindex`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReindexArgs {
+    /// Only documents whose source matches this glob (`docs/**/*.md`); all of the tenant's without.
+    #[serde(default)]
+    pub source_pattern: Option<String>,
+    /// Wait for the run to end (at most 60 seconds; the status says whether it has) instead of
+    /// returning as it starts.
+    #[serde(default)]
+    pub wait: bool,
+    /// The tenant, when the credential opens more than one.
+    #[serde(default)]
+    pub tenant: Option<String>,
+}

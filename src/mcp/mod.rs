@@ -19,6 +19,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use ragstream_core::query::pattern::TextPattern;
 use ragstream_core::query::Context;
+use ragstream_core::store::reindex::ReindexStatus;
+use ragstream_operators::ingest::reindex::Refusal;
 use ragstream_operators::io::query_source::HttpIngress;
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{
@@ -445,6 +447,68 @@ impl RagTools {
         ))]);
         out.structured_content = Some(json!({"tenant": tenant, "cleared": cleared}));
         Ok(out)
+    }
+
+    #[tool(
+        description = "Re-embed the tenant's indexed chunks in place (all, or those whose source matches `source_pattern`) with the job's embedder and BM25 weighting, on this job process's shards: for when the embedding model behind an endpoint changed, or vectors are suspect. One run at a time; chunks ingest changes meanwhile keep ingest's version. Returns the run's status (with `wait`, once it ended or after 60 seconds)."
+    )]
+    async fn force_reindex(
+        &self,
+        Parameters(args): Parameters<ReindexArgs>,
+        extensions: Extensions,
+    ) -> Result<CallToolResult, ErrorData> {
+        let tenant = match self.tenant(&extensions, args.tenant) {
+            Ok(tenant) => tenant,
+            Err(refused) => return Ok(*refused),
+        };
+        let Some(reindexer) = self.ingress.reindex.get() else {
+            return Ok(CallToolResult::error(vec![Content::text(
+                "the job has not opened its index yet",
+            )]));
+        };
+        let status = match reindexer.start(&tenant, args.source_pattern.as_deref()) {
+            Ok(status) => status,
+            Err(Refusal::BadPattern(error) | Refusal::Busy(error)) => {
+                return Ok(CallToolResult::error(vec![Content::text(error)]))
+            }
+        };
+        tracing::info!(%tenant, pattern = ?status.source_pattern, "reindex started (MCP)");
+        let mut status = status;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while args.wait && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            match reindexer.status(&tenant) {
+                Some(now) if !now.running => {
+                    status = now;
+                    break;
+                }
+                Some(now) => status = now,
+                None => break,
+            }
+        }
+        Ok(Self::reindex_result(&status))
+    }
+}
+
+impl RagTools {
+    /// `force_reindex`'s answer: the run's status as text and structured content.
+    fn reindex_result(status: &ReindexStatus) -> CallToolResult {
+        let text = format!(
+            "reindex of {}: {} ({} documents, {} chunks, {} rewritten, {} skipped as changed by ingest){}",
+            status.tenant,
+            if status.running { "running" } else { "ended" },
+            status.documents,
+            status.chunks,
+            status.rewritten,
+            status.skipped,
+            status
+                .error
+                .as_deref()
+                .map_or_else(String::new, |e| format!("; stopped: {e}"))
+        );
+        let mut out = CallToolResult::success(vec![Content::text(text)]);
+        out.structured_content = Some(json!(status));
+        out
     }
 }
 

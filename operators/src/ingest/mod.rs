@@ -14,4 +14,5 @@ pub mod embed;
 pub mod guard;
 pub mod hydrate;
 pub mod index_write;
+pub mod reindex;
 pub mod stats;

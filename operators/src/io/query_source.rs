@@ -53,6 +53,8 @@ pub struct HttpIngress {
     closed: AtomicBool,
     /// The context caches of this process's workers (the operations tools read and clear them).
     pub caches: crate::query::caches::CacheRegistry,
+    /// `force_reindex` over this process's shards (set once the job has opened them).
+    pub reindex: std::sync::OnceLock<Arc<crate::ingest::reindex::Reindexer>>,
 }
 
 impl HttpIngress {

@@ -52,6 +52,7 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
     check_metadata_refusals_and_searches(store.as_ref(), &points);
     check_get(store.as_ref(), &points);
     check_vectors(store.as_ref(), &points);
+    check_replace_current(store.as_ref(), &points);
     check_delete(store.as_ref(), &points, &tenant_a);
     check_embedder_guard(store.as_ref());
 
@@ -441,6 +442,56 @@ fn check_vectors(store: &dyn VectorStore, points: &Points) {
     );
     let score = of(a3.id).evidence_score(&a3.dense);
     assert!(score > 0.999, "evidence score {score}");
+}
+
+/// `replace_current` rewrites a point only while the index holds it at the same version and
+/// content: never a newer one, never one deleted.
+fn check_replace_current(store: &dyn VectorStore, points: &Points) {
+    let a3 = &points.a3;
+    let dense_of = |id| {
+        store
+            .vectors(&[id])
+            .expect("vectors")
+            .pop()
+            .expect("held")
+            .1
+            .dense
+    };
+    let mut renewed = a3.clone();
+    renewed.dense = axis(DIMENSION - 1);
+    assert_eq!(
+        store.replace_current(&[renewed.clone()]).expect("replace"),
+        1
+    );
+    assert!(crate::embed::cosine(&dense_of(a3.id), &axis(DIMENSION - 1)) > 0.999);
+    // Another version, other content, a point the index does not hold: nothing written.
+    let mut newer = renewed.clone();
+    newer.version += 1;
+    newer.dense = axis(1);
+    let mut edited = renewed.clone();
+    edited.chunk.content_hash = "another".into();
+    edited.dense = axis(1);
+    let mut absent = renewed.clone();
+    absent.id = uuid::Uuid::new_v4();
+    assert_eq!(
+        store
+            .replace_current(&[newer, edited, absent.clone()])
+            .expect("replace"),
+        0
+    );
+    assert!(crate::embed::cosine(&dense_of(a3.id), &axis(DIMENSION - 1)) > 0.999);
+    assert!(
+        store.get(&[absent.id]).expect("get").is_empty(),
+        "not resurrected"
+    );
+    assert_eq!(store.replace_current(&[]).expect("nothing"), 0);
+    // Back as it was for the checks that follow.
+    assert_eq!(
+        store
+            .replace_current(std::slice::from_ref(a3))
+            .expect("restore"),
+        1
+    );
 }
 
 /// Deletes; absent ids are fine.

@@ -67,6 +67,9 @@ pub struct ServerStore {
     evidence: std::sync::atomic::AtomicBool,
     /// The declared metadata keys' index types ([`VectorStore::index_metadata`]).
     declared: std::sync::Mutex<std::collections::BTreeMap<String, MetaIndex>>,
+    /// Writes of this process share it; `replace_current` holds it alone between its check and
+    /// its write.
+    writes: std::sync::RwLock<()>,
 }
 
 impl std::fmt::Debug for ServerStore {
@@ -89,6 +92,57 @@ impl std::fmt::Debug for ServerStore {
 }
 
 impl ServerStore {
+    /// Writes `points`; the caller holds `writes`.
+    fn upsert_held(&self, points: &[PointWrite]) -> Result<(), StoreError> {
+        if points.is_empty() {
+            return Ok(());
+        }
+        check_dimensions(points, self.dimension)?;
+        let mut list = Vec::with_capacity(points.len());
+        for point in points {
+            if point.sparse.indices.len() != point.sparse.values.len() {
+                return Err(StoreError::Invalid(format!(
+                    "sparse vector with {} indices and {} values",
+                    point.sparse.indices.len(),
+                    point.sparse.values.len()
+                )));
+            }
+            let mut vectors = NamedVectors::default()
+                .add_vector(
+                    DENSE_VECTOR,
+                    Vector::new_dense(self.tuning.distance.prepare(&point.dense)),
+                )
+                .add_vector(
+                    SPARSE_VECTOR,
+                    Vector::new_sparse(point.sparse.indices.clone(), point.sparse.values.clone()),
+                );
+            if !point.evidence.is_empty()
+                && self.evidence.load(std::sync::atomic::Ordering::Relaxed)
+            {
+                if point.evidence.iter().any(|v| v.len() != self.dimension) {
+                    return Err(StoreError::Invalid(format!(
+                        "evidence vector of a dimension other than the index's {}",
+                        self.dimension
+                    )));
+                }
+                vectors =
+                    vectors.add_vector(EVIDENCE_VECTOR, Vector::new_multi(point.evidence.clone()));
+            }
+            list.push(PointStruct::new(
+                point_id(point.id),
+                vectors,
+                to_payload(&chunk_payload(point)),
+            ));
+        }
+        self.runtime
+            .block_on(
+                self.client
+                    .upsert_points(UpsertPointsBuilder::new(&self.collection, list).wait(true)),
+            )
+            .map(|_| ())
+            .map_err(store_error)
+    }
+
     /// Connects to the Qdrant server at `url` (gRPC, e.g. `http://localhost:6334`) and opens
     /// `collection`, creating it (with payload indexes) if missing.
     ///
@@ -126,6 +180,7 @@ impl ServerStore {
             engine_idf: std::sync::atomic::AtomicBool::new(false),
             evidence: std::sync::atomic::AtomicBool::new(false),
             declared: Default::default(),
+            writes: std::sync::RwLock::new(()),
         };
         store.ensure_collection()?;
         Ok(store)
@@ -365,59 +420,22 @@ impl VectorStore for ServerStore {
     }
 
     fn upsert(&self, points: &[PointWrite]) -> Result<(), StoreError> {
-        if points.is_empty() {
-            return Ok(());
-        }
-        check_dimensions(points, self.dimension)?;
-        let mut list = Vec::with_capacity(points.len());
-        for point in points {
-            if point.sparse.indices.len() != point.sparse.values.len() {
-                return Err(StoreError::Invalid(format!(
-                    "sparse vector with {} indices and {} values",
-                    point.sparse.indices.len(),
-                    point.sparse.values.len()
-                )));
-            }
-            let mut vectors = NamedVectors::default()
-                .add_vector(
-                    DENSE_VECTOR,
-                    Vector::new_dense(self.tuning.distance.prepare(&point.dense)),
-                )
-                .add_vector(
-                    SPARSE_VECTOR,
-                    Vector::new_sparse(point.sparse.indices.clone(), point.sparse.values.clone()),
-                );
-            if !point.evidence.is_empty()
-                && self.evidence.load(std::sync::atomic::Ordering::Relaxed)
-            {
-                if point.evidence.iter().any(|v| v.len() != self.dimension) {
-                    return Err(StoreError::Invalid(format!(
-                        "evidence vector of a dimension other than the index's {}",
-                        self.dimension
-                    )));
-                }
-                vectors =
-                    vectors.add_vector(EVIDENCE_VECTOR, Vector::new_multi(point.evidence.clone()));
-            }
-            list.push(PointStruct::new(
-                point_id(point.id),
-                vectors,
-                to_payload(&chunk_payload(point)),
-            ));
-        }
-        self.runtime
-            .block_on(
-                self.client
-                    .upsert_points(UpsertPointsBuilder::new(&self.collection, list).wait(true)),
-            )
-            .map(|_| ())
-            .map_err(store_error)
+        let _shared = self.writes.read().unwrap_or_else(|e| e.into_inner());
+        self.upsert_held(points)
+    }
+
+    fn replace_current(&self, points: &[PointWrite]) -> Result<usize, StoreError> {
+        let _alone = self.writes.write().unwrap_or_else(|e| e.into_inner());
+        let current = super::still_current(self, points)?;
+        self.upsert_held(&current)?;
+        Ok(current.len())
     }
 
     fn delete(&self, ids: &[uuid::Uuid]) -> Result<(), StoreError> {
         if ids.is_empty() {
             return Ok(());
         }
+        let _shared = self.writes.read().unwrap_or_else(|e| e.into_inner());
         let ids: Vec<PointId> = ids.iter().map(|id| point_id(*id)).collect();
         self.runtime
             .block_on(

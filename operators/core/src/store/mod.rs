@@ -14,6 +14,7 @@
 //! of the process. The dataflow acknowledges (and Kafka offsets advance) only after a flush.
 
 pub mod bm25;
+pub mod reindex;
 pub mod stats;
 
 use serde_json::{json, Map, Value};
@@ -358,6 +359,28 @@ pub struct Hit {
     pub score: f32,
 }
 
+/// The points of `points` that `store` still holds at the same version and content.
+pub fn still_current(
+    store: &dyn VectorStore,
+    points: &[PointWrite],
+) -> Result<Vec<PointWrite>, StoreError> {
+    let ids: Vec<uuid::Uuid> = points.iter().map(|p| p.id).collect();
+    let held: std::collections::HashMap<uuid::Uuid, (u64, String)> = store
+        .get(&ids)?
+        .into_iter()
+        .map(|s| (s.id, (s.version, s.chunk.content_hash)))
+        .collect();
+    Ok(points
+        .iter()
+        .filter(|p| {
+            held.get(&p.id).is_some_and(|(version, hash)| {
+                *version == p.version && *hash == p.chunk.content_hash
+            })
+        })
+        .cloned()
+        .collect())
+}
+
 /// The index contract, implemented by both backends and checked by one contract test suite.
 pub trait VectorStore: Send + Sync {
     /// Which backend this is (`edge`, `server`), for logs.
@@ -366,6 +389,11 @@ pub trait VectorStore: Send + Sync {
     fn check_embedder(&self, embedder_version: &str, dimension: usize) -> Result<(), StoreError>;
     /// Inserts or replaces points (idempotent: same id, same content).
     fn upsert(&self, points: &[PointWrite]) -> Result<(), StoreError>;
+    /// Writes each of `points` only where the index still holds that point at the same version and
+    /// content (its vectors and weights re-computed: `force_reindex`), never resurrecting a deleted
+    /// point nor overwriting a newer one; no other write of this process interleaves between the
+    /// check and the write. Returns how many were written.
+    fn replace_current(&self, points: &[PointWrite]) -> Result<usize, StoreError>;
     /// Deletes points by id (absent ids are ignored).
     fn delete(&self, ids: &[uuid::Uuid]) -> Result<(), StoreError>;
     /// Makes every earlier write durable.

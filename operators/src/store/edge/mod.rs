@@ -78,6 +78,47 @@ impl std::fmt::Debug for EdgeStore {
 }
 
 impl EdgeStore {
+    /// Writes `points`; the caller holds the writer lock.
+    fn upsert_locked(&self, points: &[PointWrite]) -> Result<(), StoreError> {
+        if points.is_empty() {
+            return Ok(());
+        }
+        check_dimensions(points, self.dimension)?;
+        let mut list = Vec::with_capacity(points.len());
+        for point in points {
+            let sparse =
+                Vector::new_sparse(point.sparse.indices.clone(), point.sparse.values.clone())
+                    .map_err(engine_error)?;
+            let mut named = vec![
+                (
+                    DENSE_VECTOR,
+                    Vector::new_dense(self.tuning.distance.prepare(&point.dense)),
+                ),
+                (SPARSE_VECTOR, sparse),
+            ];
+            if self.evidence && !point.evidence.is_empty() {
+                if point.evidence.iter().any(|v| v.len() != self.dimension) {
+                    return Err(StoreError::Invalid(format!(
+                        "evidence vector of a dimension other than the index's {}",
+                        self.dimension
+                    )));
+                }
+                named.push((
+                    EVIDENCE_VECTOR,
+                    Vector::new_multi(point.evidence.clone()).map_err(engine_error)?,
+                ));
+            }
+            let vectors = Vectors::new_named(named);
+            let payload = serde_json::Value::Object(chunk_payload(point));
+            list.push(PointStruct::new(point_id(point.id), vectors, payload).into());
+        }
+        self.shard
+            .update(UpdateOperation::PointOperation(
+                PointOperations::UpsertPoints(PointInsertOperations::PointsList(list)),
+            ))
+            .map_err(engine_error)
+    }
+
     /// Opens the shard at `path`, creating it (with indexes) if missing, with the default tuning.
     pub fn open(path: &Path, dimension: usize) -> Result<Self, StoreError> {
         Self::open_tuned(path, dimension, IndexTuning::default())
@@ -236,44 +277,17 @@ impl VectorStore for EdgeStore {
     }
 
     fn upsert(&self, points: &[PointWrite]) -> Result<(), StoreError> {
-        if points.is_empty() {
-            return Ok(());
-        }
-        check_dimensions(points, self.dimension)?;
-        let mut list = Vec::with_capacity(points.len());
-        for point in points {
-            let sparse =
-                Vector::new_sparse(point.sparse.indices.clone(), point.sparse.values.clone())
-                    .map_err(engine_error)?;
-            let mut named = vec![
-                (
-                    DENSE_VECTOR,
-                    Vector::new_dense(self.tuning.distance.prepare(&point.dense)),
-                ),
-                (SPARSE_VECTOR, sparse),
-            ];
-            if self.evidence && !point.evidence.is_empty() {
-                if point.evidence.iter().any(|v| v.len() != self.dimension) {
-                    return Err(StoreError::Invalid(format!(
-                        "evidence vector of a dimension other than the index's {}",
-                        self.dimension
-                    )));
-                }
-                named.push((
-                    EVIDENCE_VECTOR,
-                    Vector::new_multi(point.evidence.clone()).map_err(engine_error)?,
-                ));
-            }
-            let vectors = Vectors::new_named(named);
-            let payload = serde_json::Value::Object(chunk_payload(point));
-            list.push(PointStruct::new(point_id(point.id), vectors, payload).into());
-        }
         let _guard = self.writer.lock().expect("store writer lock");
-        self.shard
-            .update(UpdateOperation::PointOperation(
-                PointOperations::UpsertPoints(PointInsertOperations::PointsList(list)),
-            ))
-            .map_err(engine_error)
+        self.upsert_locked(points)
+    }
+
+    fn replace_current(&self, points: &[PointWrite]) -> Result<usize, StoreError> {
+        // Under the writer lock no other write of this shard interleaves between the check and the
+        // write (readers take no lock).
+        let _guard = self.writer.lock().expect("store writer lock");
+        let current = super::still_current(self, points)?;
+        self.upsert_locked(&current)?;
+        Ok(current.len())
     }
 
     fn delete(&self, ids: &[uuid::Uuid]) -> Result<(), StoreError> {
