@@ -111,6 +111,30 @@ fn reembed_shard(
     Ok(written)
 }
 
+/// `force_reindex` over this process's shards: a shared index (a Qdrant server collection) is one,
+/// re-indexed for the documents routed to this process's workers.
+fn reindexer(
+    config: &Config,
+    shards: &[Arc<dyn VectorStore>],
+    service: &InferenceService,
+    shutdown: &Arc<AtomicBool>,
+) -> Arc<Reindexer> {
+    let shared_index = config.index.kind == IndexKind::Server;
+    let own = if shared_index { 1 } else { shards.len() };
+    let workers = config.runtime.workers;
+    Arc::new(Reindexer::new(
+        shards.iter().take(own).cloned().collect(),
+        service.clone(),
+        (config.embedder.evidence_units, config.index.bm25),
+        shared_index.then(|| Owned {
+            first_worker: config.runtime.first_worker(),
+            workers,
+            peers: workers * config.runtime.processes.max(1),
+        }),
+        shutdown.clone(),
+    ))
+}
+
 /// Starts the job: opens the index and the embedder, serves HTTP, then runs the workers (each
 /// builds its dataflow from the process's parts: `ragstream_topologies::job`).
 pub fn start(config: Config) -> anyhow::Result<Running> {
@@ -163,21 +187,9 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     }
     let local_input = Arc::new(Mutex::new(factory::local_input(&config, &shards)?));
     let shards = Arc::new(shards);
-    let shared_index = config.index.kind == IndexKind::Server;
-    // A shared index is one collection, however many handles the workers hold.
-    let own = if shared_index { 1 } else { shards.len() };
-    let reindexer = Reindexer::new(
-        shards.iter().take(own).cloned().collect(),
-        service.clone(),
-        (config.embedder.evidence_units, config.index.bm25),
-        shared_index.then(|| Owned {
-            first_worker: config.runtime.first_worker(),
-            workers,
-            peers: workers * config.runtime.processes.max(1),
-        }),
-        shutdown.clone(),
-    );
-    let _ = ingress.reindex.set(Arc::new(reindexer));
+    let _ = ingress
+        .reindex
+        .set(reindexer(&config, &shards, &service, &shutdown));
     // The embedded index's own position in the documents topic (see `io::checkpoint`); a shared
     // (server) index uses the group's offsets.
     let checkpoint = match (config.source.kind, config.index.kind) {
