@@ -77,10 +77,8 @@ fn the_two_precisions_write_different_embedder_versions() {
     assert_eq!(int8.version(), "all-MiniLM-L6-v2/mean/256/int8");
 }
 
-#[test]
-fn an_index_of_another_embedder_version_stops_the_job_unless_mixing_is_allowed() {
-    use crate::common::job::Job;
-    use std::time::Duration;
+/// A directory holding `events.jsonl` with two short documents of tenant `local`.
+fn two_documents() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     let events = [
         (
@@ -100,6 +98,14 @@ fn an_index_of_another_embedder_version_stops_the_job_unless_mixing_is_allowed()
     })
     .collect::<Vec<_>>();
     std::fs::write(dir.path().join("events.jsonl"), events.join("\n") + "\n").expect("events");
+    dir
+}
+
+#[test]
+fn an_index_of_another_embedder_version_stops_the_job_unless_mixing_is_allowed() {
+    use crate::common::job::Job;
+    use std::time::Duration;
+    let dir = two_documents();
     let serving = crate::common::JSONL_SERVING;
     let mut job = Job::start(dir.path(), serving, 1);
     job.wait_ready(Duration::from_secs(120));
@@ -137,25 +143,7 @@ fn an_index_of_another_embedder_version_stops_the_job_unless_mixing_is_allowed()
 fn an_index_of_another_bm25_weighting_refuses_to_open_until_re_encoded() {
     use crate::common::job::Job;
     use std::time::Duration;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let events = [
-        (
-            "tides",
-            "Tides rise and fall twice a day under the pull of the moon.",
-        ),
-        (
-            "bees",
-            "Honey bees dance to tell the hive where the flowers are.",
-        ),
-    ]
-    .iter()
-    .map(|(id, text)| {
-        serde_json::json!({"op": "upsert", "tenant": "local", "doc_id": id, "version": 1,
-                           "source": format!("{id}.md"), "kind": "prose", "text": text})
-        .to_string()
-    })
-    .collect::<Vec<_>>();
-    std::fs::write(dir.path().join("events.jsonl"), events.join("\n") + "\n").expect("events");
+    let dir = two_documents();
     let bm25_score = |job: &Job| -> f64 {
         let body = serde_json::json!({"query_id": "b", "tenant": "local", "text": "tides moon",
                                       "trace": true});
