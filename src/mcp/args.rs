@@ -129,8 +129,9 @@ pub struct FilesArgs {
     /// Number of files (default 10, the job's `query.default_k`; at most 50).
     #[serde(default)]
     pub k: Option<usize>,
-    /// Candidate chunks per retrieval lane that are grouped into files (1 to 500; default: twice
-    /// `k`, at least the preset's `min_pool`, at most 100).
+    /// Candidate chunks per retrieval lane that are grouped into files (1 to 500; default: the
+    /// lane's usual depth for the question's intent, at least twice `k` and the preset's
+    /// `min_pool`, at most 100).
     #[serde(default)]
     pub pool: Option<usize>,
     /// What a file is: `doc_id` (default), `source`, `directory`, or `metadata.<key>` (documents

@@ -256,7 +256,8 @@ pub struct Query {
     #[cfg_attr(feature = "schema", schemars(length(max = 1024)))]
     pub cursor: Option<String>,
     /// `files`: candidates per retrieval lane that are grouped into files (1 to 500; default: the
-    /// usual depth, twice `k` and at least the preset's `min_pool`, at most 100).
+    /// lane's usual depth for the intent, at least twice `k` and the preset's `min_pool`, at most
+    /// 100).
     #[serde(default)]
     #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 500)))]
     pub pool: Option<usize>,
