@@ -401,14 +401,13 @@ impl RagTools {
                 "the job has not opened its index yet",
             )]));
         };
-        let status = match reindexer.start(&tenant, args.source_pattern.as_deref()) {
+        let mut status = match reindexer.start(&tenant, args.source_pattern.as_deref()) {
             Ok(status) => status,
             Err(Refusal::BadPattern(error) | Refusal::Busy(error)) => {
                 return Ok(CallToolResult::error(vec![Content::text(error)]))
             }
         };
         tracing::info!(%tenant, pattern = ?status.source_pattern, "reindex started (MCP)");
-        let mut status = status;
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while args.wait && std::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(100)).await;

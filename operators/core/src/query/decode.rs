@@ -229,6 +229,50 @@ mod tests {
     }
 
     #[test]
+    fn pool_and_file_key_are_bounded_and_only_for_files() {
+        let decode = |extra: &str| {
+            decode_query(
+                format!(r#"{{"query_id":"q","tenant":"t","text":"x"{extra}}}"#).as_bytes(),
+                8192,
+            )
+        };
+        let files = decode(r#","mode":"files","pool":500,"file_key":"metadata.repo""#)
+            .expect("the largest pool, a metadata key");
+        assert_eq!(
+            (files.pool, files.file_key.as_deref()),
+            (Some(500), Some("metadata.repo"))
+        );
+        for (extra, says) in [
+            (r#","mode":"files","pool":0"#, "pool must be in 1..=500"),
+            (r#","mode":"files","pool":501"#, "pool must be in 1..=500"),
+            (
+                r#","mode":"files","pool":18446744073709551615"#,
+                "pool must be in 1..=500",
+            ),
+            (r#","mode":"files","pool":-1"#, "expected usize"),
+            (r#","pool":10"#, "apply to mode files"),
+            (
+                r#","mode":"deep","file_key":"source""#,
+                "apply to mode files",
+            ),
+            (r#","mode":"files","file_key":"path""#, "file_key must be"),
+            (
+                r#","mode":"files","file_key":"metadata.a b""#,
+                "metadata key",
+            ),
+        ] {
+            let error = decode(extra).expect_err(extra);
+            assert_eq!(error.reason, DlqReason::InvalidQuery, "{extra}");
+            assert!(error.message.contains(says), "{extra}: {}", error.message);
+        }
+        let long = format!(
+            r#","mode":"files","file_key":"metadata.{}""#,
+            "k".repeat(10_000)
+        );
+        assert!(decode(&long).is_err());
+    }
+
+    #[test]
     fn a_preset_must_be_well_formed_and_one_the_job_has() {
         let decode = |preset: &str| {
             decode_query(
