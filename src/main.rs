@@ -190,6 +190,10 @@ struct EvalCli {
     /// Index directory, reused across runs.
     #[arg(long, default_value = ".ragstream/eval/index")]
     index: PathBuf,
+    /// Index into a Qdrant server at this gRPC URL instead (collection `eval_<dataset>`, reused
+    /// across runs like the directory): the same figures from the production backend.
+    #[arg(long)]
+    index_url: Option<String>,
     /// Use only the first N queries.
     #[arg(long)]
     limit: Option<usize>,
@@ -437,6 +441,7 @@ fn eval(args: EvalCli) -> anyhow::Result<()> {
         kind: args.kind,
         data: args.data,
         index: args.index,
+        index_url: args.index_url,
         limit: args.limit,
         corpus_limit: args.corpus_limit,
         budgets: args.budgets,

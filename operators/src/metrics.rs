@@ -355,7 +355,7 @@ impl Metrics {
 }
 
 /// Stages of `ragstream_query_stage_seconds`.
-pub const QUERY_STAGES: [&str; 13] = [
+pub const QUERY_STAGES: [&str; 15] = [
     "decode",
     "intent",
     "embed",
@@ -363,6 +363,8 @@ pub const QUERY_STAGES: [&str; 13] = [
     "retrieve",
     "retrieve_dense",
     "retrieve_bm25",
+    "retrieve_vectors",
+    "retrieve_batch",
     "fuse",
     "rerank",
     "dedup",

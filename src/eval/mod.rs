@@ -42,8 +42,11 @@ pub struct EvalArgs {
     pub kind: Option<String>,
     /// The BEIR data root.
     pub data: PathBuf,
-    /// Index directory (reused across runs).
+    /// Index directory (reused across runs; with `index_url` only its events and config files).
     pub index: PathBuf,
+    /// A Qdrant server's gRPC URL to index into instead of the directory (collection
+    /// `eval_<tenant>`).
+    pub index_url: Option<String>,
     /// Use only the first N queries.
     pub limit: Option<usize>,
     /// Index only the first N documents of the corpus and those judged relevant to the questions
@@ -126,16 +129,30 @@ fn index(
         &events_path,
     )?;
     let config_path = args.index.with_extension("eval.toml");
+    let index_section = match &args.index_url {
+        Some(url) => format!(
+            "kind = \"server\"\nurl = {url:?}\ncollection = \"eval_{}\"",
+            data.tenant
+        ),
+        None => format!(
+            "kind = \"edge\"\npath = {:?}",
+            args.index.display().to_string()
+        ),
+    };
     std::fs::write(&config_path, format!(
-        "[source]\nkind = \"jsonl\"\npath = {:?}\n[index]\nkind = \"edge\"\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = 1\nserve = true\ndlq_path = {:?}\n{}\n",
+        "[source]\nkind = \"jsonl\"\npath = {:?}\n[index]\n{index_section}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = 1\nserve = true\ndlq_path = {:?}\n{}\n",
         events_path.display().to_string(),
-        args.index.display().to_string(),
         args.index.with_extension("dlq.jsonl").display().to_string(),
         args.config_extra,
     ))?;
     let config = Config::load(&config_path)?;
     assert_eq!(config.source.kind, SourceKind::Jsonl);
-    assert_eq!(config.index.kind, IndexKind::Edge);
+    let backend = if args.index_url.is_some() {
+        IndexKind::Server
+    } else {
+        IndexKind::Edge
+    };
+    assert_eq!(config.index.kind, backend);
     let encoding = Encoding::parse(&config.chunking.tokenizer).expect("validated");
     let started_events = metrics().source_events.get();
     let upserted_before = metrics().chunks_upserted.get();
@@ -506,6 +523,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<Value> {
     let mut report = json!({
         "dataset": args.dataset,
         "kind": kind,
+        "index": if args.index_url.is_some() { "qdrant server" } else { "embedded" },
         "config_extra": args.config_extra,
         "preset": args.preset,
         "documents": indexed.documents,

@@ -194,8 +194,10 @@ impl Drop for QdrantServer {
     }
 }
 
-/// A TCP proxy on loopback in front of a server that holds every chunk of bytes, each way, for a
-/// settable delay before passing it on: a server that answers slowly (at capacity, or far away).
+/// A TCP proxy on loopback in front of a server that delays every byte, each way, by a settable
+/// latency: a server far away. Like a network link, it delays each chunk of bytes from the moment
+/// it arrived, so chunks in flight together arrive together (the latency does not grow with the
+/// number of packets, and one request's bytes do not wait behind another's delay).
 pub struct DelayProxy {
     /// The proxy's port.
     pub port: u16,
@@ -226,20 +228,30 @@ impl DelayProxy {
                     ),
                     (server, client),
                 ] {
+                    // The reader stamps each chunk with when it is due; the writer passes it on
+                    // then.
+                    let (send, receive) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
                     let delay = delay.clone();
                     std::thread::spawn(move || {
-                        use std::io::{Read, Write};
+                        use std::io::Read;
                         let mut buffer = vec![0u8; 64 * 1024];
                         loop {
                             let read = match from.read(&mut buffer) {
                                 Ok(0) | Err(_) => break,
                                 Ok(read) => read,
                             };
-                            let ms = delay.load(Ordering::Relaxed);
-                            if ms > 0 {
-                                std::thread::sleep(Duration::from_millis(ms));
+                            let due = Instant::now()
+                                + Duration::from_millis(delay.load(Ordering::Relaxed));
+                            if send.send((due, buffer[..read].to_vec())).is_err() {
+                                break;
                             }
-                            if to.write_all(&buffer[..read]).is_err() {
+                        }
+                    });
+                    std::thread::spawn(move || {
+                        use std::io::Write;
+                        for (due, bytes) in receive {
+                            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                            if to.write_all(&bytes).is_err() {
                                 break;
                             }
                         }
@@ -251,7 +263,7 @@ impl DelayProxy {
         Self { port, delay_ms }
     }
 
-    /// Holds every chunk for `delay` from now on.
+    /// Delays every chunk arriving from now on by `delay` (each way).
     pub fn set_delay(&self, delay: Duration) {
         self.delay_ms.store(
             delay.as_millis() as u64,

@@ -114,7 +114,8 @@ fn a_slow_qdrant_server_slows_queries_and_loses_nothing() {
     };
     const GROUP: &str = "server-slow";
     const COLLECTION: &str = "slow";
-    const DELAY: Duration = Duration::from_millis(100);
+    // The server 100 ms away: 50 ms each way.
+    const ROUND_TRIP: Duration = Duration::from_millis(100);
     let proxy = DelayProxy::start(server.grpc_port());
     let broker = setup();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -145,8 +146,8 @@ fn a_slow_qdrant_server_slows_queries_and_loses_nothing() {
         .map(|(i, q)| ask(&job, &format!("fast{i}"), q))
         .collect();
 
-    // Every chunk of bytes to and from the server now waits 100 ms; events keep coming.
-    proxy.set_delay(DELAY);
+    // Every byte to and from the server now takes 50 ms each way; events keep coming.
+    proxy.set_delay(ROUND_TRIP / 2);
     let slowed = Instant::now();
     broker.produce(DOCS, &workload.batch(100));
     let mut slow: Vec<f64> = questions[20..]
@@ -167,12 +168,19 @@ fn a_slow_qdrant_server_slows_queries_and_loses_nothing() {
     let (fast_p50, slow_p50) = (median(&mut fast), median(&mut slow));
     let slow_max = slow.iter().copied().fold(0.0, f64::max);
     println!(
-        "FAULT Qdrant server answering 100 ms late each way, {slow_for:.1} s: {} events; 20 queries answered, round trip p50 {fast_p50:.1} ms at full speed, p50 {slow_p50:.1} ms (max {slow_max:.0} ms) slowed, while {upserted_slow} chunks were written; lost {lost}, stale {stale}, DLQ {dlq}",
+        "FAULT Qdrant server 100 ms round trip away, {slow_for:.1} s: {} events; 20 queries answered, round trip p50 {fast_p50:.1} ms at full speed, p50 {slow_p50:.1} ms (max {slow_max:.0} ms) slowed, while {upserted_slow} chunks were written; lost {lost}, stale {stale}, DLQ {dlq}",
         workload.produced
     );
+    // A query's reads are one request for both lanes and their vectors, and one for the top
+    // result's neighbours: two round trips, never three.
+    let round_trip = ROUND_TRIP.as_secs_f64() * 1000.0;
     assert!(
-        slow_p50 > fast_p50 + DELAY.as_millis() as f64,
+        slow_p50 > fast_p50 + round_trip,
         "the delay did not reach the queries"
+    );
+    assert!(
+        slow_p50 < fast_p50 + 3.0 * round_trip,
+        "a query waited for three round trips or more: p50 {slow_p50:.0} ms"
     );
     assert_eq!((lost, stale), (0, 0), "{example}");
     assert_eq!(dlq, 0.0);

@@ -11,7 +11,7 @@ use timely::dataflow::StreamVec;
 
 use super::job::{QueryServices, Working};
 use crate::stage::flat_map_stage;
-use crate::store::{SearchFilter, VectorStore};
+use crate::store::VectorStore;
 use crate::wire::Wire;
 use ragstream_core::query::Mode;
 
@@ -121,22 +121,18 @@ impl<'scope> Neighbours<'scope> for StreamVec<'scope, u64, Working> {
     }
 }
 
-/// Chunks of `top`'s document within 3 positions of it, from `shard` (the one holding it).
+/// How far from the top candidate's position a neighbour may be.
+const NEIGHBOUR_RADIUS: u32 = 3;
+
+/// Chunks of `top`'s document within [`NEIGHBOUR_RADIUS`] positions of it and under the same ACL,
+/// from `shard` (the one holding it); none when the index cannot answer (the query goes on without).
 fn neighbours_of(
     shard: &dyn VectorStore,
     top: &crate::store::StoredChunk,
 ) -> Vec<crate::store::StoredChunk> {
-    let filter = SearchFilter {
-        tenant: Some(top.key.tenant.clone()),
-        doc_ids: vec![top.key.doc_id.clone()],
-        ..SearchFilter::default()
-    };
-    let order = top.chunk.order_index;
-    let mut out = Vec::new();
-    let _ = shard.scroll(&filter, &mut |stored| {
-        if stored.chunk.order_index.abs_diff(order) <= 3 && stored.chunk.acl == top.chunk.acl {
-            out.push(stored);
-        }
-    });
-    out
+    let mut found = shard
+        .neighbours(&top.key, top.chunk.order_index, NEIGHBOUR_RADIUS)
+        .unwrap_or_default();
+    found.retain(|stored| stored.chunk.acl == top.chunk.acl);
+    found
 }

@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use crate::metrics::metrics;
 use crate::model::DocKind;
 use crate::store::{
-    Hit, SearchFilter, SearchVector, SparseVector, StoreError, StoredChunk, VectorStore,
+    Hit, Lane, LaneHits, LaneQuery, SearchFilter, SparseVector, StoreError, StoredChunk,
+    VectorStore,
 };
 use ragstream_core::query::pattern::{literal_prefix, SourcePattern, PATTERN_DEPTH_FACTOR};
 use ragstream_core::query::{
@@ -203,54 +204,53 @@ pub fn list_page(query: &Query) -> usize {
     query.k.unwrap_or(LIST_PAGE).clamp(1, LIST_MAX_PAGE)
 }
 
-/// The dense and BM25 lanes of `query` on one shard, best first. A source pattern filters their
-/// hits, each lane reading [`PATTERN_DEPTH_FACTOR`] times deeper so that as many pass.
+/// The dense and BM25 lanes of `query` on one shard, best first, and the stored vectors of their
+/// hits (one request on a backend that can: [`VectorStore::search_lanes`]). A source pattern
+/// filters the hits, each lane reading [`PATTERN_DEPTH_FACTOR`] times deeper so that as many pass.
 fn search_lanes(
     store: &dyn VectorStore,
     query: &Query,
     vectors: &QueryVectors,
     (filter, pattern): (&SearchFilter, Option<&SourcePattern>),
     wanted: Depth,
-) -> Result<(Vec<Hit>, Vec<Hit>), StoreError> {
+) -> Result<LaneHits, StoreError> {
     let factor = if pattern.is_some() {
         PATTERN_DEPTH_FACTOR
     } else {
         1
     };
-    let lane = |name: &str, vector: SearchVector, threshold: Option<f32>, most: usize| {
-        let started = std::time::Instant::now();
-        let mut hits = store.search(&vector, filter, most * factor, threshold)?;
-        if let Some(pattern) = pattern {
-            hits.retain(|hit| pattern.matches(&hit.stored.chunk.source));
-            hits.truncate(most);
-        }
+    let lanes = LaneQuery {
+        dense: (!vectors.dense.is_empty()).then(|| Lane {
+            vector: vectors.dense.clone(),
+            limit: wanted.dense * factor,
+            score_threshold: query.score_threshold,
+        }),
+        bm25: (!vectors.sparse.indices.is_empty()).then(|| Lane {
+            vector: vectors.sparse.clone(),
+            limit: wanted.bm25 * factor,
+            score_threshold: query.bm25_score_threshold,
+        }),
+    };
+    let mut hits = store.search_lanes(&lanes, filter)?;
+    for (stage, seconds) in &hits.timings {
         metrics()
             .query_stage_seconds
-            .with_label_values(&[name])
-            .observe(started.elapsed().as_secs_f64());
-        Ok::<_, StoreError>(hits)
-    };
-    let dense = if vectors.dense.is_empty() {
-        Vec::new()
-    } else {
-        lane(
-            "retrieve_dense",
-            SearchVector::Dense(vectors.dense.clone()),
-            query.score_threshold,
-            wanted.dense,
-        )?
-    };
-    let bm25 = if vectors.sparse.indices.is_empty() {
-        Vec::new()
-    } else {
-        lane(
-            "retrieve_bm25",
-            SearchVector::Sparse(vectors.sparse.clone()),
-            query.bm25_score_threshold,
-            wanted.bm25,
-        )?
-    };
-    Ok((dense, bm25))
+            .with_label_values(&[stage])
+            .observe(*seconds);
+    }
+    if let Some(pattern) = pattern {
+        for (lane, most) in [
+            (&mut hits.dense, wanted.dense),
+            (&mut hits.bm25, wanted.bm25),
+        ] {
+            lane.retain(|hit| pattern.matches(&hit.stored.chunk.source));
+            lane.truncate(most);
+        }
+        let kept = hits.hit_ids();
+        hits.vectors
+            .retain(|(id, _)| kept.binary_search(id).is_ok());
+    }
+    Ok(hits)
 }
 
 /// Runs `query` against one shard.
@@ -295,17 +295,8 @@ pub fn search_shard(
                 }
             }
             _ => {
-                (answer.dense, answer.bm25) =
-                    search_lanes(store, query, vectors, (&filter, pattern), depth)?;
-                let mut ids: Vec<uuid::Uuid> = answer
-                    .dense
-                    .iter()
-                    .chain(&answer.bm25)
-                    .map(|h| h.stored.id)
-                    .collect();
-                ids.sort();
-                ids.dedup();
-                for (id, stored) in store.vectors(&ids)? {
+                let hits = search_lanes(store, query, vectors, (&filter, pattern), depth)?;
+                for (id, stored) in hits.vectors {
                     if !vectors.dense.is_empty() {
                         answer
                             .evidence
@@ -313,6 +304,7 @@ pub fn search_shard(
                     }
                     answer.vectors.push((id, stored.dense));
                 }
+                (answer.dense, answer.bm25) = (hits.dense, hits.bm25);
                 if query.mode == Mode::Files {
                     // Chunk counts of the files found here (a document lives on one shard).
                     let mut files = filter.clone();

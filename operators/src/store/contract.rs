@@ -7,6 +7,8 @@ use crate::model::DocKind;
 
 pub use ragstream_core::testing::{sample_point, DIMENSION};
 
+mod reads;
+
 /// A unit vector along dimension `at`.
 fn axis(at: usize) -> Vec<f32> {
     let mut vector = vec![0.0; DIMENSION];
@@ -52,6 +54,8 @@ pub fn run(open: &dyn Fn() -> Box<dyn VectorStore>) {
     check_metadata_refusals_and_searches(store.as_ref(), &points);
     check_get(store.as_ref(), &points);
     check_vectors(store.as_ref(), &points);
+    reads::check_search_lanes(store.as_ref(), &points);
+    reads::check_neighbours(store.as_ref());
     check_replace_current(store.as_ref(), &points);
     check_delete(store.as_ref(), &points, &tenant_a);
     check_embedder_guard(store.as_ref());

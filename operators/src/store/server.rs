@@ -17,30 +17,32 @@
 
 use std::time::Duration;
 
-use qdrant_client::qdrant::vector_output::Vector as VectorOutputKind;
 use qdrant_client::qdrant::vectors_config::Config as VectorsConfigKind;
 use qdrant_client::qdrant::{
     CountPointsBuilder, CreateCollectionBuilder, CreateFieldIndexCollectionBuilder, Datatype,
     DeleteCollectionBuilder, DeletePointsBuilder, Distance, FieldType, GetPointsBuilder,
     HnswConfigDiffBuilder, KeywordIndexParamsBuilder, Modifier, MultiVectorComparator,
-    MultiVectorConfigBuilder, NamedVectors, PointId, PointStruct, QuantizationSearchParamsBuilder,
-    QuantizationType, Query, QueryPointsBuilder, ScalarQuantizationBuilder, ScrollPointsBuilder,
-    SearchParamsBuilder, SparseIndexConfigBuilder, SparseVectorParamsBuilder,
-    SparseVectorsConfigBuilder, UpsertPointsBuilder, Vector, VectorInput, VectorParamsBuilder,
-    VectorsConfigBuilder, VectorsSelector,
+    MultiVectorConfigBuilder, NamedVectors, PointId, PointStruct, QuantizationType,
+    ScalarQuantizationBuilder, ScrollPointsBuilder, SparseIndexConfigBuilder,
+    SparseVectorParamsBuilder, SparseVectorsConfigBuilder, UpsertPointsBuilder, Vector,
+    VectorParamsBuilder, VectorsConfigBuilder,
 };
 use qdrant_client::Qdrant;
 use ragstream_core::metadata::MetaIndex;
 
 use super::{
-    check_compatible, check_dimensions, chunk_payload, DenseDistance, Hit, IndexTuning, PointWrite,
-    SearchFilter, SearchVector, StoreError, StoredChunk, StoredVectors, VectorStore, DENSE_VECTOR,
-    EVIDENCE_VECTOR, KEYWORD_INDEXES, ON_DISK_KEYWORD_INDEXES, SPARSE_VECTOR,
+    check_compatible, check_dimensions, chunk_payload, DenseDistance, Hit, IndexTuning, LaneHits,
+    LaneQuery, PointWrite, SearchFilter, SearchVector, StoreError, StoredChunk, StoredVectors,
+    VectorStore, DENSE_VECTOR, EVIDENCE_VECTOR, KEYWORD_INDEXES, ON_DISK_KEYWORD_INDEXES,
+    SPARSE_VECTOR,
 };
+use crate::model::DocKey;
 
 mod convert;
+mod read;
 mod write;
 use convert::*;
+use read::stored_vectors;
 use write::server_distance;
 
 /// Points per scroll page.
@@ -413,33 +415,16 @@ impl VectorStore for ServerStore {
         visit: &mut dyn FnMut(StoredChunk),
     ) -> Result<(), StoreError> {
         let filter = server_filter(filter, &self.declared())?;
-        let mut offset: Option<PointId> = None;
-        loop {
-            // No `order_by`: the server's scroll is in id order, and only then paginates by offset.
-            let mut request = ScrollPointsBuilder::new(&self.collection)
-                .limit(SCROLL_PAGE)
-                .with_payload(true)
-                .with_vectors(false);
-            if let Some(filter) = &filter {
-                request = request.filter(filter.clone());
-            }
-            if let Some(offset) = offset.take() {
-                request = request.offset(offset);
-            }
-            let page = self
-                .runtime
-                .block_on(self.client.scroll(request))
-                .map_err(store_error)?;
-            for point in &page.result {
-                if let Some(stored) = stored_chunk(point.id.as_ref(), &point.payload) {
-                    visit(stored);
-                }
-            }
-            match page.next_page_offset {
-                Some(next) => offset = Some(next),
-                None => return Ok(()),
-            }
-        }
+        self.scroll_where(filter, visit)
+    }
+
+    fn neighbours(
+        &self,
+        key: &DocKey,
+        order: u32,
+        radius: u32,
+    ) -> Result<Vec<StoredChunk>, StoreError> {
+        self.neighbours_in_one(key, order, radius)
     }
 
     fn count(&self, filter: &SearchFilter) -> Result<usize, StoreError> {
@@ -464,49 +449,9 @@ impl VectorStore for ServerStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let (query, using) = match vector {
-            SearchVector::Dense(dense) => (
-                Query::new_nearest(self.tuning.distance.prepare(dense)),
-                DENSE_VECTOR,
-            ),
-            SearchVector::Sparse(sparse) => (
-                Query::new_nearest(VectorInput::new_sparse(
-                    sparse.indices.clone(),
-                    sparse.values.clone(),
-                )),
-                SPARSE_VECTOR,
-            ),
-        };
-        let mut request = QueryPointsBuilder::new(&self.collection)
-            .query(query)
-            .using(using)
-            .limit(limit as u64)
-            .with_payload(true)
-            .with_vectors(false);
-        if matches!(vector, SearchVector::Dense(_)) {
-            let mut params =
-                SearchParamsBuilder::default().hnsw_ef(self.tuning.ef_for(limit) as u64);
-            if self.tuning.quantized {
-                params = params.quantization(
-                    QuantizationSearchParamsBuilder::default()
-                        .rescore(true)
-                        .oversampling(IndexTuning::OVERSAMPLING),
-                );
-            }
-            request = request.params(params);
-        }
-        if let Some(filter) = server_filter(filter, &self.declared())? {
-            request = request.filter(filter);
-        }
+        let filter = server_filter(filter, &self.declared())?;
+        let request = self.lane_request(vector, filter, limit, score_threshold, false);
         let dense = matches!(vector, SearchVector::Dense(_));
-        let distance = self.tuning.distance;
-        if let Some(threshold) = score_threshold {
-            request = request.score_threshold(if dense {
-                distance.engine_threshold(threshold)
-            } else {
-                threshold
-            });
-        }
         let response = self
             .runtime
             .block_on(self.client.query(request))
@@ -514,18 +459,16 @@ impl VectorStore for ServerStore {
         Ok(response
             .result
             .iter()
-            .filter_map(|point| {
-                let stored = stored_chunk(point.id.as_ref(), &point.payload)?;
-                Some(Hit {
-                    stored,
-                    score: if dense {
-                        distance.to_cosine(point.score)
-                    } else {
-                        point.score
-                    },
-                })
-            })
+            .filter_map(|point| self.hit(point, dense))
             .collect())
+    }
+
+    fn search_lanes(
+        &self,
+        lanes: &LaneQuery,
+        filter: &SearchFilter,
+    ) -> Result<LaneHits, StoreError> {
+        self.lanes_in_one(lanes, filter)
     }
 
     fn get(&self, ids: &[uuid::Uuid]) -> Result<Vec<StoredChunk>, StoreError> {
@@ -552,40 +495,18 @@ impl VectorStore for ServerStore {
             return Ok(Vec::new());
         }
         let ids: Vec<PointId> = ids.iter().map(|id| point_id(*id)).collect();
-        let mut names = vec![DENSE_VECTOR.to_string()];
-        if self.evidence.load(std::sync::atomic::Ordering::Relaxed) {
-            names.push(EVIDENCE_VECTOR.to_string());
-        }
         let request = GetPointsBuilder::new(&self.collection, ids)
             .with_payload(false)
-            .with_vectors(VectorsSelector::new(names));
+            .with_vectors(self.vector_selector());
         let response = self
             .runtime
             .block_on(self.client.get_points(request))
             .map_err(store_error)?;
         Ok(response
             .result
-            .iter()
+            .into_iter()
             .filter_map(|point| {
-                let id = uuid_of(point.id.as_ref())?;
-                let vectors = point.vectors.as_ref()?;
-                let VectorOutputKind::Dense(dense) = vectors.get_vector_by_name(DENSE_VECTOR)?
-                else {
-                    return None;
-                };
-                let evidence = match vectors.get_vector_by_name(EVIDENCE_VECTOR) {
-                    Some(VectorOutputKind::MultiDense(multi)) => {
-                        multi.vectors.into_iter().map(|v| v.data).collect()
-                    }
-                    _ => Vec::new(),
-                };
-                Some((
-                    id,
-                    StoredVectors {
-                        dense: dense.data,
-                        evidence,
-                    },
-                ))
+                Some((uuid_of(point.id.as_ref())?, stored_vectors(point.vectors?)?))
             })
             .collect())
     }

@@ -14,6 +14,7 @@
 //! of the process. The dataflow acknowledges (and Kafka offsets advance) only after a flush.
 
 pub mod bm25;
+pub mod lanes;
 pub mod reindex;
 pub mod stats;
 
@@ -21,6 +22,7 @@ use serde_json::{json, Map, Value};
 
 use crate::model::{Chunk, DocKey, DocKind};
 pub use bm25::{Bm25Encoder, Bm25Params, Bm25Variant, SparseVector};
+pub use lanes::{Lane, LaneHits, LaneQuery};
 
 /// Name of the dense vector in the collection.
 pub const DENSE_VECTOR: &str = "dense";
@@ -419,6 +421,38 @@ pub trait VectorStore: Send + Sync {
     /// Stored vectors of the given points (missing ids are skipped): the dense vector and the evidence
     /// units' vectors (empty where the point has none).
     fn vectors(&self, ids: &[uuid::Uuid]) -> Result<Vec<(uuid::Uuid, StoredVectors)>, StoreError>;
+    /// A query's retrieval: both lanes (as [`VectorStore::search`] answers each) and the stored
+    /// vectors of their hits (as [`VectorStore::vectors`]). The default makes those three calls; a
+    /// backend behind a network answers them in one request.
+    fn search_lanes(
+        &self,
+        lanes: &LaneQuery,
+        filter: &SearchFilter,
+    ) -> Result<LaneHits, StoreError> {
+        lanes::sequential(self, lanes, filter)
+    }
+    /// The chunks of `key`'s document whose position ([`Chunk::order_index`]) is within `radius` of
+    /// `order`, payload only, in id order. The default scrolls the document; a backend behind a
+    /// network filters on the position in the same request.
+    fn neighbours(
+        &self,
+        key: &DocKey,
+        order: u32,
+        radius: u32,
+    ) -> Result<Vec<StoredChunk>, StoreError> {
+        let filter = SearchFilter {
+            tenant: Some(key.tenant.clone()),
+            doc_ids: vec![key.doc_id.clone()],
+            ..SearchFilter::default()
+        };
+        let mut out = Vec::new();
+        self.scroll(&filter, &mut |stored| {
+            if stored.chunk.order_index.abs_diff(order) <= radius {
+                out.push(stored);
+            }
+        })?;
+        Ok(out)
+    }
     /// Whether the index multiplies BM25 IDF into sparse scores itself (the engine's IDF modifier): the
     /// Qdrant server's one collection, shared by every job instance, and embedded shards created before
     /// the corpus-wide statistics of [`stats`] (whose ranking then depends on the number of shards).

@@ -1,0 +1,96 @@
+//! One query's retrieval against one index: both lanes and the stored vectors of their hits
+//! ([`super::VectorStore::search_lanes`]). The embedded index answers it with three calls in
+//! process ([`sequential`]); the Qdrant server in one request, so a query pays one network round
+//! trip for retrieval instead of three.
+
+use super::{
+    Hit, SearchFilter, SearchVector, SparseVector, StoreError, StoredVectors, VectorStore,
+};
+
+/// One lane to search: its query vector, how many hits, the engine's score threshold.
+#[derive(Debug, Clone)]
+pub struct Lane<V> {
+    /// The query vector.
+    pub vector: V,
+    /// Hits wanted.
+    pub limit: usize,
+    /// Hits scoring below it are left out (a cosine for the dense lane, a BM25 score for the other).
+    pub score_threshold: Option<f32>,
+}
+
+/// Both lanes of one query, either absent (a query without words or without an embedding).
+#[derive(Debug, Clone, Default)]
+pub struct LaneQuery {
+    /// The dense lane.
+    pub dense: Option<Lane<Vec<f32>>>,
+    /// The BM25 lane.
+    pub bm25: Option<Lane<SparseVector>>,
+}
+
+/// What [`super::VectorStore::search_lanes`] returns.
+#[derive(Debug, Clone, Default)]
+pub struct LaneHits {
+    /// The dense lane, best first.
+    pub dense: Vec<Hit>,
+    /// The BM25 lane, best first.
+    pub bm25: Vec<Hit>,
+    /// The stored vectors of every hit of either lane, each point once.
+    pub vectors: Vec<(uuid::Uuid, StoredVectors)>,
+    /// Seconds per request made, named for the `query_stage_seconds` metric (`retrieve_dense`,
+    /// `retrieve_bm25`, `retrieve_vectors` one after another; `retrieve_batch` for one request).
+    pub timings: Vec<(&'static str, f64)>,
+}
+
+impl LaneHits {
+    /// The ids of every hit of either lane, each once, sorted.
+    pub fn hit_ids(&self) -> Vec<uuid::Uuid> {
+        let mut ids: Vec<uuid::Uuid> = self
+            .dense
+            .iter()
+            .chain(&self.bm25)
+            .map(|hit| hit.stored.id)
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+}
+
+/// Each lane with [`VectorStore::search`], then the hits' vectors with [`VectorStore::vectors`]:
+/// the default of [`VectorStore::search_lanes`].
+pub fn sequential(
+    store: &(impl VectorStore + ?Sized),
+    lanes: &LaneQuery,
+    filter: &SearchFilter,
+) -> Result<LaneHits, StoreError> {
+    let mut hits = LaneHits::default();
+    let timed =
+        |name: &'static str, started: std::time::Instant| (name, started.elapsed().as_secs_f64());
+    if let Some(lane) = &lanes.dense {
+        let started = std::time::Instant::now();
+        hits.dense = store.search(
+            &SearchVector::Dense(lane.vector.clone()),
+            filter,
+            lane.limit,
+            lane.score_threshold,
+        )?;
+        hits.timings.push(timed("retrieve_dense", started));
+    }
+    if let Some(lane) = &lanes.bm25 {
+        let started = std::time::Instant::now();
+        hits.bm25 = store.search(
+            &SearchVector::Sparse(lane.vector.clone()),
+            filter,
+            lane.limit,
+            lane.score_threshold,
+        )?;
+        hits.timings.push(timed("retrieve_bm25", started));
+    }
+    let ids = hits.hit_ids();
+    if !ids.is_empty() {
+        let started = std::time::Instant::now();
+        hits.vectors = store.vectors(&ids)?;
+        hits.timings.push(timed("retrieve_vectors", started));
+    }
+    Ok(hits)
+}

@@ -1,0 +1,162 @@
+//! The contract's checks of a query's reads: both lanes with their vectors in one call, and a
+//! document's neighbours.
+
+use super::{axis, ids, sample_point, Points};
+use crate::store::{
+    lanes, Bm25Encoder, Lane, LaneHits, LaneQuery, SearchFilter, StoredVectors, VectorStore,
+};
+
+/// Hit ids and scores of a lane, for comparison.
+fn scored(hits: &[crate::store::Hit]) -> Vec<(uuid::Uuid, f32)> {
+    hits.iter().map(|hit| (hit.stored.id, hit.score)).collect()
+}
+
+fn assert_same(got: &LaneHits, expected: &LaneHits, what: &str) {
+    for (lane, got, expected) in [
+        ("dense", &got.dense, &expected.dense),
+        ("bm25", &got.bm25, &expected.bm25),
+    ] {
+        let (got, expected) = (scored(got), scored(expected));
+        assert_eq!(got.len(), expected.len(), "{what}: {lane} lane {got:?}");
+        for ((id, score), (expected_id, expected_score)) in got.iter().zip(&expected) {
+            assert_eq!(id, expected_id, "{what}: {lane} lane order");
+            assert!(
+                (score - expected_score).abs() < 1e-5,
+                "{what}: {lane} score {score} against {expected_score}"
+            );
+        }
+    }
+    let sorted = |vectors: &[(uuid::Uuid, StoredVectors)]| {
+        let mut vectors = vectors.to_vec();
+        vectors.sort_by_key(|(id, _)| *id);
+        vectors
+    };
+    assert_eq!(
+        sorted(&got.vectors),
+        sorted(&expected.vectors),
+        "{what}: vectors"
+    );
+    assert_eq!(
+        got.vectors.len(),
+        got.hit_ids().len(),
+        "{what}: one entry of vectors per hit"
+    );
+}
+
+/// `search_lanes` answers as the lanes searched one by one and the hits' vectors read after: the
+/// same hits, scores and vectors (units included), filters and thresholds applied, a lane left out
+/// or both.
+pub(super) fn check_search_lanes(store: &dyn VectorStore, points: &Points) {
+    let Points { a1, a2, .. } = points;
+    let tenant_a = SearchFilter {
+        tenant: Some("a".into()),
+        ..SearchFilter::default()
+    };
+    let eng = SearchFilter {
+        acl: Some(vec!["eng".into()]),
+        ..tenant_a.clone()
+    };
+    let words = Bm25Encoder::default().encode_query("kafka offsets packed context mmr");
+    let both = LaneQuery {
+        dense: Some(Lane {
+            vector: a2.dense.clone(),
+            limit: 10,
+            score_threshold: None,
+        }),
+        bm25: Some(Lane {
+            vector: words.clone(),
+            limit: 10,
+            score_threshold: None,
+        }),
+    };
+    for (what, query, filter) in [
+        ("both lanes", both.clone(), &tenant_a),
+        ("an ACL", both.clone(), &eng),
+        (
+            "thresholds",
+            LaneQuery {
+                dense: Some(Lane {
+                    score_threshold: Some(0.99),
+                    ..both.dense.clone().expect("dense")
+                }),
+                bm25: Some(Lane {
+                    limit: 1,
+                    ..both.bm25.clone().expect("bm25")
+                }),
+            },
+            &tenant_a,
+        ),
+        (
+            "dense only",
+            LaneQuery {
+                dense: Some(Lane {
+                    vector: axis(points.second),
+                    limit: 10,
+                    score_threshold: None,
+                }),
+                bm25: None,
+            },
+            &tenant_a,
+        ),
+        (
+            "bm25 only",
+            LaneQuery {
+                dense: None,
+                ..both.clone()
+            },
+            &tenant_a,
+        ),
+        ("no lane", LaneQuery::default(), &tenant_a),
+    ] {
+        let got = store.search_lanes(&query, filter).expect(what);
+        let expected = lanes::sequential(store, &query, filter).expect(what);
+        assert_same(&got, &expected, what);
+    }
+    let got = store.search_lanes(&both, &tenant_a).expect("both");
+    assert_eq!(ids(&got.dense).first().map(String::as_str), Some("a/two"));
+    assert_eq!(got.vectors.len(), 3, "three chunks of tenant a");
+    let a2_vectors = &got
+        .vectors
+        .iter()
+        .find(|(id, _)| *id == a2.id)
+        .expect("a2's vectors")
+        .1;
+    assert_eq!(a2_vectors.evidence.len(), 2, "a2's evidence units");
+    let got = store.search_lanes(&both, &eng).expect("acl");
+    assert!(
+        got.hit_ids().iter().all(|id| *id == a1.id || *id == a2.id),
+        "the ACL inside the request"
+    );
+}
+
+/// `neighbours`: the document's chunks within the radius of a position, never another document's
+/// or another tenant's.
+pub(super) fn check_neighbours(store: &dyn VectorStore) {
+    let chunk = |tenant: &str, doc: &str, order: u32| {
+        let mut point = sample_point(tenant, doc, 1, &format!("{doc} part {order}"), &[]);
+        point.chunk.order_index = order;
+        point
+    };
+    let mut written: Vec<_> = (0..9).map(|order| chunk("n", "long", order)).collect();
+    written.push(chunk("n", "other", 4));
+    written.push(chunk("m", "long", 4));
+    store.upsert(&written).expect("upsert neighbours");
+    store.flush().expect("flush");
+    let key = crate::model::DocKey::new("n", "long");
+    for (order, radius, expected) in [
+        (4, 3, vec![1, 2, 3, 4, 5, 6, 7]),
+        (0, 3, vec![0, 1, 2, 3]),
+        (8, 2, vec![6, 7, 8]),
+        (4, 0, vec![4]),
+        (u32::MAX, 3, vec![]),
+    ] {
+        let found = store.neighbours(&key, order, radius).expect("neighbours");
+        assert!(found.iter().all(|stored| stored.key == key));
+        let mut orders: Vec<u32> = found.iter().map(|s| s.chunk.order_index).collect();
+        orders.sort();
+        assert_eq!(orders, expected, "around {order}, radius {radius}");
+    }
+    let ids: Vec<uuid::Uuid> = written.iter().map(|point| point.id).collect();
+    store.delete(&ids).expect("delete neighbours");
+    store.flush().expect("flush");
+}
