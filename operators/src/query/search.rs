@@ -296,11 +296,16 @@ pub fn search_shard(
             }
             _ => {
                 let hits = search_lanes(store, query, vectors, (&filter, pattern), depth)?;
+                // Scored by the engine where it did (a hit without units: its own cosine).
+                let scored: Option<std::collections::HashMap<uuid::Uuid, f32>> =
+                    hits.evidence.map(|scores| scores.into_iter().collect());
                 for (id, stored) in hits.vectors {
                     if !vectors.dense.is_empty() {
-                        answer
-                            .evidence
-                            .push((id, stored.evidence_score(&vectors.dense)));
+                        let score = scored
+                            .as_ref()
+                            .and_then(|scores| scores.get(&id).copied())
+                            .unwrap_or_else(|| stored.evidence_score(&vectors.dense));
+                        answer.evidence.push((id, score));
                     }
                     answer.vectors.push((id, stored.dense));
                 }

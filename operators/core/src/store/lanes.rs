@@ -4,8 +4,10 @@
 //! trip for retrieval instead of three.
 
 use super::{
-    Hit, SearchFilter, SearchVector, SparseVector, StoreError, StoredVectors, VectorStore,
+    Hit, SearchFilter, SearchVector, SparseVector, StoreError, StoredChunk, StoredVectors,
+    VectorStore,
 };
+use crate::model::DocKey;
 
 /// One lane to search: its query vector, how many hits, the engine's score threshold.
 #[derive(Debug, Clone)]
@@ -34,8 +36,13 @@ pub struct LaneHits {
     pub dense: Vec<Hit>,
     /// The BM25 lane, best first.
     pub bm25: Vec<Hit>,
-    /// The stored vectors of every hit of either lane, each point once.
+    /// The stored vectors of every hit of either lane, each point once (without the evidence
+    /// units where `evidence` holds their scores).
     pub vectors: Vec<(uuid::Uuid, StoredVectors)>,
+    /// The sentence evidence of the hits with evidence units, as the engine scored it
+    /// ([`StoredVectors::evidence_score`] of the dense query: its highest cosine to a unit); `None`
+    /// where the units are in `vectors` instead. A hit without units has no score here.
+    pub evidence: Option<Vec<(uuid::Uuid, f32)>>,
     /// Seconds per request made, named for the `query_stage_seconds` metric (`retrieve_dense`,
     /// `retrieve_bm25`, `retrieve_vectors` one after another; `retrieve_batch` for one request).
     pub timings: Vec<(&'static str, f64)>,
@@ -93,4 +100,26 @@ pub fn sequential(
         hits.timings.push(timed("retrieve_vectors", started));
     }
     Ok(hits)
+}
+
+/// The chunks of `key`'s document within `radius` positions of `order`, by scrolling the document:
+/// the default of [`VectorStore::neighbours`].
+pub fn scrolled_neighbours(
+    store: &(impl VectorStore + ?Sized),
+    key: &DocKey,
+    order: u32,
+    radius: u32,
+) -> Result<Vec<StoredChunk>, StoreError> {
+    let filter = SearchFilter {
+        tenant: Some(key.tenant.clone()),
+        doc_ids: vec![key.doc_id.clone()],
+        ..SearchFilter::default()
+    };
+    let mut out = Vec::new();
+    store.scroll(&filter, &mut |stored| {
+        if stored.chunk.order_index.abs_diff(order) <= radius {
+            out.push(stored);
+        }
+    })?;
+    Ok(out)
 }

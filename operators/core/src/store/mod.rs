@@ -23,6 +23,7 @@ use serde_json::{json, Map, Value};
 use crate::model::{Chunk, DocKey, DocKind};
 pub use bm25::{Bm25Encoder, Bm25Params, Bm25Variant, SparseVector};
 pub use lanes::{Lane, LaneHits, LaneQuery};
+pub use reindex::still_current;
 
 /// Name of the dense vector in the collection.
 pub const DENSE_VECTOR: &str = "dense";
@@ -361,28 +362,6 @@ pub struct Hit {
     pub score: f32,
 }
 
-/// The points of `points` that `store` still holds at the same version and content.
-pub fn still_current(
-    store: &dyn VectorStore,
-    points: &[PointWrite],
-) -> Result<Vec<PointWrite>, StoreError> {
-    let ids: Vec<uuid::Uuid> = points.iter().map(|p| p.id).collect();
-    let held: std::collections::HashMap<uuid::Uuid, (u64, String)> = store
-        .get(&ids)?
-        .into_iter()
-        .map(|s| (s.id, (s.version, s.chunk.content_hash)))
-        .collect();
-    Ok(points
-        .iter()
-        .filter(|p| {
-            held.get(&p.id).is_some_and(|(version, hash)| {
-                *version == p.version && *hash == p.chunk.content_hash
-            })
-        })
-        .cloned()
-        .collect())
-}
-
 /// The index contract, implemented by both backends and checked by one contract test suite.
 pub trait VectorStore: Send + Sync {
     /// Which backend this is (`edge`, `server`), for logs.
@@ -431,27 +410,15 @@ pub trait VectorStore: Send + Sync {
     ) -> Result<LaneHits, StoreError> {
         lanes::sequential(self, lanes, filter)
     }
-    /// The chunks of `key`'s document whose position ([`Chunk::order_index`]) is within `radius` of
-    /// `order`, payload only, in id order. The default scrolls the document; a backend behind a
-    /// network filters on the position in the same request.
+    /// The chunks of `key`'s document within `radius` positions ([`Chunk::order_index`]) of `order`,
+    /// payload only. The default scrolls the document; the server filters on position.
     fn neighbours(
         &self,
         key: &DocKey,
         order: u32,
         radius: u32,
     ) -> Result<Vec<StoredChunk>, StoreError> {
-        let filter = SearchFilter {
-            tenant: Some(key.tenant.clone()),
-            doc_ids: vec![key.doc_id.clone()],
-            ..SearchFilter::default()
-        };
-        let mut out = Vec::new();
-        self.scroll(&filter, &mut |stored| {
-            if stored.chunk.order_index.abs_diff(order) <= radius {
-                out.push(stored);
-            }
-        })?;
-        Ok(out)
+        lanes::scrolled_neighbours(self, key, order, radius)
     }
     /// Whether the index multiplies BM25 IDF into sparse scores itself (the engine's IDF modifier): the
     /// Qdrant server's one collection, shared by every job instance, and embedded shards created before

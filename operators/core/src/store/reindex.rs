@@ -31,3 +31,25 @@ pub struct ReindexStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
+
+/// The points of `points` that `store` still holds at the same version and content.
+pub fn still_current(
+    store: &dyn super::VectorStore,
+    points: &[super::PointWrite],
+) -> Result<Vec<super::PointWrite>, super::StoreError> {
+    let ids: Vec<uuid::Uuid> = points.iter().map(|p| p.id).collect();
+    let held: std::collections::HashMap<uuid::Uuid, (u64, String)> = store
+        .get(&ids)?
+        .into_iter()
+        .map(|s| (s.id, (s.version, s.chunk.content_hash)))
+        .collect();
+    Ok(points
+        .iter()
+        .filter(|p| {
+            held.get(&p.id).is_some_and(|(version, hash)| {
+                *version == p.version && *hash == p.chunk.content_hash
+            })
+        })
+        .cloned()
+        .collect())
+}

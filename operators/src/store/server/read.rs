@@ -4,12 +4,12 @@
 
 use qdrant_client::qdrant::vector_output::Vector as VectorOutputKind;
 use qdrant_client::qdrant::{
-    Condition, Filter, PointId, QuantizationSearchParamsBuilder, Query, QueryBatchPointsBuilder,
-    QueryPointsBuilder, Range, ScoredPoint, ScrollPointsBuilder, SearchParamsBuilder, VectorInput,
-    VectorsOutput, VectorsSelector,
+    Condition, Filter, PointId, PrefetchQueryBuilder, QuantizationSearchParamsBuilder, Query,
+    QueryBatchPointsBuilder, QueryPointsBuilder, Range, ScoredPoint, ScrollPointsBuilder,
+    SearchParams, SearchParamsBuilder, VectorInput, VectorsOutput, VectorsSelector,
 };
 
-use super::convert::{server_filter, store_error, stored_chunk};
+use super::convert::{server_filter, store_error, stored_chunk, uuid_of};
 use super::{ServerStore, SCROLL_PAGE};
 use crate::model::DocKey;
 use crate::store::{
@@ -45,7 +45,44 @@ impl ServerStore {
         VectorsSelector::new(names)
     }
 
-    /// One lane's search request: payload always, the stored vectors when `with_vectors`.
+    /// One lane's search: its query, vector name, search parameters and engine threshold.
+    fn lane_parts(
+        &self,
+        vector: &SearchVector,
+        limit: usize,
+        score_threshold: Option<f32>,
+    ) -> (Query, &'static str, Option<SearchParams>, Option<f32>) {
+        match vector {
+            SearchVector::Dense(dense) => {
+                let mut params =
+                    SearchParamsBuilder::default().hnsw_ef(self.tuning.ef_for(limit) as u64);
+                if self.tuning.quantized {
+                    params = params.quantization(
+                        QuantizationSearchParamsBuilder::default()
+                            .rescore(true)
+                            .oversampling(IndexTuning::OVERSAMPLING),
+                    );
+                }
+                (
+                    Query::new_nearest(self.tuning.distance.prepare(dense)),
+                    DENSE_VECTOR,
+                    Some(params.build()),
+                    score_threshold.map(|t| self.tuning.distance.engine_threshold(t)),
+                )
+            }
+            SearchVector::Sparse(sparse) => (
+                Query::new_nearest(VectorInput::new_sparse(
+                    sparse.indices.clone(),
+                    sparse.values.clone(),
+                )),
+                SPARSE_VECTOR,
+                None,
+                score_threshold,
+            ),
+        }
+    }
+
+    /// One lane's search request: payload always, the dense vector when `with_vectors`.
     pub(super) fn lane_request(
         &self,
         vector: &SearchVector,
@@ -54,53 +91,52 @@ impl ServerStore {
         score_threshold: Option<f32>,
         with_vectors: bool,
     ) -> QueryPointsBuilder {
-        let dense = matches!(vector, SearchVector::Dense(_));
-        let (query, using) = match vector {
-            SearchVector::Dense(dense) => (
-                Query::new_nearest(self.tuning.distance.prepare(dense)),
-                DENSE_VECTOR,
-            ),
-            SearchVector::Sparse(sparse) => (
-                Query::new_nearest(VectorInput::new_sparse(
-                    sparse.indices.clone(),
-                    sparse.values.clone(),
-                )),
-                SPARSE_VECTOR,
-            ),
-        };
+        let (query, using, params, threshold) = self.lane_parts(vector, limit, score_threshold);
         let mut request = QueryPointsBuilder::new(&self.collection)
             .query(query)
             .using(using)
             .limit(limit as u64)
             .with_payload(true);
         request = if with_vectors {
-            request.with_vectors(self.vector_selector())
+            request.with_vectors(VectorsSelector::new(vec![DENSE_VECTOR.to_string()]))
         } else {
             request.with_vectors(false)
         };
-        if dense {
-            let mut params =
-                SearchParamsBuilder::default().hnsw_ef(self.tuning.ef_for(limit) as u64);
-            if self.tuning.quantized {
-                params = params.quantization(
-                    QuantizationSearchParamsBuilder::default()
-                        .rescore(true)
-                        .oversampling(IndexTuning::OVERSAMPLING),
-                );
-            }
+        if let Some(params) = params {
             request = request.params(params);
         }
         if let Some(filter) = filter {
             request = request.filter(filter);
         }
-        if let Some(threshold) = score_threshold {
-            request = request.score_threshold(if dense {
-                self.tuning.distance.engine_threshold(threshold)
-            } else {
-                threshold
-            });
+        if let Some(threshold) = threshold {
+            request = request.score_threshold(threshold);
         }
         request
+    }
+
+    /// The same lane as a prefetch of another request.
+    fn lane_prefetch(
+        &self,
+        vector: &SearchVector,
+        filter: Option<Filter>,
+        limit: usize,
+        score_threshold: Option<f32>,
+    ) -> PrefetchQueryBuilder {
+        let (query, using, params, threshold) = self.lane_parts(vector, limit, score_threshold);
+        let mut prefetch = PrefetchQueryBuilder::default()
+            .query(query)
+            .using(using)
+            .limit(limit as u64);
+        if let Some(params) = params {
+            prefetch = prefetch.params(params);
+        }
+        if let Some(filter) = filter {
+            prefetch = prefetch.filter(filter);
+        }
+        if let Some(threshold) = threshold {
+            prefetch = prefetch.score_threshold(threshold);
+        }
+        prefetch
     }
 
     /// A scored point as a hit (a dense score as a cosine); `None` for a point that is not a chunk.
@@ -116,7 +152,10 @@ impl ServerStore {
         })
     }
 
-    /// Both lanes and their hits' vectors in one `query_batch` request.
+    /// Both lanes, their hits' dense vectors and sentence evidence in one `query_batch` request:
+    /// a request per lane, and one that searches both lanes again as prefetches and scores their
+    /// hits against the evidence units (the engine's MaxSim of the one query vector: its highest
+    /// cosine to a unit), so the units themselves never leave the server.
     pub(super) fn lanes_in_one(
         &self,
         lanes: &LaneQuery,
@@ -124,38 +163,63 @@ impl ServerStore {
     ) -> Result<LaneHits, StoreError> {
         let filter = server_filter(filter, &self.declared())?;
         let mut requests = Vec::new();
-        let mut order = Vec::new();
-        if let Some(lane) = lanes.dense.as_ref().filter(|lane| lane.limit > 0) {
-            let vector = SearchVector::Dense(lane.vector.clone());
+        let mut kinds = Vec::new();
+        let mut prefetches = Vec::new();
+        let mut depth = 0u64;
+        let searches = [
+            lanes
+                .dense
+                .as_ref()
+                .filter(|lane| lane.limit > 0)
+                .map(|lane| {
+                    (
+                        SearchVector::Dense(lane.vector.clone()),
+                        lane.limit,
+                        lane.score_threshold,
+                    )
+                }),
+            lanes
+                .bm25
+                .as_ref()
+                .filter(|lane| lane.limit > 0)
+                .map(|lane| {
+                    (
+                        SearchVector::Sparse(lane.vector.clone()),
+                        lane.limit,
+                        lane.score_threshold,
+                    )
+                }),
+        ];
+        for (vector, limit, threshold) in searches.into_iter().flatten() {
             requests.push(
-                self.lane_request(
-                    &vector,
-                    filter.clone(),
-                    lane.limit,
-                    lane.score_threshold,
-                    true,
-                )
-                .build(),
+                self.lane_request(&vector, filter.clone(), limit, threshold, true)
+                    .build(),
             );
-            order.push(true);
-        }
-        if let Some(lane) = lanes.bm25.as_ref().filter(|lane| lane.limit > 0) {
-            let vector = SearchVector::Sparse(lane.vector.clone());
-            requests.push(
-                self.lane_request(
-                    &vector,
-                    filter.clone(),
-                    lane.limit,
-                    lane.score_threshold,
-                    true,
-                )
-                .build(),
-            );
-            order.push(false);
+            prefetches.push(self.lane_prefetch(&vector, filter.clone(), limit, threshold));
+            depth += limit as u64;
+            kinds.push(Some(matches!(vector, SearchVector::Dense(_))));
         }
         let mut hits = LaneHits::default();
         if requests.is_empty() {
             return Ok(hits);
+        }
+        let query_vector = lanes.dense.as_ref().map(|lane| &lane.vector);
+        let evidence = self.evidence.load(std::sync::atomic::Ordering::Relaxed);
+        if let (Some(query_vector), true) = (query_vector, evidence) {
+            let mut request = QueryPointsBuilder::new(&self.collection)
+                .query(Query::new_nearest(VectorInput::new_multi(vec![
+                    query_vector.clone(),
+                ])))
+                .using(EVIDENCE_VECTOR)
+                .limit(depth)
+                .with_payload(false)
+                .with_vectors(false);
+            for prefetch in prefetches {
+                request = request.add_prefetch(prefetch);
+            }
+            requests.push(request.build());
+            kinds.push(None);
+            hits.evidence = Some(Vec::new());
         }
         let started = std::time::Instant::now();
         let response = self
@@ -168,7 +232,17 @@ impl ServerStore {
         hits.timings
             .push(("retrieve_batch", started.elapsed().as_secs_f64()));
         let mut seen = std::collections::HashSet::new();
-        for (dense, batch) in order.into_iter().zip(response.result) {
+        for (kind, batch) in kinds.into_iter().zip(response.result) {
+            let Some(dense) = kind else {
+                let scores = hits.evidence.get_or_insert_with(Vec::new);
+                scores.extend(
+                    batch
+                        .result
+                        .iter()
+                        .filter_map(|point| Some((uuid_of(point.id.as_ref())?, point.score))),
+                );
+                continue;
+            };
             for point in batch.result {
                 let Some(hit) = self.hit(&point, dense) else {
                     continue;
