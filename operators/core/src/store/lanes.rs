@@ -110,16 +110,20 @@ pub fn scrolled_neighbours(
     order: u32,
     radius: u32,
 ) -> Result<Vec<StoredChunk>, StoreError> {
-    let filter = SearchFilter {
-        tenant: Some(key.tenant.clone()),
-        doc_ids: vec![key.doc_id.clone()],
-        ..SearchFilter::default()
-    };
     let mut out = Vec::new();
-    store.scroll(&filter, &mut |stored| {
+    store.scroll(&document_filter(key), &mut |stored| {
         if stored.chunk.order_index.abs_diff(order) <= radius {
             out.push(stored);
         }
     })?;
     Ok(out)
+}
+
+/// Every chunk of `key`'s document.
+pub fn document_filter(key: &DocKey) -> SearchFilter {
+    SearchFilter {
+        tenant: Some(key.tenant.clone()),
+        doc_ids: vec![key.doc_id.clone()],
+        ..SearchFilter::default()
+    }
 }

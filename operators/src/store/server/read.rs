@@ -12,6 +12,7 @@ use qdrant_client::qdrant::{
 use super::convert::{server_filter, store_error, stored_chunk, uuid_of};
 use super::{ServerStore, SCROLL_PAGE};
 use crate::model::DocKey;
+use crate::store::lanes::document_filter;
 use crate::store::{
     Hit, IndexTuning, LaneHits, LaneQuery, SearchFilter, SearchVector, StoreError, StoredChunk,
     StoredVectors, DENSE_VECTOR, EVIDENCE_VECTOR, SPARSE_VECTOR,
@@ -271,12 +272,7 @@ impl ServerStore {
         order: u32,
         radius: u32,
     ) -> Result<Vec<StoredChunk>, StoreError> {
-        let document = SearchFilter {
-            tenant: Some(key.tenant.clone()),
-            doc_ids: vec![key.doc_id.clone()],
-            ..SearchFilter::default()
-        };
-        let mut must = server_filter(&document, &self.declared())?
+        let mut must = server_filter(&document_filter(key), &self.declared())?
             .map(|filter| filter.must)
             .unwrap_or_default();
         must.push(Condition::range(
