@@ -202,7 +202,7 @@ struct EvalCli {
     #[arg(long)]
     corpus_limit: Option<usize>,
     /// Budgets for Answer Recall@Budget.
-    #[arg(long, value_delimiter = ',', default_value = "500,1000,2000,4000")]
+    #[arg(long, value_delimiter = ',', default_value = "500,1000,2000,4000,8000")]
     budgets: Vec<usize>,
     /// Queries in flight.
     #[arg(long, default_value_t = 8)]

@@ -14,7 +14,8 @@
 //!    - redundancy ratio (packed item tokens ÷ tokens of their distinct sentences), garbage fraction
 //!      (share of packed item tokens from non-relevant documents), budget overruns, latency percentiles.
 //!    - each question is asked at each budget twice: as the job answers by default (evidence stop,
-//!      `by_budget`) and with `fill: true` (packed to the budget, `by_budget_fill`).
+//!      `by_budget`) and with `fill: true` (packed to the budget, `by_budget_fill`), each with its
+//!      round trips (`round_trip_ms`; `--concurrency 1` for one client's).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -401,8 +402,8 @@ fn naive_context(items: &[(String, String)], budget: usize) -> (Vec<(String, Str
     (kept, context)
 }
 
-/// Step 4b: the packing measures at each budget (`by_budget`, `by_budget_fill`, and the baseline's
-/// `by_budget`); answers the detail lines when they are asked for.
+/// Step 4b: the packing measures and round trips at each budget (`by_budget`, `by_budget_fill`, and
+/// the baseline's `by_budget`); answers the detail lines when they are asked for.
 #[allow(clippy::too_many_arguments)]
 fn budget_scores(
     queries: &[EvalQuery],
@@ -424,8 +425,11 @@ fn budget_scores(
             ..Tally::default()
         };
         let (mut ours, mut filled, mut theirs) = (tally(), tally(), tally());
+        let (mut ours_ms, mut filled_ms) = (Vec::new(), Vec::new());
         for (qi, (_, _, answers, relevant)) in queries.iter().enumerate() {
-            let (context, _) = &contexts[&(qi, bi)];
+            let (context, ms) = &contexts[&(qi, bi)];
+            ours_ms.push(*ms);
+            filled_ms.push(contexts[&(qi, bi + budgets.len())].1);
             for (tally, context) in [
                 (&mut ours, context),
                 (&mut filled, &contexts[&(qi, bi + budgets.len())].0),
@@ -460,8 +464,12 @@ fn budget_scores(
                 counter,
             );
         }
-        by_budget.insert(budget.to_string(), ours.report(with_answers));
-        by_budget_fill.insert(budget.to_string(), filled.report(with_answers));
+        let mut report = ours.report(with_answers);
+        report["round_trip_ms"] = latency_summary(ours_ms);
+        by_budget.insert(budget.to_string(), report);
+        let mut report = filled.report(with_answers);
+        report["round_trip_ms"] = latency_summary(filled_ms);
+        by_budget_fill.insert(budget.to_string(), report);
         naive_by_budget.insert(budget.to_string(), theirs.report(with_answers));
     }
     ragstream["by_budget"] = Value::Object(by_budget);

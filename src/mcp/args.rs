@@ -64,7 +64,8 @@ pub struct SearchArgs {
     /// Token budget of the packed context (default 3000), counted with the o200k_base tokenizer.
     #[serde(default)]
     pub token_budget: Option<usize>,
-    /// Number of results to choose from (default 10).
+    /// Number of results to choose from (default 10; with `fill`, as many as the budget holds). At
+    /// most 50, or one per 32 tokens of the budget (at most 400).
     #[serde(default)]
     pub k: Option<usize>,
     /// Lowest cosine similarity (-1..1) a dense-lane candidate may have.
@@ -76,7 +77,8 @@ pub struct SearchArgs {
     /// The tenant to search, when the credential opens more than one.
     #[serde(default)]
     pub tenant: Option<String>,
-    /// Pack to the budget instead of stopping once the evidence is in (default false).
+    /// Pack to the budget instead of stopping once the evidence is in, reading as deep as the budget
+    /// needs (default false).
     #[serde(default)]
     pub fill: Option<bool>,
     /// Whole chunks instead of snippets: a chunk that does not fit the budget is left out (default

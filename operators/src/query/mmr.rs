@@ -6,7 +6,7 @@ use std::sync::Arc;
 use timely::dataflow::StreamVec;
 
 use super::job::{ranked_step, Working};
-use super::search::results_wanted;
+use super::search::results_for;
 use ragstream_core::query::mmr::{mmr, MmrConfig};
 use ragstream_core::query::{Mode, QueryConfig};
 
@@ -55,7 +55,7 @@ impl<'scope> Mmr<'scope> for StreamVec<'scope, u64, Working> {
         ranked_step(self, "Mmr", move |working| {
             let query = &working.job.query;
             let config = config.preset(query.preset.as_deref());
-            let k = results_wanted(query, config);
+            let k = results_for(query, config, &working.candidates);
             match query.mode {
                 Mode::Bounded | Mode::Deep => {
                     let caps = if query.mode == Mode::Deep {
@@ -82,5 +82,57 @@ impl<'scope> Mmr<'scope> for StreamVec<'scope, u64, Working> {
                 _ => {}
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use timely::dataflow::operators::capture::{Capture, Extract};
+    use timely::dataflow::operators::vec::{Map, ToStream};
+
+    use super::Mmr;
+    use crate::query::example::{gathered, hit, job};
+    use crate::query::fuse::Fuse;
+    use ragstream_core::query::QueryConfig;
+
+    /// Picks of `body` over 80 documents of 50 tokens each, all unlike one another.
+    fn picks(body: &str) -> usize {
+        let body = body.to_string();
+        let picked = timely::example(move |scope| {
+            let dense = (0..80)
+                .map(|i| {
+                    let mut vector = vec![0.0; 80];
+                    vector[i] = 1.0;
+                    let text = vec![format!("word{i}"); 50].join(" ");
+                    hit(&format!("d{i:02}"), &text, 0.9 - i as f32 * 0.001, &vector)
+                })
+                .collect();
+            vec![gathered(job(&body), dense, Vec::new())]
+                .to_stream(scope)
+                .fuse(Arc::new(QueryConfig::default()))
+                .mmr(Arc::new(QueryConfig::default()))
+                .map(|working| working.candidates.len())
+                .capture()
+        });
+        picked.extract()[0].1[0]
+    }
+
+    #[test]
+    fn a_filled_budget_picks_as_many_as_hold_twice_it() {
+        let query = |extra: &str| {
+            format!(
+                r#"{{"query_id":"q","tenant":"t","text":"anything","token_budget":1000{extra}}}"#
+            )
+        };
+        // 2 × 1000 tokens of 50-token chunks: 40 picks; the default and an explicit k: k.
+        assert_eq!(picks(&query(r#","fill":true"#)), 40);
+        assert_eq!(picks(&query("")), 10);
+        assert_eq!(picks(&query(r#","fill":true,"k":5"#)), 5);
+        // A budget larger than the pool holds: every candidate.
+        let all =
+            r#"{"query_id":"q","tenant":"t","text":"anything","token_budget":8000,"fill":true}"#;
+        assert_eq!(picks(all), 80);
     }
 }

@@ -6,8 +6,10 @@ use std::sync::Arc;
 use timely::dataflow::StreamVec;
 
 use super::job::{ranked_step, Working};
+use super::search::results_for;
 use crate::store::Bm25Encoder;
-use ragstream_core::query::rerank::rerank;
+use ragstream_core::query::depth::fills;
+use ragstream_core::query::rerank::{rerank, RerankConfig};
 use ragstream_core::query::QueryConfig;
 
 /// Extension trait: the `Rerank` operator.
@@ -50,9 +52,22 @@ impl<'scope> Rerank<'scope> for StreamVec<'scope, u64, Working> {
     fn rerank(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working> {
         let bm25 = Bm25Encoder::default();
         ranked_step(self, "Rerank", move |working| {
-            let config = config.preset(working.job.query.preset.as_deref());
+            let query = &working.job.query;
+            let config = config.preset(query.preset.as_deref());
+            // A filled budget's results all go through the rerank: its window widens to them.
+            let widened;
+            let rerank_config = if fills(query) {
+                let wanted = results_for(query, config, &working.candidates);
+                widened = RerankConfig {
+                    window: config.rerank.window.max(wanted),
+                    ..config.rerank.clone()
+                };
+                &widened
+            } else {
+                &config.rerank
+            };
             working.score_floor = match &working.job.plan {
-                Some(plan) => rerank(&mut working.candidates, plan, &config.rerank, &bm25),
+                Some(plan) => rerank(&mut working.candidates, plan, rerank_config, &bm25),
                 None => working
                     .candidates
                     .iter()

@@ -1,7 +1,7 @@
 //! Decode: query bytes → a validated [`Query`], or a clear error for the DLQ (and an error context for
 //! the caller when the query id could be read).
 
-use super::{Mode, Query, DEEP_MAX_K, LIST_MAX_PAGE};
+use super::{Mode, Query, LIST_MAX_PAGE};
 use crate::tokens::Encoding;
 
 pub use crate::ingest::dlq::DlqReason;
@@ -115,10 +115,11 @@ pub fn validate(query: &Query) -> Result<(), String> {
         return Err(format!("text is empty (mode {})", query.mode.as_str()));
     }
     if let Some(k) = query.k {
+        // A bounded query's limit follows the budget it gives (50 without one).
         let most = if query.mode == Mode::ListSources {
             LIST_MAX_PAGE
         } else {
-            DEEP_MAX_K
+            super::depth::k_limit(query, 0)
         };
         if k == 0 || k > most {
             return Err(format!("k must be in 1..={most}, got {k}"));
@@ -338,8 +339,32 @@ mod tests {
             "{}",
             error.message
         );
-        // Other modes keep the deep mode's bound.
+        // Other modes keep the deep mode's bound; a bounded query without a budget too.
         assert!(decode_query(br#"{"query_id":"q","tenant":"t","text":"x","k":51}"#, 8192).is_err());
+        let deep =
+            br#"{"query_id":"q","tenant":"t","text":"x","mode":"deep","k":51,"token_budget":8000}"#;
+        assert!(decode_query(deep, 8192).is_err());
+    }
+
+    #[test]
+    fn a_bounded_querys_k_limit_follows_its_budget() {
+        let with = |k: usize, budget: usize| {
+            decode_query(
+                format!(
+                    r#"{{"query_id":"q","tenant":"t","text":"x","k":{k},"token_budget":{budget}}}"#
+                )
+                .as_bytes(),
+                8192,
+            )
+        };
+        // One result per 32 tokens of the budget: 250 at 8 000, 50 below 1 600.
+        assert_eq!(with(250, 8000).expect("250 at 8000").k, Some(250));
+        let error = with(251, 8000).unwrap_err();
+        assert!(error.message.contains("1..=250"), "{}", error.message);
+        assert!(with(51, 1000).is_err());
+        // The budget's ceiling does not lift the limit past 400.
+        assert!(with(400, MAX_BUDGET).is_ok());
+        assert!(with(401, MAX_BUDGET).is_err());
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod cache;
 mod context;
 pub mod decode;
 pub mod dedup;
+pub mod depth;
 pub mod endpoints;
 pub mod fuse;
 pub mod intent;
@@ -180,7 +181,8 @@ pub struct Query {
     #[serde(default)]
     #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 1_000_000)))]
     pub token_budget: Option<usize>,
-    /// Number of results: 1 to 50 (1 to 1000 for `list_sources`).
+    /// Number of results: 1 to 50; a bounded query's limit grows with its `token_budget` (or
+    /// `context_window`): one result per 32 tokens, at most 400; 1 to 1000 for `list_sources`.
     #[serde(default)]
     #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 1000)))]
     pub k: Option<usize>,
@@ -226,7 +228,8 @@ pub struct Query {
     /// Return the trace of every decision.
     #[serde(default)]
     pub trace: bool,
-    /// Pack to the budget: no evidence stop (`query.pack.evidence_ratio`).
+    /// Pack to the budget: no evidence stop (`query.pack.evidence_ratio`); without `k`, the lanes,
+    /// the rerank window and the results grow with the budget (`ragstream_core::query::depth`).
     #[serde(default)]
     pub fill: bool,
     /// `bounded`: every item a whole chunk, never a snippet or surrogate; a chunk that does not fit

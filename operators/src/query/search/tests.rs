@@ -100,6 +100,37 @@ fn filters_and_sizes() {
         bm25: 1,
     };
     assert_eq!(lane_depths(&query, huge, &no_pool).dense, 2 * DEEP_MAX_K);
+    // A filled budget reads deeper (2 × budget ÷ 100), the intent's lanes too, within twice the
+    // budget's k limit; an explicit k is the caller's word.
+    let filled = |json: &str| decode_query(json.as_bytes(), 8192).unwrap();
+    let at_8000 =
+        filled(r#"{"query_id":"q","tenant":"t","text":"x","token_budget":8000,"fill":true}"#);
+    assert_eq!(
+        lane_depths(&at_8000, intent, &config),
+        Depth {
+            dense: 160,
+            bm25: 160
+        }
+    );
+    assert_eq!(lane_depths(&at_8000, huge, &config).dense, 160);
+    assert_eq!(results_wanted(&at_8000, &config), 10);
+    let at_ceiling =
+        filled(r#"{"query_id":"q","tenant":"t","text":"x","token_budget":1000000,"fill":true}"#);
+    assert_eq!(lane_depths(&at_ceiling, intent, &config).dense, 800);
+    let explicit =
+        filled(r#"{"query_id":"q","tenant":"t","text":"x","token_budget":8000,"k":250}"#);
+    assert_eq!(results_wanted(&explicit, &config), 250);
+    assert_eq!(lane_depths(&explicit, intent, &config).dense, 500);
+    let given_k =
+        filled(r#"{"query_id":"q","tenant":"t","text":"x","token_budget":8000,"fill":true,"k":5}"#);
+    assert_eq!(lane_depths(&given_k, intent, &config).bm25, 30);
+    // At 1 000 tokens a filled query's depth is the default's.
+    let at_1000 =
+        filled(r#"{"query_id":"q","tenant":"t","text":"x","token_budget":1000,"fill":true}"#);
+    assert_eq!(
+        lane_depths(&at_1000, intent, &config),
+        lane_depths(&query, intent, &config)
+    );
     let sql = decode_query(
         br#"{"query_id":"q","tenant":"t","text":"x","mode":"sql_compact"}"#,
         8192,

@@ -1,0 +1,151 @@
+//! How deep a query reads: its results and lane depths, from its token budget.
+//!
+//! A bounded query reads `k` results (`query.default_k`, 10) and its lanes to twice that. A filled
+//! one (`fill: true`, no `k` given) asks for as much material as its budget holds: its lanes read
+//! `2 × budget ÷` [`FILL_CHUNK_TOKENS`] deep (a chunk size below most indexed chunks, so the pool
+//! holds more than the budget), and its results are counted against the chunks actually retrieved:
+//! `k` when the first `k` ranked candidates already hold the budget in their stored token counts,
+//! else as many as hold [`FILL_COVER`] times it. The default context, with its evidence stop, reads
+//! as before.
+//!
+//! The limits follow the budget too: `k` may be one result per [`MIN_RESULT_TOKENS`] of the budget,
+//! at least [`DEEP_MAX_K`] and at most [`MAX_K`], and no lane reads more than twice the query's
+//! limit, so the most a query can cost is bounded whatever it asks for.
+
+use super::{Mode, Query, DEEP_MAX_K};
+
+/// Most results of any query (a bounded query's `k` limit at the largest budgets).
+pub const MAX_K: usize = 400;
+/// A bounded query's `k` may be one result per this many tokens of its budget.
+pub const MIN_RESULT_TOKENS: usize = 32;
+/// The chunk size a filled budget's lane depth assumes (most chunks are larger, so the lanes bring
+/// back more than the budget holds).
+pub const FILL_CHUNK_TOKENS: usize = 100;
+/// A filled query's results hold this many times its budget in stored tokens (packing leaves some
+/// out: near-duplicates, the caps, a last chunk that does not fit).
+pub const FILL_COVER: usize = 2;
+
+/// The budget a query asks for before its prompt is counted: `token_budget`, else its
+/// `context_window`, else `default` (`query.default_token_budget`); never less than the budget
+/// packed ([`super::modes::budget_for`] takes the prompt and the answer's reserve off the window).
+pub fn budget_asked(query: &Query, default: usize) -> usize {
+    query
+        .token_budget
+        .or(query.context_window)
+        .unwrap_or(default)
+}
+
+/// Most results `query` may ask for: [`DEEP_MAX_K`], or for a bounded query one per
+/// [`MIN_RESULT_TOKENS`] of the budget it asks for, at most [`MAX_K`].
+pub fn k_limit(query: &Query, default_budget: usize) -> usize {
+    if query.mode != Mode::Bounded {
+        return DEEP_MAX_K;
+    }
+    (budget_asked(query, default_budget) / MIN_RESULT_TOKENS).clamp(DEEP_MAX_K, MAX_K)
+}
+
+/// Whether `query` is packed to its budget with as many results as the budget holds: bounded,
+/// `fill: true`, no `k` given (a given `k` is the caller's word).
+pub fn fills(query: &Query) -> bool {
+    query.mode == Mode::Bounded && query.fill && query.k.is_none()
+}
+
+/// The lane depth a filled query's budget asks for: `2 × budget ÷` [`FILL_CHUNK_TOKENS`] (0 for a
+/// query that does not fill).
+pub fn fill_depth(query: &Query, default_budget: usize) -> usize {
+    if !fills(query) {
+        return 0;
+    }
+    (budget_asked(query, default_budget) / FILL_CHUNK_TOKENS).saturating_mul(2)
+}
+
+/// Results a filled query needs, from the stored token counts of its ranked candidates (best
+/// first): `k` when the first `k` already hold the budget (more would only be shortened to fit);
+/// else the fewest whose tokens reach [`FILL_COVER`] times the budget, or all of them; at most
+/// `limit`.
+pub fn fill_results(
+    tokens: impl IntoIterator<Item = u32>,
+    budget: usize,
+    k: usize,
+    limit: usize,
+) -> usize {
+    let target = budget.saturating_mul(FILL_COVER);
+    let (mut held, mut needed) = (0usize, 0usize);
+    for chunk in tokens {
+        if held >= target || (needed == k && held >= budget) {
+            break;
+        }
+        held = held.saturating_add(chunk as usize);
+        needed += 1;
+    }
+    needed.max(k).min(limit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(json: &str) -> Query {
+        serde_json::from_str(json).expect("query")
+    }
+
+    #[test]
+    fn k_limit_grows_with_the_budget_within_bounds() {
+        let bounded = |budget: usize| {
+            query(&format!(
+                r#"{{"query_id":"q","tenant":"t","text":"x","token_budget":{budget}}}"#
+            ))
+        };
+        assert_eq!(k_limit(&bounded(500), 3000), DEEP_MAX_K);
+        assert_eq!(k_limit(&bounded(8000), 3000), 250);
+        assert_eq!(k_limit(&bounded(1_000_000), 3000), MAX_K);
+        let windowed = query(r#"{"query_id":"q","tenant":"t","text":"x","context_window":6400}"#);
+        assert_eq!(k_limit(&windowed, 3000), 200);
+        let default = query(r#"{"query_id":"q","tenant":"t","text":"x"}"#);
+        assert_eq!(k_limit(&default, 16_000), MAX_K);
+        let deep =
+            query(r#"{"query_id":"q","tenant":"t","text":"x","mode":"deep","token_budget":8000}"#);
+        assert_eq!(k_limit(&deep, 3000), DEEP_MAX_K);
+    }
+
+    #[test]
+    fn only_a_filled_query_without_k_reads_deeper() {
+        let filled =
+            query(r#"{"query_id":"q","tenant":"t","text":"x","token_budget":8000,"fill":true}"#);
+        assert_eq!(fill_depth(&filled, 3000), 160);
+        let given_k = query(
+            r#"{"query_id":"q","tenant":"t","text":"x","token_budget":8000,"fill":true,"k":5}"#,
+        );
+        assert_eq!(fill_depth(&given_k, 3000), 0);
+        let stopped = query(r#"{"query_id":"q","tenant":"t","text":"x","token_budget":8000}"#);
+        assert_eq!(fill_depth(&stopped, 3000), 0);
+        let huge =
+            query(r#"{"query_id":"q","tenant":"t","text":"x","token_budget":1000000,"fill":true}"#);
+        assert_eq!(
+            fill_depth(&huge, 3000),
+            20_000,
+            "the caller caps it at twice the k limit"
+        );
+    }
+
+    #[test]
+    fn fill_results_count_the_candidates_tokens() {
+        // 100-token chunks: ten hold a 1000-token budget, so k stays; a 2000-token budget needs 40
+        // of them to hold twice the budget, and 90-token chunks 23 for 1000.
+        assert_eq!(fill_results([100; 50], 1000, 10, 400), 10);
+        assert_eq!(fill_results([100; 50], 2000, 10, 400), 40);
+        assert_eq!(fill_results([90; 50], 1000, 10, 400), 23);
+        // Never fewer than k, never more than the limit or than there are.
+        assert_eq!(fill_results([1000; 50], 1000, 10, 400), 10);
+        assert_eq!(fill_results([10; 50], 1000, 10, 30), 30);
+        assert_eq!(fill_results([10; 25], 1000, 10, 400), 25);
+        // Uneven sizes: counted as they come, best first.
+        assert_eq!(
+            fill_results([150, 100, 100, 400, 100, 900], 1000, 1, 400),
+            6
+        );
+        assert_eq!(fill_results([150, 100, 100, 400, 100, 900], 400, 2, 400), 5);
+        assert_eq!(fill_results([1500, 100, 100], 1000, 1, 400), 1);
+        assert_eq!(fill_results(std::iter::empty(), 1000, 10, 400), 10);
+    }
+}
