@@ -154,6 +154,10 @@ pub fn mmr(candidates: Vec<Candidate>, k: usize, config: MmrConfig) -> Selection
     let mut per_section: BTreeMap<(&str, &[String]), usize> = BTreeMap::new();
     // The soft cost of a document's picks (exact whenever computed: it is not part of the bound).
     let penalty = |index: usize, per_document: &BTreeMap<&str, usize>| {
+        if config.file_penalty == 0.0 {
+            // Off (the default): no lookup per candidate and round.
+            return 0.0;
+        }
         let document = candidates[index].stored.key.doc_id.as_str();
         config.file_penalty * per_document.get(document).copied().unwrap_or(0) as f32
     };
