@@ -15,7 +15,8 @@
 //!      (share of packed item tokens from non-relevant documents), budget overruns, latency percentiles.
 //!    - each question is asked at each budget twice: as the job answers by default (evidence stop,
 //!      `by_budget`) and with `fill: true` (packed to the budget, `by_budget_fill`), each with its
-//!      round trips (`round_trip_ms`; `--concurrency 1` for one client's).
+//!      round trips (`round_trip_ms`; `--concurrency 1` for one client's) and the median of each of
+//!      the job's stages (`stage_p50_ms`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -426,10 +427,22 @@ fn budget_scores(
         };
         let (mut ours, mut filled, mut theirs) = (tally(), tally(), tally());
         let (mut ours_ms, mut filled_ms) = (Vec::new(), Vec::new());
+        let (mut ours_stages, mut filled_stages) = (BTreeMap::new(), BTreeMap::new());
         for (qi, (_, _, answers, relevant)) in queries.iter().enumerate() {
             let (context, ms) = &contexts[&(qi, bi)];
             ours_ms.push(*ms);
             filled_ms.push(contexts[&(qi, bi + budgets.len())].1);
+            for (stages, context) in [
+                (&mut ours_stages, context),
+                (&mut filled_stages, &contexts[&(qi, bi + budgets.len())].0),
+            ] {
+                for (stage, ms) in &context.latency_ms {
+                    stages
+                        .entry(stage.clone())
+                        .or_insert_with(Vec::new)
+                        .push(*ms);
+                }
+            }
             for (tally, context) in [
                 (&mut ours, context),
                 (&mut filled, &contexts[&(qi, bi + budgets.len())].0),
@@ -466,9 +479,11 @@ fn budget_scores(
         }
         let mut report = ours.report(with_answers);
         report["round_trip_ms"] = latency_summary(ours_ms);
+        report["stage_p50_ms"] = stage_medians(ours_stages);
         by_budget.insert(budget.to_string(), report);
         let mut report = filled.report(with_answers);
         report["round_trip_ms"] = latency_summary(filled_ms);
+        report["stage_p50_ms"] = stage_medians(filled_stages);
         by_budget_fill.insert(budget.to_string(), report);
         naive_by_budget.insert(budget.to_string(), theirs.report(with_answers));
     }
@@ -476,6 +491,15 @@ fn budget_scores(
     ragstream["by_budget_fill"] = Value::Object(by_budget_fill);
     naive["by_budget"] = Value::Object(naive_by_budget);
     lines
+}
+
+/// The median of each stage's milliseconds (the job's `latency_ms`).
+fn stage_medians(stages: BTreeMap<String, Vec<f64>>) -> Value {
+    stages
+        .into_iter()
+        .map(|(stage, ms)| (stage, latency_summary(ms)["p50_ms"].clone()))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 /// Round-trip and per-stage latency of the default contexts (the `fill` ones are the same queries
