@@ -515,7 +515,6 @@ impl DocumentReader {
         output: &mut ItemOutput<'_>,
     ) {
         let polled = batch.len();
-        metrics().source_events.inc_by(polled as u64);
         let mut time = time;
         if self
             .consumer
@@ -535,10 +534,14 @@ impl DocumentReader {
                 .give_iterator(batch.into_iter().map(Ok));
             self.pending.insert(time, offsets);
             self.pending_count.insert(time, polled);
+            // Counted in flight before they are counted polled: a reader of the two metrics never
+            // sees them polled and not in flight.
+            self.report_in_flight();
             // The batch's time can now complete.
             capability.downgrade(&(time + 1));
             crate::faults::fail_point(crate::faults::AFTER_CONSUME);
         }
+        metrics().source_events.inc_by(polled as u64);
         publish_progress(&self.consumer, &self.pending, &self.progress);
         if polled > 0 {
             self.activator.activate();
