@@ -23,8 +23,8 @@ use ragstream_core::metadata::MetaIndex;
 
 use super::{
     check_compatible, check_dimensions, chunk_from_payload, chunk_payload, Hit, IndexTuning,
-    PointWrite, SearchFilter, SearchVector, StoreError, StoredChunk, StoredVectors, VectorStore,
-    DENSE_VECTOR, EVIDENCE_VECTOR, SPARSE_VECTOR,
+    LaneHits, LaneQuery, PointWrite, SearchFilter, SearchVector, StoreError, StoredChunk,
+    StoredVectors, VectorStore, DENSE_VECTOR, EVIDENCE_VECTOR, SPARSE_VECTOR,
 };
 
 mod config;
@@ -393,24 +393,34 @@ impl VectorStore for EdgeStore {
             .map_err(engine_error)?;
         Ok(records
             .into_iter()
-            .filter_map(|record| {
-                let id = uuid_of(&record.id)?;
-                let VectorStructInternal::Named(mut vectors) = record.vector? else {
-                    return None;
-                };
-                let VectorInternal::Dense(dense) = vectors.remove(DENSE_VECTOR)? else {
-                    return None;
-                };
-                let evidence = match vectors.remove(EVIDENCE_VECTOR) {
-                    Some(VectorInternal::MultiDense(multi)) => {
-                        multi.multi_vectors().map(<[f32]>::to_vec).collect()
-                    }
-                    _ => Vec::new(),
-                };
-                Some((id, StoredVectors { dense, evidence }))
-            })
+            .filter_map(|record| Some((uuid_of(&record.id)?, stored_vectors(record.vector?)?)))
             .collect())
     }
+
+    fn search_lanes(
+        &self,
+        lanes: &LaneQuery,
+        filter: &SearchFilter,
+    ) -> Result<LaneHits, StoreError> {
+        self.lanes_then_points(lanes, filter)
+    }
+}
+
+/// A point's dense vector and its evidence units' vectors, as the engine returned them.
+fn stored_vectors(vectors: VectorStructInternal) -> Option<StoredVectors> {
+    let VectorStructInternal::Named(mut vectors) = vectors else {
+        return None;
+    };
+    let VectorInternal::Dense(dense) = vectors.remove(DENSE_VECTOR)? else {
+        return None;
+    };
+    let evidence = match vectors.remove(EVIDENCE_VECTOR) {
+        Some(VectorInternal::MultiDense(multi)) => {
+            multi.multi_vectors().map(<[f32]>::to_vec).collect()
+        }
+        _ => Vec::new(),
+    };
+    Some(StoredVectors { dense, evidence })
 }
 
 #[cfg(test)]

@@ -1,18 +1,21 @@
 //! Searches of a shard: one lane (dense or BM25) under a filter, the dense lane with the tuning's beam
 //! and int8 re-scoring, or in the other ways `bench volume` compares it with.
 
+use std::collections::HashMap;
+use std::time::Instant;
+
 use qdrant_edge::{
-    NamedQuery, QuantizationSearchParams, QueryEnum, QueryRequest, ScoringQuery, SearchParams,
-    VectorInternal, WithPayloadInterface, WithVector,
+    NamedQuery, PointId, QuantizationSearchParams, QueryEnum, QueryRequest, ScoringQuery,
+    SearchParams, VectorInternal, WithPayloadInterface, WithVector,
 };
 
 use super::error::engine_error;
 use super::filter::engine_filter;
-use super::ids::uuid_of;
-use super::EdgeStore;
+use super::ids::{point_id, uuid_of};
+use super::{stored_vectors, EdgeStore};
 use crate::store::{
-    chunk_from_payload, Hit, IndexTuning, SearchFilter, SearchVector, StoreError, DENSE_VECTOR,
-    SPARSE_VECTOR,
+    chunk_from_payload, Hit, IndexTuning, LaneHits, LaneQuery, SearchFilter, SearchVector,
+    StoreError, StoredChunk, DENSE_VECTOR, EVIDENCE_VECTOR, SPARSE_VECTOR,
 };
 
 /// How [`EdgeStore::search_dense`] searches.
@@ -68,6 +71,36 @@ impl EdgeStore {
     ) -> Result<Vec<Hit>, StoreError> {
         let distance = self.tuning.distance;
         let dense = matches!(vector, SearchVector::Dense(_));
+        let request = self.request(vector, filter, limit, score_threshold, params)?;
+        let points = self.shard.query(request).map_err(engine_error)?;
+        Ok(points
+            .into_iter()
+            .filter_map(|point| {
+                let id = uuid_of(&point.id)?;
+                let stored = chunk_from_payload(id, &point.payload.as_ref()?.0)?;
+                Some(Hit {
+                    stored,
+                    score: if dense {
+                        distance.to_cosine(point.score)
+                    } else {
+                        point.score
+                    },
+                })
+            })
+            .collect())
+    }
+
+    /// The engine's request for one lane under `filter`, payloads included.
+    fn request(
+        &self,
+        vector: &SearchVector,
+        filter: &SearchFilter,
+        limit: usize,
+        score_threshold: Option<f32>,
+        params: Option<SearchParams>,
+    ) -> Result<QueryRequest, StoreError> {
+        let distance = self.tuning.distance;
+        let dense = matches!(vector, SearchVector::Dense(_));
         let (query, using) = match vector {
             SearchVector::Dense(dense) => {
                 (VectorInternal::Dense(distance.prepare(dense)), DENSE_VECTOR)
@@ -80,7 +113,7 @@ impl EdgeStore {
                 (VectorInternal::from(sparse), SPARSE_VECTOR)
             }
         };
-        let request = QueryRequest {
+        Ok(QueryRequest {
             prefetches: vec![],
             query: Some(ScoringQuery::Vector(QueryEnum::Nearest(NamedQuery::new(
                 query, using,
@@ -100,21 +133,111 @@ impl EdgeStore {
             params,
             with_vector: WithVector::Bool(false),
             with_payload: WithPayloadInterface::Bool(true),
-        };
+        })
+    }
+
+    /// Both lanes of a query and the stored vectors of their hits: each lane's ids and scores
+    /// first, then every hit's payload and vectors in one read (a point in both lanes is read
+    /// once, and no payload is decoded twice).
+    pub(super) fn lanes_then_points(
+        &self,
+        lanes: &LaneQuery,
+        filter: &SearchFilter,
+    ) -> Result<LaneHits, StoreError> {
+        let timed = |name: &'static str, started: Instant| (name, started.elapsed().as_secs_f64());
+        let mut timings = Vec::new();
+        let mut dense = Vec::new();
+        if let Some(lane) = &lanes.dense {
+            let started = Instant::now();
+            let vector = SearchVector::Dense(lane.vector.clone());
+            let params = Some(self.dense_params(lane.limit));
+            dense = self.lane(&vector, filter, lane.limit, lane.score_threshold, params)?;
+            timings.push(timed("retrieve_dense", started));
+        }
+        let mut bm25 = Vec::new();
+        if let Some(lane) = &lanes.bm25 {
+            let started = Instant::now();
+            let vector = SearchVector::Sparse(lane.vector.clone());
+            bm25 = self.lane(&vector, filter, lane.limit, lane.score_threshold, None)?;
+            timings.push(timed("retrieve_bm25", started));
+        }
+        let mut ids: Vec<uuid::Uuid> = dense.iter().chain(&bm25).map(|(id, _)| *id).collect();
+        ids.sort();
+        ids.dedup();
+        let mut hits = LaneHits::default();
+        if !ids.is_empty() {
+            let started = Instant::now();
+            let points: Vec<PointId> = ids.iter().map(|id| point_id(*id)).collect();
+            let records = self
+                .shard
+                .retrieve(
+                    &points,
+                    Some(WithPayloadInterface::Bool(true)),
+                    Some(WithVector::Selector(vec![
+                        DENSE_VECTOR.to_string(),
+                        EVIDENCE_VECTOR.to_string(),
+                    ])),
+                )
+                .map_err(engine_error)?;
+            let mut found: HashMap<uuid::Uuid, StoredChunk> = HashMap::with_capacity(ids.len());
+            for record in records {
+                let Some(id) = uuid_of(&record.id) else {
+                    continue;
+                };
+                let Some(stored) = record
+                    .payload
+                    .as_ref()
+                    .and_then(|payload| chunk_from_payload(id, &payload.0))
+                else {
+                    continue;
+                };
+                if let Some(vectors) = record.vector.and_then(stored_vectors) {
+                    hits.vectors.push((id, vectors));
+                }
+                found.insert(id, stored);
+            }
+            timings.push(timed("retrieve_points", started));
+            // A point deleted between the lane search and the read is left out of both.
+            let hits_of = |lane: Vec<(uuid::Uuid, f32)>| -> Vec<Hit> {
+                lane.into_iter()
+                    .filter_map(|(id, score)| {
+                        Some(Hit {
+                            stored: found.get(&id)?.clone(),
+                            score,
+                        })
+                    })
+                    .collect()
+            };
+            hits.dense = hits_of(dense);
+            hits.bm25 = hits_of(bm25);
+        }
+        hits.timings = timings;
+        Ok(hits)
+    }
+
+    /// One lane's ids and scores (cosines for the dense lane), best first, without payloads.
+    fn lane(
+        &self,
+        vector: &SearchVector,
+        filter: &SearchFilter,
+        limit: usize,
+        score_threshold: Option<f32>,
+        params: Option<SearchParams>,
+    ) -> Result<Vec<(uuid::Uuid, f32)>, StoreError> {
+        let distance = self.tuning.distance;
+        let dense = matches!(vector, SearchVector::Dense(_));
+        let mut request = self.request(vector, filter, limit, score_threshold, params)?;
+        request.with_payload = WithPayloadInterface::Bool(false);
         let points = self.shard.query(request).map_err(engine_error)?;
         Ok(points
             .into_iter()
             .filter_map(|point| {
-                let id = uuid_of(&point.id)?;
-                let stored = chunk_from_payload(id, &point.payload.as_ref()?.0)?;
-                Some(Hit {
-                    stored,
-                    score: if dense {
-                        distance.to_cosine(point.score)
-                    } else {
-                        point.score
-                    },
-                })
+                let score = if dense {
+                    distance.to_cosine(point.score)
+                } else {
+                    point.score
+                };
+                Some((uuid_of(&point.id)?, score))
             })
             .collect())
     }

@@ -32,14 +32,16 @@ struct Entry<'a> {
 
 /// Estimated tokens of the plan: items, separators and (when anything is in it) the delimiters.
 fn plan_tokens(entries: &[Entry<'_>], separator: usize, delimiters: usize) -> usize {
-    let included: Vec<usize> = entries
+    let (tokens, items) = entries
         .iter()
         .filter_map(|e| e.state.map(|s| e.forms[s].estimate))
-        .collect();
-    if included.is_empty() {
+        .fold((0, 0), |(tokens, items), estimate| {
+            (tokens + estimate, items + 1)
+        });
+    if items == 0 {
         return 0;
     }
-    included.iter().sum::<usize>() + separator * (included.len() - 1) + delimiters
+    tokens + separator * (items - 1) + delimiters
 }
 
 /// Takes the cheapest shrink step (least value lost per token saved). Returns false if none is left.
@@ -49,23 +51,18 @@ fn shrink(entries: &mut [Entry<'_>]) -> bool {
         let Some(state) = entry.state else { continue };
         let current = &entry.forms[state];
         // The next smaller form, or dropping (never for the top result).
-        let mut options: Vec<(Option<usize>, usize, f32)> = (state + 1..entry.forms.len())
+        let droppable = index != 0 || entry.deferred;
+        let smaller = (state + 1..entry.forms.len())
             .map(|s| (Some(s), entry.forms[s].estimate, entry.forms[s].factor()))
-            .collect();
-        if index != 0 || entry.deferred {
-            options.push((None, 0, 0.0));
-        }
-        for (next, size, factor) in options {
-            if size >= current.estimate {
-                continue;
-            }
+            .chain(droppable.then_some((None, 0, 0.0)))
+            .find(|&(_, size, _)| size < current.estimate);
+        if let Some((next, size, factor)) = smaller {
             let saved = (current.estimate - size) as f32;
             let lost = entry.value * (current.factor() - factor).max(0.0);
             let cost = lost / saved;
             if best.is_none_or(|(_, _, c)| cost < c) {
                 best = Some((index, next, cost));
             }
-            break;
         }
     }
     match best {
