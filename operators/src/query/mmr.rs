@@ -120,14 +120,14 @@ mod tests {
     }
 
     #[test]
-    fn a_filled_budget_picks_as_many_as_hold_twice_it() {
+    fn a_filled_budget_picks_as_many_as_hold_one_and_a_half_times_it() {
         let query = |extra: &str| {
             format!(
                 r#"{{"query_id":"q","tenant":"t","text":"anything","token_budget":1000{extra}}}"#
             )
         };
-        // 2 × 1000 tokens of 50-token chunks: 40 picks; the default and an explicit k: k.
-        assert_eq!(picks(&query(r#","fill":true"#)), 40);
+        // 1.5 × 1000 tokens of 50-token chunks: 30 picks; the default and an explicit k: k.
+        assert_eq!(picks(&query(r#","fill":true"#)), 30);
         assert_eq!(picks(&query("")), 10);
         assert_eq!(picks(&query(r#","fill":true,"k":5"#)), 5);
         // A budget larger than the pool holds: every candidate.
