@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use serde_json::{Map, Value};
+
 use qdrant_edge::{
     NamedQuery, PointId, QuantizationSearchParams, QueryEnum, QueryRequest, ScoringQuery,
     SearchParams, VectorInternal, WithPayloadInterface, WithVector,
@@ -69,23 +71,39 @@ impl EdgeStore {
         score_threshold: Option<f32>,
         params: Option<SearchParams>,
     ) -> Result<Vec<Hit>, StoreError> {
+        let request = self.request(vector, filter, limit, score_threshold, params)?;
+        self.scored(vector, request, |id, payload, score| {
+            Some(Hit {
+                stored: chunk_from_payload(id, payload?)?,
+                score,
+            })
+        })
+    }
+
+    /// Runs one lane's `request` and makes each point into a `T` from its id, payload (where asked
+    /// for) and score (a cosine for the dense lane), best first.
+    fn scored<T>(
+        &self,
+        vector: &SearchVector,
+        request: QueryRequest,
+        make: impl Fn(uuid::Uuid, Option<&Map<String, Value>>, f32) -> Option<T>,
+    ) -> Result<Vec<T>, StoreError> {
         let distance = self.tuning.distance;
         let dense = matches!(vector, SearchVector::Dense(_));
-        let request = self.request(vector, filter, limit, score_threshold, params)?;
         let points = self.shard.query(request).map_err(engine_error)?;
         Ok(points
             .into_iter()
             .filter_map(|point| {
-                let id = uuid_of(&point.id)?;
-                let stored = chunk_from_payload(id, &point.payload.as_ref()?.0)?;
-                Some(Hit {
-                    stored,
-                    score: if dense {
-                        distance.to_cosine(point.score)
-                    } else {
-                        point.score
-                    },
-                })
+                let score = if dense {
+                    distance.to_cosine(point.score)
+                } else {
+                    point.score
+                };
+                make(
+                    uuid_of(&point.id)?,
+                    point.payload.as_ref().map(|payload| &payload.0),
+                    score,
+                )
             })
             .collect())
     }
@@ -151,14 +169,17 @@ impl EdgeStore {
             let started = Instant::now();
             let vector = SearchVector::Dense(lane.vector.clone());
             let params = Some(self.dense_params(lane.limit));
-            dense = self.lane(&vector, filter, lane.limit, lane.score_threshold, params)?;
+            let request =
+                self.request(&vector, filter, lane.limit, lane.score_threshold, params)?;
+            dense = self.ids_and_scores(&vector, request)?;
             timings.push(timed("retrieve_dense", started));
         }
         let mut bm25 = Vec::new();
         if let Some(lane) = &lanes.bm25 {
             let started = Instant::now();
             let vector = SearchVector::Sparse(lane.vector.clone());
-            bm25 = self.lane(&vector, filter, lane.limit, lane.score_threshold, None)?;
+            let request = self.request(&vector, filter, lane.limit, lane.score_threshold, None)?;
+            bm25 = self.ids_and_scores(&vector, request)?;
             timings.push(timed("retrieve_bm25", started));
         }
         let mut ids: Vec<uuid::Uuid> = dense.iter().chain(&bm25).map(|(id, _)| *id).collect();
@@ -215,31 +236,15 @@ impl EdgeStore {
         Ok(hits)
     }
 
-    /// One lane's ids and scores (cosines for the dense lane), best first, without payloads.
-    fn lane(
+    /// One lane's ids and scores (cosines for the dense lane), best first: `request` without
+    /// payloads.
+    fn ids_and_scores(
         &self,
         vector: &SearchVector,
-        filter: &SearchFilter,
-        limit: usize,
-        score_threshold: Option<f32>,
-        params: Option<SearchParams>,
+        mut request: QueryRequest,
     ) -> Result<Vec<(uuid::Uuid, f32)>, StoreError> {
-        let distance = self.tuning.distance;
-        let dense = matches!(vector, SearchVector::Dense(_));
-        let mut request = self.request(vector, filter, limit, score_threshold, params)?;
         request.with_payload = WithPayloadInterface::Bool(false);
-        let points = self.shard.query(request).map_err(engine_error)?;
-        Ok(points
-            .into_iter()
-            .filter_map(|point| {
-                let score = if dense {
-                    distance.to_cosine(point.score)
-                } else {
-                    point.score
-                };
-                Some((uuid_of(&point.id)?, score))
-            })
-            .collect())
+        self.scored(vector, request, |id, _, score| Some((id, score)))
     }
 
     /// Search parameters of the dense lane: the beam width, and int8 candidates re-scored with the
