@@ -426,9 +426,7 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
 
     // 2. Idle at full size: once the writer's optimization on going idle is done.
     let settle = Instant::now();
-    std::thread::sleep(
-        ragstream_operators::ingest::index_write::OPTIMIZE_WHEN_IDLE + Duration::from_secs(1),
-    );
+    std::thread::sleep(tuning.optimize_when_idle().unwrap_or_default() + Duration::from_secs(1));
     while optimizations().0 > 0 {
         std::thread::sleep(Duration::from_millis(100));
     }

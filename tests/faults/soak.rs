@@ -55,10 +55,11 @@ fn config(broker: &Broker, embedder: &str) -> String {
         // optimization (70 MiB over a 40 s soak against 16 MiB without them, and not always less with
         // an optimization every 2000 points; docs/decisions/0024-sentence-evidence.md).
         // No index optimization inside the measured window either: the first one (every 20 000
-        // points written by default) lands near the end of the soak, and its new segment steps RSS up
-        // by ~70 MiB once, which says when it ran, not whether the job buffers the backlog.
+        // points written by default, or when the writer waited 2 s for a batch while the broker was
+        // slow to serve the resumed partitions) steps RSS up by ~70 MiB once with its new segment,
+        // which says when it ran, not whether the job buffers the backlog.
         &format!(
-            "{}evidence_units = false\n[index.tuning]\noptimize_every = 1000000\n",
+            "{}evidence_units = false\n[index.tuning]\noptimize_every = 1000000\noptimize_idle_ms = 0\n",
             embedder_section(embedder)
         ),
     )
@@ -141,6 +142,9 @@ fn overload_at_ten_times_capacity_keeps_memory_bounded_and_drains() {
     let bytes_start = updates.bytes;
     let applied_start = applied(&job.metrics());
     let (mut rss_early, mut rss_late, mut in_flight_max) = (Vec::new(), Vec::new(), 0f64);
+    // Index optimizations finished by the start of the middle third, the last third and the soak's end.
+    let optimized = |text: &str| metric(text, "ragstream_index_optimize_seconds_count");
+    let mut optimizations = [None::<f64>; 3];
     let mut produced = 0usize;
     let soak_started = Instant::now();
     let mut next_sample = Instant::now();
@@ -162,16 +166,19 @@ fn overload_at_ten_times_capacity_keeps_memory_bounded_and_drains() {
             next_sample += Duration::from_millis(500);
             assert!(job.running(), "the job died under overload:\n{}", job.log());
             let rss = job.rss_bytes().unwrap_or(0);
+            let text = job.metrics();
             // Middle third against last third: the start (prefetch filling, pauses kicking in) is
             // excluded; a job that buffers keeps growing into the last third.
             let elapsed = soak_started.elapsed();
             if elapsed >= soak / 3 && elapsed < soak * 2 / 3 {
                 rss_early.push(rss);
+                optimizations[0].get_or_insert(optimized(&text));
             } else if elapsed >= soak * 2 / 3 {
                 rss_late.push(rss);
+                optimizations[1].get_or_insert(optimized(&text));
             }
-            in_flight_max =
-                in_flight_max.max(metric(&job.metrics(), "ragstream_in_flight_messages"));
+            optimizations[2] = Some(optimized(&text));
+            in_flight_max = in_flight_max.max(metric(&text, "ragstream_in_flight_messages"));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -213,8 +220,10 @@ fn overload_at_ten_times_capacity_keeps_memory_bounded_and_drains() {
     let peak = |samples: &[u64]| samples.iter().copied().max().unwrap_or(0);
     let (peak_early, peak_late) = (peak(&rss_early), peak(&rss_late));
     let (rss_early, rss_late) = (median(&mut rss_early), median(&mut rss_late));
+    let [middle, last, end] = optimizations.map(Option::unwrap_or_default);
+    let (optimized_middle, optimized_last) = (last - middle, end - last);
     println!(
-        "FAULT overload {:.0} s at 10x (at most {MAX_OFFERED} events/s): capacity {capacity:.1} docs/s, offered {offered:.0} docs/s, {produced} events offered, {applied_soak:.0} applied during the soak; in flight at most {in_flight_max} (limit {MAX_IN_FLIGHT} per worker, {WORKERS} workers); RSS {:.0} MiB at start, median {:.0} MiB (peak {:.0}) in the middle third, {:.0} MiB (peak {:.0}) in the last third, backlog left in the broker {:.0} MiB; drained {drained:.1} s after capacity returned; group sessions lost {sessions_lost}, partition revocations {revocations}; lost {lost}, stale {stale}, DLQ {dlq}",
+        "FAULT overload {:.0} s at 10x (at most {MAX_OFFERED} events/s): capacity {capacity:.1} docs/s, offered {offered:.0} docs/s, {produced} events offered, {applied_soak:.0} applied during the soak; in flight at most {in_flight_max} (limit {MAX_IN_FLIGHT} per worker, {WORKERS} workers); RSS {:.0} MiB at start, median {:.0} MiB (peak {:.0}) in the middle third, {:.0} MiB (peak {:.0}) in the last third, backlog left in the broker {:.0} MiB; index optimizations {optimized_middle} in the middle third, {optimized_last} in the last; drained {drained:.1} s after capacity returned; group sessions lost {sessions_lost}, partition revocations {revocations}; lost {lost}, stale {stale}, DLQ {dlq}",
         soak.as_secs_f64(),
         mib(rss_start as f64),
         mib(rss_early as f64),
@@ -235,6 +244,13 @@ fn overload_at_ten_times_capacity_keeps_memory_bounded_and_drains() {
     // Memory does not follow the backlog: from the middle to the last third the median RSS grows by at most
     // 32 MiB (index churn between optimizations, allocator noise), and, once the backlog is large
     // enough to tell (the long soak), by less than a quarter of what buffering it would cost.
+    // The soak's config turns the writer's optimizations off (`optimize_idle_ms = 0`, and
+    // `optimize_every` past the soak), so none steps memory inside the measured window.
+    assert_eq!(
+        (optimized_middle, optimized_last),
+        (0.0, 0.0),
+        "index optimizations ran in the measured window"
+    );
     let growth = rss_late.saturating_sub(rss_early) as f64;
     let bound = if backlog_bytes > 256.0 * 1048576.0 {
         (32.0 * 1048576.0f64).min(backlog_bytes / 4.0)
@@ -243,9 +259,9 @@ fn overload_at_ten_times_capacity_keeps_memory_bounded_and_drains() {
     };
     assert!(
         growth <= bound,
-        "RSS grew by {:.0} MiB from the middle to the last third (backlog {:.0} MiB)",
+        "RSS grew by {:.0} MiB from the middle to the last third (backlog {:.0} MiB; index optimizations {optimized_middle} in the middle third, {optimized_last} in the last)",
         mib(growth),
-        mib(backlog_bytes)
+        mib(backlog_bytes),
     );
     assert_eq!((lost, stale), (0, 0), "{example}");
     assert_eq!(dlq, 0.0);

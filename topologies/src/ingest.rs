@@ -28,7 +28,7 @@ use ragstream_operators::ingest::dlq::DlqRecord;
 use ragstream_operators::ingest::embed::{EmbedChunks, IndexDelta};
 use ragstream_operators::ingest::guard::{GuardVersions, Rehydration};
 use ragstream_operators::ingest::hydrate::Hydrated;
-use ragstream_operators::ingest::index_write::{IndexAck, WriteIndex};
+use ragstream_operators::ingest::index_write::{IndexAck, Optimize, WriteIndex};
 use ragstream_operators::ingest::stats::ShareStats;
 use ragstream_operators::io::dlq_sink::{DlqSink, WriteDlq};
 use ragstream_operators::io::kafka_source::Assigned;
@@ -51,8 +51,8 @@ pub struct IngestParts {
     pub bm25: Bm25Params,
     /// This worker's shard.
     pub store: Arc<dyn VectorStore>,
-    /// Points written between two optimizations of the shard ([`ragstream_operators::store::IndexTuning::optimize_every`]).
-    pub optimize_every: usize,
+    /// When the shard's writer optimizes (`index.tuning.optimize_every`, `optimize_idle_ms`).
+    pub optimize: Optimize,
     /// Where refused events go.
     pub dlq: Box<dyn DlqSink>,
     /// The process's BM25 statistics (applied here when this worker is a leader).
@@ -82,7 +82,7 @@ pub fn ingest<'scope>(
         evidence_units,
         bm25,
         store,
-        optimize_every,
+        optimize,
         dlq,
         stats,
         stats_leaders,
@@ -135,7 +135,7 @@ pub fn ingest<'scope>(
         StreamVec<'scope, u64, IndexAck>,
         StreamVec<'scope, u64, DlqRecord>,
     ) = work
-        .write_index(store, optimize_every, acked)
+        .write_index(store, optimize, acked)
         .ok_err(|result| result);
     let changed = written.clone().flat_map(|ack: IndexAck| ack.changed);
     let stats_deltas = map_stage(written, "AckStats", |ack: IndexAck| ack.stats).probe_with(acks);

@@ -153,7 +153,7 @@ impl ProcessParts {
                     evidence_units: config.embedder.evidence_units,
                     bm25: config.index.bm25,
                     store,
-                    optimize_every: config.index.tuning.optimize_every,
+                    optimize: (&config.index.tuning).into(),
                     dlq,
                     stats: self.corpus_stats.clone(),
                     stats_leaders: self.stats_leaders.clone(),

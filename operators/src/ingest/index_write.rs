@@ -15,7 +15,8 @@
 //! - A batch the index refuses (not an outage: a point it will never take) is written again one
 //!   document at a time; each document still refused is dead-lettered (reason `index_refused`) at the
 //!   batch's time, so offsets pass it only once its DLQ record is written. Nothing is dropped silently.
-//! - Every `optimize_every` writes ([`crate::store::IndexTuning::optimize_every`]), and when no batch came for [`OPTIMIZE_WHEN_IDLE`] after a write,
+//! - Every `optimize_every` writes ([`crate::store::IndexTuning::optimize_every`]), and when no batch came for
+//!   `optimize_idle_ms` after a write ([`crate::store::IndexTuning::optimize_idle_ms`]),
 //!   the writer optimizes the shard after acknowledging; the index answers searches meanwhile (see
 //!   `store::edge`), and writes wait for it on the writer thread.
 
@@ -283,10 +284,26 @@ pub fn write_batch(store: &dyn VectorStore, batch: &[IndexDelta]) -> Result<Inde
     })
 }
 
-/// A writer idle this long optimizes what was written since its last optimization, so an index at rest
-/// is searched through indexed segments (the engine indexes a segment once it holds more than about
-/// 10 MB of vectors; below that an optimization finds nothing to do).
-pub const OPTIMIZE_WHEN_IDLE: Duration = Duration::from_secs(2);
+/// When a shard's writer optimizes: every `every` points written, and after `when_idle` without a
+/// batch following a write, so an index at rest is searched through indexed segments (the engine
+/// indexes a segment once it holds more than about 10 MB of vectors; below that an optimization finds
+/// nothing to do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Optimize {
+    /// Points written (upserted or deleted) between two optimizations.
+    pub every: usize,
+    /// Idle time after a write that starts one (`None`: never on idling).
+    pub when_idle: Option<Duration>,
+}
+
+impl From<&crate::store::IndexTuning> for Optimize {
+    fn from(tuning: &crate::store::IndexTuning) -> Self {
+        Self {
+            every: tuning.optimize_every,
+            when_idle: tuning.optimize_when_idle(),
+        }
+    }
+}
 
 /// The work of a shard's writer thread: writes each batch, delivers its result, then optimizes the shard
 /// when `optimize_every` points were written since the last optimization, or when idle (`None`) after
@@ -353,11 +370,11 @@ pub fn shard_writer(
 pub trait WriteIndex<'scope> {
     /// Writes and flushes each batch off the worker; emits, at the batch's time, one ack per batch and
     /// a DLQ record per document the index refused.
-    /// The writer optimizes the shard every `optimize_every` points written.
+    /// The writer optimizes the shard as `optimize` says.
     fn write_index(
         self,
         store: Arc<dyn VectorStore>,
-        optimize_every: usize,
+        optimize: Optimize,
         acked: SharedAcked,
     ) -> StreamVec<'scope, u64, Result<IndexAck, DlqRecord>>;
 }
@@ -366,7 +383,7 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
     fn write_index(
         self,
         store: Arc<dyn VectorStore>,
-        optimize_every: usize,
+        optimize: Optimize,
         acked: SharedAcked,
     ) -> StreamVec<'scope, u64, Result<IndexAck, DlqRecord>> {
         let scope = self.scope();
@@ -377,8 +394,8 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
                 let waker = crate::offload::operator_waker(scope.worker(), &info.address);
                 let writer = Background::start_idle(
                     "ragstream-index-writer",
-                    Some(OPTIMIZE_WHEN_IDLE),
-                    shard_writer(store, optimize_every),
+                    optimize.when_idle,
+                    shard_writer(store, optimize.every),
                     waker,
                 );
                 // The batches with the writer, oldest first, each at its capability: a time stays
@@ -447,7 +464,7 @@ mod tests {
         });
         let writer = Background::start_idle(
             "ragstream-index-writer",
-            Some(OPTIMIZE_WHEN_IDLE),
+            Optimize::from(&crate::store::IndexTuning::default()).when_idle,
             shard_writer(store, crate::store::IndexTuning::default().optimize_every),
             waker,
         );
@@ -605,7 +622,14 @@ mod tests {
             let (mut input, probe) = worker.dataflow(|scope| {
                 let (input, stream) = scope.new_input::<IndexDelta>();
                 let probe = stream
-                    .write_index(store, 1_000_000, crate::ingest::acked::Acked::shared())
+                    .write_index(
+                        store,
+                        Optimize {
+                            every: 1_000_000,
+                            when_idle: None,
+                        },
+                        crate::ingest::acked::Acked::shared(),
+                    )
                     .inspect(move |result| seen.borrow_mut().push(result.clone()))
                     .probe()
                     .0;

@@ -189,6 +189,12 @@ impl Config {
                 });
             }
         }
+        if tuning.optimize_idle_ms > 3_600_000 {
+            return invalid(
+                "index.tuning.optimize_idle_ms",
+                "must be at most 3600000 (an hour; 0 = not on idling)",
+            );
+        }
         if self.runtime.workers == 0 || self.runtime.workers > 256 {
             return invalid("runtime.workers", "must be 1..=256");
         }

@@ -99,6 +99,22 @@ fn index_tuning_defaults_and_overrides() {
     assert!(err.contains("index.tuning.ef_construct"), "{err}");
     let err = load_error(&format!("{dir}[index.tuning]\nefs = 2\n"));
     assert!(err.contains("efs"), "{err}");
+    // The writer optimizes after 2 s idle by default; 0 turns that off; more than an hour is refused.
+    assert_eq!(
+        Config::load(&write(dir).1)
+            .expect("valid")
+            .index
+            .tuning
+            .optimize_when_idle(),
+        Some(std::time::Duration::from_secs(2))
+    );
+    let (_dir, path) = write(&format!("{dir}[index.tuning]\noptimize_idle_ms = 0\n"));
+    let tuning = Config::load(&path).expect("valid").index.tuning;
+    assert_eq!(tuning.optimize_when_idle(), None);
+    let err = load_error(&format!(
+        "{dir}[index.tuning]\noptimize_idle_ms = 3600001\n"
+    ));
+    assert!(err.contains("index.tuning.optimize_idle_ms"), "{err}");
 }
 
 #[test]

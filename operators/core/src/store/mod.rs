@@ -79,6 +79,10 @@ pub struct IndexTuning {
     /// point by point; an optimization indexes them (and merges segments). A Qdrant server optimizes
     /// on its own and ignores it.
     pub optimize_every: usize,
+    /// Milliseconds an embedded shard's writer waits, with no new batch, after a write before it
+    /// optimizes what was written since its last optimization, so that an index at rest is searched
+    /// through indexed segments; 0: only every `optimize_every` points. A Qdrant server ignores it.
+    pub optimize_idle_ms: u64,
     /// The dense lane's distance: `cosine`, `dot` or `l2`. Fixed when the index is created (a shard
     /// or collection of another distance is refused). With `dot` and `l2` the job stores and searches
     /// unit-length vectors, so the three rank alike, and scores are reported as cosines whichever it
@@ -151,6 +155,7 @@ impl Default for IndexTuning {
             indexing_threads: 0,
             indexes_on_disk: true,
             optimize_every: 20_000,
+            optimize_idle_ms: 2_000,
             distance: DenseDistance::Cosine,
         }
     }
@@ -165,6 +170,11 @@ impl IndexTuning {
     /// The beam width for a search of `limit` results.
     pub fn ef_for(&self, limit: usize) -> usize {
         self.ef.max(limit)
+    }
+
+    /// How long an embedded shard's writer waits idle before it optimizes (`None`: it does not).
+    pub fn optimize_when_idle(&self) -> Option<std::time::Duration> {
+        (self.optimize_idle_ms > 0).then(|| std::time::Duration::from_millis(self.optimize_idle_ms))
     }
 
     /// Indexing threads with 0 resolved against this machine's cores.
