@@ -81,9 +81,7 @@ impl TokenCounter {
             return 0;
         }
         if self.encoding == Encoding::O200kBase {
-            if let Some(tokens) = pieces::count(text, |piece| self.count_whole(piece)) {
-                return tokens;
-            }
+            return pieces::count(text, |piece| self.count_whole(piece));
         }
         self.count_whole(text)
     }
@@ -155,9 +153,11 @@ mod tests {
         "2015", "1234567", "²", "½", " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n", "\n ",
         "\u{0B}", "\u{0C}", "\u{85}", "\u{A0}", "\u{2028}", "\u{2003}", "\u{200B}", ".", ",", "(",
         ")", "/", "//", "-", "_", "#", "<", ">", "\"", "–", "—", "›", "…", "§", "©", "×", "\u{1F}",
-        "\u{7F}", "\u{AD}", "x", "Source: ", " (lines ", "12–34", ")\n", "東京", "🙂", "e\u{301}",
-        "ª", "Σ", "\u{212A}", "ǅ",
+        "\u{7F}", "\u{AD}", "x", "Source: ", " (lines ", "12–34", ")\n", "\n/", "/\n", "東京",
+        "🙂", "e\u{301}", "ª", "Σ", "\u{212A}", "ǅ", "\u{3000}", "αβ", "\u{1680}", "\u{300}",
     ];
+    /// The fragments above that the pre-tokenizer leaves to tiktoken (the last ones).
+    const UNKNOWN: usize = 11;
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
@@ -172,7 +172,7 @@ mod tests {
 
         #[test]
         fn pre_tokenizer_agrees_with_tiktoken(
-            picks in proptest::collection::vec(0..FRAGMENTS.len() - 7, 0..60)
+            picks in proptest::collection::vec(0..FRAGMENTS.len() - UNKNOWN, 0..60)
         ) {
             // Known characters only: every one of these texts takes the hand-written split.
             let counter = TokenCounter::new(Encoding::O200kBase);
@@ -211,9 +211,35 @@ mod tests {
             [" \t\n", " ", " (", "lines", " ", "12", "–", "34", ")\n"]
         );
         assert_eq!(split("a  "), ["a", "  "]);
-        // Characters outside the known blocks go to tiktoken whole.
+        // Characters outside the known blocks go to tiktoken.
         assert!(pieces::split("東京").is_none());
         assert!(pieces::split("ª").is_none());
+        for fragment in &FRAGMENTS[..FRAGMENTS.len() - UNKNOWN] {
+            assert!(pieces::split(fragment).is_some(), "{fragment:?}");
+        }
+        for fragment in &FRAGMENTS[FRAGMENTS.len() - UNKNOWN..] {
+            assert!(pieces::split(fragment).is_none(), "{fragment:?}");
+        }
+    }
+
+    /// A long context with a few characters outside the known blocks (Greek words, a CJK name, an
+    /// emoji) counts as tiktoken counts it whole, at every prefix ending on a word.
+    #[test]
+    fn long_texts_with_unknown_characters_agree_with_tiktoken() {
+        let counter = TokenCounter::new(Encoding::O200kBase);
+        let paragraph = "Source: athens.md (lines 3–9)\nThe city of Athens (Ἀθῆναι) was named \
+            after Athena; its port, Piraeus, lies 12 km away.\n\nIn 2004 it hosted the Olympics 🙂 \
+            and the torch passed through 東京 before.\n/path/ends\u{3000}here, and ǅ or ª too.";
+        let text = paragraph.repeat(40);
+        assert_eq!(counter.count(&text), counter.count_whole(&text));
+        for (at, _) in text.match_indices(' ').step_by(7) {
+            let prefix = &text[..at];
+            assert_eq!(
+                counter.count(prefix),
+                counter.count_whole(prefix),
+                "{prefix:?}"
+            );
+        }
     }
 
     #[test]

@@ -4,9 +4,10 @@
 //! tiktoken splits text into pieces with the pattern below (run by a backtracking regex engine, the
 //! largest part of counting a long context), then byte-pair-encodes each piece on its own. The same
 //! pieces come out of [`split`], which walks the text once; the token count of a piece is looked up in
-//! a per-thread cache and only a piece not seen before is encoded by tiktoken itself. Text holding a
-//! character outside the known blocks (ASCII, Latin-1, Latin Extended-A, General Punctuation) makes
-//! [`split`] answer `None` and is counted by tiktoken whole.
+//! a per-thread cache and only a piece not seen before is encoded by tiktoken itself. Around a
+//! character outside the known blocks (ASCII, Latin-1, Latin Extended-A, General Punctuation) the
+//! text is cut where every match of the pattern ends whatever the characters are, and that stretch
+//! (a word or a few) is encoded by tiktoken on its own.
 //!
 //! ```text
 //! [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
@@ -329,15 +330,77 @@ fn short_key(bytes: &[u8], at: usize, end: usize) -> u64 {
     value | (length as u64) << 56
 }
 
+/// Longest stretch around an unknown character whose count is cached (longer ones are encoded
+/// each time, so that the cache's memory stays a few MiB).
+const REGION_CACHED: usize = 128;
+
+/// Whether every match of the o200k pattern ends at byte offset `at` of `text` (a character
+/// boundary) whatever characters come before and after, known or not: no piece holds a letter
+/// followed by whitespace (letters are only in the letter alternatives, which end in letters or a
+/// contraction), nor a line break followed by anything but whitespace or `/` (a line break is in a
+/// whitespace piece or at the end of a symbol run, `[\r\n/]*`). The start and end of the text count.
+fn hard_boundary(text: &str, at: usize) -> bool {
+    let (Some(before), Some(after)) = (text[..at].chars().next_back(), text[at..].chars().next())
+    else {
+        return true;
+    };
+    (matches!(class(before), Some(Class::Upper | Class::Lower)) && after.is_whitespace())
+        || (matches!(before, '\r' | '\n') && !after.is_whitespace() && after != '/')
+}
+
+/// The byte offset and length of the first character of `text` at or after `from` outside the
+/// known blocks.
+fn next_unknown(text: &str, from: usize) -> Option<(usize, usize)> {
+    let mut at = from;
+    loop {
+        at += ascii_prefix(&text.as_bytes()[at..]);
+        let c = text[at..].chars().next()?;
+        if class(c).is_none() {
+            return Some((at, c.len_utf8()));
+        }
+        at += c.len_utf8();
+    }
+}
+
 /// The tokens of `text` under o200k_base: the pieces' counts, each from the cache or from `encode`
-/// (tiktoken on the piece alone). `None` when [`split`] cannot split it.
-pub fn count(text: &str, encode: impl Fn(&str) -> usize) -> Option<usize> {
-    let bytes = text.as_bytes();
+/// (tiktoken on the piece alone). Around a character outside the known blocks the text is cut at
+/// the nearest [`hard_boundary`] on each side and that stretch is encoded by tiktoken on its own (a
+/// word or a few, where it used to be the whole text); the rest is split by hand.
+pub fn count(text: &str, encode: impl Fn(&str) -> usize) -> usize {
     COUNTS.with(|cache| {
         let mut cache = cache.borrow_mut();
-        let Counts { short, long } = &mut *cache;
         let mut total = 0;
-        walk(text, |at, end| {
+        let mut start = 0;
+        while start < text.len() {
+            let Some((unknown, length)) = next_unknown(text, start) else {
+                total += cache.known(&text[start..], &encode);
+                break;
+            };
+            // `start` is a hard boundary (the text's start or the end of the last stretch).
+            let back = (start..=unknown)
+                .rev()
+                .filter(|&at| text.is_char_boundary(at))
+                .find(|&at| at == start || hard_boundary(text, at))
+                .unwrap_or(unknown);
+            let mut end = unknown + length;
+            while end < text.len() && !hard_boundary(text, end) {
+                end += text[end..].chars().next().map_or(1, char::len_utf8);
+            }
+            total +=
+                cache.known(&text[start..back], &encode) + cache.region(&text[back..end], &encode);
+            start = end;
+        }
+        total
+    })
+}
+
+impl Counts {
+    /// The count of `text`, which holds known characters only: its pieces' counts.
+    fn known(&mut self, text: &str, encode: &impl Fn(&str) -> usize) -> usize {
+        let bytes = text.as_bytes();
+        let Counts { short, long } = self;
+        let mut total = 0;
+        let walked = walk(text, |at, end| {
             let length = end - at;
             // Every single byte is a token of its own.
             if length == 1 {
@@ -358,23 +421,38 @@ pub fn count(text: &str, encode: impl Fn(&str) -> usize) -> Option<usize> {
                     }
                 }
             } else {
-                let piece = &text[at..end];
-                match long.get(piece) {
-                    Some(&tokens) => tokens,
-                    None => {
-                        let tokens = encode(piece) as u32;
-                        if long.len() >= CACHE_LIMIT {
-                            long.clear();
-                        }
-                        long.insert(piece.into(), tokens);
-                        tokens
-                    }
-                }
+                Self::cached(long, &text[at..end], encode)
             };
             total += tokens as usize;
-        })?;
-        Some(total)
-    })
+        });
+        debug_assert!(walked.is_some(), "known characters only");
+        total
+    }
+
+    /// The count of a stretch around characters outside the known blocks, by tiktoken (cached when
+    /// short).
+    fn region(&mut self, text: &str, encode: &impl Fn(&str) -> usize) -> usize {
+        if text.len() > REGION_CACHED {
+            return encode(text);
+        }
+        Self::cached(&mut self.long, text, encode) as usize
+    }
+
+    fn cached(
+        long: &mut FxHashMap<Box<str>, u32>,
+        piece: &str,
+        encode: &impl Fn(&str) -> usize,
+    ) -> u32 {
+        if let Some(&tokens) = long.get(piece) {
+            return tokens;
+        }
+        let tokens = encode(piece) as u32;
+        if long.len() >= CACHE_LIMIT {
+            long.clear();
+        }
+        long.insert(piece.into(), tokens);
+        tokens
+    }
 }
 
 #[cfg(test)]
