@@ -462,10 +462,11 @@ mod tests {
                 .unwrap()
                 .send(std::thread::current().name().map(str::to_string));
         });
+        let optimize = Optimize::from(&crate::store::IndexTuning::default());
         let writer = Background::start_idle(
             "ragstream-index-writer",
-            Optimize::from(&crate::store::IndexTuning::default()).when_idle,
-            shard_writer(store, crate::store::IndexTuning::default().optimize_every),
+            optimize.when_idle,
+            shard_writer(store, optimize.every),
             waker,
         );
         let mut pending = crate::offload::Parked::default();

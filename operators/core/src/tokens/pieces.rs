@@ -407,21 +407,12 @@ impl Counts {
                 total += 1;
                 return;
             }
+            let piece = &text[at..end];
             let tokens = if length <= SHORT {
                 let key = short_key(bytes, at, end);
-                match short.get(&key) {
-                    Some(&tokens) => tokens,
-                    None => {
-                        let tokens = encode(&text[at..end]) as u32;
-                        if short.len() >= CACHE_LIMIT {
-                            short.clear();
-                        }
-                        short.insert(key, tokens);
-                        tokens
-                    }
-                }
+                Self::cached(short, &key, || key, piece, encode)
             } else {
-                Self::cached(long, &text[at..end], encode)
+                Self::cached(long, piece, || piece.into(), piece, encode)
             };
             total += tokens as usize;
         });
@@ -435,22 +426,30 @@ impl Counts {
         if text.len() > REGION_CACHED {
             return encode(text);
         }
-        Self::cached(&mut self.long, text, encode) as usize
+        Self::cached(&mut self.long, text, || text.into(), text, encode) as usize
     }
 
-    fn cached(
-        long: &mut FxHashMap<Box<str>, u32>,
+    /// The count of `piece` in `map` under `key`, else from `encode` and kept under `own()` (the map
+    /// starts over at [`CACHE_LIMIT`] entries).
+    fn cached<K, Q>(
+        map: &mut FxHashMap<K, u32>,
+        key: &Q,
+        own: impl FnOnce() -> K,
         piece: &str,
         encode: &impl Fn(&str) -> usize,
-    ) -> u32 {
-        if let Some(&tokens) = long.get(piece) {
+    ) -> u32
+    where
+        K: std::borrow::Borrow<Q> + std::hash::Hash + Eq,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        if let Some(&tokens) = map.get(key) {
             return tokens;
         }
         let tokens = encode(piece) as u32;
-        if long.len() >= CACHE_LIMIT {
-            long.clear();
+        if map.len() >= CACHE_LIMIT {
+            map.clear();
         }
-        long.insert(piece.into(), tokens);
+        map.insert(own(), tokens);
         tokens
     }
 }
