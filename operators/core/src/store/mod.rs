@@ -518,58 +518,77 @@ pub fn chunk_payload(point: &PointWrite) -> Map<String, Value> {
     }
 }
 
-/// Reads a chunk back from its payload; `None` if a field is missing (not a ragstream point).
-pub fn chunk_from_payload(id: uuid::Uuid, payload: &Map<String, Value>) -> Option<StoredChunk> {
-    let text = |name: &str| {
-        payload
-            .get(name)
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    };
-    let number = |name: &str| payload.get(name).and_then(Value::as_u64);
-    let pair = |name: &str| {
+/// Reads a chunk back from its payload; `None` if a field is missing (not a ragstream point). Takes
+/// the payload, so its strings move into the chunk instead of being copied (every hit of a query's
+/// lanes passes through here).
+pub fn chunk_from_payload(id: uuid::Uuid, mut payload: Map<String, Value>) -> Option<StoredChunk> {
+    fn text(payload: &mut Map<String, Value>, name: &str) -> Option<String> {
+        match payload.remove(name)? {
+            Value::String(text) => Some(text),
+            _ => None,
+        }
+    }
+    fn strings(payload: &mut Map<String, Value>, name: &str) -> Option<Vec<String>> {
+        match payload.remove(name)? {
+            Value::Array(values) => values
+                .into_iter()
+                .map(|value| match value {
+                    Value::String(text) => Some(text),
+                    _ => None,
+                })
+                .collect(),
+            _ => None,
+        }
+    }
+    let number =
+        |payload: &Map<String, Value>, name: &str| payload.get(name).and_then(Value::as_u64);
+    let pair = |payload: &Map<String, Value>, name: &str| {
         let array = payload.get(name)?.as_array()?;
         Some((
             array.first()?.as_u64()? as u32,
             array.get(1)?.as_u64()? as u32,
         ))
     };
-    let strings = |name: &str| -> Option<Vec<String>> {
-        payload
-            .get(name)?
-            .as_array()?
-            .iter()
-            .map(|v| v.as_str().map(str::to_string))
-            .collect()
-    };
+    let p = &mut payload;
+    let key = DocKey::new(text(p, "tenant")?, text(p, "doc_id")?);
+    let embedder_version = text(p, "embedder_version")?;
+    let section_path = strings(p, "section_path")?;
+    let header = text(p, "header")?;
+    let doc_title = text(p, "doc_title")?;
+    let source = text(p, "source")?;
+    let kind = DocKind::parse(&text(p, "kind")?)?;
+    let content_hash = text(p, "content_hash")?;
+    let acl = strings(p, "acl")?;
+    // Absent from points written before languages were detected.
+    let lang = text(p, "lang").unwrap_or_default();
+    let chunk_text = text(p, "text")?;
     Some(StoredChunk {
         id,
-        key: DocKey::new(text("tenant")?, text("doc_id")?),
-        version: number("version")?,
-        embedder_version: text("embedder_version")?,
+        key,
+        version: number(p, "version")?,
+        embedder_version,
         chunk: Chunk {
-            order_index: number("order_index")? as u32,
-            section_path: strings("section_path")?,
-            header: text("header")?,
-            doc_title: text("doc_title")?,
-            source: text("source")?,
-            kind: DocKind::parse(&text("kind")?)?,
-            lines: pair("lines")?,
-            page: number("page")
-                .and_then(|p| u32::try_from(p).ok())
-                .filter(|&p| p > 0),
-            char_range: pair("char_range")?,
-            tokens: number("tokens")? as u32,
-            content_hash: text("content_hash")?,
+            order_index: number(p, "order_index")? as u32,
+            section_path,
+            header,
+            doc_title,
+            source,
+            kind,
+            lines: pair(p, "lines")?,
+            page: number(p, "page")
+                .and_then(|page| u32::try_from(page).ok())
+                .filter(|&page| page > 0),
+            char_range: pair(p, "char_range")?,
+            tokens: number(p, "tokens")? as u32,
+            content_hash,
             // Absent from points written before chunks had stable ids (their id is the stored one).
-            occurrence: number("occurrence").unwrap_or(0) as u32,
-            acl: strings("acl")?,
-            // Absent from points written before languages were detected.
-            lang: text("lang").unwrap_or_default(),
+            occurrence: number(p, "occurrence").unwrap_or(0) as u32,
+            acl,
+            lang,
             // Absent from points written before document times were kept.
-            updated_ms: number("updated_ms").unwrap_or(0),
-            metadata: crate::metadata::Metadata::from_payload(payload.get("metadata")),
-            text: text("text")?,
+            updated_ms: number(p, "updated_ms").unwrap_or(0),
+            metadata: crate::metadata::Metadata::from_payload(p.get("metadata")),
+            text: chunk_text,
         },
     })
 }
@@ -582,13 +601,13 @@ mod tests {
     fn payload_roundtrip() {
         let point = crate::testing::sample_point("t", "d", 2, "hello world", &["eng"]);
         let payload = chunk_payload(&point);
-        let stored = chunk_from_payload(point.id, &payload).expect("roundtrip");
+        let stored = chunk_from_payload(point.id, payload.clone()).expect("roundtrip");
         assert_eq!(stored.chunk, point.chunk);
         assert_eq!(stored.key, point.key);
         assert_eq!(stored.version, 2);
         let mut broken = payload.clone();
         broken.remove("content_hash");
-        assert!(chunk_from_payload(point.id, &broken).is_none());
+        assert!(chunk_from_payload(point.id, broken).is_none());
     }
 
     #[test]

@@ -269,8 +269,8 @@ impl VectorStore for EdgeStore {
             })
             .map_err(engine_error)?;
         for record in page {
-            if let (Some(id), Some(payload)) = (uuid_of(&record.id), record.payload.as_ref()) {
-                found = chunk_from_payload(id, &payload.0);
+            if let (Some(id), Some(payload)) = (uuid_of(&record.id), record.payload) {
+                found = chunk_from_payload(id, payload.0);
             }
         }
         check_compatible(found.as_ref(), self.dimension, embedder_version, dimension)
@@ -332,8 +332,8 @@ impl VectorStore for EdgeStore {
                     .map_err(engine_error)?
             };
             for record in page {
-                if let (Some(id), Some(payload)) = (uuid_of(&record.id), record.payload.as_ref()) {
-                    if let Some(stored) = chunk_from_payload(id, &payload.0) {
+                if let (Some(id), Some(payload)) = (uuid_of(&record.id), record.payload) {
+                    if let Some(stored) = chunk_from_payload(id, payload.0) {
                         visit(stored);
                     }
                 }
@@ -377,7 +377,7 @@ impl VectorStore for EdgeStore {
             .map_err(engine_error)?;
         Ok(records
             .into_iter()
-            .filter_map(|record| chunk_from_payload(uuid_of(&record.id)?, &record.payload?.0))
+            .filter_map(|record| chunk_from_payload(uuid_of(&record.id)?, record.payload?.0))
             .collect())
     }
 

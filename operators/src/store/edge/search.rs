@@ -1,7 +1,7 @@
 //! Searches of a shard: one lane (dense or BM25) under a filter, the dense lane with the tuning's beam
 //! and int8 re-scoring, or in the other ways `bench volume` compares it with.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use serde_json::{Map, Value};
@@ -86,7 +86,7 @@ impl EdgeStore {
         &self,
         vector: &SearchVector,
         request: QueryRequest,
-        make: impl Fn(uuid::Uuid, Option<&Map<String, Value>>, f32) -> Option<T>,
+        make: impl Fn(uuid::Uuid, Option<Map<String, Value>>, f32) -> Option<T>,
     ) -> Result<Vec<T>, StoreError> {
         let distance = self.tuning.distance;
         let dense = matches!(vector, SearchVector::Dense(_));
@@ -101,7 +101,7 @@ impl EdgeStore {
                 };
                 make(
                     uuid_of(&point.id)?,
-                    point.payload.as_ref().map(|payload| &payload.0),
+                    point.payload.map(|payload| payload.0),
                     score,
                 )
             })
@@ -207,8 +207,7 @@ impl EdgeStore {
                 };
                 let Some(stored) = record
                     .payload
-                    .as_ref()
-                    .and_then(|payload| chunk_from_payload(id, &payload.0))
+                    .and_then(|payload| chunk_from_payload(id, payload.0))
                 else {
                     continue;
                 };
@@ -218,19 +217,29 @@ impl EdgeStore {
                 found.insert(id, stored);
             }
             timings.push(timed("retrieve_points", started));
-            // A point deleted between the lane search and the read is left out of both.
-            let hits_of = |lane: Vec<(uuid::Uuid, f32)>| -> Vec<Hit> {
-                lane.into_iter()
-                    .filter_map(|(id, score)| {
-                        Some(Hit {
-                            stored: found.get(&id)?.clone(),
-                            score,
-                        })
+            // A point deleted between the lane search and the read is left out of both. A chunk
+            // is copied only for a point in both lanes; otherwise it moves into its hit.
+            let in_bm25: HashSet<uuid::Uuid> = bm25.iter().map(|(id, _)| *id).collect();
+            hits.dense = dense
+                .into_iter()
+                .filter_map(|(id, score)| {
+                    let stored = if in_bm25.contains(&id) {
+                        found.get(&id)?.clone()
+                    } else {
+                        found.remove(&id)?
+                    };
+                    Some(Hit { stored, score })
+                })
+                .collect();
+            hits.bm25 = bm25
+                .into_iter()
+                .filter_map(|(id, score)| {
+                    Some(Hit {
+                        stored: found.remove(&id)?,
+                        score,
                     })
-                    .collect()
-            };
-            hits.dense = hits_of(dense);
-            hits.bm25 = hits_of(bm25);
+                })
+                .collect();
         }
         hits.timings = timings;
         Ok(hits)

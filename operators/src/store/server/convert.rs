@@ -263,5 +263,5 @@ pub(super) fn stored_chunk(
         .iter()
         .map(|(k, v)| (k.clone(), to_json(v)))
         .collect();
-    chunk_from_payload(id, &payload)
+    chunk_from_payload(id, payload)
 }
