@@ -2,42 +2,71 @@
 //! copy stays. Near-duplicates (stored vectors with cosine at or above 0.95) are removed against each
 //! pick inside [`super::mmr`], which computes those similarities anyway: k·n comparisons instead of n².
 
-use rustc_hash::FxHashSet;
+use std::hash::BuildHasher;
+
+use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use super::{Action, Candidate, Cause, Decision};
 
-/// The text with case and whitespace runs normalised (lowercase, single spaces, trimmed).
-fn normalised(text: &str) -> String {
-    let lower = text.to_lowercase();
-    let mut out = String::with_capacity(lower.len());
-    for word in lower.split_whitespace() {
-        if !out.is_empty() {
-            out.push(' ');
+/// Writes `text` into `out` with case and whitespace runs normalised: each character lowercased,
+/// each run of whitespace one space, none at either end. `out` is reused from candidate to
+/// candidate (every candidate of a query passes through here).
+fn normalise_into(text: &str, out: &mut String) {
+    out.clear();
+    let mut space = false;
+    for c in text.chars() {
+        if c.is_whitespace() {
+            space = !out.is_empty();
+            continue;
         }
-        out.push_str(word);
+        if space {
+            out.push(' ');
+            space = false;
+        }
+        if c.is_ascii() {
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.extend(c.to_lowercase());
+        }
     }
-    out
 }
 
 /// Removes exact duplicates (same text up to case and whitespace) from `candidates` (best first),
 /// recording why. The kept candidates stay in their order.
-pub fn dedup(mut candidates: Vec<Candidate>) -> (Vec<Candidate>, Vec<Decision>) {
+pub fn dedup(candidates: Vec<Candidate>) -> (Vec<Candidate>, Vec<Decision>) {
     let mut decisions = Vec::new();
-    let mut seen: FxHashSet<String> =
-        FxHashSet::with_capacity_and_hasher(candidates.len(), Default::default());
-    candidates.retain(|candidate| {
-        if seen.insert(normalised(&candidate.stored.chunk.text)) {
-            return true;
+    // The kept candidates by the hash of their normalised text (texts of equal hashes are
+    // compared).
+    let mut kept: FxHashMap<u64, Vec<usize>> =
+        FxHashMap::with_capacity_and_hasher(candidates.len(), Default::default());
+    let text = |i: usize| candidates[i].stored.chunk.text.as_str();
+    let (mut normal, mut other) = (String::new(), String::new());
+    let mut keep = vec![true; candidates.len()];
+    for (i, flag) in keep.iter_mut().enumerate() {
+        normalise_into(text(i), &mut normal);
+        let same = kept.entry(FxBuildHasher.hash_one(&normal)).or_default();
+        let duplicate = same.iter().any(|&j| {
+            normalise_into(text(j), &mut other);
+            other == normal
+        });
+        if duplicate {
+            *flag = false;
+            decisions.push(Decision::new(
+                candidates[i].id(),
+                Action::Dropped,
+                Cause::Exact,
+                "exact duplicate text",
+            ));
+        } else {
+            same.push(i);
         }
-        decisions.push(Decision::new(
-            candidate.id(),
-            Action::Dropped,
-            Cause::Exact,
-            "exact duplicate text",
-        ));
-        false
-    });
-    (candidates, decisions)
+    }
+    let kept = candidates
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(candidate, keep)| keep.then_some(candidate))
+        .collect();
+    (kept, decisions)
 }
 
 #[cfg(test)]

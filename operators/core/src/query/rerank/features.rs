@@ -92,21 +92,36 @@ pub struct Features<'a> {
 
 /// The first three characters of each query term: a word stems to a term only if it starts with the
 /// term's prefix, so the other words of a chunk are never stemmed.
-struct Prefixes<'a>(Vec<&'a str>);
+struct Prefixes<'a> {
+    prefixes: Vec<&'a str>,
+    /// Whether a word starting with this byte may start with a prefix (every byte where a prefix
+    /// is empty): most of a chunk's words are ruled out by one lookup.
+    first: [bool; 256],
+}
 
 impl<'a> Prefixes<'a> {
     fn new(terms: &'a [String]) -> Self {
-        Self(
-            terms
-                .iter()
-                .map(|term| &term[..term.char_indices().nth(3).map_or(term.len(), |(i, _)| i)])
-                .collect(),
-        )
+        let prefixes: Vec<&str> = terms
+            .iter()
+            .map(|term| &term[..term.char_indices().nth(3).map_or(term.len(), |(i, _)| i)])
+            .collect();
+        let mut first = [false; 256];
+        for prefix in &prefixes {
+            match prefix.as_bytes().first() {
+                Some(&byte) => first[byte as usize] = true,
+                None => first = [true; 256],
+            }
+        }
+        Self { prefixes, first }
     }
 
     /// Whether `word` starts with any prefix.
     fn start(&self, word: &str) -> bool {
-        self.0.iter().any(|prefix| word.starts_with(prefix))
+        let first = word
+            .as_bytes()
+            .first()
+            .is_none_or(|&b| self.first[b as usize]);
+        first && self.prefixes.iter().any(|prefix| word.starts_with(prefix))
     }
 }
 
