@@ -126,7 +126,7 @@ mod tests {
                 r#"{{"query_id":"q","tenant":"t","text":"anything","token_budget":1000{extra}}}"#
             )
         };
-        // 1.5 × 1000 tokens of 50-token chunks: 30 picks; the default and an explicit k: k.
+        // 1000 tokens and a spare of 500 in 50-token chunks: 30 picks; the default and an explicit k: k.
         assert_eq!(picks(&query(r#","fill":true"#)), 30);
         assert_eq!(picks(&query("")), 10);
         assert_eq!(picks(&query(r#","fill":true,"k":5"#)), 5);

@@ -1,11 +1,12 @@
 //! How deep a query reads: its results and lane depths, from its token budget.
 //!
 //! A bounded query reads `k` results (`query.default_k`, 10) and its lanes to twice that. A filled
-//! one (`fill: true`, no `k` given) asks for as much material as its budget holds: its lanes read
-//! `1.5 × budget ÷` [`FILL_CHUNK_TOKENS`] deep ([`FILL_COVER_PERCENT`]; a chunk size below most
-//! indexed chunks, so the pool holds more than the budget), and its results are counted against the
+//! one (`fill: true`, no `k` given) asks for as much material as its budget holds plus a spare
+//! ([`fill_target`]: the budget and [`FILL_SPARE_TOKENS`], at least a quarter and at most half of
+//! the budget): its lanes read `target ÷` [`FILL_CHUNK_TOKENS`] deep (a chunk size below most
+//! indexed chunks, so the pool holds more than the target), and its results are counted against the
 //! chunks actually retrieved: `k` when the first `k` ranked candidates already hold the budget in
-//! their stored token counts, else as many as hold 1.5 times it. The default context, with its
+//! their stored token counts, else as many as hold the target. The default context, with its
 //! evidence stop, reads as before.
 //!
 //! The limits follow the budget too: `k` may be one result per [`MIN_RESULT_TOKENS`] of the budget,
@@ -21,11 +22,18 @@ pub const MIN_RESULT_TOKENS: usize = 32;
 /// The chunk size a filled budget's lane depth assumes (most chunks are larger, so the lanes bring
 /// back more than the budget holds).
 pub const FILL_CHUNK_TOKENS: usize = 100;
-/// A filled query's results hold this share of its budget in stored tokens, and its lanes read this
-/// share of the budget's chunks of [`FILL_CHUNK_TOKENS`] (packing leaves some out: near-duplicates,
-/// the caps, a last chunk that does not fit). 200 read a third more for no Answer Recall at 4 000 or
-/// 8 000 tokens on SQuAD (decision 0047).
-pub const FILL_COVER_PERCENT: usize = 150;
+/// What a filled query reads beyond its budget, in tokens: packing leaves some material out
+/// (near-duplicates, the caps, a last chunk that does not fit), a few chunks' worth whatever the
+/// budget. At least a quarter and at most half of the budget ([`fill_target`]). Half of every
+/// budget read a fifth more at 8 000 tokens for no Answer Recall on SQuAD (decision 0047).
+pub const FILL_SPARE_TOKENS: usize = 500;
+
+/// The stored tokens a filled query's results hold: its budget and a spare of
+/// [`FILL_SPARE_TOKENS`], at least a quarter and at most half of the budget (1.5 times a budget up to
+/// 1 000 tokens, 1.25 times one from 2 000 on).
+pub fn fill_target(budget: usize) -> usize {
+    budget.saturating_add(FILL_SPARE_TOKENS.clamp(budget / 4, budget / 2))
+}
 
 /// The budget a query asks for before its prompt is counted: `token_budget`, else its
 /// `context_window`, else `default` (`query.default_token_budget`); never less than the budget
@@ -52,19 +60,18 @@ pub fn fills(query: &Query) -> bool {
     query.mode == Mode::Bounded && query.fill && query.k.is_none()
 }
 
-/// The lane depth a filled query's budget asks for: `1.5 × budget ÷` [`FILL_CHUNK_TOKENS`] (0 for a
-/// query that does not fill).
+/// The lane depth a filled query's budget asks for: its [`fill_target`] `÷` [`FILL_CHUNK_TOKENS`] (0
+/// for a query that does not fill).
 pub fn fill_depth(query: &Query, default_budget: usize) -> usize {
     if !fills(query) {
         return 0;
     }
-    (budget_asked(query, default_budget) / FILL_CHUNK_TOKENS).saturating_mul(FILL_COVER_PERCENT)
-        / 100
+    fill_target(budget_asked(query, default_budget)) / FILL_CHUNK_TOKENS
 }
 
 /// Results a filled query needs, from the stored token counts of its ranked candidates (best
 /// first): `k` when the first `k` already hold the budget (more would only be shortened to fit);
-/// else the fewest whose tokens reach [`FILL_COVER_PERCENT`] of the budget, or all of them; at most
+/// else the fewest whose tokens reach its [`fill_target`], or all of them; at most
 /// `limit`.
 pub fn fill_results(
     tokens: impl IntoIterator<Item = u32>,
@@ -72,7 +79,7 @@ pub fn fill_results(
     k: usize,
     limit: usize,
 ) -> usize {
-    let target = budget.saturating_mul(FILL_COVER_PERCENT) / 100;
+    let target = fill_target(budget);
     let (mut held, mut needed) = (0usize, 0usize);
     for chunk in tokens {
         if held >= target || (needed == k && held >= budget) {
@@ -115,7 +122,7 @@ mod tests {
     fn only_a_filled_query_without_k_reads_deeper() {
         let filled =
             query(r#"{"query_id":"q","tenant":"t","text":"x","token_budget":8000,"fill":true}"#);
-        assert_eq!(fill_depth(&filled, 3000), 120);
+        assert_eq!(fill_depth(&filled, 3000), 100);
         let given_k = query(
             r#"{"query_id":"q","tenant":"t","text":"x","token_budget":8000,"fill":true,"k":5}"#,
         );
@@ -126,17 +133,31 @@ mod tests {
             query(r#"{"query_id":"q","tenant":"t","text":"x","token_budget":1000000,"fill":true}"#);
         assert_eq!(
             fill_depth(&huge, 3000),
-            15_000,
+            12_500,
             "the caller caps it at twice the k limit"
         );
     }
 
     #[test]
+    fn the_fill_target_spares_a_few_chunks_whatever_the_budget() {
+        // Half of a small budget, 500 tokens in between, a quarter of a large one.
+        assert_eq!(fill_target(100), 150);
+        assert_eq!(fill_target(500), 750);
+        assert_eq!(fill_target(1000), 1500);
+        assert_eq!(fill_target(1500), 2000);
+        assert_eq!(fill_target(2000), 2500);
+        assert_eq!(fill_target(8000), 10_000);
+        assert_eq!(fill_target(32_000), 40_000);
+        assert_eq!(fill_target(0), 0);
+        assert_eq!(fill_target(usize::MAX), usize::MAX);
+    }
+
+    #[test]
     fn fill_results_count_the_candidates_tokens() {
-        // 100-token chunks: ten hold a 1000-token budget, so k stays; a 2000-token budget needs 30
-        // of them to hold 1.5 times the budget, and 90-token chunks 17 for 1000.
+        // 100-token chunks: ten hold a 1000-token budget, so k stays; a 2000-token budget needs 25
+        // of them to hold it and its 500 spare tokens, and 90-token chunks 17 for 1000 (1.5 times).
         assert_eq!(fill_results([100; 50], 1000, 10, 400), 10);
-        assert_eq!(fill_results([100; 50], 2000, 10, 400), 30);
+        assert_eq!(fill_results([100; 50], 2000, 10, 400), 25);
         assert_eq!(fill_results([90; 50], 1000, 10, 400), 17);
         // Never fewer than k, never more than the limit or than there are.
         assert_eq!(fill_results([1000; 50], 1000, 10, 400), 10);

@@ -100,7 +100,7 @@ fn filters_and_sizes() {
         bm25: 1,
     };
     assert_eq!(lane_depths(&query, huge, &no_pool).dense, 2 * DEEP_MAX_K);
-    // A filled budget reads deeper (1.5 × budget ÷ 100), the intent's lanes too, within twice the
+    // A filled budget reads deeper (its fill target ÷ 100), the intent's lanes too, within twice the
     // budget's k limit; an explicit k is the caller's word.
     let filled = |json: &str| decode_query(json.as_bytes(), 8192).unwrap();
     let at_8000 =
@@ -108,11 +108,11 @@ fn filters_and_sizes() {
     assert_eq!(
         lane_depths(&at_8000, intent, &config),
         Depth {
-            dense: 120,
-            bm25: 120
+            dense: 100,
+            bm25: 100
         }
     );
-    assert_eq!(lane_depths(&at_8000, huge, &config).dense, 120);
+    assert_eq!(lane_depths(&at_8000, huge, &config).dense, 100);
     assert_eq!(results_wanted(&at_8000, &config), 10);
     let at_ceiling =
         filled(r#"{"query_id":"q","tenant":"t","text":"x","token_budget":1000000,"fill":true}"#);
