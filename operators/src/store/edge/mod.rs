@@ -408,19 +408,39 @@ impl VectorStore for EdgeStore {
 
 /// A point's dense vector and its evidence units' vectors, as the engine returned them.
 fn stored_vectors(vectors: VectorStructInternal) -> Option<StoredVectors> {
+    scored_vectors(vectors, None).map(|(vectors, _)| vectors)
+}
+
+/// [`stored_vectors`], or with `query` its dense vector and the sentence evidence of the query
+/// ([`StoredVectors::evidence_score`], computed on the engine's vectors where they lie: the units are
+/// not copied), `None` for a point without units.
+fn scored_vectors(
+    vectors: VectorStructInternal,
+    query: Option<&[f32]>,
+) -> Option<(StoredVectors, Option<f32>)> {
     let VectorStructInternal::Named(mut vectors) = vectors else {
         return None;
     };
     let VectorInternal::Dense(dense) = vectors.remove(DENSE_VECTOR)? else {
         return None;
     };
-    let evidence = match vectors.remove(EVIDENCE_VECTOR) {
-        Some(VectorInternal::MultiDense(multi)) => {
-            multi.multi_vectors().map(<[f32]>::to_vec).collect()
-        }
-        _ => Vec::new(),
+    let Some(VectorInternal::MultiDense(multi)) = vectors.remove(EVIDENCE_VECTOR) else {
+        let evidence = Vec::new();
+        return Some((StoredVectors { dense, evidence }, None));
     };
-    Some(StoredVectors { dense, evidence })
+    let (evidence, score) = match query {
+        // No units: the caller scores the chunk's own vector, as `evidence_score` does.
+        Some(_) if multi.multi_vectors().next().is_none() => (Vec::new(), None),
+        Some(query) => {
+            let score = multi
+                .multi_vectors()
+                .map(|unit| ragstream_core::embed::cosine(query, unit))
+                .fold(f32::MIN, f32::max);
+            (Vec::new(), Some(score))
+        }
+        None => (multi.multi_vectors().map(<[f32]>::to_vec).collect(), None),
+    };
+    Some((StoredVectors { dense, evidence }, score))
 }
 
 #[cfg(test)]

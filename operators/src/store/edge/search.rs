@@ -14,7 +14,7 @@ use qdrant_edge::{
 use super::error::engine_error;
 use super::filter::engine_filter;
 use super::ids::{point_id, uuid_of};
-use super::{stored_vectors, EdgeStore};
+use super::{scored_vectors, EdgeStore};
 use crate::store::{
     chunk_from_payload, Hit, IndexTuning, LaneHits, LaneQuery, SearchFilter, SearchVector,
     StoreError, StoredChunk, DENSE_VECTOR, EVIDENCE_VECTOR, SPARSE_VECTOR,
@@ -186,6 +186,9 @@ impl EdgeStore {
         ids.sort();
         ids.dedup();
         let mut hits = LaneHits::default();
+        // With a dense query, the evidence units are scored here, where the engine returned them.
+        let query = lanes.dense.as_ref().map(|lane| lane.vector.as_slice());
+        let mut evidence = query.map(|_| Vec::with_capacity(ids.len()));
         if !ids.is_empty() {
             let started = Instant::now();
             let points: Vec<PointId> = ids.iter().map(|id| point_id(*id)).collect();
@@ -211,7 +214,13 @@ impl EdgeStore {
                 else {
                     continue;
                 };
-                if let Some(vectors) = record.vector.and_then(stored_vectors) {
+                let scored = record
+                    .vector
+                    .and_then(|vectors| scored_vectors(vectors, query));
+                if let Some((vectors, score)) = scored {
+                    if let (Some(evidence), Some(score)) = (&mut evidence, score) {
+                        evidence.push((id, score));
+                    }
                     hits.vectors.push((id, vectors));
                 }
                 found.insert(id, stored);
@@ -241,6 +250,7 @@ impl EdgeStore {
                 })
                 .collect();
         }
+        hits.evidence = evidence;
         hits.timings = timings;
         Ok(hits)
     }
