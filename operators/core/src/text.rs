@@ -141,11 +141,58 @@ fn camel_parts(word: &str) -> Vec<&str> {
     parts
 }
 
+/// Whether an ASCII byte belongs to an identifier (a letter, a digit, `_` or `-`).
+const IDENTIFIER_BYTES: [bool; 128] = {
+    let mut table = [false; 128];
+    let mut byte = 0;
+    while byte < 128 {
+        let c = byte as u8;
+        table[byte] = c.is_ascii_alphanumeric() || c == b'_' || c == b'-';
+        byte += 1;
+    }
+    table
+};
+
+/// The runs of `text` of alphanumeric characters, `_` and `-` (what splitting at every other
+/// character leaves, empty runs skipped). ASCII bytes are looked up in a table; only other
+/// characters are decoded and asked `is_alphanumeric` (every word of every chunk the rerank reads
+/// and the index stores passes through here).
+fn identifiers(text: &str) -> impl Iterator<Item = &str> {
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let mut start = None;
+        while at < bytes.len() {
+            let byte = bytes[at];
+            let (inside, width) = if byte < 0x80 {
+                (IDENTIFIER_BYTES[byte as usize], 1)
+            } else {
+                let c = text[at..].chars().next().expect("at a character boundary");
+                (c.is_alphanumeric(), c.len_utf8())
+            };
+            if inside {
+                start.get_or_insert(at);
+            } else if let Some(from) = start {
+                let run = &text[from..at];
+                at += width;
+                return Some(run);
+            }
+            at += width;
+        }
+        start.map(|from| &text[from..])
+    })
+}
+
 /// Visits the words of `text` (see the module docs), lowercased, stop words dropped, before stemming:
 /// callers that only need some terms stem only those.
 pub fn visit_words(text: &str, visit: &mut dyn FnMut(&str)) {
     let mut push = |term: &str| {
-        let lower: std::borrow::Cow<'_, str> = if term.chars().any(char::is_uppercase) {
+        let upper = if term.is_ascii() {
+            term.bytes().any(|b| b.is_ascii_uppercase())
+        } else {
+            term.chars().any(char::is_uppercase)
+        };
+        let lower: std::borrow::Cow<'_, str> = if upper {
             std::borrow::Cow::Owned(term.to_lowercase())
         } else {
             std::borrow::Cow::Borrowed(term)
@@ -154,7 +201,7 @@ pub fn visit_words(text: &str, visit: &mut dyn FnMut(&str)) {
             visit(&lower);
         }
     };
-    for identifier in text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-')) {
+    for identifier in identifiers(text) {
         let identifier = identifier.trim_matches(['_', '-']);
         if identifier.is_empty() {
             continue;
@@ -463,6 +510,15 @@ mod tests {
     }
 
     proptest::proptest! {
+        #[test]
+        fn identifiers_are_the_runs_between_other_characters(text in "([a-zA-Z0-9_ .,;:!?'\"()\\[\\]/-]|[àéüßÄΣσ日本語٣²½\u{00A0}\u{2003}\u{0301}]){0,60}") {
+            let expected: Vec<&str> = text
+                .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
+                .filter(|run| !run.is_empty())
+                .collect();
+            proptest::prop_assert_eq!(identifiers(&text).collect::<Vec<_>>(), expected);
+        }
+
         /// A stop word is one of the list, whatever its spelling around it.
         #[test]
         fn stop_words_are_dropped(pick in 0..STOP_WORDS.len(), word in "[a-z]{1,8}") {
