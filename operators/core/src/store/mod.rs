@@ -251,14 +251,22 @@ impl StoredVectors {
     /// own vector into the maximum counts the dense lane twice: on CoSQA the rerank then gained 0.0077
     /// less nDCG@10 in an offline replay, docs/decisions/0024-sentence-evidence.md.)
     pub fn evidence_score(&self, query: &[f32]) -> f32 {
-        if self.evidence.is_empty() {
-            return crate::embed::cosine(query, &self.dense);
-        }
-        self.evidence
-            .iter()
-            .map(|vector| crate::embed::cosine(query, vector))
-            .fold(f32::MIN, f32::max)
+        unit_evidence(query, self.evidence.iter().map(Vec::as_slice))
+            .unwrap_or_else(|| crate::embed::cosine(query, &self.dense))
     }
+}
+
+/// The highest cosine between `query` and one of a chunk's evidence `units`; `None` without units
+/// (the chunk's own cosine stands in: [`StoredVectors::evidence_score`]). Backends that hold the
+/// units where they lie score them with this, without copying them out.
+pub fn unit_evidence<'a>(query: &[f32], units: impl IntoIterator<Item = &'a [f32]>) -> Option<f32> {
+    let mut units = units.into_iter().peekable();
+    units.peek()?;
+    Some(
+        units
+            .map(|unit| crate::embed::cosine(query, unit))
+            .fold(f32::MIN, f32::max),
+    )
 }
 
 /// A chunk as read back from the index (payload only).

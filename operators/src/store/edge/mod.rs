@@ -22,9 +22,9 @@ use std::collections::BTreeMap;
 use ragstream_core::metadata::MetaIndex;
 
 use super::{
-    check_compatible, check_dimensions, chunk_from_payload, chunk_payload, Hit, IndexTuning,
-    LaneHits, LaneQuery, PointWrite, SearchFilter, SearchVector, StoreError, StoredChunk,
-    StoredVectors, VectorStore, DENSE_VECTOR, EVIDENCE_VECTOR, SPARSE_VECTOR,
+    check_compatible, check_dimensions, chunk_from_payload, chunk_payload, unit_evidence, Hit,
+    IndexTuning, LaneHits, LaneQuery, PointWrite, SearchFilter, SearchVector, StoreError,
+    StoredChunk, StoredVectors, VectorStore, DENSE_VECTOR, EVIDENCE_VECTOR, SPARSE_VECTOR,
 };
 
 mod config;
@@ -429,15 +429,7 @@ fn scored_vectors(
         return Some((StoredVectors { dense, evidence }, None));
     };
     let (evidence, score) = match query {
-        // No units: the caller scores the chunk's own vector, as `evidence_score` does.
-        Some(_) if multi.multi_vectors().next().is_none() => (Vec::new(), None),
-        Some(query) => {
-            let score = multi
-                .multi_vectors()
-                .map(|unit| ragstream_core::embed::cosine(query, unit))
-                .fold(f32::MIN, f32::max);
-            (Vec::new(), Some(score))
-        }
+        Some(query) => (Vec::new(), unit_evidence(query, multi.multi_vectors())),
         None => (multi.multi_vectors().map(<[f32]>::to_vec).collect(), None),
     };
     Some((StoredVectors { dense, evidence }, score))
