@@ -130,6 +130,7 @@ fn chunk(rng: &mut Rng, doc: usize, order: u32, counter: TokenCounter) -> Stored
             metadata: Default::default(),
             lang: String::new(),
             text,
+            last: false,
         },
     }
 }

@@ -210,6 +210,10 @@ pub struct Chunk {
     pub metadata: crate::metadata::Metadata,
     /// The chunk text.
     pub text: String,
+    /// The document's last chunk (`false` in points written before it was kept: unknown). With
+    /// `order_index` 0, the document's only chunk: it has no neighbours to read.
+    #[serde(default)]
+    pub last: bool,
 }
 
 impl Chunk {
@@ -220,24 +224,46 @@ impl Chunk {
 
     /// A fingerprint of everything the index stores with the chunk besides what the embedder sees and
     /// the version: position, line and byte ranges, page, header, source, kind, token count, ACL,
-    /// language, metadata. A chunk
+    /// language, metadata, being the document's last. A chunk
     /// whose id is kept and whose layout changed is rewritten with its stored vector, not re-embedded.
+    /// (A chunk that is not the last hashes as before `last` was kept, so only last chunks written
+    /// before it are rewritten when their document next changes.)
     pub fn layout(&self) -> u64 {
-        hash_prefix(&hash_fields(&[
-            &self.order_index.to_le_bytes(),
-            &self.lines.0.to_le_bytes(),
-            &self.lines.1.to_le_bytes(),
-            &self.page.unwrap_or(0).to_le_bytes(),
-            &self.char_range.0.to_le_bytes(),
-            &self.char_range.1.to_le_bytes(),
+        let [order, first_line, last_line, page, start, end, tokens] = [
+            self.order_index,
+            self.lines.0,
+            self.lines.1,
+            self.page.unwrap_or(0),
+            self.char_range.0,
+            self.char_range.1,
+            self.tokens,
+        ]
+        .map(u32::to_le_bytes);
+        let acl = self.acl.join("\u{1f}");
+        let mut fields: Vec<&[u8]> = vec![
+            &order,
+            &first_line,
+            &last_line,
+            &page,
+            &start,
+            &end,
             self.header.as_bytes(),
             self.source.as_bytes(),
             self.kind.as_str().as_bytes(),
-            &self.tokens.to_le_bytes(),
-            self.acl.join("\u{1f}").as_bytes(),
+            &tokens,
+            acl.as_bytes(),
             self.lang.as_bytes(),
             self.metadata.as_str().as_bytes(),
-        ]))
+        ];
+        if self.last {
+            fields.push(b"last");
+        }
+        hash_prefix(&hash_fields(&fields))
+    }
+
+    /// The document's only chunk: nothing of its document lies around it.
+    pub fn is_whole_document(&self) -> bool {
+        self.order_index == 0 && self.last
     }
 
     /// The text handed to the embedder (and to the BM25 encoder): title and section path give the
@@ -410,6 +436,18 @@ mod tests {
         let mut chunk = crate::testing::sample_point("t", "d", 1, text, &[]).chunk;
         chunk.kind = kind;
         chunk
+    }
+
+    #[test]
+    fn being_last_is_part_of_the_layout_and_only_a_first_last_chunk_is_the_whole_document() {
+        let mut chunk = chunk(DocKind::Prose, "One passage.");
+        let before = chunk.layout();
+        assert!(!chunk.is_whole_document());
+        chunk.last = true;
+        assert_ne!(chunk.layout(), before, "a chunk that became last is rewritten");
+        assert!(chunk.is_whole_document());
+        chunk.order_index = 1;
+        assert!(!chunk.is_whole_document());
     }
 
     #[test]

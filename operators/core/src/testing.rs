@@ -35,6 +35,7 @@ pub fn stored(doc: &str, order: u32, text: &str) -> StoredChunk {
             metadata: Default::default(),
             lang: "eng".into(),
             text: text.into(),
+            last: false,
         },
     }
 }
@@ -76,6 +77,7 @@ pub fn sample_point(
         metadata: Default::default(),
         lang: "eng".into(),
         text: text.into(),
+        last: false,
     };
     chunk.content_hash = content_hash(&chunk);
     let axis = text.bytes().map(usize::from).sum::<usize>();

@@ -295,6 +295,7 @@ fn neighbours_come_from_the_worker_owning_the_top_hit_unless_the_preset_turns_th
         })
         .collect();
     let top = chunks[5].clone();
+    let first = chunks[0].clone();
     let dir = tempfile::tempdir().unwrap();
     let shards = shards(dir.path(), &[vec![], chunks]);
     let seen = on_two_workers(move |worker| {
@@ -305,6 +306,9 @@ fn neighbours_come_from_the_worker_owning_the_top_hit_unless_the_preset_turns_th
         let out = Rc::new(RefCell::new(Vec::new()));
         let sink = out.clone();
         let top = shards[1].get(&[top.id]).expect("get").remove(0);
+        // The first chunk as if it were its document's only one: its neighbours are not read.
+        let mut whole = shards[1].get(&[first.id]).expect("get").remove(0);
+        whole.chunk.last = true;
         let (mut input, probe) = worker.dataflow::<u64, _, _>(|scope| {
             let (input, stream) = scope.new_input::<Working>();
             let probe = stream
@@ -324,12 +328,14 @@ fn neighbours_come_from_the_worker_owning_the_top_hit_unless_the_preset_turns_th
             (input, probe)
         });
         if index == 0 {
-            for (id, body) in [
-                (3, r#"{"query_id":"q","tenant":"t","text":"x"}"#),
+            for (id, body, top) in [
+                (3, r#"{"query_id":"q","tenant":"t","text":"x"}"#, &top),
                 (
                     4,
                     r#"{"query_id":"fast","tenant":"t","text":"x","preset":"fast"}"#,
+                    &top,
                 ),
+                (5, r#"{"query_id":"whole","tenant":"t","text":"x"}"#, &whole),
             ] {
                 input.send(Working {
                     job: job(body, 0, id, 0),
@@ -355,9 +361,11 @@ fn neighbours_come_from_the_worker_owning_the_top_hit_unless_the_preset_turns_th
         seen_0,
         [
             (0, "fast".to_string(), vec![]),
-            (0, "q".to_string(), vec![2, 3, 4, 5, 6, 7])
+            (0, "q".to_string(), vec![2, 3, 4, 5, 6, 7]),
+            (0, "whole".to_string(), vec![]),
         ],
-        "within 3 of 5; none under the fast preset (no section reunification)"
+        "within 3 of 5; none under the fast preset (no section reunification), none read for a \
+         document's only chunk"
     );
     assert!(seen[1].is_empty(), "{:?}", seen[1]);
 }

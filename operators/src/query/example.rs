@@ -47,6 +47,7 @@ pub fn hit(doc: &str, text: &str, score: f32, vector: &[f32]) -> (Hit, Vec<f32>)
         updated_ms: 0,
         metadata: Default::default(),
         text: text.to_string(),
+        last: false,
     };
     chunk.content_hash = crate::ingest::chunk::content_hash(&chunk);
     let stored = StoredChunk {

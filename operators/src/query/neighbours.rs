@@ -1,6 +1,7 @@
 //! Neighbours: NeighbourRequests sends a bounded query's top candidate to the worker owning its
 //! shard (in this process or another of the cluster), FetchNeighbours reads its neighbours there, and
-//! Neighbours joins them back on the origin worker.
+//! Neighbours joins them back on the origin worker. A top candidate that is its document's only chunk
+//! ([`crate::model::Chunk::is_whole_document`]) is not sent: its query goes on at once.
 
 use std::collections::HashMap;
 
@@ -27,6 +28,7 @@ impl<'scope> Neighbours<'scope> for StreamVec<'scope, u64, Working> {
         type Request = Wire<((usize, u64), crate::store::StoredChunk)>;
         type Answer = Wire<((usize, u64), Vec<crate::store::StoredChunk>)>;
         // Section reunification off (in the query's preset): no neighbours, no expanded top result.
+        // A top candidate that is its document's only chunk has none to read: no request.
         let config = services.config.clone();
         let wants = move |working: &Working| {
             let query = &working.job.query;
@@ -35,7 +37,10 @@ impl<'scope> Neighbours<'scope> for StreamVec<'scope, u64, Working> {
                 .pack
                 .section_reunification
                 && query.mode == Mode::Bounded
-                && !working.candidates.is_empty()
+                && working
+                    .candidates
+                    .first()
+                    .is_some_and(|top| !top.stored.chunk.is_whole_document())
         };
         let joins = wants.clone();
         let route = services.clone();

@@ -327,6 +327,7 @@ mod tests {
                 updated_ms: 0,
                 metadata: Default::default(),
                 text: format!("text {id}"),
+                last: false,
             },
         });
         c.score = score;

@@ -419,6 +419,7 @@ mod tests {
             updated_ms,
             metadata: Default::default(),
             text: text.into(),
+            last: false,
         }
     }
 

@@ -517,6 +517,7 @@ pub fn chunk_payload(point: &PointWrite) -> Map<String, Value> {
         "acl": chunk.acl,
         "lang": chunk.lang,
         "updated_ms": chunk.updated_ms,
+        "last": chunk.last,
         "metadata": chunk.metadata.to_object(),
         "text": chunk.text,
     });
@@ -597,6 +598,8 @@ pub fn chunk_from_payload(id: uuid::Uuid, mut payload: Map<String, Value>) -> Op
             updated_ms: number(p, "updated_ms").unwrap_or(0),
             metadata: crate::metadata::Metadata::from_payload(p.get("metadata")),
             text: chunk_text,
+            // Absent from points written before it was kept: unknown, so neighbours are read.
+            last: p.get("last").and_then(Value::as_bool).unwrap_or(false),
         },
     })
 }
@@ -616,6 +619,14 @@ mod tests {
         let mut broken = payload.clone();
         broken.remove("content_hash");
         assert!(chunk_from_payload(point.id, broken).is_none());
+        let mut last = point.clone();
+        last.chunk.last = true;
+        let stored = chunk_from_payload(last.id, chunk_payload(&last)).expect("roundtrip");
+        assert!(stored.chunk.last);
+        // Points written before `last` was kept read as not known to be last.
+        let mut older = chunk_payload(&last);
+        older.remove("last");
+        assert!(!chunk_from_payload(last.id, older).expect("older").chunk.last);
     }
 
     #[test]

@@ -169,6 +169,7 @@ impl Chunker {
             .unwrap_or_default()
             .to_string();
         let mut occurrences: HashMap<String, u32> = HashMap::new();
+        let count = pieces.len();
         pieces
             .into_iter()
             .enumerate()
@@ -199,6 +200,7 @@ impl Chunker {
                     updated_ms: doc.updated_ms,
                     metadata: doc.metadata.clone(),
                     text,
+                    last: order_index + 1 == count,
                 };
                 chunk.content_hash = content_hash(&chunk);
                 let seen = occurrences.entry(chunk.content_hash.clone()).or_insert(0);

@@ -89,7 +89,9 @@ fn markdown_carries_heading_paths() {
     for (index, chunk) in chunks.iter().enumerate() {
         assert_eq!(chunk.order_index as usize, index);
         assert!(chunk.lines.0 <= chunk.lines.1);
+        assert_eq!(chunk.last, index + 1 == chunks.len(), "chunk {index}");
     }
+    assert!(chunks.len() > 1 && !chunks[0].is_whole_document());
     assert_eq!(chunks[0].lines.0, 1);
 }
 
@@ -536,4 +538,15 @@ fn html_and_docx_chunks_carry_their_headings_as_the_section_path() {
             .iter()
             .any(|c| c.section_path == ["Guide", "Ferries"]));
     }
+}
+
+#[test]
+fn a_short_document_is_one_chunk_that_is_the_whole_document() {
+    let chunks = chunker(200, 300).chunk(&doc(
+        "note.txt",
+        DocKind::Prose,
+        "A short note. It fits one chunk.",
+    ));
+    assert_eq!(chunks.len(), 1);
+    assert!(chunks[0].last && chunks[0].is_whole_document());
 }

@@ -60,6 +60,7 @@ fn document(doc: usize, sentences: usize, per_chunk: usize, overlap: usize) -> V
                 updated_ms: 0,
                 metadata: Default::default(),
                 text,
+                last: false,
             },
         });
         order += 1;
