@@ -444,7 +444,11 @@ mod tests {
         let before = chunk.layout();
         assert!(!chunk.is_whole_document());
         chunk.last = true;
-        assert_ne!(chunk.layout(), before, "a chunk that became last is rewritten");
+        assert_ne!(
+            chunk.layout(),
+            before,
+            "a chunk that became last is rewritten"
+        );
         assert!(chunk.is_whole_document());
         chunk.order_index = 1;
         assert!(!chunk.is_whole_document());

@@ -626,7 +626,12 @@ mod tests {
         // Points written before `last` was kept read as not known to be last.
         let mut older = chunk_payload(&last);
         older.remove("last");
-        assert!(!chunk_from_payload(last.id, older).expect("older").chunk.last);
+        assert!(
+            !chunk_from_payload(last.id, older)
+                .expect("older")
+                .chunk
+                .last
+        );
     }
 
     #[test]
