@@ -229,36 +229,29 @@ impl Chunk {
     /// (A chunk that is not the last hashes as before `last` was kept, so only last chunks written
     /// before it are rewritten when their document next changes.)
     pub fn layout(&self) -> u64 {
-        let [order, first_line, last_line, page, start, end, tokens] = [
-            self.order_index,
-            self.lines.0,
-            self.lines.1,
-            self.page.unwrap_or(0),
-            self.char_range.0,
-            self.char_range.1,
-            self.tokens,
-        ]
-        .map(u32::to_le_bytes);
         let acl = self.acl.join("\u{1f}");
-        let mut fields: Vec<&[u8]> = vec![
-            &order,
-            &first_line,
-            &last_line,
-            &page,
-            &start,
-            &end,
+        let fields: [&[u8]; 14] = [
+            &self.order_index.to_le_bytes(),
+            &self.lines.0.to_le_bytes(),
+            &self.lines.1.to_le_bytes(),
+            &self.page.unwrap_or(0).to_le_bytes(),
+            &self.char_range.0.to_le_bytes(),
+            &self.char_range.1.to_le_bytes(),
             self.header.as_bytes(),
             self.source.as_bytes(),
             self.kind.as_str().as_bytes(),
-            &tokens,
+            &self.tokens.to_le_bytes(),
             acl.as_bytes(),
             self.lang.as_bytes(),
             self.metadata.as_str().as_bytes(),
+            b"last",
         ];
-        if self.last {
-            fields.push(b"last");
-        }
-        hash_prefix(&hash_fields(&fields))
+        let used = if self.last {
+            fields.len()
+        } else {
+            fields.len() - 1
+        };
+        hash_prefix(&hash_fields(&fields[..used]))
     }
 
     /// The document's only chunk: nothing of its document lies around it.
