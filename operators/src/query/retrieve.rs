@@ -12,7 +12,7 @@ use timely::dataflow::operators::Operator;
 use timely::dataflow::StreamVec;
 
 use super::job::{QueryJob, QueryServices, Working};
-use super::search::{gather, lane_depths, search_shard, ShardAnswer};
+use super::search::{gather, lane_depths, lane_pool, search_shard, ShardAnswer};
 use crate::metrics::metrics;
 use crate::stage::map_stage;
 use crate::wire::Wire;
@@ -47,7 +47,8 @@ impl<'scope> Retrieve<'scope> for StreamVec<'scope, u64, QueryJob> {
             let answer = match search.local_shard(worker) {
                 Some(shard) if !skip => {
                     let depth = lane_depths(&job.query, intent_depth(&job), &search.config);
-                    search_shard(shard.as_ref(), &job.query, &job.vectors, depth)
+                    let pool = lane_pool(&job.query, intent_depth(&job), &search.config);
+                    search_shard(shard.as_ref(), &job.query, &job.vectors, (depth, pool))
                 }
                 _ => ShardAnswer::default(),
             };
@@ -79,6 +80,7 @@ impl<'scope> Retrieve<'scope> for StreamVec<'scope, u64, QueryJob> {
                                 parts.remove(&id).expect("complete entry");
                             let depth =
                                 lane_depths(&job.query, intent_depth(&job), &services.config);
+                            let pool = lane_pool(&job.query, intent_depth(&job), &services.config);
                             job.watermark = services.watermark();
                             *job.latency.entry("retrieve".into()).or_default() += seconds * 1000.0;
                             metrics()
@@ -93,13 +95,14 @@ impl<'scope> Retrieve<'scope> for StreamVec<'scope, u64, QueryJob> {
                                 joined: hyde.joined,
                             });
                             output.session(&cap).give(Working {
-                                answer: gather(answers, depth),
+                                answer: gather(answers, (depth, pool)),
                                 job,
                                 candidates: Vec::new(),
                                 deferred: Vec::new(),
                                 score_floor: 0.0,
                                 trace: Trace {
                                     depth: Some(depth),
+                                    pool: pool.map(|pool| pool.tokens),
                                     hyde,
                                     ..Trace::default()
                                 },

@@ -12,11 +12,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::metrics::metrics;
 use crate::model::DocKind;
+use crate::store::lanes::{pool_len, Pool};
 use crate::store::{
     Hit, Lane, LaneHits, LaneQuery, SearchFilter, SparseVector, StoreError, StoredChunk,
     VectorStore,
 };
-use ragstream_core::query::depth::{budget_asked, fill_depth, fill_results, fills, k_limit};
+use ragstream_core::query::depth::{
+    budget_asked, fill_depth, fill_pool, fill_results, fills, k_limit,
+};
 use ragstream_core::query::pattern::{literal_prefix, SourcePattern, PATTERN_DEPTH_FACTOR};
 use ragstream_core::query::{
     Candidate, Depth, IndexStats, Mode, Query, QueryConfig, SourceEntry, DEEP_MAX_K, LIST_MAX_PAGE,
@@ -94,6 +97,24 @@ pub fn results_for(query: &Query, config: &QueryConfig, candidates: &[Candidate]
 /// results, or that floor where it is deeper, never past twice the query's [`k_limit`]; a `files`
 /// query's `pool` when it gives one.
 pub fn lane_depths(query: &Query, intent: Depth, config: &QueryConfig) -> Depth {
+    depths(query, intent, config, true)
+}
+
+/// The pool of a filled query's lanes ([`fill_pool`]): each keeps its best hits until they hold the
+/// query's fill target, and at least as many as it reads without filling.
+pub fn lane_pool(query: &Query, intent: Depth, config: &QueryConfig) -> Option<Pool> {
+    let preset = config.preset(query.preset.as_deref());
+    let tokens = fill_pool(query, preset.default_token_budget)?;
+    let floor = depths(query, intent, config, false);
+    Some(Pool {
+        tokens,
+        dense: floor.dense,
+        bm25: floor.bm25,
+    })
+}
+
+/// [`lane_depths`], with or without a filled budget's depth.
+fn depths(query: &Query, intent: Depth, config: &QueryConfig, filled: bool) -> Depth {
     if let (Mode::Files, Some(pool)) = (query.mode, query.pool) {
         let pool = pool.clamp(1, ragstream_core::query::modes::MAX_FILES_POOL);
         return Depth {
@@ -102,9 +123,14 @@ pub fn lane_depths(query: &Query, intent: Depth, config: &QueryConfig) -> Depth 
         };
     }
     let config = config.preset(query.preset.as_deref());
+    let filled = if filled {
+        fill_depth(query, config.default_token_budget)
+    } else {
+        0
+    };
     let floor = (2 * results_wanted(query, config))
         .max(config.min_pool)
-        .max(fill_depth(query, config.default_token_budget));
+        .max(filled);
     // Twice the deep mode's most results, or the floor where the budget asks for more: never past
     // twice the query's limit.
     let most = floor
@@ -236,15 +262,17 @@ pub fn list_page(query: &Query) -> usize {
     query.k.unwrap_or(LIST_PAGE).clamp(1, LIST_MAX_PAGE)
 }
 
-/// The dense and BM25 lanes of `query` on one shard, best first, and the stored vectors of their
-/// hits (one request on a backend that can: [`VectorStore::search_lanes`]). A source pattern
-/// filters the hits, each lane reading [`PATTERN_DEPTH_FACTOR`] times deeper so that as many pass.
+/// The dense and BM25 lanes of `query` on one shard, best first, cut to the query's
+/// [`lane_pool`], and the stored vectors of their hits (one request on a backend that can:
+/// [`VectorStore::search_lanes`]). A source pattern filters the hits, each lane reading
+/// [`PATTERN_DEPTH_FACTOR`] times deeper so that as many pass (and the pool is cut from the hits
+/// that pass).
 fn search_lanes(
     store: &dyn VectorStore,
     query: &Query,
     vectors: &QueryVectors,
     (filter, pattern): (&SearchFilter, Option<&SourcePattern>),
-    wanted: Depth,
+    (wanted, pool): (Depth, Option<Pool>),
 ) -> Result<LaneHits, StoreError> {
     let factor = if pattern.is_some() {
         PATTERN_DEPTH_FACTOR
@@ -262,6 +290,7 @@ fn search_lanes(
             limit: wanted.bm25 * factor,
             score_threshold: query.bm25_score_threshold,
         }),
+        pool: pool.filter(|_| pattern.is_none()),
     };
     let mut hits = store.search_lanes(&lanes, filter)?;
     for (stage, seconds) in &hits.timings {
@@ -278,19 +307,24 @@ fn search_lanes(
             lane.retain(|hit| pattern.matches(&hit.stored.chunk.source));
             lane.truncate(most);
         }
-        let kept = hits.hit_ids();
-        hits.vectors
-            .retain(|(id, _)| kept.binary_search(id).is_ok());
+        match pool {
+            Some(pool) => hits.cut_to_pool(pool),
+            None => {
+                let kept = hits.hit_ids();
+                hits.vectors
+                    .retain(|(id, _)| kept.binary_search(id).is_ok());
+            }
+        }
     }
     Ok(hits)
 }
 
-/// Runs `query` against one shard.
+/// Runs `query` against one shard, its lanes read to `depth` and cut to `pool` ([`lane_pool`]).
 pub fn search_shard(
     store: &dyn VectorStore,
     query: &Query,
     vectors: &QueryVectors,
-    depth: Depth,
+    (depth, pool): (Depth, Option<Pool>),
 ) -> ShardAnswer {
     let filter = filter_for(query);
     let pattern = pattern_of(query);
@@ -327,7 +361,7 @@ pub fn search_shard(
                 }
             }
             _ => {
-                let hits = search_lanes(store, query, vectors, (&filter, pattern), depth)?;
+                let hits = search_lanes(store, query, vectors, (&filter, pattern), (depth, pool))?;
                 // Scored by the engine where it did (a hit without units: its own cosine).
                 let scored: Option<std::collections::HashMap<uuid::Uuid, f32>> =
                     hits.evidence.map(|scores| scores.into_iter().collect());
@@ -368,8 +402,10 @@ pub fn search_shard(
     })
 }
 
-/// Merges the answers of every shard: lanes re-sorted by score and cut to their depth, sources summed.
-pub fn gather(answers: Vec<ShardAnswer>, depth: Depth) -> ShardAnswer {
+/// Merges the answers of every shard: lanes re-sorted by score and cut to their depth and `pool`
+/// (each shard cut its own lanes to the pool, so they hold every hit the merged cut keeps), sources
+/// summed.
+pub fn gather(answers: Vec<ShardAnswer>, (depth, pool): (Depth, Option<Pool>)) -> ShardAnswer {
     let mut merged = ShardAnswer::default();
     let mut sources: BTreeMap<String, SourceEntry> = BTreeMap::new();
     for answer in answers {
@@ -401,9 +437,9 @@ pub fn gather(answers: Vec<ShardAnswer>, depth: Depth) -> ShardAnswer {
             }
         }
     }
-    for (lane, depth) in [
-        (&mut merged.dense, depth.dense),
-        (&mut merged.bm25, depth.bm25),
+    for (lane, depth, floor) in [
+        (&mut merged.dense, depth.dense, pool.map(|p| p.dense)),
+        (&mut merged.bm25, depth.bm25, pool.map(|p| p.bm25)),
     ] {
         lane.sort_by(|a, b| {
             b.score
@@ -411,6 +447,10 @@ pub fn gather(answers: Vec<ShardAnswer>, depth: Depth) -> ShardAnswer {
                 .then_with(|| a.stored.id.cmp(&b.stored.id))
         });
         lane.truncate(depth);
+        if let (Some(pool), Some(floor)) = (pool, floor) {
+            let tokens = lane.iter().map(|hit| hit.stored.chunk.tokens);
+            lane.truncate(pool_len(tokens, pool.tokens, floor));
+        }
     }
     merged.sources = sources.into_values().collect();
     merged

@@ -276,6 +276,10 @@ pub struct Trace {
     /// Candidates each lane was asked for: the intent's depth raised to the query's floor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depth: Option<super::Depth>,
+    /// A filled query's pool, in stored tokens: each lane kept its best hits until they held this
+    /// many (`depth` at most).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<usize>,
     /// HyDE, when the query got hypothetical passages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hyde: Option<HydeTrace>,

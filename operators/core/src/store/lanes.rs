@@ -27,6 +27,22 @@ pub struct LaneQuery {
     pub dense: Option<Lane<Vec<f32>>>,
     /// The BM25 lane.
     pub bm25: Option<Lane<SparseVector>>,
+    /// A filled query's pool: each lane cut where [`Pool`] says (`None`: every hit up to the
+    /// limit).
+    pub pool: Option<Pool>,
+}
+
+/// A filled query's pool: each lane keeps its best hits until they hold `tokens` stored tokens
+/// and number at least the lane's floor ([`pool_len`]), at most its `limit`. Counted per lane, so a
+/// shard's cut keeps every hit of the lanes cut again after the shards are merged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pool {
+    /// Stored tokens each lane's hits hold.
+    pub tokens: usize,
+    /// Hits the dense lane keeps at least (its depth without the pool).
+    pub dense: usize,
+    /// Hits the BM25 lane keeps at least.
+    pub bm25: usize,
 }
 
 /// What [`super::VectorStore::search_lanes`] returns.
@@ -48,7 +64,38 @@ pub struct LaneHits {
     pub timings: Vec<(&'static str, f64)>,
 }
 
+/// How many of a lane's hits, best first, a pool of `pool` stored tokens keeps: the fewest whose
+/// `tokens` reach it (the one reaching it included) and number at least `floor`, or all of them.
+pub fn pool_len(tokens: impl IntoIterator<Item = u32>, pool: usize, floor: usize) -> usize {
+    let mut held = 0usize;
+    let mut kept = 0;
+    for chunk in tokens {
+        if held >= pool && kept >= floor {
+            break;
+        }
+        held = held.saturating_add(chunk as usize);
+        kept += 1;
+    }
+    kept
+}
+
 impl LaneHits {
+    /// Cuts each lane to what `pool` keeps ([`pool_len`]) and drops the vectors and evidence of
+    /// the hits cut.
+    pub fn cut_to_pool(&mut self, pool: Pool) {
+        for (lane, floor) in [(&mut self.dense, pool.dense), (&mut self.bm25, pool.bm25)] {
+            let tokens = lane.iter().map(|hit| hit.stored.chunk.tokens);
+            let kept = pool_len(tokens, pool.tokens, floor);
+            lane.truncate(kept);
+        }
+        let kept = self.hit_ids();
+        self.vectors
+            .retain(|(id, _)| kept.binary_search(id).is_ok());
+        if let Some(evidence) = &mut self.evidence {
+            evidence.retain(|(id, _)| kept.binary_search(id).is_ok());
+        }
+    }
+
     /// The ids of every hit of either lane, each once, sorted.
     pub fn hit_ids(&self) -> Vec<uuid::Uuid> {
         let mut ids: Vec<uuid::Uuid> = self
@@ -63,8 +110,8 @@ impl LaneHits {
     }
 }
 
-/// Each lane with [`VectorStore::search`], then the hits' vectors with [`VectorStore::vectors`]:
-/// the default of [`VectorStore::search_lanes`].
+/// Each lane with [`VectorStore::search`], cut to the pool, then the hits' vectors with
+/// [`VectorStore::vectors`]: the default of [`VectorStore::search_lanes`].
 pub fn sequential(
     store: &(impl VectorStore + ?Sized),
     lanes: &LaneQuery,
@@ -92,6 +139,9 @@ pub fn sequential(
             lane.score_threshold,
         )?;
         hits.timings.push(timed("retrieve_bm25", started));
+    }
+    if let Some(pool) = lanes.pool {
+        hits.cut_to_pool(pool);
     }
     let ids = hits.hit_ids();
     if !ids.is_empty() {
@@ -125,5 +175,27 @@ pub fn document_filter(key: &DocKey) -> SearchFilter {
         tenant: Some(key.tenant.clone()),
         doc_ids: vec![key.doc_id.clone()],
         ..SearchFilter::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pool_len;
+
+    #[test]
+    fn a_pool_keeps_the_fewest_hits_that_hold_it() {
+        assert_eq!(
+            pool_len([100, 50, 70, 10], 150, 0),
+            2,
+            "the one reaching it included"
+        );
+        assert_eq!(pool_len([100, 50, 70, 10], 151, 0), 3);
+        assert_eq!(pool_len([100, 50, 70, 10], 150, 3), 3, "at least the floor");
+        assert_eq!(pool_len([100, 50], 1_000, 0), 2, "all when they hold less");
+        assert_eq!(pool_len([100, 50], 10, 5), 2, "all when there are fewer");
+        assert_eq!(pool_len([0, 0, 40], 30, 0), 3, "empty hits hold nothing");
+        assert_eq!(pool_len([], 30, 0), 0);
+        let huge = [u32::MAX, u32::MAX, 5];
+        assert_eq!(pool_len(huge, usize::MAX, 0), 3, "no overflow");
     }
 }

@@ -22,7 +22,7 @@ use serde_json::{json, Map, Value};
 
 use crate::model::{Chunk, DocKey, DocKind};
 pub use bm25::{Bm25Encoder, Bm25Params, Bm25Variant, SparseVector};
-pub use lanes::{Lane, LaneHits, LaneQuery};
+pub use lanes::{Lane, LaneHits, LaneQuery, Pool};
 pub use reindex::still_current;
 
 /// Name of the dense vector in the collection.

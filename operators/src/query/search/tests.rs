@@ -1,6 +1,7 @@
 //! Tests of one shard's search: its lanes, filters, patterns, listings and counts.
 
 use super::*;
+use crate::store::lanes::Pool;
 use ragstream_core::query::decode::decode_query;
 use ragstream_core::testing::stored;
 
@@ -186,7 +187,10 @@ fn gather_merges_shards_by_score() {
         }],
         ..ShardAnswer::default()
     };
-    let merged = gather(vec![one.clone(), two.clone()], Depth { dense: 2, bm25: 2 });
+    let merged = gather(
+        vec![one.clone(), two.clone()],
+        (Depth { dense: 2, bm25: 2 }, None),
+    );
     let docs: Vec<&str> = merged
         .dense
         .iter()
@@ -200,10 +204,27 @@ fn gather_merges_shards_by_score() {
         answer
     };
     let merged = gather(
-        vec![with_bm25(one), with_bm25(two)],
-        Depth { dense: 3, bm25: 1 },
+        vec![with_bm25(one.clone()), with_bm25(two.clone())],
+        (Depth { dense: 3, bm25: 1 }, None),
     );
     assert_eq!((merged.dense.len(), merged.bm25.len()), (3, 1));
+    // And to its pool of stored tokens.
+    let merged = gather(
+        vec![with_bm25(one), with_bm25(two)],
+        (
+            Depth { dense: 3, bm25: 3 },
+            Some(Pool {
+                tokens: 1,
+                dense: 1,
+                bm25: 2,
+            }),
+        ),
+    );
+    assert_eq!(
+        (merged.dense.len(), merged.bm25.len()),
+        (1, 2),
+        "the first hit holds the pool; the BM25 lane keeps its floor of two"
+    );
 }
 
 /// `score_threshold` bounds the dense lane's cosine, `bm25_score_threshold` the BM25 lane's score;
@@ -233,7 +254,7 @@ fn each_lane_has_its_own_threshold() {
             dense: 10,
             bm25: 10,
         };
-        let answer = search_shard(&store, &query, &vectors, depth);
+        let answer = search_shard(&store, &query, &vectors, (depth, None));
         assert_eq!(answer.error, None);
         (answer.dense.len(), answer.bm25.len())
     };
@@ -278,15 +299,11 @@ fn a_source_pattern_keeps_the_matching_sources_in_every_lane_and_listing() {
             8192,
         )
         .unwrap();
-        let answer = search_shard(
-            &store,
-            &query,
-            &vectors,
-            Depth {
-                dense: 10,
-                bm25: 10,
-            },
-        );
+        let depth = Depth {
+            dense: 10,
+            bm25: 10,
+        };
+        let answer = search_shard(&store, &query, &vectors, (depth, None));
         assert_eq!(answer.error, None);
         let docs = |hits: &[Hit]| {
             let mut docs: Vec<String> = hits.iter().map(|h| h.stored.key.doc_id.clone()).collect();
@@ -322,4 +339,109 @@ fn a_source_pattern_keeps_the_matching_sources_in_every_lane_and_listing() {
     )
     .unwrap_err();
     assert!(bad.message.contains("source_pattern"), "{}", bad.message);
+}
+
+/// A filled query's lanes keep their best hits until they hold its pool of stored tokens, and two
+/// shards cut and merged keep the same hits, in the same order, as one shard holding everything.
+#[test]
+fn a_pool_cut_on_shards_and_merged_is_the_one_shard_cut() {
+    use crate::store::contract::{sample_point, DIMENSION};
+    use crate::store::edge::EdgeStore;
+    use crate::store::Bm25Encoder;
+    let points: Vec<_> = (0..30usize)
+        .map(|i| {
+            let text = format!("rollback {} item{i}", "release ".repeat(i + 1));
+            let mut point = sample_point("t", &format!("d{i:02}"), 1, &text, &[]);
+            point.chunk.tokens = 100 + (i as u32 * 37) % 150;
+            let mut dense = vec![0.01; DIMENSION];
+            (dense[0], dense[1]) = (1.0, i as f32 / 30.0);
+            ragstream_core::embed::l2_normalize(&mut dense);
+            point.dense = dense;
+            point
+        })
+        .collect();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let open = |dir: &tempfile::TempDir, points: Vec<_>| {
+        let store = EdgeStore::open(dir.path(), DIMENSION).unwrap();
+        store.upsert(&points).unwrap();
+        store.flush().unwrap();
+        store
+    };
+    let whole = open(&dirs[0], points.clone());
+    let (even, odd): (Vec<_>, Vec<_>) = points
+        .iter()
+        .cloned()
+        .enumerate()
+        .partition(|(i, _)| i % 2 == 0);
+    let strip = |half: Vec<(usize, _)>| half.into_iter().map(|(_, p)| p).collect::<Vec<_>>();
+    let shards = [open(&dirs[1], strip(even)), open(&dirs[2], strip(odd))];
+    let mut query_vector = vec![0.0; DIMENSION];
+    query_vector[0] = 1.0;
+    let vectors = QueryVectors {
+        dense: query_vector,
+        sparse: Bm25Encoder::default().encode_query("rollback release"),
+    };
+    let query = decode_query(
+        br#"{"query_id":"q","tenant":"t","text":"rollback release","token_budget":1000,"fill":true}"#,
+        8192,
+    )
+    .unwrap();
+    // Two results wanted: each lane reads at least four hits without filling.
+    let config = QueryConfig {
+        default_k: 2,
+        min_pool: 0,
+        ..QueryConfig::default()
+    };
+    let intent = Depth { dense: 1, bm25: 1 };
+    let depth = lane_depths(&query, intent, &config);
+    let pool = lane_pool(&query, intent, &config).expect("a filled query's pool");
+    assert_eq!(pool.tokens, 1500, "the budget and half of it");
+    assert_eq!(
+        (pool.dense, pool.bm25),
+        (4, 4),
+        "the depths without filling"
+    );
+    let pool = Some(pool);
+    let ids = |hits: &[Hit]| {
+        hits.iter()
+            .map(|h| h.stored.key.doc_id.clone())
+            .collect::<Vec<_>>()
+    };
+    let one = gather(
+        vec![search_shard(&whole, &query, &vectors, (depth, pool))],
+        (depth, pool),
+    );
+    let two = gather(
+        shards
+            .iter()
+            .map(|shard| search_shard(shard, &query, &vectors, (depth, pool)))
+            .collect(),
+        (depth, pool),
+    );
+    let uncut = search_shard(&whole, &query, &vectors, (depth, None));
+    for (lane, cut, merged, all) in [
+        ("dense", &one.dense, &two.dense, &uncut.dense),
+        ("bm25", &one.bm25, &two.bm25, &uncut.bm25),
+    ] {
+        assert_eq!(ids(cut), ids(merged), "{lane}: two shards merged as one");
+        assert!(cut.len() < all.len(), "{lane}: the pool cuts it");
+        assert_eq!(ids(cut), ids(&all[..cut.len()]), "{lane}: its best hits");
+        let held: u32 = cut.iter().map(|h| h.stored.chunk.tokens).sum();
+        let last = cut.last().map_or(0, |h| h.stored.chunk.tokens);
+        assert!(
+            held >= 1500 && held - last < 1500,
+            "{lane}: {held} tokens, the last one needed"
+        );
+    }
+    assert_eq!(one.vectors.len(), {
+        let mut kept: Vec<_> = one
+            .dense
+            .iter()
+            .chain(&one.bm25)
+            .map(|h| h.stored.id)
+            .collect();
+        kept.sort();
+        kept.dedup();
+        kept.len()
+    });
 }

@@ -2,7 +2,9 @@
 //! document's neighbours.
 
 use super::{axis, ids, sample_point, Points};
-use crate::store::{lanes, Bm25Encoder, Lane, LaneHits, LaneQuery, SearchFilter, VectorStore};
+use crate::store::{
+    lanes, Bm25Encoder, Lane, LaneHits, LaneQuery, Pool, SearchFilter, VectorStore,
+};
 
 /// Hit ids and scores of a lane, for comparison.
 fn scored(hits: &[crate::store::Hit]) -> Vec<(uuid::Uuid, f32)> {
@@ -93,6 +95,7 @@ pub(super) fn check_search_lanes(store: &dyn VectorStore, points: &Points) {
             limit: 10,
             score_threshold: None,
         }),
+        pool: None,
     };
     for (what, query, filter) in [
         ("both lanes", both.clone(), &tenant_a),
@@ -108,6 +111,7 @@ pub(super) fn check_search_lanes(store: &dyn VectorStore, points: &Points) {
                     limit: 1,
                     ..both.bm25.clone().expect("bm25")
                 }),
+                pool: None,
             },
             &tenant_a,
         ),
@@ -120,6 +124,7 @@ pub(super) fn check_search_lanes(store: &dyn VectorStore, points: &Points) {
                     score_threshold: None,
                 }),
                 bm25: None,
+                pool: None,
             },
             &tenant_a,
         ),
@@ -127,6 +132,18 @@ pub(super) fn check_search_lanes(store: &dyn VectorStore, points: &Points) {
             "bm25 only",
             LaneQuery {
                 dense: None,
+                ..both.clone()
+            },
+            &tenant_a,
+        ),
+        (
+            "a pool of tokens",
+            LaneQuery {
+                pool: Some(Pool {
+                    tokens: 4,
+                    dense: 0,
+                    bm25: 0,
+                }),
                 ..both.clone()
             },
             &tenant_a,
@@ -159,6 +176,33 @@ pub(super) fn check_search_lanes(store: &dyn VectorStore, points: &Points) {
     };
     // a2's units lie on other axes than its own vector: its evidence is theirs, not its own cosine.
     assert!(a2_evidence < 0.5, "a2's evidence {a2_evidence}");
+    // A pool of 4 tokens keeps the best two hits of a lane of 3-token chunks, and only their
+    // vectors.
+    let pooled = LaneQuery {
+        pool: Some(Pool {
+            tokens: 4,
+            dense: 0,
+            bm25: 0,
+        }),
+        ..both.clone()
+    };
+    let cut = store.search_lanes(&pooled, &tenant_a).expect("pool");
+    assert_eq!(
+        got.dense.len(),
+        3,
+        "tenant a's three chunks in the dense lane"
+    );
+    assert_eq!(
+        ids(&cut.dense),
+        ids(&got.dense)[..2],
+        "the dense lane's best two"
+    );
+    assert!(cut.bm25.len() <= 2 && ids(&cut.bm25) == ids(&got.bm25)[..cut.bm25.len()]);
+    assert_eq!(
+        cut.vectors.len(),
+        cut.hit_ids().len(),
+        "vectors of the hits kept only"
+    );
     let got = store.search_lanes(&both, &eng).expect("acl");
     assert!(
         got.hit_ids().iter().all(|id| *id == a1.id || *id == a2.id),

@@ -17,8 +17,23 @@ use super::ids::{point_id, uuid_of};
 use super::{scored_vectors, EdgeStore};
 use crate::store::{
     chunk_from_payload, Hit, IndexTuning, LaneHits, LaneQuery, SearchFilter, SearchVector,
-    StoreError, StoredChunk, DENSE_VECTOR, EVIDENCE_VECTOR, SPARSE_VECTOR,
+    StoreError, StoredChunk, StoredVectors, DENSE_VECTOR, EVIDENCE_VECTOR, SPARSE_VECTOR,
 };
+
+/// A lane read to a pool takes its hits in batches of the tokens it still wants at this many a hit
+/// (about an indexed prose chunk's mean: a batch seldom reads far past the pool)…
+const POOL_READ_TOKENS: usize = 128;
+/// … and at least this many hits.
+const POOL_READ_MIN: usize = 8;
+
+/// The points a query's lanes read: their chunks, their vectors with the sentence evidence, and
+/// every id asked for (found or not).
+#[derive(Default)]
+struct PointsRead {
+    found: HashMap<uuid::Uuid, StoredChunk>,
+    vectors: Vec<(uuid::Uuid, (StoredVectors, Option<f32>))>,
+    tried: HashSet<uuid::Uuid>,
+}
 
 /// How [`EdgeStore::search_dense`] searches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,8 +170,9 @@ impl EdgeStore {
     }
 
     /// Both lanes of a query and the stored vectors of their hits: each lane's ids and scores
-    /// first, then every hit's payload and vectors in one read (a point in both lanes is read
-    /// once, and no payload is decoded twice).
+    /// first, then the hits' payloads and vectors (a point in both lanes is read once, and no
+    /// payload is decoded twice): every hit at once, or with a pool each lane's best first, a batch
+    /// at a time, until they hold the pool ([`LaneQuery::pool`]).
     pub(super) fn lanes_then_points(
         &self,
         lanes: &LaneQuery,
@@ -182,77 +198,152 @@ impl EdgeStore {
             bm25 = self.ids_and_scores(&vector, request)?;
             timings.push(timed("retrieve_bm25", started));
         }
-        let mut ids: Vec<uuid::Uuid> = dense.iter().chain(&bm25).map(|(id, _)| *id).collect();
-        ids.sort();
-        ids.dedup();
-        let mut hits = LaneHits::default();
         // With a dense query, the evidence units are scored here, where the engine returned them.
         let query = lanes.dense.as_ref().map(|lane| lane.vector.as_slice());
-        let mut evidence = query.map(|_| Vec::with_capacity(ids.len()));
-        if !ids.is_empty() {
-            let started = Instant::now();
-            let points: Vec<PointId> = ids.iter().map(|id| point_id(*id)).collect();
-            let records = self
-                .shard
-                .retrieve(
-                    &points,
-                    Some(WithPayloadInterface::Bool(true)),
-                    Some(WithVector::Selector(vec![
-                        DENSE_VECTOR.to_string(),
-                        EVIDENCE_VECTOR.to_string(),
-                    ])),
-                )
-                .map_err(engine_error)?;
-            let mut found: HashMap<uuid::Uuid, StoredChunk> = HashMap::with_capacity(ids.len());
-            for record in records {
-                let Some(id) = uuid_of(&record.id) else {
-                    continue;
-                };
-                let Some(stored) = record
-                    .payload
-                    .and_then(|payload| chunk_from_payload(id, payload.0))
-                else {
-                    continue;
-                };
-                let scored = record
-                    .vector
-                    .and_then(|vectors| scored_vectors(vectors, query));
-                if let Some((vectors, score)) = scored {
-                    if let (Some(evidence), Some(score)) = (&mut evidence, score) {
-                        evidence.push((id, score));
-                    }
-                    hits.vectors.push((id, vectors));
-                }
-                found.insert(id, stored);
+        let mut read = PointsRead::default();
+        let started = Instant::now();
+        match lanes.pool {
+            None => {
+                let ids: Vec<uuid::Uuid> = dense.iter().chain(&bm25).map(|(id, _)| *id).collect();
+                self.read_points(&ids, query, &mut read)?;
             }
-            timings.push(timed("retrieve_points", started));
-            // A point deleted between the lane search and the read is left out of both. A chunk
-            // is copied only for a point in both lanes; otherwise it moves into its hit.
-            let in_bm25: HashSet<uuid::Uuid> = bm25.iter().map(|(id, _)| *id).collect();
-            hits.dense = dense
-                .into_iter()
-                .filter_map(|(id, score)| {
-                    let stored = if in_bm25.contains(&id) {
-                        found.get(&id)?.clone()
-                    } else {
-                        found.remove(&id)?
-                    };
-                    Some(Hit { stored, score })
-                })
-                .collect();
-            hits.bm25 = bm25
-                .into_iter()
-                .filter_map(|(id, score)| {
-                    Some(Hit {
-                        stored: found.remove(&id)?,
-                        score,
-                    })
-                })
-                .collect();
+            Some(pool) => {
+                for (lane, floor) in [(&mut dense, pool.dense), (&mut bm25, pool.bm25)] {
+                    let kept = self.read_pool(lane, (pool.tokens, floor), query, &mut read)?;
+                    lane.truncate(kept);
+                }
+            }
         }
-        hits.evidence = evidence;
+        if !read.tried.is_empty() {
+            timings.push(timed("retrieve_points", started));
+        }
+        // A point deleted between the lane search and the read is left out of both. A chunk is
+        // copied only for a point in both lanes; otherwise it moves into its hit.
+        let mut hits = LaneHits::default();
+        let in_bm25: HashSet<uuid::Uuid> = bm25.iter().map(|(id, _)| *id).collect();
+        hits.dense = dense
+            .into_iter()
+            .filter_map(|(id, score)| {
+                let stored = if in_bm25.contains(&id) {
+                    read.found.get(&id)?.clone()
+                } else {
+                    read.found.remove(&id)?
+                };
+                Some(Hit { stored, score })
+            })
+            .collect();
+        hits.bm25 = bm25
+            .into_iter()
+            .filter_map(|(id, score)| {
+                Some(Hit {
+                    stored: read.found.remove(&id)?,
+                    score,
+                })
+            })
+            .collect();
+        // The vectors of the hits kept (a pool's last batch may have read a few more).
+        let kept = hits.hit_ids();
+        read.vectors
+            .retain(|(id, _)| kept.binary_search(id).is_ok());
+        read.vectors.sort_by_key(|(id, _)| *id);
+        hits.evidence = query.map(|_| {
+            read.vectors
+                .iter()
+                .filter_map(|(id, (_, score))| Some((*id, (*score)?)))
+                .collect()
+        });
+        hits.vectors = read
+            .vectors
+            .into_iter()
+            .map(|(id, (vectors, _))| (id, vectors))
+            .collect();
         hits.timings = timings;
         Ok(hits)
+    }
+
+    /// Reads `lane`'s hits best first, a batch at a time, until they hold `pool` stored tokens and
+    /// number `floor`; returns how many of them the pool keeps (as
+    /// [`crate::store::lanes::pool_len`] counts, a hit deleted since the search holding none).
+    fn read_pool(
+        &self,
+        lane: &[(uuid::Uuid, f32)],
+        (pool, floor): (usize, usize),
+        query: Option<&[f32]>,
+        read: &mut PointsRead,
+    ) -> Result<usize, StoreError> {
+        let (mut held, mut kept) = (0usize, 0usize);
+        while kept < lane.len() && (held < pool || kept < floor) {
+            let batch = pool
+                .saturating_sub(held)
+                .div_ceil(POOL_READ_TOKENS)
+                .max(floor.saturating_sub(kept))
+                .max(POOL_READ_MIN)
+                .min(lane.len() - kept);
+            let next = &lane[kept..kept + batch];
+            let ids: Vec<uuid::Uuid> = next.iter().map(|(id, _)| *id).collect();
+            self.read_points(&ids, query, read)?;
+            for (id, _) in next {
+                if held >= pool && kept >= floor {
+                    break;
+                }
+                let tokens = read.found.get(id).map_or(0, |s| s.chunk.tokens as usize);
+                held = held.saturating_add(tokens);
+                kept += 1;
+            }
+        }
+        Ok(kept)
+    }
+
+    /// Reads the payloads and vectors of the `ids` not read yet into `read` (the evidence scored
+    /// against `query`).
+    fn read_points(
+        &self,
+        ids: &[uuid::Uuid],
+        query: Option<&[f32]>,
+        read: &mut PointsRead,
+    ) -> Result<(), StoreError> {
+        let mut ids: Vec<uuid::Uuid> = ids
+            .iter()
+            .copied()
+            .filter(|id| !read.tried.contains(id))
+            .collect();
+        ids.sort();
+        ids.dedup();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        read.tried.extend(&ids);
+        let points: Vec<PointId> = ids.iter().map(|id| point_id(*id)).collect();
+        let records = self
+            .shard
+            .retrieve(
+                &points,
+                Some(WithPayloadInterface::Bool(true)),
+                Some(WithVector::Selector(vec![
+                    DENSE_VECTOR.to_string(),
+                    EVIDENCE_VECTOR.to_string(),
+                ])),
+            )
+            .map_err(engine_error)?;
+        for record in records {
+            let Some(id) = uuid_of(&record.id) else {
+                continue;
+            };
+            let Some(stored) = record
+                .payload
+                .and_then(|payload| chunk_from_payload(id, payload.0))
+            else {
+                continue;
+            };
+            if let Some(scored) = record
+                .vector
+                .and_then(|vectors| scored_vectors(vectors, query))
+            {
+                read.vectors.push((id, scored));
+            }
+            read.found.insert(id, stored);
+        }
+        Ok(())
     }
 
     /// One lane's ids and scores (cosines for the dense lane), best first: `request` without

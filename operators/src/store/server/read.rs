@@ -261,6 +261,9 @@ impl ServerStore {
             }
         }
         hits.vectors.sort_by_key(|(id, _)| *id);
+        if let Some(pool) = lanes.pool {
+            hits.cut_to_pool(pool);
+        }
         Ok(hits)
     }
 
