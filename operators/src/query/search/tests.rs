@@ -433,15 +433,15 @@ fn a_pool_cut_on_shards_and_merged_is_the_one_shard_cut() {
             "{lane}: {held} tokens, the last one needed"
         );
     }
-    assert_eq!(one.vectors.len(), {
-        let mut kept: Vec<_> = one
-            .dense
-            .iter()
-            .chain(&one.bm25)
-            .map(|h| h.stored.id)
-            .collect();
-        kept.sort();
-        kept.dedup();
-        kept.len()
-    });
+    let kept: std::collections::HashSet<_> = one
+        .dense
+        .iter()
+        .chain(&one.bm25)
+        .map(|h| h.stored.id)
+        .collect();
+    assert_eq!(
+        one.vectors.len(),
+        kept.len(),
+        "the vectors of the hits kept only"
+    );
 }
