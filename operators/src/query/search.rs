@@ -309,11 +309,7 @@ fn search_lanes(
         }
         match pool {
             Some(pool) => hits.cut_to_pool(pool),
-            None => {
-                let kept = hits.hit_ids();
-                hits.vectors
-                    .retain(|(id, _)| kept.binary_search(id).is_ok());
-            }
+            None => hits.retain_hits_vectors(),
         }
     }
     Ok(hits)

@@ -88,6 +88,11 @@ impl LaneHits {
             let kept = pool_len(tokens, pool.tokens, floor);
             lane.truncate(kept);
         }
+        self.retain_hits_vectors();
+    }
+
+    /// Drops the vectors and evidence of points no longer in either lane.
+    pub fn retain_hits_vectors(&mut self) {
         let kept = self.hit_ids();
         self.vectors
             .retain(|(id, _)| kept.binary_search(id).is_ok());
