@@ -86,6 +86,18 @@ impl TokenCounter {
         self.count_whole(text)
     }
 
+    /// Number of tokens of `text` and of each of its `spans` (byte ranges at character boundaries)
+    /// counted alone, as [`Self::count`] counts them. Under o200k_base `text` is walked once (a span
+    /// starting where the tokenizer's pieces must break, as a line does, adds only its last few
+    /// characters); otherwise each span and the whole are counted in turn.
+    pub fn count_spans(&self, text: &str, spans: &[std::ops::Range<usize>]) -> (usize, Vec<usize>) {
+        if self.encoding == Encoding::O200kBase {
+            return pieces::count_spans(text, spans, |piece| self.count_whole(piece));
+        }
+        let counts = spans.iter().map(|span| self.count(&text[span.clone()]));
+        (self.count(text), counts.collect())
+    }
+
     /// Number of tokens of `text`, encoded by tiktoken in one call (the reference [`Self::count`]
     /// agrees with).
     pub fn count_whole(&self, text: &str) -> usize {
@@ -179,6 +191,38 @@ mod tests {
             let text: String = picks.iter().map(|&i| FRAGMENTS[i]).collect();
             proptest::prop_assert!(pieces::split(&text).is_some());
             proptest::prop_assert_eq!(counter.count(&text), counter.count_whole(&text), "{:?}", text);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// Parts joined by a separator, as a context joins its items: the whole and each part count
+        /// as tiktoken counts them alone, under both encodings.
+        #[test]
+        fn span_counts_agree_with_tiktoken(
+            parts in proptest::collection::vec(
+                proptest::collection::vec(0..FRAGMENTS.len(), 0..12), 1..6
+            ),
+            separator in 0..FRAGMENTS.len(),
+        ) {
+            let mut text = String::from(FRAGMENTS[separator]);
+            let mut spans = Vec::new();
+            for part in &parts {
+                let start = text.len();
+                text.extend(part.iter().map(|&i| FRAGMENTS[i]));
+                spans.push(start..text.len());
+                text.push_str(FRAGMENTS[separator]);
+            }
+            for encoding in [Encoding::O200kBase, Encoding::Cl100kBase] {
+                let counter = TokenCounter::new(encoding);
+                let (total, counts) = counter.count_spans(&text, &spans);
+                proptest::prop_assert_eq!(total, counter.count_whole(&text), "{:?}", text);
+                for (span, count) in spans.iter().zip(counts) {
+                    proptest::prop_assert_eq!(
+                        count, counter.count_whole(&text[span.clone()]), "{:?} in {:?}", span, text
+                    );
+                }
+            }
         }
     }
 

@@ -41,6 +41,8 @@
 //! (`evidence_stop`, `evidence_band`) say what was left out or cut and why; a request with
 //! `fill: true`, or `evidence_ratio = 0`, packs to the budget with neither.
 
+use std::ops::Range;
+
 use serde::{Deserialize, Serialize};
 
 use super::{Candidate, ContextItem, Decision, Tier};
@@ -208,17 +210,32 @@ fn defuse(text: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// Joins rendered items with the separator and wraps them in the untrusted-content delimiters
-/// (nothing for no items).
-pub fn wrap_items(items: &[String], config: &PackConfig) -> String {
+/// (nothing for no items); also where each item is in the string.
+pub fn wrap_items(items: &[String], config: &PackConfig) -> (String, Vec<Range<usize>>) {
     if items.is_empty() {
-        return String::new();
+        return (String::new(), Vec::new());
     }
-    let body = items.join(&config.separator);
-    if config.untrusted_delimiters {
-        format!("{UNTRUSTED_OPEN}{body}{UNTRUSTED_CLOSE}")
+    let (open, close) = if config.untrusted_delimiters {
+        (UNTRUSTED_OPEN, UNTRUSTED_CLOSE)
     } else {
-        body
+        ("", "")
+    };
+    let length = items.iter().map(String::len).sum::<usize>()
+        + config.separator.len() * (items.len() - 1)
+        + open.len()
+        + close.len();
+    let mut context = String::with_capacity(length);
+    let mut spans = Vec::with_capacity(items.len());
+    context.push_str(open);
+    for (index, item) in items.iter().enumerate() {
+        if index > 0 {
+            context.push_str(&config.separator);
+        }
+        spans.push(context.len()..context.len() + item.len());
+        context.push_str(item);
     }
+    context.push_str(close);
+    (context, spans)
 }
 
 impl Default for PackConfig {
@@ -339,7 +356,8 @@ pub fn render_full(
             section_path: chunk.section_path.clone(),
             tier: Tier::Full,
             score: candidate.score,
-            tokens: counter.count(&rendered),
+            // Counted with the context below.
+            tokens: 0,
             full_tokens: chunk.tokens as usize,
             lanes: candidate.lanes(),
             text: text.clone(),
@@ -347,8 +365,11 @@ pub fn render_full(
         });
         parts.push(rendered);
     }
-    let context = wrap_items(&parts, config);
-    let tokens = counter.count(&context);
+    let (context, spans) = wrap_items(&parts, config);
+    let (tokens, counts) = counter.count_spans(&context, &spans);
+    for (item, count) in items.iter_mut().zip(counts) {
+        item.tokens = count;
+    }
     (items, context, tokens)
 }
 

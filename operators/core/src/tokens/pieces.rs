@@ -367,13 +367,20 @@ fn next_unknown(text: &str, from: usize) -> Option<(usize, usize)> {
 /// the nearest [`hard_boundary`] on each side and that stretch is encoded by tiktoken on its own (a
 /// word or a few, where it used to be the whole text); the rest is split by hand.
 pub fn count(text: &str, encode: impl Fn(&str) -> usize) -> usize {
+    let mut total = 0;
+    visit_counts(text, &encode, |_, tokens| total += tokens);
+    total
+}
+
+/// Calls `visit(start, tokens)` for each piece of `text` in order, a stretch around characters
+/// outside the known blocks as one piece (see [`count`]); no piece crosses a [`hard_boundary`].
+fn visit_counts(text: &str, encode: &impl Fn(&str) -> usize, mut visit: impl FnMut(usize, usize)) {
     COUNTS.with(|cache| {
         let mut cache = cache.borrow_mut();
-        let mut total = 0;
         let mut start = 0;
         while start < text.len() {
             let Some((unknown, length)) = next_unknown(text, start) else {
-                total += cache.known(&text[start..], &encode);
+                cache.known(&text[start..], start, encode, &mut visit);
                 break;
             };
             // `start` is a hard boundary (the text's start or the end of the last stretch).
@@ -386,25 +393,86 @@ pub fn count(text: &str, encode: impl Fn(&str) -> usize) -> usize {
             while end < text.len() && !hard_boundary(text, end) {
                 end += text[end..].chars().next().map_or(1, char::len_utf8);
             }
-            total +=
-                cache.known(&text[start..back], &encode) + cache.region(&text[back..end], &encode);
+            cache.known(&text[start..back], start, encode, &mut visit);
+            if back < end {
+                visit(back, cache.region(&text[back..end], encode));
+            }
             start = end;
         }
-        total
-    })
+    });
+}
+
+/// The tokens of `text` and of each of its `spans` (byte ranges at character boundaries) counted
+/// alone, walking `text` once. A span that starts at a [`hard_boundary`] of `text` holds the same
+/// pieces there as alone up to its last hard boundary, so only what follows that (a word or a few)
+/// is counted again; any other span is counted on its own.
+pub fn count_spans(
+    text: &str,
+    spans: &[std::ops::Range<usize>],
+    encode: impl Fn(&str) -> usize,
+) -> (usize, Vec<usize>) {
+    // Each span's start and last hard boundary, where it starts at one and has one past its start.
+    let cuts: Vec<Option<(usize, usize)>> = spans
+        .iter()
+        .map(|span| {
+            if span.start >= span.end || !hard_boundary(text, span.start) {
+                return None;
+            }
+            if hard_boundary(text, span.end) {
+                return Some((span.start, span.end));
+            }
+            // Inside the span a boundary depends on the span's own characters only.
+            text[span.start..span.end]
+                .char_indices()
+                .rev()
+                .map(|(at, _)| span.start + at)
+                .take_while(|&at| at > span.start)
+                .find(|&at| hard_boundary(text, at))
+                .map(|last| (span.start, last))
+        })
+        .collect();
+    let mut marks: Vec<usize> = cuts.iter().flatten().flat_map(|&(a, b)| [a, b]).collect();
+    marks.sort_unstable();
+    marks.dedup();
+    // The tokens before each mark.
+    let mut before = Vec::with_capacity(marks.len());
+    let mut total = 0;
+    visit_counts(text, &encode, |start, tokens| {
+        while before.len() < marks.len() && marks[before.len()] <= start {
+            before.push(total);
+        }
+        total += tokens;
+    });
+    before.resize(marks.len(), total);
+    let at = |mark: usize| before[marks.binary_search(&mark).expect("a mark")];
+    let counts = spans
+        .iter()
+        .zip(&cuts)
+        .map(|(span, cut)| match *cut {
+            Some((start, last)) => at(last) - at(start) + count(&text[last..span.end], &encode),
+            None => count(&text[span.clone()], &encode),
+        })
+        .collect();
+    (total, counts)
 }
 
 impl Counts {
-    /// The count of `text`, which holds known characters only: its pieces' counts.
-    fn known(&mut self, text: &str, encode: &impl Fn(&str) -> usize) -> usize {
+    /// Visits the pieces of `text`, which holds known characters only and starts at byte `offset` of
+    /// the text walked: `visit(start, tokens)`.
+    fn known(
+        &mut self,
+        text: &str,
+        offset: usize,
+        encode: &impl Fn(&str) -> usize,
+        visit: &mut impl FnMut(usize, usize),
+    ) {
         let bytes = text.as_bytes();
         let Counts { short, long } = self;
-        let mut total = 0;
         let walked = walk(text, |at, end| {
             let length = end - at;
             // Every single byte is a token of its own.
             if length == 1 {
-                total += 1;
+                visit(offset + at, 1);
                 return;
             }
             let piece = &text[at..end];
@@ -414,10 +482,9 @@ impl Counts {
             } else {
                 Self::cached(long, piece, || piece.into(), piece, encode)
             };
-            total += tokens as usize;
+            visit(offset + at, tokens as usize);
         });
         debug_assert!(walked.is_some(), "known characters only");
-        total
     }
 
     /// The count of a stretch around characters outside the known blocks, by tiktoken (cached when

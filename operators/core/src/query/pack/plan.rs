@@ -4,6 +4,7 @@
 //! decisions and the note.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use super::forms::*;
 use super::whole::{expanded, whole_chunk};
@@ -74,7 +75,8 @@ fn shrink(entries: &mut [Entry<'_>]) -> bool {
     }
 }
 
-fn assemble(entries: &[Entry<'_>], config: &PackConfig) -> String {
+/// The context of the entries' forms, and where each item is in it.
+fn assemble(entries: &[Entry<'_>], config: &PackConfig) -> (String, Vec<Range<usize>>) {
     let items: Vec<String> = entries
         .iter()
         .filter_map(|e| e.state.map(|s| &e.forms[s]))
@@ -119,8 +121,8 @@ pub(super) fn pack_once(request: PackRequest<'_>, offer_expanded: bool) -> (Pack
     else {
         return (packed, false);
     };
-    fit(&mut entries, &request, frame, &mut packed);
-    report(&entries, &request, stopped, &mut packed);
+    let item_tokens = fit(&mut entries, &request, frame, &mut packed);
+    report(&entries, &request, stopped, &item_tokens, &mut packed);
     let expanded_given_up = entries.first().is_some_and(|top| {
         top.position == 0 && top.forms[0].tier == Tier::Expanded && top.state != Some(0)
     });
@@ -335,7 +337,13 @@ fn value(
 
 /// Fit: shrinks the plan on estimates, grows it back to the largest forms that fit, then counts the
 /// real string and shrinks until it fits; the top result's surrogate is cut to the budget last.
-fn fit(entries: &mut [Entry<'_>], request: &PackRequest<'_>, frame: Frame, packed: &mut Packed) {
+/// Returns the tokens of each packed item's rendering, counted with the string.
+fn fit(
+    entries: &mut [Entry<'_>],
+    request: &PackRequest<'_>,
+    frame: Frame,
+    packed: &mut Packed,
+) -> Vec<usize> {
     let &PackRequest {
         budget,
         counter,
@@ -367,10 +375,16 @@ fn fit(entries: &mut [Entry<'_>], request: &PackRequest<'_>, frame: Frame, packe
         }
     }
     // Count the real string; shrink until it fits (a shrunk snippet may meet the surrogate cap).
-    loop {
-        packed.context = assemble(entries, config);
-        packed.tokens_used = counter.count(&packed.context);
+    let count = |entries: &[Entry<'_>], packed: &mut Packed| {
+        let (context, spans) = assemble(entries, config);
+        let (tokens, items) = counter.count_spans(&context, &spans);
+        (packed.context, packed.tokens_used) = (context, tokens);
         packed.counts += 1;
+        items
+    };
+    let mut item_tokens;
+    loop {
+        item_tokens = count(entries, packed);
         if packed.tokens_used <= budget || !shrink(entries) {
             break;
         }
@@ -391,17 +405,17 @@ fn fit(entries: &mut [Entry<'_>], request: &PackRequest<'_>, frame: Frame, packe
                 }
             }
         }
-        packed.context = assemble(entries, config);
-        packed.tokens_used = counter.count(&packed.context);
-        packed.counts += 1;
+        item_tokens = count(entries, packed);
         if packed.tokens_used > budget {
             for entry in entries {
                 entry.state = None;
             }
             packed.context.clear();
             packed.tokens_used = 0;
+            item_tokens.clear();
         }
     }
+    item_tokens
 }
 
 /// Why an entry packed in its form `state` is there as it is: the cause and its particulars.
@@ -451,13 +465,14 @@ fn packed_because(
 }
 
 /// Report: the plan's items in context order, a decision for every candidate, and the note.
-fn report(entries: &[Entry<'_>], request: &PackRequest<'_>, stopped: usize, packed: &mut Packed) {
-    let &PackRequest {
-        budget,
-        counter,
-        config,
-        ..
-    } = request;
+fn report(
+    entries: &[Entry<'_>],
+    request: &PackRequest<'_>,
+    stopped: usize,
+    item_tokens: &[usize],
+    packed: &mut Packed,
+) {
+    let &PackRequest { budget, config, .. } = request;
     let mut banded = 0;
     let capped = entries
         .iter()
@@ -474,6 +489,7 @@ fn report(entries: &[Entry<'_>], request: &PackRequest<'_>, stopped: usize, pack
     };
     // Items and decisions.
     let (mut shortened, mut left_out) = (0, 0);
+    let mut item_tokens = item_tokens.iter().copied();
     for entry in entries {
         let id = entry.candidate.id();
         match entry.state {
@@ -497,7 +513,7 @@ fn report(entries: &[Entry<'_>], request: &PackRequest<'_>, stopped: usize, pack
                     section_path: stored.chunk.section_path.clone(),
                     tier: form.tier,
                     score: entry.candidate.score,
-                    tokens: counter.count(&render(&form.header, &form.text)),
+                    tokens: item_tokens.next().unwrap_or_default(),
                     full_tokens: stored.chunk.tokens as usize,
                     lanes: entry.candidate.lanes(),
                     text: form.text.clone(),

@@ -636,7 +636,14 @@ fn item_tokens_are_counted_on_the_rendered_item_not_estimated() {
     ];
     let packed = run(&picked, &doc, 3000, &[]);
     assert_eq!(packed.items.len(), 2);
-    for item in &packed.items {
+    for (item, picked) in packed.items.iter().zip(&picked) {
+        // Exactly the rendering's tokens, as tiktoken counts it alone.
+        let rendering = render(
+            &header(&picked.stored.chunk, item.lines, &PackConfig::default()),
+            &item.text,
+        );
+        assert!(packed.context.contains(&rendering));
+        assert_eq!(item.tokens, counter().count_whole(&rendering));
         let text = counter().count(&item.text);
         assert!(
             item.tokens > text,
