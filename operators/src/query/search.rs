@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::metrics::metrics;
 use crate::model::DocKind;
-use crate::store::lanes::{pool_len, Pool};
+use crate::store::lanes::{cut_hits, Pool};
 use crate::store::{
     Hit, Lane, LaneHits, LaneQuery, SearchFilter, SparseVector, StoreError, StoredChunk,
     VectorStore,
@@ -100,8 +100,8 @@ pub fn lane_depths(query: &Query, intent: Depth, config: &QueryConfig) -> Depth 
     depths(query, intent, config, true)
 }
 
-/// The pool of a filled query's lanes ([`fill_pool`]): each keeps its best hits until they hold the
-/// query's fill target, and at least as many as it reads without filling.
+/// The pool of a filled query's lanes ([`fill_pool`]): they keep their best hits, in turn, until the
+/// distinct chunks hold the query's fill target, each at least as many as it reads without filling.
 pub fn lane_pool(query: &Query, intent: Depth, config: &QueryConfig) -> Option<Pool> {
     let preset = config.preset(query.preset.as_deref());
     let tokens = fill_pool(query, preset.default_token_budget)?;
@@ -433,9 +433,9 @@ pub fn gather(answers: Vec<ShardAnswer>, (depth, pool): (Depth, Option<Pool>)) -
             }
         }
     }
-    for (lane, depth, floor) in [
-        (&mut merged.dense, depth.dense, pool.map(|p| p.dense)),
-        (&mut merged.bm25, depth.bm25, pool.map(|p| p.bm25)),
+    for (lane, depth) in [
+        (&mut merged.dense, depth.dense),
+        (&mut merged.bm25, depth.bm25),
     ] {
         lane.sort_by(|a, b| {
             b.score
@@ -443,10 +443,11 @@ pub fn gather(answers: Vec<ShardAnswer>, (depth, pool): (Depth, Option<Pool>)) -
                 .then_with(|| a.stored.id.cmp(&b.stored.id))
         });
         lane.truncate(depth);
-        if let (Some(pool), Some(floor)) = (pool, floor) {
-            let tokens = lane.iter().map(|hit| hit.stored.chunk.tokens);
-            lane.truncate(pool_len(tokens, pool.tokens, floor));
-        }
+    }
+    if let Some(pool) = pool {
+        let (dense, bm25) = cut_hits(&merged.dense, &merged.bm25, pool);
+        merged.dense.truncate(dense);
+        merged.bm25.truncate(bm25);
     }
     merged.sources = sources.into_values().collect();
     merged

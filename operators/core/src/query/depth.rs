@@ -3,9 +3,10 @@
 //! A bounded query reads `k` results (`query.default_k`, 10) and its lanes to twice that. A filled
 //! one (`fill: true`, no `k` given) asks for as much material as its budget holds plus a spare
 //! ([`fill_target`]: the budget and [`FILL_SPARE_TOKENS`], at least a quarter and at most half of
-//! the budget): each of its lanes keeps its best hits until they hold the target in stored tokens
-//! ([`fill_pool`]), searching `target ÷` [`FILL_CHUNK_TOKENS`] deep at most (a chunk size below most
-//! indexed chunks) and keeping at least what it reads without filling, and its results are counted
+//! the budget): its lanes keep their best hits, taken in turn, until the distinct chunks hold the
+//! target in stored tokens ([`fill_pool`]), each searching `target ÷` [`FILL_CHUNK_TOKENS`] deep at
+//! most (a chunk size below most indexed chunks) and keeping at least what it reads without filling,
+//! and its results are counted
 //! against the chunks actually retrieved: `k` when the first `k` ranked candidates already hold the
 //! budget in their stored token counts, else as many as hold the target. The default context, with its
 //! evidence stop, reads as before.
@@ -70,9 +71,9 @@ pub fn fill_depth(query: &Query, default_budget: usize) -> usize {
     fill_target(budget_asked(query, default_budget)) / FILL_CHUNK_TOKENS
 }
 
-/// A filled query's pool, in stored tokens: each lane keeps its best hits until they hold its
-/// [`fill_target`], so the lanes read as deep as the chunks actually indexed need ([`fill_depth`]
-/// hits at most); `None` for a query that does not fill.
+/// A filled query's pool, in stored tokens: the lanes keep their best hits, in turn, until the
+/// distinct chunks hold its [`fill_target`], so they read as deep as the chunks actually indexed
+/// need ([`fill_depth`] hits a lane at most); `None` for a query that does not fill.
 pub fn fill_pool(query: &Query, default_budget: usize) -> Option<usize> {
     fills(query).then(|| fill_target(budget_asked(query, default_budget)))
 }

@@ -276,8 +276,8 @@ pub struct Trace {
     /// Candidates each lane was asked for: the intent's depth raised to the query's floor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depth: Option<super::Depth>,
-    /// A filled query's pool, in stored tokens: each lane kept its best hits until they held this
-    /// many (`depth` at most).
+    /// A filled query's pool, in stored tokens: the lanes kept their best hits, in turn, until the
+    /// distinct chunks held this many (`depth` a lane at most).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<usize>,
     /// HyDE, when the query got hypothetical passages.

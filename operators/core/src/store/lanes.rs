@@ -32,12 +32,13 @@ pub struct LaneQuery {
     pub pool: Option<Pool>,
 }
 
-/// A filled query's pool: each lane keeps its best hits until they hold `tokens` stored tokens
-/// and number at least the lane's floor ([`pool_len`]), at most its `limit`. Counted per lane, so a
-/// shard's cut keeps every hit of the lanes cut again after the shards are merged.
+/// A filled query's pool: the lanes keep their best hits, taken in turn, until the distinct chunks
+/// they hold have `tokens` stored tokens and each lane numbers at least its floor ([`pool_cut`]), at
+/// most its `limit`. A shard's cut keeps every hit of the lanes cut again after the shards are
+/// merged (a shard's lanes hold no more than the merged lanes' hits at the same ranks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pool {
-    /// Stored tokens each lane's hits hold.
+    /// Stored tokens the lanes' distinct hits hold.
     pub tokens: usize,
     /// Hits the dense lane keeps at least (its depth without the pool).
     pub dense: usize,
@@ -64,30 +65,68 @@ pub struct LaneHits {
     pub timings: Vec<(&'static str, f64)>,
 }
 
-/// How many of a lane's hits, best first, a pool of `pool` stored tokens keeps: the fewest whose
-/// `tokens` reach it (the one reaching it included) and number at least `floor`, or all of them.
-pub fn pool_len(tokens: impl IntoIterator<Item = u32>, pool: usize, floor: usize) -> usize {
-    let mut held = 0usize;
-    let mut kept = 0;
-    for chunk in tokens {
-        if held >= pool && kept >= floor {
-            break;
+/// A walk of the lanes for a pool that met a hit whose stored tokens are not known yet: the hits
+/// walked in each lane before it and the tokens they hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unread {
+    /// Dense hits walked.
+    pub dense: usize,
+    /// BM25 hits walked.
+    pub bm25: usize,
+    /// Stored tokens of the distinct hits walked.
+    pub held: usize,
+}
+
+/// How many hits of each lane (`[dense, bm25]`, best first) `pool` keeps: the lanes are walked in
+/// turn, rank by rank (dense first), each chunk's tokens counted once whichever lanes hold it, until
+/// the hits walked hold `pool.tokens` (the one reaching it included); a lane then goes on alone
+/// to its floor. All hits where they hold less. `hit` gives a hit's id and its stored tokens, `None`
+/// where they are not known yet: the walk then stops there ([`Unread`]), for the caller to read
+/// them and walk again.
+pub fn pool_cut<T>(
+    lanes: [&[T]; 2],
+    pool: Pool,
+    hit: impl Fn(&T) -> (uuid::Uuid, Option<u32>),
+) -> Result<(usize, usize), Unread> {
+    let [dense, bm25] = lanes;
+    let (mut walked, mut held) = ([0usize; 2], 0usize);
+    let mut seen = std::collections::HashSet::new();
+    loop {
+        let full = held >= pool.tokens;
+        let wants = |lane: usize, length: usize, floor: usize| {
+            walked[lane] < length && (!full || walked[lane] < floor)
+        };
+        let (dense_wants, bm25_wants) = (
+            wants(0, dense.len(), pool.dense),
+            wants(1, bm25.len(), pool.bm25),
+        );
+        let lane = match (dense_wants, bm25_wants) {
+            (false, false) => return Ok((walked[0], walked[1])),
+            (true, true) => usize::from(walked[1] < walked[0]),
+            (dense_wants, _) => usize::from(!dense_wants),
+        };
+        let (id, tokens) = hit(&[dense, bm25][lane][walked[lane]]);
+        let Some(tokens) = tokens else {
+            return Err(Unread {
+                dense: walked[0],
+                bm25: walked[1],
+                held,
+            });
+        };
+        if seen.insert(id) {
+            held = held.saturating_add(tokens as usize);
         }
-        held = held.saturating_add(chunk as usize);
-        kept += 1;
+        walked[lane] += 1;
     }
-    kept
 }
 
 impl LaneHits {
-    /// Cuts each lane to what `pool` keeps ([`pool_len`]) and drops the vectors and evidence of
+    /// Cuts the lanes to what `pool` keeps ([`pool_cut`]) and drops the vectors and evidence of
     /// the hits cut.
     pub fn cut_to_pool(&mut self, pool: Pool) {
-        for (lane, floor) in [(&mut self.dense, pool.dense), (&mut self.bm25, pool.bm25)] {
-            let tokens = lane.iter().map(|hit| hit.stored.chunk.tokens);
-            let kept = pool_len(tokens, pool.tokens, floor);
-            lane.truncate(kept);
-        }
+        let (dense, bm25) = cut_hits(&self.dense, &self.bm25, pool);
+        self.dense.truncate(dense);
+        self.bm25.truncate(bm25);
         self.retain_hits_vectors();
     }
 
@@ -113,6 +152,12 @@ impl LaneHits {
         ids.dedup();
         ids
     }
+}
+
+/// How many hits of each lane `pool` keeps ([`pool_cut`] of hits read with their payloads).
+pub fn cut_hits(dense: &[Hit], bm25: &[Hit], pool: Pool) -> (usize, usize) {
+    let known = |hit: &Hit| (hit.stored.id, Some(hit.stored.chunk.tokens));
+    pool_cut([dense, bm25], pool, known).unwrap_or_else(|_| unreachable!("every token known"))
 }
 
 /// Each lane with [`VectorStore::search`], cut to the pool, then the hits' vectors with
@@ -185,22 +230,70 @@ pub fn document_filter(key: &DocKey) -> SearchFilter {
 
 #[cfg(test)]
 mod tests {
-    use super::pool_len;
+    use super::{pool_cut, Pool, Unread};
+
+    /// The lanes' hits as ids (ids are numbers here) with their tokens, cut for `pool`.
+    fn cut(dense: &[(u128, u32)], bm25: &[(u128, u32)], pool: Pool) -> (usize, usize) {
+        let hit = |&(id, tokens): &(u128, u32)| (uuid::Uuid::from_u128(id), Some(tokens));
+        pool_cut([dense, bm25], pool, hit).expect("every token known")
+    }
+
+    fn pool(tokens: usize, dense: usize, bm25: usize) -> Pool {
+        Pool {
+            tokens,
+            dense,
+            bm25,
+        }
+    }
 
     #[test]
-    fn a_pool_keeps_the_fewest_hits_that_hold_it() {
+    fn a_pool_walks_the_lanes_in_turn_until_they_hold_it() {
+        let dense = [(1, 100), (2, 50), (3, 70), (4, 10)];
+        let bm25 = [(5, 40), (1, 100), (6, 30), (7, 20)];
+        // dense 1 (100), bm25 5 (140), dense 2 (190): the one reaching it included.
+        assert_eq!(cut(&dense, &bm25, pool(150, 0, 0)), (2, 1));
+        assert_eq!(cut(&dense, &bm25, pool(190, 0, 0)), (2, 1));
+        // bm25 1 is dense 1 again: it holds nothing new, so dense 3 follows (260).
+        assert_eq!(cut(&dense, &bm25, pool(191, 0, 0)), (3, 2));
         assert_eq!(
-            pool_len([100, 50, 70, 10], 150, 0),
-            2,
-            "the one reaching it included"
+            cut(&dense, &bm25, pool(150, 0, 3)),
+            (2, 3),
+            "a lane to its floor"
         );
-        assert_eq!(pool_len([100, 50, 70, 10], 151, 0), 3);
-        assert_eq!(pool_len([100, 50, 70, 10], 150, 3), 3, "at least the floor");
-        assert_eq!(pool_len([100, 50], 1_000, 0), 2, "all when they hold less");
-        assert_eq!(pool_len([100, 50], 10, 5), 2, "all when there are fewer");
-        assert_eq!(pool_len([0, 0, 40], 30, 0), 3, "empty hits hold nothing");
-        assert_eq!(pool_len([], 30, 0), 0);
-        let huge = [u32::MAX, u32::MAX, 5];
-        assert_eq!(pool_len(huge, usize::MAX, 0), 3, "no overflow");
+        assert_eq!(
+            cut(&dense, &bm25, pool(150, 4, 0)),
+            (4, 1),
+            "the dense floor"
+        );
+        assert_eq!(cut(&dense, &bm25, pool(10_000, 0, 0)), (4, 4), "all");
+        assert_eq!(cut(&dense, &[], pool(150, 0, 0)), (2, 0), "one lane");
+        assert_eq!(cut(&[], &bm25, pool(60, 0, 0)), (0, 2));
+        assert_eq!(cut(&[], &[], pool(60, 1, 1)), (0, 0));
+        assert_eq!(cut(&dense, &bm25, pool(0, 0, 0)), (0, 0), "an empty pool");
+        let huge = [(1, u32::MAX), (2, u32::MAX), (3, 5)];
+        assert_eq!(
+            cut(&huge, &huge, pool(usize::MAX, 0, 0)),
+            (3, 3),
+            "no overflow"
+        );
+    }
+
+    #[test]
+    fn a_walk_stops_at_the_first_hit_not_read() {
+        let dense = [(1, Some(100)), (2, None)];
+        let bm25 = [(5, Some(40)), (6, Some(30))];
+        let hit = |&(id, tokens): &(u128, Option<u32>)| (uuid::Uuid::from_u128(id), tokens);
+        assert_eq!(
+            pool_cut([&dense[..], &bm25[..]], pool(1_000, 0, 0), hit),
+            Err(Unread {
+                dense: 1,
+                bm25: 1,
+                held: 140,
+            })
+        );
+        assert_eq!(
+            pool_cut([&dense[..], &bm25[..]], pool(140, 0, 0), hit),
+            Ok((1, 1))
+        );
     }
 }

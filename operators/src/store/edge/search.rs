@@ -15,15 +15,16 @@ use super::error::engine_error;
 use super::filter::engine_filter;
 use super::ids::{point_id, uuid_of};
 use super::{scored_vectors, EdgeStore};
+use crate::store::lanes::{pool_cut, Pool};
 use crate::store::{
     chunk_from_payload, Hit, IndexTuning, LaneHits, LaneQuery, SearchFilter, SearchVector,
     StoreError, StoredChunk, StoredVectors, DENSE_VECTOR, EVIDENCE_VECTOR, SPARSE_VECTOR,
 };
 
-/// A lane read to a pool takes its hits in batches of the tokens it still wants at this many a hit
+/// Lanes read to a pool take their hits in batches of the tokens still wanted at this many a hit
 /// (about an indexed prose chunk's mean: a batch seldom reads far past the pool)…
 const POOL_READ_TOKENS: usize = 128;
-/// … and at least this many hits.
+/// … and at least this many hits a lane.
 const POOL_READ_MIN: usize = 8;
 
 /// The points a query's lanes read: their chunks, their vectors with the sentence evidence, and
@@ -208,10 +209,10 @@ impl EdgeStore {
                 self.read_points(&ids, query, &mut read)?;
             }
             Some(pool) => {
-                for (lane, floor) in [(&mut dense, pool.dense), (&mut bm25, pool.bm25)] {
-                    let kept = self.read_pool(lane, (pool.tokens, floor), query, &mut read)?;
-                    lane.truncate(kept);
-                }
+                let (kept_dense, kept_bm25) =
+                    self.read_pool([&dense, &bm25], pool, query, &mut read)?;
+                dense.truncate(kept_dense);
+                bm25.truncate(kept_bm25);
             }
         }
         if !read.tried.is_empty() {
@@ -261,37 +262,39 @@ impl EdgeStore {
         Ok(hits)
     }
 
-    /// Reads `lane`'s hits best first, a batch at a time, until they hold `pool` stored tokens and
-    /// number `floor`; returns how many of them the pool keeps (as
-    /// [`crate::store::lanes::pool_len`] counts, a hit deleted since the search holding none).
+    /// Reads the lanes' hits best first, a batch of each at a time, until [`pool_cut`] can cut
+    /// them (a hit deleted since the search holding none); returns how many hits of each lane the
+    /// pool keeps.
     fn read_pool(
         &self,
-        lane: &[(uuid::Uuid, f32)],
-        (pool, floor): (usize, usize),
+        lanes: [&[(uuid::Uuid, f32)]; 2],
+        pool: Pool,
         query: Option<&[f32]>,
         read: &mut PointsRead,
-    ) -> Result<usize, StoreError> {
-        let (mut held, mut kept) = (0usize, 0usize);
-        while kept < lane.len() && (held < pool || kept < floor) {
-            let batch = pool
-                .saturating_sub(held)
-                .div_ceil(POOL_READ_TOKENS)
-                .max(floor.saturating_sub(kept))
-                .max(POOL_READ_MIN)
-                .min(lane.len() - kept);
-            let next = &lane[kept..kept + batch];
-            let ids: Vec<uuid::Uuid> = next.iter().map(|(id, _)| *id).collect();
-            self.read_points(&ids, query, read)?;
-            for (id, _) in next {
-                if held >= pool && kept >= floor {
-                    break;
-                }
-                let tokens = read.found.get(id).map_or(0, |s| s.chunk.tokens as usize);
-                held = held.saturating_add(tokens);
-                kept += 1;
+    ) -> Result<(usize, usize), StoreError> {
+        loop {
+            let known = |(id, _): &(uuid::Uuid, f32)| {
+                let tokens = read.found.get(id).map_or(0, |s| s.chunk.tokens);
+                (*id, read.tried.contains(id).then_some(tokens))
+            };
+            let unread = match pool_cut(lanes, pool, known) {
+                Ok(kept) => return Ok(kept),
+                Err(unread) => unread,
+            };
+            // Each lane's next batch: the tokens still wanted at a chunk per `POOL_READ_TOKENS`,
+            // shared by the two lanes; at least what its floor still wants and `POOL_READ_MIN`.
+            // The hit the walk stopped at is the first of its lane's batch.
+            let wanted = (pool.tokens.saturating_sub(unread.held)).div_ceil(2 * POOL_READ_TOKENS);
+            let mut ids = Vec::new();
+            for (lane, walked, floor) in [
+                (lanes[0], unread.dense, pool.dense),
+                (lanes[1], unread.bm25, pool.bm25),
+            ] {
+                let batch = wanted.max(floor.saturating_sub(walked)).max(POOL_READ_MIN);
+                ids.extend(lane.iter().skip(walked).take(batch).map(|(id, _)| *id));
             }
+            self.read_points(&ids, query, read)?;
         }
-        Ok(kept)
     }
 
     /// Reads the payloads and vectors of the `ids` not read yet into `read` (the evidence scored
