@@ -157,7 +157,8 @@ impl LaneHits {
 /// How many hits of each lane `pool` keeps ([`pool_cut`] of hits read with their payloads).
 pub fn cut_hits(dense: &[Hit], bm25: &[Hit], pool: Pool) -> (usize, usize) {
     let known = |hit: &Hit| (hit.stored.id, Some(hit.stored.chunk.tokens));
-    pool_cut([dense, bm25], pool, known).unwrap_or_else(|_| unreachable!("every token known"))
+    // Every token is known, so the walk never stops at an unread hit.
+    pool_cut([dense, bm25], pool, known).unwrap_or_else(|walked| (walked.dense, walked.bm25))
 }
 
 /// Each lane with [`VectorStore::search`], cut to the pool, then the hits' vectors with
