@@ -5,7 +5,8 @@
 //! context must be the same (items, order, packed text): with one tenant, the server's IDF over its
 //! collection and the embedded index's corpus-wide statistics count the same chunks, and below the
 //! engines' indexing thresholds both dense lanes are exact. Then one collection written by two job
-//! instances against one written by one instance: the same contexts, from either instance.
+//! instances against one written by one instance: the same contexts, from either instance. And a job
+//! started before its server waits for it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -231,4 +232,31 @@ fn two_instances_on_one_collection_answer_like_one_instance() {
         Vec::<String>::new(),
         "instance against instance"
     );
+}
+
+/// A job started while its Qdrant server does not answer (a server still starting; another
+/// instance creating the same collection) waits for it instead of exiting, then serves.
+#[test]
+fn a_job_started_before_its_qdrant_server_waits_for_it() {
+    let Some(mut server) = QdrantServer::start() else {
+        return;
+    };
+    server.kill();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("events.jsonl"), b"").expect("events");
+    let config = server.index_config(crate::common::JSONL_SERVING, "late");
+    let mut job = Job::start(dir.path(), &config, 1);
+    let started = std::time::Instant::now();
+    while !job.log().contains("waiting for the Qdrant server") {
+        assert!(job.running(), "the job exited: {}", job.log());
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the job never tried the server: {}",
+            job.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server.restart();
+    job.wait_ready(Duration::from_secs(60));
+    assert!(job.stop().success(), "{}", job.log());
 }

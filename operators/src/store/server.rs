@@ -53,6 +53,10 @@ const SCROLL_PAGE: u32 = 512;
 /// (writes are idempotent).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long connecting waits out a server that does not answer yet (one still starting, or another
+/// instance creating the same collection) before the job gives up.
+const CONNECT_PATIENCE: Duration = Duration::from_secs(90);
+
 /// A collection on a Qdrant server.
 pub struct ServerStore {
     client: Qdrant,
@@ -97,7 +101,8 @@ impl std::fmt::Debug for ServerStore {
 
 impl ServerStore {
     /// Connects to the Qdrant server at `url` (gRPC, e.g. `http://localhost:6334`) and opens
-    /// `collection`, creating it (with payload indexes) if missing.
+    /// `collection`, creating it (with payload indexes) if missing. A server that is unavailable
+    /// is tried again, with a growing wait, for up to [`CONNECT_PATIENCE`].
     ///
     /// Fails with [`StoreError::EmbedderMismatch`] if the collection holds dense vectors of another
     /// dimension.
@@ -135,8 +140,25 @@ impl ServerStore {
             declared: Default::default(),
             writes: std::sync::RwLock::new(()),
         };
-        store.ensure_collection()?;
-        Ok(store)
+        let started = std::time::Instant::now();
+        let mut backoff =
+            crate::outage::Backoff::new(crate::outage::Backoff::FIRST, Duration::from_secs(5));
+        loop {
+            match store.ensure_collection() {
+                Err(StoreError::Unavailable(error)) if started.elapsed() < CONNECT_PATIENCE => {
+                    let wait = backoff.next_delay();
+                    tracing::warn!(
+                        url,
+                        collection,
+                        %error,
+                        wait_ms = wait.as_millis() as u64,
+                        "waiting for the Qdrant server"
+                    );
+                    std::thread::sleep(wait);
+                }
+                result => return result.map(|()| store),
+            }
+        }
     }
 
     /// The collection name.
