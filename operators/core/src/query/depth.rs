@@ -2,7 +2,7 @@
 //!
 //! A bounded query reads `k` results (`query.default_k`, 10) and its lanes to twice that. A filled
 //! one (`fill: true`, no `k` given) asks for as much material as its budget holds plus a spare
-//! ([`fill_target`]: the budget and [`FILL_SPARE_TOKENS`], at least a quarter and at most half of
+//! ([`fill_target`]: the budget and [`FILL_SPARE_TOKENS`], at least a sixteenth and at most half of
 //! the budget): its lanes keep their best hits, taken in turn, until the distinct chunks hold the
 //! target in stored tokens ([`fill_pool`]), each searching `target ÷` [`FILL_CHUNK_TOKENS`] deep at
 //! most (a chunk size below most indexed chunks) and keeping at least what it reads without filling,
@@ -26,15 +26,16 @@ pub const MIN_RESULT_TOKENS: usize = 32;
 pub const FILL_CHUNK_TOKENS: usize = 100;
 /// What a filled query reads beyond its budget, in tokens: packing leaves some material out
 /// (near-duplicates, the caps, a last chunk that does not fit), a few chunks' worth whatever the
-/// budget. At least a quarter and at most half of the budget ([`fill_target`]). Half of every
-/// budget read a fifth more at 8 000 tokens for no Answer Recall on SQuAD (decision 0047).
+/// budget. At least a sixteenth and at most half of the budget ([`fill_target`]). A spare growing
+/// with the budget (a quarter of it) read more at 4 000 and 8 000 tokens and packed fewer tokens,
+/// for no Answer Recall on SQuAD (decision 0047).
 pub const FILL_SPARE_TOKENS: usize = 500;
 
 /// The stored tokens a filled query's results hold: its budget and a spare of
-/// [`FILL_SPARE_TOKENS`], at least a quarter and at most half of the budget (1.5 times a budget up to
-/// 1 000 tokens, 1.25 times one from 2 000 on).
+/// [`FILL_SPARE_TOKENS`], at least a sixteenth and at most half of the budget (1.5 times a budget up
+/// to 1 000 tokens, 500 tokens more up to 8 000, 1.0625 times one from 8 000 on).
 pub fn fill_target(budget: usize) -> usize {
-    budget.saturating_add(FILL_SPARE_TOKENS.clamp(budget / 4, budget / 2))
+    budget.saturating_add(FILL_SPARE_TOKENS.clamp(budget / 16, budget / 2))
 }
 
 /// The budget a query asks for before its prompt is counted: `token_budget`, else its
@@ -131,7 +132,7 @@ mod tests {
     fn only_a_filled_query_without_k_reads_deeper() {
         let filled =
             query(r#"{"query_id":"q","tenant":"t","text":"x","token_budget":8000,"fill":true}"#);
-        assert_eq!(fill_depth(&filled, 3000), 100);
+        assert_eq!(fill_depth(&filled, 3000), 85);
         let given_k = query(
             r#"{"query_id":"q","tenant":"t","text":"x","token_budget":8000,"fill":true,"k":5}"#,
         );
@@ -142,21 +143,23 @@ mod tests {
             query(r#"{"query_id":"q","tenant":"t","text":"x","token_budget":1000000,"fill":true}"#);
         assert_eq!(
             fill_depth(&huge, 3000),
-            12_500,
+            10_625,
             "the caller caps it at twice the k limit"
         );
     }
 
     #[test]
     fn the_fill_target_spares_a_few_chunks_whatever_the_budget() {
-        // Half of a small budget, 500 tokens in between, a quarter of a large one.
+        // Half of a small budget, 500 tokens in between, a sixteenth of a large one.
         assert_eq!(fill_target(100), 150);
         assert_eq!(fill_target(500), 750);
         assert_eq!(fill_target(1000), 1500);
         assert_eq!(fill_target(1500), 2000);
         assert_eq!(fill_target(2000), 2500);
-        assert_eq!(fill_target(8000), 10_000);
-        assert_eq!(fill_target(32_000), 40_000);
+        assert_eq!(fill_target(4000), 4500);
+        assert_eq!(fill_target(8000), 8500);
+        assert_eq!(fill_target(16_000), 17_000);
+        assert_eq!(fill_target(32_000), 34_000);
         assert_eq!(fill_target(0), 0);
         assert_eq!(fill_target(usize::MAX), usize::MAX);
     }

@@ -109,8 +109,8 @@ fn filters_and_sizes() {
     assert_eq!(
         lane_depths(&at_8000, intent, &config),
         Depth {
-            dense: 100,
-            bm25: 100
+            dense: 85,
+            bm25: 85
         }
     );
     assert_eq!(lane_depths(&at_8000, huge, &config).dense, 100);
