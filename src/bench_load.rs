@@ -5,7 +5,8 @@
 //! server at `--index-url`) with the configured embedder (the local
 //! int8 model by default). One client sends queries one after another over HTTP; each pair of queries is
 //! a new question (embedded on the query path) and an earlier question at another budget (its vector
-//! comes from the job's embedding cache: no model on the path, and no context-cache hit).
+//! comes from the job's embedding cache: no model on the path, and no context-cache hit), at
+//! `--budgets` (600 and 700 tokens by default), packed to the budget with `--fill`.
 //! 1. seed: the first `seed` documents are produced and indexed, so queries retrieve something;
 //! 2. idle: `queries` round trips with ingest idle;
 //! 3. loaded: the rest of the corpus is produced at once and, while the job ingests it, the client goes
@@ -41,6 +42,13 @@ pub struct LoadBench {
     /// index (empty: embedded).
     #[arg(long, default_value = "")]
     pub index_url: String,
+    /// Token budgets of each pair's new question and earlier question (two different budgets: the
+    /// earlier question must miss the context cache).
+    #[arg(long, value_delimiter = ',', default_values_t = [600, 700])]
+    pub budgets: Vec<usize>,
+    /// Every query packed to its budget (`fill: true`) instead of stopping once the evidence is in.
+    #[arg(long)]
+    pub fill: bool,
 }
 
 /// Round trips of one phase: (new questions, cached vectors).
@@ -68,6 +76,13 @@ pub fn load(args: LoadBench) -> anyhow::Result<Value> {
     );
     let documents = crate::bench::read_jsonl_lines(&args.data.corpus)?;
     let questions = crate::bench::read_questions(&args.data.questions, 4 * args.queries)?;
+    let &[new_budget, cached_budget] = args.budgets.as_slice() else {
+        anyhow::bail!("--budgets takes two budgets: the new question's and the earlier one's");
+    };
+    anyhow::ensure!(
+        new_budget != cached_budget,
+        "--budgets: the two budgets must differ (the earlier question must miss the context cache)"
+    );
     anyhow::ensure!(
         documents.len() > args.seed,
         "the corpus has no documents after the seed"
@@ -122,8 +137,8 @@ pub fn load(args: LoadBench) -> anyhow::Result<Value> {
         let new = &questions[next_question];
         let earlier = &questions[next_question.saturating_sub(1)];
         next_question += 1;
-        for (text, budget, embedded) in [(new, 600, true), (earlier, 700, false)] {
-            let body = json!({"query_id": format!("load-{serial}-{budget}-{run}"), "tenant": "bench", "text": text, "token_budget": budget});
+        for (text, budget, embedded) in [(new, new_budget, true), (earlier, cached_budget, false)] {
+            let body = json!({"query_id": format!("load-{serial}-{budget}-{run}"), "tenant": "bench", "text": text, "token_budget": budget, "fill": args.fill});
             let (context, ms) = crate::bench::round_trip(&agent, &url, &body)?;
             if embedded {
                 phase.embedded.push(ms);
@@ -192,6 +207,7 @@ pub fn load(args: LoadBench) -> anyhow::Result<Value> {
     let p50 = |v: &[f64]| summary(v.to_vec())["p50_ms"].as_f64().unwrap_or(0.0);
     Ok(json!({
         "embedder": embedder,
+        "queries": {"budgets": [new_budget, cached_budget], "fill": args.fill},
         "index": if index_url.is_some() { "qdrant server" } else { "embedded" },
         "documents": {"seed": args.seed, "streamed": rest.len()},
         "idle": {"with_query_embedding": summary(idle.embedded.clone()), "embedding_cached": summary(idle.cached.clone()), "job_latency_total": summary(idle.job_total.clone())},
