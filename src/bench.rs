@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use ragstream_operators::embed::service::Priority;
 use ragstream_operators::ingest::chunk::{Chunker, ChunkerConfig};
-use ragstream_operators::ingest::embed::push_texts;
+use ragstream_operators::ingest::embed::ChunkInputs;
 use ragstream_operators::metrics::metrics;
 use ragstream_operators::model::{DocKey, DocKind, Document};
 use ragstream_operators::store::SearchFilter;
@@ -90,15 +90,20 @@ pub(crate) fn proc_status_mib(field: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Embeds `inputs` through an inference service built from `config`, all requests (`max_batch` texts
-/// each) submitted at once; answers seconds and word pieces.
-fn embed_all(config: &Config, inputs: &[String]) -> anyhow::Result<(f64, usize)> {
+/// Embeds `inputs` through an inference service built from `config`, all requests (`max_batch`
+/// chunks each) submitted at once; answers seconds and word pieces.
+fn embed_all(config: &Config, inputs: &ChunkInputs) -> anyhow::Result<(f64, usize)> {
     let service = ragstream_topologies::factory::inference_service(config)?;
     let started = Instant::now();
     let nobody: ragstream_operators::offload::Waker = std::sync::Arc::new(|| {});
+    let batch = config.kafka.max_batch.max(1);
     let tickets: Vec<_> = inputs
-        .chunks(config.kafka.max_batch)
-        .map(|batch| service.submit(batch.to_vec(), Priority::Ingest, &nobody))
+        .texts
+        .chunks(batch)
+        .zip(inputs.spans.chunks(batch))
+        .map(|(texts, spans)| {
+            service.submit_spans(texts.to_vec(), spans.to_vec(), Priority::Ingest, &nobody)
+        })
         .collect();
     let mut word_pieces = 0;
     for ticket in tickets {
@@ -276,10 +281,10 @@ pub fn ingest(args: IngestBench) -> anyhow::Result<serde_json::Value> {
     // 2. Embedding only, on exactly the texts the pipeline will embed (each chunk and its evidence
     // units), in pipeline-sized calls.
     let chunker = Chunker::new(ChunkerConfig::default());
-    let mut inputs: Vec<String> = Vec::new();
+    let mut inputs = ChunkInputs::default();
     let mut chunk_count = 0usize;
     for chunk in documents.iter().flat_map(|d| chunker.chunk(d)) {
-        push_texts(&chunk, config.embedder.evidence_units, &mut inputs);
+        inputs.push(&chunk, config.embedder.evidence());
         chunk_count += 1;
     }
     // Every configured ingest executor, each on whole calls of `max_batch` texts (one slice a call).
@@ -288,8 +293,8 @@ pub fn ingest(args: IngestBench) -> anyhow::Result<serde_json::Value> {
     let (embed_seconds, word_pieces) = embed_all(&whole_calls, &inputs)?;
     let embed_rate = chunk_count as f64 / embed_seconds;
     eprintln!(
-        "embedding only: {chunk_count} chunks ({} texts with their evidence units) in {embed_seconds:.1}s = {embed_rate:.1} chunks/s, {:.0} word pieces/s ({} executor(s) of {} thread(s))",
-        inputs.len(),
+        "embedding only: {chunk_count} chunks ({} vectors with their evidence units) in {embed_seconds:.1}s = {embed_rate:.1} chunks/s, {:.0} word pieces/s ({} executor(s) of {} thread(s))",
+        inputs.vectors(),
         word_pieces as f64 / embed_seconds,
         config.embedder.executors(),
         config.embedder.threads
@@ -407,7 +412,7 @@ pub fn ingest(args: IngestBench) -> anyhow::Result<serde_json::Value> {
         "documents": documents.len(),
         "corpus_mb": bytes as f64 / 1e6,
         "token_counting_mb_per_s": counting,
-        "embedding_only": {"chunks": chunk_count, "texts": inputs.len(), "seconds": embed_seconds, "chunks_per_s": embed_rate, "word_pieces_per_s": word_pieces as f64 / embed_seconds},
+        "embedding_only": {"chunks": chunk_count, "texts": inputs.vectors(), "seconds": embed_seconds, "chunks_per_s": embed_rate, "word_pieces_per_s": word_pieces as f64 / embed_seconds},
         "embedding_only_sliced": {"slice_word_pieces": config.embedder.slice_word_pieces, "seconds": sliced_seconds, "chunks_per_s": chunk_count as f64 / sliced_seconds},
         "end_to_end_kafka": {
             "chunks": chunks, "seconds": pipeline_seconds, "chunks_per_s": pipeline_rate,

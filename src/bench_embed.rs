@@ -66,6 +66,7 @@ fn load(engine: Engine, threads: usize) -> anyhow::Result<Box<dyn Embedder>> {
         threads,
         batch_size: 32,
         spinning: config.spinning,
+        pool_spans: false,
     })?))
 }
 

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use ragstream_core::query::invalidate::InvalidationLog;
 use ragstream_operators::embed::service::{InferenceService, Priority};
-use ragstream_operators::ingest::embed::{push_texts, take_vectors};
+use ragstream_operators::ingest::embed::{take_vectors, ChunkInputs};
 use ragstream_operators::ingest::hydrate::hydrate;
 use ragstream_operators::ingest::reindex::{Owned, Reindexer};
 use ragstream_operators::io::checkpoint::IndexCheckpoint;
@@ -69,23 +69,26 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 }
 
 /// Re-embeds every chunk of a shard with `embedder` (same ids, new vectors and embedder version; with
-/// `evidence`, the chunks' evidence units too), its BM25 weights encoded with `bm25`.
+/// the evidence units `evidence` gives each chunk), its BM25 weights encoded with `bm25`.
 fn reembed_shard(
     shard: &dyn VectorStore,
     embedder: &InferenceService,
-    (evidence, bm25): (bool, ragstream_operators::store::Bm25Params),
+    (evidence, bm25): (
+        ragstream_operators::model::EvidenceUnits,
+        ragstream_operators::store::Bm25Params,
+    ),
 ) -> anyhow::Result<usize> {
     let hydrated = hydrate(shard, &|_| true)?;
     let bm25 = ragstream_operators::store::Bm25Encoder::with_params(bm25);
     let mut written = 0;
     let all: Vec<_> = hydrated.documents.into_values().flatten().collect();
     for batch in all.chunks(256) {
-        let mut inputs = Vec::new();
+        let mut inputs = ChunkInputs::default();
         for stored in batch {
-            push_texts(&stored.chunk, evidence, &mut inputs);
+            inputs.push(&stored.chunk, evidence);
         }
         let mut vectors = embedder
-            .embed_blocking(inputs, Priority::Ingest)?
+            .embed_blocking_spans(inputs.texts, inputs.spans, Priority::Ingest)?
             .vectors
             .into_iter();
         let points: Vec<_> = batch
@@ -125,7 +128,7 @@ fn reindexer(
     Arc::new(Reindexer::new(
         shards.iter().take(own).cloned().collect(),
         service.clone(),
-        (config.embedder.evidence_units, config.index.bm25),
+        (config.embedder.evidence(), config.index.bm25),
         shared_index.then(|| Owned {
             first_worker: config.runtime.first_worker(),
             workers,
@@ -273,7 +276,7 @@ fn open_index(
                 let written = reembed_shard(
                     shard.as_ref(),
                     service,
-                    (config.embedder.evidence_units, config.index.bm25),
+                    (config.embedder.evidence(), config.index.bm25),
                 )?;
                 tracing::info!(shard = index, chunks = written, embedder = %version, "re-embedded");
             }

@@ -77,6 +77,109 @@ fn the_two_precisions_write_different_embedder_versions() {
     assert_eq!(int8.version(), "all-MiniLM-L6-v2/mean/256/int8");
 }
 
+/// Byte ranges of `sentences` in their concatenation with single spaces, and the concatenation.
+fn joined(sentences: &[&str]) -> (String, Vec<std::ops::Range<usize>>) {
+    let mut text = String::new();
+    let mut spans = Vec::new();
+    for sentence in sentences {
+        if !text.is_empty() {
+            text.push(' ');
+        }
+        spans.push(text.len()..text.len() + sentence.len());
+        text.push_str(sentence);
+    }
+    (text, spans)
+}
+
+#[test]
+fn pooled_units_come_from_their_chunks_pass_and_stay_their_own_sentences() {
+    let sentences = [
+        "The village bakery opens at six and sells rye bread until noon.",
+        "The football club trains on the school pitch on Tuesday evenings.",
+        "The lighthouse keeper winds the lamp clock every Sunday at noon.",
+        "Bus 12 to the railway station leaves from the market square every half hour.",
+    ];
+    let (mixed, mixed_spans) = joined(&sentences);
+    // 40 sentences, about 500 word pieces: the pass sees the first half.
+    let many: Vec<String> = (0..40)
+        .map(|i| format!("Harbour note {i} records the tide, the wind and the ships."))
+        .collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let (long, long_spans) = joined(&many);
+    for precision in [Precision::Int8, Precision::Fp32] {
+        let mut alone = crate::common::minilm(precision);
+        let mut pooled = crate::common::minilm_pooling(precision, true);
+        assert_eq!(
+            pooled.version(),
+            format!("{}/units-pooled", alone.version())
+        );
+        assert!(pooled.pools_spans() && !alone.pools_spans());
+        let texts = [long.as_str(), mixed.as_str()];
+        let spans = [long_spans.clone(), mixed_spans.clone()];
+        let got = pooled.embed_spans(&texts, &spans).expect("embeds");
+        assert_eq!(got.len(), 2 + long_spans.len() + mixed_spans.len());
+        let (long_got, mixed_got) = got.split_at(1 + long_spans.len());
+        // The texts' own vectors are what `embed` gives.
+        let own = alone.embed(&texts).expect("embeds");
+        assert!(cosine(&long_got[0], &own[0]) > 0.99999, "{precision:?}");
+        assert!(cosine(&mixed_got[0], &own[1]) > 0.99999, "{precision:?}");
+        // Each sentence embedded alone is nearest to its own pooled unit (a pooled unit carries
+        // its chunk's context, so the converse need not hold), and the question's sentence is the
+        // question's best unit.
+        let units = alone.embed(&sentences).expect("embeds");
+        for unit in &mixed_got[1..] {
+            let norm: f32 = unit.iter().map(|v| v * v).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() < 1e-4, "normalised");
+        }
+        for (index, sentence) in units.iter().enumerate() {
+            let similarities: Vec<f32> =
+                mixed_got[1..].iter().map(|u| cosine(u, sentence)).collect();
+            let nearest = (0..similarities.len())
+                .max_by(|&a, &b| similarities[a].total_cmp(&similarities[b]))
+                .expect("units");
+            eprintln!("{precision:?}: sentence {index} against the pooled units {similarities:?}");
+            assert_eq!(nearest, index, "{precision:?}: {similarities:?}");
+        }
+        let question = alone
+            .embed(&["When does the lighthouse keeper wind the lamp clock?"])
+            .expect("embeds");
+        let best = (1..mixed_got.len())
+            .max_by(|&a, &b| {
+                cosine(&mixed_got[a], &question[0]).total_cmp(&cosine(&mixed_got[b], &question[0]))
+            })
+            .expect("units");
+        assert_eq!(best, 3, "{precision:?}: the lighthouse sentence");
+        // The long text: units the pass saw are pooled (not their vector alone), the rest are
+        // embedded alone.
+        let long_alone = alone.embed(&many).expect("embeds");
+        let pooled_count = long_got[1..]
+            .iter()
+            .zip(&long_alone)
+            .take_while(|(got, alone)| cosine(got, alone) < 0.9999)
+            .count();
+        assert!(
+            (10..30).contains(&pooled_count),
+            "{precision:?}: {pooled_count} units pooled"
+        );
+        for (got, unit) in long_got[1 + pooled_count..]
+            .iter()
+            .zip(&long_alone[pooled_count..])
+        {
+            assert!(
+                cosine(got, unit) > 0.99999,
+                "{precision:?}: past the cut, alone"
+            );
+        }
+        // A text's vectors do not depend on the texts it shares a call with.
+        let by_itself = pooled
+            .embed_spans(&[mixed.as_str()], std::slice::from_ref(&mixed_spans))
+            .expect("embeds");
+        for (a, b) in by_itself.iter().zip(mixed_got) {
+            assert!(cosine(a, b) > 0.99999, "{precision:?}");
+        }
+    }
+}
+
 /// A directory holding `events.jsonl` with two short documents of tenant `local`.
 fn two_documents() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");

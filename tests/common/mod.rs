@@ -15,6 +15,14 @@ use std::path::PathBuf;
 pub fn minilm(
     precision: ragstream_operators::embed::minilm::Precision,
 ) -> ragstream_operators::embed::minilm::MiniLm {
+    minilm_pooling(precision, false)
+}
+
+/// [`minilm`], pooling spans from their texts' passes where `pool_spans`.
+pub fn minilm_pooling(
+    precision: ragstream_operators::embed::minilm::Precision,
+    pool_spans: bool,
+) -> ragstream_operators::embed::minilm::MiniLm {
     let config = ragstream_topologies::config::EmbedderConfig::default();
     ragstream_operators::embed::minilm::MiniLm::load(
         &ragstream_operators::embed::minilm::MiniLmOptions {
@@ -24,6 +32,7 @@ pub fn minilm(
             threads: 2,
             batch_size: 8,
             spinning: config.spinning,
+            pool_spans,
         },
     )
     .expect("model loads (deploy/scripts/fetch-model.sh installs the runtime and graphs)")

@@ -27,6 +27,7 @@ use ragstream_operators::io::local_source::{
 };
 use ragstream_operators::io::query_source::{IngestProgress, QueryKafkaConfig};
 use ragstream_operators::metadata::MetaIndex;
+use ragstream_operators::model::EvidenceUnits;
 use ragstream_operators::store::edge::EdgeStore;
 use ragstream_operators::store::server::ServerStore;
 use ragstream_operators::store::{SearchFilter, VectorStore};
@@ -49,6 +50,7 @@ pub fn embedder(config: &Config) -> anyhow::Result<Box<dyn Embedder>> {
                 threads: config.embedder.threads,
                 batch_size: config.embedder.batch_size,
                 spinning: config.embedder.spinning,
+                pool_spans: config.embedder.evidence() == EvidenceUnits::Pooled,
             })
             .with_context(|| "run deploy/scripts/fetch-model.sh to fetch the model")?,
         ),

@@ -32,7 +32,7 @@ use ragstream_operators::ingest::index_write::{IndexAck, Optimize, WriteIndex};
 use ragstream_operators::ingest::stats::ShareStats;
 use ragstream_operators::io::dlq_sink::{DlqSink, WriteDlq};
 use ragstream_operators::io::kafka_source::Assigned;
-use ragstream_operators::model::{ChunkIds, DocKey, DocOp};
+use ragstream_operators::model::{ChunkIds, DocKey, DocOp, EvidenceUnits};
 use ragstream_operators::stage::map_stage;
 use ragstream_operators::store::stats::{CorpusStats, StatsDelta};
 use ragstream_operators::store::{Bm25Params, VectorStore};
@@ -45,8 +45,8 @@ pub struct IngestParts {
     pub chunker: Chunker,
     /// The process's inference service.
     pub embedder: InferenceService,
-    /// Whether each chunk's evidence units are embedded too (`embedder.evidence_units`).
-    pub evidence_units: bool,
+    /// Which evidence units of each chunk get vectors (`embedder.evidence_units`, `evidence_vectors`).
+    pub evidence_units: EvidenceUnits,
     /// BM25's document-side weighting (`index.bm25`).
     pub bm25: Bm25Params,
     /// This worker's shard.

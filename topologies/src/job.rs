@@ -150,7 +150,7 @@ impl ProcessParts {
                     hydrated,
                     chunker,
                     embedder: self.service.clone(),
-                    evidence_units: config.embedder.evidence_units,
+                    evidence_units: config.embedder.evidence(),
                     bm25: config.index.bm25,
                     store,
                     optimize: (&config.index.tuning).into(),

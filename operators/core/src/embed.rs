@@ -62,6 +62,47 @@ pub trait Embedder: Send {
     fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
     /// Word pieces the model saw in the last successful `embed` call (for throughput metrics).
     fn last_token_count(&self) -> usize;
+    /// Embeds `texts` and, after each text's vector, one vector for each of its `spans` (byte ranges
+    /// of that text, on character boundaries; a text without an entry has none): the vectors of the
+    /// chunks and of their evidence units in one call. This default embeds each span's text as a text
+    /// of its own in the same call; an embedder that sees its model's word pieces may pool a span
+    /// from its text's own pass instead ([`Self::pools_spans`]). A range outside its text is an error.
+    fn embed_spans(
+        &mut self,
+        texts: &[&str],
+        spans: &[Spans],
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let inputs = span_inputs(texts, spans)?;
+        self.embed(&inputs)
+    }
+    /// Whether [`Self::embed_spans`] pools the spans from their texts' passes (they then cost the
+    /// model next to nothing).
+    fn pools_spans(&self) -> bool {
+        false
+    }
+}
+
+/// Byte ranges of a text whose vectors are wanted beside the text's own ([`Embedder::embed_spans`]).
+pub type Spans = Vec<std::ops::Range<usize>>;
+
+/// Each text followed by the texts of its spans: what [`Embedder::embed_spans`] embeds where it does
+/// not pool.
+pub fn span_inputs<'a>(texts: &[&'a str], spans: &[Spans]) -> Result<Vec<&'a str>, EmbedError> {
+    let mut inputs = Vec::with_capacity(texts.len() + spans.iter().map(Vec::len).sum::<usize>());
+    for (index, &text) in texts.iter().enumerate() {
+        inputs.push(text);
+        for range in spans.get(index).map_or(&[][..], Vec::as_slice) {
+            inputs.push(text.get(range.clone()).ok_or_else(|| {
+                EmbedError::Model(format!(
+                    "span {}..{} is not a part of its text of {} bytes",
+                    range.start,
+                    range.end,
+                    text.len()
+                ))
+            })?);
+        }
+    }
+    Ok(inputs)
 }
 
 /// Scales `vector` to unit L2 norm (a zero vector stays zero).
@@ -112,5 +153,35 @@ pub fn cosine_with_norms(a: &[f32], b: &[f32], na: f32, nb: f32) -> f32 {
         0.0
     } else {
         dot(a, b) / (na.sqrt() * nb.sqrt())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn span_inputs_follow_each_text_with_its_spans_and_refuse_ranges_outside_it() {
+        let texts = ["Ferries leave. At noon.", "No spans.", "Été. Hiver."];
+        let spans = vec![vec![0..14, 15..23], Vec::new(), vec![0..6, 7..13]];
+        assert_eq!(
+            span_inputs(&texts, &spans).unwrap(),
+            vec![
+                "Ferries leave. At noon.",
+                "Ferries leave.",
+                "At noon.",
+                "No spans.",
+                "Été. Hiver.",
+                "Été.",
+                "Hiver."
+            ]
+        );
+        // Fewer span lists than texts: the rest have none.
+        assert_eq!(span_inputs(&texts, &[]).unwrap(), texts.to_vec());
+        // Past the end, or inside a character.
+        let past_the_end: Spans = std::iter::once(0..99).collect();
+        let inside_a_character: Spans = std::iter::once(0..1).collect();
+        assert!(span_inputs(&texts[..1], &[past_the_end]).is_err());
+        assert!(span_inputs(&texts[2..], &[inside_a_character]).is_err());
     }
 }

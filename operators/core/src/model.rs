@@ -302,25 +302,69 @@ impl Chunk {
     }
 
     /// The chunk's evidence units: its sentences (in code and schemas, where a line break ends a
-    /// sentence, its lines), each embedded on its own so the rerank can see the one sentence that
+    /// sentence, its lines), each with a vector of its own so the rerank can see the one sentence that
     /// answers a query in a chunk about several things. Units without a word (two letters in a row)
     /// are left out, repeats are kept once, at most [`MAX_EVIDENCE_UNITS`] are taken from the start,
     /// and a chunk of one unit has none (its own vector is that sentence's).
     pub fn evidence_units(&self) -> Vec<&str> {
-        let mut units: Vec<&str> = Vec::new();
+        self.evidence_spans()
+            .into_iter()
+            .map(|range| &self.text[range])
+            .collect()
+    }
+
+    /// Where [`Self::evidence_units`] lie in the chunk's text (byte ranges, in the same order).
+    pub fn evidence_spans(&self) -> Vec<std::ops::Range<usize>> {
+        let mut spans: Vec<std::ops::Range<usize>> = Vec::new();
         for (start, end) in crate::text::sentence_spans(&self.text) {
             let unit = &self.text[start..end];
-            if has_word(unit) && !units.contains(&unit) {
-                units.push(unit);
-                if units.len() == MAX_EVIDENCE_UNITS {
+            if has_word(unit) && !spans.iter().any(|s| &self.text[s.clone()] == unit) {
+                spans.push(start..end);
+                if spans.len() == MAX_EVIDENCE_UNITS {
                     break;
                 }
             }
         }
-        if units.len() < 2 {
-            units.clear();
+        if spans.len() < 2 {
+            spans.clear();
         }
-        units
+        spans
+    }
+}
+
+/// Which evidence units of a chunk get vectors at ingest (`[embedder] evidence_units` and
+/// `evidence_vectors`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EvidenceUnits {
+    /// None: a chunk's evidence is its own vector's cosine.
+    #[default]
+    Off,
+    /// Every unit ([`Chunk::evidence_units`]), each embedded as a text of its own.
+    Alone,
+    /// The units of prose (every kind but code and SQL schemas), pooled from their chunk's own pass;
+    /// code and schema chunks get none: their lines pooled in context ranked CoSQA below no units at
+    /// all (docs/decisions/0048-pooled-evidence-units.md).
+    Pooled,
+}
+
+impl EvidenceUnits {
+    /// The units of `chunk` that get vectors, as byte ranges of its text.
+    pub fn spans(self, chunk: &Chunk) -> Vec<std::ops::Range<usize>> {
+        match self {
+            Self::Off => Vec::new(),
+            Self::Pooled if matches!(chunk.kind, DocKind::Code | DocKind::SqlSchema) => Vec::new(),
+            Self::Alone | Self::Pooled => chunk.evidence_spans(),
+        }
+    }
+
+    /// [`Self::spans`] as byte ranges of `input`, the chunk's [`Chunk::embedding_input`] (which ends
+    /// with its text).
+    pub fn spans_in_input(self, chunk: &Chunk, input: &str) -> Vec<std::ops::Range<usize>> {
+        let offset = input.len().saturating_sub(chunk.text.len());
+        self.spans(chunk)
+            .into_iter()
+            .map(|range| range.start + offset..range.end + offset)
+            .collect()
     }
 }
 
@@ -485,6 +529,38 @@ mod tests {
         let units = long.evidence_units();
         assert_eq!(units.len(), MAX_EVIDENCE_UNITS);
         assert_eq!(units[0], "Sentence number 0 is here.");
+    }
+
+    #[test]
+    fn evidence_spans_point_at_the_units_in_the_embedding_input() {
+        let mut titled = chunk(
+            DocKind::Prose,
+            "Ferries leave at noon. Tickets cost 5 EUR! Ferries leave at noon.",
+        );
+        titled.doc_title = "Timetable".into();
+        titled.section_path = vec!["Harbour".into(), "Summer".into()];
+        let input = titled.embedding_input();
+        assert!(
+            input.starts_with("Timetable\nHarbour > Summer\n"),
+            "{input}"
+        );
+        for units in [EvidenceUnits::Alone, EvidenceUnits::Pooled] {
+            let spans = units.spans_in_input(&titled, &input);
+            let in_input: Vec<&str> = spans.iter().map(|r| &input[r.clone()]).collect();
+            assert_eq!(in_input, titled.evidence_units());
+            assert_eq!(
+                in_input,
+                vec!["Ferries leave at noon.", "Tickets cost 5 EUR!"]
+            );
+        }
+        assert!(EvidenceUnits::Off.spans(&titled).is_empty());
+        // Code keeps its lines as units embedded alone, and none pooled.
+        let code = chunk(
+            DocKind::Code,
+            "fn a() {\n    let x = ready();\n    x.go()\n}",
+        );
+        assert_eq!(EvidenceUnits::Alone.spans(&code).len(), 3);
+        assert!(EvidenceUnits::Pooled.spans(&code).is_empty());
     }
 
     #[test]

@@ -21,8 +21,12 @@
 //!   word pieces, ≥ 0.985 from 8 up; docs/decisions/0008-embedding-engine-settings.md), and such texts
 //!   cost ~2 ms either way.
 //! - Vectors come back in the order of the texts.
+//! - Spans ([`Embedder::embed_spans`]) with [`MiniLmOptions::pool_spans`]: a span's vector is the mean of
+//!   its word pieces' hidden states in its text's own pass (the text's vector is what `embed` gives); a
+//!   span the pass did not see whole (past [`MAX_WORD_PIECES`]) is embedded alone. Without it, every
+//!   span is embedded alone.
 //! - The version names the precision: `all-MiniLM-L6-v2/mean/256` for fp32, `…/int8` for the
-//!   quantised graph, so an index never mixes the two.
+//!   quantised graph, so an index never mixes the two; `…/units-pooled` follows where spans are pooled.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -32,7 +36,7 @@ use ort::session::Session;
 use ort::value::Tensor;
 use tokenizers::{Encoding, Tokenizer, TruncationParams};
 
-use super::{l2_normalize, EmbedError, Embedder};
+use super::{l2_normalize, span_inputs, EmbedError, Embedder, Spans};
 
 /// Word pieces per input, as sentence-transformers' `max_seq_length` for this model.
 pub const MAX_WORD_PIECES: usize = 256;
@@ -41,6 +45,8 @@ pub const DEFAULT_BATCH_SIZE: usize = 32;
 /// Shortest input (word pieces, [CLS] and [SEP] included) the int8 graph embeds; shorter ones take the
 /// fp32 graph (see the module docs).
 pub const INT8_MIN_WORD_PIECES: usize = 8;
+/// Appended to the version of an embedder that pools spans ([`MiniLmOptions::pool_spans`]).
+pub const POOLED_SPANS_TAG: &str = "/units-pooled";
 /// The ONNX Runtime release whose library the fetch script installs (its API is what `ort` is built for).
 pub const RUNTIME_VERSION: &str = "1.32.0";
 
@@ -78,6 +84,9 @@ pub struct MiniLmOptions {
     pub batch_size: usize,
     /// Let the runtime's threads spin briefly between parallel steps instead of sleeping at once.
     pub spinning: bool,
+    /// Pool the vectors of a text's spans (evidence units) from the text's own pass
+    /// ([`Embedder::embed_spans`]) instead of embedding each span alone.
+    pub pool_spans: bool,
 }
 
 /// The local MiniLM embedder.
@@ -91,6 +100,7 @@ pub struct MiniLm {
     batch_size: usize,
     version: String,
     last_tokens: usize,
+    pool_spans: bool,
 }
 
 impl std::fmt::Debug for MiniLm {
@@ -204,10 +214,14 @@ impl MiniLm {
             Precision::Int8 => Some(open(Precision::Fp32, 1)?),
             Precision::Fp32 => None,
         };
-        let version = match options.precision {
+        let mut version = match options.precision {
             Precision::Fp32 => format!("all-MiniLM-L6-v2/mean/{MAX_WORD_PIECES}"),
             Precision::Int8 => format!("all-MiniLM-L6-v2/mean/{MAX_WORD_PIECES}/int8"),
         };
+        if options.pool_spans {
+            // The evidence units' vectors are other vectors than a unit embedded alone.
+            version.push_str(POOLED_SPANS_TAG);
+        }
         Ok(Self {
             session,
             exact,
@@ -217,6 +231,7 @@ impl MiniLm {
             batch_size: options.batch_size.max(1),
             version,
             last_tokens: 0,
+            pool_spans: options.pool_spans,
         })
     }
 
@@ -229,64 +244,198 @@ impl MiniLm {
     }
 }
 
-/// Vectors of `encodings` from `session`, padded to the longest of them.
+/// The last hidden state of `encodings` from `session` (padded to the longest of them): `rows ×
+/// width × dimension` values, and the width.
+fn forward(
+    session: &mut Session,
+    dimension: usize,
+    encodings: &[&Encoding],
+) -> Result<(Vec<f32>, usize), EmbedError> {
+    let rows = encodings.len();
+    let width = encodings
+        .iter()
+        .map(|e| e.get_ids().len())
+        .max()
+        .unwrap_or(0);
+    if rows == 0 || width == 0 {
+        return Ok((Vec::new(), 0));
+    }
+    let mut ids = vec![0i64; rows * width];
+    let mut mask = vec![0i64; rows * width];
+    for (row, encoding) in encodings.iter().enumerate() {
+        let start = row * width;
+        for (slot, &id) in ids[start..].iter_mut().zip(encoding.get_ids()) {
+            *slot = i64::from(id);
+        }
+        mask[start..start + encoding.get_ids().len()].fill(1);
+    }
+    let shape = [rows, width];
+    let inputs = ort::inputs![
+        "input_ids" => Tensor::from_array((shape, ids)).map_err(model_error)?,
+        "attention_mask" => Tensor::from_array((shape, mask)).map_err(model_error)?,
+        "token_type_ids" => Tensor::from_array((shape, vec![0i64; rows * width])).map_err(model_error)?,
+    ];
+    let outputs = session.run(inputs).map_err(model_error)?;
+    let (_, hidden) = outputs["last_hidden_state"]
+        .try_extract_tensor::<f32>()
+        .map_err(model_error)?;
+    if hidden.len() != rows * width * dimension {
+        return Err(model_error(format!(
+            "the graph answered {} values for {rows}×{width}×{dimension}",
+            hidden.len()
+        )));
+    }
+    Ok((hidden.to_vec(), width))
+}
+
+/// The mean of the hidden states of `row`'s word pieces at `positions`, at unit length.
+fn mean_pool(
+    hidden: &[f32],
+    (row, width, dimension): (usize, usize, usize),
+    positions: impl Iterator<Item = usize>,
+) -> Vec<f32> {
+    let mut vector = vec![0f32; dimension];
+    let mut count = 0usize;
+    for token in positions {
+        let offset = (row * width + token) * dimension;
+        for (sum, value) in vector.iter_mut().zip(&hidden[offset..offset + dimension]) {
+            *sum += value;
+        }
+        count += 1;
+    }
+    let scale = 1.0 / count.max(1) as f32;
+    vector.iter_mut().for_each(|v| *v *= scale);
+    l2_normalize(&mut vector);
+    vector
+}
+
+/// Vectors of `encodings` from `session`, padded to the longest of them: mean pooling over each
+/// text's word pieces (padding is on the right), then unit length.
 fn run_batch(
     session: &mut Session,
     dimension: usize,
     encodings: &[&Encoding],
 ) -> Result<Vec<Vec<f32>>, EmbedError> {
-    {
-        let rows = encodings.len();
-        let width = encodings
-            .iter()
-            .map(|e| e.get_ids().len())
-            .max()
-            .unwrap_or(0);
-        if rows == 0 || width == 0 {
-            return Ok(vec![vec![0.0; dimension]; rows]);
+    let (hidden, width) = forward(session, dimension, encodings)?;
+    if width == 0 {
+        return Ok(vec![vec![0.0; dimension]; encodings.len()]);
+    }
+    Ok(encodings
+        .iter()
+        .enumerate()
+        .map(|(row, encoding)| {
+            mean_pool(
+                &hidden,
+                (row, width, dimension),
+                0..encoding.get_ids().len(),
+            )
+        })
+        .collect())
+}
+
+/// The word pieces of `encoding` that lie in `range` (by their byte offsets; the special tokens
+/// never), or `None` where the pass did not see the whole range (its text was truncated before the
+/// range ends, or no word piece lies in it).
+fn span_positions(encoding: &Encoding, range: &std::ops::Range<usize>) -> Option<Vec<usize>> {
+    let special = encoding.get_special_tokens_mask();
+    let offsets = encoding.get_offsets();
+    let words = || (0..offsets.len()).filter(|&i| special.get(i) == Some(&0));
+    if !encoding.get_overflowing().is_empty() {
+        let seen = words().map(|i| offsets[i].1).max().unwrap_or(0);
+        if range.end > seen {
+            return None;
         }
-        let mut ids = vec![0i64; rows * width];
-        let mut mask = vec![0i64; rows * width];
-        for (row, encoding) in encodings.iter().enumerate() {
-            let start = row * width;
-            for (slot, &id) in ids[start..].iter_mut().zip(encoding.get_ids()) {
-                *slot = i64::from(id);
-            }
-            mask[start..start + encoding.get_ids().len()].fill(1);
-        }
-        let shape = [rows, width];
-        let inputs = ort::inputs![
-            "input_ids" => Tensor::from_array((shape, ids)).map_err(model_error)?,
-            "attention_mask" => Tensor::from_array((shape, mask)).map_err(model_error)?,
-            "token_type_ids" => Tensor::from_array((shape, vec![0i64; rows * width])).map_err(model_error)?,
-        ];
-        let outputs = session.run(inputs).map_err(model_error)?;
-        let (_, hidden) = outputs["last_hidden_state"]
-            .try_extract_tensor::<f32>()
+    }
+    let positions: Vec<usize> = words()
+        .filter(|&i| offsets[i].0 >= range.start && offsets[i].0 < range.end)
+        .collect();
+    (!positions.is_empty()).then_some(positions)
+}
+
+impl MiniLm {
+    /// [`Embedder::embed_spans`] with the spans pooled from their texts' passes: each text runs as
+    /// [`Embedder::embed`] runs it, and a span's vector is the mean of its word pieces' hidden states
+    /// there (unit length). A span the pass did not see whole (past the text's
+    /// [`MAX_WORD_PIECES`]) is embedded alone.
+    fn embed_pooled(
+        &mut self,
+        texts: &[&str],
+        spans: &[Spans],
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        // Checks every range first (the same error as the default).
+        span_inputs(texts, spans)?;
+        let no_spans = Spans::new();
+        let spans_of = |i: usize| spans.get(i).unwrap_or(&no_spans);
+        let encodings = self
+            .tokenizer
+            .encode_batch(texts.to_vec(), true)
             .map_err(model_error)?;
-        if hidden.len() != rows * width * dimension {
-            return Err(model_error(format!(
-                "the graph answered {} values for {rows}×{width}×{dimension}",
-                hidden.len()
-            )));
-        }
-        // Mean pooling over the real word pieces (padding is on the right), then unit length.
-        Ok(encodings
-            .iter()
-            .enumerate()
-            .map(|(row, encoding)| {
-                let length = encoding.get_ids().len();
-                let mut vector = vec![0f32; dimension];
-                for token in 0..length {
-                    let offset = (row * width + token) * dimension;
-                    for (sum, value) in vector.iter_mut().zip(&hidden[offset..offset + dimension]) {
-                        *sum += value;
-                    }
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| encodings[i].get_ids().len());
+        let pieces = |i: usize| encodings[i].get_ids().len();
+        let (batch_size, split) = match self.precision {
+            Precision::Fp32 => (self.batch_size, 0),
+            Precision::Int8 => (
+                1,
+                order.partition_point(|&i| pieces(i) < INT8_MIN_WORD_PIECES),
+            ),
+        };
+        // Per text: its vector, then its spans' (`None`: embedded alone below).
+        let mut out: Vec<Vec<Option<Vec<f32>>>> = vec![Vec::new(); texts.len()];
+        let (short, rest) = order.split_at(split);
+        let dimension = self.dimension;
+        let batches = short
+            .chunks(self.batch_size)
+            .map(|b| (true, b))
+            .chain(rest.chunks(batch_size).map(|b| (false, b)));
+        for (exact, batch) in batches {
+            let session = match exact {
+                true => self.exact.as_mut().unwrap_or(&mut self.session),
+                false => &mut self.session,
+            };
+            let inputs: Vec<&Encoding> = batch.iter().map(|&i| &encodings[i]).collect();
+            let (hidden, width) = forward(session, dimension, &inputs)?;
+            for (row, &index) in batch.iter().enumerate() {
+                let encoding = &encodings[index];
+                let text = match width {
+                    0 => vec![0.0; dimension],
+                    _ => mean_pool(&hidden, (row, width, dimension), 0..pieces(index)),
+                };
+                out[index].push(Some(text));
+                for range in spans_of(index) {
+                    let pooled = span_positions(encoding, range).map(|positions| {
+                        mean_pool(&hidden, (row, width, dimension), positions.into_iter())
+                    });
+                    out[index].push(pooled);
                 }
-                let scale = 1.0 / length.max(1) as f32;
-                vector.iter_mut().for_each(|v| *v *= scale);
-                l2_normalize(&mut vector);
+            }
+        }
+        let mut word_pieces: usize = encodings.iter().map(|e| e.get_ids().len()).sum();
+        // The spans the passes did not see whole, embedded alone.
+        let mut alone: Vec<&str> = Vec::new();
+        for (index, &text) in texts.iter().enumerate() {
+            for (range, vector) in spans_of(index).iter().zip(&out[index][1..]) {
+                if vector.is_none() {
+                    alone.push(&text[range.clone()]);
+                }
+            }
+        }
+        let mut alone = if alone.is_empty() {
+            Vec::new()
+        } else {
+            let vectors = self.embed(&alone)?;
+            word_pieces += self.last_tokens;
+            vectors
+        }
+        .into_iter();
+        self.last_tokens = word_pieces;
+        Ok(out
+            .into_iter()
+            .flatten()
+            .map(|vector| {
                 vector
+                    .or_else(|| alone.next())
+                    .unwrap_or_else(|| vec![0.0; dimension])
             })
             .collect())
     }
@@ -342,5 +491,22 @@ impl Embedder for MiniLm {
 
     fn last_token_count(&self) -> usize {
         self.last_tokens
+    }
+
+    fn embed_spans(
+        &mut self,
+        texts: &[&str],
+        spans: &[Spans],
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if self.pool_spans {
+            self.embed_pooled(texts, spans)
+        } else {
+            let inputs = span_inputs(texts, spans)?;
+            self.embed(&inputs)
+        }
+    }
+
+    fn pools_spans(&self) -> bool {
+        self.pool_spans
     }
 }

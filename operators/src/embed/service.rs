@@ -36,7 +36,7 @@ use crate::offload::Waker;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use super::{EmbedError, Embedder};
+use super::{EmbedError, Embedder, Spans};
 use crate::events::{InternalEvent, Retrying};
 use crate::metrics::metrics;
 
@@ -88,7 +88,7 @@ pub fn estimated_word_pieces(text: &str) -> usize {
 /// The vectors of one request.
 #[derive(Debug, Clone, Default)]
 pub struct Embedded {
-    /// One vector per text, in order.
+    /// One vector per text, in order (texts submitted with spans: each text's, then its spans').
     pub vectors: Vec<Vec<f32>>,
     /// Word pieces the model saw.
     pub word_pieces: usize,
@@ -106,6 +106,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 struct Request {
     id: u64,
     texts: Arc<Vec<String>>,
+    /// Each text's spans ([`Embedder::embed_spans`]; shorter than `texts` where the rest have none).
+    spans: Arc<Vec<Spans>>,
     /// Kept (the result stored, the operator woken) when the request completes.
     promise: Promise,
     /// Positions of the texts, shortest first; `order[next..]` are not handed out yet.
@@ -113,7 +115,8 @@ struct Request {
     next: usize,
     /// Slices handed back after an outage.
     retry: Vec<Vec<usize>>,
-    vectors: Vec<Vec<f32>>,
+    /// Per text: its vector, then its spans'.
+    vectors: Vec<Vec<Vec<f32>>>,
     done: usize,
     word_pieces: usize,
 }
@@ -145,6 +148,8 @@ struct Shared {
     /// Wakes the query executor.
     query_work: Condvar,
     config: ServiceConfig,
+    /// The executors pool spans from their texts' passes (a span then costs no model time of its own).
+    pools_spans: bool,
 }
 
 /// What an executor takes.
@@ -210,6 +215,7 @@ enum Work {
     Slice {
         id: u64,
         texts: Arc<Vec<String>>,
+        spans: Arc<Vec<Spans>>,
         positions: Vec<usize>,
     },
 }
@@ -226,6 +232,7 @@ impl InferenceService {
         })?;
         let version: Arc<str> = first.version().into();
         let dimension = first.dimension();
+        let pools_spans = first.pools_spans();
         if let Some(other) = executors
             .iter()
             .find(|e| e.version() != &*version || e.dimension() != dimension)
@@ -252,6 +259,7 @@ impl InferenceService {
                 query_executor: config.query_executor && executors.len() > 1,
                 version_tag: None,
             },
+            pools_spans,
         });
         let last = executors.len() - 1;
         let threads = executors
@@ -296,18 +304,32 @@ impl InferenceService {
 
     /// Queues `texts`; `waker` is called (on a service thread) once the ticket holds the result.
     pub fn submit(&self, texts: Vec<String>, priority: Priority, waker: &Waker) -> Ticket {
+        self.submit_spans(texts, Vec::new(), priority, waker)
+    }
+
+    /// Queues `texts` with the `spans` of each ([`Embedder::embed_spans`]: the vectors come back
+    /// as each text's, then its spans', text after text); `waker` as in [`Self::submit`].
+    pub fn submit_spans(
+        &self,
+        texts: Vec<String>,
+        spans: Vec<Spans>,
+        priority: Priority,
+        waker: &Waker,
+    ) -> Ticket {
         if texts.is_empty() {
             return Ticket::ready(Ok(Embedded::default()));
         }
         let (promise, ticket) = crate::offload::promise(waker);
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|&i| texts[i].len());
+        let vectors = vec![Vec::new(); texts.len()];
         let mut queues = lock(&self.shared.queues);
         queues.next_id += 1;
         let request = Request {
             id: queues.next_id,
-            vectors: vec![Vec::new(); texts.len()],
+            vectors,
             texts: Arc::new(texts),
+            spans: Arc::new(spans),
             promise,
             order,
             next: 0,
@@ -333,8 +355,18 @@ impl InferenceService {
         texts: Vec<String>,
         priority: Priority,
     ) -> Result<Embedded, EmbedError> {
+        self.embed_blocking_spans(texts, Vec::new(), priority)
+    }
+
+    /// [`Self::embed_blocking`] with each text's spans, as [`Self::submit_spans`].
+    pub fn embed_blocking_spans(
+        &self,
+        texts: Vec<String>,
+        spans: Vec<Spans>,
+        priority: Priority,
+    ) -> Result<Embedded, EmbedError> {
         let nobody: Waker = Arc::new(|| {});
-        self.submit(texts, priority, &nobody).wait()
+        self.submit_spans(texts, spans, priority, &nobody).wait()
     }
 
     /// Texts queued or being embedded, by priority (query, ingest).
@@ -364,7 +396,11 @@ fn next_work(shared: &Shared, role: Role) -> Option<Work> {
             let take = queues.query.len().min(shared.config.query_batch);
             Some(Work::Queries(queues.query.drain(..take).collect()))
         } else if paused_until.is_none() && role != Role::Query {
-            take_slice(&mut queues.ingest, shared.config.slice_word_pieces)
+            take_slice(
+                &mut queues.ingest,
+                shared.config.slice_word_pieces,
+                shared.pools_spans,
+            )
         } else {
             None
         };
@@ -391,9 +427,9 @@ fn next_work(shared: &Shared, role: Role) -> Option<Work> {
     }
 }
 
-/// About `budget` estimated word pieces (at least one text) from the first ingest request with texts
-/// not yet handed out.
-fn take_slice(ingest: &mut VecDeque<Request>, budget: usize) -> Option<Work> {
+/// About `budget` estimated word pieces (at least one text; a text's spans count too unless they are
+/// `pooled`) from the first ingest request with texts not yet handed out.
+fn take_slice(ingest: &mut VecDeque<Request>, budget: usize, pooled: bool) -> Option<Work> {
     let request = ingest.iter_mut().find(|r| r.has_slices())?;
     let positions = match request.retry.pop() {
         Some(positions) => positions,
@@ -401,7 +437,16 @@ fn take_slice(ingest: &mut VecDeque<Request>, budget: usize) -> Option<Work> {
             let mut cost = 0;
             let mut positions = Vec::new();
             while let Some(&position) = request.order.get(request.next) {
-                let text_cost = estimated_word_pieces(&request.texts[position]);
+                let text = &request.texts[position];
+                let spans = match pooled {
+                    true => &[][..],
+                    false => request.spans.get(position).map_or(&[][..], Vec::as_slice),
+                };
+                let text_cost = estimated_word_pieces(text)
+                    + spans
+                        .iter()
+                        .map(|r| estimated_word_pieces(text.get(r.clone()).unwrap_or_default()))
+                        .sum::<usize>();
                 if !positions.is_empty() && cost + text_cost > budget {
                     break;
                 }
@@ -415,6 +460,7 @@ fn take_slice(ingest: &mut VecDeque<Request>, budget: usize) -> Option<Work> {
     Some(Work::Slice {
         id: request.id,
         texts: request.texts.clone(),
+        spans: request.spans.clone(),
         positions,
     })
 }
@@ -429,28 +475,38 @@ fn run_executor(shared: &Shared, mut embedder: Box<dyn Embedder>, role: Role) {
             Work::Slice {
                 id,
                 texts,
+                spans,
                 positions,
             } => {
                 let inputs: Vec<&str> = positions.iter().map(|&p| texts[p].as_str()).collect();
-                let result = timed_embed(embedder.as_mut(), &inputs);
-                finish_slice(shared, id, positions, result);
+                let spans: Vec<Spans> = positions
+                    .iter()
+                    .map(|&p| spans.get(p).cloned().unwrap_or_default())
+                    .collect();
+                let result = timed_embed(embedder.as_mut(), &inputs, &spans);
+                finish_slice(shared, id, positions, &spans, result);
             }
         }
     }
 }
 
-/// Embeds `texts` and records the model's time and word pieces.
+/// Embeds `texts` (with their `spans`, [`Embedder::embed_spans`]) and records the model's time and
+/// word pieces.
 fn timed_embed(
     embedder: &mut dyn Embedder,
     texts: &[&str],
+    spans: &[Spans],
 ) -> Result<(Vec<Vec<f32>>, usize), EmbedError> {
     let started = Instant::now();
-    let vectors = embedder.embed(texts)?;
-    if vectors.len() != texts.len() {
+    let expected = texts.len() + spans.iter().map(Vec::len).sum::<usize>();
+    let vectors = match expected > texts.len() {
+        true => embedder.embed_spans(texts, spans)?,
+        false => embedder.embed(texts)?,
+    };
+    if vectors.len() != expected {
         return Err(EmbedError::Model(format!(
-            "{} vectors for {} texts",
+            "{} vectors for {expected} texts and spans",
             vectors.len(),
-            texts.len()
         )));
     }
     let tokens = embedder.last_token_count();
@@ -470,7 +526,7 @@ fn run_queries(embedder: &mut dyn Embedder, requests: Vec<Request>) {
         .iter()
         .flat_map(|r| r.texts.iter().map(String::as_str))
         .collect();
-    match timed_embed(embedder, &inputs) {
+    match timed_embed(embedder, &inputs, &[]) {
         Ok((vectors, word_pieces)) => {
             let mut vectors = vectors.into_iter();
             for request in requests {
@@ -502,6 +558,7 @@ fn finish_slice(
     shared: &Shared,
     id: u64,
     positions: Vec<usize>,
+    spans: &[Spans],
     result: Result<(Vec<Vec<f32>>, usize), EmbedError>,
 ) {
     let mut queues = lock(&shared.queues);
@@ -514,8 +571,10 @@ fn finish_slice(
             queues.backoff_until = None;
             queues.outage = None;
             let request = &mut queues.ingest[index];
-            for (position, vector) in positions.into_iter().zip(vectors) {
-                request.vectors[position] = vector;
+            let mut vectors = vectors.into_iter();
+            for (slot, &position) in positions.iter().enumerate() {
+                let count = 1 + spans.get(slot).map_or(0, Vec::len);
+                request.vectors[position] = vectors.by_ref().take(count).collect();
                 request.done += 1;
             }
             request.word_pieces += word_pieces;
@@ -523,7 +582,7 @@ fn finish_slice(
                 let request = queues.ingest.remove(index).expect("request exists");
                 drop(queues);
                 request.promise.keep(Ok(Embedded {
-                    vectors: request.vectors,
+                    vectors: request.vectors.into_iter().flatten().collect(),
                     word_pieces: request.word_pieces,
                 }));
             }

@@ -28,9 +28,9 @@ use super::acked::SharedAcked;
 use super::diff::ChunkDelta;
 use super::dlq::{DlqReason, DlqRecord, Origin};
 use crate::embed::service::{Embedded, InferenceService, Priority, Ticket};
-use crate::embed::EmbedError;
+use crate::embed::{EmbedError, Spans};
 use crate::ingest::decode::encode_event;
-use crate::model::{Chunk, DocKey};
+use crate::model::{Chunk, DocKey, EvidenceUnits};
 use crate::offload::Parked;
 use crate::store::{Bm25Encoder, Bm25Params, PointWrite};
 
@@ -104,31 +104,52 @@ fn dead_letter(
             )
         })
         .collect();
-    (index_work(version, bm25, deltas, None, false), dlq)
+    (
+        index_work(version, bm25, deltas, None, EvidenceUnits::Off),
+        dlq,
+    )
 }
 
-/// Adds what is embedded for `chunk` to `texts`: its embedding input, then (with `evidence`) its
-/// evidence units ([`Chunk::evidence_units`]).
-pub fn push_texts(chunk: &Chunk, evidence: bool, texts: &mut Vec<String>) {
-    texts.push(chunk.embedding_input());
-    if evidence {
-        texts.extend(chunk.evidence_units().into_iter().map(str::to_string));
+/// What is embedded for chunks: each chunk's embedding input and (with evidence) where its evidence
+/// units lie in it ([`Chunk::evidence_spans_in_input`]), as the inference service takes them
+/// ([`InferenceService::submit_spans`]).
+#[derive(Debug, Clone, Default)]
+pub struct ChunkInputs {
+    /// Each chunk's embedding input.
+    pub texts: Vec<String>,
+    /// Each chunk's evidence units, as byte ranges of its input.
+    pub spans: Vec<Spans>,
+}
+
+impl ChunkInputs {
+    /// Adds what is embedded for `chunk`: its embedding input and the evidence units `evidence`
+    /// gives it ([`EvidenceUnits::spans`]).
+    pub fn push(&mut self, chunk: &Chunk, evidence: EvidenceUnits) {
+        let input = chunk.embedding_input();
+        self.spans.push(evidence.spans_in_input(chunk, &input));
+        self.texts.push(input);
+    }
+
+    /// No chunk added.
+    pub fn is_empty(&self) -> bool {
+        self.texts.is_empty()
+    }
+
+    /// Vectors the chunks get: one each and one an evidence unit.
+    pub fn vectors(&self) -> usize {
+        self.texts.len() + self.spans.iter().map(Vec::len).sum::<usize>()
     }
 }
 
-/// Takes `chunk`'s vectors from `vectors`, in the order [`push_texts`] gave its texts: the chunk's own,
-/// then its evidence units'.
+/// Takes `chunk`'s vectors from `vectors`, in the order the service gives back [`ChunkInputs`]: the
+/// chunk's own, then its evidence units'.
 pub fn take_vectors(
     chunk: &Chunk,
-    evidence: bool,
+    evidence: EvidenceUnits,
     vectors: &mut impl Iterator<Item = Vec<f32>>,
 ) -> (Vec<f32>, Vec<Vec<f32>>) {
     let dense = vectors.next().expect("one vector per input");
-    let units = if evidence {
-        chunk.evidence_units().len()
-    } else {
-        0
-    };
+    let units = evidence.spans(chunk).len();
     let evidence = (0..units)
         .map(|_| vectors.next().expect("one vector per evidence unit"))
         .collect();
@@ -136,13 +157,13 @@ pub fn take_vectors(
 }
 
 /// Index work of `deltas`: their deletes, and their upserts with `vectors` (none: deletes only), laid
-/// out as [`push_texts`] gave the texts.
+/// out as [`take_vectors`] takes them.
 fn index_work(
     version: &str,
     bm25: &Bm25Encoder,
     deltas: Vec<ChunkDelta>,
     vectors: Option<Vec<Vec<f32>>>,
-    evidence: bool,
+    evidence: EvidenceUnits,
 ) -> Vec<IndexDelta> {
     let mut vectors = vectors.map(Vec::into_iter);
     deltas
@@ -220,7 +241,7 @@ pub struct EmbedQueue<C> {
     in_flight: Parked<C, Vec<ChunkDelta>, Result<Embedded, EmbedError>>,
     request_texts: usize,
     max_in_flight: usize,
-    evidence: bool,
+    evidence: EvidenceUnits,
 }
 
 impl<C: Clone> EmbedQueue<C> {
@@ -232,12 +253,12 @@ impl<C: Clone> EmbedQueue<C> {
             in_flight: Parked::default(),
             request_texts: request_texts.max(1),
             max_in_flight: max_in_flight.max(1),
-            evidence: false,
+            evidence: EvidenceUnits::Off,
         }
     }
 
-    /// With `evidence`, each chunk's evidence units are embedded with it ([`push_texts`]).
-    pub fn with_evidence(mut self, evidence: bool) -> Self {
+    /// Each chunk with the evidence units `evidence` gives it ([`ChunkInputs`]).
+    pub fn with_evidence(mut self, evidence: EvidenceUnits) -> Self {
         self.evidence = evidence;
         self
     }
@@ -274,13 +295,13 @@ impl<C: Clone> EmbedQueue<C> {
         service: &InferenceService,
         waker: &Waker,
         deltas: &[ChunkDelta],
-        evidence: bool,
+        evidence: EvidenceUnits,
     ) -> Ticket {
-        let mut texts = Vec::new();
+        let mut inputs = ChunkInputs::default();
         for chunk in deltas.iter().flat_map(|d| &d.upserts) {
-            push_texts(chunk, evidence, &mut texts);
+            inputs.push(chunk, evidence);
         }
-        service.submit(texts, Priority::Ingest, waker)
+        service.submit_spans(inputs.texts, inputs.spans, Priority::Ingest, waker)
     }
 
     /// The work of the completed requests at the front, each with its capability, in submission
@@ -329,12 +350,12 @@ impl<C: Clone> EmbedQueue<C> {
 
 /// Extension trait: embed chunk deltas.
 pub trait EmbedChunks<'scope> {
-    /// Embeds each batch through `service` (with `evidence`, each chunk's evidence units too) and
-    /// weighs its terms with `bm25`; `Ok` index work, `Err` DLQ records.
+    /// Embeds each batch through `service` (each chunk with the evidence units `evidence` gives it)
+    /// and weighs its terms with `bm25`; `Ok` index work, `Err` DLQ records.
     fn embed_chunks(
         self,
         service: InferenceService,
-        options: (bool, Bm25Params),
+        options: (EvidenceUnits, Bm25Params),
         acked: SharedAcked,
     ) -> StreamVec<'scope, u64, Result<IndexDelta, DlqRecord>>;
 }
@@ -343,7 +364,7 @@ impl<'scope> EmbedChunks<'scope> for StreamVec<'scope, u64, ChunkDelta> {
     fn embed_chunks(
         self,
         service: InferenceService,
-        (evidence, bm25): (bool, Bm25Params),
+        (evidence, bm25): (EvidenceUnits, Bm25Params),
         acked: SharedAcked,
     ) -> StreamVec<'scope, u64, Result<IndexDelta, DlqRecord>> {
         let pact = Exchange::new(|delta: &ChunkDelta| delta.key.route());
@@ -597,7 +618,7 @@ mod tests {
         let large = long_document("large");
         let upserts = large.upserts.len();
         let service = service(3, 64);
-        let mut queue = EmbedQueue::new(8, 2).with_evidence(true);
+        let mut queue = EmbedQueue::new(8, 2).with_evidence(EvidenceUnits::Alone);
         queue.push(
             1,
             vec![
@@ -692,7 +713,7 @@ mod tests {
                 let probe = stream
                     .embed_chunks(
                         service,
-                        (false, Default::default()),
+                        (EvidenceUnits::Off, Default::default()),
                         crate::ingest::acked::Acked::shared(),
                     )
                     .inspect_core(move |event| {

@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::embed::service::{InferenceService, Priority};
-use crate::ingest::embed::{push_texts, take_vectors};
+use crate::ingest::embed::{take_vectors, ChunkInputs};
+use crate::model::EvidenceUnits;
 use crate::store::reindex::ReindexStatus;
 use crate::store::{Bm25Encoder, Bm25Params, PointWrite, SearchFilter, VectorStore};
 use ragstream_core::query::pattern::SourcePattern;
@@ -40,7 +41,7 @@ pub struct Owned {
 pub struct Reindexer {
     shards: Vec<Arc<dyn VectorStore>>,
     service: InferenceService,
-    evidence: bool,
+    evidence: EvidenceUnits,
     bm25: Bm25Params,
     owned: Option<Owned>,
     shutdown: Arc<AtomicBool>,
@@ -72,7 +73,7 @@ impl Reindexer {
     pub fn new(
         shards: Vec<Arc<dyn VectorStore>>,
         service: InferenceService,
-        (evidence, bm25): (bool, Bm25Params),
+        (evidence, bm25): (EvidenceUnits, Bm25Params),
         owned: Option<Owned>,
         shutdown: Arc<AtomicBool>,
     ) -> Self {
@@ -209,16 +210,16 @@ impl Reindexer {
         encoder: &Bm25Encoder,
     ) -> Result<usize, String> {
         let held = self.retry(|| shard.get(ids))?;
-        let mut inputs = Vec::new();
+        let mut inputs = ChunkInputs::default();
         for stored in &held {
-            push_texts(&stored.chunk, self.evidence, &mut inputs);
+            inputs.push(&stored.chunk, self.evidence);
         }
         if inputs.is_empty() {
             return Ok(0);
         }
         let embedded = self.retry(|| {
             self.service
-                .embed_blocking(inputs.clone(), Priority::Ingest)
+                .embed_blocking_spans(inputs.texts.clone(), inputs.spans.clone(), Priority::Ingest)
                 .map_err(|e| e.to_string())
         })?;
         let mut vectors = embedded.vectors.into_iter();

@@ -172,6 +172,14 @@ impl Config {
         if self.embedder.kind == EmbedderKind::Http && self.embedder.url.is_none() {
             return invalid("embedder.url", "required for the http embedder");
         }
+        if self.embedder.kind == EmbedderKind::Http
+            && self.embedder.evidence_vectors == EvidenceVectors::Pooled
+        {
+            return invalid(
+                "embedder.evidence_vectors",
+                "pooled needs the local model's word pieces; the http embedder embeds units alone",
+            );
+        }
         if self.index.kind == IndexKind::Server && self.index.url.is_none() {
             return invalid("index.url", "required for the server index");
         }

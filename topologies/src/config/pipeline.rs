@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use ragstream_operators::model::EvidenceUnits;
 use serde::{Deserialize, Serialize};
 
 /// Ingest limits.
@@ -148,15 +149,39 @@ pub struct EmbedderConfig {
     /// Estimated word pieces per ingest slice: a query waits behind at most one slice of model time.
     #[serde(default = "default_slice_word_pieces")]
     pub slice_word_pieces: usize,
-    /// Also embed each chunk's sentences (in code, its lines) one by one, for the rerank's sentence
-    /// evidence (`query.rerank.sentence_evidence`). About doubles the model time of ingest; off, the
-    /// evidence of every chunk is its own vector's cosine.
+    /// Also give each chunk's sentences (in code, its lines) vectors of their own, for the rerank's
+    /// sentence evidence (`query.rerank.sentence_evidence`). Embedded alone (the default
+    /// `evidence_vectors`) they about double the model time of ingest; off, the evidence of every
+    /// chunk is its own vector's cosine.
     #[serde(default = "default_evidence_units")]
     pub evidence_units: bool,
+    /// How the evidence units get their vectors (minilm): `alone` (each unit embedded as a text of
+    /// its own) or `pooled` (the mean of the unit's word pieces in its chunk's own pass: next to no
+    /// model time; units past the chunk's 256 word pieces are embedded alone, and code and SQL-schema
+    /// chunks get no units, as with `evidence_units = false`). Pooled ingests faster for a little
+    /// ranking quality (docs/decisions/0048-pooled-evidence-units.md). The two write different
+    /// embedder versions, so switching needs a re-index (`reembed = true`). The http embedder
+    /// embeds units alone.
+    #[serde(default = "default_evidence_vectors")]
+    pub evidence_vectors: EvidenceVectors,
 }
 
 fn default_evidence_units() -> bool {
     true
+}
+
+/// How the evidence units get their vectors (`embedder.evidence_vectors`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvidenceVectors {
+    /// Pooled from the chunk's own pass.
+    Pooled,
+    /// Each unit embedded as a text of its own.
+    Alone,
+}
+
+fn default_evidence_vectors() -> EvidenceVectors {
+    EvidenceVectors::Alone
 }
 
 /// Graph of the local model.
@@ -214,6 +239,15 @@ impl Default for EmbedderConfig {
 }
 
 impl EmbedderConfig {
+    /// Which evidence units get vectors, and how (`evidence_units`, `evidence_vectors`).
+    pub fn evidence(&self) -> EvidenceUnits {
+        match (self.evidence_units, self.evidence_vectors) {
+            (false, _) => EvidenceUnits::Off,
+            (true, EvidenceVectors::Alone) => EvidenceUnits::Alone,
+            (true, EvidenceVectors::Pooled) => EvidenceUnits::Pooled,
+        }
+    }
+
     /// The model directory, resolved.
     pub fn model_dir(&self) -> PathBuf {
         if let Some(dir) = &self.model_dir {

@@ -1,4 +1,5 @@
 use super::*;
+use ragstream_operators::model::EvidenceUnits;
 use std::path::PathBuf;
 
 fn write(text: &str) -> (tempfile::TempDir, PathBuf) {
@@ -139,6 +140,16 @@ fn cross_field_checks_name_the_key() {
         ));
         assert!(err.contains("kafka.session_timeout_ms"), "{err}");
     }
+    // Pooled evidence vectors need the local model; the http embedder is refused them.
+    let err = load_error(
+        "[source]\nkind = \"kafka\"\n[embedder]\nkind = \"http\"\nurl = \"http://e\"\nevidence_vectors = \"pooled\"\n",
+    );
+    assert!(err.contains("embedder.evidence_vectors"), "{err}");
+    let (_dir, path) =
+        write("[source]\nkind = \"kafka\"\n[embedder]\nevidence_vectors = \"pooled\"\n");
+    let config = Config::load(&path).expect("pooled on the local model");
+    assert_eq!(config.embedder.evidence(), EvidenceUnits::Pooled);
+    assert_eq!(EmbedderConfig::default().evidence(), EvidenceUnits::Alone);
 }
 
 #[test]

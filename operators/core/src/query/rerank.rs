@@ -10,7 +10,7 @@
 //! where lane scores are the engines' raw scores min-max normalised over each lane's hits and
 //! combined with the intent's lane weights (rank fusion keeps only ranks; how far apart the scores are
 //! says how sure a lane is), sentence evidence the best cosine between the query vector and one of the
-//! chunk's evidence units (its sentences, in code its lines, embedded one by one at ingest: a chunk
+//! chunk's evidence units (its sentences, in code its lines, each with a vector from ingest: a chunk
 //! about several things is as close to the query as its closest sentence; a chunk of one sentence
 //! counts its own vector), term
 //! recall is the share of query terms the chunk holds, sentence recall
@@ -52,7 +52,8 @@ pub struct RerankConfig {
     /// Weight of the lanes' normalised raw scores.
     pub lanes: f32,
     /// Weight of sentence evidence: the best cosine between the query and one of the chunk's sentences
-    /// (code: lines), each embedded on its own at ingest (the chunk's own where it has none).
+    /// (code: lines), each with a vector of its own from ingest (`embedder.evidence_vectors`; the
+    /// chunk's own where it has none).
     pub sentence_evidence: f32,
     /// Weight of term recall.
     pub term_recall: f32,

@@ -177,6 +177,92 @@ fn vectors_come_back_in_the_order_of_the_texts_embedded_in_slices_shortest_first
     );
 }
 
+/// [`Scripted`] pooling its spans: a span's vector is `[its length, -1]`, with no call of its own.
+struct Pooling(Scripted);
+
+impl Embedder for Pooling {
+    fn version(&self) -> &str {
+        "pooling"
+    }
+    fn dimension(&self) -> usize {
+        2
+    }
+    fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.0.embed(texts)
+    }
+    fn last_token_count(&self) -> usize {
+        0
+    }
+    fn embed_spans(
+        &mut self,
+        texts: &[&str],
+        spans: &[Spans],
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let mut own = self.0.embed(texts)?.into_iter();
+        let mut out = Vec::new();
+        for index in 0..texts.len() {
+            out.push(own.next().expect("one vector a text"));
+            for range in spans.get(index).map_or(&[][..], Vec::as_slice) {
+                out.push(vec![range.len() as f32, -1.0]);
+            }
+        }
+        Ok(out)
+    }
+    fn pools_spans(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn spans_come_back_after_their_text_and_cost_a_slice_only_where_not_pooled() {
+    let texts = || vec!["a".repeat(40), "b".repeat(80), "c".repeat(20)];
+    let spans = || vec![vec![0..10, 10..30], Vec::new(), vec![5..9]];
+    // Embedded alone, through an outage on the second slice: every text, then its spans' texts.
+    let embedder = Scripted::default();
+    lock(&embedder.outages).push(1);
+    let service = InferenceService::start(vec![Box::new(embedder.clone())], config(40)).unwrap();
+    let result = service
+        .embed_blocking_spans(texts(), spans(), Priority::Ingest)
+        .unwrap();
+    let got: Vec<f32> = result.vectors.iter().map(|v| v[0]).collect();
+    assert_eq!(got, vec![40.0, 10.0, 20.0, 80.0, 20.0, 4.0]);
+    // Estimated word pieces, spans included: c 7 + 3, a 12 + 4 + 7, b 22: a slice of c and a (33),
+    // then b alone (55 > 40), failed once and handed out again.
+    let sizes: Vec<Vec<usize>> = lock(&embedder.calls)
+        .iter()
+        .map(|c| c.iter().map(String::len).collect())
+        .collect();
+    assert_eq!(sizes, vec![vec![20, 4, 40, 10, 20], vec![80], vec![80]]);
+    // Pooled, the spans cost no model time: c (7) and a (12) fit a slice of 25 they would
+    // overflow unpooled (10 + 23).
+    let embedder = Scripted::default();
+    let service = InferenceService::start(
+        vec![Box::new(Pooling(embedder.clone())) as Box<dyn Embedder>],
+        config(25),
+    )
+    .unwrap();
+    let result = service
+        .embed_blocking_spans(texts(), spans(), Priority::Ingest)
+        .unwrap();
+    let got: Vec<(f32, f32)> = result.vectors.iter().map(|v| (v[0], v[1])).collect();
+    assert_eq!(
+        got,
+        vec![
+            (40.0, 0.0),
+            (10.0, -1.0),
+            (20.0, -1.0),
+            (80.0, 1.0),
+            (20.0, 0.0),
+            (4.0, -1.0)
+        ]
+    );
+    let sizes: Vec<Vec<usize>> = lock(&embedder.calls)
+        .iter()
+        .map(|c| c.iter().map(String::len).collect())
+        .collect();
+    assert_eq!(sizes, vec![vec![20, 40], vec![80]]);
+}
+
 #[test]
 fn a_query_submitted_during_ingest_runs_before_the_remaining_slices() {
     let embedder = Scripted {
