@@ -3,11 +3,14 @@
     python3 deploy/scripts/check_eval_floor.py REPORT.json
 
 The floors are for the first 100 SciFact questions over the first 1000 documents and those judged for
-them (`--limit 100 --corpus-limit 1000`), at the default configuration. Measured 2026-11-28: nDCG@10
-0.8203, Recall@10 0.92, the naive dense baseline 0.8009 (+0.0194). With the rerank window cut to one
-candidate the same run gave 0.8117 (+0.0108 over naive), and with the claim intent leaning on BM25
-(0.1 / 0.9) 0.7720 (under naive): both fail here. A change that drops a figure below its floor fails
-the test command; the full `ragstream eval` is the judge of whether it is a loss.
+them (`--limit 100 --corpus-limit 1000`), at the default configuration but for the fp32 graph
+(`[embedder] precision = "fp32"`): the int8 graph's vectors depend on the CPU's integer kernels (the
+same code gave nDCG@10 0.8203 on one machine and 0.8131 on another), the fp32 graph's agree with
+PyTorch within 1e-6 on any. Measured 2026-11-30 with fp32: nDCG@10 0.8185, Recall@10 0.92, the naive
+dense baseline 0.8027 (+0.0158). With the rerank window cut to one candidate the same run gave 0.8115
+(+0.0088 over naive), and with the claim intent leaning on BM25 (0.1 / 0.9) 0.7746 (under naive):
+both fail here. A change that drops a figure below its floor fails the test command; the full
+`ragstream eval` is the judge of whether it is a loss.
 """
 import json
 import sys
@@ -15,11 +18,11 @@ import sys
 # Each floor sits under the figure measured when it was set: nDCG@10 by 0.005 (one question of 100
 # moving its relevant document from first to third place), Recall@10 by two questions of 100.
 FLOORS = {
-    ("ragstream", "ndcg_at_10"): 0.815,
+    ("ragstream", "ndcg_at_10"): 0.813,
     ("ragstream", "recall_at_10"): 0.90,
 }
 # The job must beat the naive dense baseline of the same run by at least this much nDCG@10 (measured
-# +0.0194; +0.0108 with the rerank cut to one candidate).
+# +0.0158; +0.0088 with the rerank cut to one candidate).
 OVER_NAIVE = 0.012
 # No context may overrun its budget.
 MAX_OVERRUNS = 0
