@@ -110,8 +110,8 @@ fn dead_letter(
     )
 }
 
-/// What is embedded for chunks: each chunk's embedding input and (with evidence) where its evidence
-/// units lie in it ([`Chunk::evidence_spans_in_input`]), as the inference service takes them
+/// What is embedded for chunks: each chunk's embedding input and where the evidence units it gets
+/// lie in it ([`EvidenceUnits::spans_in_input`]), as the inference service takes them
 /// ([`InferenceService::submit_spans`]).
 #[derive(Debug, Clone, Default)]
 pub struct ChunkInputs {
