@@ -309,30 +309,6 @@ fn mean_pool(
     vector
 }
 
-/// Vectors of `encodings` from `session`, padded to the longest of them: mean pooling over each
-/// text's word pieces (padding is on the right), then unit length.
-fn run_batch(
-    session: &mut Session,
-    dimension: usize,
-    encodings: &[&Encoding],
-) -> Result<Vec<Vec<f32>>, EmbedError> {
-    let (hidden, width) = forward(session, dimension, encodings)?;
-    if width == 0 {
-        return Ok(vec![vec![0.0; dimension]; encodings.len()]);
-    }
-    Ok(encodings
-        .iter()
-        .enumerate()
-        .map(|(row, encoding)| {
-            mean_pool(
-                &hidden,
-                (row, width, dimension),
-                0..encoding.get_ids().len(),
-            )
-        })
-        .collect())
-}
-
 /// The word pieces of `encoding` that lie in `range` (by their byte offsets; the special tokens
 /// never), or `None` where the pass did not see the whole range (its text was truncated before the
 /// range ends, or no word piece lies in it).
@@ -353,17 +329,20 @@ fn span_positions(encoding: &Encoding, range: &std::ops::Range<usize>) -> Option
 }
 
 impl MiniLm {
-    /// [`Embedder::embed_spans`] with the spans pooled from their texts' passes: each text runs as
-    /// [`Embedder::embed`] runs it, and a span's vector is the mean of its word pieces' hidden states
-    /// there (unit length). A span the pass did not see whole (past the text's
-    /// [`MAX_WORD_PIECES`]) is embedded alone.
+    /// The vectors of `texts` (mean pooling over each text's word pieces, then unit length), each
+    /// followed by its `spans`' vectors pooled from the same pass: the mean of a span's word pieces'
+    /// hidden states there (unit length). A span the pass did not see whole (past the text's
+    /// [`MAX_WORD_PIECES`]) is embedded alone. Texts are sorted by word pieces so each fp32 batch pads
+    /// to similar lengths (int8 runs each text alone; see the module docs).
     fn embed_pooled(
         &mut self,
         texts: &[&str],
         spans: &[Spans],
     ) -> Result<Vec<Vec<f32>>, EmbedError> {
-        // Checks every range first (the same error as the default).
-        span_inputs(texts, spans)?;
+        if !spans.is_empty() {
+            // Checks every range first (the same error as the default).
+            span_inputs(texts, spans)?;
+        }
         let no_spans = Spans::new();
         let spans_of = |i: usize| spans.get(i).unwrap_or(&no_spans);
         let encodings = self
@@ -451,42 +430,7 @@ impl Embedder for MiniLm {
     }
 
     fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let encodings = self
-            .tokenizer
-            .encode_batch(texts.to_vec(), true)
-            .map_err(model_error)?;
-        // Sorted by word pieces so each batch pads to similar lengths; the order is restored at the end.
-        let mut order: Vec<usize> = (0..texts.len()).collect();
-        order.sort_by_key(|&i| encodings[i].get_ids().len());
-        let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
-        let pieces = |i: usize| encodings[i].get_ids().len();
-        let (batch_size, split) = match self.precision {
-            Precision::Fp32 => (self.batch_size, 0),
-            Precision::Int8 => (
-                1,
-                order.partition_point(|&i| pieces(i) < INT8_MIN_WORD_PIECES),
-            ),
-        };
-        let (short, rest) = order.split_at(split);
-        let exact = self.exact.as_mut().unwrap_or(&mut self.session);
-        for batch in short.chunks(self.batch_size) {
-            let inputs: Vec<&Encoding> = batch.iter().map(|&i| &encodings[i]).collect();
-            for (&index, vector) in batch.iter().zip(run_batch(exact, self.dimension, &inputs)?) {
-                out[index] = vector;
-            }
-        }
-        for batch in rest.chunks(batch_size) {
-            let inputs: Vec<&Encoding> = batch.iter().map(|&i| &encodings[i]).collect();
-            for (&index, vector) in
-                batch
-                    .iter()
-                    .zip(run_batch(&mut self.session, self.dimension, &inputs)?)
-            {
-                out[index] = vector;
-            }
-        }
-        self.last_tokens = encodings.iter().map(|e| e.get_ids().len()).sum();
-        Ok(out)
+        self.embed_pooled(texts, &[])
     }
 
     fn last_token_count(&self) -> usize {
