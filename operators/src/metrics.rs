@@ -355,7 +355,7 @@ impl Metrics {
 }
 
 /// Stages of `ragstream_query_stage_seconds`.
-pub const QUERY_STAGES: [&str; 15] = [
+pub const QUERY_STAGES: [&str; 16] = [
     "decode",
     "intent",
     "embed",
@@ -365,6 +365,7 @@ pub const QUERY_STAGES: [&str; 15] = [
     "retrieve_bm25",
     "retrieve_vectors",
     "retrieve_batch",
+    "retrieve_points",
     "fuse",
     "rerank",
     "dedup",

@@ -22,8 +22,8 @@ use qdrant_client::qdrant::{
     CountPointsBuilder, CreateCollectionBuilder, CreateFieldIndexCollectionBuilder, Datatype,
     DeleteCollectionBuilder, DeletePointsBuilder, Distance, FieldType, GetPointsBuilder,
     HnswConfigDiffBuilder, KeywordIndexParamsBuilder, Modifier, MultiVectorComparator,
-    MultiVectorConfigBuilder, NamedVectors, PointId, PointStruct, QuantizationType,
-    ScalarQuantizationBuilder, ScrollPointsBuilder, SparseIndexConfigBuilder,
+    MultiVectorConfigBuilder, NamedVectors, PayloadIncludeSelector, PointId, PointStruct,
+    QuantizationType, ScalarQuantizationBuilder, ScrollPointsBuilder, SparseIndexConfigBuilder,
     SparseVectorParamsBuilder, SparseVectorsConfigBuilder, UpsertPointsBuilder, Vector,
     VectorParamsBuilder, VectorsConfigBuilder,
 };
@@ -42,11 +42,16 @@ mod convert;
 mod read;
 mod write;
 use convert::*;
-use read::stored_vectors;
+use read::{stored_vectors, unit_count};
 use write::server_distance;
 
 /// Points per scroll page.
 const SCROLL_PAGE: u32 = 512;
+
+/// The payload field of a point written into a collection with evidence units: how many units it
+/// has (0: the multi-vector holds the point's own dense vector in their place). Absent from points
+/// written before it, whose multi-vector, where they have one, holds real units.
+const UNITS_FIELD: &str = "units";
 
 /// Deadline of one gRPC request. Writes wait for the server to apply them, so this is longer than
 /// the client's default (5 s); a request past it fails as [`StoreError::Unavailable`] and is retried
@@ -388,8 +393,9 @@ impl VectorStore for ServerStore {
             .map_err(store_error)?;
         let found = page
             .result
-            .first()
-            .and_then(|point| stored_chunk(point.id.as_ref(), &point.payload));
+            .into_iter()
+            .next()
+            .and_then(|point| stored_chunk(point.id.as_ref(), point.payload));
         let found_dimension = self.collection_params()?.0.unwrap_or(0);
         check_compatible(found.as_ref(), found_dimension, embedder_version, dimension)
     }
@@ -472,7 +478,13 @@ impl VectorStore for ServerStore {
             return Ok(Vec::new());
         }
         let filter = server_filter(filter, &self.declared())?;
-        let request = self.lane_request(vector, filter, limit, score_threshold, false);
+        let request = self.lane_request(
+            vector,
+            filter,
+            limit,
+            score_threshold,
+            read::Returns::Payload,
+        );
         let dense = matches!(vector, SearchVector::Dense(_));
         let response = self
             .runtime
@@ -480,8 +492,8 @@ impl VectorStore for ServerStore {
             .map_err(store_error)?;
         Ok(response
             .result
-            .iter()
-            .filter_map(|point| self.hit(point, dense))
+            .into_iter()
+            .filter_map(|mut point| self.hit(&mut point, dense))
             .collect())
     }
 
@@ -507,8 +519,8 @@ impl VectorStore for ServerStore {
             .map_err(store_error)?;
         Ok(response
             .result
-            .iter()
-            .filter_map(|point| stored_chunk(point.id.as_ref(), &point.payload))
+            .into_iter()
+            .filter_map(|point| stored_chunk(point.id.as_ref(), point.payload))
             .collect())
     }
 
@@ -518,7 +530,9 @@ impl VectorStore for ServerStore {
         }
         let ids: Vec<PointId> = ids.iter().map(|id| point_id(*id)).collect();
         let request = GetPointsBuilder::new(&self.collection, ids)
-            .with_payload(false)
+            .with_payload(PayloadIncludeSelector {
+                fields: vec![UNITS_FIELD.to_string()],
+            })
             .with_vectors(self.vector_selector());
         let response = self
             .runtime
@@ -528,7 +542,13 @@ impl VectorStore for ServerStore {
             .result
             .into_iter()
             .filter_map(|point| {
-                Some((uuid_of(point.id.as_ref())?, stored_vectors(point.vectors?)?))
+                let id = uuid_of(point.id.as_ref())?;
+                let mut vectors = stored_vectors(point.vectors?)?;
+                if unit_count(&point.payload) == Some(0) {
+                    // The stand-in for units the point does not have.
+                    vectors.evidence.clear();
+                }
+                Some((id, vectors))
             })
             .collect())
     }

@@ -61,7 +61,8 @@ pub struct LaneHits {
     /// where the units are in `vectors` instead. A hit without units has no score here.
     pub evidence: Option<Vec<(uuid::Uuid, f32)>>,
     /// Seconds per request made, named for the `query_stage_seconds` metric (`retrieve_dense`,
-    /// `retrieve_bm25`, `retrieve_vectors` one after another; `retrieve_batch` for one request).
+    /// `retrieve_bm25`, `retrieve_vectors` one after another; `retrieve_batch` for one request,
+    /// `retrieve_points` for the points it left to read).
     pub timings: Vec<(&'static str, f64)>,
 }
 

@@ -253,15 +253,34 @@ pub(super) fn to_payload(map: &Map<String, JsonValue>) -> Payload {
     Payload::from(fields)
 }
 
-/// A stored chunk from a point's id and payload; `None` if it is not a ragstream point.
+/// A stored chunk from a point's id and payload; `None` if it is not a ragstream point. Takes the
+/// payload, so its strings (the chunk's text the largest) move instead of being copied.
 pub(super) fn stored_chunk(
     id: Option<&PointId>,
-    payload: &HashMap<String, Value>,
+    payload: HashMap<String, Value>,
 ) -> Option<StoredChunk> {
     let id = uuid_of(id)?;
     let payload: Map<String, JsonValue> = payload
-        .iter()
-        .map(|(k, v)| (k.clone(), to_json(v)))
+        .into_iter()
+        .map(|(k, v)| (k, into_json(v)))
         .collect();
     chunk_from_payload(id, payload)
+}
+
+/// [`to_json`] of a value taken.
+fn into_json(value: Value) -> JsonValue {
+    match value.kind {
+        Some(Kind::StringValue(s)) => JsonValue::String(s),
+        Some(Kind::ListValue(list)) => {
+            JsonValue::Array(list.values.into_iter().map(into_json).collect())
+        }
+        Some(Kind::StructValue(object)) => JsonValue::Object(
+            object
+                .fields
+                .into_iter()
+                .map(|(k, v)| (k, into_json(v)))
+                .collect(),
+        ),
+        kind => to_json(&Value { kind }),
+    }
 }

@@ -9,8 +9,14 @@ use qdrant_client::qdrant::{
     SearchParams, SearchParamsBuilder, VectorInput, VectorsOutput, VectorsSelector,
 };
 
-use super::convert::{server_filter, store_error, stored_chunk, uuid_of};
-use super::{ServerStore, SCROLL_PAGE};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use qdrant_client::qdrant::value::Kind;
+use qdrant_client::qdrant::{GetPointsBuilder, Value};
+
+use super::convert::{point_id, server_filter, store_error, stored_chunk, uuid_of};
+use super::{ServerStore, SCROLL_PAGE, UNITS_FIELD};
 use crate::model::DocKey;
 use crate::store::lanes::document_filter;
 use crate::store::{
@@ -35,12 +41,33 @@ pub(super) fn stored_vectors(vectors: VectorsOutput) -> Option<StoredVectors> {
     })
 }
 
+/// What a lane's request returns of each hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Returns {
+    /// Ids and scores.
+    Scores,
+    /// The payload too.
+    Payload,
+    /// The payload and the dense vector.
+    PayloadAndDense,
+}
+
+/// The [`UNITS_FIELD`] of a point's payload: its number of evidence units, `None` where the point
+/// was written without it.
+pub(super) fn unit_count(payload: &HashMap<String, Value>) -> Option<i64> {
+    match payload.get(UNITS_FIELD)?.kind.as_ref()? {
+        Kind::IntegerValue(count) => Some(*count),
+        Kind::DoubleValue(count) => Some(*count as i64),
+        _ => None,
+    }
+}
+
 impl ServerStore {
     /// The stored vectors a query reads: the dense one and, where the collection has them, the
     /// evidence units.
     pub(super) fn vector_selector(&self) -> VectorsSelector {
         let mut names = vec![DENSE_VECTOR.to_string()];
-        if self.evidence.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.evidence.load(Ordering::Relaxed) {
             names.push(EVIDENCE_VECTOR.to_string());
         }
         VectorsSelector::new(names)
@@ -83,22 +110,22 @@ impl ServerStore {
         }
     }
 
-    /// One lane's search request: payload always, the dense vector when `with_vectors`.
+    /// One lane's search request, returning `returns` of its hits.
     pub(super) fn lane_request(
         &self,
         vector: &SearchVector,
         filter: Option<Filter>,
         limit: usize,
         score_threshold: Option<f32>,
-        with_vectors: bool,
+        returns: Returns,
     ) -> QueryPointsBuilder {
         let (query, using, params, threshold) = self.lane_parts(vector, limit, score_threshold);
         let mut request = QueryPointsBuilder::new(&self.collection)
             .query(query)
             .using(using)
             .limit(limit as u64)
-            .with_payload(true);
-        request = if with_vectors {
+            .with_payload(returns != Returns::Scores);
+        request = if returns == Returns::PayloadAndDense {
             request.with_vectors(VectorsSelector::new(vec![DENSE_VECTOR.to_string()]))
         } else {
             request.with_vectors(false)
@@ -141,8 +168,8 @@ impl ServerStore {
     }
 
     /// A scored point as a hit (a dense score as a cosine); `None` for a point that is not a chunk.
-    pub(super) fn hit(&self, point: &ScoredPoint, dense: bool) -> Option<Hit> {
-        let stored = stored_chunk(point.id.as_ref(), &point.payload)?;
+    pub(super) fn hit(&self, point: &mut ScoredPoint, dense: bool) -> Option<Hit> {
+        let stored = stored_chunk(point.id.as_ref(), std::mem::take(&mut point.payload))?;
         Some(Hit {
             stored,
             score: if dense {
@@ -153,18 +180,29 @@ impl ServerStore {
         })
     }
 
-    /// Both lanes, their hits' dense vectors and sentence evidence in one `query_batch` request:
-    /// a request per lane, and one that searches both lanes again as prefetches and scores their
-    /// hits against the evidence units (the engine's MaxSim of the one query vector: its highest
-    /// cosine to a unit), so the units themselves never leave the server.
+    /// Both lanes, their hits' chunks, dense vectors and sentence evidence in one `query_batch`
+    /// request. With evidence units in the collection and a dense query: a request per lane
+    /// returning ids and scores, and one that searches both lanes again as prefetches, scores
+    /// their hits against the evidence units (the engine's MaxSim of the one query vector: its
+    /// highest cosine to a unit) and returns each hit's payload and dense vector once, so the units
+    /// never leave the server and no payload is sent twice. A point written before every point held
+    /// a multi-vector is not in that request's answer; such points are read in one more request.
+    /// Without evidence: the lanes returning their hits' payloads and dense vectors.
     pub(super) fn lanes_in_one(
         &self,
         lanes: &LaneQuery,
         filter: &SearchFilter,
     ) -> Result<LaneHits, StoreError> {
         let filter = server_filter(filter, &self.declared())?;
+        let query_vector = lanes.dense.as_ref().map(|lane| &lane.vector);
+        let evidence = query_vector.is_some() && self.evidence.load(Ordering::Relaxed);
+        let lane_returns = if evidence {
+            Returns::Scores
+        } else {
+            Returns::PayloadAndDense
+        };
         let mut requests = Vec::new();
-        let mut kinds = Vec::new();
+        let mut dense_lanes = Vec::new();
         let mut prefetches = Vec::new();
         let mut depth = 0u64;
         let searches = [
@@ -193,19 +231,17 @@ impl ServerStore {
         ];
         for (vector, limit, threshold) in searches.into_iter().flatten() {
             requests.push(
-                self.lane_request(&vector, filter.clone(), limit, threshold, true)
+                self.lane_request(&vector, filter.clone(), limit, threshold, lane_returns)
                     .build(),
             );
             prefetches.push(self.lane_prefetch(&vector, filter.clone(), limit, threshold));
             depth += limit as u64;
-            kinds.push(Some(matches!(vector, SearchVector::Dense(_))));
+            dense_lanes.push(matches!(vector, SearchVector::Dense(_)));
         }
         let mut hits = LaneHits::default();
         if requests.is_empty() {
             return Ok(hits);
         }
-        let query_vector = lanes.dense.as_ref().map(|lane| &lane.vector);
-        let evidence = self.evidence.load(std::sync::atomic::Ordering::Relaxed);
         if let (Some(query_vector), true) = (query_vector, evidence) {
             let mut request = QueryPointsBuilder::new(&self.collection)
                 .query(Query::new_nearest(VectorInput::new_multi(vec![
@@ -213,14 +249,12 @@ impl ServerStore {
                 ])))
                 .using(EVIDENCE_VECTOR)
                 .limit(depth)
-                .with_payload(false)
-                .with_vectors(false);
+                .with_payload(true)
+                .with_vectors(VectorsSelector::new(vec![DENSE_VECTOR.to_string()]));
             for prefetch in prefetches {
                 request = request.add_prefetch(prefetch);
             }
             requests.push(request.build());
-            kinds.push(None);
-            hits.evidence = Some(Vec::new());
         }
         let started = std::time::Instant::now();
         let response = self
@@ -230,41 +264,155 @@ impl ServerStore {
                     .query_batch(QueryBatchPointsBuilder::new(&self.collection, requests)),
             )
             .map_err(store_error)?;
+        tracing::debug!(
+            server_ms = response.time * 1e3,
+            took_ms = started.elapsed().as_secs_f64() * 1e3,
+            "query batch"
+        );
+        let mut response = response.result;
         hits.timings
             .push(("retrieve_batch", started.elapsed().as_secs_f64()));
-        let mut seen = std::collections::HashSet::new();
-        for (kind, batch) in kinds.into_iter().zip(response.result) {
-            let Some(dense) = kind else {
-                let scores = hits.evidence.get_or_insert_with(Vec::new);
-                scores.extend(
-                    batch
-                        .result
-                        .iter()
-                        .filter_map(|point| Some((uuid_of(point.id.as_ref())?, point.score))),
-                );
-                continue;
-            };
-            for point in batch.result {
-                let Some(hit) = self.hit(&point, dense) else {
-                    continue;
-                };
-                if seen.insert(hit.stored.id) {
-                    if let Some(vectors) = point.vectors.and_then(stored_vectors) {
-                        hits.vectors.push((hit.stored.id, vectors));
+        if !evidence {
+            let mut seen = std::collections::HashSet::new();
+            for (dense, batch) in dense_lanes.into_iter().zip(response) {
+                for mut point in batch.result {
+                    let Some(hit) = self.hit(&mut point, dense) else {
+                        continue;
+                    };
+                    if seen.insert(hit.stored.id) {
+                        if let Some(vectors) = point.vectors.and_then(stored_vectors) {
+                            hits.vectors.push((hit.stored.id, vectors));
+                        }
+                    }
+                    if dense {
+                        hits.dense.push(hit);
+                    } else {
+                        hits.bm25.push(hit);
                     }
                 }
-                if dense {
-                    hits.dense.push(hit);
-                } else {
-                    hits.bm25.push(hit);
+            }
+        } else {
+            let scored = response.pop().map(|batch| batch.result).unwrap_or_default();
+            let mut chunks: HashMap<uuid::Uuid, (StoredChunk, Vec<f32>)> = HashMap::new();
+            let mut scores = Vec::new();
+            for point in scored {
+                self.take_point(point, &mut chunks, Some(&mut scores));
+            }
+            let lanes: Vec<(bool, Vec<(uuid::Uuid, f32)>)> = dense_lanes
+                .into_iter()
+                .zip(response)
+                .map(|(dense, batch)| {
+                    let points = batch
+                        .result
+                        .iter()
+                        .filter_map(|point| {
+                            let score = if dense {
+                                self.tuning.distance.to_cosine(point.score)
+                            } else {
+                                point.score
+                            };
+                            Some((uuid_of(point.id.as_ref())?, score))
+                        })
+                        .collect();
+                    (dense, points)
+                })
+                .collect();
+            let missing: std::collections::BTreeSet<uuid::Uuid> = lanes
+                .iter()
+                .flat_map(|(_, points)| points)
+                .map(|(id, _)| *id)
+                .filter(|id| !chunks.contains_key(id))
+                .collect();
+            if !missing.is_empty() {
+                let missing: Vec<PointId> = missing.into_iter().map(point_id).collect();
+                let started = std::time::Instant::now();
+                let request = GetPointsBuilder::new(&self.collection, missing)
+                    .with_payload(true)
+                    .with_vectors(VectorsSelector::new(vec![DENSE_VECTOR.to_string()]));
+                let found = self
+                    .runtime
+                    .block_on(self.client.get_points(request))
+                    .map_err(store_error)?
+                    .result;
+                hits.timings
+                    .push(("retrieve_points", started.elapsed().as_secs_f64()));
+                for point in found {
+                    let point = ScoredPoint {
+                        id: point.id,
+                        payload: point.payload,
+                        vectors: point.vectors,
+                        ..ScoredPoint::default()
+                    };
+                    self.take_point(point, &mut chunks, None);
                 }
             }
+            for (dense, points) in lanes {
+                for (id, score) in points {
+                    // Gone between the requests: deleted meanwhile.
+                    let Some((stored, _)) = chunks.get(&id) else {
+                        continue;
+                    };
+                    let hit = Hit {
+                        stored: stored.clone(),
+                        score,
+                    };
+                    if dense {
+                        hits.dense.push(hit);
+                    } else {
+                        hits.bm25.push(hit);
+                    }
+                }
+            }
+            let kept: std::collections::HashSet<uuid::Uuid> = hits
+                .dense
+                .iter()
+                .chain(&hits.bm25)
+                .map(|hit| hit.stored.id)
+                .collect();
+            hits.vectors = chunks
+                .into_iter()
+                .filter(|(id, _)| kept.contains(id))
+                .map(|(id, (_, dense))| {
+                    (
+                        id,
+                        StoredVectors {
+                            dense,
+                            evidence: Vec::new(),
+                        },
+                    )
+                })
+                .collect();
+            scores.retain(|(id, _)| kept.contains(id));
+            hits.evidence = Some(scores);
         }
         hits.vectors.sort_by_key(|(id, _)| *id);
         if let Some(pool) = lanes.pool {
             hits.cut_to_pool(pool);
         }
         Ok(hits)
+    }
+
+    /// Keeps a returned point's chunk and dense vector in `chunks` and, with `scores`, its
+    /// evidence score where it has units of its own.
+    fn take_point(
+        &self,
+        point: ScoredPoint,
+        chunks: &mut HashMap<uuid::Uuid, (StoredChunk, Vec<f32>)>,
+        scores: Option<&mut Vec<(uuid::Uuid, f32)>>,
+    ) {
+        let own_units = unit_count(&point.payload) != Some(0);
+        let Some(stored) = stored_chunk(point.id.as_ref(), point.payload) else {
+            return;
+        };
+        let Some(vectors) = point.vectors.and_then(stored_vectors) else {
+            return;
+        };
+        if let Some(scores) = scores {
+            if own_units {
+                scores.push((stored.id, point.score));
+            }
+        }
+        chunks.insert(stored.id, (stored, vectors.dense));
     }
 
     /// The chunks of `key`'s document within `radius` positions of `order`: one scroll whose filter
@@ -314,12 +462,13 @@ impl ServerStore {
                 .runtime
                 .block_on(self.client.scroll(request))
                 .map_err(store_error)?;
-            for point in &page.result {
-                if let Some(stored) = stored_chunk(point.id.as_ref(), &point.payload) {
+            let next = page.next_page_offset;
+            for point in page.result {
+                if let Some(stored) = stored_chunk(point.id.as_ref(), point.payload) {
                     visit(stored);
                 }
             }
-            match page.next_page_offset {
+            match next {
                 Some(next) => offset = Some(next),
                 None => return Ok(()),
             }

@@ -27,22 +27,29 @@ impl ServerStore {
                     SPARSE_VECTOR,
                     Vector::new_sparse(point.sparse.indices.clone(), point.sparse.values.clone()),
                 );
-            if !point.evidence.is_empty()
-                && self.evidence.load(std::sync::atomic::Ordering::Relaxed)
-            {
+            let mut payload = chunk_payload(point);
+            if self.evidence.load(std::sync::atomic::Ordering::Relaxed) {
                 if point.evidence.iter().any(|v| v.len() != self.dimension) {
                     return Err(StoreError::Invalid(format!(
                         "evidence vector of a dimension other than the index's {}",
                         self.dimension
                     )));
                 }
-                vectors =
-                    vectors.add_vector(EVIDENCE_VECTOR, Vector::new_multi(point.evidence.clone()));
+                // A point without units holds its own vector in their place, so that the query's
+                // evidence request (which returns only points with the multi-vector) returns every
+                // point; `units` says which, and its engine score is not used (read.rs).
+                let units = if point.evidence.is_empty() {
+                    vec![point.dense.clone()]
+                } else {
+                    point.evidence.clone()
+                };
+                vectors = vectors.add_vector(EVIDENCE_VECTOR, Vector::new_multi(units));
+                payload.insert(UNITS_FIELD.to_string(), point.evidence.len().into());
             }
             list.push(PointStruct::new(
                 point_id(point.id),
                 vectors,
-                to_payload(&chunk_payload(point)),
+                to_payload(&payload),
             ));
         }
         self.runtime
