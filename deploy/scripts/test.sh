@@ -76,12 +76,12 @@ fi
 # `--workspace` as above: `-p ragstream-operators` alone would unify other features and rebuild much
 # of the dependency tree (minutes of a cold CI).
 if [ -n "${QDRANT_URL:-}" ]; then
-  echo "== index contract suite against the Qdrant server at $QDRANT_URL"
-  cargo test --workspace --lib server_store_passes_the_contract -- --ignored --show-output
+  echo "== index contract suite and the server store's own tests against the Qdrant server at $QDRANT_URL"
+  cargo test --workspace --lib store::server::tests:: -- --ignored --show-output
 elif [ -n "$qdrant_bin" ]; then
-  echo "== index contract suite against a local Qdrant server"
+  echo "== index contract suite and the server store's own tests against a local Qdrant server"
   deploy/scripts/qdrant-local.sh "$qdrant_bin" \
-    cargo test --workspace --lib server_store_passes_the_contract -- --ignored --show-output
+    cargo test --workspace --lib store::server::tests:: -- --ignored --show-output
 else
   echo "SKIPPED: index contract suite against a Qdrant server (no QDRANT_URL, no QDRANT_BIN, no ../shared/bin/install-qdrant.sh)"
 fi

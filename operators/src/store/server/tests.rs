@@ -1,5 +1,28 @@
 use super::*;
 
+/// The server's URL and API key, and a collection name no other run uses.
+fn server_and_collection(prefix: &str) -> (String, Option<String>, String) {
+    let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
+    let api_key = std::env::var("QDRANT_API_KEY").ok();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let collection = format!("ragstream_{prefix}_{}_{nanos}", std::process::id());
+    (url, api_key, collection)
+}
+
+/// Deletes the collection at the end, also when the test fails.
+struct Cleanup<'a>(&'a ServerStore);
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        if let Err(error) = self.0.delete_collection() {
+            eprintln!("could not delete {}: {error}", self.0.collection());
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs a Qdrant server: set QDRANT_URL and run with --ignored"]
 fn server_store_passes_the_contract() {
@@ -13,13 +36,7 @@ fn server_store_passes_the_contract() {
 }
 
 fn contract_with(tuning: IndexTuning) {
-    let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
-    let api_key = std::env::var("QDRANT_API_KEY").ok();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let collection = format!("ragstream_contract_{}_{nanos}", std::process::id());
+    let (url, api_key, collection) = server_and_collection("contract");
     let open_with = |tuning: IndexTuning| {
         ServerStore::connect(
             &url,
@@ -30,16 +47,8 @@ fn contract_with(tuning: IndexTuning) {
         )
     };
     let open = || open_with(tuning).expect("connect to the Qdrant server");
-    // Deletes the collection at the end, also when the contract fails.
-    struct Cleanup(ServerStore);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            if let Err(error) = self.0.delete_collection() {
-                eprintln!("could not delete {}: {error}", self.0.collection());
-            }
-        }
-    }
-    let _cleanup = Cleanup(open());
+    let store = open();
+    let _cleanup = Cleanup(&store);
     super::super::contract::run(&|| Box::new(open()) as Box<dyn VectorStore>);
     // A job of another distance is refused the collection.
     let other = IndexTuning {
@@ -62,13 +71,7 @@ fn a_querys_one_request_returns_every_point_and_reads_older_ones_in_a_second() {
     use crate::store::{lanes, Bm25Encoder, Lane, LaneQuery};
     use ragstream_core::testing::{sample_point, DIMENSION};
 
-    let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
-    let api_key = std::env::var("QDRANT_API_KEY").ok();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let collection = format!("ragstream_units_{}_{nanos}", std::process::id());
+    let (url, api_key, collection) = server_and_collection("units");
     let store = ServerStore::connect(
         &url,
         api_key,
@@ -77,14 +80,6 @@ fn a_querys_one_request_returns_every_point_and_reads_older_ones_in_a_second() {
         IndexTuning::default(),
     )
     .expect("connect to the Qdrant server");
-    struct Cleanup<'a>(&'a ServerStore);
-    impl Drop for Cleanup<'_> {
-        fn drop(&mut self) {
-            if let Err(error) = self.0.delete_collection() {
-                eprintln!("could not delete {}: {error}", self.0.collection());
-            }
-        }
-    }
     let _cleanup = Cleanup(&store);
     let mut with_units = sample_point("a", "units", 1, "kafka offsets are committed", &[]);
     let unit = |at: usize| {
