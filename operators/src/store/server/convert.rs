@@ -226,22 +226,24 @@ pub(super) fn to_value(json: &JsonValue) -> Value {
     Value { kind: Some(kind) }
 }
 
-/// A payload value as JSON.
-pub(super) fn to_json(value: &Value) -> JsonValue {
-    match &value.kind {
+/// A payload value as JSON, its strings moved.
+fn to_json(value: Value) -> JsonValue {
+    match value.kind {
         None | Some(Kind::NullValue(_)) => JsonValue::Null,
-        Some(Kind::BoolValue(b)) => JsonValue::Bool(*b),
-        Some(Kind::IntegerValue(i)) => JsonValue::Number(Number::from(*i)),
-        Some(Kind::DoubleValue(d)) => Number::from_f64(*d)
+        Some(Kind::BoolValue(b)) => JsonValue::Bool(b),
+        Some(Kind::IntegerValue(i)) => JsonValue::Number(Number::from(i)),
+        Some(Kind::DoubleValue(d)) => Number::from_f64(d)
             .map(JsonValue::Number)
             .unwrap_or(JsonValue::Null),
-        Some(Kind::StringValue(s)) => JsonValue::String(s.clone()),
-        Some(Kind::ListValue(list)) => JsonValue::Array(list.values.iter().map(to_json).collect()),
+        Some(Kind::StringValue(s)) => JsonValue::String(s),
+        Some(Kind::ListValue(list)) => {
+            JsonValue::Array(list.values.into_iter().map(to_json).collect())
+        }
         Some(Kind::StructValue(object)) => JsonValue::Object(
             object
                 .fields
-                .iter()
-                .map(|(k, v)| (k.clone(), to_json(v)))
+                .into_iter()
+                .map(|(k, v)| (k, to_json(v)))
                 .collect(),
         ),
     }
@@ -260,27 +262,7 @@ pub(super) fn stored_chunk(
     payload: HashMap<String, Value>,
 ) -> Option<StoredChunk> {
     let id = uuid_of(id)?;
-    let payload: Map<String, JsonValue> = payload
-        .into_iter()
-        .map(|(k, v)| (k, into_json(v)))
-        .collect();
+    let payload: Map<String, JsonValue> =
+        payload.into_iter().map(|(k, v)| (k, to_json(v))).collect();
     chunk_from_payload(id, payload)
-}
-
-/// [`to_json`] of a value taken.
-fn into_json(value: Value) -> JsonValue {
-    match value.kind {
-        Some(Kind::StringValue(s)) => JsonValue::String(s),
-        Some(Kind::ListValue(list)) => {
-            JsonValue::Array(list.values.into_iter().map(into_json).collect())
-        }
-        Some(Kind::StructValue(object)) => JsonValue::Object(
-            object
-                .fields
-                .into_iter()
-                .map(|(k, v)| (k, into_json(v)))
-                .collect(),
-        ),
-        kind => to_json(&Value { kind }),
-    }
 }

@@ -41,6 +41,10 @@ pub(super) fn stored_vectors(vectors: VectorsOutput) -> Option<StoredVectors> {
     })
 }
 
+/// The points an evidence request returned, by id: each one's chunk (until a hit takes it) and
+/// dense vector.
+type Chunks = HashMap<uuid::Uuid, (Option<StoredChunk>, Vec<f32>)>;
+
 /// What a lane's request returns of each hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Returns {
@@ -293,7 +297,7 @@ impl ServerStore {
             }
         } else {
             let scored = response.pop().map(|batch| batch.result).unwrap_or_default();
-            let mut chunks: HashMap<uuid::Uuid, (StoredChunk, Vec<f32>)> = HashMap::new();
+            let mut chunks: Chunks = HashMap::new();
             let mut scores = Vec::new();
             for point in scored {
                 self.take_point(point, &mut chunks, Some(&mut scores));
@@ -346,16 +350,28 @@ impl ServerStore {
                     self.take_point(point, &mut chunks, None);
                 }
             }
+            let mut uses: HashMap<uuid::Uuid, usize> = HashMap::new();
+            for (id, _) in lanes.iter().flat_map(|(_, points)| points) {
+                *uses.entry(*id).or_default() += 1;
+            }
             for (dense, points) in lanes {
                 for (id, score) in points {
                     // Gone between the requests: deleted meanwhile.
-                    let Some((stored, _)) = chunks.get(&id) else {
+                    let (Some((stored, _)), Some(left)) = (chunks.get_mut(&id), uses.get_mut(&id))
+                    else {
                         continue;
                     };
-                    let hit = Hit {
-                        stored: stored.clone(),
-                        score,
+                    // A chunk in both lanes is copied into its first hit and moved into its last.
+                    *left = left.saturating_sub(1);
+                    let stored = if *left == 0 {
+                        stored.take()
+                    } else {
+                        stored.clone()
                     };
+                    let Some(stored) = stored else {
+                        continue;
+                    };
+                    let hit = Hit { stored, score };
                     if dense {
                         hits.dense.push(hit);
                     } else {
@@ -397,7 +413,7 @@ impl ServerStore {
     fn take_point(
         &self,
         point: ScoredPoint,
-        chunks: &mut HashMap<uuid::Uuid, (StoredChunk, Vec<f32>)>,
+        chunks: &mut Chunks,
         scores: Option<&mut Vec<(uuid::Uuid, f32)>>,
     ) {
         let own_units = unit_count(&point.payload) != Some(0);
@@ -412,7 +428,7 @@ impl ServerStore {
                 scores.push((stored.id, point.score));
             }
         }
-        chunks.insert(stored.id, (stored, vectors.dense));
+        chunks.insert(stored.id, (Some(stored), vectors.dense));
     }
 
     /// The chunks of `key`'s document within `radius` positions of `order`: one scroll whose filter
