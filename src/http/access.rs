@@ -123,14 +123,19 @@ impl QueryTokens {
 }
 
 /// The query body as the token allows it: with a tenant-bound token, the body must be a JSON object
-/// naming one of its tenants (or none, when the token opens exactly one: that one is filled in), and its `acl` (if any) only labels of the token's; a body without `acl`
-/// carries the token's labels. Other tokens pass the body as it is. `Err`: why it is refused (403).
+/// naming one of its tenants (or none, when the token opens exactly one: that one is filled in), and
+/// its `acl` (if any) only labels of the token's; a body without `acl` carries the token's labels
+/// (`[]` for a token without labels: chunks without labels only, whatever `query.absent_acl` says).
+/// A body that is not a JSON object goes on as it is: the dataflow's decoder refuses it (400, with its
+/// DLQ record). Other tokens pass the body as it is. `Err`: why it is refused (403).
 pub(super) fn bind(body: Bytes, access: &Access) -> Result<Bytes, String> {
     let (Some(tenants), Some(labels)) = (&access.tenants, &access.labels) else {
         return Ok(body);
     };
-    let mut query: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&body)
-        .map_err(|_| "this token may not query that tenant".to_string())?;
+    let Ok(mut query) = serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&body)
+    else {
+        return Ok(body);
+    };
     // A token of exactly one tenant fills in a tenant the body leaves out.
     if query.get("tenant").is_none() && tenants.len() == 1 {
         if let Some(only) = tenants.iter().next() {
@@ -143,9 +148,7 @@ pub(super) fn bind(body: Bytes, access: &Access) -> Result<Bytes, String> {
     }
     match query.get("acl") {
         None | Some(serde_json::Value::Null) => {
-            if !labels.is_empty() {
-                query.insert("acl".into(), serde_json::json!(labels.as_slice()));
-            }
+            query.insert("acl".into(), serde_json::json!(labels.as_slice()));
         }
         Some(serde_json::Value::Array(asked)) => {
             if let Some(wider) = asked.iter().find(|label| {
@@ -188,12 +191,13 @@ impl AllowedHosts {
         Self { names: Some(names) }
     }
 
-    /// The configured list handed to rmcp's own check (empty: its loopback default).
-    pub(super) fn for_mcp(configured: &[String]) -> Vec<String> {
+    /// The configured list handed to rmcp's own check (empty: its loopback default; `None`: any
+    /// host, the configuration listed `*`).
+    pub(super) fn for_mcp(configured: &[String]) -> Option<Vec<String>> {
         if configured.iter().any(|name| name == "*") {
-            Vec::new()
+            None
         } else {
-            configured.to_vec()
+            Some(configured.to_vec())
         }
     }
 
@@ -314,15 +318,25 @@ mod tests {
             filled["tenant"], "acme",
             "the token's one tenant is filled in"
         );
-        assert!(bind(serde_json::json!(["not", "an", "object"])).is_err());
-        // A token without labels: public chunks only, and no label may be named.
+        // Not an object, not JSON: on as it is, for the decoder to refuse (400 and a DLQ record).
+        for refused in [
+            &b"[\"not\", \"an\", \"object\"]"[..],
+            b"{\"tenant\": \"acme\"",
+            b"\xff",
+        ] {
+            let body = Bytes::copy_from_slice(refused);
+            assert_eq!(super::bind(body.clone(), &access).unwrap(), body);
+        }
+        // A token without labels: public chunks only (an explicit empty list, so that
+        // `absent_acl = "all"` cannot open labelled chunks to it), and no label may be named.
         let public = Access {
             tenants: access.tenants.clone(),
             labels: Some(Arc::new(Vec::new())),
         };
-        let body = Bytes::from(r#"{"tenant":"acme"}"#);
-        let kept = bind_with(&public, body);
-        assert!(kept.unwrap().get("acl").is_none());
+        for body in [r#"{"tenant":"acme"}"#, r#"{"tenant":"acme","acl":null}"#] {
+            let kept = bind_with(&public, Bytes::from(body));
+            assert_eq!(kept.unwrap()["acl"], serde_json::json!([]), "{body}");
+        }
         let named = bind_with(&public, Bytes::from(r#"{"tenant":"acme","acl":["eng"]}"#));
         assert!(named.is_err());
         // The every-tenant token passes the body as it is.

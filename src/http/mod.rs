@@ -568,7 +568,10 @@ pub fn serve(
     let shared = Arc::new(Shared {
         readiness,
         queries: Arc::new(Semaphore::new(limits.max_queries_in_flight)),
-        mcp: crate::mcp::McpHttp::new(ingress.clone(), &AllowedHosts::for_mcp(allowed_hosts)),
+        mcp: crate::mcp::McpHttp::new(
+            ingress.clone(),
+            AllowedHosts::for_mcp(allowed_hosts).as_deref(),
+        ),
         ingress,
         invalidation_log,
         tokens,

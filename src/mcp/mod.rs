@@ -51,6 +51,13 @@ pub struct Grant(
 );
 
 impl Grant {
+    /// The `acl` of the grant's queries: a tenant-bound grant's labels, `[]` where it has none
+    /// (chunks without labels only, whatever `query.absent_acl` says); `None` (the job's
+    /// `absent_acl` rule) for the every-tenant token and a stdio launch.
+    fn acl(&self) -> Option<Vec<String>> {
+        self.1.as_deref().cloned()
+    }
+
     /// The tenant a call searches: the one it names, if the grant opens it; else the grant's only
     /// tenant.
     fn tenant(&self, asked: Option<String>) -> Result<String, String> {
@@ -109,14 +116,13 @@ impl RagTools {
         grant.tenant(asked).map_err(refused)
     }
 
-    /// The ACL labels of a call's queries: the grant's bound labels, or none (public chunks only).
+    /// The ACL labels of a call's queries ([`Grant::acl`]).
     fn labels(&self, extensions: &Extensions) -> Option<Vec<String>> {
         extensions
             .get::<http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<Grant>())
             .or(self.grant.as_ref())
-            .and_then(|grant| grant.1.as_deref().cloned())
-            .filter(|labels| !labels.is_empty())
+            .and_then(Grant::acl)
     }
 
     /// Asks `query` for the call's tenant (the one it names in `asked`, if its credential opens it)
@@ -457,15 +463,18 @@ pub struct McpHttp {
 }
 
 impl McpHttp {
-    /// Tools over `ingress`; `allowed_hosts` are the `Host` values accepted (empty: loopback only).
-    pub fn new(ingress: Arc<HttpIngress>, allowed_hosts: &[String]) -> Self {
+    /// Tools over `ingress`; `allowed_hosts` are the `Host` values accepted (empty: loopback only;
+    /// `None`: any).
+    pub fn new(ingress: Arc<HttpIngress>, allowed_hosts: Option<&[String]>) -> Self {
         let mut config = StreamableHttpServerConfig::default()
             .with_sse_keep_alive(None)
             .with_sse_retry(None)
             .with_legacy_session_mode(false)
             .with_json_response(true);
-        if !allowed_hosts.is_empty() {
-            config = config.with_allowed_hosts(allowed_hosts.iter().cloned());
+        match allowed_hosts {
+            None => config = config.disable_allowed_hosts(),
+            Some([]) => {}
+            Some(hosts) => config = config.with_allowed_hosts(hosts.iter().cloned()),
         }
         let tools = RagTools::new(ingress, None);
         let service = StreamableHttpService::new(
@@ -534,5 +543,12 @@ mod tests {
         let every = Grant(None, None);
         assert_eq!(every.tenant(Some("any".into())).unwrap(), "any");
         assert!(every.tenant(None).is_err(), "no silent default tenant");
+        // A tenant-bound token's calls carry its labels; one without labels an explicit empty
+        // list (public chunks only even under `absent_acl = "all"`); the every-tenant token none.
+        let labelled = Grant(one.0.clone(), Some(Arc::new(vec!["eng".into()])));
+        assert_eq!(labelled.acl(), Some(vec!["eng".to_string()]));
+        let unlabelled = Grant(one.0.clone(), Some(Arc::new(Vec::new())));
+        assert_eq!(unlabelled.acl(), Some(Vec::new()));
+        assert_eq!(every.acl(), None);
     }
 }

@@ -86,7 +86,8 @@ pub struct HttpConfig {
     pub tokens: std::collections::BTreeMap<String, Vec<String>>,
     /// The ACL labels of a tenant-bound token (environment variable name of `tokens` → labels): its
     /// queries and MCP calls carry these labels; a request may name fewer, never others. A
-    /// tenant-bound token not listed here sees chunks without labels only.
+    /// tenant-bound token not listed here sees chunks without labels only, also under
+    /// `query.absent_acl = "all"`.
     #[serde(default)]
     pub token_labels: std::collections::BTreeMap<String, Vec<String>>,
     /// `Host` header values that the `/v1/` data routes and `/mcp` accept (DNS-rebinding
