@@ -1,12 +1,15 @@
-//! InvalidationSink: invalidations to the process's log (`GET /invalidations?since=`) and, with Kafka,
+//! InvalidationSink: invalidations to the process's log (`GET /v1/invalidations?since=`) and, with Kafka,
 //! to the invalidations topic (key = query id, JSON value, idempotent producer).
 //!
-//! Invalidations are advice: the producer's own retries deliver them, a full local queue is waited
-//! out like the contexts producer's, and none holds a dataflow time or an offset.
+//! Invalidations are advice: the producer's own retries deliver them, and none holds a dataflow time
+//! or an offset. This runs on a dataflow worker, so a full local queue (a broker away for long) is
+//! waited out briefly, then the invalidation is left to the log alone (a warning says so), as is one
+//! the producer refuses outright.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
 use rdkafka::ClientConfig;
 
@@ -15,6 +18,11 @@ use ragstream_core::query::invalidate::{Invalidation, InvalidationLog};
 
 /// The longest a dropped publisher waits for its invalidations to reach the broker.
 const FLUSH_ON_DROP: Duration = Duration::from_secs(2);
+
+/// Waits of [`QUEUE_WAIT`] for room in a full producer queue before an invalidation is left to the
+/// log: the worker is held at most 30 ms an invalidation.
+const QUEUE_TRIES: usize = 3;
+const QUEUE_WAIT: Duration = Duration::from_millis(10);
 
 /// Where one worker's invalidations go.
 pub struct InvalidationPublisher {
@@ -69,13 +77,20 @@ impl InvalidationSink for InvalidationPublisher {
             let mut record = BaseRecord::to(topic)
                 .key(invalidation.query_id.as_bytes())
                 .payload(&payload);
+            let mut tries = 0;
             loop {
                 match producer.send(record) {
                     Ok(()) => break,
-                    Err((error, returned)) => {
-                        tracing::warn!(%error, "invalidations producer queue full; retrying");
-                        producer.poll(Duration::from_millis(100));
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned))
+                        if tries < QUEUE_TRIES =>
+                    {
+                        tries += 1;
+                        producer.poll(QUEUE_WAIT);
                         record = returned;
+                    }
+                    Err((error, _)) => {
+                        tracing::warn!(%error, seq = invalidation.seq, "invalidation not published to the topic (it stays in the log)");
+                        break;
                     }
                 }
             }
@@ -120,5 +135,40 @@ mod tests {
             .collect();
         assert_eq!(seen, vec![(1, "a"), (2, "b"), (3, "c")]);
         assert_eq!((last, truncated), (3, false));
+    }
+
+    #[test]
+    fn a_broker_away_or_a_refused_record_never_holds_the_worker() {
+        // No broker (a closed port), room for one message in the producer's queue, and a record
+        // limit a long query id exceeds: the queue fills and the long one is refused outright.
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", "127.0.0.1:9")
+            .set("queue.buffering.max.messages", "1")
+            .set("message.max.bytes", "1000");
+        let log = Arc::new(Mutex::new(InvalidationLog::new(100)));
+        let mut publisher =
+            InvalidationPublisher::new(log.clone(), Some((&client, "invalidations"))).unwrap();
+        let entry = |query: String| Invalidation {
+            seq: 0,
+            query_id: query,
+            tenant: "t".into(),
+            stale_chunk_ids: vec!["c".into()],
+            index_watermark: Watermark::default(),
+        };
+        let started = std::time::Instant::now();
+        let mut batch: Vec<Invalidation> = (0..20).map(|i| entry(format!("q{i}"))).collect();
+        batch.push(entry("q".repeat(4000)));
+        publisher.send(batch);
+        // Twenty queued or waited out 30 ms each at most, the long one refused at once.
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        let (entries, last, _) = log.lock().unwrap().since(0);
+        assert_eq!((entries.len(), last), (21, 21), "every one in the log");
+        // Dropping it waits out its flush (2 s), not forever.
+        drop(publisher);
     }
 }

@@ -259,15 +259,19 @@ pub fn consumer(
     // instead of letting it reach the size check and the DLQ.
     .set(
         "fetch.max.bytes",
-        (config.prefetch_kbytes * 1024).to_string(),
+        config.prefetch_kbytes.saturating_mul(1024).to_string(),
     )
     .set(
         "max.partition.fetch.bytes",
-        (config.prefetch_kbytes * 1024).to_string(),
+        config.prefetch_kbytes.saturating_mul(1024).to_string(),
     )
     .set(
         "receive.message.max.bytes",
-        (config.prefetch_kbytes * 1024 + (1 << 20)).to_string(),
+        config
+            .prefetch_kbytes
+            .saturating_mul(1024)
+            .saturating_add(1 << 20)
+            .to_string(),
     )
     .create_with_context(LagContext {
         topic: config.topic.clone(),

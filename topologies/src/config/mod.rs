@@ -62,8 +62,14 @@ pub enum ConfigError {
     },
 }
 
+/// Most prefetch a documents consumer may be given, KiB (librdkafka's `queued.max.messages.kbytes`
+/// is at most 2097151; a fetch of this size stays under its 2 GiB limits).
+const MAX_PREFETCH_KBYTES: usize = 2_000_000;
+
 /// The list-valued keys an environment override may set, as comma-separated values.
-const LIST_KEYS: [&str; 4] = [
+const LIST_KEYS: [&str; 6] = [
+    "source.include_extensions",
+    "source.exclude_extensions",
     "ingest.allowed_tenants",
     "http.allowed_hosts",
     "http.mcp_allowed_hosts",
@@ -251,6 +257,19 @@ impl Config {
         }
         if self.ingest.max_document_bytes == 0 {
             return invalid("ingest.max_document_bytes", "must be positive");
+        }
+        // librdkafka takes at most 2097151 KiB of prefetch (and 2 GiB a fetch); a fetch must hold
+        // the largest document event.
+        if !(1..=MAX_PREFETCH_KBYTES).contains(&self.kafka.prefetch_kbytes)
+            || self.kafka.prefetch_kbytes.saturating_mul(1024) < self.ingest.max_document_bytes
+        {
+            return invalid(
+                "kafka.prefetch_kbytes",
+                &format!(
+                    "must be at most {MAX_PREFETCH_KBYTES} KiB and hold the largest document event (ingest.max_document_bytes = {})",
+                    self.ingest.max_document_bytes
+                ),
+            );
         }
         Ok(())
     }

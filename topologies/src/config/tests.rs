@@ -140,6 +140,13 @@ fn cross_field_checks_name_the_key() {
         ));
         assert!(err.contains("kafka.session_timeout_ms"), "{err}");
     }
+    // The prefetch: within librdkafka's limit, and room for the largest document event.
+    for prefetch in ["0", "2000001", "9223372036854775807", "4"] {
+        let err = load_error(&format!(
+            "[source]\nkind = \"kafka\"\n[kafka]\nprefetch_kbytes = {prefetch}\n[ingest]\nmax_document_bytes = 8388608\n"
+        ));
+        assert!(err.contains("kafka.prefetch_kbytes"), "{prefetch}: {err}");
+    }
     // Pooled evidence vectors need the local model; the http embedder is refused them.
     let err = load_error(
         "[source]\nkind = \"kafka\"\n[embedder]\nkind = \"http\"\nurl = \"http://e\"\nevidence_vectors = \"pooled\"\n",
@@ -244,6 +251,8 @@ fn environment_overrides_set_scalars_and_comma_separated_lists() {
                 "localhost,rag.example.com",
             ),
             ("RAGSTREAM_QUERY__HYDE__INTENTS", "exploratory"),
+            ("RAGSTREAM_SOURCE__INCLUDE_EXTENSIONS", "md,rs"),
+            ("RAGSTREAM_SOURCE__EXCLUDE_EXTENSIONS", "lock"),
             ("RAGSTREAM_QUERY__MMR_LAMBDA", "0.7"),
             ("RAGSTREAM_QUERY__ADAPT_FUSION", "false"),
         ]),
@@ -255,6 +264,8 @@ fn environment_overrides_set_scalars_and_comma_separated_lists() {
         config.query.hyde.intents,
         [ragstream_core::query::intent::Intent::Exploratory]
     );
+    assert_eq!(config.source.include_extensions, ["md", "rs"]);
+    assert_eq!(config.source.exclude_extensions, ["lock"]);
     assert!((config.query.mmr_lambda - 0.7).abs() < 1e-6);
     assert!(!config.query.adapt_fusion);
 }

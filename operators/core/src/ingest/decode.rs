@@ -210,6 +210,7 @@ pub fn decode_event(
         let key =
             key.ok_or_else(|| DecodeError::new(DlqReason::BadKey, "tombstone without a key"))?;
         check_tenant(&key.tenant, config)?;
+        check_bounds(&key.tenant, &key.doc_id, None, None, &[])?;
         return Ok(DocOp::Delete { key, version: None });
     };
     if value.len() > config.max_document_bytes {
@@ -690,6 +691,12 @@ mod tests {
             }
         );
         assert_eq!(decode(None, None).unwrap_err().reason, DlqReason::BadKey);
+        // A tombstone's key is held to the limits an upsert's is.
+        let long = format!("t/{}", "d".repeat(MAX_DOC_ID_BYTES + 1));
+        assert_eq!(
+            decode(Some(&long), None).unwrap_err().reason,
+            DlqReason::Oversize
+        );
     }
 
     #[test]

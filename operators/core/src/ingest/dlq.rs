@@ -135,6 +135,10 @@ pub const MAX_DLQ_VALUE_BYTES: usize = 256 << 10;
 /// always fits a broker's message limit.
 pub const MAX_DLQ_KEY_BYTES: usize = 4 << 10;
 
+/// Longest tenant kept (a DLQ header): a refused event's tenant comes from its key or value
+/// unchecked, so a megabyte one must not make the record too large to send.
+pub const MAX_DLQ_TENANT_BYTES: usize = crate::ingest::decode::MAX_TENANT_BYTES;
+
 /// Longest error message kept (and logged): parser errors can quote the input, and a document must
 /// never reach the logs or the DLQ headers beyond a short prefix.
 pub const MAX_DLQ_MESSAGE_CHARS: usize = 300;
@@ -162,7 +166,7 @@ pub struct DlqRecord {
     pub key: Option<Vec<u8>>,
     /// The original value, cut at [`MAX_DLQ_VALUE_BYTES`].
     pub value: Option<Vec<u8>>,
-    /// Whether `value` or `key` was cut.
+    /// Whether `value`, `key` or `tenant` was cut.
     pub truncated: bool,
 }
 
@@ -176,13 +180,24 @@ impl DlqRecord {
         key: Option<&[u8]>,
         value: Option<&[u8]>,
     ) -> Self {
+        let tenant_cut = tenant
+            .as_ref()
+            .is_some_and(|t| t.len() > MAX_DLQ_TENANT_BYTES);
         let truncated = value.is_some_and(|v| v.len() > MAX_DLQ_VALUE_BYTES)
-            || key.is_some_and(|k| k.len() > MAX_DLQ_KEY_BYTES);
+            || key.is_some_and(|k| k.len() > MAX_DLQ_KEY_BYTES)
+            || tenant_cut;
         Self {
             reason,
             message: bounded_message(message),
             origin,
-            tenant,
+            tenant: tenant.map(|mut tenant| {
+                let mut end = tenant.len().min(MAX_DLQ_TENANT_BYTES);
+                while !tenant.is_char_boundary(end) {
+                    end -= 1;
+                }
+                tenant.truncate(end);
+                tenant
+            }),
             key: key.map(|k| k[..k.len().min(MAX_DLQ_KEY_BYTES)].to_vec()),
             value: value.map(|v| v[..v.len().min(MAX_DLQ_VALUE_BYTES)].to_vec()),
             truncated,
@@ -327,5 +342,20 @@ mod tests {
             Some(b"v"),
         );
         assert!(!short.truncated);
+        // The tenant of a refused event is read from its key unchecked: a megabyte one (and one
+        // whose cut falls inside a character) is cut too.
+        let tenant = format!("é{}", "t".repeat(1 << 20));
+        let record = DlqRecord::new(
+            DlqReason::MissingField,
+            "no text".into(),
+            short.origin.clone(),
+            Some(tenant.clone()),
+            Some(b"t/d"),
+            Some(b"{}"),
+        );
+        assert!(record.truncated);
+        let kept = record.tenant.expect("kept");
+        assert!(kept.len() <= MAX_DLQ_TENANT_BYTES && kept.len() >= MAX_DLQ_TENANT_BYTES - 3);
+        assert!(tenant.starts_with(&kept));
     }
 }

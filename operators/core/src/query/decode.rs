@@ -24,21 +24,35 @@ pub struct QueryError {
 pub const MAX_BUDGET: usize = 1_000_000;
 /// Longest `cursor`: a document id ([`crate::ingest::decode::MAX_DOC_ID_BYTES`]).
 pub const MAX_CURSOR_BYTES: usize = crate::ingest::decode::MAX_DOC_ID_BYTES;
+/// Longest `query_id`, in bytes (it keys the context, the invalidations and the caches).
+pub const MAX_QUERY_ID_BYTES: usize = 1024;
+/// Longest `tenant`, in bytes: a document's ([`crate::ingest::decode::MAX_TENANT_BYTES`]).
+pub const MAX_QUERY_TENANT_BYTES: usize = crate::ingest::decode::MAX_TENANT_BYTES;
+
+/// At most the first `limit` bytes of `text`, cut at a character boundary.
+fn cut(text: &str, limit: usize) -> &str {
+    let mut end = text.len().min(limit);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
 
 /// Decodes and validates a query; `max_bytes` bounds the whole event.
 pub fn decode_query(bytes: &[u8], max_bytes: usize) -> Result<Query, QueryError> {
     let refuse = |reason, message: String, value: Option<&serde_json::Value>| {
-        let field = |name: &str| {
+        // A refused query's id and tenant are unchecked: cut to their limits.
+        let field = |name: &str, limit: usize| {
             value
                 .and_then(|v| v.get(name))
                 .and_then(serde_json::Value::as_str)
-                .map(str::to_string)
+                .map(|text| cut(text, limit).to_string())
         };
         QueryError {
             reason,
             message,
-            query_id: field("query_id"),
-            tenant: field("tenant"),
+            query_id: field("query_id", MAX_QUERY_ID_BYTES),
+            tenant: field("tenant", MAX_QUERY_TENANT_BYTES),
         }
     };
     if bytes.len() > max_bytes {
@@ -108,8 +122,20 @@ pub fn validate(query: &Query) -> Result<(), String> {
     if query.query_id.trim().is_empty() {
         return Err("query_id is empty".into());
     }
+    if query.query_id.len() > MAX_QUERY_ID_BYTES {
+        return Err(format!(
+            "query_id of {} bytes exceeds the limit of {MAX_QUERY_ID_BYTES} bytes",
+            query.query_id.len()
+        ));
+    }
     if query.tenant.is_empty() || query.tenant.contains('/') {
         return Err("tenant must be non-empty and contain no '/'".into());
+    }
+    if query.tenant.len() > MAX_QUERY_TENANT_BYTES {
+        return Err(format!(
+            "tenant of {} bytes exceeds the limit of {MAX_QUERY_TENANT_BYTES} bytes",
+            query.tenant.len()
+        ));
     }
     if query.text.trim().is_empty() && !query.mode.textless() {
         return Err(format!("text is empty (mode {})", query.mode.as_str()));
@@ -408,6 +434,27 @@ mod tests {
             let error = decode_query(bytes, 8192).expect_err("refused");
             assert_eq!(error.reason, reason, "{}", String::from_utf8_lossy(bytes));
         }
+        // An id or tenant over its limit is refused, and the refusal carries them cut (they key
+        // the error context and the DLQ record's headers).
+        let long_id = "é".repeat(MAX_QUERY_ID_BYTES);
+        let long_tenant = "t".repeat(MAX_QUERY_TENANT_BYTES + 1);
+        for (id, tenant, field) in [
+            (long_id.as_str(), "t", "query_id"),
+            ("q", long_tenant.as_str(), "tenant"),
+        ] {
+            let body = serde_json::json!({"query_id": id, "tenant": tenant, "text": "x"});
+            let error = decode_query(body.to_string().as_bytes(), 1 << 20).expect_err("refused");
+            assert_eq!(error.reason, DlqReason::InvalidQuery);
+            assert!(error.message.starts_with(field), "{}", error.message);
+            let (kept_id, kept_tenant) = (error.query_id.unwrap(), error.tenant.unwrap());
+            assert!(kept_id.len() <= MAX_QUERY_ID_BYTES && id.starts_with(&kept_id));
+            assert!(
+                kept_tenant.len() <= MAX_QUERY_TENANT_BYTES && tenant.starts_with(&kept_tenant)
+            );
+        }
+        let at_limit = serde_json::json!({"query_id": "q".repeat(MAX_QUERY_ID_BYTES),
+            "tenant": "t".repeat(MAX_QUERY_TENANT_BYTES), "text": "x"});
+        assert!(decode_query(at_limit.to_string().as_bytes(), 1 << 20).is_ok());
         // A negative or fractional count names its field.
         for (bytes, field) in [
             (

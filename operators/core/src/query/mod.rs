@@ -165,13 +165,17 @@ pub struct Prompt {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Query {
-    /// Caller-chosen id; the context is keyed by it.
-    #[cfg_attr(feature = "schema", schemars(regex(pattern = r"\S")))]
-    pub query_id: String,
-    /// The tenant whose documents are searched (nothing else is ever visible).
+    /// Caller-chosen id; the context is keyed by it. At most 1024 bytes (UTF-8).
     #[cfg_attr(
         feature = "schema",
-        schemars(length(min = 1), regex(pattern = r"^[^/]+$"))
+        schemars(length(max = 1024), regex(pattern = r"\S"))
+    )]
+    pub query_id: String,
+    /// The tenant whose documents are searched (nothing else is ever visible). At most 128 bytes
+    /// (UTF-8).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(length(min = 1, max = 128), regex(pattern = r"^[^/]+$"))
     )]
     pub tenant: String,
     /// The question, or the chunk id for `read_chunk`.
@@ -538,7 +542,7 @@ pub struct InvalidationConfig {
     pub ttl_secs: u64,
     /// Most chunk citations kept by one worker (the oldest contexts are forgotten first).
     pub max_citations: usize,
-    /// Invalidations kept by a process for `GET /invalidations?since=`.
+    /// Invalidations kept by a process for `GET /v1/invalidations?since=`.
     pub log_entries: usize,
 }
 
