@@ -77,8 +77,8 @@ enum Command {
         hostfile: Option<PathBuf>,
     },
     /// Runs the job and serves its agent tools over MCP on stdin/stdout (for an MCP client that
-    /// launches its servers: rag_search, rag_search_deep, rag_read_chunk, rag_list_sources,
-    /// sql_search). Logs go to stderr; the job stops when the client closes stdin.
+    /// launches its servers; the tools are listed in docs/mcp.md). Logs go to stderr; the job stops
+    /// when the client closes stdin.
     Mcp {
         /// Configuration file (TOML).
         #[arg(long, short)]

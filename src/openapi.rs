@@ -66,14 +66,15 @@ fn responses(success: (&str, &str, Value), problems: &[u16]) -> Value {
 }
 
 /// The answers of the document routes: 200 (local mode), 202 (Kafka mode) or a problem.
-fn documents_responses() -> Value {
+/// The answers of the document routes; `more`: statuses beside those every one of them may give.
+fn documents_responses(more: &[u16]) -> Value {
     let mut answers = responses(
         (
             "200",
             "Indexed (local mode)",
             schema_ref("DocumentsAccepted"),
         ),
-        &with(&GUARDED, &[400, 408, 409, 413, 503, 504]),
+        &with(&with(&GUARDED, &[400, 408, 409, 413, 503, 504]), more),
     );
     answers["202"] = json!({
         "description": "On the documents topic (Kafka mode)",
@@ -259,7 +260,7 @@ pub fn document() -> Value {
                 "description": "Each document is checked as the documents topic's decoder checks it; a batch with any refusal is answered with every refusal (`errors`) and nothing of it is written. Kafka mode: 202 once the broker acknowledged every event (the job indexes them as it reads the topic). Local mode: 200 once the index acknowledged every document. The tenant may be left out where the token opens exactly one.",
                 "security": bearer,
                 "requestBody": { "required": true, "content": json_content(documents) },
-                "responses": documents_responses(),
+                "responses": documents_responses(&[422]),
             }},
             "/v1/documents/{doc_id}": { "delete": {
                 "operationId": "deleteDocument",
@@ -270,7 +271,7 @@ pub fn document() -> Value {
                     tenant(false, "The tenant (may be left out when the token opens exactly one)."),
                     { "name": "version", "in": "query", "required": false, "description": "Ignored when the index holds a newer version.", "schema": { "type": "integer", "minimum": 0 } },
                 ],
-                "responses": documents_responses(),
+                "responses": documents_responses(&[]),
             }},
         },
         "components": {

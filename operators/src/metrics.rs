@@ -146,7 +146,7 @@ declare_metrics! {
     context_chunks: Histogram = histogram("ragstream_context_chunks",
         "Chunks (or sources) returned per context.", counts());
     context_items: HistogramVec = histogram_vec("ragstream_context_items",
-        "Packed items per context, by tier (expanded, snippet, surrogate, full).", &["tier"], counts());
+        "Packed items per context, by tier (expanded, snippet, surrogate, gist, micro, full).", &["tier"], counts());
     context_redundancy_ratio: Histogram = histogram("ragstream_context_redundancy_ratio",
         "Packed item bytes over the bytes of their distinct sentences, per context.",
         vec![1.0, 1.01, 1.02, 1.05, 1.1, 1.2, 1.5, 2.0, 3.0]);

@@ -60,7 +60,7 @@ pub struct ProcessParts {
     pub posted: Option<Arc<DocumentIngress>>,
     /// `POST /v1/query` of this process, shared by its workers.
     pub ingress: Arc<HttpIngress>,
-    /// Invalidations kept for `GET /invalidations?since=`.
+    /// Invalidations kept for `GET /v1/invalidations?since=`.
     pub invalidation_log: Arc<Mutex<InvalidationLog>>,
     /// The reranker endpoint, if configured.
     pub reranker: Option<Arc<dyn Reranker>>,

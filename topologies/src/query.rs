@@ -5,7 +5,7 @@
 //!      │                                                          │hit      ─► Fuse ─► Rerank ─► (RerankEndpoint) ─► Dedup ─► Mmr ─► Neighbours ─► Pack ─┐
 //!      │                                                          └─────────────────────────────────────────────────────────────────────────────► Cite ◄─┘ (citations)
 //!      └─err─► RefuseQueries (DLQ + error context) ──────────────────────────────────────────────────────────────────────────────┴► Publish ─► probe
-//! ingest's changed chunk ids ─► broadcast ─► Invalidate (contexts citing them) ─► invalidations topic, GET /invalidations
+//! ingest's changed chunk ids ─► broadcast ─► Invalidate (contexts citing them) ─► invalidations topic, GET /v1/invalidations
 //! ```
 
 use std::sync::atomic::AtomicBool;

@@ -105,16 +105,18 @@ impl Reindexer {
             .transpose()
             .map_err(Refusal::BadPattern)?;
         if self.running.swap(true, Ordering::SeqCst) {
-            let going = self
+            // Another tenant's run is not named to this caller.
+            let own = self
                 .runs
                 .lock()
                 .expect("runs")
                 .values()
-                .find(|run| run.running)
-                .map_or_else(String::new, |run| run.tenant.clone());
-            return Err(Refusal::Busy(format!(
-                "a reindex is running (tenant {going}): one at a time; GET its status"
-            )));
+                .any(|run| run.running && run.tenant == tenant);
+            return Err(Refusal::Busy(if own {
+                "a reindex of this tenant is running: one at a time; GET its status".into()
+            } else {
+                "a reindex (of another tenant) is running in this process: one at a time; retry later".into()
+            }));
         }
         let status = ReindexStatus {
             tenant: tenant.to_string(),

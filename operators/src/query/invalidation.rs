@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! Pack ─► Cite ─► Publish                    (each worker records what its published contexts cite)
-//! IndexWrite ─► changed ids ─► broadcast ─► Invalidate ─► InvalidationSink (topic, GET /invalidations)
+//! IndexWrite ─► changed ids ─► broadcast ─► Invalidate ─► InvalidationSink (topic, GET /v1/invalidations)
 //! ```
 //!
 //! A context is answered on the worker that received its query, so each worker keeps the citations of

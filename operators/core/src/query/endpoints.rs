@@ -16,7 +16,8 @@ use super::Candidate;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EndpointConfig {
-    /// Base URL, e.g. `http://127.0.0.1:8080` (`/rerank` or `/v1/chat/completions` is appended).
+    /// Base URL, e.g. `http://127.0.0.1:8080` (`/rerank`, `/v1/rerank` or `/v1/chat/completions` is
+    /// appended, by the endpoint's kind).
     pub url: String,
     /// Model name sent to a chat endpoint.
     pub model: String,

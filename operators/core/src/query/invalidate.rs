@@ -30,7 +30,7 @@ pub const RECENT_MS: u64 = 120_000;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Invalidation {
-    /// Position in this process's log of invalidations (`GET /invalidations?since=`), from 1.
+    /// Position in this process's log of invalidations (`GET /v1/invalidations?since=`), from 1.
     #[serde(default)]
     pub seq: u64,
     /// The query whose context is stale.
@@ -268,7 +268,7 @@ fn invalidation(
     }
 }
 
-/// The last invalidations of a process, numbered, for `GET /invalidations?since=`.
+/// The last invalidations of a process, numbered, for `GET /v1/invalidations?since=`.
 #[derive(Debug)]
 pub struct InvalidationLog {
     capacity: usize,

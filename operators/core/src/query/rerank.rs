@@ -74,7 +74,8 @@ pub struct RerankConfig {
     /// Penalty for tentative/draft/checklist language.
     pub distractor: f32,
     /// A reranker endpoint after the built-in rerank: `none` (default), `http` (the
-    /// text-embeddings-inference rerank API) or `llm` (a chat model grading passages).
+    /// text-embeddings-inference rerank API), `cohere` (the Cohere/Jina rerank API) or `llm` (a chat
+    /// model grading passages).
     pub kind: super::endpoints::RerankKind,
     /// Candidates (the head of the built-in order) the endpoint reorders.
     pub endpoint_window: usize,
