@@ -521,6 +521,35 @@ pub fn serve_stdio(ingress: Arc<HttpIngress>, grant: Grant) -> anyhow::Result<()
 mod tests {
     use super::*;
 
+    /// The status `/mcp` answers an `initialize` sent under `host`, with `allowed` hosts.
+    fn initialize_status(allowed: Option<&[String]>, host: &str) -> u16 {
+        let mcp = McpHttp::new(Arc::new(HttpIngress::default()), allowed);
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-03-26", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"}}});
+        let (parts, _) = http::Request::post("/mcp")
+            .header(http::header::HOST, host)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, "application/json, text/event-stream")
+            .body(())
+            .expect("request")
+            .into_parts();
+        let runtime = runtime().expect("runtime");
+        let response =
+            runtime.block_on(mcp.handle(parts, Bytes::from(body.to_string()), Grant(None, None)));
+        response.status().as_u16()
+    }
+
+    #[test]
+    fn any_host_opens_mcp_only_where_the_configuration_says_so() {
+        let named = ["rag.example.com".to_string()];
+        assert_eq!(initialize_status(None, "rag.example.com"), 200, "`*`");
+        assert_eq!(initialize_status(Some(&named), "rag.example.com"), 200);
+        assert_eq!(initialize_status(Some(&named), "evil.example"), 403);
+        assert_eq!(initialize_status(Some(&[]), "localhost"), 200, "loopback");
+        assert_eq!(initialize_status(Some(&[]), "rag.example.com"), 403);
+    }
+
     fn grant(tenants: &[&str]) -> Grant {
         Grant(
             Some(Arc::new(tenants.iter().map(|t| t.to_string()).collect())),
