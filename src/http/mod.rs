@@ -236,7 +236,8 @@ fn query_slot(shared: &Shared) -> Result<tokio::sync::OwnedSemaphorePermit, Box<
 }
 
 /// Forgets the request's ticket when its handler is dropped (the client went away), so the waiting
-/// thread is released at once.
+/// thread is released at once (a request still queued is dropped; one in the dataflow keeps its
+/// slot until answered).
 struct Abandon {
     ingress: Arc<HttpIngress>,
     ticket: u64,
@@ -259,17 +260,15 @@ async fn ask(shared: &Arc<Shared>, body: Bytes, access: &Access) -> Result<Conte
     })?;
     // Oversized bodies within the read limit still go through the dataflow, which refuses them with
     // a DLQ record.
-    let (ticket, receiver) = shared.ingress.submit(body.to_vec());
+    // The slot is held until the dataflow answers, not until the caller stops waiting.
+    let (ticket, receiver) = shared
+        .ingress
+        .submit_holding(body.to_vec(), Some(Box::new(slot)));
     let abandon = Abandon {
         ingress: shared.ingress.clone(),
         ticket,
     };
-    let waited = tokio::task::spawn_blocking(move || {
-        let waited = receiver.recv_timeout(QUERY_TIMEOUT);
-        drop(slot);
-        waited
-    })
-    .await;
+    let waited = tokio::task::spawn_blocking(move || receiver.recv_timeout(QUERY_TIMEOUT)).await;
     let answer = match waited {
         Ok(Ok(context)) => Ok(context),
         Ok(Err(mpsc::RecvTimeoutError::Disconnected)) => Err(problem(

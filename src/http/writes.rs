@@ -37,15 +37,12 @@ pub(super) async fn post_documents(
         .await
     };
     let Ok(admitted) = checked else {
-        drop(slot);
         return problem("internal", "checking the documents failed");
     };
-    let reply = match admitted {
-        Ok(admitted) => write_documents(&shared, admitted).await,
+    match admitted {
+        Ok(admitted) => write_documents(&shared, admitted, slot).await,
         Err(refused) => problem_reply(refused.as_ref()),
-    };
-    drop(slot);
-    reply
+    }
 }
 
 /// `DELETE /v1/documents/{doc_id}?tenant=&version=`: one delete, as `POST /v1/documents` takes it.
@@ -82,25 +79,35 @@ pub(super) async fn delete_document(
         owned,
         &shared.decode,
     );
-    let reply = match admitted {
-        Ok(admitted) => write_documents(&shared, admitted).await,
+    match admitted {
+        Ok(admitted) => write_documents(&shared, admitted, slot).await,
         Err(refused) => problem_reply(refused.as_ref()),
-    };
-    drop(slot);
-    reply
+    }
 }
 
 const NO_DOCUMENT_INPUT: &str =
     "this job reads one JSONL file and stops; it takes no documents over HTTP (runtime.serve = false)";
 
 /// Writes an admitted batch where the job takes documents, and answers once it is durable there.
-pub(super) async fn write_documents(shared: &Arc<Shared>, admitted: documents::Admitted) -> Reply {
+/// `slot` (one of `document_slots`) is held until the batch is written, whether or not its caller
+/// still waits: a caller that goes away or times out does not free room for more batches than the
+/// job is writing.
+pub(super) async fn write_documents(
+    shared: &Arc<Shared>,
+    admitted: documents::Admitted,
+    slot: tokio::sync::OwnedSemaphorePermit,
+) -> Reply {
     let accepted = admitted.events.len();
     match &shared.documents {
         DocumentsTarget::Kafka(sink) => {
             let sink = sink.clone();
             let events = admitted.events;
-            match tokio::task::spawn_blocking(move || sink.send(&events)).await {
+            let sent = tokio::task::spawn_blocking(move || {
+                let sent = sink.send(&events);
+                drop(slot);
+                sent
+            });
+            match sent.await {
                 Ok(Ok(())) => {
                     let mut answer = json_reply(&documents::DocumentsAccepted {
                         accepted,
@@ -117,7 +124,10 @@ pub(super) async fn write_documents(shared: &Arc<Shared>, admitted: documents::A
             }
         }
         DocumentsTarget::Local { ingress, .. } => {
-            let receiver = ingress.submit(admitted.ops.into_iter().map(Ok).collect());
+            let receiver = ingress.submit_holding(
+                admitted.ops.into_iter().map(Ok).collect(),
+                Some(Box::new(slot)),
+            );
             let waited =
                 tokio::task::spawn_blocking(move || receiver.recv_timeout(QUERY_TIMEOUT)).await;
             match waited {

@@ -49,16 +49,40 @@ pub struct DocumentIngress {
 }
 
 /// One request's documents and where to tell it they were indexed.
-type Posted = (Vec<Result<DocOp, DlqRecord>>, mpsc::Sender<()>);
+type Posted = (Vec<Result<DocOp, DlqRecord>>, Waiter);
+
+/// A posted request's reply, and what it holds until its documents are indexed (the HTTP server's
+/// slot among the batches being written: a request whose caller stopped waiting still counts).
+#[derive(Debug)]
+struct Waiter {
+    sender: mpsc::Sender<()>,
+    _hold: Option<Box<dyn std::any::Any + Send>>,
+}
 
 impl DocumentIngress {
     /// Queues one request's documents; the receiver gets `()` once the index acknowledged them all,
     /// and is disconnected if the job stops before they were emitted.
     pub fn submit(&self, documents: Vec<Result<DocOp, DlqRecord>>) -> mpsc::Receiver<()> {
+        self.submit_holding(documents, None)
+    }
+
+    /// [`Self::submit`], keeping `hold` until the documents are indexed (or the job stops), whether
+    /// or not the receiver still waits.
+    pub fn submit_holding(
+        &self,
+        documents: Vec<Result<DocOp, DlqRecord>>,
+        hold: Option<Box<dyn std::any::Any + Send>>,
+    ) -> mpsc::Receiver<()> {
         let (sender, receiver) = mpsc::channel();
         let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         if !self.closed.load(Ordering::SeqCst) {
-            queue.push_back((documents, sender));
+            queue.push_back((
+                documents,
+                Waiter {
+                    sender,
+                    _hold: hold,
+                },
+            ));
         }
         receiver
     }
@@ -173,7 +197,7 @@ struct LocalReader {
     /// The backfill's progress bar.
     bar: Option<ProgressBar>,
     /// Posted requests by the time their documents were emitted at.
-    replies: BTreeMap<u64, Vec<mpsc::Sender<()>>>,
+    replies: BTreeMap<u64, Vec<Waiter>>,
 }
 
 impl LocalReader {
@@ -193,7 +217,7 @@ impl LocalReader {
                 break;
             }
             for reply in entry.remove() {
-                let _ = reply.send(());
+                let _ = reply.sender.send(());
             }
         }
     }

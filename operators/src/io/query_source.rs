@@ -45,7 +45,7 @@ mod reader;
 #[derive(Debug, Default)]
 pub struct HttpIngress {
     queue: Mutex<VecDeque<(u64, Vec<u8>)>>,
-    replies: Mutex<HashMap<u64, mpsc::Sender<Context>>>,
+    replies: Mutex<HashMap<u64, Waiting>>,
     next: AtomicU64,
     /// Workers of this process that drain the queue (each takes its share per activation).
     drainers: AtomicUsize,
@@ -57,15 +57,50 @@ pub struct HttpIngress {
     pub reindex: std::sync::OnceLock<Arc<crate::ingest::reindex::Reindexer>>,
 }
 
+/// A request in the dataflow: where its context goes (`None` once its caller stopped waiting), and
+/// what it holds until the dataflow answers it (the HTTP server's slot among the queries in
+/// flight, so a caller that goes away does not make room for more work than the cap).
+#[derive(Debug)]
+struct Waiting {
+    sender: Option<mpsc::Sender<Context>>,
+    _hold: Option<Box<dyn std::any::Any + Send>>,
+    since: Instant,
+}
+
+/// How long an abandoned request that the dataflow never answered keeps its hold: a bound on what
+/// a lost answer could cost, far past any query's round trip (the HTTP wait is 120 s).
+const HOLD_AT_MOST: Duration = Duration::from_secs(600);
+
 impl HttpIngress {
     /// Queues a query body; the receiver gets its context. Once the ingress is closed (the job is
     /// stopping) the receiver is disconnected at once.
     pub fn submit(&self, body: Vec<u8>) -> (u64, mpsc::Receiver<Context>) {
+        self.submit_holding(body, None)
+    }
+
+    /// [`Self::submit`], keeping `hold` until the dataflow answers the request (or, abandoned and
+    /// never answered, for [`HOLD_AT_MOST`]), whether or not its caller still waits.
+    pub fn submit_holding(
+        &self,
+        body: Vec<u8>,
+        hold: Option<Box<dyn std::any::Any + Send>>,
+    ) -> (u64, mpsc::Receiver<Context>) {
         let ticket = self.next.fetch_add(1, Ordering::SeqCst);
         let (sender, receiver) = mpsc::channel();
         let mut queue = self.queue.lock().expect("queue");
         if !self.closed.load(Ordering::SeqCst) {
-            self.replies.lock().expect("replies").insert(ticket, sender);
+            let mut replies = self.replies.lock().expect("replies");
+            replies.retain(|_, waiting| {
+                waiting.sender.is_some() || waiting.since.elapsed() < HOLD_AT_MOST
+            });
+            replies.insert(
+                ticket,
+                Waiting {
+                    sender: Some(sender),
+                    _hold: hold,
+                    since: Instant::now(),
+                },
+            );
             queue.push_back((ticket, body));
         }
         (ticket, receiver)
@@ -82,14 +117,28 @@ impl HttpIngress {
         }
     }
 
-    /// Forgets a request whose caller stopped waiting.
+    /// Forgets a request whose caller stopped waiting: one still queued leaves the queue (and
+    /// drops its hold); one in the dataflow keeps its hold until answered.
     pub fn abandon(&self, ticket: u64) {
-        self.replies.lock().expect("replies").remove(&ticket);
+        let mut queue = self.queue.lock().expect("queue");
+        let mut replies = self.replies.lock().expect("replies");
+        if let Some(at) = queue.iter().position(|(queued, _)| *queued == ticket) {
+            queue.remove(at);
+            replies.remove(&ticket);
+        } else if let Some(waiting) = replies.get_mut(&ticket) {
+            waiting.sender = None;
+            waiting.since = Instant::now();
+        }
     }
 
-    /// Hands a context to the waiting request, if it still waits.
+    /// Hands a context to the waiting request, if it still waits, and drops what it held.
     pub fn reply(&self, ticket: u64, context: Context) {
-        if let Some(sender) = self.replies.lock().expect("replies").remove(&ticket) {
+        let waiting = self.replies.lock().expect("replies").remove(&ticket);
+        if let Some(Waiting {
+            sender: Some(sender),
+            ..
+        }) = waiting
+        {
             let _ = sender.send(context);
         }
     }
@@ -489,6 +538,42 @@ mod tests {
         assert!(ingress.drain().is_empty());
         let tickets: Vec<u64> = first.iter().chain(&second).map(|(t, _)| *t).collect();
         assert_eq!(tickets, vec![0, 1, 2, 3], "in arrival order");
+    }
+
+    #[test]
+    fn a_request_holds_its_slot_until_answered_even_when_its_caller_went_away() {
+        let ingress = HttpIngress::default();
+        ingress.register();
+        let slot = Arc::new(());
+        let held = || Arc::strong_count(&slot) - 1;
+        let hold = |slot: &Arc<()>| Some(Box::new(slot.clone()) as Box<dyn std::any::Any + Send>);
+        // Abandoned while queued: it leaves the queue (the dataflow never sees it) and its hold goes.
+        let (queued, _) = ingress.submit_holding(b"q0".to_vec(), hold(&slot));
+        assert_eq!(held(), 1);
+        ingress.abandon(queued);
+        assert_eq!(held(), 0);
+        assert!(
+            ingress.drain().is_empty(),
+            "an abandoned request is not run"
+        );
+        // Abandoned once in the dataflow: its caller is told at once, its hold stays until the
+        // dataflow answers it.
+        let (running, receiver) = ingress.submit_holding(b"q1".to_vec(), hold(&slot));
+        assert_eq!(ingress.drain().len(), 1);
+        ingress.abandon(running);
+        assert_eq!(
+            receiver.recv_timeout(Duration::from_millis(10)),
+            Err(mpsc::RecvTimeoutError::Disconnected)
+        );
+        assert_eq!(held(), 1, "still running: still counted");
+        ingress.reply(running, Context::default());
+        assert_eq!(held(), 0);
+        // Answered while waited for: the context goes to the caller, the hold is dropped.
+        let (answered, receiver) = ingress.submit_holding(b"q2".to_vec(), hold(&slot));
+        assert_eq!(ingress.drain().len(), 1);
+        ingress.reply(answered, Context::default());
+        assert!(receiver.recv_timeout(Duration::from_millis(10)).is_ok());
+        assert_eq!(held(), 0);
     }
 
     #[test]

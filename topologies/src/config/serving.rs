@@ -103,7 +103,8 @@ pub struct HttpConfig {
     /// Open connections at once; a connection over the cap is closed at once.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
-    /// `POST /v1/query`, `/v1/sources`, `/v1/chunks` and `/mcp` requests waiting for their contexts at once; beyond, 503 with
+    /// `POST /v1/query`, `/v1/sources`, `/v1/chunks` and `/mcp` requests waiting for their contexts at
+    /// once (a query whose caller went away counts until the dataflow answers it); beyond, 503 with
     /// `Retry-After`.
     #[serde(default = "default_max_queries_in_flight")]
     pub max_queries_in_flight: usize,
