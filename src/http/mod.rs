@@ -9,8 +9,9 @@
 //!
 //! The server is hyper on a small tokio runtime of its own, built to stay up whatever a client sends:
 //! - a connection cap (`http.max_connections`): a connection over it is closed at once;
-//! - a deadline for a request's head and one for its body (`http.read_timeout_secs`), so slow or
-//!   silent clients hold nothing for long;
+//! - a deadline for a request's head and one for its body (`http.read_timeout_secs`), and the same
+//!   for each write of a response to make progress (`deadline`), so slow or silent clients, and
+//!   clients that stop reading, hold nothing for long;
 //! - body limits checked against `Content-Length` before a byte of the body is read, and enforced
 //!   while reading (chunked bodies);
 //! - queries waiting for their contexts are capped (`http.max_queries_in_flight`, answered 503 with
@@ -42,6 +43,7 @@ use tokio::sync::Semaphore;
 use crate::api::{InvalidationsPage, Problem, SourcesPage, PROBLEM_JSON};
 
 mod access;
+mod deadline;
 mod ops;
 mod reads;
 mod writes;
@@ -530,7 +532,10 @@ async fn accept(listener: tokio::net::TcpListener, shared: Arc<Shared>) {
                 .timer(TokioTimer::new())
                 .header_read_timeout(read_timeout)
                 .max_buf_size(MAX_HEAD_BYTES)
-                .serve_connection(TokioIo::new(stream), service);
+                .serve_connection(
+                    TokioIo::new(deadline::WriteDeadline::new(stream, read_timeout)),
+                    service,
+                );
             let _ = connection.await;
             drop(permit);
         });

@@ -108,7 +108,8 @@ pub struct HttpConfig {
     /// `Retry-After`.
     #[serde(default = "default_max_queries_in_flight")]
     pub max_queries_in_flight: usize,
-    /// Seconds a client has to send a request's head, and again its body.
+    /// Seconds a client has to send a request's head, and again its body; a response that the
+    /// client reads nothing of for as long is dropped with its connection.
     #[serde(default = "default_read_timeout_secs")]
     pub read_timeout_secs: u64,
 }
