@@ -96,6 +96,10 @@ pub struct LagContext {
     errors: super::kafka_log::ErrorDedup,
     /// Set by an assignment, taken by the source operator after its poll.
     assigned: AtomicBool,
+    /// Set by an assignment, taken by the flow control: partitions newly assigned come unpaused (and
+    /// one paused before it was revoked may come back paused), so the flow control's state is applied
+    /// to the whole assignment again.
+    reassigned: AtomicBool,
 }
 
 pub use crate::ingest::guard::Assigned;
@@ -168,6 +172,7 @@ impl ConsumerContext for LagContext {
         let result = match error {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 self.assigned.store(true, Ordering::SeqCst);
+                self.reassigned.store(true, Ordering::SeqCst);
                 let starts = self.start_at_checkpoint(assignment);
                 let assigned = if cooperative {
                     consumer.incremental_assign(assignment)
@@ -278,6 +283,7 @@ pub fn consumer(
         checkpoint: config.checkpoint.clone(),
         errors: Default::default(),
         assigned: AtomicBool::new(false),
+        reassigned: AtomicBool::new(false),
     })?;
     consumer.subscribe(&[&config.topic])?;
     Ok(consumer)
@@ -443,24 +449,38 @@ impl DocumentReader {
         }
     }
 
-    /// Pauses the assigned partitions above `max_in_flight` in flight, resumes them at half of it.
+    /// Pauses the assigned partitions above `max_in_flight` in flight, resumes them at half of it;
+    /// after a rebalance, applies the state to the whole new assignment.
     fn flow_control(&mut self, in_flight: usize) {
         let over = if self.paused {
             in_flight > self.config.max_in_flight / 2
         } else {
             in_flight > self.config.max_in_flight
         };
-        if over != self.paused {
-            if let Ok(assignment) = self.consumer.assignment() {
-                let result = if over {
-                    self.consumer.pause(&assignment)
+        let reassigned = self
+            .consumer
+            .context()
+            .reassigned
+            .swap(false, Ordering::SeqCst);
+        if over != self.paused || reassigned {
+            let applied = self.consumer.assignment().ok().is_some_and(|assignment| {
+                if over {
+                    self.consumer.pause(&assignment).is_ok()
                 } else {
-                    self.consumer.resume(&assignment)
-                };
-                if result.is_ok() {
-                    self.paused = over;
-                    tracing::info!(paused = self.paused, in_flight, "flow control");
+                    self.consumer.resume(&assignment).is_ok()
                 }
+            });
+            if !applied {
+                // Tried again at the next activation.
+                if reassigned {
+                    self.consumer
+                        .context()
+                        .reassigned
+                        .store(true, Ordering::SeqCst);
+                }
+            } else if over != self.paused {
+                self.paused = over;
+                tracing::info!(paused = self.paused, in_flight, "flow control");
             }
         }
     }
