@@ -226,7 +226,10 @@ impl DirSource {
                 Ok(FileContent::Text(text)) => (DocKind::Auto, text, None),
                 Ok(FileContent::Extracted(kind, file)) => (kind, file.text, file.title),
                 Ok(FileContent::Binary) => {
+                    // Not a document: a text file that turned binary (or invalid UTF-8) is
+                    // deleted from the index as a vanished one is, not left as it was.
                     tracing::debug!(path = %doc_id, "binary file skipped");
+                    present.remove(&doc_id);
                     return;
                 }
                 Err(refused) => {
@@ -451,6 +454,13 @@ mod tests {
             kinds(&source.scan()),
             vec!["delete src/lib.rs", "upsert README.md v2"]
         );
+        // A text file that turns binary (here: invalid UTF-8) leaves the index, once; a binary
+        // file stays out however often it is scanned.
+        std::fs::write(root.join("README.md"), [b'#', b' ', 0xff, 0xfe]).unwrap();
+        assert_eq!(kinds(&source.scan()), vec!["delete README.md"]);
+        assert!(source.scan().is_empty(), "deleted once");
+        std::fs::write(root.join("README.md"), "# Back\n").unwrap();
+        assert_eq!(kinds(&source.scan()), vec!["upsert README.md v4"]);
     }
 
     #[test]
