@@ -28,6 +28,46 @@ use crate::api::{DocumentError, Problem};
 /// Most documents of one request.
 pub const MAX_BATCH: usize = 1000;
 
+/// A body's documents as they stand in it (unparsed), at most [`MAX_BATCH`]: the parse stops at
+/// the first one over, so a body of millions of tiny values is refused before it is a tree in memory.
+struct Documents<'a>(Vec<&'a serde_json::value::RawValue>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Documents<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Documents<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of document events")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut documents = Vec::new();
+                while let Some(document) = seq.next_element::<&'de serde_json::value::RawValue>()? {
+                    if documents.len() == MAX_BATCH {
+                        return Err(serde::de::Error::custom(format!(
+                            "a batch holds 1 to {MAX_BATCH} documents, not more"
+                        )));
+                    }
+                    documents.push(document);
+                }
+                Ok(Documents(documents))
+            }
+        }
+        deserializer.deserialize_seq(Visit(std::marker::PhantomData))
+    }
+}
+
+/// A `POST /v1/documents` body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Body<'a> {
+    #[serde(borrow)]
+    documents: Documents<'a>,
+}
+
 /// How long a batch waits for the broker's acknowledgements.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -149,24 +189,25 @@ pub fn admit(
     owned_tenant: Option<&str>,
     decode: &DecodeConfig,
 ) -> Result<Admitted, Box<Problem>> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| refuse("malformed_json", format!("the body is not JSON: {e}")))?;
-    let Some(Value::Array(documents)) = value.get("documents") else {
-        return Err(refuse(
-            "bad_request",
-            "the body must be {\"documents\": [document events]}",
-        ));
-    };
-    if value.as_object().is_some_and(|object| object.len() > 1) {
-        return Err(refuse("bad_request", "the body takes only \"documents\""));
-    }
-    if documents.is_empty() || documents.len() > MAX_BATCH {
-        return Err(refuse(
+    let documents = match serde_json::from_slice::<Body>(body) {
+        Ok(body) => body.documents.0,
+        Err(error) if error.is_data() => return Err(refuse(
             "bad_request",
             format!(
-                "a batch holds 1 to {MAX_BATCH} documents, not {}",
-                documents.len()
+                "the body must be {{\"documents\": [document events]}} and nothing else: {error}"
             ),
+        )),
+        Err(error) => {
+            return Err(refuse(
+                "malformed_json",
+                format!("the body is not JSON: {error}"),
+            ))
+        }
+    };
+    if documents.is_empty() {
+        return Err(refuse(
+            "bad_request",
+            format!("a batch holds 1 to {MAX_BATCH} documents, not 0"),
         ));
     }
     let only = tenants
@@ -175,8 +216,31 @@ pub fn admit(
     let mut events = Vec::with_capacity(documents.len());
     let mut ops = Vec::with_capacity(documents.len());
     let mut errors = Vec::new();
-    for (index, document) in documents.iter().enumerate() {
-        let mut document = document.clone();
+    for (index, raw) in documents.iter().enumerate() {
+        // A document over the decoder's limit is refused before it is parsed.
+        if raw.get().len() > decode.max_document_bytes {
+            errors.push(DocumentError {
+                index,
+                reason: "oversize".into(),
+                detail: format!(
+                    "event of {} bytes exceeds the limit of {} bytes",
+                    raw.get().len(),
+                    decode.max_document_bytes
+                ),
+            });
+            continue;
+        }
+        let mut document: Value = match serde_json::from_str(raw.get()) {
+            Ok(document) => document,
+            Err(error) => {
+                errors.push(DocumentError {
+                    index,
+                    reason: "malformed_json".into(),
+                    detail: format!("document {index} is not JSON: {error}"),
+                });
+                continue;
+            }
+        };
         if let (Value::Object(object), Some(only)) = (&mut document, only) {
             object
                 .entry("tenant")
@@ -282,13 +346,48 @@ mod tests {
         let refused = admit(mixed, None, None, &decode).map(|_| ()).unwrap_err();
         assert_eq!(refused.kind, "urn:ragstream:problem:unknown_kind");
         assert_eq!((refused.errors.len(), refused.errors[0].index), (1, 1));
-        for bad in [
-            &b"[1]"[..],
-            b"{\"documents\": []}",
-            b"{\"documents\": [], \"x\": 1}",
-            b"nope",
+        for (bad, kind) in [
+            (&b"[1]"[..], "bad_request"),
+            (b"{\"documents\": []}", "bad_request"),
+            (b"{\"documents\": [], \"x\": 1}", "bad_request"),
+            (b"{\"documents\": {}}", "bad_request"),
+            (b"nope", "malformed_json"),
+            (b"{\"documents\": [", "malformed_json"),
         ] {
-            assert!(admit(bad, None, None, &decode).is_err());
+            let refused = admit(bad, None, None, &decode).map(|_| ()).unwrap_err();
+            assert_eq!(
+                refused.kind,
+                format!("urn:ragstream:problem:{kind}"),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
         }
+        // Millions of tiny values: refused at the first document over the cap, never parsed whole.
+        let flood = format!("{{\"documents\": [{}0]}}", "0,".repeat(4_000_000));
+        let refused = admit(flood.as_bytes(), None, None, &decode)
+            .map(|_| ())
+            .unwrap_err();
+        assert_eq!(refused.kind, "urn:ragstream:problem:bad_request");
+        assert!(refused.detail.contains("1 to 1000"), "{}", refused.detail);
+        // A document over the decoder's limit is refused as oversize before it is parsed; the
+        // others are still checked.
+        let small = DecodeConfig {
+            max_document_bytes: 200,
+            ..DecodeConfig::default()
+        };
+        let big = format!(
+            r#"{{"documents": [{{"tenant": "t", "doc_id": "a", "version": 1, "text": "{}"}},
+            {{"tenant": "t", "doc_id": "b", "version": 1, "text": "y", "kind": "poetry"}}]}}"#,
+            "x".repeat(300)
+        );
+        let refused = admit(big.as_bytes(), None, None, &small)
+            .map(|_| ())
+            .unwrap_err();
+        let reasons: Vec<(usize, &str)> = refused
+            .errors
+            .iter()
+            .map(|e| (e.index, e.reason.as_str()))
+            .collect();
+        assert_eq!(reasons, vec![(0, "oversize"), (1, "unknown_kind")]);
     }
 }
