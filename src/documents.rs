@@ -191,12 +191,14 @@ pub fn admit(
 ) -> Result<Admitted, Box<Problem>> {
     let documents = match serde_json::from_slice::<Body>(body) {
         Ok(body) => body.documents.0,
-        Err(error) if error.is_data() => return Err(refuse(
-            "bad_request",
-            format!(
+        Err(error) if error.is_data() => {
+            return Err(refuse(
+                "bad_request",
+                format!(
                 "the body must be {{\"documents\": [document events]}} and nothing else: {error}"
             ),
-        )),
+            ))
+        }
         Err(error) => {
             return Err(refuse(
                 "malformed_json",

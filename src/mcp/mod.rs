@@ -142,26 +142,33 @@ impl RagTools {
         self.ask(query).await
     }
 
-    /// Submits a query event and waits for its context (off the async executor).
+    /// Submits a query event and waits for its context (off the async executor). A call dropped
+    /// while it waits (its client went away) forgets its request, so the waiting thread is released
+    /// at once and a request still queued never runs.
     async fn ask(&self, mut query: Value) -> Result<CallToolResult, ErrorData> {
+        /// Forgets the request when the call is dropped.
+        struct Abandon(Arc<HttpIngress>, u64);
+        impl Drop for Abandon {
+            fn drop(&mut self) {
+                self.0.abandon(self.1);
+            }
+        }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         query["query_id"] = json!(format!("mcp-{}-{id}", std::process::id()));
         let ingress = self.ingress.clone();
-        let context = tokio::task::spawn_blocking(move || {
-            let (ticket, receiver) = ingress.submit(query.to_string().into_bytes());
-            match receiver.recv_timeout(TOOL_TIMEOUT) {
+        let (ticket, receiver) = ingress.submit(query.to_string().into_bytes());
+        let abandon = Abandon(ingress.clone(), ticket);
+        let context =
+            tokio::task::spawn_blocking(move || match receiver.recv_timeout(TOOL_TIMEOUT) {
                 Ok(context) => Ok(context),
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     Err("the job is stopping and takes no more queries")
                 }
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    ingress.abandon(ticket);
-                    Err("no context within 120 s")
-                }
-            }
-        })
-        .await
-        .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
+                Err(mpsc::RecvTimeoutError::Timeout) => Err("no context within 120 s"),
+            })
+            .await
+            .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
+        drop(abandon);
         match context {
             Ok(context) => Ok(result(context)),
             Err(message) => Ok(CallToolResult::error(vec![Content::text(message)])),
