@@ -288,6 +288,7 @@ pub fn document_source<'scope>(
                 group_id: config.kafka.group_id.clone(),
                 max_batch: config.kafka.max_batch,
                 max_in_flight: config.kafka.max_in_flight,
+                max_in_flight_bytes: config.kafka.max_in_flight_mib.saturating_mul(1 << 20),
                 prefetch_kbytes: config.kafka.prefetch_kbytes,
                 idle_poll: Duration::from_millis(20),
                 session_timeout: Duration::from_millis(config.kafka.session_timeout_ms),

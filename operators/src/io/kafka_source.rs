@@ -21,7 +21,8 @@
 //! guard reads the index again there ([`crate::ingest::guard`]), since another instance may have
 //! written those partitions' documents since this one last saw them.
 //!
-//! Flow control: when more than `max_in_flight` messages are unacknowledged, the assigned partitions are
+//! Flow control: when more than `max_in_flight` messages (or `max_in_flight_bytes` of their payloads)
+//! are unacknowledged, the assigned partitions are
 //! paused (polling continues, so the group membership stays alive) and resumed once the index brought
 //! them down to half of that. Pausing drops librdkafka's prefetched messages, so each resume costs a
 //! fetch round trip; resuming at half keeps the job busy during that fetch instead of pausing and
@@ -64,6 +65,9 @@ pub struct KafkaSourceConfig {
     pub max_batch: usize,
     /// Unacknowledged messages above which partitions are paused (resumed at half of it).
     pub max_in_flight: usize,
+    /// Unacknowledged payload bytes above which partitions are paused (resumed at half of it); a poll
+    /// batch ends past half of it.
+    pub max_in_flight_bytes: usize,
     /// librdkafka's prefetch per consumer, KiB (`queued.max.messages.kbytes`).
     pub prefetch_kbytes: usize,
     /// Wait between polls when the topic is idle.
@@ -326,6 +330,7 @@ pub fn kafka_source<'scope>(
                 consumer,
                 pending: BTreeMap::new(),
                 pending_count: BTreeMap::new(),
+                polled_bytes: 0,
                 paused: false,
                 poll_failing: false,
                 reported_in_flight: 0i64,
@@ -376,8 +381,10 @@ struct DocumentReader {
     consumer: BaseConsumer<LagContext>,
     /// time → (partition → (first, last) offset) of batches not yet acknowledged.
     pending: BTreeMap<u64, BTreeMap<i32, (i64, i64)>>,
-    /// time → messages of the batch not yet acknowledged.
-    pending_count: BTreeMap<u64, usize>,
+    /// time → messages of the batch not yet acknowledged, and their payloads' bytes.
+    pending_count: BTreeMap<u64, (usize, usize)>,
+    /// Payload bytes of the last poll batch.
+    polled_bytes: usize,
     /// Whether the assigned partitions are paused (flow control).
     paused: bool,
     /// Whether the last poll failed (its error is logged once).
@@ -421,9 +428,15 @@ impl DocumentReader {
         }
     }
 
-    /// Counts the messages in flight and updates the in-flight and frontier lag metrics.
-    fn report_in_flight(&mut self) -> usize {
-        let in_flight: usize = self.pending_count.values().sum();
+    /// Counts the messages (and their payload bytes) in flight and updates the in-flight and
+    /// frontier lag metrics.
+    fn report_in_flight(&mut self) -> (usize, usize) {
+        let (in_flight, bytes) = self
+            .pending_count
+            .values()
+            .fold((0usize, 0usize), |(count, bytes), (c, b)| {
+                (count.saturating_add(*c), bytes.saturating_add(*b))
+            });
         // The gauge is the process's total: each worker adds the change of its own count.
         metrics().in_flight_messages.add(
             in_flight as i64 - std::mem::replace(&mut self.reported_in_flight, in_flight as i64),
@@ -432,7 +445,7 @@ impl DocumentReader {
             let lag = crate::now_millis().saturating_sub(frontier) as f64 / 1000.0;
             metrics().ingest_frontier_lag_seconds.set(lag);
         }
-        in_flight
+        (in_flight, bytes)
     }
 
     /// On shutdown: commits once nothing is in flight (true: the capability can go), else waits.
@@ -451,12 +464,12 @@ impl DocumentReader {
 
     /// Pauses the assigned partitions above `max_in_flight` in flight, resumes them at half of it;
     /// after a rebalance, applies the state to the whole new assignment.
-    fn flow_control(&mut self, in_flight: usize) {
-        let over = if self.paused {
-            in_flight > self.config.max_in_flight / 2
-        } else {
-            in_flight > self.config.max_in_flight
-        };
+    fn flow_control(&mut self, (in_flight, bytes): (usize, usize)) {
+        let over = over_limits(
+            self.paused,
+            (in_flight, bytes),
+            (self.config.max_in_flight, self.config.max_in_flight_bytes),
+        );
         let reassigned = self
             .consumer
             .context()
@@ -480,7 +493,7 @@ impl DocumentReader {
                 }
             } else if over != self.paused {
                 self.paused = over;
-                tracing::info!(paused = self.paused, in_flight, "flow control");
+                tracing::info!(paused = self.paused, in_flight, bytes, "flow control");
             }
         }
     }
@@ -492,7 +505,8 @@ impl DocumentReader {
         // Fill the batch for up to `BATCH_LINGER` once a first message arrived: larger batches embed
         // with less padding per forward pass, at a bounded cost in latency.
         let mut first_at: Option<std::time::Instant> = None;
-        while batch.len() < self.config.max_batch {
+        let mut bytes = 0usize;
+        while batch.len() < self.config.max_batch && bytes <= self.config.max_in_flight_bytes / 2 {
             let lingering = first_at.is_some_and(|at| at.elapsed() < BATCH_LINGER);
             if first_at.is_some() && !lingering {
                 break;
@@ -522,10 +536,12 @@ impl DocumentReader {
                         .entry(message.partition())
                         .and_modify(|(_, last)| *last = message.offset())
                         .or_insert((message.offset(), message.offset()));
+                    bytes = bytes.saturating_add(message.payload_len());
                     batch.push(decode_message(&message, &self.decode));
                 }
             }
         }
+        self.polled_bytes = bytes;
         (batch, offsets)
     }
 
@@ -557,7 +573,7 @@ impl DocumentReader {
                 .session(&*capability)
                 .give_iterator(batch.into_iter().map(Ok));
             self.pending.insert(time, offsets);
-            self.pending_count.insert(time, polled);
+            self.pending_count.insert(time, (polled, self.polled_bytes));
             // Counted in flight before they are counted polled: a reader of the two metrics never
             // sees them polled and not in flight.
             self.report_in_flight();
@@ -572,6 +588,20 @@ impl DocumentReader {
         } else {
             self.activator.activate_after(self.config.idle_poll);
         }
+    }
+}
+
+/// Whether a source with `(messages, bytes)` in flight should be paused under `(max messages, max
+/// bytes)`: past either limit; once paused, until both are down to half of theirs.
+fn over_limits(
+    paused: bool,
+    (messages, bytes): (usize, usize),
+    (most, most_bytes): (usize, usize),
+) -> bool {
+    if paused {
+        messages > most / 2 || bytes > most_bytes / 2
+    } else {
+        messages > most || bytes > most_bytes
     }
 }
 
@@ -632,6 +662,19 @@ fn publish_progress<C: ConsumerContext>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn consumption_pauses_past_either_limit_and_resumes_below_half_of_both() {
+        let limits = (5000, 256 << 20);
+        // A few large documents pause it as surely as many small ones.
+        assert!(!over_limits(false, (5000, 100 << 20), limits));
+        assert!(over_limits(false, (5001, 1 << 20), limits));
+        assert!(over_limits(false, (40, (256 << 20) + 1), limits));
+        // Paused: resumed only once both are down to half.
+        assert!(over_limits(true, (2501, 1 << 20), limits));
+        assert!(over_limits(true, (10, (128 << 20) + 1), limits));
+        assert!(!over_limits(true, (2500, 128 << 20), limits));
+    }
 
     #[test]
     fn the_session_timeout_sets_the_heartbeat() {

@@ -258,6 +258,15 @@ impl Config {
         if self.ingest.max_document_bytes == 0 {
             return invalid("ingest.max_document_bytes", "must be positive");
         }
+        if self.kafka.max_in_flight_mib.saturating_mul(1 << 20) < self.ingest.max_document_bytes {
+            return invalid(
+                "kafka.max_in_flight_mib",
+                &format!(
+                    "must hold the largest document event (ingest.max_document_bytes = {})",
+                    self.ingest.max_document_bytes
+                ),
+            );
+        }
         // librdkafka takes at most 2097151 KiB of prefetch (and 2 GiB a fetch); a fetch must hold
         // the largest document event.
         if !(1..=MAX_PREFETCH_KBYTES).contains(&self.kafka.prefetch_kbytes)

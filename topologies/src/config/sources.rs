@@ -110,6 +110,11 @@ pub struct KafkaConfig {
     /// down to half).
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
+    /// Unacknowledged bytes of document events per worker (MiB) above which that worker's
+    /// consumption pauses too (until it is down to half), and past half of which a poll batch ends:
+    /// large documents are bounded by their size, not their count.
+    #[serde(default = "default_max_in_flight_mib")]
+    pub max_in_flight_mib: usize,
     /// Group session timeout, ms (`session.timeout.ms` of the documents and queries consumers;
     /// heartbeats every tenth of it, at most every 3 s). A member whose coordinator has not answered
     /// for this long drops its partitions and rejoins; a killed job's partitions move after it.
@@ -174,6 +179,9 @@ fn default_max_batch() -> usize {
 fn default_prefetch_kbytes() -> usize {
     // librdkafka's default; room for a 50 MB document event.
     65536
+}
+fn default_max_in_flight_mib() -> usize {
+    256
 }
 fn default_max_in_flight() -> usize {
     5000

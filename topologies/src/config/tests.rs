@@ -147,6 +147,11 @@ fn cross_field_checks_name_the_key() {
         ));
         assert!(err.contains("kafka.prefetch_kbytes"), "{prefetch}: {err}");
     }
+    // The bytes in flight must hold the largest document event.
+    let err = load_error(
+        "[source]\nkind = \"kafka\"\n[kafka]\nmax_in_flight_mib = 4\n[ingest]\nmax_document_bytes = 8388608\n",
+    );
+    assert!(err.contains("kafka.max_in_flight_mib"), "{err}");
     // Pooled evidence vectors need the local model; the http embedder is refused them.
     let err = load_error(
         "[source]\nkind = \"kafka\"\n[embedder]\nkind = \"http\"\nurl = \"http://e\"\nevidence_vectors = \"pooled\"\n",
