@@ -267,17 +267,11 @@ impl Config {
                 ),
             );
         }
-        // librdkafka takes at most 2097151 KiB of prefetch (and 2 GiB a fetch); a fetch must hold
-        // the largest document event.
-        if !(1..=MAX_PREFETCH_KBYTES).contains(&self.kafka.prefetch_kbytes)
-            || self.kafka.prefetch_kbytes.saturating_mul(1024) < self.ingest.max_document_bytes
-        {
+        // librdkafka takes at most 2097151 KiB of prefetch (and 2 GiB a fetch).
+        if !(1..=MAX_PREFETCH_KBYTES).contains(&self.kafka.prefetch_kbytes) {
             return invalid(
                 "kafka.prefetch_kbytes",
-                &format!(
-                    "must be at most {MAX_PREFETCH_KBYTES} KiB and hold the largest document event (ingest.max_document_bytes = {})",
-                    self.ingest.max_document_bytes
-                ),
+                &format!("must be 1 to {MAX_PREFETCH_KBYTES} KiB"),
             );
         }
         Ok(())
