@@ -472,10 +472,7 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Reply {
 
 /// At most the first 128 bytes of `text` (a request's path in a message).
 fn prefix(text: &str) -> &str {
-    let mut end = text.len().min(128);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = text.floor_char_boundary(128);
     &text[..end]
 }
 

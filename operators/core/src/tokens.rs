@@ -116,10 +116,7 @@ impl TokenCounter {
             .decode_bytes(&tokens[..max_tokens])
             .map(|b| b.len())
             .unwrap_or(0);
-        let mut end = bytes.min(text.len());
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
+        let end = text.floor_char_boundary(bytes);
         let prefix = &text[..end];
         debug_assert!(self.count(prefix) <= max_tokens);
         prefix

@@ -484,10 +484,7 @@ fn check_tenant(tenant: &str, config: &DecodeConfig) -> Result<(), DecodeError> 
 
 /// At most 64 bytes of user input in an error message: the DLQ never echoes a document.
 fn prefix(text: &str) -> &str {
-    let mut end = text.len().min(64);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = text.floor_char_boundary(64);
     &text[..end]
 }
 

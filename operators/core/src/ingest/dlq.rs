@@ -191,10 +191,7 @@ impl DlqRecord {
             message: bounded_message(message),
             origin,
             tenant: tenant.map(|mut tenant| {
-                let mut end = tenant.len().min(MAX_DLQ_TENANT_BYTES);
-                while !tenant.is_char_boundary(end) {
-                    end -= 1;
-                }
+                let end = tenant.floor_char_boundary(MAX_DLQ_TENANT_BYTES);
                 tenant.truncate(end);
                 tenant
             }),

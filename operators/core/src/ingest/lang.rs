@@ -18,10 +18,7 @@ pub fn detect(text: &str, kind: DocKind) -> Option<&'static str> {
     if matches!(kind, DocKind::Code | DocKind::SqlSchema) {
         return None;
     }
-    let mut end = text.len().min(SAMPLE_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = text.floor_char_boundary(SAMPLE_BYTES);
     let info = whatlang::detect(&text[..end])?;
     info.is_reliable().then(|| info.lang().code())
 }

@@ -62,10 +62,7 @@ pub fn check_key(key: &str) -> Result<(), String> {
 }
 
 fn prefix(text: &str) -> &str {
-    let mut end = text.len().min(64);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = text.floor_char_boundary(64);
     &text[..end]
 }
 

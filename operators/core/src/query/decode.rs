@@ -31,10 +31,7 @@ pub const MAX_QUERY_TENANT_BYTES: usize = crate::ingest::decode::MAX_TENANT_BYTE
 
 /// At most the first `limit` bytes of `text`, cut at a character boundary.
 fn cut(text: &str, limit: usize) -> &str {
-    let mut end = text.len().min(limit);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = text.floor_char_boundary(limit);
     &text[..end]
 }
 

@@ -360,10 +360,7 @@ fn truncate_near(counter: TokenCounter, rest: &str, budget: usize) -> &str {
         if window >= rest.len() {
             return counter.truncate(rest, budget);
         }
-        let mut end = window;
-        while !rest.is_char_boundary(end) {
-            end -= 1;
-        }
+        let end = rest.floor_char_boundary(window);
         let part = &rest[..end];
         if counter.count(part) > budget.saturating_add(CUT_WINDOW_SLACK_TOKENS) {
             return counter.truncate(part, budget);

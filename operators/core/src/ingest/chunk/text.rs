@@ -28,10 +28,7 @@ fn heading_title(line: &str) -> String {
         .trim()
         .trim_end_matches('#')
         .trim();
-    let mut end = title.len().min(MAX_HEADING_BYTES);
-    while !title.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = title.floor_char_boundary(MAX_HEADING_BYTES);
     title[..end].to_string()
 }
 

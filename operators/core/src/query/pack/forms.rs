@@ -45,10 +45,7 @@ pub(super) fn cut_bytes(text: &str, max_bytes: usize) -> &str {
     if text.len() <= max_bytes {
         return text;
     }
-    let mut end = max_bytes;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = text.floor_char_boundary(max_bytes);
     match text[..end].rfind(char::is_whitespace) {
         Some(space) if space > 0 => text[..space].trim_end(),
         _ => &text[..end],
