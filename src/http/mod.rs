@@ -237,20 +237,6 @@ fn query_slot(shared: &Shared) -> Result<tokio::sync::OwnedSemaphorePermit, Box<
     })
 }
 
-/// Forgets the request's ticket when its handler is dropped (the client went away), so the waiting
-/// thread is released at once (a request still queued is dropped; one in the dataflow keeps its
-/// slot until answered).
-struct Abandon {
-    ingress: Arc<HttpIngress>,
-    ticket: u64,
-}
-
-impl Drop for Abandon {
-    fn drop(&mut self) {
-        self.ingress.abandon(self.ticket);
-    }
-}
-
 /// Runs one query event through the dataflow: the body bound to the token's tenants and labels, a
 /// slot among the queries in flight, the wait for its context. `Err`: the problem reply.
 async fn ask(shared: &Arc<Shared>, body: Bytes, access: &Access) -> Result<Context, Reply> {
@@ -263,13 +249,10 @@ async fn ask(shared: &Arc<Shared>, body: Bytes, access: &Access) -> Result<Conte
     // Oversized bodies within the read limit still go through the dataflow, which refuses them with
     // a DLQ record.
     // The slot is held until the dataflow answers, not until the caller stops waiting.
-    let (ticket, receiver) = shared
+    // Dropping `abandon` (this handler dropped: the client went away) releases the waiting thread.
+    let (abandon, receiver) = shared
         .ingress
-        .submit_holding(body.to_vec(), Some(Box::new(slot)));
-    let abandon = Abandon {
-        ingress: shared.ingress.clone(),
-        ticket,
-    };
+        .submit_guarded(body.to_vec(), Some(Box::new(slot)));
     let waited = tokio::task::spawn_blocking(move || receiver.recv_timeout(QUERY_TIMEOUT)).await;
     let answer = match waited {
         Ok(Ok(context)) => Ok(context),
@@ -477,7 +460,7 @@ fn prefix(text: &str) -> &str {
 }
 
 /// A request's task, aborted when the connection goes away before it is answered (so a query whose
-/// client left is abandoned, freeing its slot).
+/// client left is abandoned: it leaves the queue, or keeps its slot until the job answers it).
 struct RequestTask(tokio::task::JoinHandle<Reply>);
 
 impl Drop for RequestTask {

@@ -146,18 +146,11 @@ impl RagTools {
     /// while it waits (its client went away) forgets its request, so the waiting thread is released
     /// at once and a request still queued never runs.
     async fn ask(&self, mut query: Value) -> Result<CallToolResult, ErrorData> {
-        /// Forgets the request when the call is dropped.
-        struct Abandon(Arc<HttpIngress>, u64);
-        impl Drop for Abandon {
-            fn drop(&mut self) {
-                self.0.abandon(self.1);
-            }
-        }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         query["query_id"] = json!(format!("mcp-{}-{id}", std::process::id()));
-        let ingress = self.ingress.clone();
-        let (ticket, receiver) = ingress.submit(query.to_string().into_bytes());
-        let abandon = Abandon(ingress.clone(), ticket);
+        let (abandon, receiver) = self
+            .ingress
+            .submit_guarded(query.to_string().into_bytes(), None);
         let context =
             tokio::task::spawn_blocking(move || match receiver.recv_timeout(TOOL_TIMEOUT) {
                 Ok(context) => Ok(context),

@@ -67,6 +67,19 @@ struct Waiting {
     since: Instant,
 }
 
+/// Forgets its request when dropped ([`HttpIngress::submit_guarded`]).
+#[derive(Debug)]
+pub struct Abandon {
+    ingress: Arc<HttpIngress>,
+    ticket: u64,
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        self.ingress.abandon(self.ticket);
+    }
+}
+
 /// How long an abandoned request that the dataflow never answered keeps its hold: a bound on what
 /// a lost answer could cost, far past any query's round trip (the HTTP wait is 120 s).
 const HOLD_AT_MOST: Duration = Duration::from_secs(600);
@@ -115,6 +128,24 @@ impl HttpIngress {
         for (ticket, _) in queue.drain(..) {
             replies.remove(&ticket);
         }
+    }
+
+    /// [`Self::submit_holding`] for a caller that may go away: dropping the returned guard (the
+    /// caller's handler dropped, or done waiting) forgets the request ([`Self::abandon`]; a no-op
+    /// once it was answered).
+    pub fn submit_guarded(
+        self: &Arc<Self>,
+        body: Vec<u8>,
+        hold: Option<Box<dyn std::any::Any + Send>>,
+    ) -> (Abandon, mpsc::Receiver<Context>) {
+        let (ticket, receiver) = self.submit_holding(body, hold);
+        (
+            Abandon {
+                ingress: self.clone(),
+                ticket,
+            },
+            receiver,
+        )
     }
 
     /// Forgets a request whose caller stopped waiting: one still queued leaves the queue (and
@@ -574,6 +605,13 @@ mod tests {
         ingress.reply(answered, Context::default());
         assert!(receiver.recv_timeout(Duration::from_millis(10)).is_ok());
         assert_eq!(held(), 0);
+        // The guard abandons its request when dropped (a caller's handler that went away).
+        let ingress = Arc::new(ingress);
+        let (guard, _receiver) = ingress.submit_guarded(b"q3".to_vec(), hold(&slot));
+        assert_eq!(held(), 1);
+        drop(guard);
+        assert_eq!(held(), 0);
+        assert!(ingress.drain().is_empty());
     }
 
     #[test]
