@@ -315,9 +315,11 @@ fn split_oversized(
         let prefix = truncate_near(counter, rest, budget.max(1));
         let mut cut = prefix.len();
         if cut < rest.len() {
-            // Prefer the last whitespace in the second half of the prefix.
+            // Prefer the last whitespace in the second half of the prefix, where the text before
+            // it still fits: encoded alone, a shorter text can take more tokens than the prefix
+            // did (a run of spaces splits differently when nothing follows it).
             if let Some(space) = prefix.rfind(char::is_whitespace) {
-                if space > prefix.len() / 2 {
+                if space > prefix.len() / 2 && counter.count(&rest[..space]) <= budget {
                     cut = space;
                 }
             }

@@ -164,6 +164,30 @@ fn very_long_sentence_is_split_within_budget() {
     assert_covers(&document, &chunks);
 }
 
+#[test]
+fn a_long_line_cut_before_a_run_of_spaces_stays_within_budget() {
+    // Found by the format fuzzing (a table row of a mutated HTML page): cut at the last whitespace
+    // of its longest prefix within the budget, the text before a run of spaces took one token more
+    // than the prefix had.
+    let row = format!(
+        "|  BM25 variants standard, plus, l, t, adpt |  [index.bm25] variant (delta for plus and \
+         l); t and adpt refused: they take a per-term k1 from the whole corpus\u{2019}s statistics, \
+         which weights stored at ingest cannot follow as the corpus changes |{}standard |  the same \
+         core test; tests/embedder.rs an_index_of_another_bm25_weighting_refuses_to_open_until_re_\
+         encoded: an index of the standard weighting refused by a plus job, re-encoded with \
+         embedder.reembed, a match then scoring over 1 higher; adpt refused at load |",
+        " ".repeat(149)
+    );
+    for kind in [DocKind::Markdown, DocKind::Prose] {
+        let document = doc("row.md", kind, &row);
+        for budget in [48, 64, 80] {
+            let chunks = chunker(budget, 300).chunk(&document);
+            assert_budget(&chunks, budget);
+            assert_covers(&document, &chunks);
+        }
+    }
+}
+
 const RUST: &str = "//! Module docs.\nuse std::fmt;\n\n/// Adds numbers.\n#[inline]\npub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\nstruct Point {\n    x: f64,\n}\n\nimpl Point {\n    fn norm(&self) -> f64 {\n        self.x.abs()\n    }\n}\n";
 
 #[test]
