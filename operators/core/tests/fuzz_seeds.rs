@@ -5,8 +5,12 @@
 //! chunker's chunks are byte ranges of their document within the budget.
 //!
 //! Targets: the query decoder (`seeds/query`), the document decoder (`seeds/document`), the chunker
-//! (`seeds/chunker`, the kind read from the file name as the directory source does). The packer is
-//! fuzzed by the property tests in `query/pack/tests.rs` over generated candidate sets.
+//! (`seeds/chunker`, the kind read from the file name as the directory source does), and the file
+//! formats with the chunker behind them (`seeds/html`, `seeds/pdf`, `seeds/docx`: real files written
+//! by pandoc, groff and Ghostscript and crafted ones, `fuzz/README.md`): each mutation is extracted
+//! under small bounds and refused with a reason, or its text is within the bound and chunked within
+//! the budget. The packer is fuzzed by the property tests in `query/pack/tests.rs` over generated
+//! candidate sets.
 //!
 //! A new seed is a file in the target's folder: an input worth keeping (one that once failed, or one
 //! that reaches code the others do not).
@@ -15,6 +19,7 @@ use std::path::PathBuf;
 
 use ragstream_core::ingest::chunk::{Chunker, ChunkerConfig};
 use ragstream_core::ingest::decode::{decode_event, DecodeConfig};
+use ragstream_core::ingest::extract::{extract, ExtractLimits};
 use ragstream_core::model::{DocKey, DocKind, Document};
 use ragstream_core::query::decode::decode_query;
 use ragstream_core::tokens::{Encoding, TokenCounter};
@@ -86,6 +91,24 @@ const INTERESTING: &[&[u8]] = &[
     b"\xe6\x9d\xb1",
     b"\xff",
     b"\0",
+    // HTML
+    b"<div>",
+    b"</h2>",
+    b"<table><tr><td>",
+    b"<!--",
+    b"&#x10FFFF;",
+    // PDF
+    b"<<",
+    b">>",
+    b" 0 R",
+    b"/Length 999999999",
+    b"stream\n",
+    b"endobj",
+    b"BT (x) Tj ET",
+    // DOCX (ZIP records, XML)
+    b"PK\x03\x04",
+    b"<w:p>",
+    b"<!ENTITY",
 ];
 
 fn mutate(seed: &[u8], others: &[(String, Vec<u8>)], rng: &mut Rng) -> Vec<u8> {
@@ -211,4 +234,91 @@ fn the_chunker_cuts_every_mutation_within_its_budget() {
             chunk(name, input);
         },
     );
+}
+
+/// A file target: every seed is read; every mutation is read within the bounds, its text chunked within
+/// the budget as a byte range of it, or refused naming why. Mutations per seed: half the decoders' (a
+/// file costs more to read).
+fn fuzz_format(kind: DocKind) {
+    let limits = ExtractLimits {
+        max_text_bytes: 256 << 10,
+        max_inflated_bytes: 4 << 20,
+        max_pages: 200,
+    };
+    let budget = 64;
+    let chunker = Chunker::new(ChunkerConfig {
+        prose_tokens: budget,
+        ..ChunkerConfig::default()
+    });
+    // Err: the property failed, and how.
+    let read = |name: &str, input: &[u8]| -> Result<_, String> {
+        let file = extract(kind, input, &limits);
+        if let Ok(file) = &file {
+            if file.text.len() > limits.max_text_bytes {
+                return Err(format!("{name}: text of {} bytes", file.text.len()));
+            }
+            let document = Document {
+                key: DocKey::new("t", name),
+                version: 1,
+                source: name.to_string(),
+                kind,
+                title: file.title.clone(),
+                text: file.text.clone(),
+                acl: Vec::new(),
+                updated_ms: 0,
+                metadata: Default::default(),
+            };
+            for chunk in chunker.chunk(&document) {
+                let (from, to) = (chunk.char_range.0 as usize, chunk.char_range.1 as usize);
+                if document.text.get(from..to) != Some(chunk.text.as_str()) {
+                    return Err(format!("{name}: a chunk is not its range of the text"));
+                }
+                if chunk.tokens as usize > budget {
+                    return Err(format!("{name}: a chunk of {} tokens", chunk.tokens));
+                }
+            }
+        }
+        Ok(file)
+    };
+    // A failing input is kept to become a seed or a regression test.
+    let failed = |input: &[u8], why: String| -> ! {
+        let path = std::env::temp_dir().join(format!("fuzz-failure.{}", kind.as_str()));
+        let _ = std::fs::write(&path, input);
+        panic!("{why} (input written to {})", path.display());
+    };
+    let seeds = seeds(kind.as_str());
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let refusal = |name: &str, refused: ragstream_core::ingest::extract::ExtractError| {
+        assert_eq!(refused.format, kind.as_str());
+        assert!(!refused.message.trim().is_empty(), "{name}");
+    };
+    for (name, seed) in &seeds {
+        // A real file is read; a crafted one may be refused.
+        match read(name, seed).unwrap_or_else(|why| failed(seed, why)) {
+            Err(refused) if name.starts_with("crafted-") => refusal(name, refused),
+            Err(refused) => panic!("seed {name}: {refused}"),
+            Ok(_) => {}
+        }
+        for _ in 0..mutations_per_seed() / 2 {
+            let input = mutate(seed, &seeds, &mut rng);
+            if let Err(refused) = read(name, &input).unwrap_or_else(|why| failed(&input, why)) {
+                refusal(name, refused);
+            }
+        }
+    }
+}
+
+#[test]
+fn every_mutated_html_page_is_read_within_its_bounds_or_refused() {
+    fuzz_format(DocKind::Html);
+}
+
+#[test]
+fn every_mutated_pdf_is_read_within_its_bounds_or_refused() {
+    fuzz_format(DocKind::Pdf);
+}
+
+#[test]
+fn every_mutated_docx_is_read_within_its_bounds_or_refused() {
+    fuzz_format(DocKind::Docx);
 }
