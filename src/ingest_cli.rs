@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 use ragstream_operators::ingest::decode::{decode_event, DecodeConfig, DocumentEvent};
+use ragstream_operators::ingest::sandbox::{Sandbox, SandboxLimits};
 use ragstream_operators::io::dir_source::DirSource;
 use ragstream_operators::model::DocOp;
 use ragstream_operators::outage::Backoff;
@@ -173,7 +174,11 @@ fn read_input(ingest: &Ingest) -> anyhow::Result<(Vec<Outgoing>, Vec<(String, St
         .canonicalize()
         .with_context(|| format!("reading {}", root.display()))?;
     let tenant = ingest.tenant.clone().unwrap_or_default();
-    let mut scanner = DirSource::new(root, tenant, usize::MAX >> 1, BTreeMap::new());
+    // Files are read as the job reads them: each in a child process under the default limits.
+    let sandbox = Sandbox::of_this_binary(SandboxLimits::default())
+        .context("locating this binary for the file sandbox")?;
+    let mut scanner = DirSource::new(root, tenant, usize::MAX >> 1, BTreeMap::new())
+        .with_files(std::sync::Arc::new(sandbox));
     for found in scanner.scan() {
         match found {
             Ok(DocOp::Upsert(mut document)) => {

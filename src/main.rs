@@ -108,6 +108,10 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         batch: usize,
     },
+    /// Reads one file (a JSON line of its format and limits, then its bytes, on standard input) and
+    /// writes its text: the job's file sandbox runs this in a child process under limits.
+    #[command(hide = true)]
+    Parse,
     /// Prints the HTTP API's OpenAPI 3.1 document (what `/v1/openapi.json` serves).
     Openapi,
     /// Prints the configuration reference (every key, its default and its meaning) in Markdown.
@@ -264,6 +268,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
+        Command::Parse => std::process::exit(ragstream_operators::ingest::sandbox::serve()),
         Command::Run {
             config,
             workers,

@@ -19,8 +19,10 @@ use anyhow::{bail, Context};
 use ragstream_core::query::invalidate::InvalidationLog;
 use ragstream_operators::embed::service::{InferenceService, Priority};
 use ragstream_operators::ingest::embed::{take_vectors, ChunkInputs};
+use ragstream_operators::ingest::extract::FileReader;
 use ragstream_operators::ingest::hydrate::hydrate;
 use ragstream_operators::ingest::reindex::{Owned, Reindexer};
+use ragstream_operators::ingest::sandbox::Sandbox;
 use ragstream_operators::io::checkpoint::IndexCheckpoint;
 use ragstream_operators::io::kafka_log::QuietContext;
 use ragstream_operators::io::local_source::DocumentIngress;
@@ -147,6 +149,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     // serves every worker's ingest and queries, on threads of its own.
     let service = factory::inference_service(&config)?;
     let shards = open_index(&config, &service)?;
+    let files = file_sandbox(&config)?;
     let readiness = Arc::new(Readiness::default());
     let ingress = Arc::new(HttpIngress::default());
     let invalidation_log = Arc::new(Mutex::new(InvalidationLog::new(
@@ -164,6 +167,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         &ingress,
         &invalidation_log,
         posted.as_ref(),
+        &files,
     )?;
     tracing::info!(%address, "serving /metrics, /healthz, /readyz, /v1/ (query, documents, sources, chunks, invalidations, openapi.json), /mcp");
     let progress = Arc::new(IngestProgress::default());
@@ -188,7 +192,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
             shutdown.clone(),
         );
     }
-    let local_input = Arc::new(Mutex::new(factory::local_input(&config, &shards)?));
+    let local_input = Arc::new(Mutex::new(factory::local_input(&config, &shards, &files)?));
     let shards = Arc::new(shards);
     let _ = ingress
         .reindex
@@ -226,6 +230,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         )),
         shutdown: shutdown.clone(),
         service,
+        files,
         config: Arc::new(config),
     };
     let ready_workers = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -306,6 +311,7 @@ fn serve_http(
     ingress: &Arc<HttpIngress>,
     invalidation_log: &Arc<Mutex<InvalidationLog>>,
     posted: Option<&Arc<DocumentIngress>>,
+    files: &Arc<dyn FileReader>,
 ) -> anyhow::Result<std::net::SocketAddr> {
     let tokens = QueryTokens::from_env(
         &config.http.query_token_env,
@@ -343,8 +349,18 @@ fn serve_http(
             max_documents_body_bytes: config.ingest.max_document_bytes.saturating_mul(4),
         },
         documents,
-        factory::decode_config(config),
+        factory::decode_config(config, files.clone()),
     )
+}
+
+/// The child processes that read the files of document events (this binary's `parse` mode under
+/// `ingest.sandbox`'s limits), checked on a test page: a platform where they cannot run stops the
+/// job here, with the reason, rather than refusing every file.
+fn file_sandbox(config: &Config) -> anyhow::Result<Arc<dyn FileReader>> {
+    let sandbox = Sandbox::of_this_binary(config.ingest.sandbox.limits())
+        .context("locating this binary for the file sandbox")?;
+    sandbox.check().map_err(anyhow::Error::msg)?;
+    Ok(Arc::new(sandbox))
 }
 
 /// Creates the queries, contexts, invalidations and DLQ topics the broker misses (one partition

@@ -70,6 +70,8 @@ declare_metrics! {
         "Chunk citations of published contexts kept to invalidate them (all workers of the process).");
     dlq_records: IntCounterVec = counter_vec("ragstream_dlq_records_total",
         "DLQ records by reason.", &["reason"]);
+    sandbox_reads: IntCounterVec = counter_vec("ragstream_sandbox_reads_total",
+        "Files (HTML, PDF, DOCX) read by the sandbox's child processes, by outcome (read, refused, memory_limit, time_limit, output_limit, crashed).", &["outcome"]);
     retries: IntCounterVec = counter_vec("ragstream_retries_total",
         "Retries of index writes and embedding calls after an outage, by component.", &["component"]);
     outage: IntGaugeVec = int_gauge_vec("ragstream_outage",
@@ -225,6 +227,9 @@ impl Metrics {
         }
         for reason in crate::ingest::decode::DlqReason::ALL {
             metrics.dlq_records.with_label_values(&[reason.as_str()]);
+        }
+        for outcome in crate::ingest::sandbox::OUTCOMES {
+            metrics.sandbox_reads.with_label_values(&[outcome]);
         }
         for stage in QUERY_STAGES {
             metrics.query_stage_seconds.with_label_values(&[stage]);

@@ -280,6 +280,11 @@ impl Job {
         }
     }
 
+    /// The running job's process id.
+    pub fn pid(&self) -> Option<u32> {
+        Some(self.child.as_ref()?.id())
+    }
+
     /// Peak resident memory of the running job (`VmHWM`), in bytes.
     pub fn peak_rss_bytes(&self) -> Option<u64> {
         let pid = self.child.as_ref()?.id();

@@ -5,6 +5,7 @@ mod common;
 
 mod crashes;
 mod duplicates;
+mod files;
 mod handover;
 mod hostile;
 mod outages;

@@ -15,6 +15,7 @@ use ragstream_operators::embed::minilm::{MiniLm, MiniLmOptions, Precision};
 use ragstream_operators::embed::service::{InferenceService, ServiceConfig};
 use ragstream_operators::embed::Embedder;
 use ragstream_operators::ingest::decode::DecodeConfig;
+use ragstream_operators::ingest::extract::FileReader;
 use ragstream_operators::io::checkpoint::IndexCheckpoint;
 use ragstream_operators::io::dir_source::{read_jsonl, DirSource, Extensions};
 use ragstream_operators::io::dlq_sink::{DlqSink, FileDlq, KafkaDlq};
@@ -207,6 +208,7 @@ pub fn query_kafka(config: &Config) -> Option<QueryKafkaConfig> {
 pub fn local_input(
     config: &Config,
     shards: &[Arc<dyn VectorStore>],
+    files: &Arc<dyn FileReader>,
 ) -> anyhow::Result<Option<LocalInput>> {
     Ok(match config.source.kind {
         SourceKind::Dir => {
@@ -227,18 +229,21 @@ pub fn local_input(
                 .canonicalize()
                 .with_context(|| format!("source.path {}", root.display()))?;
             Some(LocalInput::Dir {
-                source: DirSource::new(root, tenant, config.ingest.max_document_bytes, known)
-                    .with_extensions(Extensions::new(
-                        &config.source.include_extensions,
-                        &config.source.exclude_extensions,
-                    ))
-                    .with_preview_window(config.source.preview_window),
+                source: Box::new(
+                    DirSource::new(root, tenant, config.ingest.max_document_bytes, known)
+                        .with_extensions(Extensions::new(
+                            &config.source.include_extensions,
+                            &config.source.exclude_extensions,
+                        ))
+                        .with_preview_window(config.source.preview_window)
+                        .with_files(files.clone()),
+                ),
                 rescan: Duration::from_secs(config.source.rescan_secs.max(1)),
             })
         }
         SourceKind::Jsonl => {
             let path = config.source.path.clone().expect("validated");
-            let decode = decode_config(config);
+            let decode = decode_config(config, files.clone());
             Some(LocalInput::Events(
                 read_jsonl(&path, &decode)
                     .with_context(|| format!("reading {}", path.display()))?,
@@ -248,11 +253,12 @@ pub fn local_input(
     })
 }
 
-/// Limits of document decoding.
-pub fn decode_config(config: &Config) -> DecodeConfig {
+/// Limits of document decoding; `files` reads HTML, PDF and DOCX files (the job: its sandbox).
+pub fn decode_config(config: &Config, files: Arc<dyn FileReader>) -> DecodeConfig {
     DecodeConfig {
         max_document_bytes: config.ingest.max_document_bytes,
         allowed_tenants: config.ingest.allowed_tenants.clone(),
+        files,
     }
 }
 
@@ -270,6 +276,8 @@ pub struct SourceParts {
     pub progress: Arc<IngestProgress>,
     /// Documents posted to the HTTP API (a local source that keeps serving).
     pub posted: Option<Arc<DocumentIngress>>,
+    /// Reads the files of document events (the job's sandbox).
+    pub files: Arc<dyn FileReader>,
 }
 
 /// The configured document source in `scope`: its events and its assignment markers (none for a
@@ -295,7 +303,7 @@ pub fn document_source<'scope>(
                 instance_id: config.kafka.instance_id.clone(),
                 checkpoint: parts.checkpoint,
             },
-            decode_config(config),
+            decode_config(config, parts.files),
             parts.acks,
             parts.shutdown,
             parts.progress,

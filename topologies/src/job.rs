@@ -38,6 +38,8 @@ use crate::query::{query, QueryParts};
 pub struct ProcessParts {
     /// The validated configuration.
     pub config: Arc<Config>,
+    /// Reads the files of document events (the job's sandbox).
+    pub files: Arc<dyn ragstream_operators::ingest::extract::FileReader>,
     /// The tokenizer chunks and budgets are counted with.
     pub encoding: Encoding,
     /// The process's inference service (every worker's ingest and queries).
@@ -140,6 +142,7 @@ impl ProcessParts {
                     shutdown: self.shutdown.clone(),
                     progress: self.progress.clone(),
                     posted,
+                    files: self.files.clone(),
                 },
             );
             let changed = ingest(

@@ -198,9 +198,13 @@ pub fn docx_file(paragraphs: &[(&str, &str)]) -> Vec<u8> {
             body.push_str(&paragraph(style, text));
         }
     }
-    let document = format!(
+    docx_package(format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"yes\"?>\n<w:document xmlns:w=\"http://schemas.openxmlformats.org/wordprocessingml/2006/main\"><w:body>{body}<w:sectPr/></w:body></w:document>"
-    );
+    ))
+}
+
+/// A DOCX package around `document` (its `word/document.xml`).
+fn docx_package(document: String) -> Vec<u8> {
     let mut styles = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"yes\"?>\n<w:styles xmlns:w=\"http://schemas.openxmlformats.org/wordprocessingml/2006/main\"><w:style w:type=\"paragraph\" w:styleId=\"Title\"><w:name w:val=\"Title\"/></w:style>");
     for level in 1..=3 {
         styles.push_str(&format!("<w:style w:type=\"paragraph\" w:styleId=\"Heading{level}\"><w:name w:val=\"heading {level}\"/><w:pPr><w:outlineLvl w:val=\"{}\"/></w:pPr></w:style>", level - 1));
@@ -230,4 +234,189 @@ pub fn zip_file(entries: &[(&str, &[u8])]) -> Vec<u8> {
         writer.write_all(content).expect("zip write");
     }
     writer.finish().expect("zip finish").into_inner()
+}
+
+/// Files crafted to cost their reader far more than their size (the hostile-files tests and the
+/// sandbox's): each small on disk, each a known way to exhaust a parser's memory, time or stack.
+pub mod hostile {
+    /// zlib-compresses `bytes` (a PDF `FlateDecode` stream).
+    fn deflate(bytes: &[u8]) -> Vec<u8> {
+        use std::io::Write as _;
+        let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        encoder.write_all(bytes).expect("in memory");
+        encoder.finish().expect("in memory")
+    }
+
+    /// A PDF of `objects` (numbered from 1; object 1 the catalog) with a classic xref table.
+    fn pdf(objects: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = b"%PDF-1.5\n%\xe2\xe3\xcf\xd3\n".to_vec();
+        let mut offsets = Vec::new();
+        for (index, object) in objects.iter().enumerate() {
+            offsets.push(out.len());
+            out.extend_from_slice(format!("{} 0 obj\n", index + 1).as_bytes());
+            out.extend_from_slice(object);
+            out.extend_from_slice(b"\nendobj\n");
+        }
+        let xref = out.len();
+        out.extend_from_slice(
+            format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
+        );
+        for offset in offsets {
+            out.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
+        }
+        out.extend_from_slice(
+            format!(
+                "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
+                objects.len() + 1
+            )
+            .as_bytes(),
+        );
+        out
+    }
+
+    fn stream(dictionary: &str, content: &[u8]) -> Vec<u8> {
+        let mut object = format!(
+            "<< {dictionary} /Filter /FlateDecode /Length {} >>\nstream\n",
+            content.len()
+        )
+        .into_bytes();
+        object.extend_from_slice(content);
+        object.extend_from_slice(b"\nendstream");
+        object
+    }
+
+    /// A one-page PDF whose content stream (deflated) is `content`.
+    pub fn pdf_with_content(content: &[u8]) -> Vec<u8> {
+        pdf(&[
+            b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_vec(),
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 5 0 R >> >> /Contents 4 0 R >>".to_vec(),
+            stream("", &deflate(content)),
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>".to_vec(),
+        ])
+    }
+
+    /// A one-page PDF whose content stream inflates to `inflated` bytes of path operators
+    /// (`0 0 m`): a few dozen kilobytes on disk, gigabytes once parsed into operations.
+    pub fn pdf_amplifying_content(inflated: usize) -> Vec<u8> {
+        let line = b"0 0 m\n";
+        let content: Vec<u8> = line
+            .iter()
+            .copied()
+            .cycle()
+            .take(inflated / line.len() * line.len())
+            .collect();
+        pdf_with_content(&content)
+    }
+
+    /// A PDF with an object stream of `entries` objects that all start at the same offset: one
+    /// array of `width` numbers, parsed once for every entry.
+    pub fn pdf_object_stream_copies(entries: usize, width: usize) -> Vec<u8> {
+        let mut index = String::new();
+        for entry in 0..entries {
+            index.push_str(&format!("{} 0 ", 100 + entry));
+        }
+        let mut content = index.clone().into_bytes();
+        content.push(b'[');
+        for _ in 0..width {
+            content.extend_from_slice(b"0 ");
+        }
+        content.push(b']');
+        let dictionary = format!("/Type /ObjStm /N {entries} /First {}", index.len());
+        pdf(&[
+            b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_vec(),
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 5 0 R >>".to_vec(),
+            stream(&dictionary, &deflate(&content)),
+            stream("", &deflate(b"BT /F1 11 Tf 72 720 Td (copies) Tj ET")),
+        ])
+    }
+
+    /// A one-page PDF whose catalog leads to a chain of `count` dictionaries, each naming the next
+    /// (an object graph as long as the file).
+    pub fn pdf_linked_objects(count: usize) -> Vec<u8> {
+        let mut objects = vec![
+            b"<< /Type /Catalog /Pages 2 0 R /Chain 6 0 R >>".to_vec(),
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_vec(),
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 5 0 R >> >> /Contents 4 0 R >>".to_vec(),
+            stream("", &deflate(b"BT /F1 11 Tf 72 720 Td (linked) Tj ET")),
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>".to_vec(),
+        ];
+        for link in 0..count {
+            let id = objects.len() + 1;
+            objects.push(if link + 1 < count {
+                format!("<< /Index {link} /Next {} 0 R >>", id + 1).into_bytes()
+            } else {
+                format!("<< /Index {link} >>").into_bytes()
+            });
+        }
+        pdf(&objects)
+    }
+
+    /// A one-page PDF whose content stream nests `depth` arrays (a parser that recurses per level
+    /// runs out of stack).
+    pub fn pdf_nested_arrays(depth: usize) -> Vec<u8> {
+        let mut content = vec![b'['; depth];
+        content.extend(std::iter::repeat_n(b']', depth));
+        content.extend_from_slice(b" TJ");
+        pdf_with_content(&content)
+    }
+
+    /// An HTML page of `count` headings, each a few words.
+    pub fn html_headings(count: usize) -> Vec<u8> {
+        let mut page = b"<!doctype html><html><body>".to_vec();
+        for index in 0..count {
+            page.extend_from_slice(format!("<h2>Part {index}</h2>").as_bytes());
+        }
+        page.extend_from_slice(b"</body></html>");
+        page
+    }
+
+    /// An HTML page of `count` elements opened and never closed.
+    pub fn html_unclosed(count: usize) -> Vec<u8> {
+        let mut page = b"<!doctype html><html><body>".to_vec();
+        for index in 0..count {
+            page.extend_from_slice(if index % 2 == 0 {
+                b"<div>x"
+            } else {
+                b"<span>y"
+            });
+        }
+        page
+    }
+
+    /// An HTML page of `count` nested `<div>`s, closed.
+    pub fn html_nested(count: usize) -> Vec<u8> {
+        let mut page = b"<!doctype html><html><body>".to_vec();
+        page.extend(b"<div>".repeat(count));
+        page.extend_from_slice(b"deep");
+        page.extend(b"</div>".repeat(count));
+        page.extend_from_slice(b"</body></html>");
+        page
+    }
+
+    /// An HTML page holding one word of `bytes` letters (no whitespace anywhere).
+    pub fn html_one_word(bytes: usize) -> Vec<u8> {
+        let mut page = b"<!doctype html><html><body><p>".to_vec();
+        page.extend(std::iter::repeat_n(b'a', bytes));
+        page.extend_from_slice(b"</p></body></html>");
+        page
+    }
+
+    /// A DOCX whose document declares the "billion laughs" entities (each ten of the one before)
+    /// and uses the last.
+    pub fn docx_billion_laughs() -> Vec<u8> {
+        let mut dtd = String::from("<!DOCTYPE w:document [<!ENTITY lol0 \"lol\">");
+        for level in 1..10 {
+            dtd.push_str(&format!(
+                "<!ENTITY lol{level} \"{}\">",
+                format!("&lol{};", level - 1).repeat(10)
+            ));
+        }
+        dtd.push_str("]>");
+        let document = format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>{dtd}<w:document xmlns:w=\"http://schemas.openxmlformats.org/wordprocessingml/2006/main\"><w:body><w:p><w:r><w:t>laughs &lol9;</w:t></w:r></w:p></w:body></w:document>"
+        );
+        super::docx_package(document)
+    }
 }

@@ -15,4 +15,5 @@ pub mod guard;
 pub mod hydrate;
 pub mod index_write;
 pub mod reindex;
+pub mod sandbox;
 pub mod stats;

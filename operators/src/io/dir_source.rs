@@ -12,10 +12,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use crate::ingest::decode::{check_bounds, decode_event, DecodeConfig, DecodeError, DlqReason};
 use crate::ingest::dlq::{DlqRecord, Origin};
-use crate::ingest::extract::{self, Extracted};
+use crate::ingest::extract::{self, Extracted, FileReader};
 use crate::model::{DocKey, DocKind, DocOp, Document};
 
 /// Bytes at a file's start searched for a NUL byte unless configured (`[source] preview_window`).
@@ -35,6 +37,7 @@ pub struct DirSource {
     max_bytes: usize,
     extensions: Extensions,
     preview_window: usize,
+    files: Arc<dyn FileReader>,
     seen: HashMap<String, Seen>,
     versions: HashMap<String, u64>,
 }
@@ -92,10 +95,12 @@ fn read_file(
     doc_id: &str,
     bytes: Vec<u8>,
     (max_bytes, preview): (usize, usize),
+    files: &dyn FileReader,
 ) -> Result<FileContent, extract::ExtractError> {
     if let Some(kind) = extract::detect(doc_id, &bytes) {
         let limits = extract::ExtractLimits::for_documents(max_bytes);
-        return extract::extract(kind, &bytes, &limits)
+        return files
+            .read(kind, &bytes, &limits)
             .map(|file| FileContent::Extracted(kind, file));
     }
     if bytes[..bytes.len().min(preview)].contains(&0) {
@@ -123,6 +128,7 @@ impl DirSource {
             max_bytes,
             extensions: Extensions::default(),
             preview_window: DEFAULT_PREVIEW_WINDOW,
+            files: Arc::new(extract::InProcess),
             seen,
             versions: known.into_iter().collect(),
         }
@@ -132,6 +138,12 @@ impl DirSource {
     /// index at the next scan, as a vanished one is).
     pub fn with_extensions(mut self, extensions: Extensions) -> Self {
         self.extensions = extensions;
+        self
+    }
+
+    /// Reads HTML, PDF and DOCX files with `files` (the job: its sandbox; in this process otherwise).
+    pub fn with_files(mut self, files: Arc<dyn FileReader>) -> Self {
+        self.files = files;
         self
     }
 
@@ -154,6 +166,12 @@ impl DirSource {
 
     /// Scans once: upserts for new or changed files, deletes for vanished ones, DLQ records for refusals.
     pub fn scan(&mut self) -> Vec<Result<DocOp, DlqRecord>> {
+        self.scan_until(&AtomicBool::new(false))
+    }
+
+    /// [`Self::scan`], given up (nothing found, nothing remembered) once `stop` is set: the job is
+    /// stopping and a scan reading many files should not hold it.
+    pub fn scan_until(&mut self, stop: &AtomicBool) -> Vec<Result<DocOp, DlqRecord>> {
         let mut out = Vec::new();
         let mut present: HashMap<String, Seen> = HashMap::new();
         let walker = ignore::WalkBuilder::new(&self.root)
@@ -167,6 +185,9 @@ impl DirSource {
                 || !self.extensions.admits(&entry.file_name().to_string_lossy())
             {
                 continue;
+            }
+            if stop.load(Ordering::SeqCst) {
+                return Vec::new();
             }
             self.scan_file(&entry, &mut present, &mut out);
         }
@@ -221,30 +242,34 @@ impl DirSource {
         if unchanged {
             return;
         }
-        let (kind, text, file_title) =
-            match read_file(&doc_id, bytes, (self.max_bytes, self.preview_window)) {
-                Ok(FileContent::Text(text)) => (DocKind::Auto, text, None),
-                Ok(FileContent::Extracted(kind, file)) => (kind, file.text, file.title),
-                Ok(FileContent::Binary) => {
-                    // Not a document: a text file that turned binary (or invalid UTF-8) is
-                    // deleted from the index as a vanished one is, not left as it was.
-                    tracing::debug!(path = %doc_id, "binary file skipped");
-                    present.remove(&doc_id);
-                    return;
-                }
-                Err(refused) => {
-                    // Refused once per content: the hash above is remembered.
-                    out.push(Err(DlqRecord::new(
-                        DlqReason::Unparseable,
-                        format!("{}: {refused}", DlqReason::Unparseable.as_str()),
-                        origin,
-                        Some(self.tenant.clone()),
-                        Some(doc_id.as_bytes()),
-                        None,
-                    )));
-                    return;
-                }
-            };
+        let (kind, text, file_title) = match read_file(
+            &doc_id,
+            bytes,
+            (self.max_bytes, self.preview_window),
+            &*self.files,
+        ) {
+            Ok(FileContent::Text(text)) => (DocKind::Auto, text, None),
+            Ok(FileContent::Extracted(kind, file)) => (kind, file.text, file.title),
+            Ok(FileContent::Binary) => {
+                // Not a document: a text file that turned binary (or invalid UTF-8) is
+                // deleted from the index as a vanished one is, not left as it was.
+                tracing::debug!(path = %doc_id, "binary file skipped");
+                present.remove(&doc_id);
+                return;
+            }
+            Err(refused) => {
+                // Refused once per content: the hash above is remembered.
+                out.push(Err(DlqRecord::new(
+                    DlqReason::Unparseable,
+                    format!("{}: {refused}", DlqReason::Unparseable.as_str()),
+                    origin,
+                    Some(self.tenant.clone()),
+                    Some(doc_id.as_bytes()),
+                    None,
+                )));
+                return;
+            }
+        };
         out.push(Ok(self.upsert(path, doc_id, kind, text, file_title)));
     }
 

@@ -27,6 +27,11 @@
 //! them down to half of that. Pausing drops librdkafka's prefetched messages, so each resume costs a
 //! fetch round trip; resuming at half keeps the job busy during that fetch instead of pausing and
 //! resuming after every batch.
+//!
+//! Files: an event carrying a file (HTML, PDF, DOCX) is decoded on the worker but extracted by the
+//! sandbox on the source's helper thread ([`crate::ingest::sandbox`]): its batch waits, its time's
+//! capability held, and later batches wait behind it (polling goes on, within the flow control), so
+//! batches leave in the order they were polled.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,10 +49,11 @@ use timely::scheduling::Activator;
 
 use super::checkpoint::IndexCheckpoint;
 use super::query_source::IngestProgress;
-use crate::ingest::decode::{decode_event, DecodeConfig};
+use crate::ingest::decode::{decode_deferred, DecodeConfig, Decoded, PendingFile};
 use crate::ingest::dlq::{DlqRecord, Origin};
 use crate::metrics::metrics;
 use crate::model::DocOp;
+use crate::offload::{Background, Parked, Ticket};
 
 /// How long a poll batch keeps filling after its first message.
 pub const BATCH_LINGER: Duration = Duration::from_millis(20);
@@ -320,9 +326,22 @@ pub fn kafka_source<'scope>(
             let consumer = consumer(&config, scope.index())
                 .unwrap_or_else(|e| panic!("cannot create the Kafka consumer: {e}"));
             let mut cap = Some(cap);
+            let files = {
+                let decode = decode.clone();
+                let waker = crate::offload::operator_waker(scope.worker(), &info.address);
+                Background::start(
+                    "kafka-files",
+                    move |batch: Vec<Polled>, deliver| {
+                        deliver.send(Polled::resolve_all(batch, &decode))
+                    },
+                    waker,
+                )
+            };
             let mut reader = DocumentReader {
                 config,
                 decode,
+                files,
+                parked: Parked::default(),
                 acks,
                 shutdown,
                 progress,
@@ -342,6 +361,9 @@ pub fn kafka_source<'scope>(
                 // 1. Store offsets of acknowledged times.
                 reader.store_acknowledged();
                 let in_flight = reader.report_in_flight();
+                // Batches whose files were extracted since (on shutdown too: what is in flight
+                // finishes).
+                reader.emit_extracted(output);
                 if reader.shutdown.load(Ordering::SeqCst) {
                     if reader.finish() {
                         cap = None;
@@ -367,6 +389,56 @@ type Item = Result<Result<DocOp, DlqRecord>, Assigned>;
 type ItemOutput<'a> = OutputBuilderSession<'a, u64, CapacityContainerBuilder<Vec<Item>>>;
 /// The document events (or DLQ records) of one poll batch.
 type Batch = Vec<Result<DocOp, DlqRecord>>;
+
+/// A polled message, decoded, or a file still to extract with what its DLQ record would need.
+enum Polled {
+    Done(Result<DocOp, DlqRecord>),
+    File(Box<FileEvent>),
+}
+
+/// A file's event: its pending upsert and the message it came in.
+struct FileEvent {
+    file: PendingFile,
+    origin: Origin,
+    key: Option<Vec<u8>>,
+    payload: Vec<u8>,
+}
+
+impl Polled {
+    /// Every event of a batch resolved, in order.
+    #[allow(clippy::result_large_err)]
+    fn resolve_all(batch: Vec<Self>, decode: &DecodeConfig) -> Batch {
+        batch.into_iter().map(|p| p.resolve(decode)).collect()
+    }
+
+    /// The event's operation, a file's extracted (on the helper thread), or its DLQ record.
+    // The `Err` side is a DLQ record flowing through the dataflow as data, not an error path.
+    #[allow(clippy::result_large_err)]
+    fn resolve(self, decode: &DecodeConfig) -> Result<DocOp, DlqRecord> {
+        match self {
+            Self::Done(done) => done,
+            Self::File(event) => {
+                let FileEvent {
+                    file,
+                    origin,
+                    key,
+                    payload,
+                } = *event;
+                let tenant = file.key().tenant.clone();
+                file.extract(decode).map_err(|error| {
+                    DlqRecord::new(
+                        error.reason,
+                        error.to_string(),
+                        origin,
+                        Some(tenant),
+                        key.as_deref(),
+                        Some(&payload),
+                    )
+                })
+            }
+        }
+    }
+}
 /// Per partition, the first and last offset of a batch.
 type BatchOffsets = BTreeMap<i32, (i64, i64)>;
 
@@ -374,6 +446,10 @@ type BatchOffsets = BTreeMap<i32, (i64, i64)>;
 struct DocumentReader {
     config: KafkaSourceConfig,
     decode: DecodeConfig,
+    /// The helper thread that extracts files' events, and the batches waiting for it (each at its
+    /// time; a batch without files waits behind one with).
+    files: Background<Vec<Polled>, Batch>,
+    parked: Parked<Capability<u64>, (), Batch>,
     acks: ProbeHandle<u64>,
     shutdown: Arc<AtomicBool>,
     progress: Arc<IngestProgress>,
@@ -498,8 +574,17 @@ impl DocumentReader {
         }
     }
 
+    /// Emits the waiting batches whose files were extracted, in the order they were polled.
+    fn emit_extracted(&mut self, output: &mut ItemOutput<'_>) {
+        for (held, (), batch) in self.parked.ready_in_order() {
+            output
+                .session(&held)
+                .give_iterator(batch.into_iter().map(Ok));
+        }
+    }
+
     /// Polls a batch of decoded messages, with the first and last offset polled per partition.
-    fn poll_batch(&mut self) -> (Batch, BatchOffsets) {
+    fn poll_batch(&mut self) -> (Vec<Polled>, BatchOffsets) {
         let mut batch = Vec::new();
         let mut offsets: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
         // Fill the batch for up to `BATCH_LINGER` once a first message arrived: larger batches embed
@@ -550,7 +635,7 @@ impl DocumentReader {
         &mut self,
         capability: &mut Capability<u64>,
         time: u64,
-        batch: Batch,
+        batch: Vec<Polled>,
         offsets: BatchOffsets,
         output: &mut ItemOutput<'_>,
     ) {
@@ -569,9 +654,24 @@ impl DocumentReader {
             capability.downgrade(&time);
         }
         if !batch.is_empty() {
-            output
-                .session(&*capability)
-                .give_iterator(batch.into_iter().map(Ok));
+            let files = batch.iter().any(|polled| matches!(polled, Polled::File(_)));
+            if files {
+                // Extracted off the worker; emitted at this time once done.
+                let ticket = self.files.submit(batch);
+                self.parked.park(capability.clone(), (), ticket);
+            } else {
+                let done = batch.into_iter().filter_map(|polled| match polled {
+                    Polled::Done(done) => Some(done),
+                    Polled::File(_) => None,
+                });
+                if self.parked.is_empty() {
+                    output.session(&*capability).give_iterator(done.map(Ok));
+                } else {
+                    // Behind a batch whose files are still being extracted.
+                    let ready = Ticket::ready(done.collect());
+                    self.parked.park(capability.clone(), (), ready);
+                }
+            }
             self.pending.insert(time, offsets);
             self.pending_count.insert(time, (polled, self.polled_bytes));
             // Counted in flight before they are counted polled: a reader of the two metrics never
@@ -608,13 +708,26 @@ fn over_limits(
 /// Decodes a polled message into its document event, or its DLQ record (tenant from the key).
 // The `Err` side is a DLQ record flowing through the dataflow as data, not an error path.
 #[allow(clippy::result_large_err)]
-fn decode_message<M: Message>(message: &M, decode: &DecodeConfig) -> Result<DocOp, DlqRecord> {
+fn decode_message<M: Message>(message: &M, decode: &DecodeConfig) -> Polled {
     let origin = Origin::Kafka {
         topic: message.topic().to_string(),
         partition: message.partition(),
         offset: message.offset(),
     };
-    decode_event(message.key(), message.payload(), decode).map_err(|error| {
+    let decoded = decode_deferred(message.key(), message.payload(), decode);
+    let decoded = match decoded {
+        Ok(Decoded::Ready(op)) => Ok(op),
+        Ok(Decoded::File(file)) => {
+            return Polled::File(Box::new(FileEvent {
+                file,
+                origin,
+                key: message.key().map(<[u8]>::to_vec),
+                payload: message.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+            }))
+        }
+        Err(error) => Err(error),
+    };
+    Polled::Done(decoded.map_err(|error| {
         let tenant = message
             .key()
             .and_then(|k| std::str::from_utf8(k).ok())
@@ -628,7 +741,7 @@ fn decode_message<M: Message>(message: &M, decode: &DecodeConfig) -> Result<DocO
             message.key(),
             message.payload(),
         )
-    })
+    }))
 }
 
 /// Publishes, per assigned partition, the next offset not yet acknowledged by the index: the first

@@ -1,6 +1,7 @@
 //! LocalSource: the timely operator around [`DirSource`] and JSONL events (embedded default).
 //!
-//! Runs on worker 0 (the others finish at once). Emits at most `batch` events per activation at time
+//! Runs on worker 0 (the others finish at once). A directory is scanned (walked, read, hashed, its
+//! files extracted by the sandbox) on the operator's helper thread, never on the worker. Emits at most `batch` events per activation at time
 //! `max(now_ms, previous + 1)`, and waits while more than `max_in_flight` events are unacknowledged by
 //! the index (the same flow control as the Kafka source). A JSONL input finishes when every event is
 //! acknowledged; a directory input rescans on its interval until shutdown. Backfills show a progress bar
@@ -26,6 +27,7 @@ use timely::scheduling::Activator;
 use super::dir_source::DirSource;
 use crate::ingest::dlq::DlqRecord;
 use crate::model::DocOp;
+use crate::offload::{Background, Ticket};
 
 /// What a local source reads.
 #[derive(Debug)]
@@ -33,7 +35,7 @@ pub enum LocalInput {
     /// A directory, rescanned every `rescan`.
     Dir {
         /// The scanner.
-        source: DirSource,
+        source: Box<DirSource>,
         /// Interval between scans.
         rescan: Duration,
     },
@@ -134,8 +136,24 @@ pub fn local_source<'scope>(
     source::<_, CapacityContainerBuilder<Vec<_>>, _, _>(scope, "LocalSource", move |cap, info| {
         let activator = scope.activator_for(info.address.clone());
         let mut cap = input.is_some().then_some(cap);
+        let (input, scanner) = match input {
+            Some(LocalInput::Dir { mut source, rescan }) => {
+                let waker = crate::offload::operator_waker(scope.worker(), &info.address);
+                let stop = shutdown.clone();
+                let scanner: Background<(), Scanned> = Background::start(
+                    "dir-scan",
+                    move |(), deliver| deliver.send(source.scan_until(&stop)),
+                    waker,
+                );
+                (Some(Input::Dir(rescan)), Some(scanner))
+            }
+            Some(LocalInput::Events(events)) => (Some(Input::Events(events)), None),
+            None => (None, None),
+        };
         let mut reader = LocalReader {
             input,
+            scanner,
+            scanning: None,
             config,
             acks,
             shutdown,
@@ -147,7 +165,7 @@ pub fn local_source<'scope>(
             bar: None,
             replies: BTreeMap::new(),
         };
-        if let Some(LocalInput::Events(events)) = reader.input.as_mut() {
+        if let Some(Input::Events(events)) = reader.input.as_mut() {
             reader.queue.extend(events.drain(..));
             reader.bar = Some(progress_bar(reader.queue.len()));
         }
@@ -180,9 +198,23 @@ pub fn local_source<'scope>(
 type LocalOutput<'a> =
     OutputBuilderSession<'a, u64, CapacityContainerBuilder<Vec<Result<DocOp, DlqRecord>>>>;
 
+/// One scan's events.
+type Scanned = Vec<Result<DocOp, DlqRecord>>;
+
+/// What the operator reads (the directory's scanner lives on the helper thread).
+enum Input {
+    /// A directory, rescanned at this interval.
+    Dir(Duration),
+    /// Events of a JSONL file.
+    Events(Vec<Result<DocOp, DlqRecord>>),
+}
+
 /// The local source between activations (worker 0).
 struct LocalReader {
-    input: Option<LocalInput>,
+    input: Option<Input>,
+    /// The directory's scanner on its helper thread, and the scan under way.
+    scanner: Option<Background<(), Scanned>>,
+    scanning: Option<Ticket<Scanned>>,
     config: LocalSourceConfig,
     acks: ProbeHandle<u64>,
     shutdown: Arc<AtomicBool>,
@@ -224,7 +256,7 @@ impl LocalReader {
 
     /// Whether the source ends: shutdown (closing the posts) or a JSONL input all emitted.
     fn ending(&self) -> bool {
-        let finished_events = matches!(self.input, Some(LocalInput::Events(_)))
+        let finished_events = matches!(self.input, Some(Input::Events(_)))
             && self.queue.is_empty()
             && self.posted.is_none();
         let stopping = self.shutdown.load(Ordering::SeqCst);
@@ -249,16 +281,25 @@ impl LocalReader {
         }
     }
 
-    /// Scans the directory again when everything scanned was emitted and the interval passed.
+    /// Takes a finished scan's events; starts the next scan on the helper thread when everything
+    /// scanned was emitted and the interval passed since the last one ended.
     fn rescan(&mut self) {
-        if let Some(LocalInput::Dir { source, rescan }) = self.input.as_mut() {
-            if self.queue.is_empty() && self.last_scan.is_none_or(|at| at.elapsed() >= *rescan) {
-                self.queue.extend(source.scan());
-                if self.last_scan.is_none() && !self.queue.is_empty() {
-                    self.bar = Some(progress_bar(self.queue.len()));
-                }
-                self.last_scan = Some(Instant::now());
+        let (Some(Input::Dir(rescan)), Some(scanner)) = (&self.input, &self.scanner) else {
+            return;
+        };
+        if let Some(ticket) = &self.scanning {
+            let Some(scanned) = ticket.try_take() else {
+                return;
+            };
+            self.scanning = None;
+            if self.last_scan.is_none() && !scanned.is_empty() {
+                self.bar = Some(progress_bar(scanned.len()));
             }
+            self.queue.extend(scanned);
+            self.last_scan = Some(Instant::now());
+        }
+        if self.queue.is_empty() && self.last_scan.is_none_or(|at| at.elapsed() >= *rescan) {
+            self.scanning = Some(scanner.submit(()));
         }
     }
 

@@ -258,6 +258,22 @@ impl Config {
         if self.ingest.max_document_bytes == 0 {
             return invalid("ingest.max_document_bytes", "must be positive");
         }
+        let sandbox = &self.ingest.sandbox;
+        if !(128..=65_536).contains(&sandbox.memory_mib) {
+            return invalid("ingest.sandbox.memory_mib", "must be 128 to 65536 MiB");
+        }
+        if !(1..=3_600).contains(&sandbox.cpu_secs) {
+            return invalid("ingest.sandbox.cpu_secs", "must be 1 to 3600 seconds");
+        }
+        if !(sandbox.cpu_secs..=7_200).contains(&sandbox.wall_secs) {
+            return invalid(
+                "ingest.sandbox.wall_secs",
+                "must be at least ingest.sandbox.cpu_secs and at most 7200 seconds",
+            );
+        }
+        if !(1..=64).contains(&sandbox.max_parallel) {
+            return invalid("ingest.sandbox.max_parallel", "must be 1 to 64");
+        }
         if self.kafka.max_in_flight_mib.saturating_mul(1 << 20) < self.ingest.max_document_bytes {
             return invalid(
                 "kafka.max_in_flight_mib",

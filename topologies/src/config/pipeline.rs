@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use ragstream_operators::ingest::sandbox::SandboxLimits;
 use ragstream_operators::model::EvidenceUnits;
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +16,59 @@ pub struct IngestConfig {
     /// When non-empty, only these tenants are accepted.
     #[serde(default)]
     pub allowed_tenants: Vec<String>,
+    /// The child processes that read HTML, PDF and DOCX files, each file in a fresh one.
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
+}
+
+/// Limits of the processes that read files (HTML, PDF, DOCX): a file that passes one is refused
+/// (`unparseable`, naming the limit), and the job itself never holds what a file costs.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// Address space of one reader process, in MiB (its binary's mappings included; 128 to 65536).
+    #[serde(default = "default_sandbox_memory_mib")]
+    pub memory_mib: u64,
+    /// CPU seconds one file may take (1 to 3600).
+    #[serde(default = "default_sandbox_cpu_secs")]
+    pub cpu_secs: u64,
+    /// Seconds from a reader's start to its answer (at least `cpu_secs`).
+    #[serde(default = "default_sandbox_wall_secs")]
+    pub wall_secs: u64,
+    /// Reader processes at once, across the job's sources and its HTTP API (1 to 64).
+    #[serde(default = "default_sandbox_max_parallel")]
+    pub max_parallel: usize,
+}
+
+fn default_sandbox_memory_mib() -> u64 {
+    SandboxLimits::default().memory_mib
+}
+fn default_sandbox_cpu_secs() -> u64 {
+    SandboxLimits::default().cpu_secs
+}
+fn default_sandbox_wall_secs() -> u64 {
+    SandboxLimits::default().wall_secs
+}
+fn default_sandbox_max_parallel() -> usize {
+    SandboxLimits::default().max_parallel
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        serde_json::from_str("{}").expect("defaults")
+    }
+}
+
+impl SandboxConfig {
+    /// The limits of each reader process.
+    pub fn limits(&self) -> SandboxLimits {
+        SandboxLimits {
+            memory_mib: self.memory_mib,
+            cpu_secs: self.cpu_secs,
+            wall_secs: self.wall_secs,
+            max_parallel: self.max_parallel,
+        }
+    }
 }
 
 fn default_max_document_bytes() -> usize {
@@ -26,6 +80,7 @@ impl Default for IngestConfig {
         Self {
             max_document_bytes: default_max_document_bytes(),
             allowed_tenants: Vec::new(),
+            sandbox: SandboxConfig::default(),
         }
     }
 }

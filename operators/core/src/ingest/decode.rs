@@ -8,9 +8,11 @@
 //! Guarantees: decoding never panics and never allocates more than the size limit for a payload it
 //! refuses; every refusal names a [`DlqReason`] (a bounded set, used as a metric label) and a message.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
-use crate::ingest::extract;
+use crate::ingest::extract::{self, FileReader};
 use crate::metadata::Metadata;
 use crate::model::{DocKey, DocKind, DocOp, Document};
 
@@ -21,6 +23,8 @@ pub struct DecodeConfig {
     pub max_document_bytes: usize,
     /// When non-empty, events of any other tenant are refused.
     pub allowed_tenants: Vec<String>,
+    /// Who reads the files of `html`, `pdf` and `docx` events (the job: its sandbox).
+    pub files: Arc<dyn FileReader>,
 }
 
 impl Default for DecodeConfig {
@@ -28,6 +32,7 @@ impl Default for DecodeConfig {
         Self {
             max_document_bytes: DEFAULT_MAX_DOCUMENT_BYTES,
             allowed_tenants: Vec::new(),
+            files: Arc::new(extract::InProcess),
         }
     }
 }
@@ -188,11 +193,80 @@ struct WireEvent {
 }
 
 /// Decodes one event. `key` is the message key (may be absent), `value` the payload (`None` = tombstone).
+/// A file's event is extracted by `config.files` before this returns: callers on a dataflow worker
+/// use [`decode_deferred`] and extract off the worker.
 pub fn decode_event(
     key: Option<&[u8]>,
     value: Option<&[u8]>,
     config: &DecodeConfig,
 ) -> Result<DocOp, DecodeError> {
+    match decode_deferred(key, value, config)? {
+        Decoded::Ready(op) => Ok(op),
+        Decoded::File(file) => file.extract(config),
+    }
+}
+
+/// A decoded event: ready, or the upsert of a file still to extract ([`PendingFile::extract`]).
+#[derive(Debug)]
+pub enum Decoded {
+    /// The event's operation.
+    Ready(DocOp),
+    /// An upsert whose body is a file (HTML, PDF, DOCX): every other field checked.
+    File(PendingFile),
+}
+
+/// The upsert of a file whose text is not extracted yet.
+#[derive(Debug)]
+pub struct PendingFile {
+    /// The document, its text empty and its kind the file's format.
+    document: Document,
+    /// The file's bytes.
+    bytes: Vec<u8>,
+}
+
+impl PendingFile {
+    /// The document's key.
+    pub fn key(&self) -> &DocKey {
+        &self.document.key
+    }
+
+    /// The file's size in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether the file is empty.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Extracts the file with `config.files` (blocking for as long as its limits allow): the upsert,
+    /// or the refusal (`unparseable`, naming why).
+    pub fn extract(self, config: &DecodeConfig) -> Result<DocOp, DecodeError> {
+        let Self {
+            mut document,
+            bytes,
+        } = self;
+        let limits = extract::ExtractLimits::for_documents(config.max_document_bytes);
+        let file = config
+            .files
+            .read(document.kind, &bytes, &limits)
+            .map_err(|err| DecodeError::new(DlqReason::Unparseable, err.to_string()))?;
+        document.text = file.text;
+        if document.title.is_none() {
+            document.title = file.title;
+        }
+        Ok(DocOp::Upsert(document))
+    }
+}
+
+/// [`decode_event`] without the extraction of a file: every check but reading the file's text, in
+/// time linear in the event's size.
+pub fn decode_deferred(
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    config: &DecodeConfig,
+) -> Result<Decoded, DecodeError> {
     let key = match key {
         None => None,
         Some(bytes) => {
@@ -211,7 +285,7 @@ pub fn decode_event(
             key.ok_or_else(|| DecodeError::new(DlqReason::BadKey, "tombstone without a key"))?;
         check_tenant(&key.tenant, config)?;
         check_bounds(&key.tenant, &key.doc_id, None, None, &[])?;
-        return Ok(DocOp::Delete { key, version: None });
+        return Ok(Decoded::Ready(DocOp::Delete { key, version: None }));
     };
     if value.len() > config.max_document_bytes {
         return Err(DecodeError::new(
@@ -263,11 +337,11 @@ pub fn decode_event(
     check_tenant(&body_key.tenant, config)?;
     let op = wire.op.take().unwrap_or_else(|| "upsert".into());
     match op.as_str() {
-        "delete" => Ok(DocOp::Delete {
+        "delete" => Ok(Decoded::Ready(DocOp::Delete {
             key: body_key,
             version: wire.version,
-        }),
-        "upsert" => upsert(wire, body_key, config),
+        })),
+        "upsert" => upsert(wire, body_key),
         other => Err(DecodeError::new(
             DlqReason::UnknownOp,
             format!("unknown op {:?}", prefix(other)),
@@ -276,7 +350,7 @@ pub fn decode_event(
 }
 
 /// The document of an upsert event whose key checked out.
-fn upsert(wire: WireEvent, body_key: DocKey, config: &DecodeConfig) -> Result<DocOp, DecodeError> {
+fn upsert(wire: WireEvent, body_key: DocKey) -> Result<Decoded, DecodeError> {
     let version = wire
         .version
         .ok_or_else(|| DecodeError::new(DlqReason::MissingField, "missing field `version`"))?;
@@ -294,25 +368,31 @@ fn upsert(wire: WireEvent, body_key: DocKey, config: &DecodeConfig) -> Result<Do
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| body_key.doc_id.clone());
     let body = body(wire.text, wire.content_base64)?;
-    let (kind, text, title) = read_body(
-        kind,
-        &source,
-        body,
-        wire.extracted,
-        wire.title,
-        config.max_document_bytes,
-    )?;
-    Ok(DocOp::Upsert(Document {
+    let (kind, text, file) = match read_body(kind, &source, body, wire.extracted)? {
+        Read::Text(kind, text) => (kind, text, None),
+        Read::File(format, bytes) => (format, String::new(), Some(bytes)),
+    };
+    let document = Document {
         key: body_key,
         version,
         source,
         kind,
-        title,
+        title: wire.title,
         text,
         acl: wire.acl,
         updated_ms: wire.updated_at.unwrap_or(0),
         metadata,
-    }))
+    };
+    Ok(match file {
+        Some(bytes) => Decoded::File(PendingFile { document, bytes }),
+        None => Decoded::Ready(DocOp::Upsert(document)),
+    })
+}
+
+/// An upsert's body once read: text to index as it is, or a file of a format to extract.
+enum Read {
+    Text(DocKind, String),
+    File(DocKind, Vec<u8>),
 }
 
 /// What an upsert carries: text, or a file's bytes.
@@ -347,16 +427,14 @@ fn body(text: Option<String>, content_base64: Option<String>) -> Result<Body, De
     }
 }
 
-/// The kind, text and title of an upsert: a file format (`html`, `pdf`, `docx`, named or
-/// recognised by [`extract::detect`] when `auto`) is extracted, other text is taken as it is.
+/// The kind and text of an upsert: a file format (`html`, `pdf`, `docx`, named or recognised by
+/// [`extract::detect`] when `auto`) is a file to extract, other text is taken as it is.
 fn read_body(
     kind: DocKind,
     source: &str,
     body: Body,
     extracted: bool,
-    title: Option<String>,
-    max_document_bytes: usize,
-) -> Result<(DocKind, String, Option<String>), DecodeError> {
+) -> Result<Read, DecodeError> {
     if extracted {
         let Body::Text(text) = body else {
             return Err(DecodeError::new(
@@ -373,7 +451,7 @@ fn read_body(
                 ),
             ));
         }
-        return Ok((kind, text, title));
+        return Ok(Read::Text(kind, text));
     }
     let bytes = match &body {
         Body::Text(text) => text.as_bytes(),
@@ -385,10 +463,11 @@ fn read_body(
         _ => None,
     };
     if let Some(format) = format {
-        let limits = extract::ExtractLimits::for_documents(max_document_bytes);
-        let file = extract::extract(format, bytes, &limits)
-            .map_err(|err| DecodeError::new(DlqReason::Unparseable, err.to_string()))?;
-        return Ok((format, file.text, title.or(file.title)));
+        let bytes = match body {
+            Body::Text(text) => text.into_bytes(),
+            Body::Bytes(bytes) => bytes,
+        };
+        return Ok(Read::File(format, bytes));
     }
     let text = match body {
         Body::Text(text) => text,
@@ -402,7 +481,7 @@ fn read_body(
             )
         })?,
     };
-    Ok((kind, text, title))
+    Ok(Read::Text(kind, text))
 }
 
 /// The upsert event of `doc` in the documents topic's format: what [`decode_event`] turns back into

@@ -59,7 +59,8 @@ pub struct ExtractError {
 }
 
 impl ExtractError {
-    fn new(kind: DocKind, message: impl Into<String>) -> Self {
+    /// The refusal of a file read as `kind`.
+    pub fn new(kind: DocKind, message: impl Into<String>) -> Self {
         Self {
             format: kind.as_str(),
             message: message.into(),
@@ -74,6 +75,34 @@ pub struct Extracted {
     pub text: String,
     /// The title the file names for itself (HTML `<title>`, DOCX `dc:title`), if any.
     pub title: Option<String>,
+}
+
+/// Who reads files: this process ([`InProcess`]) or a reader the job provides (its sandbox: a child
+/// process under hard limits, `ragstream_operators::ingest::sandbox`). A reader may block for as
+/// long as its own limits allow: callers run it off the dataflow workers.
+pub trait FileReader: Send + Sync + std::fmt::Debug {
+    /// Extracts a file of `kind` (one of [`is_file_kind`]'s), as [`extract`] does.
+    fn read(
+        &self,
+        kind: DocKind,
+        bytes: &[u8],
+        limits: &ExtractLimits,
+    ) -> Result<Extracted, ExtractError>;
+}
+
+/// Reads files in the calling process: [`extract`] itself (tests, tools; the job uses its sandbox).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InProcess;
+
+impl FileReader for InProcess {
+    fn read(
+        &self,
+        kind: DocKind,
+        bytes: &[u8],
+        limits: &ExtractLimits,
+    ) -> Result<Extracted, ExtractError> {
+        extract(kind, bytes, limits)
+    }
 }
 
 /// Whether `kind` is read from a file format rather than from text.

@@ -19,8 +19,7 @@ pub(super) fn extract(bytes: &[u8], limits: &ExtractLimits) -> Result<Extracted,
         max_decompressed_size: Some(limits.max_inflated_bytes),
         ..LoadOptions::default()
     };
-    let document =
-        Document::load_mem_with_options(bytes, options).map_err(|err| format!("{err}"))?;
+    let document = Document::load_mem_with_options(bytes, options).map_err(describe)?;
     if document.is_encrypted() {
         return Err("it is encrypted".into());
     }
@@ -44,10 +43,10 @@ pub(super) fn extract(bytes: &[u8], limits: &ExtractLimits) -> Result<Extracted,
         }
         let content = document
             .get_page_content_with_limit(*page_id, limits.max_inflated_bytes.min(budget))
-            .map_err(|err| format!("page {}: {err}", index + 1))?;
+            .map_err(|err| format!("page {}: {}", index + 1, describe(err)))?;
         budget = budget.saturating_sub(content.len());
         let operations = Content::decode(&content)
-            .map_err(|err| format!("page {}: {err}", index + 1))?
+            .map_err(|err| format!("page {}: {}", index + 1, describe(err)))?
             .operations;
         let fonts = document.get_page_fonts(*page_id).unwrap_or_default();
         let encodings: BTreeMap<Vec<u8>, Encoding> = fonts
@@ -64,6 +63,15 @@ pub(super) fn extract(bytes: &[u8], limits: &ExtractLimits) -> Result<Extracted,
         text: out.finish()?,
         title: None,
     })
+}
+
+/// What a reader error says, with the cause lopdf's own message leaves out (a stream past the
+/// inflation limit).
+fn describe(error: lopdf::Error) -> String {
+    match &error {
+        lopdf::Error::Decompress(cause) => format!("couldn't decompress a stream: {cause}"),
+        _ => error.to_string(),
+    }
 }
 
 /// Writes the text of one page's operations: its lines, a blank line where the move down to a line
