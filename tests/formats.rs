@@ -2,7 +2,9 @@
 //! with nested headings and navigation, a DOCX with heading styles) sent through `POST /v1/documents`
 //! and dropped into a watched directory. A query finds the right page or section and cites it in its
 //! items and its context; an edit of one PDF page re-embeds that page's chunk only; a file that cannot
-//! be read is refused (422 over HTTP) or dead-lettered (the directory source) with its reason.
+//! be read is refused (422 over HTTP) or dead-lettered (the directory source) with its reason. Files on
+//! the documents topic are extracted off the worker and keep their order; a hostile one is
+//! dead-lettered with its offset.
 
 use std::time::Duration;
 
@@ -280,5 +282,93 @@ fn files_in_the_watched_directory_are_extracted_and_unreadable_ones_dead_lettere
     let dlq_after = std::fs::read_to_string(dir.path().join("dlq.jsonl")).expect("dlq");
     assert_eq!(dlq_after.lines().count(), 1, "{dlq_after}");
     drop(metrics);
+    job.stop();
+}
+
+#[test]
+fn files_on_the_documents_topic_are_extracted_in_order_and_a_hostile_one_dead_lettered() {
+    use crate::common::broker::Broker;
+    let broker = Broker::start();
+    broker.create_topic("docs", 1);
+    broker.create_topic("dlq", 1);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = crate::common::kafka_config(
+        &broker.bootstrap(),
+        "documents_topic = \"docs\"\ndlq_topic = \"dlq\"\ngroup_id = \"formats\"",
+        "",
+    );
+    let mut job = Job::start_with_env(dir.path(), &config, 1, &[("RAGSTREAM_QUERY_TOKEN", TOKEN)]);
+    job.wait_ready(Duration::from_secs(120));
+    let event = |doc_id: &str, version: u64, body: Value| {
+        let mut event = json!({"tenant": "acme", "doc_id": doc_id, "version": version});
+        event.as_object_mut().expect("object").extend(
+            body.as_object()
+                .expect("object")
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        (
+            format!("acme/{doc_id}"),
+            Some(event.to_string().into_bytes()),
+        )
+    };
+    // A note, the report (a PDF), a PDF that needs gigabytes to parse, the guide (HTML), and the
+    // note again, edited: the edit must win over the version before the files.
+    let amplifying = ragstream_core::testing::hostile::pdf_amplifying_content(60 << 20);
+    broker.produce(
+        "docs",
+        &[
+            event(
+                "note.md",
+                1,
+                json!({"text": "The ferry note: boarding closes at noon."}),
+            ),
+            event(
+                "report.pdf",
+                1,
+                json!({"content_base64": base64(&report(14))}),
+            ),
+            event(
+                "amplify.pdf",
+                1,
+                json!({"content_base64": base64(&amplifying)}),
+            ),
+            event("guide.html", 1, json!({"text": GUIDE_HTML})),
+            event(
+                "note.md",
+                2,
+                json!({"text": "The ferry note: boarding now closes at eleven."}),
+            ),
+        ],
+    );
+    job.wait_for(Duration::from_secs(180), "five events acknowledged", |m| {
+        metric(m, "ragstream_source_events_total") >= 5.0
+            && metric(m, "ragstream_in_flight_messages") == 0.0
+    });
+    let context = query(
+        job.http_port,
+        "how many days until a cancelled crossing is refunded",
+    );
+    assert_eq!(context["items"][0]["doc_id"], "report.pdf", "{context}");
+    assert_eq!(context["items"][0]["page"], 3, "{context}");
+    let context = query(job.http_port, "when can visitors go up the lighthouse");
+    assert_eq!(context["items"][0]["doc_id"], "guide.html", "{context}");
+    let context = query(job.http_port, "when does ferry boarding close");
+    let text = context["context"].as_str().unwrap_or("");
+    assert!(text.contains("eleven") && !text.contains("noon"), "{text}");
+    // The hostile file: dead-lettered with its reason and the message it came in.
+    let dlq = broker.read_all("dlq", 1);
+    assert_eq!(dlq.len(), 1);
+    let (_, _, headers) = &dlq[0];
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    };
+    assert_eq!(header("reason").as_deref(), Some("unparseable"));
+    assert_eq!(header("offset").as_deref(), Some("2"), "{headers:?}");
+    let error = header("error").unwrap_or_default();
+    assert!(error.contains("memory limit"), "{error}");
     job.stop();
 }
