@@ -3,7 +3,12 @@
 //! 1. chunking time of three shapes (one line of minified script, a markdown table, one code item of
 //!    a single function) at 1 MiB and at `size_mib`, the median of 3 passes each, and the ratio of
 //!    the two (linear chunking: about the ratio of the sizes);
-//! 2. the job in this process on its embedded default (a watched directory, the local model, a fresh
+//! 2. file formats read as the job reads them (each file in the sandbox's child process, then its
+//!    text chunked): HTML nested, of many headings, of unclosed tags and of one word without
+//!    whitespace, PDFs of many pages, of one long content stream and of many linked objects, and a
+//!    DOCX of many paragraphs, each at 1 MiB and at `size_mib`: the median of 3 passes each and the
+//!    ratio of the two;
+//! 3. the job in this process on its embedded default (a watched directory, the local model, a fresh
 //!    embedded index): `POST /v1/query` round trips from one client, one every `interval_ms`, with ingest
 //!    idle, then while the one-line script and the table of `size_mib` each are dropped into the
 //!    directory and ingested (the client goes on until both are indexed or `loaded_seconds` passed;
@@ -13,6 +18,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ragstream_operators::ingest::chunk::{Chunker, ChunkerConfig};
+use ragstream_operators::ingest::extract::{ExtractLimits, FileReader};
+use ragstream_operators::ingest::sandbox::{Sandbox, SandboxLimits};
 use ragstream_operators::metrics::metrics;
 use ragstream_operators::model::{DocKey, DocKind, Document};
 use ragstream_topologies::config::Config;
@@ -36,6 +43,9 @@ pub struct PathologicalBench {
     /// take a bounded share of the CPU, and ingest goes on beside them).
     #[arg(long, default_value_t = 50)]
     pub interval_ms: u64,
+    /// Measure chunking and the file formats only (no job).
+    #[arg(long)]
+    pub offline: bool,
 }
 
 /// The three shapes, `bytes` long: (name, file name, text).
@@ -122,6 +132,96 @@ fn chunk_seconds(chunker: &Chunker, name: &str, text: &str) -> (f64, usize) {
     (crate::bench::median(&mut seconds), chunks)
 }
 
+/// The file shapes, about `bytes` long: (name, format, file).
+fn formats(bytes: usize) -> Vec<(&'static str, DocKind, Vec<u8>)> {
+    use ragstream_core::testing::{docx_file, hostile, pdf_file};
+    let sentence =
+        "The index is kept exact on deletes and every chunk of a removed page goes with it.";
+    // A page of about 2 KiB of text in 25 lines.
+    let page: String = (0..25).map(|_| format!("{sentence}\n")).collect();
+    let pages: Vec<&str> = std::iter::repeat_n(page.as_str(), bytes / (page.len() + 200)).collect();
+    let long_stream: String = std::iter::repeat_n(sentence, bytes / (sentence.len() + 12))
+        .map(|line| format!("({line}) Tj\n0 -14 Td\n"))
+        .collect();
+    let paragraphs: Vec<(&str, &str)> =
+        std::iter::repeat_n(("", sentence), bytes / (sentence.len() + 80)).collect();
+    vec![
+        (
+            "html nested",
+            DocKind::Html,
+            hostile::html_nested(bytes / 11),
+        ),
+        (
+            "html headings",
+            DocKind::Html,
+            hostile::html_headings(bytes / 18),
+        ),
+        (
+            "html unclosed",
+            DocKind::Html,
+            hostile::html_unclosed(bytes * 2 / 13),
+        ),
+        (
+            "html one word",
+            DocKind::Html,
+            hostile::html_one_word(bytes),
+        ),
+        ("pdf many pages", DocKind::Pdf, pdf_file(&pages)),
+        (
+            "pdf one long content stream",
+            DocKind::Pdf,
+            hostile::pdf_with_content(
+                format!("BT /F1 11 Tf 72 720 Td\n{long_stream}ET").as_bytes(),
+            ),
+        ),
+        (
+            "pdf many objects",
+            DocKind::Pdf,
+            hostile::pdf_linked_objects(bytes / 60),
+        ),
+        (
+            "docx many paragraphs",
+            DocKind::Docx,
+            docx_file(&paragraphs),
+        ),
+    ]
+}
+
+/// Median seconds of 3 reads of `file` through `sandbox` each followed by chunking its text, and the
+/// chunks made (`None`: refused, with why).
+fn read_seconds(
+    sandbox: &Sandbox,
+    chunker: &Chunker,
+    (name, kind, file): (&str, DocKind, &[u8]),
+) -> (f64, Result<usize, String>) {
+    let limits = ExtractLimits::for_documents(file.len().max(8 << 20));
+    let mut seconds = Vec::new();
+    let mut chunks = Ok(0);
+    for _ in 0..3 {
+        let started = Instant::now();
+        chunks = sandbox
+            .read(kind, file, &limits)
+            .map(|read| {
+                chunker
+                    .chunk(&Document {
+                        key: DocKey::new("bench", name),
+                        version: 1,
+                        source: name.to_string(),
+                        kind,
+                        title: read.title,
+                        text: read.text,
+                        acl: Vec::new(),
+                        updated_ms: 0,
+                        metadata: Default::default(),
+                    })
+                    .len()
+            })
+            .map_err(|error| error.message);
+        seconds.push(started.elapsed().as_secs_f64());
+    }
+    (crate::bench::median(&mut seconds), chunks)
+}
+
 /// Whether the source emitted at least `events` events and the index acknowledged every one of them.
 fn indexed(events: u64) -> bool {
     metrics().source_events.get() >= events && metrics().in_flight_messages.get() == 0
@@ -158,6 +258,37 @@ pub fn pathological(args: PathologicalBench) -> anyhow::Result<Value> {
         }));
     }
 
+    // The job's own limits, but time enough to see how long a large file takes.
+    let sandbox = Sandbox::of_this_binary(SandboxLimits {
+        cpu_secs: 600,
+        wall_secs: 600,
+        ..SandboxLimits::default()
+    })?;
+    let mut files = Vec::new();
+    for ((name, kind, one), (_, _, large)) in formats(small).into_iter().zip(formats(bytes)) {
+        let (small_s, small_chunks) = read_seconds(&sandbox, &chunker, (name, kind, &one));
+        let (large_s, large_chunks) = read_seconds(&sandbox, &chunker, (name, kind, &large));
+        eprintln!(
+            "reading {name}: {} KiB {small_s:.3} s ({small_chunks:?} chunks), {} KiB {large_s:.3} s ({large_chunks:?} chunks)",
+            one.len() >> 10,
+            large.len() >> 10
+        );
+        let outcome = |chunks: Result<usize, String>| match chunks {
+            Ok(chunks) => json!({"chunks": chunks}),
+            Err(refused) => json!({"refused": refused}),
+        };
+        files.push(json!({
+            "shape": name,
+            "small": {"bytes": one.len(), "seconds": small_s, "outcome": outcome(small_chunks)},
+            "large": {"bytes": large.len(), "seconds": large_s, "outcome": outcome(large_chunks)},
+            "time_ratio": large_s / small_s,
+            "size_ratio": large.len() as f64 / one.len() as f64,
+        }));
+    }
+
+    if args.offline {
+        return Ok(json!({"chunking": chunking, "files": files}));
+    }
     let run = format!(
         "{}-{}",
         std::process::id(),
@@ -247,6 +378,7 @@ pub fn pathological(args: PathologicalBench) -> anyhow::Result<Value> {
     let p = |v: &[f64], key: &str| summary(v.to_vec())[key].as_f64().unwrap_or(0.0);
     Ok(json!({
         "chunking": chunking,
+        "files": files,
         "queries": {
             "idle": summary(idle.clone()),
             "ingesting": summary(loaded.clone()),

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Pathological documents on this machine: chunking time of one 8 MiB line of minified script, an 8 MiB
-# markdown table and one 8 MiB function against 1 MiB ones, then `POST /v1/query` round trips from one
-# client with ingest idle and while the script and the table are dropped into the job's watched
-# directory (the embedded default: local model, embedded index, no broker). Prints the JSON report.
+# markdown table and one 8 MiB function against 1 MiB ones, HTML, PDF and DOCX files of both sizes read
+# through the file sandbox and chunked (`ragstream bench pathological --offline` stops there), then
+# `POST /v1/query` round trips from one client with ingest idle and while the script and the table
+# are dropped into the job's watched directory (the embedded default: local model, embedded index, no broker). Prints the JSON report.
 #   ./deploy/scripts/bench-pathological.sh [SIZE_MIB] [QUERIES] [INTERVAL_MS] [LOADED_SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
