@@ -139,11 +139,21 @@ pub fn pdf_file(pages: &[&str]) -> Vec<u8> {
         kids.join(" "),
         pages.len()
     );
-    let mut out = b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n".to_vec();
+    let objects: Vec<Vec<u8>> = objects.into_iter().map(String::into_bytes).collect();
+    pdf_document("1.4", &objects)
+}
+
+/// A PDF of version `version` holding `objects` (numbered from 1; object 1 the catalog), with a
+/// classic cross-reference table.
+fn pdf_document(version: &str, objects: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = format!("%PDF-{version}\n%").into_bytes();
+    out.extend_from_slice(b"\xe2\xe3\xcf\xd3\n");
     let mut offsets = Vec::new();
     for (index, object) in objects.iter().enumerate() {
         offsets.push(out.len());
-        out.extend_from_slice(format!("{} 0 obj\n{object}\nendobj\n", index + 1).as_bytes());
+        out.extend_from_slice(format!("{} 0 obj\n", index + 1).as_bytes());
+        out.extend_from_slice(object);
+        out.extend_from_slice(b"\nendobj\n");
     }
     let xref = out.len();
     out.extend_from_slice(
@@ -247,31 +257,8 @@ pub mod hostile {
         encoder.finish().expect("in memory")
     }
 
-    /// A PDF of `objects` (numbered from 1; object 1 the catalog) with a classic xref table.
     fn pdf(objects: &[Vec<u8>]) -> Vec<u8> {
-        let mut out = b"%PDF-1.5\n%\xe2\xe3\xcf\xd3\n".to_vec();
-        let mut offsets = Vec::new();
-        for (index, object) in objects.iter().enumerate() {
-            offsets.push(out.len());
-            out.extend_from_slice(format!("{} 0 obj\n", index + 1).as_bytes());
-            out.extend_from_slice(object);
-            out.extend_from_slice(b"\nendobj\n");
-        }
-        let xref = out.len();
-        out.extend_from_slice(
-            format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
-        );
-        for offset in offsets {
-            out.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
-        }
-        out.extend_from_slice(
-            format!(
-                "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
-                objects.len() + 1
-            )
-            .as_bytes(),
-        );
-        out
+        super::pdf_document("1.5", objects)
     }
 
     fn stream(dictionary: &str, content: &[u8]) -> Vec<u8> {

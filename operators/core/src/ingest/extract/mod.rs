@@ -78,8 +78,8 @@ pub struct Extracted {
 }
 
 /// Who reads files: this process ([`InProcess`]) or a reader the job provides (its sandbox: a child
-/// process under hard limits, `ragstream_operators::ingest::sandbox`). A reader may block for as
-/// long as its own limits allow: callers run it off the dataflow workers.
+/// process under hard limits, in the operators crate). A reader may block for as long as its own
+/// limits allow: callers run it off the dataflow workers.
 pub trait FileReader: Send + Sync + std::fmt::Debug {
     /// Extracts a file of `kind` (one of [`is_file_kind`]'s), as [`extract`] does.
     fn read(
