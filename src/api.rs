@@ -64,6 +64,11 @@ pub const PROBLEMS: &[(&str, u16, &str)] = &[
         "A reindex is running in this process; one at a time",
     ),
     ("request_timeout", 408, "The body did not arrive in time"),
+    (
+        "rate_limited",
+        429,
+        "This credential's requests are over its rate; retry after Retry-After",
+    ),
     ("oversize", 413, "The body or the query is too large"),
     (
         "unparseable",

@@ -85,9 +85,13 @@ pub struct DocumentsRequest {
 pub struct DocumentsAccepted {
     /// Documents accepted.
     pub accepted: usize,
-    /// `true` (200, local mode): the index holds them; `false` (202, Kafka mode): the documents topic
-    /// holds them, and the job indexes them as it reads the topic.
+    /// `true` (200, local mode): the index holds them; `false` (202): the documents topic holds them
+    /// (Kafka mode), and the job indexes them as it reads the topic, or (local mode) they were not
+    /// indexed within the request's `wait`: `status` tells when they are.
     pub indexed: bool,
+    /// Local mode, not indexed within `wait`: the batch's status link (`GET /v1/batches/{id}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
 }
 
 /// Where accepted documents go.

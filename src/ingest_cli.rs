@@ -247,6 +247,8 @@ fn send_to_job(
     let token = std::env::var("RAGSTREAM_QUERY_TOKEN")
         .ok()
         .filter(|t| !t.is_empty());
+    // Batches answered 202 in local mode (not indexed within the job's wait): followed at the end.
+    let mut queued: Vec<String> = Vec::new();
     for chunk in batches(documents, batch) {
         let mut pending: Vec<&Outgoing> = chunk.iter().collect();
         let (mut tries, mut backoff) = (0, retry_backoff());
@@ -277,6 +279,9 @@ fn send_to_job(
             let problem: Value = serde_json::from_str(&answer).unwrap_or(Value::Null);
             match status {
                 200 | 202 => {
+                    if let Some(link) = problem["status"].as_str() {
+                        queued.push(link.to_string());
+                    }
                     *accepted += pending.len();
                     bar.inc(pending.len() as u64);
                     pending.clear();
@@ -316,7 +321,34 @@ fn send_to_job(
             }
         }
     }
+    let base = url.trim_end_matches('/');
+    for link in queued {
+        follow_batch(&agent, &format!("{base}{link}"), token.as_deref())?;
+    }
     Ok(())
+}
+
+/// Polls a batch's status link (`GET /v1/batches/{id}`) until the index holds it.
+fn follow_batch(agent: &ureq::Agent, link: &str, token: Option<&str>) -> anyhow::Result<()> {
+    let mut backoff = retry_backoff();
+    loop {
+        let mut request = agent.get(link);
+        if let Some(token) = token {
+            request = request.header("Authorization", &format!("Bearer {token}"));
+        }
+        let answer: Value = match request.call() {
+            Ok(mut response) => {
+                serde_json::from_str(&response.body_mut().read_to_string().unwrap_or_default())
+                    .unwrap_or(Value::Null)
+            }
+            Err(error) => anyhow::bail!("is the job running? GET {link}: {error}"),
+        };
+        match answer["state"].as_str() {
+            Some("indexed") => return Ok(()),
+            Some("queued") => std::thread::sleep(backoff.next_delay()),
+            _ => anyhow::bail!("batch {link} was not indexed: {answer}"),
+        }
+    }
 }
 
 /// The waits between a batch's tries: 0.5 s doubling to 16 s.

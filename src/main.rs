@@ -8,6 +8,7 @@ mod bench;
 mod bench_edits;
 mod bench_embed;
 mod bench_load;
+mod bench_neighbours;
 mod bench_pathological;
 mod bench_query;
 mod bench_scale;
@@ -244,6 +245,9 @@ enum BenchCommand {
     /// Chunking time of pathological documents (one 8 MiB line, an 8 MiB table, one 8 MiB function)
     /// against 1 MiB ones, and `POST /v1/query` round trips while two of them are ingested against idle.
     Pathological(bench_pathological::PathologicalBench),
+    /// One tenant posting large documents without pause beside another posting small ones: how soon
+    /// the small ones are searchable and the other tenant's round trips, against idle.
+    Neighbours(bench_neighbours::NeighboursBench),
     /// `POST /v1/query` round trips while documents stream in at full embedding speed, and with ingest idle.
     Load(bench_load::LoadBench),
     /// Token counting, embedding-only and end-to-end Kafka ingest throughput, freshness, peak RSS.
@@ -371,6 +375,7 @@ fn main() -> anyhow::Result<()> {
 fn bench(command: BenchCommand) -> anyhow::Result<()> {
     let report = match command {
         BenchCommand::Pathological(args) => bench_pathological::pathological(args)?,
+        BenchCommand::Neighbours(args) => bench_neighbours::neighbours(args)?,
         BenchCommand::Load(args) => bench_load::load(args)?,
         BenchCommand::Embed(args) => {
             // One line per report: the embed bench script collects them as JSON lines.

@@ -77,14 +77,19 @@ fn documents_responses(more: &[u16]) -> Value {
         &with(&with(&GUARDED, &[400, 408, 409, 413, 503, 504]), more),
     );
     answers["202"] = json!({
-        "description": "On the documents topic (Kafka mode)",
+        "description": "On the documents topic (Kafka mode), or not indexed within `wait` (local mode: `status` and the Location header name the batch's status link)",
         "content": json_content(schema_ref("DocumentsAccepted")),
     });
     answers
 }
 
+/// The `wait` parameter of the document routes.
+fn wait_param() -> Value {
+    json!({ "name": "wait", "in": "query", "required": false, "description": "Local mode: seconds to wait for the index (0 to 120; default 120); past it the answer is 202 with the batch's status link.", "schema": { "type": "number", "minimum": 0, "maximum": 120 } })
+}
+
 /// The statuses every authenticated route may answer with a problem.
-const GUARDED: [u16; 4] = [401, 403, 404, 500];
+const GUARDED: [u16; 5] = [401, 403, 404, 429, 500];
 
 fn with(base: &[u16], more: &[u16]) -> Vec<u16> {
     let mut all: Vec<u16> = base.iter().chain(more).copied().collect();
@@ -192,6 +197,7 @@ pub fn document() -> Value {
         responses_gen.subschema_for::<InvalidationsPage>(),
         responses_gen.subschema_for::<Problem>(),
         responses_gen.subschema_for::<DocumentsAccepted>(),
+        responses_gen.subschema_for::<crate::http::BatchStatus>(),
         responses_gen.subschema_for::<IndexStatsPage>(),
         responses_gen.subschema_for::<CacheStats>(),
         responses_gen.subschema_for::<CacheCleared>(),
@@ -257,10 +263,20 @@ pub fn document() -> Value {
             "/v1/documents": { "post": {
                 "operationId": "upsertDocuments",
                 "summary": "Write a batch of document upserts and deletes (at most 1000).",
-                "description": "Each document is checked as the documents topic's decoder checks it; a batch with any refusal is answered with every refusal (`errors`) and nothing of it is written. Kafka mode: 202 once the broker acknowledged every event (the job indexes them as it reads the topic). Local mode: 200 once the index acknowledged every document. The tenant may be left out where the token opens exactly one.",
+                "description": "Each document is checked as the documents topic's decoder checks it; a batch with any refusal is answered with every refusal (`errors`) and nothing of it is written. Kafka mode: 202 once the broker acknowledged every event (the job indexes them as it reads the topic). Local mode: 200 once the index acknowledged every document, or 202 with the batch's status link once `wait` passed; each tenant's batches queue apart and take turns, at most 4 of a tenant's being written at once (503 `busy` beyond). The tenant may be left out where the token opens exactly one.",
                 "security": bearer,
+                "parameters": [wait_param()],
                 "requestBody": { "required": true, "content": json_content(documents) },
                 "responses": documents_responses(&[422]),
+            }},
+            "/v1/batches/{id}": { "get": {
+                "operationId": "batchStatus",
+                "summary": "Where a batch posted in local mode stands: queued, indexed or stopped.",
+                "security": bearer,
+                "parameters": [
+                    { "name": "id", "in": "path", "required": true, "description": "The batch's id (from the `status` link of a 202).", "schema": { "type": "integer", "minimum": 1 } },
+                ],
+                "responses": responses(("200", "The batch's state", schema_ref("BatchStatus")), &GUARDED),
             }},
             "/v1/documents/{doc_id}": { "delete": {
                 "operationId": "deleteDocument",
@@ -270,6 +286,7 @@ pub fn document() -> Value {
                     { "name": "doc_id", "in": "path", "required": true, "description": "The document's id (percent-encoded).", "schema": { "type": "string" } },
                     tenant(false, "The tenant (may be left out when the token opens exactly one)."),
                     { "name": "version", "in": "query", "required": false, "description": "Ignored when the index holds a newer version.", "schema": { "type": "integer", "minimum": 0 } },
+                    wait_param(),
                 ],
                 "responses": documents_responses(&[]),
             }},

@@ -157,8 +157,10 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     )));
     // Documents posted over HTTP: to the documents topic, or into a local source that keeps serving.
     let posted = match config.source.kind {
-        SourceKind::Dir => Some(Arc::new(DocumentIngress::default())),
-        SourceKind::Jsonl if config.runtime.serve => Some(Arc::new(DocumentIngress::default())),
+        SourceKind::Dir => Some(Arc::new(DocumentIngress::new(config.ingest.fair))),
+        SourceKind::Jsonl if config.runtime.serve => {
+            Some(Arc::new(DocumentIngress::new(config.ingest.fair)))
+        }
         _ => None,
     };
     let address = serve_http(
@@ -347,6 +349,8 @@ fn serve_http(
             read_timeout: Duration::from_secs(config.http.read_timeout_secs),
             max_body_bytes: config.query.max_query_bytes.saturating_mul(2),
             max_documents_body_bytes: config.ingest.max_document_bytes.saturating_mul(4),
+            token_requests_per_second: config.http.token_requests_per_second,
+            token_burst: config.http.token_burst,
         },
         documents,
         factory::decode_config(config, files.clone()),

@@ -374,6 +374,61 @@ fn every_operation_of_the_openapi_document_answers_as_documented() {
         (400, "missing_field")
     );
     calls.push(("/v1/documents", "post", answer));
+    // Past its wait (0 s): 202 with the batch's status link, which reads `indexed` once it is.
+    let later = json!({"documents": [{"doc_id": "pier", "version": 1, "text": "The pier closes at dusk."}]});
+    let answer = send(
+        port,
+        "POST",
+        "/v1/documents?wait=0",
+        Some(ACME),
+        Some(&later.to_string()),
+    );
+    assert_eq!(answer.status, 202, "{}", answer.body);
+    let link = answer.json()["status"]
+        .as_str()
+        .expect("a status link")
+        .to_string();
+    assert!(link.starts_with("/v1/batches/"), "{link}");
+    calls.push(("/v1/documents", "post", answer));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let answer = send(port, "GET", &link, Some(ACME), None);
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        let state = answer.json()["state"].as_str().unwrap_or("").to_string();
+        calls.push(("/v1/batches/{id}", "get", answer));
+        if state == "indexed" {
+            break;
+        }
+        assert_eq!(state, "queued");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "batch not indexed within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for (path, status, name) in [
+        ("/v1/batches/999999", 404, "not_found"),
+        ("/v1/batches/x", 404, "not_found"),
+    ] {
+        let answer = send(port, "GET", path, Some(ACME), None);
+        assert_eq!((answer.status, answer.problem().as_str()), (status, name));
+        calls.push(("/v1/batches/{id}", "get", answer));
+    }
+    let answer = send(
+        port,
+        "POST",
+        "/v1/documents?wait=soon",
+        Some(ACME),
+        Some(&later.to_string()),
+    );
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (400, "bad_request")
+    );
+    calls.push(("/v1/documents", "post", answer));
+    let answer = send(port, "DELETE", "/v1/documents/pier", Some(ACME), None);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    calls.push(("/v1/documents/{doc_id}", "delete", answer));
     let answer = send(port, "DELETE", "/v1/documents/harbour", Some(ACME), None);
     assert_eq!(answer.status, 200, "{}", answer.body);
     calls.push(("/v1/documents/{doc_id}", "delete", answer));
@@ -619,4 +674,83 @@ fn every_operation_of_the_openapi_document_answers_as_documented() {
     let report = check_schemas(dir.path(), Some(&openapi), &cases);
     println!("API: {} calls over {} operations, statuses {statuses:?}; {} JSON bodies validated\n{report}", calls.len(), operations.len(), cases.len());
     job.stop();
+}
+
+#[test]
+fn a_credential_over_its_rate_is_answered_429_and_the_others_are_not() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let events = [event(
+        "acme",
+        "rollback",
+        "Rollback",
+        "To roll back a release, run deployctl rollback.",
+        json!({}),
+    )];
+    std::fs::write(dir.path().join("events.jsonl"), events.join("\n") + "\n").expect("events");
+    let config = crate::common::JSONL_SERVING.replace(
+        "[http]\n",
+        "[http]\nquery_token_env = \"API_ADMIN_TOKEN\"\ntokens = { API_ACME_TOKEN = [\"acme\"] }\ntoken_requests_per_second = 0.5\ntoken_burst = 3\n",
+    );
+    let mut job = Job::start_with_env(
+        dir.path(),
+        &config,
+        1,
+        &[("API_ADMIN_TOKEN", ADMIN), ("API_ACME_TOKEN", ACME)],
+    );
+    job.wait_ready(Duration::from_secs(120));
+    job.wait_indexed(events.len());
+    let port = job.http_port;
+    let sources = |token| send(port, "GET", "/v1/sources", Some(token), None);
+    // The burst, then 429 with Retry-After (one request every 2 s).
+    for _ in 0..3 {
+        assert_eq!(sources(ACME).status, 200);
+    }
+    let refused = sources(ACME);
+    assert_eq!(
+        (refused.status, refused.problem().as_str()),
+        (429, "rate_limited")
+    );
+    assert!(refused.body.contains("API_ACME_TOKEN"), "{}", refused.body);
+    assert!(
+        !refused.body.contains(ACME),
+        "the token itself is never shown"
+    );
+    let retry = raw_head(port, "/v1/sources", ACME);
+    assert!(
+        retry.contains("Retry-After: 2") || retry.contains("retry-after: 2"),
+        "{retry}"
+    );
+    // The MCP endpoint counts against the same credential.
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let mcp = send(
+        port,
+        "POST",
+        "/mcp",
+        Some(ACME),
+        Some(&initialize.to_string()),
+    );
+    assert_eq!((mcp.status, mcp.problem().as_str()), (429, "rate_limited"));
+    // Another credential is served meanwhile; health is never counted.
+    let admin = send(port, "GET", "/v1/sources?tenant=acme", Some(ADMIN), None);
+    assert_eq!(admin.status, 200, "{}", admin.body);
+    assert_eq!(send(port, "GET", "/healthz", None, None).status, 200);
+    // Once its rate allows, the credential is served again.
+    std::thread::sleep(Duration::from_millis(2100));
+    assert_eq!(sources(ACME).status, 200);
+    let metrics = send(port, "GET", "/metrics", None, None).body;
+    assert!(
+        metrics.contains("ragstream_http_rate_limited_total{credential=\"API_ACME_TOKEN\"}"),
+        "the refusals are counted by credential"
+    );
+}
+
+/// The head of a `GET path` with `token`.
+fn raw_head(port: u16, path: &str, token: &str) -> String {
+    let request =
+        format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\r\n");
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream.write_all(request.as_bytes()).expect("request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response");
+    response.split("\r\n\r\n").next().unwrap_or("").to_string()
 }

@@ -70,6 +70,8 @@ declare_metrics! {
         "Chunk citations of published contexts kept to invalidate them (all workers of the process).");
     dlq_records: IntCounterVec = counter_vec("ragstream_dlq_records_total",
         "DLQ records by reason.", &["reason"]);
+    http_rate_limited: IntCounterVec = counter_vec("ragstream_http_rate_limited_total",
+        "Requests answered 429 rate_limited, by credential (the name of its token's environment variable, or anonymous).", &["credential"]);
     sandbox_reads: IntCounterVec = counter_vec("ragstream_sandbox_reads_total",
         "Files (HTML, PDF, DOCX) read by the sandbox's child processes, by outcome (read, refused, memory_limit, time_limit, output_limit, crashed).", &["outcome"]);
     retries: IntCounterVec = counter_vec("ragstream_retries_total",

@@ -45,8 +45,13 @@ pub(super) struct Access {
 /// Deliberately not `Debug`: the tokens are secrets.
 #[derive(Default, Clone)]
 pub struct QueryTokens {
-    tokens: Vec<(Arc<str>, Access)>,
+    /// Each token, what it opens, and the name of its environment variable (what rate limits and
+    /// logs know it by; never the token).
+    tokens: Vec<(Arc<str>, Access, Arc<str>)>,
 }
+
+/// What requests without a token are known by (no token configured).
+pub(super) const ANONYMOUS: &str = "anonymous";
 
 /// A request's bearer token did not match.
 pub(super) struct Unauthorized;
@@ -62,13 +67,13 @@ impl QueryTokens {
         labels: &BTreeMap<String, Vec<String>>,
     ) -> Self {
         let read = |name: &str| std::env::var(name).ok().filter(|t| !t.is_empty());
-        let mut tokens: Vec<(Arc<str>, Access)> = Vec::new();
+        let mut tokens: Vec<(Arc<str>, Access, Arc<str>)> = Vec::new();
         if let Some(token) = read(every_tenant_env) {
             let access = Access {
                 tenants: None,
                 labels: None,
             };
-            tokens.push((Arc::from(token), access));
+            tokens.push((Arc::from(token), access, Arc::from(every_tenant_env)));
         }
         for (name, tenants) in bound {
             if let Some(token) = read(name) {
@@ -76,7 +81,7 @@ impl QueryTokens {
                     tenants: Some(Arc::new(tenants.iter().cloned().collect())),
                     labels: Some(Arc::new(labels.get(name).cloned().unwrap_or_default())),
                 };
-                tokens.push((Arc::from(token), access));
+                tokens.push((Arc::from(token), access, Arc::from(name.as_str())));
             }
         }
         Self { tokens }
@@ -88,13 +93,18 @@ impl QueryTokens {
     }
 
     /// The tenants `request`'s `Authorization: Bearer <token>` opens (`None`: every tenant; also when no
-    /// token is configured). Tokens are compared in constant time.
-    pub(super) fn grant(&self, headers: &HeaderMap) -> Result<Access, Unauthorized> {
+    /// token is configured), and the name the credential is known by (its environment variable, or
+    /// [`ANONYMOUS`]). Tokens are compared in constant time.
+    pub(super) fn grant_named(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<(Access, Arc<str>), Unauthorized> {
         if self.tokens.is_empty() {
-            return Ok(Access {
+            let access = Access {
                 tenants: None,
                 labels: None,
-            });
+            };
+            return Ok((access, Arc::from(ANONYMOUS)));
         }
         // Every byte of the token is compared whatever the given value's length or first difference.
         let equal = |given: &str, token: &str| {
@@ -115,8 +125,8 @@ impl QueryTokens {
             .find_map(|given| {
                 self.tokens
                     .iter()
-                    .find(|(token, _)| equal(given, token))
-                    .map(|(_, access)| access.clone())
+                    .find(|(token, _, _)| equal(given, token))
+                    .map(|(_, access, name)| (access.clone(), name.clone()))
             })
             .ok_or(Unauthorized)
     }
@@ -361,12 +371,13 @@ mod tests {
                     tenants: None,
                     labels: None,
                 },
+                Arc::from("TOKEN_ENV"),
             )],
         };
         let ask = |value: &str| {
             let mut headers = HeaderMap::new();
             headers.insert(http::header::AUTHORIZATION, host(value));
-            tokens.grant(&headers).is_ok()
+            tokens.grant_named(&headers).is_ok()
         };
         assert!(ask("Bearer s3cret-token"));
         for wrong in [
@@ -378,6 +389,6 @@ mod tests {
         ] {
             assert!(!ask(wrong), "{wrong}");
         }
-        assert!(tokens.grant(&HeaderMap::new()).is_err());
+        assert!(tokens.grant_named(&HeaderMap::new()).is_err());
     }
 }

@@ -43,14 +43,17 @@ use tokio::sync::Semaphore;
 use crate::api::{InvalidationsPage, Problem, SourcesPage, PROBLEM_JSON};
 
 mod access;
+mod batches;
 mod deadline;
 mod ops;
+mod rate;
 mod reads;
 mod writes;
 
+pub use batches::BatchStatus;
 use ops::{cache_stats, clear_cache, index_stats, reindex_status, start_reindex};
 use reads::{chunk, invalidations, sources};
-use writes::{delete_document, post_documents};
+use writes::{batch_status, delete_document, post_documents};
 
 use crate::documents::{self, DocumentsTarget};
 use access::{bind, Access, Tenants, Unauthorized};
@@ -127,6 +130,10 @@ pub struct Limits {
     pub max_body_bytes: usize,
     /// Largest body of `POST /v1/documents` (four times `ingest.max_document_bytes`).
     pub max_documents_body_bytes: usize,
+    /// Requests a second of one credential on the data routes and `/mcp` (0: no limit).
+    pub token_requests_per_second: f64,
+    /// Requests one credential may send at once after a quiet spell.
+    pub token_burst: u32,
 }
 
 /// The tenants a token may query (`None`: every tenant).
@@ -144,8 +151,12 @@ struct Shared {
     documents: DocumentsTarget,
     /// The checks of every document event.
     decode: DecodeConfig,
-    /// Document batches read and written at once.
+    /// Document batches read at once (and, to the documents topic, written).
     document_slots: Arc<Semaphore>,
+    /// Batches being written in local mode, per tenant, and their receipts.
+    batches: Arc<batches::Batches>,
+    /// Each credential's request rate.
+    rates: rate::RateLimits,
 }
 
 /// Document batches read and written at once (each up to `Limits::max_documents_body_bytes`).
@@ -287,6 +298,29 @@ async fn query(shared: Arc<Shared>, request: Request<Incoming>, access: Access) 
     }
 }
 
+/// 429 `rate_limited` with `Retry-After` (whole seconds, at least 1).
+fn rate_limited(credential: &str, wait: Duration) -> Reply {
+    let mut response = problem(
+        "rate_limited",
+        &format!(
+            "the requests of this credential ({credential}) are over http.token_requests_per_second; \
+             retry in {:.1} s",
+            wait.as_secs_f64()
+        ),
+    );
+    let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
+    if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
+        response
+            .headers_mut()
+            .insert(http::header::RETRY_AFTER, value);
+    }
+    ragstream_operators::metrics::metrics()
+        .http_rate_limited
+        .with_label_values(&[credential])
+        .inc();
+    response
+}
+
 /// 503 `busy` with `Retry-After`.
 fn busy(detail: &str) -> Reply {
     let mut response = problem("busy", detail);
@@ -360,6 +394,7 @@ fn is_data_route(path: &str) -> bool {
             | "/mcp"
     ) || one_segment("/v1/chunks/")
         || one_segment("/v1/documents/")
+        || one_segment("/v1/batches/")
 }
 
 /// Routes one request.
@@ -396,8 +431,12 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Reply {
             "this Host is not allowed (http.allowed_hosts)",
         );
     }
-    let access = match shared.tokens.grant(request.headers()) {
-        Ok(access) => access,
+    let access = match shared.tokens.grant_named(request.headers()) {
+        Ok((access, credential)) => match shared.rates.take(&credential, std::time::Instant::now())
+        {
+            Ok(()) => access,
+            Err(wait) => return rate_limited(&credential, wait),
+        },
         Err(Unauthorized) => return unauthorized(&path),
     };
     let method = request.method().clone();
@@ -421,7 +460,7 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Reply {
         "/v1/reindex" if post => start_reindex(&shared, &params, &access),
         "/v1/reindex" if get => reindex_status(&shared, &params, &access),
         "/v1/reindex" => method_not_allowed("GET, POST"),
-        "/v1/documents" if post => post_documents(shared, request, access).await,
+        "/v1/documents" if post => post_documents(shared, request, &params, access).await,
         "/v1/documents" => method_not_allowed("POST"),
         document if document.starts_with("/v1/documents/") => {
             if method == Method::DELETE {
@@ -431,6 +470,10 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Reply {
                 method_not_allowed("DELETE")
             }
         }
+        batch if batch.starts_with("/v1/batches/") => match get {
+            true => batch_status(&shared, batch.trim_start_matches("/v1/batches/"), &access),
+            false => method_not_allowed("GET"),
+        },
         "/mcp" => {
             let (parts, body) = match read_body(request, &shared.limits).await {
                 Ok(read) => read,
@@ -549,6 +592,7 @@ pub fn serve(
         let _entered = runtime.enter();
         tokio::net::TcpListener::from_std(listener)?
     };
+    let rates = rate::RateLimits::new(limits.token_requests_per_second, limits.token_burst);
     let shared = Arc::new(Shared {
         readiness,
         queries: Arc::new(Semaphore::new(limits.max_queries_in_flight)),
@@ -564,6 +608,8 @@ pub fn serve(
         documents,
         decode,
         document_slots: Arc::new(Semaphore::new(DOCUMENT_SLOTS)),
+        batches: Arc::default(),
+        rates,
     });
     std::thread::Builder::new()
         .name("http-accept".into())

@@ -2,15 +2,40 @@
 //! `DELETE /v1/documents/{doc_id}`, answered once the batch is durable where the job takes documents.
 
 use super::*;
+use ragstream_operators::io::local_source::ReceiptState;
+
+/// Longest a caller may wait for its batch to be indexed (`wait`, in seconds), and the default.
+const MAX_WAIT: Duration = Duration::from_secs(120);
+
+/// The `wait` parameter: seconds (a decimal number, 0 to 120), 120 when left out.
+fn wait_parameter(params: &str) -> Result<Duration, Box<Reply>> {
+    let Some(wait) = parameters(params).remove("wait") else {
+        return Ok(MAX_WAIT);
+    };
+    match wait.parse::<f64>() {
+        Ok(seconds) if (0.0..=MAX_WAIT.as_secs_f64()).contains(&seconds) => {
+            Ok(Duration::from_secs_f64(seconds))
+        }
+        _ => Err(Box::new(problem(
+            "bad_request",
+            "wait must be a number of seconds from 0 to 120",
+        ))),
+    }
+}
 
 /// `POST /v1/documents`: a batch of document events, checked whole, then written.
 pub(super) async fn post_documents(
     shared: Arc<Shared>,
     request: Request<Incoming>,
+    params: &str,
     access: Access,
 ) -> Reply {
     let Some(owned) = shared.documents.takes_documents() else {
         return problem("no_document_input", NO_DOCUMENT_INPUT);
+    };
+    let wait = match wait_parameter(params) {
+        Ok(wait) => wait,
+        Err(refused) => return *refused,
     };
     // The slot first: a batch may be large, and only a few are read at once.
     let Ok(slot) = shared.document_slots.clone().try_acquire_owned() else {
@@ -40,7 +65,7 @@ pub(super) async fn post_documents(
         return problem("internal", "checking the documents failed");
     };
     match admitted {
-        Ok(admitted) => write_documents(&shared, admitted, slot).await,
+        Ok(admitted) => write_documents(&shared, admitted, slot, wait).await,
         Err(refused) => problem_reply(refused.as_ref()),
     }
 }
@@ -54,6 +79,10 @@ pub(super) async fn delete_document(
 ) -> Reply {
     let Some(owned) = shared.documents.takes_documents() else {
         return problem("no_document_input", NO_DOCUMENT_INPUT);
+    };
+    let wait = match wait_parameter(params) {
+        Ok(wait) => wait,
+        Err(refused) => return *refused,
     };
     let params = parameters(params);
     let mut event = serde_json::json!({
@@ -80,22 +109,36 @@ pub(super) async fn delete_document(
         &shared.decode,
     );
     match admitted {
-        Ok(admitted) => write_documents(&shared, admitted, slot).await,
+        Ok(admitted) => write_documents(&shared, admitted, slot, wait).await,
         Err(refused) => problem_reply(refused.as_ref()),
+    }
+}
+
+/// `GET /v1/batches/{id}`: where a batch posted in local mode stands.
+pub(super) fn batch_status(shared: &Shared, id: &str, access: &Access) -> Reply {
+    let may_read = |tenant: &str| access.tenants.as_ref().is_none_or(|t| t.contains(tenant));
+    match id.parse::<u64>().ok().and_then(|id| shared.batches.status(id, may_read)) {
+        Some(status) => json_reply(&status),
+        None => problem(
+            "not_found",
+            "no such batch for this token (receipts are kept for the last 4096 batches of this process)",
+        ),
     }
 }
 
 const NO_DOCUMENT_INPUT: &str =
     "this job reads one JSONL file and stops; it takes no documents over HTTP (runtime.serve = false)";
 
-/// Writes an admitted batch where the job takes documents, and answers once it is durable there.
-/// `slot` (one of `document_slots`) is held until the batch is written, whether or not its caller
-/// still waits: a caller that goes away or times out does not free room for more batches than the
-/// job is writing.
+/// Writes an admitted batch where the job takes documents, and answers once it is durable there
+/// (Kafka: the broker acknowledged it; local: the index holds it, or `wait` passed: 202 with the
+/// batch's status link). `slot` (one of `document_slots`, the batches being read) is held until the
+/// batch is handed on; in local mode the batch then holds a room of its tenant's until it is
+/// indexed, whether or not its caller still waits.
 pub(super) async fn write_documents(
     shared: &Arc<Shared>,
     admitted: documents::Admitted,
     slot: tokio::sync::OwnedSemaphorePermit,
+    wait: Duration,
 ) -> Reply {
     let accepted = admitted.events.len();
     match &shared.documents {
@@ -112,6 +155,7 @@ pub(super) async fn write_documents(
                     let mut answer = json_reply(&documents::DocumentsAccepted {
                         accepted,
                         indexed: false,
+                        status: None,
                     });
                     *answer.status_mut() = StatusCode::ACCEPTED;
                     answer
@@ -124,25 +168,52 @@ pub(super) async fn write_documents(
             }
         }
         DocumentsTarget::Local { ingress, .. } => {
-            let receiver = ingress.submit_holding(
+            let tenants: std::collections::BTreeSet<String> = admitted
+                .ops
+                .iter()
+                .map(|op| op.key().tenant.clone())
+                .collect();
+            let lane = admitted
+                .ops
+                .first()
+                .map(|op| op.key().tenant.clone())
+                .unwrap_or_default();
+            let room = match shared.batches.room(&lane) {
+                Ok(room) => room,
+                Err(full) => return busy(&full),
+            };
+            drop(slot);
+            let receipt = ingress.submit(
                 admitted.ops.into_iter().map(Ok).collect(),
-                Some(Box::new(slot)),
+                Some(Box::new(room)),
             );
-            let waited =
-                tokio::task::spawn_blocking(move || receiver.recv_timeout(QUERY_TIMEOUT)).await;
+            let id = shared.batches.keep(tenants, accepted, receipt.clone());
+            let waited = tokio::task::spawn_blocking(move || receipt.wait(wait)).await;
             match waited {
-                Ok(Ok(())) => json_reply(&documents::DocumentsAccepted {
+                Ok(ReceiptState::Indexed) => json_reply(&documents::DocumentsAccepted {
                     accepted,
                     indexed: true,
+                    status: None,
                 }),
-                Ok(Err(mpsc::RecvTimeoutError::Disconnected)) => problem(
+                Ok(ReceiptState::Stopped) => problem(
                     "stopping",
                     "the job is stopping and takes no more documents",
                 ),
-                Ok(Err(mpsc::RecvTimeoutError::Timeout)) => problem(
-                    "timeout",
-                    "the documents were not indexed within 120 s; they are still queued",
-                ),
+                Ok(ReceiptState::Queued) => {
+                    let link = format!("/v1/batches/{id}");
+                    let mut answer = json_reply(&documents::DocumentsAccepted {
+                        accepted,
+                        indexed: false,
+                        status: Some(link.clone()),
+                    });
+                    *answer.status_mut() = StatusCode::ACCEPTED;
+                    if let Ok(location) = HeaderValue::from_str(&link) {
+                        answer
+                            .headers_mut()
+                            .insert(http::header::LOCATION, location);
+                    }
+                    answer
+                }
                 Err(_) => problem("internal", "the batch's wait failed"),
             }
         }

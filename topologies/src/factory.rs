@@ -315,6 +315,10 @@ pub fn document_source<'scope>(
                 LocalSourceConfig {
                     batch: 256,
                     max_in_flight: 2048,
+                    lane_bytes: match config.ingest.fair {
+                        true => config.ingest.tenant_in_flight_mib << 20,
+                        false => usize::MAX,
+                    },
                 },
                 parts.acks,
                 parts.shutdown,

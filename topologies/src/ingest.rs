@@ -25,11 +25,12 @@ use ragstream_operators::ingest::chunk::Chunker;
 use ragstream_operators::ingest::chunk_op::ChunkDocuments;
 use ragstream_operators::ingest::diff::{DiffChunks, HYDRATION_TIME};
 use ragstream_operators::ingest::dlq::DlqRecord;
-use ragstream_operators::ingest::embed::{EmbedChunks, IndexDelta};
+use ragstream_operators::ingest::embed::{EmbedChunks, EmbedOptions, IndexDelta};
 use ragstream_operators::ingest::guard::{GuardVersions, Rehydration};
 use ragstream_operators::ingest::hydrate::Hydrated;
 use ragstream_operators::ingest::index_write::{IndexAck, Optimize, WriteIndex};
 use ragstream_operators::ingest::stats::ShareStats;
+use ragstream_operators::ingest::written::Written;
 use ragstream_operators::io::dlq_sink::{DlqSink, WriteDlq};
 use ragstream_operators::io::kafka_source::Assigned;
 use ragstream_operators::model::{ChunkIds, DocKey, DocOp, EvidenceUnits};
@@ -61,6 +62,10 @@ pub struct IngestParts {
     pub stats_leaders: Vec<usize>,
     /// With a shared index: how the version guard reads it again at every partition assignment.
     pub rehydration: Option<Rehydration>,
+    /// A lane per tenant in the inference service (`ingest.fair`).
+    pub fair: bool,
+    /// Where the index writers record the documents they finish (a local source's, if any).
+    pub written: Option<Arc<Written>>,
 }
 
 /// Wires the ingest flow behind `events`; the index and DLQ writers report to `acks`. Returns the ids
@@ -87,6 +92,8 @@ pub fn ingest<'scope>(
         stats,
         stats_leaders,
         rehydration,
+        fair,
+        written: finished,
     } = parts;
     let guard = hydrated.guard();
     let (ops, refused): (
@@ -129,13 +136,21 @@ pub fn ingest<'scope>(
         StreamVec<'scope, u64, IndexDelta>,
         StreamVec<'scope, u64, DlqRecord>,
     ) = deltas
-        .embed_chunks(embedder, (evidence_units, bm25), acked.clone())
+        .embed_chunks(
+            embedder,
+            EmbedOptions {
+                evidence: evidence_units,
+                bm25,
+                fair,
+            },
+            acked.clone(),
+        )
         .ok_err(|result| result);
     let (written, index_refused): (
         StreamVec<'scope, u64, IndexAck>,
         StreamVec<'scope, u64, DlqRecord>,
     ) = work
-        .write_index(store, optimize, acked)
+        .write_index(store, optimize, acked, finished)
         .ok_err(|result| result);
     let changed = written.clone().flat_map(|ack: IndexAck| ack.changed);
     let stats_deltas = map_stage(written, "AckStats", |ack: IndexAck| ack.stats).probe_with(acks);

@@ -161,6 +161,8 @@ impl ProcessParts {
                     stats: self.corpus_stats.clone(),
                     stats_leaders: self.stats_leaders.clone(),
                     rehydration,
+                    fair: config.ingest.fair,
+                    written: self.posted.as_ref().map(|posted| posted.written()),
                 },
                 &acks,
             );

@@ -92,6 +92,31 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(self.acme.delete("harbour.md"), {"accepted": 1, "indexed": True})
         self.assertNotIn("harbour.md", [s.doc_id for s in self.acme.iter_sources()])
 
+    def test_upsert_past_its_wait_is_followed_to_indexed(self):
+        # wait=0: the job answers 202 at once with the batch's status link.
+        answer = self.acme.upsert(
+            [{"doc_id": "lighthouse.md", "version": 1, "text": "The lighthouse keeper lights the lamp at dusk."}],
+            wait=0,
+            follow=False,
+        )
+        self.assertEqual((answer["accepted"], answer["indexed"]), (1, False))
+        self.assertRegex(answer["status"], r"^/v1/batches/[0-9]+$")
+        self.assertIn(self.acme.batch(answer["status"])["state"], ("queued", "indexed"))
+        # Followed, the same call returns once the index holds the batch.
+        followed = self.acme.upsert(
+            [{"doc_id": "lighthouse.md", "version": 2, "text": "The lighthouse keeper lights the lamp at sunset."}],
+            wait=0,
+        )
+        self.assertEqual(followed, {"accepted": 1, "indexed": True})
+        self.assertEqual(self.acme.batch(answer["status"])["state"], "indexed")
+        found = self.acme.query("when is the lighthouse lamp lit", mode="deep", k=1)
+        self.assertIn("sunset", found.items[0].text)
+        # A batch this process never had is not found.
+        with self.assertRaises(RagstreamError) as hidden:
+            Client(URL, token=ACME).batch(10**9)
+        self.assertEqual(hidden.exception.kind, "not_found")
+        self.assertEqual(self.acme.delete("lighthouse.md", wait=0), {"accepted": 1, "indexed": True})
+
     def test_upsert_file_sends_a_pdf_and_items_cite_its_page(self):
         # A three-page PDF the Rust side of the test wrote (ragstream_core::testing::pdf_file).
         path = os.environ["RAGSTREAM_TEST_PDF"]

@@ -105,6 +105,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 struct Request {
     id: u64,
+    /// The ingest lane (a tenant): lanes share the executors by deficit round robin.
+    lane: Arc<str>,
     texts: Arc<Vec<String>>,
     /// Each text's spans ([`Embedder::embed_spans`]; shorter than `texts` where the rest have none).
     spans: Arc<Vec<Spans>>,
@@ -132,6 +134,8 @@ impl Request {
 struct Queues {
     query: VecDeque<Request>,
     ingest: VecDeque<Request>,
+    /// Whose ingest slice is next.
+    lanes: Drr,
     next_id: u64,
     /// Ingest work waits until then after an outage.
     backoff_until: Option<Instant>,
@@ -316,6 +320,20 @@ impl InferenceService {
         priority: Priority,
         waker: &Waker,
     ) -> Ticket {
+        self.submit_in_lane("", texts, spans, priority, waker)
+    }
+
+    /// [`Self::submit_spans`] in the ingest lane `lane` (a tenant): the lanes with work waiting take
+    /// turns at the executors by deficit round robin over estimated word pieces, so a lane's long
+    /// request delays that lane, not the others; requests of one lane are served in submission order.
+    pub fn submit_in_lane(
+        &self,
+        lane: &str,
+        texts: Vec<String>,
+        spans: Vec<Spans>,
+        priority: Priority,
+        waker: &Waker,
+    ) -> Ticket {
         if texts.is_empty() {
             return Ticket::ready(Ok(Embedded::default()));
         }
@@ -327,6 +345,7 @@ impl InferenceService {
         queues.next_id += 1;
         let request = Request {
             id: queues.next_id,
+            lane: lane.into(),
             vectors,
             texts: Arc::new(texts),
             spans: Arc::new(spans),
@@ -396,8 +415,10 @@ fn next_work(shared: &Shared, role: Role) -> Option<Work> {
             let take = queues.query.len().min(shared.config.query_batch);
             Some(Work::Queries(queues.query.drain(..take).collect()))
         } else if paused_until.is_none() && role != Role::Query {
+            let queues = &mut *queues;
             take_slice(
                 &mut queues.ingest,
+                &mut queues.lanes,
                 shared.config.slice_word_pieces,
                 shared.pools_spans,
             )
@@ -427,42 +448,92 @@ fn next_work(shared: &Shared, role: Role) -> Option<Work> {
     }
 }
 
-/// About `budget` estimated word pieces (at least one text; a text's spans count too unless they are
-/// `pooled`) from the first ingest request with texts not yet handed out.
-fn take_slice(ingest: &mut VecDeque<Request>, budget: usize, pooled: bool) -> Option<Work> {
-    let request = ingest.iter_mut().find(|r| r.has_slices())?;
-    let positions = match request.retry.pop() {
-        Some(positions) => positions,
-        None => {
-            let mut cost = 0;
-            let mut positions = Vec::new();
-            while let Some(&position) = request.order.get(request.next) {
-                let text = &request.texts[position];
-                let spans = match pooled {
-                    true => &[][..],
-                    false => request.spans.get(position).map_or(&[][..], Vec::as_slice),
-                };
-                let text_cost = estimated_word_pieces(text)
-                    + spans
-                        .iter()
-                        .map(|r| estimated_word_pieces(text.get(r.clone()).unwrap_or_default()))
-                        .sum::<usize>();
-                if !positions.is_empty() && cost + text_cost > budget {
-                    break;
-                }
-                cost += text_cost;
-                positions.push(position);
-                request.next += 1;
-            }
-            positions
-        }
+/// Deficit round robin over the ingest lanes: the lane at the front takes slices while its credit
+/// covers their estimated word pieces; short of it, it gets a quantum (one slice's budget) more and
+/// goes to the back. A lane with nothing waiting leaves the round and its credit is dropped.
+#[derive(Default)]
+struct Drr {
+    active: VecDeque<Arc<str>>,
+    credit: std::collections::HashMap<Arc<str>, usize>,
+}
+
+/// Estimated word pieces of the text at `position` with its spans (free where they are `pooled`).
+fn text_cost(request: &Request, position: usize, pooled: bool) -> usize {
+    let text = &request.texts[position];
+    let spans = match pooled {
+        true => &[][..],
+        false => request.spans.get(position).map_or(&[][..], Vec::as_slice),
     };
-    Some(Work::Slice {
-        id: request.id,
-        texts: request.texts.clone(),
-        spans: request.spans.clone(),
-        positions,
-    })
+    estimated_word_pieces(text)
+        + spans
+            .iter()
+            .map(|r| estimated_word_pieces(text.get(r.clone()).unwrap_or_default()))
+            .sum::<usize>()
+}
+
+/// The next slice of `request`: a slice handed back after an outage, else about `budget` estimated
+/// word pieces (at least one text) not handed out yet; with its cost. Nothing is taken yet.
+fn next_slice(request: &Request, budget: usize, pooled: bool) -> (Vec<usize>, usize) {
+    if let Some(positions) = request.retry.last() {
+        let cost = positions
+            .iter()
+            .map(|&p| text_cost(request, p, pooled))
+            .sum();
+        return (positions.clone(), cost);
+    }
+    let mut cost = 0;
+    let mut positions = Vec::new();
+    for &position in &request.order[request.next..] {
+        let text_cost = text_cost(request, position, pooled);
+        if !positions.is_empty() && cost + text_cost > budget {
+            break;
+        }
+        cost += text_cost;
+        positions.push(position);
+    }
+    (positions, cost)
+}
+
+/// The next ingest slice: from the lane whose turn it is ([`Drr`]), its first request with texts not
+/// yet handed out (or handed back).
+fn take_slice(
+    ingest: &mut VecDeque<Request>,
+    lanes: &mut Drr,
+    budget: usize,
+    pooled: bool,
+) -> Option<Work> {
+    for request in ingest.iter().filter(|r| r.has_slices()) {
+        if !lanes.credit.contains_key(&request.lane) {
+            lanes.credit.insert(request.lane.clone(), 0);
+            lanes.active.push_back(request.lane.clone());
+        }
+    }
+    loop {
+        let lane = lanes.active.front()?.clone();
+        let Some(request) = ingest.iter_mut().find(|r| r.lane == lane && r.has_slices()) else {
+            lanes.active.pop_front();
+            lanes.credit.remove(&lane);
+            continue;
+        };
+        let (positions, cost) = next_slice(request, budget, pooled);
+        let credit = lanes.credit.entry(lane).or_default();
+        if *credit < cost {
+            *credit += budget;
+            lanes.active.rotate_left(1);
+            continue;
+        }
+        *credit -= cost;
+        match request.retry.pop() {
+            Some(_) => {}
+            None => request.next += positions.len(),
+        }
+        return Some(Work::Slice {
+            id: request.id,
+            texts: request.texts.clone(),
+            spans: request.spans.clone(),
+            positions,
+        });
+    }
 }
 
 fn run_executor(shared: &Shared, mut embedder: Box<dyn Embedder>, role: Role) {

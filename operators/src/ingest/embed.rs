@@ -233,27 +233,43 @@ pub fn take_request(queue: &mut VecDeque<ChunkDelta>, texts: usize) -> Vec<Chunk
     taken
 }
 
-/// The Embed operator's state, free of timely: deltas queued per capability (`C`), requests in flight,
-/// results handed out in submission order.
+/// The Embed operator's state, free of timely: deltas queued per lane (a tenant, or one lane for
+/// all where the queue is not fair) and per capability (`C`), requests in flight per lane, each
+/// lane's results handed out in its submission order.
 pub struct EmbedQueue<C> {
-    queued: VecDeque<(C, VecDeque<ChunkDelta>)>,
-    /// Requests in the service: each request's deltas, parked at their capability.
-    in_flight: Parked<C, Vec<ChunkDelta>, Result<Embedded, EmbedError>>,
+    lanes: std::collections::BTreeMap<std::sync::Arc<str>, Lane<C>>,
     request_texts: usize,
     max_in_flight: usize,
     evidence: EvidenceUnits,
+    fair: bool,
 }
 
-impl<C: Clone> EmbedQueue<C> {
-    /// Requests of about `request_texts` chunks, at most `max_in_flight` at once; chunks only (see
-    /// [`Self::with_evidence`]).
-    pub fn new(request_texts: usize, max_in_flight: usize) -> Self {
+/// One lane of the [`EmbedQueue`].
+struct Lane<C> {
+    queued: VecDeque<(C, VecDeque<ChunkDelta>)>,
+    /// Requests in the service: each request's deltas, parked at their capability.
+    in_flight: Parked<C, Vec<ChunkDelta>, Result<Embedded, EmbedError>>,
+}
+
+impl<C> Default for Lane<C> {
+    fn default() -> Self {
         Self {
             queued: VecDeque::new(),
             in_flight: Parked::default(),
+        }
+    }
+}
+
+impl<C: Clone> EmbedQueue<C> {
+    /// Requests of about `request_texts` chunks, at most `max_in_flight` at once per lane; one lane
+    /// per tenant; chunks only (see [`Self::with_evidence`]).
+    pub fn new(request_texts: usize, max_in_flight: usize) -> Self {
+        Self {
+            lanes: Default::default(),
             request_texts: request_texts.max(1),
             max_in_flight: max_in_flight.max(1),
             evidence: EvidenceUnits::Off,
+            fair: true,
         }
     }
 
@@ -263,37 +279,69 @@ impl<C: Clone> EmbedQueue<C> {
         self
     }
 
+    /// `fair`: a lane per tenant, taking turns in the inference service (the default); else one
+    /// lane, first in first out (a tenant's large document then delays every other tenant).
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.fair = fair;
+        self
+    }
+
     /// Queues `deltas` of the time `cap` stands for.
     pub fn push(&mut self, cap: C, deltas: Vec<ChunkDelta>) {
-        if !deltas.is_empty() {
-            self.queued.push_back((cap, deltas.into()));
+        let mut by_lane: Vec<(std::sync::Arc<str>, VecDeque<ChunkDelta>)> = Vec::new();
+        for delta in deltas {
+            let lane: &str = if self.fair { &delta.key.tenant } else { "" };
+            match by_lane.iter_mut().find(|(name, _)| &**name == lane) {
+                Some((_, queued)) => queued.push_back(delta),
+                None => by_lane.push((lane.into(), VecDeque::from([delta]))),
+            }
+        }
+        for (lane, deltas) in by_lane {
+            let lane = self.lanes.entry(lane).or_default();
+            lane.queued.push_back((cap.clone(), deltas));
         }
     }
 
     /// Nothing queued and nothing in flight.
     pub fn is_idle(&self) -> bool {
-        self.queued.is_empty() && self.in_flight.is_empty()
+        self.lanes
+            .values()
+            .all(|lane| lane.queued.is_empty() && lane.in_flight.is_empty())
     }
 
-    /// Submits queued deltas while fewer than `max_in_flight` requests are in the service.
+    /// Submits queued deltas, a request per lane in turn, while fewer than `max_in_flight` requests
+    /// of that lane are in the service.
     pub fn submit(&mut self, service: &InferenceService, waker: &Waker) {
-        while self.in_flight.len() < self.max_in_flight {
-            let Some((cap, deltas)) = self.queued.front_mut() else {
-                return;
-            };
-            let cap = cap.clone();
-            let taken = take_request(deltas, self.request_texts);
-            if deltas.is_empty() {
-                self.queued.pop_front();
+        loop {
+            let mut submitted = false;
+            for (name, lane) in &mut self.lanes {
+                if lane.in_flight.len() >= self.max_in_flight {
+                    continue;
+                }
+                let Some((cap, deltas)) = lane.queued.front_mut() else {
+                    continue;
+                };
+                let cap = cap.clone();
+                let taken = take_request(deltas, self.request_texts);
+                if deltas.is_empty() {
+                    lane.queued.pop_front();
+                }
+                let ticket = Self::request(service, waker, name, &taken, self.evidence);
+                lane.in_flight.park(cap, taken, ticket);
+                submitted = true;
             }
-            let ticket = Self::request(service, waker, &taken, self.evidence);
-            self.in_flight.park(cap, taken, ticket);
+            if !submitted {
+                break;
+            }
         }
+        self.lanes
+            .retain(|_, lane| !lane.queued.is_empty() || !lane.in_flight.is_empty());
     }
 
     fn request(
         service: &InferenceService,
         waker: &Waker,
+        lane: &str,
         deltas: &[ChunkDelta],
         evidence: EvidenceUnits,
     ) -> Ticket {
@@ -301,12 +349,12 @@ impl<C: Clone> EmbedQueue<C> {
         for chunk in deltas.iter().flat_map(|d| &d.upserts) {
             inputs.push(chunk, evidence);
         }
-        service.submit_spans(inputs.texts, inputs.spans, Priority::Ingest, waker)
+        service.submit_in_lane(lane, inputs.texts, inputs.spans, Priority::Ingest, waker)
     }
 
-    /// The work of the completed requests at the front, each with its capability, in submission
-    /// order. A request of several documents that failed (not an outage) is split into one request per
-    /// document, submitted again.
+    /// The work of the completed requests at the front of each lane, each with its capability, in
+    /// the lane's submission order. A request of several documents that failed (not an outage) is
+    /// split into one request per document, submitted again.
     pub fn drain_ready(
         &mut self,
         service: &InferenceService,
@@ -314,33 +362,35 @@ impl<C: Clone> EmbedQueue<C> {
         bm25: &Bm25Encoder,
     ) -> Vec<(C, Vec<IndexDelta>, Vec<DlqRecord>)> {
         let mut ready = Vec::new();
-        while let Some((cap, deltas, result)) = self.in_flight.next_in_order() {
-            match result {
-                Ok(embedded) => {
-                    let chunks: usize = deltas.iter().map(|d| d.upserts.len()).sum();
-                    crate::metrics::metrics()
-                        .chunks_embedded
-                        .inc_by(chunks as u64);
-                    let work = index_work(
-                        service.version(),
-                        bm25,
-                        deltas,
-                        Some(embedded.vectors),
-                        self.evidence,
-                    );
-                    ready.push((cap, work, Vec::new()));
-                }
-                Err(error) if deltas.iter().filter(|d| !d.upserts.is_empty()).count() > 1 => {
-                    tracing::warn!(%error, documents = deltas.len(), "embedding a request failed: isolating the failing documents");
-                    for delta in deltas.into_iter().rev() {
-                        let one = vec![delta];
-                        let ticket = Self::request(service, waker, &one, self.evidence);
-                        self.in_flight.park_first(cap.clone(), one, ticket);
+        for (name, lane) in &mut self.lanes {
+            while let Some((cap, deltas, result)) = lane.in_flight.next_in_order() {
+                match result {
+                    Ok(embedded) => {
+                        let chunks: usize = deltas.iter().map(|d| d.upserts.len()).sum();
+                        crate::metrics::metrics()
+                            .chunks_embedded
+                            .inc_by(chunks as u64);
+                        let work = index_work(
+                            service.version(),
+                            bm25,
+                            deltas,
+                            Some(embedded.vectors),
+                            self.evidence,
+                        );
+                        ready.push((cap, work, Vec::new()));
                     }
-                }
-                Err(error) => {
-                    let (work, dlq) = dead_letter(service.version(), bm25, deltas, &error);
-                    ready.push((cap, work, dlq));
+                    Err(error) if deltas.iter().filter(|d| !d.upserts.is_empty()).count() > 1 => {
+                        tracing::warn!(%error, documents = deltas.len(), "embedding a request failed: isolating the failing documents");
+                        for delta in deltas.into_iter().rev() {
+                            let one = vec![delta];
+                            let ticket = Self::request(service, waker, name, &one, self.evidence);
+                            lane.in_flight.park_first(cap.clone(), one, ticket);
+                        }
+                    }
+                    Err(error) => {
+                        let (work, dlq) = dead_letter(service.version(), bm25, deltas, &error);
+                        ready.push((cap, work, dlq));
+                    }
                 }
             }
         }
@@ -348,14 +398,26 @@ impl<C: Clone> EmbedQueue<C> {
     }
 }
 
+/// How the Embed operator embeds.
+#[derive(Debug, Clone, Copy)]
+pub struct EmbedOptions {
+    /// The evidence units each chunk gets a vector for.
+    pub evidence: EvidenceUnits,
+    /// How BM25 weighs a chunk's terms.
+    pub bm25: Bm25Params,
+    /// A lane per tenant in the inference service ([`EmbedQueue::fair`]).
+    pub fair: bool,
+}
+
 /// Extension trait: embed chunk deltas.
 pub trait EmbedChunks<'scope> {
-    /// Embeds each batch through `service` (each chunk with the evidence units `evidence` gives it)
-    /// and weighs its terms with `bm25`; `Ok` index work, `Err` DLQ records.
+    /// Embeds each batch through `service` (each chunk with the evidence units `options.evidence`
+    /// gives it, each tenant in a lane of its own where `options.fair`) and weighs its terms with
+    /// `options.bm25`; `Ok` index work, `Err` DLQ records.
     fn embed_chunks(
         self,
         service: InferenceService,
-        options: (EvidenceUnits, Bm25Params),
+        options: EmbedOptions,
         acked: SharedAcked,
     ) -> StreamVec<'scope, u64, Result<IndexDelta, DlqRecord>>;
 }
@@ -364,7 +426,11 @@ impl<'scope> EmbedChunks<'scope> for StreamVec<'scope, u64, ChunkDelta> {
     fn embed_chunks(
         self,
         service: InferenceService,
-        (evidence, bm25): (EvidenceUnits, Bm25Params),
+        EmbedOptions {
+            evidence,
+            bm25,
+            fair,
+        }: EmbedOptions,
         acked: SharedAcked,
     ) -> StreamVec<'scope, u64, Result<IndexDelta, DlqRecord>> {
         let pact = Exchange::new(|delta: &ChunkDelta| delta.key.route());
@@ -375,7 +441,9 @@ impl<'scope> EmbedChunks<'scope> for StreamVec<'scope, u64, ChunkDelta> {
             let waker = crate::offload::operator_waker(scope.worker(), &info.address);
             // Each batch keeps its capability until its work is given: a time is not complete
             // downstream (and its offsets not committed) while any of its documents is being embedded.
-            let mut queue = EmbedQueue::new(REQUEST_TEXTS, MAX_IN_FLIGHT).with_evidence(evidence);
+            let mut queue = EmbedQueue::new(REQUEST_TEXTS, MAX_IN_FLIGHT)
+                .with_evidence(evidence)
+                .fair(fair);
             acked
                 .borrow_mut()
                 .set_embed(scope.activator_for(info.address.clone()));
@@ -531,6 +599,52 @@ mod tests {
             },
         )
         .unwrap()
+    }
+
+    #[test]
+    fn each_tenant_has_its_own_lane_and_its_own_requests_in_flight() {
+        let of = |tenant: &str, id: &str| {
+            let mut delta = insert(id, "One sentence here.");
+            delta.key = DocKey::new(tenant, id);
+            delta
+        };
+        let service = service(1, 1000);
+        let (nobody, bm25): (Waker, _) = (Arc::new(|| {}), Bm25Encoder::default());
+        // Tenant a's work queued first, one request in flight at most per lane.
+        let mut fair = EmbedQueue::new(1, 1);
+        let mut fifo = EmbedQueue::new(1, 1).fair(false);
+        for queue in [&mut fair, &mut fifo] {
+            queue.push(1, vec![of("a", "a1"), of("a", "a2"), of("a", "a3")]);
+            queue.push(2, vec![of("b", "b1")]);
+            queue.submit(&service, &nobody);
+        }
+        let in_flight = |queue: &EmbedQueue<u64>| -> Vec<(String, usize)> {
+            queue
+                .lanes
+                .iter()
+                .map(|(lane, l)| (lane.to_string(), l.in_flight.len()))
+                .collect()
+        };
+        assert_eq!(
+            in_flight(&fair),
+            [("a".to_string(), 1), ("b".to_string(), 1)],
+            "b's document is in the service beside a's first"
+        );
+        assert_eq!(in_flight(&fifo), [(String::new(), 1)], "b waits behind a");
+        // Everything still comes out, each lane in its order.
+        let mut done = Vec::new();
+        while !fair.is_idle() {
+            std::thread::sleep(Duration::from_millis(5));
+            done.extend(fair.drain_ready(&service, &nobody, &bm25));
+            fair.submit(&service, &nobody);
+        }
+        let keys: Vec<String> = done
+            .iter()
+            .flat_map(|(_, work, _)| work.iter().map(|d| d.key.to_string()))
+            .collect();
+        assert_eq!(keys.len(), 4, "{keys:?}");
+        let a: Vec<&String> = keys.iter().filter(|k| k.starts_with("a/")).collect();
+        assert_eq!(a, ["a/a1", "a/a2", "a/a3"]);
     }
 
     #[test]
@@ -713,7 +827,11 @@ mod tests {
                 let probe = stream
                     .embed_chunks(
                         service,
-                        (EvidenceUnits::Off, Default::default()),
+                        EmbedOptions {
+                            evidence: EvidenceUnits::Off,
+                            bm25: Default::default(),
+                            fair: true,
+                        },
                         crate::ingest::acked::Acked::shared(),
                     )
                     .inspect_core(move |event| {

@@ -32,6 +32,7 @@ use timely::dataflow::StreamVec;
 use super::acked::{held_by_index, SharedAcked};
 use super::dlq::{DlqReason, DlqRecord, Origin};
 use super::embed::IndexDelta;
+use super::written::Written;
 use crate::events::{InternalEvent, ShardOptimized};
 use crate::metrics::metrics;
 use crate::model::{ChunkIds, DocKey};
@@ -64,7 +65,7 @@ pub struct BatchOutcome {
     /// Their DLQ records, each with the document event as value (filled by [`shard_writer`]).
     pub dead_letters: Vec<DlqRecord>,
     /// The documents of the batch, in order (filled by [`shard_writer`]).
-    pub written: Vec<DocKey>,
+    pub written: Vec<(DocKey, u64)>,
     /// What the index holds of each document refused here or by the embedder, read back after the
     /// write (filled by [`shard_writer`]; see [`super::acked`]).
     pub held: HashMap<DocKey, ChunkIds>,
@@ -326,7 +327,10 @@ pub fn shard_writer(
                     Some(refused_record(delta, error))
                 })
                 .collect();
-            outcome.written = batch.iter().map(|delta| delta.key.clone()).collect();
+            outcome.written = batch
+                .iter()
+                .map(|delta| (delta.key.clone(), delta.time))
+                .collect();
             for delta in &batch {
                 let refused =
                     delta.refused || outcome.refused.iter().any(|(key, _)| key == &delta.key);
@@ -370,12 +374,14 @@ pub fn shard_writer(
 pub trait WriteIndex<'scope> {
     /// Writes and flushes each batch off the worker; emits, at the batch's time, one ack per batch and
     /// a DLQ record per document the index refused.
-    /// The writer optimizes the shard as `optimize` says.
+    /// The writer optimizes the shard as `optimize` says. Each document finished is recorded in
+    /// `finished`, where given ([`Written`]).
     fn write_index(
         self,
         store: Arc<dyn VectorStore>,
         optimize: Optimize,
         acked: SharedAcked,
+        finished: Option<Arc<Written>>,
     ) -> StreamVec<'scope, u64, Result<IndexAck, DlqRecord>>;
 }
 
@@ -385,6 +391,7 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
         store: Arc<dyn VectorStore>,
         optimize: Optimize,
         acked: SharedAcked,
+        finished: Option<Arc<Written>>,
     ) -> StreamVec<'scope, u64, Result<IndexAck, DlqRecord>> {
         let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
@@ -412,11 +419,14 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
                     });
                     for (cap, (), mut outcome) in pending.ready_in_order() {
                         let mut ledger = acked.borrow_mut();
-                        for key in &outcome.written {
+                        for (key, _) in &outcome.written {
                             ledger.finished(key, outcome.held.remove(key));
                         }
                         ledger.wake_embed();
                         drop(ledger);
+                        if let Some(finished) = &finished {
+                            finished.record(outcome.written);
+                        }
                         let mut session = output.session(&cap);
                         session.give_iterator(outcome.dead_letters.into_iter().map(Err));
                         session.give(Ok(outcome.ack));
@@ -630,6 +640,7 @@ mod tests {
                             when_idle: None,
                         },
                         crate::ingest::acked::Acked::shared(),
+                        None,
                     )
                     .inspect(move |result| seen.borrow_mut().push(result.clone()))
                     .probe()

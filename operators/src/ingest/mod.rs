@@ -17,3 +17,4 @@ pub mod index_write;
 pub mod reindex;
 pub mod sandbox;
 pub mod stats;
+pub mod written;

@@ -8,13 +8,22 @@
 //! on a terminal.
 //!
 //! With a [`DocumentIngress`] (documents posted to the job's HTTP API) the source also emits what is
-//! posted, each request's documents at one time, and tells the request once the index acknowledged
-//! that time: the local equivalent of a committed offset. A JSONL input then stays open after its
-//! last event, for the posts to come.
+//! posted, each request's documents at one time, and tells the request (its [`Receipt`]) once every
+//! document of it is finished: written by the index (or dead-lettered), as the index writers record
+//! ([`Written`]), or its time acknowledged by the index, the local equivalent of a committed offset.
+//! A JSONL input then stays open after its last event, for the posts to come.
+//!
+//! # Fair across tenants
+//! Posted requests queue per tenant (the lane of a request is its first document's tenant) and
+//! leave by deficit round robin over their bytes; a lane waits while its documents emitted and not
+//! finished hold [`LocalSourceConfig::lane_bytes`] or more (the directory's or the JSONL file's
+//! events are a lane of their own under the same bound). A tenant's large document or flood then
+//! queues behind that tenant's own work, not in front of the others' (the Embed operator and the
+//! inference service take turns per tenant too). With `fair` off, one lane, first in first out.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -26,7 +35,8 @@ use timely::scheduling::Activator;
 
 use super::dir_source::DirSource;
 use crate::ingest::dlq::DlqRecord;
-use crate::model::DocOp;
+use crate::ingest::written::Written;
+use crate::model::{DocKey, DocOp};
 use crate::offload::{Background, Ticket};
 
 /// What a local source reads.
@@ -43,64 +53,224 @@ pub enum LocalInput {
     Events(Vec<Result<DocOp, DlqRecord>>),
 }
 
-/// Documents posted to the job's HTTP API in local mode, waiting for the local source.
-#[derive(Debug, Default)]
+/// Documents posted to the job's HTTP API in local mode, waiting for the local source, in a lane per
+/// tenant.
+#[derive(Debug)]
 pub struct DocumentIngress {
-    queue: Mutex<VecDeque<Posted>>,
+    lanes: Mutex<Lanes>,
     closed: AtomicBool,
+    written: Arc<Written>,
+    fair: bool,
 }
 
-/// One request's documents and where to tell it they were indexed.
-type Posted = (Vec<Result<DocOp, DlqRecord>>, Waiter);
+impl Default for DocumentIngress {
+    fn default() -> Self {
+        Self::new(true)
+    }
+}
 
-/// A posted request's reply, and what it holds until its documents are indexed (the HTTP server's
-/// slot among the batches being written: a request whose caller stopped waiting still counts).
+/// One request's documents, its bytes, and where to tell it they were indexed.
+struct Posted {
+    documents: Vec<Result<DocOp, DlqRecord>>,
+    bytes: usize,
+    waiter: Waiter,
+}
+
+/// The queued requests by lane, and whose turn it is (deficit round robin over bytes).
+#[derive(Default)]
+struct Lanes {
+    queued: BTreeMap<Arc<str>, VecDeque<Posted>>,
+    turn: VecDeque<Arc<str>>,
+    credit: HashMap<Arc<str>, usize>,
+}
+
+impl std::fmt::Debug for Lanes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lanes")
+            .field("lanes", &self.queued.len())
+            .finish()
+    }
+}
+
+/// Credit a lane gains per turn.
+const QUANTUM_BYTES: usize = 256 * 1024;
+
+/// Where a posted request stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReceiptState {
+    /// Waiting for its turn, or being chunked, embedded and written.
+    Queued,
+    /// Every document finished: written by the index, or dead-lettered.
+    Indexed,
+    /// The job stopped before it was indexed (it is not: post it again after the restart).
+    Stopped,
+}
+
+/// A posted request's state, shared by the source (which moves it) and whoever waits for it.
 #[derive(Debug)]
+pub struct Receipt {
+    state: Mutex<ReceiptState>,
+    moved: Condvar,
+}
+
+impl Receipt {
+    fn new() -> Self {
+        Self {
+            state: Mutex::new(ReceiptState::Queued),
+            moved: Condvar::new(),
+        }
+    }
+
+    /// The request's state now.
+    pub fn state(&self) -> ReceiptState {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits up to `timeout` for the request to leave [`ReceiptState::Queued`]; its state then.
+    pub fn wait(&self, timeout: Duration) -> ReceiptState {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (state, _) = self
+            .moved
+            .wait_timeout_while(state, timeout, |s| *s == ReceiptState::Queued)
+            .unwrap_or_else(|p| p.into_inner());
+        *state
+    }
+
+    fn settle(&self, to: ReceiptState) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if *state == ReceiptState::Queued {
+            *state = to;
+        }
+        self.moved.notify_all();
+    }
+}
+
+/// A posted request's receipt, and what it holds until its documents are indexed (the HTTP server's
+/// slot among the batches being written: a request whose caller stopped waiting still counts). A
+/// waiter dropped before its request was indexed tells the receipt the job stopped.
 struct Waiter {
-    sender: mpsc::Sender<()>,
+    receipt: Arc<Receipt>,
     _hold: Option<Box<dyn std::any::Any + Send>>,
 }
 
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        self.receipt.settle(ReceiptState::Stopped);
+    }
+}
+
 impl DocumentIngress {
-    /// Queues one request's documents; the receiver gets `()` once the index acknowledged them all,
-    /// and is disconnected if the job stops before they were emitted.
-    pub fn submit(&self, documents: Vec<Result<DocOp, DlqRecord>>) -> mpsc::Receiver<()> {
-        self.submit_holding(documents, None)
+    /// An ingress with a lane per tenant (`fair`), or one lane for all, first in first out.
+    pub fn new(fair: bool) -> Self {
+        Self {
+            lanes: Mutex::default(),
+            closed: AtomicBool::new(false),
+            written: Arc::default(),
+            fair,
+        }
     }
 
-    /// [`Self::submit`], keeping `hold` until the documents are indexed (or the job stops), whether
-    /// or not the receiver still waits.
-    pub fn submit_holding(
+    /// Whether requests queue per tenant.
+    pub fn is_fair(&self) -> bool {
+        self.fair
+    }
+
+    /// Queues one request's documents in the lane of its first document's tenant, keeping `hold`
+    /// until they are indexed (or the job stops), whether or not anyone still waits for the receipt.
+    pub fn submit(
         &self,
         documents: Vec<Result<DocOp, DlqRecord>>,
         hold: Option<Box<dyn std::any::Any + Send>>,
-    ) -> mpsc::Receiver<()> {
-        let (sender, receiver) = mpsc::channel();
-        let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+    ) -> Arc<Receipt> {
+        let receipt = Arc::new(Receipt::new());
+        let lane: Arc<str> = match self.fair {
+            true => documents
+                .iter()
+                .find_map(|d| d.as_ref().ok())
+                .map_or("", |op| op.key().tenant.as_str())
+                .into(),
+            false => "".into(),
+        };
+        let bytes = documents.iter().map(event_bytes).sum();
+        let posted = Posted {
+            documents,
+            bytes,
+            waiter: Waiter {
+                receipt: receipt.clone(),
+                _hold: hold,
+            },
+        };
+        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
         if !self.closed.load(Ordering::SeqCst) {
-            queue.push_back((
-                documents,
-                Waiter {
-                    sender,
-                    _hold: hold,
-                },
-            ));
+            lanes.queued.entry(lane).or_default().push_back(posted);
         }
-        receiver
+        receipt
     }
 
-    /// Stops taking documents: queued requests are disconnected.
+    /// Where the index writers record the documents they finished (for this source to take).
+    pub fn written(&self) -> Arc<Written> {
+        self.written.clone()
+    }
+
+    /// Stops taking documents: queued requests are told the job stopped.
     pub fn close(&self) {
-        let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
         self.closed.store(true, Ordering::SeqCst);
-        queue.clear();
+        lanes.queued.clear();
     }
 
-    fn take(&self) -> Option<Posted> {
-        self.queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop_front()
+    /// The next request by deficit round robin over the lanes that `may` go, with its lane.
+    fn take(&self, may: impl Fn(&str) -> bool) -> Option<(Arc<str>, Posted)> {
+        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        let Lanes {
+            queued,
+            turn,
+            credit,
+        } = &mut *lanes;
+        queued.retain(|_, requests| !requests.is_empty());
+        for lane in queued.keys() {
+            if !credit.contains_key(lane) {
+                credit.insert(lane.clone(), 0);
+                turn.push_back(lane.clone());
+            }
+        }
+        turn.retain(|lane| {
+            let keep = queued.contains_key(lane);
+            if !keep {
+                credit.remove(lane);
+            }
+            keep
+        });
+        let eligible = turn.iter().filter(|lane| may(lane)).count();
+        if eligible == 0 {
+            return None;
+        }
+        loop {
+            let lane = turn.front()?.clone();
+            if !may(&lane) {
+                turn.rotate_left(1);
+                continue;
+            }
+            let requests = queued.get_mut(&lane)?;
+            let cost = requests.front()?.bytes;
+            let have = credit.entry(lane.clone()).or_default();
+            if *have < cost {
+                *have += QUANTUM_BYTES.max(cost / 64);
+                turn.rotate_left(1);
+                continue;
+            }
+            *have -= cost;
+            let posted = requests.pop_front()?;
+            return Some((lane, posted));
+        }
+    }
+}
+
+/// What an event holds in flight: its text's bytes (a delete or a refusal: 1).
+fn event_bytes(event: &Result<DocOp, DlqRecord>) -> usize {
+    match event {
+        Ok(DocOp::Upsert(doc)) => doc.text.len().max(1),
+        _ => 1,
     }
 }
 
@@ -109,9 +279,15 @@ impl DocumentIngress {
 pub struct LocalSourceConfig {
     /// Events per emitted batch.
     pub batch: usize,
-    /// Unacknowledged events above which the source waits.
+    /// Events emitted and not finished above which the source waits.
     pub max_in_flight: usize,
+    /// Bytes of a lane's documents emitted and not finished at which the lane waits (at least one
+    /// request of a lane always goes); `usize::MAX`: no bound.
+    pub lane_bytes: usize,
 }
+
+/// The lane of the directory's or the JSONL file's events.
+const SOURCE_LANE: &str = "\u{0}source";
 
 fn progress_bar(total: usize) -> ProgressBar {
     let bar = ProgressBar::new(total as u64);
@@ -163,7 +339,7 @@ pub fn local_source<'scope>(
             last_scan: None,
             pending: BTreeMap::new(),
             bar: None,
-            replies: BTreeMap::new(),
+            tracker: Tracker::default(),
         };
         if let Some(Input::Events(events)) = reader.input.as_mut() {
             reader.queue.extend(events.drain(..));
@@ -177,7 +353,7 @@ pub fn local_source<'scope>(
             let in_flight: usize = reader.pending.values().sum();
             crate::metrics::metrics()
                 .in_flight_messages
-                .set((in_flight + reader.queue.len()) as i64);
+                .set((reader.tracker.in_flight() + reader.queue.len()) as i64);
             if reader.ending() {
                 if reader.finish(in_flight) {
                     cap = None;
@@ -187,9 +363,9 @@ pub fn local_source<'scope>(
             reader.rescan();
             let time = crate::now_millis().max(*capability.time());
             capability.downgrade(&time);
-            reader.emit_queued(capability, time, in_flight, output);
+            reader.emit_queued(capability, time, output);
             let emitted_posts = reader.emit_posted(capability, output);
-            reader.schedule(in_flight, emitted_posts);
+            reader.schedule(reader.tracker.in_flight(), emitted_posts);
         }
     })
 }
@@ -228,8 +404,8 @@ struct LocalReader {
     pending: BTreeMap<u64, usize>,
     /// The backfill's progress bar.
     bar: Option<ProgressBar>,
-    /// Posted requests by the time their documents were emitted at.
-    replies: BTreeMap<u64, Vec<Waiter>>,
+    /// Events emitted and not finished, one by one, and the posted requests waiting for them.
+    tracker: Tracker,
 }
 
 impl LocalReader {
@@ -244,12 +420,10 @@ impl LocalReader {
                 bar.inc(done as u64);
             }
         }
-        while let Some(entry) = self.replies.first_entry() {
-            if self.acks.less_equal(entry.key()) {
-                break;
-            }
-            for reply in entry.remove() {
-                let _ = reply.sender.send(());
+        self.tracker.frontier(&self.acks);
+        if let Some(posted) = &self.posted {
+            for (key, time) in posted.written().take() {
+                self.tracker.finish_document(&key, time);
             }
         }
     }
@@ -303,60 +477,78 @@ impl LocalReader {
         }
     }
 
-    /// Emits up to a batch of the queued events at `time`, within the flow control.
+    /// Emits up to a batch of the queued events at `time`, within the flow control and the source
+    /// lane's bound.
     fn emit_queued(
         &mut self,
         capability: &mut Capability<u64>,
         time: u64,
-        in_flight: usize,
         output: &mut LocalOutput<'_>,
     ) {
-        if in_flight < self.config.max_in_flight && !self.queue.is_empty() {
-            let count = self.config.batch.min(self.queue.len());
-            output
-                .session(&*capability)
-                .give_iterator(self.queue.drain(..count));
-            self.pending.insert(time, count);
-            // Counted in flight from the moment they are emitted (a reader of the two metrics
-            // never sees them emitted and not in flight).
-            crate::metrics::metrics()
-                .in_flight_messages
-                .set((in_flight + count + self.queue.len()) as i64);
-            crate::metrics::metrics().source_events.inc_by(count as u64);
-            capability.downgrade(&(time + 1));
+        let lane: Arc<str> = SOURCE_LANE.into();
+        let mut count = 0;
+        let mut bytes = self.tracker.lane_bytes(&lane);
+        while self.tracker.in_flight() + count < self.config.max_in_flight
+            && count < self.config.batch.min(self.queue.len())
+            && (count == 0 || bytes < self.config.lane_bytes)
+            && (bytes < self.config.lane_bytes || bytes == 0)
+        {
+            bytes = bytes.saturating_add(event_bytes(&self.queue[count]));
+            count += 1;
         }
+        if count == 0 {
+            return;
+        }
+        for event in self.queue.iter().take(count) {
+            self.tracker.emitted(time, event, &lane, None);
+        }
+        output
+            .session(&*capability)
+            .give_iterator(self.queue.drain(..count));
+        self.pending.insert(time, count);
+        // Counted in flight from the moment they are emitted (a reader of the two metrics never
+        // sees them emitted and not in flight).
+        crate::metrics::metrics()
+            .in_flight_messages
+            .set((self.tracker.in_flight() + self.queue.len()) as i64);
+        crate::metrics::metrics().source_events.inc_by(count as u64);
+        capability.downgrade(&(time + 1));
     }
 
-    /// Emits the posted requests the flow control allows, each at its own time; whether any.
+    /// Emits the posted requests the flow control and their lanes' bounds allow, each at its own
+    /// time; whether any.
     fn emit_posted(
         &mut self,
         capability: &mut Capability<u64>,
         output: &mut LocalOutput<'_>,
     ) -> bool {
-        // Posted documents: each request whole, at a time of its own, within the flow control.
         let mut emitted_posts = false;
-        if let Some(posted) = &self.posted {
-            let mut in_flight: usize = self.pending.values().sum();
-            while in_flight < self.config.max_in_flight {
-                let Some((documents, reply)) = posted.take() else {
-                    break;
-                };
-                let time = crate::now_millis().max(*capability.time());
-                capability.downgrade(&time);
-                let count = documents.len();
-                output
-                    .session(&*capability)
-                    .give_iterator(documents.into_iter());
-                *self.pending.entry(time).or_insert(0) += count;
-                self.replies.entry(time).or_default().push(reply);
-                in_flight += count;
-                crate::metrics::metrics()
-                    .in_flight_messages
-                    .set((in_flight + self.queue.len()) as i64);
-                crate::metrics::metrics().source_events.inc_by(count as u64);
-                capability.downgrade(&(time + 1));
-                emitted_posts = true;
+        let Some(posted) = self.posted.clone() else {
+            return false;
+        };
+        while self.tracker.in_flight() < self.config.max_in_flight {
+            let tracker = &self.tracker;
+            let limit = self.config.lane_bytes;
+            let Some((lane, request)) = posted.take(|lane| tracker.lane_bytes(lane) < limit) else {
+                break;
+            };
+            let time = crate::now_millis().max(*capability.time());
+            capability.downgrade(&time);
+            let count = request.documents.len();
+            let id = self.tracker.request(request.waiter, count);
+            for event in &request.documents {
+                self.tracker.emitted(time, event, &lane, Some(id));
             }
+            output
+                .session(&*capability)
+                .give_iterator(request.documents.into_iter());
+            *self.pending.entry(time).or_insert(0) += count;
+            crate::metrics::metrics()
+                .in_flight_messages
+                .set((self.tracker.in_flight() + self.queue.len()) as i64);
+            crate::metrics::metrics().source_events.inc_by(count as u64);
+            capability.downgrade(&(time + 1));
+            emitted_posts = true;
         }
         emitted_posts
     }
@@ -376,5 +568,188 @@ impl LocalReader {
                     1
                 }));
         }
+    }
+}
+
+/// Events emitted and not finished: each is finished when an index writer records its document
+/// ([`Written`]) or when the index acknowledged its time, whichever comes first; a posted request's
+/// receipt settles when its last event is finished.
+#[derive(Default)]
+struct Tracker {
+    /// Unfinished events by id.
+    events: HashMap<u64, Tracked>,
+    /// Ids by event time.
+    by_time: BTreeMap<u64, Vec<u64>>,
+    /// Ids by document and event time.
+    by_document: HashMap<(DocKey, u64), Vec<u64>>,
+    /// Bytes unfinished per lane.
+    lanes: HashMap<Arc<str>, usize>,
+    /// Posted requests by id: their waiter and events unfinished.
+    requests: HashMap<u64, (Waiter, usize)>,
+    next: u64,
+}
+
+/// One event in flight.
+struct Tracked {
+    key: Option<DocKey>,
+    lane: Arc<str>,
+    bytes: usize,
+    request: Option<u64>,
+}
+
+impl Tracker {
+    /// Events emitted and not finished.
+    fn in_flight(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Bytes of `lane`'s events in flight.
+    fn lane_bytes(&self, lane: &str) -> usize {
+        self.lanes.get(lane).copied().unwrap_or(0)
+    }
+
+    /// A posted request of `events` events; its id.
+    fn request(&mut self, waiter: Waiter, events: usize) -> u64 {
+        self.next += 1;
+        if events == 0 {
+            waiter.receipt.settle(ReceiptState::Indexed);
+        } else {
+            self.requests.insert(self.next, (waiter, events));
+        }
+        self.next
+    }
+
+    /// `event` emitted at `time` in `lane`, of `request` where posted.
+    fn emitted(
+        &mut self,
+        time: u64,
+        event: &Result<DocOp, DlqRecord>,
+        lane: &Arc<str>,
+        request: Option<u64>,
+    ) {
+        self.next += 1;
+        let id = self.next;
+        let bytes = event_bytes(event);
+        *self.lanes.entry(lane.clone()).or_default() += bytes;
+        self.events.insert(
+            id,
+            Tracked {
+                key: event.as_ref().ok().map(|op| op.key().clone()),
+                lane: lane.clone(),
+                bytes,
+                request,
+            },
+        );
+        self.by_time.entry(time).or_default().push(id);
+        if let Ok(op) = event {
+            self.by_document
+                .entry((op.key().clone(), time))
+                .or_default()
+                .push(id);
+        }
+    }
+
+    /// An index writer finished `key`'s event of `time`.
+    fn finish_document(&mut self, key: &DocKey, time: u64) {
+        if let Some(ids) = self.by_document.remove(&(key.clone(), time)) {
+            for id in ids {
+                self.finish(id);
+            }
+        }
+    }
+
+    /// Finishes every event of a time the index acknowledged.
+    fn frontier(&mut self, acks: &ProbeHandle<u64>) {
+        while let Some(entry) = self.by_time.first_entry() {
+            if acks.less_equal(entry.key()) {
+                break;
+            }
+            let time = *entry.key();
+            for id in entry.remove() {
+                let key = self.events.get(&id).and_then(|e| e.key.clone());
+                if let Some(key) = key {
+                    self.by_document.remove(&(key, time));
+                }
+                self.finish(id);
+            }
+        }
+    }
+
+    fn finish(&mut self, id: u64) {
+        let Some(event) = self.events.remove(&id) else {
+            return;
+        };
+        if let Some(bytes) = self.lanes.get_mut(&event.lane) {
+            *bytes = bytes.saturating_sub(event.bytes);
+            if *bytes == 0 {
+                self.lanes.remove(&event.lane);
+            }
+        }
+        let Some(request) = event.request else {
+            return;
+        };
+        if let Some((_, left)) = self.requests.get_mut(&request) {
+            *left -= 1;
+            if *left == 0 {
+                if let Some((waiter, _)) = self.requests.remove(&request) {
+                    waiter.receipt.settle(ReceiptState::Indexed);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{DocKind, Document};
+
+    fn upsert(tenant: &str, id: &str, bytes: usize) -> Result<DocOp, DlqRecord> {
+        Ok(DocOp::Upsert(Document {
+            key: DocKey::new(tenant, id),
+            version: 1,
+            source: id.into(),
+            kind: DocKind::Prose,
+            title: None,
+            text: "x".repeat(bytes),
+            acl: vec![],
+            updated_ms: 0,
+            metadata: Default::default(),
+        }))
+    }
+
+    #[test]
+    fn tenants_take_turns_by_bytes_and_a_full_lane_waits() {
+        let ingress = DocumentIngress::new(true);
+        let big = ingress.submit(vec![upsert("a", "big", 7 << 20)], None);
+        let _next = ingress.submit(vec![upsert("a", "next", 7 << 20)], None);
+        let small = ingress.submit(vec![upsert("b", "small", 1024)], None);
+        // By bytes: b's kilobyte goes before a's megabytes, though posted after them.
+        let (lane, first) = ingress.take(|_| true).expect("a request");
+        assert_eq!((&*lane, first.bytes), ("b", 1024));
+        // A lane at its bound waits; the others go on.
+        assert!(ingress.take(|lane| lane != "a").is_none());
+        let (lane, second) = ingress.take(|_| true).expect("a's first");
+        assert_eq!((&*lane, second.bytes), ("a", 7 << 20));
+        // Emitted and finished document by document, before any frontier.
+        let mut tracker = Tracker::default();
+        let lane: Arc<str> = "a".into();
+        let id = tracker.request(second.waiter, 1);
+        tracker.emitted(10, &second.documents[0], &lane, Some(id));
+        assert_eq!(tracker.lane_bytes("a"), 7 << 20);
+        assert_eq!(big.state(), ReceiptState::Queued);
+        tracker.finish_document(&DocKey::new("a", "big"), 9);
+        assert_eq!(big.state(), ReceiptState::Queued, "another time's event");
+        tracker.finish_document(&DocKey::new("a", "big"), 10);
+        assert_eq!(big.state(), ReceiptState::Indexed);
+        assert_eq!((tracker.lane_bytes("a"), tracker.in_flight()), (0, 0));
+        // A request dropped unfinished (the job stopping) says so.
+        drop(first);
+        assert_eq!(small.state(), ReceiptState::Stopped);
+        // One lane, first in first out, where the ingress is not fair.
+        let fifo = DocumentIngress::new(false);
+        fifo.submit(vec![upsert("a", "big", 7 << 20)], None);
+        fifo.submit(vec![upsert("b", "small", 1024)], None);
+        assert_eq!(fifo.take(|_| true).expect("first").1.bytes, 7 << 20);
     }
 }

@@ -258,6 +258,19 @@ impl Config {
         if self.ingest.max_document_bytes == 0 {
             return invalid("ingest.max_document_bytes", "must be positive");
         }
+        let rate = self.http.token_requests_per_second;
+        if !(rate.is_finite() && rate >= 0.0) {
+            return invalid(
+                "http.token_requests_per_second",
+                "must be a number of requests a second, 0 or more (0: no limit)",
+            );
+        }
+        if self.http.token_burst == 0 {
+            return invalid("http.token_burst", "must be at least 1");
+        }
+        if !(1..=1024).contains(&self.ingest.tenant_in_flight_mib) {
+            return invalid("ingest.tenant_in_flight_mib", "must be 1 to 1024 MiB");
+        }
         let sandbox = &self.ingest.sandbox;
         if !(128..=65_536).contains(&sandbox.memory_mib) {
             return invalid("ingest.sandbox.memory_mib", "must be 128 to 65536 MiB");

@@ -19,6 +19,23 @@ pub struct IngestConfig {
     /// The child processes that read HTML, PDF and DOCX files, each file in a fresh one.
     #[serde(default)]
     pub sandbox: SandboxConfig,
+    /// Tenants take turns: documents posted in local mode queue per tenant and leave by deficit
+    /// round robin over their bytes, and every tenant's chunks are embedded in a lane of its own, so a
+    /// tenant's large document or flood delays that tenant, not the others. Off: one queue, first in
+    /// first out.
+    #[serde(default = "default_fair")]
+    pub fair: bool,
+    /// In local mode, a tenant's documents emitted into the flow and not yet written, in MiB, at
+    /// which its next request waits (a tenant's first request always goes; 1 to 1024).
+    #[serde(default = "default_tenant_in_flight_mib")]
+    pub tenant_in_flight_mib: usize,
+}
+
+fn default_fair() -> bool {
+    true
+}
+fn default_tenant_in_flight_mib() -> usize {
+    8
 }
 
 /// Limits of the processes that read files (HTML, PDF, DOCX): a file that passes one is refused
@@ -81,6 +98,8 @@ impl Default for IngestConfig {
             max_document_bytes: default_max_document_bytes(),
             allowed_tenants: Vec::new(),
             sandbox: SandboxConfig::default(),
+            fair: default_fair(),
+            tenant_in_flight_mib: default_tenant_in_flight_mib(),
         }
     }
 }

@@ -103,6 +103,13 @@ pub struct HttpConfig {
     /// Open connections at once; a connection over the cap is closed at once.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
+    /// Requests a second of one credential (a bearer token, or every anonymous caller together) on
+    /// the data routes and `/mcp`; beyond, 429 `rate_limited` with `Retry-After`. 0: no limit.
+    #[serde(default = "default_token_requests_per_second")]
+    pub token_requests_per_second: f64,
+    /// Requests one credential may send at once after a quiet spell (at least 1).
+    #[serde(default = "default_token_burst")]
+    pub token_burst: u32,
     /// `POST /v1/query`, `/v1/sources`, `/v1/chunks` and `/mcp` requests waiting for their contexts at
     /// once (a query whose caller went away counts until the dataflow answers it); beyond, 503 with
     /// `Retry-After`.
@@ -114,6 +121,12 @@ pub struct HttpConfig {
     pub read_timeout_secs: u64,
 }
 
+fn default_token_requests_per_second() -> f64 {
+    200.0
+}
+fn default_token_burst() -> u32 {
+    400
+}
 fn default_max_connections() -> usize {
     1024
 }
@@ -144,6 +157,8 @@ impl Default for HttpConfig {
             allowed_hosts: Vec::new(),
             anonymous: false,
             max_connections: default_max_connections(),
+            token_requests_per_second: default_token_requests_per_second(),
+            token_burst: default_token_burst(),
             max_queries_in_flight: default_max_queries_in_flight(),
             read_timeout_secs: default_read_timeout_secs(),
         }

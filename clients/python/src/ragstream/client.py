@@ -270,12 +270,24 @@ class Client:
         # Without a tenant, a token bound to exactly one tenant has the job fill it in.
         return Context.from_json(self._request("POST", "/v1/query", body))
 
-    def upsert(self, documents: Iterable[Mapping[str, Any]], *, tenant: str | None = None) -> dict[str, Any]:
+    def upsert(
+        self,
+        documents: Iterable[Mapping[str, Any]],
+        *,
+        tenant: str | None = None,
+        wait: float | None = None,
+        follow: bool = True,
+    ) -> dict[str, Any]:
         """`POST /v1/documents`: document events, as on the documents topic (`doc_id`, `version`,
         `text` or `content_base64`, and optionally `source`, `kind`, `title`, `acl`, `updated_at`,
         `metadata`; `op` may be `delete`). The batch is checked whole: any refused document raises `RagstreamError` with every
         refusal in `errors`, and nothing is written. Returns `{"accepted": n, "indexed": bool}`
-        (`indexed`: the job answered once the index held them; else the documents topic does).
+        (`indexed`: the index holds them; else the documents topic does, in Kafka mode).
+
+        Local mode: the job answers once the index holds the batch, or after `wait` seconds (0 to
+        120; the job's default 120) with the batch's status link; with `follow` (the default) the
+        client then polls the link until the batch is indexed, else it returns the answer with its
+        `status` link (read it with `batch`).
         """
         tenant = self._tenant(tenant)
         events = []
@@ -285,7 +297,29 @@ class Client:
             if tenant is not None:
                 event.setdefault("tenant", tenant)
             events.append(event)
-        return self._request("POST", "/v1/documents", {"documents": events})
+        answer = self._request("POST", "/v1/documents", {"documents": events}, params={"wait": wait})
+        return self._follow(answer) if follow else answer
+
+    def batch(self, status: str | int) -> dict[str, Any]:
+        """`GET /v1/batches/{id}`: where a batch posted in local mode stands (`state`: `queued`,
+        `indexed` or `stopped`); `status` is the link of a 202 answer or the batch's id."""
+        ident = str(status).rstrip("/").rsplit("/", 1)[-1]
+        return self._request("GET", "/v1/batches/" + urllib.parse.quote(ident, safe=""))
+
+    def _follow(self, answer: dict[str, Any]) -> dict[str, Any]:
+        """Polls a 202's status link until its batch is indexed (raises `stopping` if the job
+        stopped first)."""
+        link = answer.get("status")
+        delay = 0.2
+        while link:
+            state = self.batch(link)["state"]
+            if state == "indexed":
+                return {"accepted": answer["accepted"], "indexed": True}
+            if state != "queued":
+                raise RagstreamError("stopping", 503, f"the job stopped before batch {link} was indexed; post it again")
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        return answer
 
     def upsert_file(
         self,
@@ -312,10 +346,22 @@ class Client:
         }
         return self.upsert([event], tenant=tenant)
 
-    def delete(self, doc_id: str, *, tenant: str | None = None, version: int | None = None) -> dict[str, Any]:
-        """`DELETE /v1/documents/{doc_id}`: the document and every chunk of it."""
+    def delete(
+        self,
+        doc_id: str,
+        *,
+        tenant: str | None = None,
+        version: int | None = None,
+        wait: float | None = None,
+        follow: bool = True,
+    ) -> dict[str, Any]:
+        """`DELETE /v1/documents/{doc_id}`: the document and every chunk of it (`wait` and `follow`
+        as for `upsert`)."""
         path = "/v1/documents/" + urllib.parse.quote(doc_id, safe="")
-        return self._request("DELETE", path, params={"tenant": self._tenant(tenant), "version": version})
+        answer = self._request(
+            "DELETE", path, params={"tenant": self._tenant(tenant), "version": version, "wait": wait}
+        )
+        return self._follow(answer) if follow else answer
 
     def sources(self, *, tenant: str | None = None, limit: int | None = None, cursor: str | None = None) -> SourcesPage:
         """`GET /v1/sources`: one page of the tenant's documents."""

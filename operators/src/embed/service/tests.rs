@@ -377,3 +377,57 @@ fn several_executors_share_one_request() {
 fn nobody() -> Waker {
     Arc::new(|| {})
 }
+
+#[test]
+fn lanes_take_turns_so_a_long_request_delays_only_its_own_lane() {
+    // One executor, a slice of one text, 20 ms a call: tenant a's 100 texts take 2 s alone.
+    let embedder = Scripted {
+        delay: Duration::from_millis(20),
+        ..Scripted::default()
+    };
+    let calls = embedder.calls.clone();
+    let service = InferenceService::start(vec![Box::new(embedder)], config(1)).unwrap();
+    let long: Vec<String> = (0..100).map(|i| format!("a{i:03}")).collect();
+    let a = service.submit_in_lane("a", long, Vec::new(), Priority::Ingest, &nobody());
+    std::thread::sleep(Duration::from_millis(50));
+    let b = service.submit_in_lane(
+        "b",
+        vec!["b0".into(), "b1".into()],
+        Vec::new(),
+        Priority::Ingest,
+        &nobody(),
+    );
+    let started = std::time::Instant::now();
+    b.wait().expect("b's vectors");
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "b waited {:?} behind a's request",
+        started.elapsed()
+    );
+    assert!(!a.is_ready(), "a's request is still being embedded");
+    // b's texts were taken in turn with a's, not after them.
+    let order: Vec<String> = lock(&calls).iter().map(|call| call[0].clone()).collect();
+    let b1 = order.iter().position(|t| t == "b1").expect("b1 embedded");
+    assert!(
+        order[..b1].iter().filter(|t| t.starts_with('a')).count() <= 6,
+        "{order:?}"
+    );
+    a.wait().expect("a's vectors");
+    // In one lane the same requests are first in, first out.
+    let embedder = Scripted::default();
+    let calls = embedder.calls.clone();
+    let service = InferenceService::start(vec![Box::new(embedder)], config(1)).unwrap();
+    let gate_a =
+        service.submit_in_lane("", texts(&[3; 5]), Vec::new(), Priority::Ingest, &nobody());
+    let then_b = service.submit_in_lane(
+        "",
+        vec!["bb".into()],
+        Vec::new(),
+        Priority::Ingest,
+        &nobody(),
+    );
+    then_b.wait().unwrap();
+    gate_a.wait().unwrap();
+    let order: Vec<String> = lock(&calls).iter().map(|call| call[0].clone()).collect();
+    assert_eq!(order.last().map(String::as_str), Some("bb"), "{order:?}");
+}
