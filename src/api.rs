@@ -41,6 +41,11 @@ pub const PROBLEMS: &[(&str, u16, &str)] = &[
         "The token does not open this tenant or label",
     ),
     ("host_not_allowed", 403, "This Host is not allowed"),
+    (
+        "quota_exceeded",
+        403,
+        "The documents would take the tenant past a quota (413: one document alone passes it)",
+    ),
     ("not_found", 404, "No such route"),
     ("unknown_chunk", 404, "No such chunk"),
     (

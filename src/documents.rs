@@ -105,6 +105,8 @@ pub enum DocumentsTarget {
         ingress: std::sync::Arc<DocumentIngress>,
         /// The directory source's tenant.
         owned_tenant: Option<String>,
+        /// What each tenant holds, checked against its quotas before a batch is taken.
+        usage: std::sync::Arc<ragstream_operators::ingest::quota::Usage>,
     },
     /// A job that reads a JSONL file once and stops takes no documents.
     None,

@@ -21,6 +21,7 @@ use ragstream_operators::embed::service::{InferenceService, Priority};
 use ragstream_operators::ingest::embed::{take_vectors, ChunkInputs};
 use ragstream_operators::ingest::extract::FileReader;
 use ragstream_operators::ingest::hydrate::hydrate;
+use ragstream_operators::ingest::quota::Usage;
 use ragstream_operators::ingest::reindex::{Owned, Reindexer};
 use ragstream_operators::ingest::sandbox::Sandbox;
 use ragstream_operators::io::checkpoint::IndexCheckpoint;
@@ -163,12 +164,13 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         }
         _ => None,
     };
+    let usage = Arc::new(Usage::new(config.ingest.quotas.quotas()));
     let address = serve_http(
         &config,
         &readiness,
         &ingress,
         &invalidation_log,
-        posted.as_ref(),
+        (posted.as_ref(), &usage),
         &files,
     )?;
     tracing::info!(%address, "serving /metrics, /healthz, /readyz, /v1/ (query, documents, sources, chunks, invalidations, openapi.json), /mcp");
@@ -233,6 +235,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         shutdown: shutdown.clone(),
         service,
         files,
+        usage,
         config: Arc::new(config),
     };
     let ready_workers = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -312,7 +315,7 @@ fn serve_http(
     readiness: &Arc<Readiness>,
     ingress: &Arc<HttpIngress>,
     invalidation_log: &Arc<Mutex<InvalidationLog>>,
-    posted: Option<&Arc<DocumentIngress>>,
+    (posted, usage): (Option<&Arc<DocumentIngress>>, &Arc<Usage>),
     files: &Arc<dyn FileReader>,
 ) -> anyhow::Result<std::net::SocketAddr> {
     let tokens = QueryTokens::from_env(
@@ -333,6 +336,7 @@ fn serve_http(
         (Some(ingress), kind) => DocumentsTarget::Local {
             ingress: ingress.clone(),
             owned_tenant: (kind == SourceKind::Dir).then(|| config.source.tenant.clone()),
+            usage: usage.clone(),
         },
         (None, _) => DocumentsTarget::None,
     };

@@ -754,3 +754,117 @@ fn raw_head(port: u16, path: &str, token: &str) -> String {
     stream.read_to_string(&mut response).expect("response");
     response.split("\r\n\r\n").next().unwrap_or("").to_string()
 }
+
+#[test]
+fn a_tenant_past_its_quotas_is_refused_and_keeps_what_it_holds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let events = [event(
+        "acme",
+        "rollback",
+        "Rollback",
+        "To roll back a release, run deployctl rollback.",
+        json!({}),
+    )];
+    std::fs::write(dir.path().join("events.jsonl"), events.join("\n") + "\n").expect("events");
+    let config = format!(
+        "{}[ingest.quotas]\nmax_documents = 3\nmax_bytes = 4000\nmax_chunks_per_document = 4\n",
+        crate::common::JSONL_SERVING
+    );
+    let mut job = Job::start_with_env(dir.path(), &config, 1, &[]);
+    job.wait_ready(Duration::from_secs(120));
+    job.wait_indexed(events.len());
+    let port = job.http_port;
+    let post = |documents: Value| {
+        send(
+            port,
+            "POST",
+            "/v1/documents",
+            None,
+            Some(&json!({ "documents": documents }).to_string()),
+        )
+    };
+    let doc = |id: &str, version: u64, text: &str| json!({"tenant": "acme", "doc_id": id, "version": version, "text": text});
+    // Two more documents: three, the quota.
+    let answer = post(json!([
+        doc("office", 1, "The office is in Lisbon."),
+        doc("ferry", 1, "The ferry leaves at noon.")
+    ]));
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    // A fourth: 403, nothing of the batch written.
+    let answer = post(json!([
+        doc("ferry", 2, "The ferry leaves at one."),
+        doc("pier", 1, "The pier closes at dusk.")
+    ]));
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (403, "quota_exceeded"),
+        "{}",
+        answer.body
+    );
+    assert!(
+        answer.body.contains("document 1") && answer.body.contains("max_documents"),
+        "{}",
+        answer.body
+    );
+    // A document that could never fit the bytes quota: 413.
+    let answer = post(json!([doc("ferry", 3, &"x".repeat(5000))]));
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (413, "quota_exceeded"),
+        "{}",
+        answer.body
+    );
+    // A delete makes room, in the same batch.
+    let answer = post(json!([
+        {"tenant": "acme", "doc_id": "office", "op": "delete"},
+        doc("pier", 1, "The pier closes at dusk.")
+    ]));
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    // Chunks are known once chunked: a version of many sections is dead-lettered with its value,
+    // and the version the index holds stays.
+    let sections: String = (0..8)
+        .map(|n| format!("# Part {n}\n\nThe ferry timetable part {n} lists the crossings.\n\n"))
+        .collect();
+    let answer = post(
+        json!([{"tenant": "acme", "doc_id": "ferry", "version": 4, "kind": "markdown", "text": sections}]),
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let sources = send(port, "GET", "/v1/sources?tenant=acme", None, None).json();
+    let ids: Vec<&str> = sources["sources"]
+        .as_array()
+        .expect("sources")
+        .iter()
+        .filter_map(|s| s["doc_id"].as_str())
+        .collect();
+    assert_eq!(ids, ["ferry", "pier", "rollback"], "{sources}");
+    let context = send(
+        port,
+        "POST",
+        "/v1/query",
+        None,
+        Some(&json!({"query_id": "quota-1", "tenant": "acme", "text": "when does the ferry leave", "mode": "deep", "k": 1}).to_string()),
+    )
+    .json();
+    assert!(
+        context["items"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("noon"),
+        "{context}"
+    );
+    let dlq = std::fs::read_to_string(dir.path().join("dlq.jsonl")).unwrap_or_default();
+    let record = dlq
+        .lines()
+        .find(|line| line.contains("quota_exceeded"))
+        .unwrap_or_else(|| panic!("a quota_exceeded record: {dlq}"));
+    assert!(
+        record.contains("max_chunks_per_document") && record.contains("Part 0"),
+        "{record}"
+    );
+    let metrics = send(port, "GET", "/metrics", None, None).body;
+    assert!(
+        metrics.contains("ragstream_tenant_documents{tenant=\"acme\"} 3"),
+        "per-tenant gauge"
+    );
+    assert!(metrics.contains("ragstream_quota_refusals_total{limit=\"chunks_per_document\"} 1"));
+}

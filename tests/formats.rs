@@ -295,7 +295,7 @@ fn files_on_the_documents_topic_are_extracted_in_order_and_a_hostile_one_dead_le
     let config = crate::common::kafka_config(
         &broker.bootstrap(),
         "documents_topic = \"docs\"\ndlq_topic = \"dlq\"\ngroup_id = \"formats\"",
-        "",
+        "[ingest.quotas]\nmax_documents = 3",
     );
     let mut job = Job::start_with_env(dir.path(), &config, 1, &[("RAGSTREAM_QUERY_TOKEN", TOKEN)]);
     job.wait_ready(Duration::from_secs(120));
@@ -341,8 +341,18 @@ fn files_on_the_documents_topic_are_extracted_in_order_and_a_hostile_one_dead_le
             ),
         ],
     );
-    job.wait_for(Duration::from_secs(180), "five events acknowledged", |m| {
-        metric(m, "ragstream_source_events_total") >= 5.0
+    // Another tenant's fourth document passes its quota of three (acme holds three: the note, the
+    // report and the guide).
+    let globex: Vec<(String, Option<Vec<u8>>)> = (1..=4)
+        .map(|n| {
+            let event = json!({"tenant": "globex", "doc_id": format!("g{n}"), "version": 1,
+                "text": format!("Globex memo {n}: the warehouse opens at {n} am.")});
+            (format!("globex/g{n}"), Some(event.to_string().into_bytes()))
+        })
+        .collect();
+    broker.produce("docs", &globex);
+    job.wait_for(Duration::from_secs(180), "nine events acknowledged", |m| {
+        metric(m, "ragstream_source_events_total") >= 9.0
             && metric(m, "ragstream_in_flight_messages") == 0.0
     });
     let context = query(
@@ -356,10 +366,36 @@ fn files_on_the_documents_topic_are_extracted_in_order_and_a_hostile_one_dead_le
     let context = query(job.http_port, "when does ferry boarding close");
     let text = context["context"].as_str().unwrap_or("");
     assert!(text.contains("eleven") && !text.contains("noon"), "{text}");
-    // The hostile file: dead-lettered with its reason and the message it came in.
-    let dlq = broker.read_all("dlq", 1);
-    assert_eq!(dlq.len(), 1);
-    let (_, _, headers) = &dlq[0];
+    // The hostile file: dead-lettered with its reason and the message it came in; the document over
+    // its tenant's quota, with its value, and the tenant's other three kept.
+    let dlq = broker.read_all("dlq", 2);
+    assert_eq!(dlq.len(), 2);
+    let over = dlq
+        .iter()
+        .find(|(_, _, headers)| {
+            headers
+                .iter()
+                .any(|(k, v)| k == "reason" && v == b"quota_exceeded")
+        })
+        .expect("a quota_exceeded record");
+    assert_eq!(over.0.as_deref(), Some(&b"globex/g4"[..]));
+    let value = String::from_utf8_lossy(over.1.as_deref().unwrap_or_default()).into_owned();
+    assert!(value.contains("Globex memo 4"), "{value}");
+    let error = over
+        .2
+        .iter()
+        .find(|(k, _)| k == "error")
+        .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+        .unwrap_or_default();
+    assert!(error.contains("max_documents"), "{error}");
+    let (_, _, headers) = dlq
+        .iter()
+        .find(|(_, _, headers)| {
+            headers
+                .iter()
+                .any(|(k, v)| k == "reason" && v == b"unparseable")
+        })
+        .expect("the hostile file's record");
     let header = |name: &str| {
         headers
             .iter()

@@ -70,6 +70,14 @@ declare_metrics! {
         "Chunk citations of published contexts kept to invalidate them (all workers of the process).");
     dlq_records: IntCounterVec = counter_vec("ragstream_dlq_records_total",
         "DLQ records by reason.", &["reason"]);
+    quota_refusals: IntCounterVec = counter_vec("ragstream_quota_refusals_total",
+        "Documents refused for a tenant's quota (ingest.quotas), by limit (documents, chunks, bytes, chunks_per_document).", &["limit"]);
+    tenant_documents: IntGaugeVec = int_gauge_vec("ragstream_tenant_documents",
+        "Documents a tenant holds in this process's index (the first 64 tenants seen hold a label each).", &["tenant"]);
+    tenant_chunks: IntGaugeVec = int_gauge_vec("ragstream_tenant_chunks",
+        "Chunks a tenant holds in this process's index (the first 64 tenants seen hold a label each).", &["tenant"]);
+    tenant_bytes: IntGaugeVec = int_gauge_vec("ragstream_tenant_bytes",
+        "Text bytes of a tenant's documents in this process's index (the first 64 tenants seen hold a label each).", &["tenant"]);
     http_rate_limited: IntCounterVec = counter_vec("ragstream_http_rate_limited_total",
         "Requests answered 429 rate_limited, by credential (the name of its token's environment variable, or anonymous).", &["credential"]);
     sandbox_reads: IntCounterVec = counter_vec("ragstream_sandbox_reads_total",
@@ -218,7 +226,47 @@ fn counts() -> Vec<f64> {
     vec![0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 34.0, 55.0]
 }
 
+/// Tenants with labels of their own in the per-tenant gauges (bounded cardinality).
+const MAX_TENANT_LABELS: usize = 64;
+
 impl Metrics {
+    /// Sets the per-tenant gauges of `tenant` to what it holds (`None`: nothing, its labels go). The
+    /// first [`MAX_TENANT_LABELS`] tenants holding documents get labels; the others are not exported
+    /// one by one until a labelled tenant's documents are all gone.
+    pub fn tenant_held(&self, tenant: &str, held: Option<&crate::ingest::quota::Held>) {
+        static LABELLED: OnceLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+            OnceLock::new();
+        let mut labelled = LABELLED
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let gauges = [
+            &self.tenant_documents,
+            &self.tenant_chunks,
+            &self.tenant_bytes,
+        ];
+        let Some(held) = held else {
+            if labelled.remove(tenant) {
+                for gauge in gauges {
+                    let _ = gauge.remove_label_values(&[tenant]);
+                }
+            }
+            return;
+        };
+        if !labelled.contains(tenant) {
+            if labelled.len() >= MAX_TENANT_LABELS {
+                return;
+            }
+            labelled.insert(tenant.to_string());
+        }
+        let values = [held.documents, held.chunks, held.bytes];
+        for (gauge, value) in gauges.into_iter().zip(values) {
+            gauge
+                .with_label_values(&[tenant])
+                .set(i64::try_from(value).unwrap_or(i64::MAX));
+        }
+    }
+
     fn new() -> Self {
         let metrics = Self::declared();
         // Pre-create bounded label sets so dashboards see zeros rather than gaps.

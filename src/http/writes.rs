@@ -126,6 +126,40 @@ pub(super) fn batch_status(shared: &Shared, id: &str, access: &Access) -> Reply 
     }
 }
 
+/// Whether a batch keeps each tenant within its documents and bytes quotas (its chunks are checked
+/// once chunked): else the problem `quota_exceeded`, 413 where a document alone passes the quota.
+fn within_quotas(
+    usage: &ragstream_operators::ingest::quota::Usage,
+    ops: &[ragstream_operators::model::DocOp],
+) -> Result<(), Box<Problem>> {
+    use ragstream_operators::model::DocOp;
+    let batch: Vec<_> = ops
+        .iter()
+        .map(|op| match op {
+            DocOp::Upsert(doc) => (doc.key.clone(), Some(doc.text.len() as u64)),
+            DocOp::Delete { key, .. } => (key.clone(), None),
+        })
+        .collect();
+    let Err((index, refusal)) = usage.check_batch(&batch) else {
+        return Ok(());
+    };
+    ragstream_operators::metrics::metrics()
+        .quota_refusals
+        .with_label_values(&[refusal.limit])
+        .inc();
+    let mut refused = Problem::new(
+        "quota_exceeded",
+        format!(
+            "document {index} ({}): {refusal}; nothing of the batch was written",
+            batch[index].0
+        ),
+    );
+    if refusal.never_fits {
+        refused.status = 413;
+    }
+    Err(Box::new(refused))
+}
+
 const NO_DOCUMENT_INPUT: &str =
     "this job reads one JSONL file and stops; it takes no documents over HTTP (runtime.serve = false)";
 
@@ -167,7 +201,10 @@ pub(super) async fn write_documents(
                 Err(_) => problem("internal", "the batch's write failed"),
             }
         }
-        DocumentsTarget::Local { ingress, .. } => {
+        DocumentsTarget::Local { ingress, usage, .. } => {
+            if let Err(refused) = within_quotas(usage, &admitted.ops) {
+                return problem_reply(&refused);
+            }
             let tenants: std::collections::BTreeSet<String> = admitted
                 .ops
                 .iter()

@@ -29,14 +29,18 @@ use ragstream_operators::ingest::embed::{EmbedChunks, EmbedOptions, IndexDelta};
 use ragstream_operators::ingest::guard::{GuardVersions, Rehydration};
 use ragstream_operators::ingest::hydrate::Hydrated;
 use ragstream_operators::ingest::index_write::{IndexAck, Optimize, WriteIndex};
+use ragstream_operators::ingest::quota::{refused_record, Usage};
 use ragstream_operators::ingest::stats::ShareStats;
 use ragstream_operators::ingest::written::Written;
 use ragstream_operators::io::dlq_sink::{DlqSink, WriteDlq};
 use ragstream_operators::io::kafka_source::Assigned;
-use ragstream_operators::model::{ChunkIds, DocKey, DocOp, EvidenceUnits};
+use ragstream_operators::model::{ChunkIds, ChunkSet, DocKey, DocOp, EvidenceUnits};
 use ragstream_operators::stage::map_stage;
 use ragstream_operators::store::stats::{CorpusStats, StatsDelta};
 use ragstream_operators::store::{Bm25Params, VectorStore};
+
+/// A document's chunks (`None`: a delete) at its time.
+type Chunked = (DocKey, Option<ChunkSet>, u64);
 
 /// Everything one worker's ingest flow needs.
 pub struct IngestParts {
@@ -66,6 +70,8 @@ pub struct IngestParts {
     pub fair: bool,
     /// Where the index writers record the documents they finish (a local source's, if any).
     pub written: Option<Arc<Written>>,
+    /// What each tenant holds in this process's index, under `ingest.quotas`.
+    pub usage: Arc<Usage>,
 }
 
 /// Wires the ingest flow behind `events`; the index and DLQ writers report to `acks`. Returns the ids
@@ -94,6 +100,7 @@ pub fn ingest<'scope>(
         rehydration,
         fair,
         written: finished,
+        usage,
     } = parts;
     let guard = hydrated.guard();
     let (ops, refused): (
@@ -101,7 +108,30 @@ pub fn ingest<'scope>(
         StreamVec<'scope, u64, DlqRecord>,
     ) = events.ok_err(|event| event);
     let (admitted, rehydrated) = ops.guard_versions(guard, assigned, rehydration);
-    let sets = admitted.chunk_documents(chunker);
+    for (key, chunks) in &hydrated.documents {
+        let bytes = chunks
+            .iter()
+            .map(|c| c.chunk.char_range.1)
+            .max()
+            .unwrap_or(0);
+        usage.seed(key, chunks.len() as u64, u64::from(bytes));
+    }
+    let chunked = admitted.chunk_documents(chunker);
+    // A document past its tenant's quotas is dead-lettered here; the index keeps what it held.
+    let (sets, over_quota): (
+        StreamVec<'scope, u64, Chunked>,
+        StreamVec<'scope, u64, DlqRecord>,
+    ) = map_stage(chunked, "Quota", move |(key, set, time)| {
+        match usage.admit(&key, set.as_ref()) {
+            Ok(()) => Ok((key, set, time)),
+            Err(refusal) => Err(refused_record(
+                &key,
+                set.as_ref().expect("a delete is never refused"),
+                &refusal,
+            )),
+        }
+    })
+    .ok_err(|result| result);
     let ids = map_stage(sets.clone(), "ChunkIds", |(key, set, time)| {
         let ids = set.as_ref().map(|set| set.ids(&key));
         (key, ids, time)
@@ -158,6 +188,7 @@ pub fn ingest<'scope>(
         .concat(stats_deltas)
         .share_stats(stats, stats_leaders);
     refused
+        .concat(over_quota)
         .concat(embed_refused)
         .concat(index_refused)
         .write_dlq(dlq)

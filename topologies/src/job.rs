@@ -72,6 +72,8 @@ pub struct ProcessParts {
     pub access: Arc<Mutex<AccessCounts>>,
     /// Set to stop the sources.
     pub shutdown: Arc<AtomicBool>,
+    /// What each tenant holds in this process's index, under `ingest.quotas`.
+    pub usage: Arc<ragstream_operators::ingest::quota::Usage>,
 }
 
 impl ProcessParts {
@@ -163,6 +165,7 @@ impl ProcessParts {
                     rehydration,
                     fair: config.ingest.fair,
                     written: self.posted.as_ref().map(|posted| posted.written()),
+                    usage: self.usage.clone(),
                 },
                 &acks,
             );

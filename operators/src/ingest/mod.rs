@@ -14,6 +14,7 @@ pub mod embed;
 pub mod guard;
 pub mod hydrate;
 pub mod index_write;
+pub mod quota;
 pub mod reindex;
 pub mod sandbox;
 pub mod stats;

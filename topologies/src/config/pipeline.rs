@@ -29,6 +29,51 @@ pub struct IngestConfig {
     /// which its next request waits (a tenant's first request always goes; 1 to 1024).
     #[serde(default = "default_tenant_in_flight_mib")]
     pub tenant_in_flight_mib: usize,
+    /// What one tenant may hold in this process's index; a document past a quota is refused
+    /// (`quota_exceeded`: the HTTP API answers 403, or 413 for a document that could never fit, and
+    /// the dataflow dead-letters it with its value).
+    #[serde(default)]
+    pub quotas: QuotasConfig,
+}
+
+/// Per-tenant quotas; 0: none.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotasConfig {
+    /// Documents of one tenant.
+    #[serde(default)]
+    pub max_documents: u64,
+    /// Chunks of one tenant.
+    #[serde(default)]
+    pub max_chunks: u64,
+    /// Text bytes of one tenant's documents (a file's extracted text).
+    #[serde(default)]
+    pub max_bytes: u64,
+    /// Chunks one document may give (a page of thousands of headings gives a chunk each).
+    #[serde(default = "default_max_chunks_per_document")]
+    pub max_chunks_per_document: u64,
+}
+
+fn default_max_chunks_per_document() -> u64 {
+    20_000
+}
+
+impl Default for QuotasConfig {
+    fn default() -> Self {
+        serde_json::from_str("{}").expect("defaults")
+    }
+}
+
+impl QuotasConfig {
+    /// The quotas the ingest flow and the HTTP API check.
+    pub fn quotas(&self) -> ragstream_operators::ingest::quota::Quotas {
+        ragstream_operators::ingest::quota::Quotas {
+            max_documents: self.max_documents,
+            max_chunks: self.max_chunks,
+            max_bytes: self.max_bytes,
+            max_chunks_per_document: self.max_chunks_per_document,
+        }
+    }
 }
 
 fn default_fair() -> bool {
@@ -100,6 +145,7 @@ impl Default for IngestConfig {
             sandbox: SandboxConfig::default(),
             fair: default_fair(),
             tenant_in_flight_mib: default_tenant_in_flight_mib(),
+            quotas: QuotasConfig::default(),
         }
     }
 }

@@ -80,6 +80,9 @@ pub enum DlqReason {
     EmbeddingFailed,
     /// The index refused a document's points.
     IndexRefused,
+    /// The document would take its tenant past a quota (`ingest.quotas`: documents, chunks, bytes),
+    /// or gives more chunks than one document may.
+    QuotaExceeded,
 }
 
 impl DlqReason {
@@ -100,11 +103,12 @@ impl DlqReason {
             Self::EmbeddingDimension => "embedding_dimension",
             Self::EmbeddingFailed => "embedding_failed",
             Self::IndexRefused => "index_refused",
+            Self::QuotaExceeded => "quota_exceeded",
         }
     }
 
     /// Every reason, for metric initialisation.
-    pub const ALL: [DlqReason; 14] = [
+    pub const ALL: [DlqReason; 15] = [
         Self::InvalidUtf8,
         Self::MalformedJson,
         Self::MissingField,
@@ -119,6 +123,7 @@ impl DlqReason {
         Self::EmbeddingDimension,
         Self::EmbeddingFailed,
         Self::IndexRefused,
+        Self::QuotaExceeded,
     ];
 }
 
