@@ -23,8 +23,9 @@ const CONTEXTS: &str = "contexts";
 const DLQ: &str = "dlq";
 /// What `$__rate_interval` stands for when the test evaluates panel expressions.
 const RATE_WINDOW: &str = "1m";
-/// Label names a ragstream metric may carry: each has a small, fixed set of values.
-const BOUNDED_LABELS: [&str; 17] = [
+/// Label names a ragstream metric may carry: each has a small, fixed set of values (`tenant`: the
+/// first 64 tenants holding documents, the job labels no more).
+const BOUNDED_LABELS: [&str; 19] = [
     "op",
     "dependency",
     "outcome",
@@ -41,6 +42,8 @@ const BOUNDED_LABELS: [&str; 17] = [
     "component",
     "version",
     "operator",
+    "limit",
+    "tenant",
     "le",
 ];
 
@@ -588,7 +591,9 @@ fn prometheus_scrapes_the_job_and_every_dashboard_panel_has_data() {
             );
         }
         // One series per operator name of the dataflow: bounded by the program, not by the data.
-        let bound = if family == "ragstream_operator_activation_seconds" {
+        let bound = if family == "ragstream_operator_activation_seconds"
+            || family.starts_with("ragstream_tenant_")
+        {
             64
         } else {
             40

@@ -7,14 +7,7 @@
 #   ./deploy/scripts/bench-pathological.sh [SIZE_MIB] [QUERIES] [INTERVAL_MS] [LOADED_SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-export RAGSTREAM_MODEL_DIR="${RAGSTREAM_MODEL_DIR:-${RAGSTREAM_CACHE:-$HOME/.cache/ragstream}/models/all-MiniLM-L6-v2}"
-deploy/scripts/fetch-model.sh "$RAGSTREAM_MODEL_DIR" >/dev/null
-if [ -n "${RAGSTREAM_BIN:-}" ]; then
-  bin="$RAGSTREAM_BIN"
-else
-  cargo build -q
-  bin="${CARGO_TARGET_DIR:-target}/debug/ragstream"
-fi
+source deploy/scripts/bench-local-env.sh
 # The bench leaves its job's working directory (index, watched files) under TMPDIR: removed on exit.
 export TMPDIR="$(mktemp -d)"
 trap 'rm -rf "$TMPDIR"' EXIT

@@ -78,8 +78,8 @@ declare_metrics! {
         "Chunks a tenant holds in this process's index (the first 64 tenants seen hold a label each).", &["tenant"]);
     tenant_bytes: IntGaugeVec = int_gauge_vec("ragstream_tenant_bytes",
         "Text bytes of a tenant's documents in this process's index (the first 64 tenants seen hold a label each).", &["tenant"]);
-    http_rate_limited: IntCounterVec = counter_vec("ragstream_http_rate_limited_total",
-        "Requests answered 429 rate_limited, by credential (the name of its token's environment variable, or anonymous).", &["credential"]);
+    http_rate_limited: IntCounter = counter("ragstream_http_rate_limited_total",
+        "Requests answered 429 rate_limited (a credential over http.token_requests_per_second; the log names it at debug level).");
     sandbox_reads: IntCounterVec = counter_vec("ragstream_sandbox_reads_total",
         "Files (HTML, PDF, DOCX) read by the sandbox's child processes, by outcome (read, refused, memory_limit, time_limit, output_limit, crashed).", &["outcome"]);
     retries: IntCounterVec = counter_vec("ragstream_retries_total",
@@ -277,6 +277,9 @@ impl Metrics {
         }
         for reason in crate::ingest::decode::DlqReason::ALL {
             metrics.dlq_records.with_label_values(&[reason.as_str()]);
+        }
+        for limit in crate::ingest::quota::LIMITS {
+            metrics.quota_refusals.with_label_values(&[limit]);
         }
         for outcome in crate::ingest::sandbox::OUTCOMES {
             metrics.sandbox_reads.with_label_values(&[outcome]);

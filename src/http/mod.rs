@@ -316,8 +316,8 @@ fn rate_limited(credential: &str, wait: Duration) -> Reply {
     }
     ragstream_operators::metrics::metrics()
         .http_rate_limited
-        .with_label_values(&[credential])
         .inc();
+    tracing::debug!(credential, "request over its credential's rate: 429");
     response
 }
 

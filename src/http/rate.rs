@@ -1,8 +1,9 @@
 //! Per-credential request rates: a token bucket per bearer token (by the name of its environment
-//! variable; one bucket for every anonymous caller), refilled at `http.token_requests_per_second`
-//! up to `http.token_burst`. A request of the data routes and `/mcp` takes one; with none left it is
-//! answered 429 `rate_limited` with `Retry-After`, so one credential's flood cannot crowd out the
-//! others' requests. Health, readiness, metrics and the OpenAPI document are not counted.
+//! variable), refilled at `http.token_requests_per_second` up to `http.token_burst`. A request of
+//! the data routes and `/mcp` takes one; with none left it is answered 429 `rate_limited` with
+//! `Retry-After`, so one credential's flood cannot crowd out the others' requests. A job with no
+//! token (loopback, or `http.anonymous`) has no credential to tell callers apart by, and limits
+//! none. Health, readiness, metrics and the OpenAPI document are not counted.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -32,7 +33,7 @@ impl RateLimits {
 
     /// Takes one request of `credential`'s at `now`; `Err`: how long until it may send the next.
     pub(super) fn take(&self, credential: &Arc<str>, now: Instant) -> Result<(), Duration> {
-        if self.per_second <= 0.0 {
+        if self.per_second <= 0.0 || &**credential == super::access::ANONYMOUS {
             return Ok(());
         }
         let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
@@ -83,8 +84,10 @@ mod tests {
             .filter(|_| limits.take(&flood, much_later).is_ok())
             .count();
         assert_eq!(allowed, 5);
-        // Rate 0: no limit.
+        // Rate 0: no limit; no token: no credential to limit.
         let off = RateLimits::new(0.0, 1);
         assert!((0..1000).all(|_| off.take(&flood, start).is_ok()));
+        let anonymous: Arc<str> = Arc::from(crate::http::access::ANONYMOUS);
+        assert!((0..1000).all(|_| limits.take(&anonymous, start).is_ok()));
     }
 }

@@ -2,8 +2,24 @@
 //! above it.
 
 use crate::ingest::chunk::content_hash;
-use crate::model::{Chunk, DocKey, DocKind};
+use crate::model::{Chunk, DocKey, DocKind, Document};
 use crate::store::{Bm25Encoder, PointWrite, StoredChunk};
+
+/// A prose document `tenant/id` of version 1 holding `text` (its id as source, no title, ACL or
+/// metadata).
+pub fn prose(tenant: &str, id: &str, text: &str) -> Document {
+    Document {
+        key: DocKey::new(tenant, id),
+        version: 1,
+        source: id.into(),
+        kind: DocKind::Prose,
+        title: None,
+        text: text.into(),
+        acl: vec![],
+        updated_ms: 0,
+        metadata: Default::default(),
+    }
+}
 
 /// A stored chunk of `doc` at `order` with `text` (tenant `t`, embedder version `test`).
 pub fn stored(doc: &str, order: u32, text: &str) -> StoredChunk {

@@ -18,6 +18,9 @@ use std::sync::Mutex;
 use super::dlq::{DlqReason, DlqRecord, Origin};
 use crate::model::{ChunkSet, DocKey};
 
+/// The names of the quotas, as refusals and metrics name them.
+pub const LIMITS: [&str; 4] = ["documents", "chunks", "bytes", "chunks_per_document"];
+
 /// A tenant's limits; 0: none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Quotas {
@@ -132,11 +135,11 @@ impl Usage {
             let (documents, bytes_after) = match bytes {
                 Some(bytes) => (
                     held.documents + u64::from(before.is_none()),
-                    (held.bytes - old.1).saturating_add(*bytes),
+                    held.bytes.saturating_sub(old.1).saturating_add(*bytes),
                 ),
                 None => (
-                    held.documents - u64::from(before.is_some()),
-                    held.bytes - old.1,
+                    held.documents.saturating_sub(u64::from(before.is_some())),
+                    held.bytes.saturating_sub(old.1),
                 ),
             };
             if bytes.is_some() {
@@ -198,8 +201,8 @@ impl Usage {
         let old = before.unwrap_or((0, 0));
         let held = state.tenants.get(&key.tenant).copied().unwrap_or_default();
         let documents = held.documents + u64::from(before.is_none());
-        let total_chunks = held.chunks - old.0 + chunks;
-        let total_bytes = held.bytes - old.1 + bytes;
+        let total_chunks = held.chunks.saturating_sub(old.0).saturating_add(chunks);
+        let total_bytes = held.bytes.saturating_sub(old.1).saturating_add(bytes);
         if quotas.max_documents > 0 && documents > quotas.max_documents {
             return refuse("documents", documents, quotas.max_documents, false);
         }
@@ -236,9 +239,10 @@ impl State {
         }
         let held = self.tenants.entry(key.tenant.clone()).or_default();
         let (old, new) = (before.unwrap_or((0, 0)), now.unwrap_or((0, 0)));
-        held.documents = held.documents + u64::from(now.is_some()) - u64::from(before.is_some());
-        held.chunks = held.chunks - old.0 + new.0;
-        held.bytes = held.bytes - old.1 + new.1;
+        held.documents =
+            (held.documents + u64::from(now.is_some())).saturating_sub(u64::from(before.is_some()));
+        held.chunks = held.chunks.saturating_sub(old.0).saturating_add(new.0);
+        held.bytes = held.bytes.saturating_sub(old.1).saturating_add(new.1);
         if held.documents == 0 {
             self.tenants.remove(&key.tenant);
         }
@@ -271,32 +275,17 @@ pub fn refused_record(key: &DocKey, set: &ChunkSet, refusal: &Refusal) -> DlqRec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{DocKind, Document};
     use std::sync::Arc;
 
     fn set(tenant: &str, id: &str, chunks: usize, bytes: usize) -> (DocKey, ChunkSet) {
-        let key = DocKey::new(tenant, id);
-        let document = Document {
-            key: key.clone(),
-            version: 1,
-            source: id.into(),
-            kind: DocKind::Prose,
-            title: None,
-            text: "x".repeat(bytes),
-            acl: vec![],
-            updated_ms: 0,
-            metadata: Default::default(),
-        };
-        let chunk = crate::ingest::chunk::Chunker::new(Default::default()).chunk(&Document {
-            text: "One sentence.".into(),
-            ..document.clone()
-        });
-        let chunks = std::iter::repeat_n(chunk[0].clone(), chunks).collect();
+        let document = ragstream_core::testing::prose(tenant, id, &"x".repeat(bytes));
+        let one = crate::ingest::chunk::Chunker::new(Default::default())
+            .chunk(&ragstream_core::testing::prose(tenant, id, "One sentence."));
         (
-            key,
+            document.key.clone(),
             ChunkSet {
                 version: 1,
-                chunks,
+                chunks: std::iter::repeat_n(one[0].clone(), chunks).collect(),
                 document: Some(Arc::new(document)),
             },
         )

@@ -702,20 +702,13 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{DocKind, Document};
 
     fn upsert(tenant: &str, id: &str, bytes: usize) -> Result<DocOp, DlqRecord> {
-        Ok(DocOp::Upsert(Document {
-            key: DocKey::new(tenant, id),
-            version: 1,
-            source: id.into(),
-            kind: DocKind::Prose,
-            title: None,
-            text: "x".repeat(bytes),
-            acl: vec![],
-            updated_ms: 0,
-            metadata: Default::default(),
-        }))
+        Ok(DocOp::Upsert(ragstream_core::testing::prose(
+            tenant,
+            id,
+            &"x".repeat(bytes),
+        )))
     }
 
     #[test]

@@ -103,8 +103,8 @@ pub struct HttpConfig {
     /// Open connections at once; a connection over the cap is closed at once.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
-    /// Requests a second of one credential (a bearer token, or every anonymous caller together) on
-    /// the data routes and `/mcp`; beyond, 429 `rate_limited` with `Retry-After`. 0: no limit.
+    /// Requests a second of one credential (a bearer token) on the data routes and `/mcp`; beyond,
+    /// 429 `rate_limited` with `Retry-After`. 0: no limit. A job without tokens limits none.
     #[serde(default = "default_token_requests_per_second")]
     pub token_requests_per_second: f64,
     /// Requests one credential may send at once after a quiet spell (at least 1).
