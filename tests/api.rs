@@ -94,6 +94,27 @@ impl Answer {
     }
 }
 
+/// A job serving `events` (written to its JSONL input) with `http` added to its `[http]` section and
+/// `more` after the configuration, the admin and acme tokens set; started, ready and indexed.
+fn serving_job(dir: &Path, events: &[String], http: &str, more: &str) -> Job {
+    std::fs::write(dir.join("events.jsonl"), events.join("\n") + "\n").expect("events");
+    let config = crate::common::JSONL_SERVING.replace(
+        "[http]\n",
+        &format!(
+            "[http]\nquery_token_env = \"API_ADMIN_TOKEN\"\ntokens = {{ API_ACME_TOKEN = [\"acme\"] }}\n{http}"
+        ),
+    ) + more;
+    let mut job = Job::start_with_env(
+        dir,
+        &config,
+        1,
+        &[("API_ADMIN_TOKEN", ADMIN), ("API_ACME_TOKEN", ACME)],
+    );
+    job.wait_ready(Duration::from_secs(120));
+    job.wait_indexed(events.len());
+    job
+}
+
 /// `method path` on loopback over HTTP/1.0, with a bearer token and a JSON body when given.
 fn send(port: u16, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> Answer {
     let mut request = format!("{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n");
@@ -155,19 +176,7 @@ fn every_operation_of_the_openapi_document_answers_as_documented() {
         event("acme", "office", "Office", "The Acme office is in Lisbon, near the river. Visitors sign in at the front desk.", json!({"team": "facilities", "year": 2022})),
         event("globex", "launch", "Launch", "Project zebra-quasar is the launch codename of Globex.", json!({})),
     ];
-    std::fs::write(dir.path().join("events.jsonl"), events.join("\n") + "\n").expect("events");
-    let config = crate::common::JSONL_SERVING.replace(
-        "[http]\n",
-        "[http]\nquery_token_env = \"API_ADMIN_TOKEN\"\ntokens = { API_ACME_TOKEN = [\"acme\"] }\n",
-    );
-    let mut job = Job::start_with_env(
-        dir.path(),
-        &config,
-        1,
-        &[("API_ADMIN_TOKEN", ADMIN), ("API_ACME_TOKEN", ACME)],
-    );
-    job.wait_ready(Duration::from_secs(120));
-    job.wait_indexed(events.len());
+    let mut job = serving_job(dir.path(), &events, "", "");
     let port = job.http_port;
 
     // The served document is the committed one.
@@ -686,19 +695,12 @@ fn a_credential_over_its_rate_is_answered_429_and_the_others_are_not() {
         "To roll back a release, run deployctl rollback.",
         json!({}),
     )];
-    std::fs::write(dir.path().join("events.jsonl"), events.join("\n") + "\n").expect("events");
-    let config = crate::common::JSONL_SERVING.replace(
-        "[http]\n",
-        "[http]\nquery_token_env = \"API_ADMIN_TOKEN\"\ntokens = { API_ACME_TOKEN = [\"acme\"] }\ntoken_requests_per_second = 0.5\ntoken_burst = 3\n",
-    );
-    let mut job = Job::start_with_env(
+    let job = serving_job(
         dir.path(),
-        &config,
-        1,
-        &[("API_ADMIN_TOKEN", ADMIN), ("API_ACME_TOKEN", ACME)],
+        &events,
+        "token_requests_per_second = 0.5\ntoken_burst = 3\n",
+        "",
     );
-    job.wait_ready(Duration::from_secs(120));
-    job.wait_indexed(events.len());
     let port = job.http_port;
     let sources = |token| send(port, "GET", "/v1/sources", Some(token), None);
     // The burst, then 429 with Retry-After (one request every 2 s).
@@ -766,21 +768,19 @@ fn a_tenant_past_its_quotas_is_refused_and_keeps_what_it_holds() {
         "To roll back a release, run deployctl rollback.",
         json!({}),
     )];
-    std::fs::write(dir.path().join("events.jsonl"), events.join("\n") + "\n").expect("events");
-    let config = format!(
-        "{}[ingest.quotas]\nmax_documents = 3\nmax_bytes = 4000\nmax_chunks_per_document = 4\n",
-        crate::common::JSONL_SERVING
+    let job = serving_job(
+        dir.path(),
+        &events,
+        "",
+        "[ingest.quotas]\nmax_documents = 3\nmax_bytes = 4000\nmax_chunks_per_document = 4\n",
     );
-    let mut job = Job::start_with_env(dir.path(), &config, 1, &[]);
-    job.wait_ready(Duration::from_secs(120));
-    job.wait_indexed(events.len());
     let port = job.http_port;
     let post = |documents: Value| {
         send(
             port,
             "POST",
             "/v1/documents",
-            None,
+            Some(ADMIN),
             Some(&json!({ "documents": documents }).to_string()),
         )
     };
@@ -830,7 +830,7 @@ fn a_tenant_past_its_quotas_is_refused_and_keeps_what_it_holds() {
         json!([{"tenant": "acme", "doc_id": "ferry", "version": 4, "kind": "markdown", "text": sections}]),
     );
     assert_eq!(answer.status, 200, "{}", answer.body);
-    let sources = send(port, "GET", "/v1/sources?tenant=acme", None, None).json();
+    let sources = send(port, "GET", "/v1/sources?tenant=acme", Some(ADMIN), None).json();
     let ids: Vec<&str> = sources["sources"]
         .as_array()
         .expect("sources")
@@ -842,7 +842,7 @@ fn a_tenant_past_its_quotas_is_refused_and_keeps_what_it_holds() {
         port,
         "POST",
         "/v1/query",
-        None,
+        Some(ADMIN),
         Some(&json!({"query_id": "quota-1", "tenant": "acme", "text": "when does the ferry leave", "mode": "deep", "k": 1}).to_string()),
     )
     .json();
