@@ -115,6 +115,20 @@ fn serving_job(dir: &Path, events: &[String], http: &str, more: &str) -> Job {
     job
 }
 
+/// [`serving_job`] holding one document of acme's (`rollback`), in a directory of its own (the job
+/// first: it stops before its directory goes).
+fn rollback_job(http: &str, more: &str) -> (Job, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let events = [event(
+        "acme",
+        "rollback",
+        "Rollback",
+        "To roll back a release, run deployctl rollback.",
+        json!({}),
+    )];
+    (serving_job(dir.path(), &events, http, more), dir)
+}
+
 /// `method path` on loopback over HTTP/1.0, with a bearer token and a JSON body when given.
 fn send(port: u16, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> Answer {
     let mut request = format!("{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n");
@@ -687,20 +701,7 @@ fn every_operation_of_the_openapi_document_answers_as_documented() {
 
 #[test]
 fn a_credential_over_its_rate_is_answered_429_and_the_others_are_not() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let events = [event(
-        "acme",
-        "rollback",
-        "Rollback",
-        "To roll back a release, run deployctl rollback.",
-        json!({}),
-    )];
-    let job = serving_job(
-        dir.path(),
-        &events,
-        "token_requests_per_second = 0.5\ntoken_burst = 3\n",
-        "",
-    );
+    let (job, _dir) = rollback_job("token_requests_per_second = 0.5\ntoken_burst = 3\n", "");
     let port = job.http_port;
     let sources = |token| send(port, "GET", "/v1/sources", Some(token), None);
     // The burst, then 429 with Retry-After (one request every 2 s).
@@ -760,17 +761,7 @@ fn raw_head(port: u16, path: &str, token: &str) -> String {
 
 #[test]
 fn a_tenant_past_its_quotas_is_refused_and_keeps_what_it_holds() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let events = [event(
-        "acme",
-        "rollback",
-        "Rollback",
-        "To roll back a release, run deployctl rollback.",
-        json!({}),
-    )];
-    let job = serving_job(
-        dir.path(),
-        &events,
+    let (job, dir) = rollback_job(
         "",
         "[ingest.quotas]\nmax_documents = 3\nmax_bytes = 4000\nmax_chunks_per_document = 4\n",
     );

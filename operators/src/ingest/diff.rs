@@ -302,15 +302,9 @@ pub(crate) mod tests {
             ..ChunkerConfig::default()
         });
         let doc = Document {
-            key: DocKey::new("t", "d"),
             version,
             source: "d.txt".into(),
-            kind: DocKind::Prose,
-            title: None,
-            text: text.into(),
-            acl: vec![],
-            updated_ms: 0,
-            metadata: Default::default(),
+            ..ragstream_core::testing::prose("t", "d", text)
         };
         ChunkSet {
             version,

@@ -536,17 +536,7 @@ mod tests {
 
     fn insert(id: &str, text: &str) -> ChunkDelta {
         let key = DocKey::new("t", id);
-        let document = Document {
-            key: key.clone(),
-            version: 1,
-            source: id.into(),
-            kind: DocKind::Prose,
-            title: None,
-            text: text.into(),
-            acl: vec![],
-            updated_ms: 0,
-            metadata: Default::default(),
-        };
+        let document = ragstream_core::testing::prose("t", id, text);
         let set = ChunkSet {
             version: 1,
             chunks: Chunker::new(ChunkerConfig::default()).chunk(&document),

@@ -34,6 +34,30 @@ pub struct Quotas {
     pub max_chunks_per_document: u64,
 }
 
+impl Quotas {
+    /// The first of the documents, chunks and bytes quotas a tenant holding `documents`, `chunks`
+    /// and `bytes` would pass (chunks and bytes each with what the document alone brings, for
+    /// [`Refusal::never_fits`]; chunks `None`: not known yet).
+    fn passed(
+        &self,
+        documents: u64,
+        chunks: Option<(u64, u64)>,
+        bytes: (u64, u64),
+    ) -> Option<Refusal> {
+        let over = |limit, (would_be, alone): (u64, u64), quota: u64| {
+            (quota > 0 && would_be > quota).then_some(Refusal {
+                limit,
+                would_be,
+                quota,
+                never_fits: alone > quota,
+            })
+        };
+        over("documents", (documents, 0), self.max_documents)
+            .or_else(|| chunks.and_then(|chunks| over("chunks", chunks, self.max_chunks)))
+            .or_else(|| over("bytes", bytes, self.max_bytes))
+    }
+}
+
 /// What a tenant holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Held {
@@ -142,25 +166,9 @@ impl Usage {
                     held.bytes.saturating_sub(old.1),
                 ),
             };
-            if bytes.is_some() {
-                let quotas = self.quotas;
-                let refuse = |limit, would_be, quota, never_fits| {
-                    Err((
-                        index,
-                        Refusal {
-                            limit,
-                            would_be,
-                            quota,
-                            never_fits,
-                        },
-                    ))
-                };
-                if quotas.max_documents > 0 && documents > quotas.max_documents {
-                    return refuse("documents", documents, quotas.max_documents, false);
-                }
-                if quotas.max_bytes > 0 && bytes_after > quotas.max_bytes {
-                    let alone = bytes.unwrap_or(0) > quotas.max_bytes;
-                    return refuse("bytes", bytes_after, quotas.max_bytes, alone);
+            if let Some(new) = bytes {
+                if let Some(refusal) = self.quotas.passed(documents, None, (bytes_after, *new)) {
+                    return Err((index, refusal));
                 }
             }
             held.documents = documents;
@@ -181,21 +189,13 @@ impl Usage {
         let chunks = set.chunks.len() as u64;
         let bytes = set.document.as_ref().map_or(0, |d| d.text.len() as u64);
         let quotas = self.quotas;
-        let refuse = |limit, would_be, quota, never_fits| {
-            Err(Refusal {
-                limit,
-                would_be,
-                quota,
-                never_fits,
-            })
-        };
         if quotas.max_chunks_per_document > 0 && chunks > quotas.max_chunks_per_document {
-            return refuse(
-                "chunks_per_document",
-                chunks,
-                quotas.max_chunks_per_document,
-                true,
-            );
+            return Err(Refusal {
+                limit: "chunks_per_document",
+                would_be: chunks,
+                quota: quotas.max_chunks_per_document,
+                never_fits: true,
+            });
         }
         let before = state.documents.get(key).copied();
         let old = before.unwrap_or((0, 0));
@@ -203,24 +203,12 @@ impl Usage {
         let documents = held.documents + u64::from(before.is_none());
         let total_chunks = held.chunks.saturating_sub(old.0).saturating_add(chunks);
         let total_bytes = held.bytes.saturating_sub(old.1).saturating_add(bytes);
-        if quotas.max_documents > 0 && documents > quotas.max_documents {
-            return refuse("documents", documents, quotas.max_documents, false);
-        }
-        if quotas.max_chunks > 0 && total_chunks > quotas.max_chunks {
-            return refuse(
-                "chunks",
-                total_chunks,
-                quotas.max_chunks,
-                chunks > quotas.max_chunks,
-            );
-        }
-        if quotas.max_bytes > 0 && total_bytes > quotas.max_bytes {
-            return refuse(
-                "bytes",
-                total_bytes,
-                quotas.max_bytes,
-                bytes > quotas.max_bytes,
-            );
+        if let Some(refusal) = quotas.passed(
+            documents,
+            Some((total_chunks, chunks)),
+            (total_bytes, bytes),
+        ) {
+            return Err(refusal);
         }
         state.set(key, Some((chunks, bytes)));
         Ok(())
