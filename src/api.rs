@@ -46,6 +46,11 @@ pub const PROBLEMS: &[(&str, u16, &str)] = &[
         403,
         "The documents would take the tenant past a quota (413: one document alone passes it)",
     ),
+    (
+        "subscriptions_exceeded",
+        403,
+        "The tenant holds as many standing queries as it may (standing.max_per_tenant)",
+    ),
     ("not_found", 404, "No such route"),
     ("unknown_chunk", 404, "No such chunk"),
     (

@@ -22,6 +22,7 @@ mod ingest_cli;
 mod mcp;
 mod openapi;
 mod runtime;
+mod standing;
 
 /// mimalloc: the query steps allocate and free many small strings per query (BENCHMARKS.md has its
 /// effect on them, measured against the system allocator).

@@ -182,12 +182,61 @@ fn read_paths(bearer: &Value, tenant: &Value) -> Value {
     })
 }
 
+/// The paths of the standing queries: subscribe, read the latest version, follow the versions as
+/// Server-Sent Events, unsubscribe.
+fn subscription_paths(bearer: &Value, subscribe: Value) -> Value {
+    let id = json!({ "name": "id", "in": "path", "required": true, "description": "The subscription's id (`subscription_id` of its versions).", "schema": { "type": "string" } });
+    json!({
+    "/v1/subscriptions": { "post": {
+        "operationId": "subscribe",
+        "summary": "Make a standing query: the job answers the query now (version 1, in the answer) and again whenever its tenant's documents change, publishing a new version only when the context moved (items, order, text, tokens). Once ingest is quiet, the latest version is what POST /v1/query answers for the same query.",
+        "security": bearer,
+        "requestBody": { "required": true, "content": json_content(subscribe) },
+        "responses": responses(("201", "Made: version 1 (Location names the subscription)", schema_ref("Version")), &with(&GUARDED, &[400, 408, 413, 503])),
+    }},
+    "/v1/subscriptions/{id}": {
+        "get": {
+            "operationId": "subscription",
+            "summary": "The subscription's latest version, and whether a change of its tenant is still to be reflected (`pending`).",
+            "security": bearer,
+            "parameters": [ id.clone() ],
+            "responses": responses(("200", "The subscription", schema_ref("Status")), &GUARDED),
+        },
+        "delete": {
+            "operationId": "unsubscribe",
+            "summary": "End the subscription: its event streams end, everything it held is freed.",
+            "security": bearer,
+            "parameters": [ id.clone() ],
+            "responses": responses(("200", "Ended", schema_ref("Unsubscribed")), &GUARDED),
+        },
+    },
+    "/v1/subscriptions/{id}/events": { "get": {
+        "operationId": "subscriptionEvents",
+        "summary": "Server-Sent Events: one `version` event per version (id: the version number; data: a Version), from the one after `Last-Event-ID` (or `last_event_id`) where it is still kept, else from the oldest kept; an `end` event when the subscription ends; a comment every 15 s.",
+        "security": bearer,
+        "parameters": [
+            id,
+            { "name": "Last-Event-ID", "in": "header", "required": false, "description": "The last version received: the stream resumes after it.", "schema": { "type": "integer", "minimum": 0 } },
+            { "name": "last_event_id", "in": "query", "required": false, "description": "As the Last-Event-ID header, for clients that cannot set it.", "schema": { "type": "integer", "minimum": 0 } },
+        ],
+        "responses": {
+            "200": { "description": "The event stream", "content": { "text/event-stream": { "schema": { "type": "string" } } } },
+            "401": { "description": "A problem: unauthorized", "content": { PROBLEM_JSON: { "schema": schema_ref("Problem") } } },
+            "404": { "description": "A problem: not_found", "content": { PROBLEM_JSON: { "schema": schema_ref("Problem") } } },
+        },
+    }},
+    })
+}
+
 /// The OpenAPI 3.1 document of the job's HTTP API.
 pub fn document() -> Value {
     // Requests are described as the job reads them, responses as it writes them.
     let mut requests = generator(false, COMPONENTS);
     let query = requests.subschema_for::<Query>().to_value();
     let documents = requests.subschema_for::<DocumentsRequest>().to_value();
+    let subscribe = requests
+        .subschema_for::<crate::http::SubscribeRequest>()
+        .to_value();
     let mut schemas = requests.take_definitions(true);
     let mut responses_gen = generator(true, COMPONENTS);
     for schema in [
@@ -202,6 +251,9 @@ pub fn document() -> Value {
         responses_gen.subschema_for::<CacheStats>(),
         responses_gen.subschema_for::<CacheCleared>(),
         responses_gen.subschema_for::<ReindexStatus>(),
+        responses_gen.subschema_for::<crate::standing::Version>(),
+        responses_gen.subschema_for::<crate::standing::Status>(),
+        responses_gen.subschema_for::<crate::standing::Unsubscribed>(),
     ] {
         debug_assert!(schema.get("$ref").is_some(), "a named component");
     }
@@ -301,11 +353,13 @@ pub fn document() -> Value {
         false,
         "The tenant (may be left out when the token opens exactly one).",
     );
-    if let (Some(paths), Value::Object(more)) = (
-        document["paths"].as_object_mut(),
+    for more in [
         read_paths(&bearer, &tenant_param),
-    ) {
-        paths.extend(more);
+        subscription_paths(&bearer, subscribe),
+    ] {
+        if let (Some(paths), Value::Object(more)) = (document["paths"].as_object_mut(), more) {
+            paths.extend(more);
+        }
     }
     document
 }

@@ -24,6 +24,7 @@ use ragstream_operators::ingest::hydrate::hydrate;
 use ragstream_operators::ingest::quota::Usage;
 use ragstream_operators::ingest::reindex::{Owned, Reindexer};
 use ragstream_operators::ingest::sandbox::Sandbox;
+use ragstream_operators::ingest::written::Changes;
 use ragstream_operators::io::checkpoint::IndexCheckpoint;
 use ragstream_operators::io::kafka_log::QuietContext;
 use ragstream_operators::io::local_source::DocumentIngress;
@@ -38,6 +39,7 @@ use ragstream_topologies::job::ProcessParts;
 
 use crate::documents::{DocumentsTarget, KafkaDocuments};
 use crate::http::{check_open, serve, Limits, QueryTokens, Readiness};
+use crate::standing::Standing;
 
 /// A started job.
 pub struct Running {
@@ -165,12 +167,25 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         _ => None,
     };
     let usage = Arc::new(Usage::new(config.ingest.quotas.quotas()));
+    // Standing queries: the index writers record each tenant's changes; the registry re-evaluates
+    // the subscriptions they may move. A server collection weighing terms across tenants moves
+    // every subscription with any change.
+    let changes = Arc::new(Changes::default());
+    let standing = match config.standing.enabled {
+        true => Some(Standing::start(
+            config.standing.clone(),
+            ingress.clone(),
+            changes.clone(),
+            shards.iter().any(|shard| shard.engine_idf()),
+        )?),
+        false => None,
+    };
     let address = serve_http(
         &config,
         &readiness,
         &ingress,
         &invalidation_log,
-        (posted.as_ref(), &usage),
+        (posted.as_ref(), &usage, standing.as_ref()),
         &files,
     )?;
     tracing::info!(%address, "serving /metrics, /healthz, /readyz, /v1/ (query, documents, sources, chunks, invalidations, openapi.json), /mcp");
@@ -236,6 +251,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         service,
         files,
         usage,
+        changes: standing.is_some().then_some(changes),
         config: Arc::new(config),
     };
     let ready_workers = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -249,7 +265,12 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
                 }
             })
             .map_err(|e| anyhow::anyhow!("starting workers: {e}"))?;
-            for result in guards.join() {
+            let joined = guards.join();
+            // The workers are gone: no evaluation can be answered, every event stream ends.
+            if let Some(standing) = &standing {
+                standing.stop();
+            }
+            for result in joined {
                 result.map_err(|e| anyhow::anyhow!("worker failed: {e}"))?;
             }
             tracing::info!("stopped");
@@ -315,7 +336,11 @@ fn serve_http(
     readiness: &Arc<Readiness>,
     ingress: &Arc<HttpIngress>,
     invalidation_log: &Arc<Mutex<InvalidationLog>>,
-    (posted, usage): (Option<&Arc<DocumentIngress>>, &Arc<Usage>),
+    (posted, usage, standing): (
+        Option<&Arc<DocumentIngress>>,
+        &Arc<Usage>,
+        Option<&Arc<Standing>>,
+    ),
     files: &Arc<dyn FileReader>,
 ) -> anyhow::Result<std::net::SocketAddr> {
     let tokens = QueryTokens::from_env(
@@ -358,6 +383,7 @@ fn serve_http(
         },
         documents,
         factory::decode_config(config, files.clone()),
+        standing.cloned(),
     )
 }
 

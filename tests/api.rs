@@ -150,6 +150,37 @@ fn send(port: u16, method: &str, path: &str, token: Option<&str>, body: Option<&
     stream.write_all(request.as_bytes()).expect("request");
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("response");
+    answer(&response)
+}
+
+/// The first event of `GET /v1/subscriptions/{id}/events` (the stream stays open: read until one
+/// event is in).
+fn first_event(port: u16, id: &str, token: &str) -> Answer {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    write!(
+        stream,
+        "GET /v1/subscriptions/{id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\r\n"
+    )
+    .expect("request");
+    let mut response = String::new();
+    let mut buffer = [0u8; 16384];
+    // The body is chunked: one event is in once a blank line follows its `event:` line.
+    while !response
+        .split_once("event: version")
+        .is_some_and(|(_, rest)| rest.contains("\n\n"))
+    {
+        let n = stream.read(&mut buffer).expect("the stream goes on");
+        assert!(n > 0, "the stream ended: {response}");
+        response.push_str(&String::from_utf8_lossy(&buffer[..n]));
+    }
+    answer(&response)
+}
+
+/// An answer from the text of a response.
+fn answer(response: &str) -> Answer {
     let (head, body) = response.split_once("\r\n\r\n").expect("a head");
     let status = head
         .split_whitespace()
@@ -620,6 +651,72 @@ fn every_operation_of_the_openapi_document_answers_as_documented() {
         "{}",
         answer.body
     );
+
+    // Standing queries: a refusal, a subscription, its latest version, its event stream, its end.
+    let subscribe = |body: Value| {
+        send(
+            port,
+            "POST",
+            "/v1/subscriptions",
+            Some(ACME),
+            Some(&body.to_string()),
+        )
+    };
+    let answer =
+        subscribe(json!({"query": {"text": "how do I roll back a release"}, "ttl_secs": 0}));
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (400, "bad_request")
+    );
+    calls.push(("/v1/subscriptions", "post", answer));
+    let answer = subscribe(json!({"query": {"text": "how do I roll back a release"}}));
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    let version = answer.json();
+    assert_eq!(
+        (&version["version"], &version["context"]["tenant"]),
+        (&json!(1), &json!("acme")),
+        "the token's tenant: {version}"
+    );
+    let id = version["subscription_id"]
+        .as_str()
+        .expect("an id")
+        .to_string();
+    calls.push(("/v1/subscriptions", "post", answer));
+    let path = format!("/v1/subscriptions/{id}");
+    let answer = send(port, "GET", &path, Some(ACME), None);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["latest"]["version"], 1);
+    calls.push(("/v1/subscriptions/{id}", "get", answer));
+    let answer = send(port, "GET", &path, None, None);
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (401, "unauthorized")
+    );
+    calls.push(("/v1/subscriptions/{id}", "get", answer));
+    let answer = first_event(port, &id, ACME);
+    assert_eq!(answer.status, 200);
+    assert!(
+        answer.body.contains("id: 1\nevent: version\ndata: {"),
+        "{}",
+        answer.body
+    );
+    calls.push(("/v1/subscriptions/{id}/events", "get", answer));
+    let answer = send(port, "DELETE", &path, Some(ACME), None);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["ended"], true);
+    calls.push(("/v1/subscriptions/{id}", "delete", answer));
+    let answer = send(port, "DELETE", &path, Some(ACME), None);
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (404, "not_found")
+    );
+    calls.push(("/v1/subscriptions/{id}", "delete", answer));
+    let answer = send(port, "GET", &format!("{path}/events"), Some(ACME), None);
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (404, "not_found")
+    );
+    calls.push(("/v1/subscriptions/{id}/events", "get", answer));
 
     // No such route: a problem too.
     let answer = send(port, "GET", "/query", Some(ADMIN), None);

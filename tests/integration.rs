@@ -19,5 +19,6 @@ mod python_client;
 mod query_kafka;
 mod server_backend;
 mod sharding;
+mod standing;
 mod surrogates;
 mod tokenizer;

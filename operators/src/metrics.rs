@@ -66,6 +66,16 @@ declare_metrics! {
         "Reads of the shared index at partition assignments.");
     invalidations: IntCounter = counter("ragstream_invalidations_total",
         "Published contexts invalidated: a chunk they cite was deleted or changed.");
+    standing_held: IntGauge = int_gauge("ragstream_standing_queries",
+        "Standing queries (subscriptions) held by the process.");
+    standing_evaluations: IntCounter = counter("ragstream_standing_evaluations_total",
+        "Evaluations of standing queries after their tenant's documents changed (first versions not counted).");
+    standing_unchanged: IntCounter = counter("ragstream_standing_unchanged_total",
+        "Evaluations of standing queries whose context had not moved: nothing published.");
+    standing_versions: IntCounter = counter("ragstream_standing_versions_total",
+        "Versions of standing queries published (first versions included).");
+    standing_change_to_version_seconds: Histogram = histogram("ragstream_standing_change_to_version_seconds",
+        "Seconds from the index writers finishing a tenant's change to a standing query's new version reflecting it.", seconds());
     citations_held: IntGauge = int_gauge("ragstream_citations_held",
         "Chunk citations of published contexts kept to invalidate them (all workers of the process).");
     dlq_records: IntCounterVec = counter_vec("ragstream_dlq_records_total",

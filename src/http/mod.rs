@@ -48,11 +48,13 @@ mod deadline;
 mod ops;
 mod rate;
 mod reads;
+mod subscriptions;
 mod writes;
 
 pub use batches::BatchStatus;
 use ops::{cache_stats, clear_cache, index_stats, reindex_status, start_reindex};
 use reads::{chunk, invalidations, sources};
+pub use subscriptions::SubscribeRequest;
 use writes::{batch_status, delete_document, post_documents};
 
 use crate::documents::{self, DocumentsTarget};
@@ -111,8 +113,9 @@ impl Readiness {
 
 /// Longest a `POST /v1/query` waits for its context.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(120);
-/// Threads of the server's runtime: they parse, route and answer; queries wait elsewhere.
-const SERVER_THREADS: usize = 2;
+/// Threads of the server's runtime: they read, route and answer; queries wait and documents are
+/// checked elsewhere. Four, so that requests are read and answered while others copy large bodies.
+const SERVER_THREADS: usize = 4;
 /// Largest request head (request line and headers) read into memory.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 
@@ -153,19 +156,28 @@ struct Shared {
     decode: DecodeConfig,
     /// Document batches read at once (and, to the documents topic, written).
     document_slots: Arc<Semaphore>,
+    /// Where posted batches are parsed and checked: one thread per slot, at a lower CPU priority
+    /// than the server's and the query path's threads.
+    document_checks: ragstream_operators::offload::CallPool,
     /// Batches being written in local mode, per tenant, and their receipts.
     batches: Arc<batches::Batches>,
     /// Each credential's request rate.
     rates: rate::RateLimits,
+    /// The standing queries (`None`: `standing.enabled = false`).
+    standing: Option<Arc<crate::standing::Standing>>,
 }
 
 /// Document batches read and written at once (each up to `Limits::max_documents_body_bytes`).
 const DOCUMENT_SLOTS: usize = 4;
 
-type Reply = Response<Full<Bytes>>;
+/// A response body: whole, or an event stream.
+type Body =
+    http_body_util::Either<Full<Bytes>, http_body_util::channel::Channel<Bytes, Infallible>>;
+
+type Reply = Response<Body>;
 
 fn reply(status: StatusCode, body: impl Into<Bytes>, content_type: &'static str) -> Reply {
-    let mut response = Response::new(Full::new(body.into()));
+    let mut response = Response::new(Body::Left(Full::new(body.into())));
     *response.status_mut() = status;
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
@@ -391,8 +403,14 @@ fn is_data_route(path: &str) -> bool {
             | "/v1/stats/index"
             | "/v1/cache"
             | "/v1/reindex"
+            | "/v1/subscriptions"
             | "/mcp"
     ) || one_segment("/v1/chunks/")
+        || one_segment("/v1/subscriptions/")
+        || path
+            .strip_prefix("/v1/subscriptions/")
+            .and_then(|rest| rest.strip_suffix("/events"))
+            .is_some_and(|id| !id.is_empty() && !id.contains('/'))
         || one_segment("/v1/documents/")
         || one_segment("/v1/batches/")
 }
@@ -470,6 +488,15 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Reply {
                 method_not_allowed("DELETE")
             }
         }
+        "/v1/subscriptions" if post => subscriptions::subscribe(shared, request, access).await,
+        "/v1/subscriptions" => method_not_allowed("POST"),
+        standing if standing.starts_with("/v1/subscriptions/") => subscriptions::route(
+            &shared,
+            &request,
+            standing.trim_start_matches("/v1/subscriptions/"),
+            &params,
+            &access,
+        ),
         batch if batch.starts_with("/v1/batches/") => match get {
             true => batch_status(&shared, batch.trim_start_matches("/v1/batches/"), &access),
             false => method_not_allowed("GET"),
@@ -484,7 +511,7 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Reply {
                 Err(busy) => return *busy,
             };
             let grant = crate::mcp::Grant(access.tenants, access.labels);
-            let reply = shared.mcp.handle(parts, body, grant).await;
+            let reply = shared.mcp.handle(parts, body, grant).await.map(Body::Left);
             drop(slot);
             reply
         }
@@ -577,6 +604,7 @@ pub fn serve(
     limits: Limits,
     documents: DocumentsTarget,
     decode: DecodeConfig,
+    standing: Option<Arc<crate::standing::Standing>>,
 ) -> anyhow::Result<SocketAddr> {
     let listener = std::net::TcpListener::bind(listen)
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
@@ -608,8 +636,13 @@ pub fn serve(
         documents,
         decode,
         document_slots: Arc::new(Semaphore::new(DOCUMENT_SLOTS)),
+        document_checks: ragstream_operators::offload::CallPool::lowered(
+            "http-documents",
+            DOCUMENT_SLOTS,
+        ),
         batches: Arc::default(),
         rates,
+        standing,
     });
     std::thread::Builder::new()
         .name("http-accept".into())

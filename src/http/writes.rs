@@ -47,19 +47,21 @@ pub(super) async fn post_documents(
         Ok((_, body)) => body,
         Err(refused) => return refused,
     };
-    // Extracting files (HTML, PDF, DOCX) is CPU work: done off the server's threads.
+    // Parsing the batch and extracting files (HTML, PDF, DOCX) is CPU work: done off the server's
+    // threads, at the priority of ingest work, so a large upload does not take the cores from queries.
     let checked = {
-        let shared = shared.clone();
+        let shared2 = shared.clone();
         let owned = owned.map(str::to_string);
-        tokio::task::spawn_blocking(move || {
-            documents::admit(
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        shared.document_checks.run(Box::new(move || {
+            let _ = sender.send(documents::admit(
                 &body,
                 access.tenants.as_deref(),
                 owned.as_deref(),
-                &shared.decode,
-            )
-        })
-        .await
+                &shared2.decode,
+            ));
+        }));
+        receiver.await
     };
     let Ok(admitted) = checked else {
         return problem("internal", "checking the documents failed");

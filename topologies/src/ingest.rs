@@ -31,7 +31,7 @@ use ragstream_operators::ingest::hydrate::Hydrated;
 use ragstream_operators::ingest::index_write::{IndexAck, Optimize, WriteIndex};
 use ragstream_operators::ingest::quota::{refused_record, Usage};
 use ragstream_operators::ingest::stats::ShareStats;
-use ragstream_operators::ingest::written::Written;
+use ragstream_operators::ingest::written::Finished;
 use ragstream_operators::io::dlq_sink::{DlqSink, WriteDlq};
 use ragstream_operators::io::kafka_source::Assigned;
 use ragstream_operators::model::{ChunkIds, ChunkSet, DocKey, DocOp, EvidenceUnits};
@@ -68,8 +68,9 @@ pub struct IngestParts {
     pub rehydration: Option<Rehydration>,
     /// A lane per tenant in the inference service (`ingest.fair`).
     pub fair: bool,
-    /// Where the index writers record the documents they finish (a local source's, if any).
-    pub written: Option<Arc<Written>>,
+    /// Where the index writers record the documents they finish (a local source's log, the
+    /// standing queries' change feed).
+    pub finished: Finished,
     /// What each tenant holds in this process's index, under `ingest.quotas`.
     pub usage: Arc<Usage>,
 }
@@ -99,7 +100,7 @@ pub fn ingest<'scope>(
         stats_leaders,
         rehydration,
         fair,
-        written: finished,
+        finished,
         usage,
     } = parts;
     let guard = hydrated.guard();

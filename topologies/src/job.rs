@@ -16,6 +16,7 @@ use ragstream_operators::embed::service::InferenceService;
 use ragstream_operators::ingest::chunk::{Chunker, ChunkerConfig};
 use ragstream_operators::ingest::guard::Rehydration;
 use ragstream_operators::ingest::hydrate::hydrate;
+use ragstream_operators::ingest::written::Finished;
 use ragstream_operators::io::checkpoint::IndexCheckpoint;
 use ragstream_operators::io::context_sink::ContextPublisher;
 use ragstream_operators::io::invalidation_sink::InvalidationPublisher;
@@ -74,6 +75,8 @@ pub struct ProcessParts {
     pub shutdown: Arc<AtomicBool>,
     /// What each tenant holds in this process's index, under `ingest.quotas`.
     pub usage: Arc<ragstream_operators::ingest::quota::Usage>,
+    /// The per-tenant change feed of the standing queries (`standing.enabled`).
+    pub changes: Option<Arc<ragstream_operators::ingest::written::Changes>>,
 }
 
 impl ProcessParts {
@@ -164,7 +167,10 @@ impl ProcessParts {
                     stats_leaders: self.stats_leaders.clone(),
                     rehydration,
                     fair: config.ingest.fair,
-                    written: self.posted.as_ref().map(|posted| posted.written()),
+                    finished: Finished {
+                        written: self.posted.as_ref().map(|posted| posted.written()),
+                        changes: self.changes.clone(),
+                    },
                     usage: self.usage.clone(),
                 },
                 &acks,

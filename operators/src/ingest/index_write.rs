@@ -32,7 +32,7 @@ use timely::dataflow::StreamVec;
 use super::acked::{held_by_index, SharedAcked};
 use super::dlq::{DlqReason, DlqRecord, Origin};
 use super::embed::IndexDelta;
-use super::written::Written;
+use super::written::Finished;
 use crate::events::{InternalEvent, ShardOptimized};
 use crate::metrics::metrics;
 use crate::model::{ChunkIds, DocKey};
@@ -375,13 +375,13 @@ pub trait WriteIndex<'scope> {
     /// Writes and flushes each batch off the worker; emits, at the batch's time, one ack per batch and
     /// a DLQ record per document the index refused.
     /// The writer optimizes the shard as `optimize` says. Each document finished is recorded in
-    /// `finished`, where given ([`Written`]).
+    /// `finished` ([`Finished`]).
     fn write_index(
         self,
         store: Arc<dyn VectorStore>,
         optimize: Optimize,
         acked: SharedAcked,
-        finished: Option<Arc<Written>>,
+        finished: Finished,
     ) -> StreamVec<'scope, u64, Result<IndexAck, DlqRecord>>;
 }
 
@@ -391,7 +391,7 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
         store: Arc<dyn VectorStore>,
         optimize: Optimize,
         acked: SharedAcked,
-        finished: Option<Arc<Written>>,
+        finished: Finished,
     ) -> StreamVec<'scope, u64, Result<IndexAck, DlqRecord>> {
         let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
@@ -424,9 +424,7 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
                         }
                         ledger.wake_embed();
                         drop(ledger);
-                        if let Some(finished) = &finished {
-                            finished.record(outcome.written);
-                        }
+                        finished.record(outcome.written);
                         let mut session = output.session(&cap);
                         session.give_iterator(outcome.dead_letters.into_iter().map(Err));
                         session.give(Ok(outcome.ack));
@@ -640,7 +638,7 @@ mod tests {
                             when_idle: None,
                         },
                         crate::ingest::acked::Acked::shared(),
-                        None,
+                        Finished::default(),
                     )
                     .inspect(move |result| seen.borrow_mut().push(result.clone()))
                     .probe()

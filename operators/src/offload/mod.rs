@@ -27,7 +27,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 pub(crate) use helper::lower_priority;
 pub use helper::{with_backoff, Background, Deliver, HELPER_NICE};
-pub(crate) use pool::CallPool;
+pub use pool::{Call, CallPool};
 
 /// A callback that schedules the operator (a timely `SyncActivator` in the job).
 pub type Waker = Arc<dyn Fn() + Send + Sync>;

@@ -44,6 +44,9 @@ pub struct Config {
     /// Query pipeline tunables.
     #[serde(default)]
     pub query: ragstream_core::query::QueryConfig,
+    /// Standing queries.
+    #[serde(default)]
+    pub standing: StandingConfig,
 }
 
 /// A configuration error, naming the key.
@@ -326,6 +329,32 @@ impl Config {
 
     /// The HTTP server.
     fn validate_http(&self) -> Result<(), ConfigError> {
+        let standing = &self.standing;
+        if !(1..=1_000_000).contains(&standing.max_total)
+            || !(1..=standing.max_total).contains(&standing.max_per_tenant)
+        {
+            return invalid(
+                "standing.max_per_tenant",
+                "1 ≤ standing.max_per_tenant ≤ standing.max_total ≤ 1000000",
+            );
+        }
+        if !(1..=1024).contains(&standing.versions_kept) {
+            return invalid("standing.versions_kept", "must be in 1..=1024");
+        }
+        if !(1..=standing.max_ttl_secs).contains(&standing.default_ttl_secs)
+            || standing.max_ttl_secs > 365 * 24 * 3600
+        {
+            return invalid(
+                "standing.default_ttl_secs",
+                "1 ≤ standing.default_ttl_secs ≤ standing.max_ttl_secs ≤ one year",
+            );
+        }
+        if standing.default_min_interval_ms > MAX_MIN_INTERVAL_MS {
+            return invalid("standing.default_min_interval_ms", "at most one hour");
+        }
+        if !(1..=256).contains(&standing.evaluations_in_flight) {
+            return invalid("standing.evaluations_in_flight", "must be in 1..=256");
+        }
         let http = &self.http;
         for (env, labels) in &http.token_labels {
             if !http.tokens.contains_key(env) || labels.iter().any(String::is_empty) {

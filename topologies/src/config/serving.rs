@@ -220,3 +220,45 @@ impl Default for RuntimeConfig {
         serde_json::from_str("{}").expect("defaults")
     }
 }
+
+/// The longest `min_interval_ms` a subscription may ask for: an hour.
+pub const MAX_MIN_INTERVAL_MS: u64 = 3_600_000;
+
+/// Standing queries: subscriptions whose contexts the job keeps current (`[standing]`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StandingConfig {
+    /// Serve `/v1/subscriptions` and keep the subscriptions' contexts current.
+    pub enabled: bool,
+    /// Subscriptions one tenant may hold at once; beyond, 403 `quota_exceeded`.
+    pub max_per_tenant: usize,
+    /// Subscriptions the process holds at once (all tenants); beyond, 503 `busy`.
+    pub max_total: usize,
+    /// Versions kept per subscription for `Last-Event-ID` resumption (a client further behind
+    /// resumes from the latest).
+    pub versions_kept: usize,
+    /// A subscription's `ttl_secs` when it gives none.
+    pub default_ttl_secs: u64,
+    /// The longest `ttl_secs` a subscription may ask for.
+    pub max_ttl_secs: u64,
+    /// A subscription's `min_interval_ms` when it gives none: the least time between two of its
+    /// evaluations, so a burst of writes costs one.
+    pub default_min_interval_ms: u64,
+    /// Re-evaluations in the dataflow at once (all subscriptions); the rest wait their turn.
+    pub evaluations_in_flight: usize,
+}
+
+impl Default for StandingConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_per_tenant: 100,
+            max_total: 10_000,
+            versions_kept: 32,
+            default_ttl_secs: 3600,
+            max_ttl_secs: 7 * 24 * 3600,
+            default_min_interval_ms: 250,
+            evaluations_in_flight: 4,
+        }
+    }
+}

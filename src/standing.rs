@@ -1,0 +1,770 @@
+//! Standing queries: subscriptions whose contexts the job keeps current as the corpus changes.
+//!
+//! A subscription is a query event, bound to the tenant and labels of the credential that made it.
+//! Its versions are contexts the job's own query dataflow answered for that event (through
+//! [`HttpIngress`], the path of `POST /v1/query`), so a version is what a one-shot query with the
+//! same body answers at the version's watermark. The index writers record each tenant's finished
+//! documents in a change feed ([`Changes`]); an evaluator thread re-evaluates the subscriptions a
+//! change may move and publishes a new version only where the context moved.
+//!
+//! # Guarantees
+//! - **Exact at rest.** A change is reflected only by an evaluation whose watermark is past the
+//!   change's event time; until one is, the subscription stays pending and is evaluated again. Once
+//!   ingest is quiet at watermark W and no subscription is pending, each latest version equals (items,
+//!   order, text, tokens) the one-shot answer at W.
+//! - **No empty versions.** An evaluation whose items (ids, order, text, tokens, lines) and packed
+//!   string equal the latest version's publishes nothing.
+//! - **Ordered.** Versions are numbered 1, 2, … without gaps; a subscription's evaluations run one at
+//!   a time, each at one watermark, so watermarks never go backwards.
+//! - **Coalesced.** At most one evaluation of a subscription per `min_interval_ms`: changes meanwhile
+//!   are folded into the next. At most `standing.evaluations_in_flight` evaluations run at once,
+//!   taken round robin over the tenants, so one tenant's many subscriptions do not hold up another's.
+//! - **Bounded.** Per-tenant and total caps, `versions_kept` versions per subscription, a TTL;
+//!   expiry and unsubscribing free everything.
+//!
+//! Which subscriptions a change re-evaluates: those of the changed tenant (its documents and BM25
+//! statistics are its own); where the index weighs terms across tenants (a server collection's own
+//! IDF), every subscription.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use ragstream_core::query::{Context, Watermark};
+use ragstream_operators::ingest::written::{Changes, TenantChange};
+use ragstream_operators::io::query_source::HttpIngress;
+use ragstream_operators::metrics::metrics;
+use ragstream_topologies::config::{StandingConfig, MAX_MIN_INTERVAL_MS};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// How often the evaluator looks at the change feed and at evaluations under way.
+const TICK: Duration = Duration::from_millis(20);
+/// Longest an evaluation may take before it is given up and tried again.
+const EVALUATION_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One version of a subscription's context.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct Version {
+    /// The subscription.
+    pub subscription_id: String,
+    /// 1, 2, …: never goes backwards, never skips.
+    pub version: u64,
+    /// What the index reflected when this version was evaluated.
+    pub index_watermark: Watermark,
+    /// When it was published (ms since the epoch).
+    pub published_ms: u64,
+    /// What moved since the previous version (everything is `added` in version 1).
+    pub diff: Diff,
+    /// The context, as `POST /v1/query` answers it.
+    pub context: Context,
+}
+
+/// What moved between two versions, by chunk id.
+#[derive(Debug, Default, Serialize, PartialEq, schemars::JsonSchema)]
+pub struct Diff {
+    /// Items in this version, not in the previous.
+    pub added: Vec<String>,
+    /// Items in the previous version, not in this.
+    pub removed: Vec<String>,
+    /// Items in both whose text, tokens, lines or tier changed.
+    pub changed: Vec<String>,
+    /// Whether the items kept moved relative to each other.
+    pub reordered: bool,
+}
+
+/// A subscription's state as `GET /v1/subscriptions/{id}` shows it.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct Status {
+    /// The subscription.
+    pub subscription_id: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// True while a change of its tenant is not yet reflected by an evaluation.
+    pub pending: bool,
+    /// Least milliseconds between two evaluations.
+    pub min_interval_ms: u64,
+    /// Seconds until it expires.
+    pub expires_in_secs: u64,
+    /// The latest version.
+    pub latest: Arc<Version>,
+}
+
+/// The answer of `DELETE /v1/subscriptions/{id}`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct Unsubscribed {
+    /// The subscription.
+    pub subscription_id: String,
+    /// Always true: it ended, its event streams with it.
+    pub ended: bool,
+}
+
+/// Why a subscription was not made.
+#[derive(Debug)]
+pub enum Refused {
+    /// The request is wrong (the message says how): 400.
+    Invalid(String),
+    /// The tenant holds `standing.max_per_tenant` already: 403 `quota_exceeded`.
+    TenantFull(usize),
+    /// The process holds `standing.max_total` already: 503.
+    Full(usize),
+    /// The first evaluation failed: its context, which says why.
+    Query(Box<Context>),
+    /// The job is stopping.
+    Stopping,
+}
+
+/// A subscription's parameters as the request gives them.
+#[derive(Debug, Default)]
+pub struct Request {
+    /// The query event, already bound to the credential's tenants and labels.
+    pub query: Map<String, Value>,
+    /// `min_interval_ms`, if given.
+    pub min_interval_ms: Option<u64>,
+    /// `ttl_secs`, if given.
+    pub ttl_secs: Option<u64>,
+}
+
+/// The process's standing queries.
+pub struct Standing {
+    config: StandingConfig,
+    ingress: Arc<HttpIngress>,
+    changes: Arc<Changes>,
+    /// The index weighs terms across tenants: any change may move any subscription.
+    cross_tenant: bool,
+    state: Mutex<State>,
+    stopped: AtomicBool,
+}
+
+#[derive(Default)]
+struct State {
+    subscriptions: HashMap<String, Subscription>,
+    by_tenant: HashMap<String, BTreeSet<String>>,
+    /// Subscriptions pending or being evaluated (the evaluator looks at these only).
+    active: BTreeSet<String>,
+    /// The change serial the evaluator has taken in.
+    seen_serial: u64,
+    /// Subscriptions made so far (part of each id).
+    made: u64,
+    /// Where the round robin over tenants starts next.
+    turn: u64,
+}
+
+struct Subscription {
+    tenant: String,
+    query: Map<String, Value>,
+    min_interval: Duration,
+    expires: Instant,
+    versions: VecDeque<Arc<Version>>,
+    /// The newest change of its tenant not yet reflected.
+    wanted: Option<TenantChange>,
+    evaluation: Option<Evaluation>,
+    last_started: Instant,
+    evaluations: u64,
+    /// The latest version number, for the event streams; dropped when the subscription ends.
+    notify: tokio::sync::watch::Sender<u64>,
+}
+
+struct Evaluation {
+    receiver: mpsc::Receiver<Context>,
+    ticket: u64,
+    /// The change it was started for.
+    change: Option<TenantChange>,
+    started: Instant,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Standing {
+    /// A registry evaluating through `ingress`, told of changes by `changes`; starts its evaluator.
+    pub fn start(
+        config: StandingConfig,
+        ingress: Arc<HttpIngress>,
+        changes: Arc<Changes>,
+        cross_tenant: bool,
+    ) -> anyhow::Result<Arc<Self>> {
+        let standing = Arc::new(Self {
+            config,
+            ingress,
+            changes,
+            cross_tenant,
+            state: Mutex::new(State::default()),
+            stopped: AtomicBool::new(false),
+        });
+        let evaluator = Arc::downgrade(&standing);
+        std::thread::Builder::new()
+            .name("standing".into())
+            .spawn(move || {
+                while let Some(standing) = evaluator.upgrade() {
+                    if standing.stopped.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    standing.tick(Instant::now());
+                    drop(standing);
+                    std::thread::sleep(TICK);
+                }
+            })?;
+        Ok(standing)
+    }
+
+    /// Stops evaluating (the job is stopping); event streams end.
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        let mut state = lock(&self.state);
+        state.subscriptions.clear();
+        state.by_tenant.clear();
+        state.active.clear();
+        metrics().standing_held.set(0);
+    }
+
+    /// Makes a subscription and evaluates its first version (blocking: call off the server's
+    /// threads).
+    pub fn subscribe(&self, request: Request) -> Result<Arc<Version>, Refused> {
+        let min_interval_ms = request
+            .min_interval_ms
+            .unwrap_or(self.config.default_min_interval_ms);
+        if min_interval_ms > MAX_MIN_INTERVAL_MS {
+            return Err(Refused::Invalid(format!(
+                "min_interval_ms must be at most {MAX_MIN_INTERVAL_MS} (an hour)"
+            )));
+        }
+        let ttl_secs = request.ttl_secs.unwrap_or(self.config.default_ttl_secs);
+        if !(1..=self.config.max_ttl_secs).contains(&ttl_secs) {
+            return Err(Refused::Invalid(format!(
+                "ttl_secs must be from 1 to {} (standing.max_ttl_secs)",
+                self.config.max_ttl_secs
+            )));
+        }
+        let Some(tenant) = request.query.get("tenant").and_then(Value::as_str) else {
+            return Err(Refused::Invalid("the query names no tenant".into()));
+        };
+        let tenant = tenant.to_string();
+        let id = {
+            let mut state = lock(&self.state);
+            self.room(&state, &tenant)?;
+            state.made += 1;
+            format!("sub-{}-{:016x}", state.made, rand_suffix())
+        };
+        let since = self.changes.serial();
+        let context = self.evaluate_now(&id, 1, &request.query)?;
+        if context.error.is_some() {
+            return Err(Refused::Query(Box::new(context)));
+        }
+        let now = Instant::now();
+        let version = Arc::new(Version {
+            subscription_id: id.clone(),
+            version: 1,
+            index_watermark: context.index_watermark.clone(),
+            published_ms: ragstream_operators::now_millis(),
+            diff: diff(None, &context),
+            context,
+        });
+        // A change of the tenant not reflected by the first version keeps it pending.
+        let wanted = self
+            .changes
+            .of(&tenant)
+            .filter(|change| !reflects(&version.index_watermark, change) || change.serial > since);
+        let mut state = lock(&self.state);
+        self.room(&state, &tenant)?;
+        let (notify, _) = tokio::sync::watch::channel(1);
+        state.subscriptions.insert(
+            id.clone(),
+            Subscription {
+                tenant: tenant.clone(),
+                query: request.query,
+                min_interval: Duration::from_millis(min_interval_ms),
+                expires: now + Duration::from_secs(ttl_secs),
+                versions: VecDeque::from([version.clone()]),
+                wanted,
+                evaluation: None,
+                last_started: now,
+                evaluations: 0,
+                notify,
+            },
+        );
+        state
+            .by_tenant
+            .entry(tenant)
+            .or_default()
+            .insert(id.clone());
+        if wanted.is_some() {
+            state.active.insert(id);
+        }
+        metrics()
+            .standing_held
+            .set(state.subscriptions.len() as i64);
+        metrics().standing_versions.inc();
+        Ok(version)
+    }
+
+    /// Whether `tenant` may hold one more subscription.
+    fn room(&self, state: &State, tenant: &str) -> Result<(), Refused> {
+        if self.stopped.load(Ordering::SeqCst) {
+            return Err(Refused::Stopping);
+        }
+        let held = state.by_tenant.get(tenant).map_or(0, BTreeSet::len);
+        if held >= self.config.max_per_tenant {
+            return Err(Refused::TenantFull(self.config.max_per_tenant));
+        }
+        if state.subscriptions.len() >= self.config.max_total {
+            return Err(Refused::Full(self.config.max_total));
+        }
+        Ok(())
+    }
+
+    /// Evaluates `query` once, waiting for its context.
+    fn evaluate_now(
+        &self,
+        id: &str,
+        serial: u64,
+        query: &Map<String, Value>,
+    ) -> Result<Context, Refused> {
+        let (_, receiver) = self.submit(id, serial, query);
+        receiver
+            .recv_timeout(EVALUATION_TIMEOUT)
+            .map_err(|_| Refused::Stopping)
+    }
+
+    /// Hands one evaluation of `query` to the dataflow.
+    fn submit(
+        &self,
+        id: &str,
+        serial: u64,
+        query: &Map<String, Value>,
+    ) -> (u64, mpsc::Receiver<Context>) {
+        let mut event = query.clone();
+        event.insert("query_id".into(), Value::String(format!("{id}#{serial}")));
+        let body = serde_json::to_vec(&Value::Object(event)).unwrap_or_default();
+        self.ingress.submit(body)
+    }
+
+    /// The subscription's state, if it exists and `tenants` (a credential's, `None`: any) holds
+    /// its tenant.
+    pub fn status(&self, id: &str, tenants: Option<&BTreeSet<String>>) -> Option<Status> {
+        let mut state = lock(&self.state);
+        // Pending counts every change recorded so far, not only those the evaluator took in.
+        self.take_changes(&mut state);
+        let subscription = state.subscriptions.get(id)?;
+        if !visible(subscription, tenants) {
+            return None;
+        }
+        Some(Status {
+            subscription_id: id.to_string(),
+            tenant: subscription.tenant.clone(),
+            pending: subscription.wanted.is_some() || subscription.evaluation.is_some(),
+            min_interval_ms: subscription.min_interval.as_millis() as u64,
+            expires_in_secs: subscription
+                .expires
+                .saturating_duration_since(Instant::now())
+                .as_secs(),
+            latest: subscription.versions.back()?.clone(),
+        })
+    }
+
+    /// Ends a subscription (true), if it exists and `tenants` holds its tenant.
+    pub fn unsubscribe(&self, id: &str, tenants: Option<&BTreeSet<String>>) -> bool {
+        let mut state = lock(&self.state);
+        if !state
+            .subscriptions
+            .get(id)
+            .is_some_and(|subscription| visible(subscription, tenants))
+        {
+            return false;
+        }
+        remove(&mut state, id, &self.ingress);
+        true
+    }
+
+    /// The versions after `last` still kept (all kept where `last` is older than the oldest), and a
+    /// receiver told of each new version (closed when the subscription ends).
+    pub fn versions_after(
+        &self,
+        id: &str,
+        tenants: Option<&BTreeSet<String>>,
+        last: u64,
+    ) -> Option<(Vec<Arc<Version>>, tokio::sync::watch::Receiver<u64>)> {
+        let state = lock(&self.state);
+        let subscription = state.subscriptions.get(id)?;
+        if !visible(subscription, tenants) {
+            return None;
+        }
+        let versions = subscription
+            .versions
+            .iter()
+            .filter(|version| version.version > last)
+            .cloned()
+            .collect();
+        Some((versions, subscription.notify.subscribe()))
+    }
+
+    /// One round of the evaluator: expiries, the change feed, evaluations finished and started.
+    fn tick(&self, now: Instant) {
+        let mut state = lock(&self.state);
+        let expired: Vec<String> = state
+            .subscriptions
+            .iter()
+            .filter(|(_, subscription)| subscription.expires <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in expired {
+            remove(&mut state, &id, &self.ingress);
+        }
+        self.take_changes(&mut state);
+        let active: Vec<String> = state.active.iter().cloned().collect();
+        let mut due: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut in_flight = 0;
+        for id in active {
+            let Some(subscription) = state.subscriptions.get_mut(&id) else {
+                state.active.remove(&id);
+                continue;
+            };
+            finish(
+                &id,
+                subscription,
+                (&self.ingress, self.config.versions_kept),
+                now,
+            );
+            if subscription.evaluation.is_some() {
+                in_flight += 1;
+            } else if subscription.wanted.is_none() {
+                state.active.remove(&id);
+            } else if now.duration_since(subscription.last_started) >= subscription.min_interval {
+                due.entry(subscription.tenant.clone()).or_default().push(id);
+            }
+        }
+        // Round robin over the tenants with subscriptions due, from a turn that moves each round.
+        let mut room = self.config.evaluations_in_flight.saturating_sub(in_flight);
+        let tenants: Vec<String> = due.keys().cloned().collect();
+        if tenants.is_empty() || room == 0 {
+            return;
+        }
+        let start = (state.turn as usize) % tenants.len();
+        state.turn = state.turn.wrapping_add(1);
+        let mut queues: Vec<VecDeque<String>> = (0..tenants.len())
+            .map(|i| {
+                due.remove(&tenants[(start + i) % tenants.len()])
+                    .unwrap_or_default()
+                    .into()
+            })
+            .collect();
+        while room > 0 && queues.iter().any(|queue| !queue.is_empty()) {
+            for queue in &mut queues {
+                let Some(id) = queue.pop_front() else {
+                    continue;
+                };
+                if room == 0 {
+                    break;
+                }
+                room -= 1;
+                let Some(subscription) = state.subscriptions.get_mut(&id) else {
+                    continue;
+                };
+                subscription.evaluations += 1;
+                let serial = subscription.evaluations;
+                let (ticket, receiver) = self.submit(&id, serial + 1, &subscription.query);
+                subscription.evaluation = Some(Evaluation {
+                    receiver,
+                    ticket,
+                    change: subscription.wanted,
+                    started: now,
+                });
+                subscription.last_started = now;
+                metrics().standing_evaluations.inc();
+            }
+        }
+    }
+
+    /// Marks the subscriptions of each tenant changed since the last look as wanting that change.
+    fn take_changes(&self, state: &mut State) {
+        let serial = self.changes.serial();
+        if serial == state.seen_serial {
+            return;
+        }
+        let changed = self.changes.since(state.seen_serial);
+        state.seen_serial = serial;
+        for (tenant, change) in changed {
+            let ids: Vec<String> = if self.cross_tenant {
+                state.subscriptions.keys().cloned().collect()
+            } else {
+                state
+                    .by_tenant
+                    .get(&tenant)
+                    .map(|ids| ids.iter().cloned().collect())
+                    .unwrap_or_default()
+            };
+            for id in ids {
+                if let Some(subscription) = state.subscriptions.get_mut(&id) {
+                    subscription.wanted = Some(newer(subscription.wanted, change));
+                    state.active.insert(id);
+                }
+            }
+        }
+    }
+}
+
+/// The later of two changes (by serial), with the later event time of both.
+fn newer(held: Option<TenantChange>, change: TenantChange) -> TenantChange {
+    match held {
+        Some(held) if held.serial >= change.serial => TenantChange {
+            time: held.time.max(change.time),
+            ..held
+        },
+        Some(held) => TenantChange {
+            time: held.time.max(change.time),
+            ..change
+        },
+        None => change,
+    }
+}
+
+/// Whether a context at `watermark` reflects `change`: every event up to its time is indexed.
+fn reflects(watermark: &Watermark, change: &TenantChange) -> bool {
+    watermark.frontier_ms > change.time
+}
+
+fn visible(subscription: &Subscription, tenants: Option<&BTreeSet<String>>) -> bool {
+    tenants.is_none_or(|tenants| tenants.contains(&subscription.tenant))
+}
+
+/// Removes a subscription, abandoning its evaluation; its event streams end.
+fn remove(state: &mut State, id: &str, ingress: &HttpIngress) {
+    if let Some(subscription) = state.subscriptions.remove(id) {
+        if let Some(evaluation) = subscription.evaluation {
+            ingress.abandon(evaluation.ticket);
+        }
+        if let Some(ids) = state.by_tenant.get_mut(&subscription.tenant) {
+            ids.remove(id);
+            if ids.is_empty() {
+                state.by_tenant.remove(&subscription.tenant);
+            }
+        }
+    }
+    state.active.remove(id);
+    metrics()
+        .standing_held
+        .set(state.subscriptions.len() as i64);
+}
+
+/// Takes the subscription's evaluation if it finished: a context that moved becomes a version (at
+/// most `kept` are kept); a change it reflects is no longer wanted.
+fn finish(
+    id: &str,
+    subscription: &mut Subscription,
+    (ingress, kept): (&HttpIngress, usize),
+    now: Instant,
+) {
+    let Some(evaluation) = &subscription.evaluation else {
+        return;
+    };
+    let context = match evaluation.receiver.try_recv() {
+        Ok(context) => context,
+        Err(mpsc::TryRecvError::Empty) => {
+            if now.duration_since(evaluation.started) > EVALUATION_TIMEOUT {
+                ingress.abandon(evaluation.ticket);
+                subscription.evaluation = None;
+            }
+            return;
+        }
+        Err(mpsc::TryRecvError::Disconnected) => {
+            subscription.evaluation = None;
+            return;
+        }
+    };
+    let change = evaluation.change;
+    subscription.evaluation = None;
+    if context.error.is_some() {
+        // An index outage or a refusal: nothing published, tried again after `min_interval_ms`.
+        return;
+    }
+    let Some(latest) = subscription.versions.back() else {
+        return;
+    };
+    // A later change may have arrived meanwhile: only what this evaluation reflects is settled.
+    if let (Some(wanted), Some(change)) = (subscription.wanted, change) {
+        if wanted.serial <= change.serial && reflects(&context.index_watermark, &wanted) {
+            subscription.wanted = None;
+        }
+    }
+    if context.index_watermark.frontier_ms < latest.index_watermark.frontier_ms {
+        return;
+    }
+    if same(&latest.context, &context) {
+        metrics().standing_unchanged.inc();
+        return;
+    }
+    let published_ms = ragstream_operators::now_millis();
+    if let Some(change) = change {
+        metrics()
+            .standing_change_to_version_seconds
+            .observe(published_ms.saturating_sub(change.recorded_ms) as f64 / 1000.0);
+    }
+    let version = Arc::new(Version {
+        subscription_id: id.to_string(),
+        version: latest.version + 1,
+        index_watermark: context.index_watermark.clone(),
+        published_ms,
+        diff: diff(Some(&latest.context), &context),
+        context,
+    });
+    let number = version.version;
+    subscription.versions.push_back(version);
+    while subscription.versions.len() > kept.max(1) {
+        subscription.versions.pop_front();
+    }
+    subscription.notify.send_replace(number);
+    metrics().standing_versions.inc();
+}
+
+/// Whether two contexts give the same items (ids, order, text, tokens, lines, tier) and string.
+fn same(a: &Context, b: &Context) -> bool {
+    a.context == b.context
+        && a.tokens_used == b.tokens_used
+        && a.items.len() == b.items.len()
+        && a.items.iter().zip(&b.items).all(|(x, y)| {
+            x.chunk_id == y.chunk_id
+                && x.text == y.text
+                && x.tokens == y.tokens
+                && x.lines == y.lines
+                && x.tier == y.tier
+        })
+}
+
+/// What moved from `before` (none: the first version) to `after`.
+fn diff(before: Option<&Context>, after: &Context) -> Diff {
+    let Some(before) = before else {
+        return Diff {
+            added: after.items.iter().map(|i| i.chunk_id.clone()).collect(),
+            ..Diff::default()
+        };
+    };
+    let old: HashMap<&str, &ragstream_core::query::ContextItem> = before
+        .items
+        .iter()
+        .map(|item| (item.chunk_id.as_str(), item))
+        .collect();
+    let new: HashMap<&str, &ragstream_core::query::ContextItem> = after
+        .items
+        .iter()
+        .map(|item| (item.chunk_id.as_str(), item))
+        .collect();
+    let added = after
+        .items
+        .iter()
+        .filter(|item| !old.contains_key(item.chunk_id.as_str()))
+        .map(|item| item.chunk_id.clone())
+        .collect();
+    let removed = before
+        .items
+        .iter()
+        .filter(|item| !new.contains_key(item.chunk_id.as_str()))
+        .map(|item| item.chunk_id.clone())
+        .collect();
+    let changed = after
+        .items
+        .iter()
+        .filter(|item| {
+            old.get(item.chunk_id.as_str()).is_some_and(|was| {
+                was.text != item.text
+                    || was.tokens != item.tokens
+                    || was.lines != item.lines
+                    || was.tier != item.tier
+            })
+        })
+        .map(|item| item.chunk_id.clone())
+        .collect();
+    let kept_before: Vec<&str> = before
+        .items
+        .iter()
+        .map(|item| item.chunk_id.as_str())
+        .filter(|id| new.contains_key(id))
+        .collect();
+    let kept_after: Vec<&str> = after
+        .items
+        .iter()
+        .map(|item| item.chunk_id.as_str())
+        .filter(|id| old.contains_key(id))
+        .collect();
+    Diff {
+        added,
+        removed,
+        changed,
+        reordered: kept_before != kept_after,
+    }
+}
+
+/// 64 bits no client can guess from the ids it was given.
+fn rand_suffix() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ragstream_core::query::ContextItem;
+
+    fn context(items: &[(&str, &str)]) -> Context {
+        let mut context: Context = serde_json::from_value(serde_json::json!({
+            "query_id": "q", "tenant": "t", "mode": "bounded", "items": [], "context": "",
+            "tokens_used": 0, "token_budget": null, "tokenizer": "o200k_base",
+            "chunks_available": 0, "chunks_returned": 0, "truncated": false, "intent": "factual",
+            "weights": {"dense": 0.5, "bm25": 0.5}, "index_watermark": {"frontier_ms": 1},
+            "latency_ms": {}
+        }))
+        .expect("a context");
+        for (id, text) in items {
+            let item: ContextItem = serde_json::from_value(serde_json::json!({
+                "chunk_id": id, "doc_id": "d", "source": "s", "lines": [1, 2], "section_path": [],
+                "tier": "full", "score": 0.5, "tokens": 3, "full_tokens": 3, "lanes": [],
+                "text": text, "metadata": {}
+            }))
+            .expect("an item");
+            context.items.push(item);
+        }
+        context
+    }
+
+    /// The diff names what was added, removed and changed, and whether the kept items moved.
+    #[test]
+    fn diff_names_added_removed_changed_and_reordered() {
+        let before = context(&[("a", "one"), ("b", "two"), ("c", "three")]);
+        let after = context(&[("c", "three"), ("a", "one!"), ("d", "four")]);
+        let moved = diff(Some(&before), &after);
+        assert_eq!(moved.added, vec!["d"]);
+        assert_eq!(moved.removed, vec!["b"]);
+        assert_eq!(moved.changed, vec!["a"]);
+        assert!(moved.reordered);
+        let first = diff(None, &after);
+        assert_eq!(first.added, vec!["c", "a", "d"]);
+        assert!(!same(&before, &after));
+        let mut rescored = before.clone();
+        rescored.items[0].score = 0.9;
+        assert!(same(&before, &rescored), "a score alone is no new version");
+    }
+
+    /// The later change wins, keeping the later event time of both.
+    #[test]
+    fn newer_keeps_the_later_serial_and_time() {
+        let change = |serial, time| TenantChange {
+            serial,
+            time,
+            recorded_ms: 0,
+        };
+        let kept = newer(Some(change(5, 100)), change(3, 200));
+        assert_eq!((kept.serial, kept.time), (5, 200));
+        let taken = newer(Some(change(2, 100)), change(3, 50));
+        assert_eq!((taken.serial, taken.time), (3, 100));
+        assert_eq!(newer(None, change(1, 1)).serial, 1);
+    }
+}

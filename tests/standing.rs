@@ -1,0 +1,364 @@
+//! Standing queries through the HTTP API of a running job (embedded index, local model, documents
+//! posted over HTTP): subscriptions follow random upserts, edits and deletes; at every quiet point
+//! each subscription's latest version is what a one-shot query with the same body answers; versions
+//! are numbered without gaps, never go backwards, and no two consecutive versions carry the same
+//! items; the event stream resumes after `Last-Event-ID` with nothing missed; another tenant's
+//! subscriptions never move; caps and bad parameters are refused with problems.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::common::job::{http_get, http_post_json, Job};
+use serde_json::{json, Value};
+
+/// Sentences of the corpus, by topic; documents draw from them.
+const TOPICS: [&[&str]; 5] = [
+    &[
+        "The ferry to the island leaves the harbour at seven and returns at dusk.",
+        "Ferry tickets are sold at the pier office and on board.",
+        "In winter the ferry runs twice a day when the sea allows.",
+    ],
+    &[
+        "The lighthouse lamp is inspected every week by the keeper.",
+        "A spare lamp for the lighthouse is kept in the store room.",
+        "The lighthouse keeper writes the lamp hours in the log book.",
+    ],
+    &[
+        "Tide tables are published each month by the harbour master.",
+        "High tide at the quay comes about forty minutes after the bay.",
+        "Spring tides flood the lower car park twice a year.",
+    ],
+    &[
+        "Harbour fees are paid by the day for every boat over six metres.",
+        "Fishing boats of the town pay no harbour fee in the off season.",
+        "The fee schedule of the harbour is reviewed every spring.",
+    ],
+    &[
+        "Pier repairs close the north walkway from March to May.",
+        "The pier was rebuilt in oak after the storm of the old winter.",
+        "Divers check the pier piles for rot every second year.",
+    ],
+];
+
+/// Questions of the subscriptions of tenant `port` (the changing one).
+const QUESTIONS: [&str; 8] = [
+    "when does the ferry leave",
+    "who inspects the lighthouse lamp",
+    "how are the tide tables published",
+    "what are the harbour fees for boats",
+    "when are the pier repairs",
+    "ferry tickets",
+    "spring tides car park",
+    "pier piles rot",
+];
+
+/// A small deterministic generator (the test's sequence is the same on every run).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, bound: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 33) as usize) % bound.max(1)
+    }
+}
+
+/// A document of two to four sentences from one or two topics, numbered `serial`.
+fn text(random: &mut Lcg, serial: usize) -> String {
+    let mut text = format!("Notice {serial}. ");
+    let first = random.next(TOPICS.len());
+    let second = random.next(TOPICS.len());
+    for _ in 0..2 + random.next(3) {
+        let topic = TOPICS[if random.next(2) == 0 { first } else { second }];
+        text.push_str(topic[random.next(topic.len())]);
+        text.push(' ');
+    }
+    text
+}
+
+fn query_body(tenant: &str, question: &str) -> Value {
+    json!({"tenant": tenant, "text": question, "token_budget": 300})
+}
+
+/// `POST /v1/documents` (waiting until indexed).
+fn post(port: u16, documents: Vec<Value>) {
+    let (status, body) = http_post_json(
+        port,
+        "/v1/documents",
+        &json!({ "documents": documents }).to_string(),
+    )
+    .expect("answered");
+    assert_eq!(status, 200, "{body}");
+}
+
+/// A context's items ((chunk id, text, tokens), in order) and its packed string.
+type Items = (Vec<(String, String, u64)>, String);
+
+/// What a version's or a one-shot context's items are: (chunk id, text, tokens), in order, and the
+/// packed string.
+fn items(context: &Value) -> Items {
+    let items = context["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .map(|item| {
+                    (
+                        item["chunk_id"].as_str().unwrap_or_default().to_string(),
+                        item["text"].as_str().unwrap_or_default().to_string(),
+                        item["tokens"].as_u64().unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    (
+        items,
+        context["context"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+/// Every subscription's status once none is pending.
+fn settled(port: u16, ids: &[String]) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let statuses: Vec<Value> = ids
+            .iter()
+            .map(|id| {
+                let (status, body) =
+                    http_get(port, &format!("/v1/subscriptions/{id}")).expect("answered");
+                assert_eq!(status, 200, "{body}");
+                serde_json::from_str(&body).expect("JSON")
+            })
+            .collect();
+        if statuses.iter().all(|s| s["pending"] == false) {
+            return statuses;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "subscriptions still pending after 120 s: {statuses:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The `version` events of `id` after `last`, read from the event stream until version `until`.
+fn events(port: u16, id: &str, last: u64, until: u64) -> Vec<Value> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    write!(
+        stream,
+        "GET /v1/subscriptions/{id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\nLast-Event-ID: {last}\r\n\r\n"
+    )
+    .expect("request");
+    let mut read = String::new();
+    let mut buffer = [0u8; 65536];
+    let mut versions = Vec::new();
+    while versions
+        .last()
+        .map_or(last, |v: &Value| v["version"].as_u64().unwrap_or(0))
+        < until
+    {
+        let n = stream.read(&mut buffer).expect("the stream goes on");
+        assert!(n > 0, "the stream ended early: {read}");
+        read.push_str(&String::from_utf8_lossy(&buffer[..n]));
+        versions = read
+            .split("\n\n")
+            .filter_map(|event| {
+                let data = event.lines().find_map(|line| line.strip_prefix("data: "))?;
+                event
+                    .lines()
+                    .any(|line| line == "event: version")
+                    .then(|| serde_json::from_str(data).ok())
+                    .flatten()
+            })
+            .collect();
+    }
+    assert!(read.contains("text/event-stream"), "{read}");
+    versions
+}
+
+#[test]
+fn standing_versions_follow_the_corpus_and_equal_one_shot_answers_when_quiet() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("events.jsonl"), "").expect("events");
+    let config = crate::common::JSONL_SERVING.to_string()
+        + "[standing]\nmax_per_tenant = 8\ndefault_min_interval_ms = 0\n";
+    let mut job = Job::start(dir.path(), &config, 1);
+    job.wait_ready(Duration::from_secs(120));
+    let port = job.http_port;
+    let mut random = Lcg(7);
+
+    // A first corpus for both tenants.
+    let mut serial = 0;
+    let mut live: Vec<usize> = Vec::new();
+    let mut documents = Vec::new();
+    for _ in 0..12 {
+        serial += 1;
+        live.push(serial);
+        documents.push(json!({"tenant": "port", "doc_id": format!("d{serial}"), "version": 1, "text": text(&mut random, serial)}));
+    }
+    documents.push(json!({"tenant": "inland", "doc_id": "i1", "version": 1, "text": "The inland canal locks open at nine. The ferry to the island is not ours."}));
+    post(port, documents);
+
+    // Subscriptions: eight of the changing tenant, one of the other.
+    let subscribe = |body: Value| {
+        http_post_json(port, "/v1/subscriptions", &body.to_string()).expect("answered")
+    };
+    let mut subscriptions: Vec<(String, Value)> = Vec::new();
+    for question in QUESTIONS {
+        let query = query_body("port", question);
+        let (status, body) = subscribe(json!({"query": query, "min_interval_ms": 0}));
+        assert_eq!(status, 201, "{body}");
+        let version: Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(version["version"], 1);
+        let id = version["subscription_id"].as_str().expect("id").to_string();
+        subscriptions.push((id, query));
+    }
+    let inland_query = query_body("inland", "when does the ferry leave");
+    let (status, body) = subscribe(json!({"query": inland_query}));
+    assert_eq!(status, 201, "{body}");
+    let inland: Value = serde_json::from_str(&body).expect("JSON");
+    let inland_id = inland["subscription_id"].as_str().expect("id").to_string();
+
+    // Refusals: the tenant's cap, bad parameters, an unknown subscription.
+    let (status, body) = subscribe(json!({"query": query_body("port", "one too many")}));
+    assert_eq!(
+        status, 403,
+        "the ninth of port's (standing.max_per_tenant = 8): {body}"
+    );
+    assert!(body.contains("subscriptions_exceeded"), "{body}");
+    let (status, body) =
+        subscribe(json!({"query": query_body("inland", "x"), "min_interval_ms": u64::MAX}));
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = subscribe(json!({"query": query_body("inland", "x"), "ttl_secs": 0}));
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = subscribe(json!({"query": {"tenant": "inland", "text": "x", "k": -1}}));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("invalid_query"), "{body}");
+    assert_eq!(
+        http_get(port, "/v1/subscriptions/sub-0-0").map(|a| a.0),
+        Some(404)
+    );
+
+    // Rounds of random upserts, edits and deletes of port's documents; after each, the versions.
+    let ids: Vec<String> = subscriptions.iter().map(|(id, _)| id.clone()).collect();
+    let mut seen: Vec<(u64, u64, Items)> = vec![(1, 0, (Vec::new(), String::new())); ids.len()];
+    let mut versions_published = 0;
+    for round in 0..6 {
+        let mut documents = Vec::new();
+        for _ in 0..6 {
+            match random.next(3) {
+                0 => {
+                    serial += 1;
+                    live.push(serial);
+                    documents.push(json!({"tenant": "port", "doc_id": format!("d{serial}"), "version": round + 2, "text": text(&mut random, serial)}));
+                }
+                1 if !live.is_empty() => {
+                    let doc = live[random.next(live.len())];
+                    documents.push(json!({"tenant": "port", "doc_id": format!("d{doc}"), "version": round + 2, "text": text(&mut random, doc)}));
+                }
+                _ if live.len() > 4 => {
+                    let doc = live.remove(random.next(live.len()));
+                    documents.push(json!({"op": "delete", "tenant": "port", "doc_id": format!("d{doc}"), "version": round + 2}));
+                }
+                _ => {}
+            }
+        }
+        if documents.is_empty() {
+            continue;
+        }
+        post(port, documents);
+        let statuses = settled(port, &ids);
+        for (index, ((id, query), status)) in subscriptions.iter().zip(&statuses).enumerate() {
+            let latest = &status["latest"];
+            let version = latest["version"].as_u64().expect("version");
+            let frontier = latest["index_watermark"]["frontier_ms"]
+                .as_u64()
+                .expect("watermark");
+            let (last_version, last_frontier, last_items) = &seen[index];
+            assert!(version >= *last_version, "{id}: versions went backwards");
+            assert!(
+                frontier >= *last_frontier,
+                "{id}: the watermark went backwards"
+            );
+            // Exact at rest: the one-shot answer with the same body.
+            let mut one_shot = query.clone();
+            one_shot["query_id"] = json!(format!("one-shot-{round}-{index}"));
+            let (code, answer) =
+                http_post_json(port, "/v1/query", &one_shot.to_string()).expect("answered");
+            assert_eq!(code, 200, "{answer}");
+            let one_shot: Value = serde_json::from_str(&answer).expect("JSON");
+            assert_eq!(
+                items(&latest["context"]),
+                items(&one_shot),
+                "round {round}, {id} ({}): the latest version is not the one-shot answer",
+                query["text"]
+            );
+            // Every version since the last look, from the event stream: numbered without gaps,
+            // each different from the one before.
+            if version > *last_version {
+                let fresh = events(port, id, *last_version, version);
+                let numbers: Vec<u64> =
+                    fresh.iter().filter_map(|v| v["version"].as_u64()).collect();
+                assert_eq!(
+                    numbers,
+                    (*last_version + 1..=version).collect::<Vec<_>>(),
+                    "{id}: versions after {last_version}"
+                );
+                let mut before = if *last_version == 1 && last_items.0.is_empty() {
+                    None
+                } else {
+                    Some(last_items.clone())
+                };
+                for fresh in &fresh {
+                    let now = items(&fresh["context"]);
+                    assert_ne!(before.as_ref(), Some(&now), "{id}: an empty version");
+                    before = Some(now);
+                }
+                versions_published += numbers.len();
+            }
+            seen[index] = (version, frontier, items(&latest["context"]));
+        }
+    }
+    assert!(
+        versions_published >= 4,
+        "the rounds moved some contexts: {versions_published} versions"
+    );
+
+    // The other tenant's subscription never moved.
+    let (status, body) =
+        http_get(port, &format!("/v1/subscriptions/{inland_id}")).expect("answered");
+    assert_eq!(status, 200, "{body}");
+    let inland: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(inland["latest"]["version"], 1, "{inland}");
+
+    // Unsubscribing ends it.
+    let delete = |id: &str| {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        write!(
+            stream,
+            "DELETE /v1/subscriptions/{id} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n"
+        )
+        .expect("request");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("answer");
+        answer
+    };
+    let status = |answer: String| answer.split_whitespace().nth(1).map(str::to_string);
+    assert_eq!(status(delete(&inland_id)).as_deref(), Some("200"));
+    assert_eq!(status(delete(&inland_id)).as_deref(), Some("404"));
+    println!("{versions_published} versions published over the rounds");
+    let metrics = job.metrics();
+    assert!(
+        crate::common::job::metric(&metrics, "ragstream_standing_versions_total")
+            >= (versions_published + 9) as f64,
+        "{metrics}"
+    );
+    job.stop();
+}
