@@ -94,7 +94,13 @@ pub(super) async fn subscribe(
         min_interval_ms: asked.min_interval_ms,
         ttl_secs: asked.ttl_secs,
     };
+    // The first answer waits as a query does: it holds one of the query slots meanwhile.
+    let slot = match super::query_slot(&shared) {
+        Ok(slot) => slot,
+        Err(busy) => return *busy,
+    };
     let made = tokio::task::spawn_blocking(move || standing.subscribe(request)).await;
+    drop(slot);
     match made {
         Ok(Ok(version)) => {
             let mut answer = json_reply(&*version);

@@ -5,6 +5,7 @@ the documents these tests expect and sets RAGSTREAM_URL, RAGSTREAM_TEST_ADMIN_TO
 and RAGSTREAM_TEST_ACME_TOKEN (bound to the tenant `acme`).
 """
 
+import concurrent.futures
 import os
 import unittest
 
@@ -131,6 +132,43 @@ class ClientTest(unittest.TestCase):
 
         self.assertEqual(item_metadata(top)["page"], 2)
         self.assertEqual(self.acme.delete("tides.pdf"), {"accepted": 1, "indexed": True})
+
+    def test_subscription_follows_the_corpus_over_server_sent_events(self):
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+
+        def next_version(subscription, **options):
+            # A version must come within a minute; the stream itself never ends on its own.
+            return pool.submit(lambda: next(subscription.versions(**options))).result(timeout=60)
+
+        question = "when does the ferry to the island leave"
+        with self.acme.subscribe(question, token_budget=300, min_interval_ms=0) as subscription:
+            self.assertEqual(subscription.first.version, 1)
+            self.assertEqual(subscription.first.context.tenant, "acme")
+            self.assertNotIn("ferry.md", [item.doc_id for item in subscription.first.context.items])
+            self.acme.upsert([{"doc_id": "ferry.md", "version": 1, "text": "# Ferry\n\nThe ferry to the island leaves the harbour at seven."}])
+            second = next_version(subscription)
+            self.assertEqual(second.version, 2)
+            self.assertIn("ferry.md", [item.doc_id for item in second.context.items])
+            self.assertTrue(second.added)
+            # Resumed after version 1, the stream starts with version 2 again; the latest is it.
+            self.assertEqual(next_version(subscription, after=1).version, 2)
+            self.assertEqual(subscription.latest().version, 2)
+            self.assertEqual(subscription.status()["pending"], False)
+            # Once quiet, the latest version is the one-shot answer.
+            one_shot = self.acme.query(question, token_budget=300)
+            self.assertEqual(
+                [(i.chunk_id, i.text) for i in subscription.context().items],
+                [(i.chunk_id, i.text) for i in one_shot.items],
+            )
+            self.acme.delete("ferry.md")
+            third = next_version(subscription)
+            self.assertEqual(third.version, 3)
+            self.assertNotIn("ferry.md", [item.doc_id for item in third.context.items])
+            self.assertTrue(third.removed)
+        with self.assertRaises(RagstreamError) as ended:
+            subscription.status()
+        self.assertEqual(ended.exception.kind, "not_found")
+        pool.shutdown(wait=False, cancel_futures=True)
 
     def test_invalidations(self):
         page = self.acme.invalidations()

@@ -9,7 +9,7 @@ Retrievers: `ragstream.langchain.RagstreamRetriever` (LangChain) and
 `ragstream.llama_index.RagstreamRetriever` (LlamaIndex).
 """
 
-from .client import Client, Context, Item, RagstreamError, Source, SourcesPage
+from .client import Client, Context, Item, RagstreamError, Source, SourcesPage, Subscription, Version
 
-__all__ = ["Client", "Context", "Item", "RagstreamError", "Source", "SourcesPage"]
+__all__ = ["Client", "Context", "Item", "RagstreamError", "Source", "SourcesPage", "Subscription", "Version"]
 __version__ = "0.1.0"

@@ -251,7 +251,41 @@ class Client:
         `filters` takes `source_prefix`, `kinds`, `doc_ids`, `langs` and `metadata`
         (`{"team": "search", "year": {"gte": 2020}, "tags": {"any": ["a", "b"]}}`).
         """
-        body: dict[str, Any] = {"query_id": query_id or self._query_id(), "text": text, "mode": mode}
+        body = self._query_body(
+            text,
+            tenant=tenant,
+            token_budget=token_budget,
+            k=k,
+            mode=mode,
+            filters=filters,
+            acl=acl,
+            consistency=consistency,
+            trace=trace,
+            fill=fill,
+            context_window=context_window,
+            **extra,
+        )
+        body["query_id"] = query_id or self._query_id()
+        # Without a tenant, a token bound to exactly one tenant has the job fill it in.
+        return Context.from_json(self._request("POST", "/v1/query", body))
+
+    def _query_body(
+        self,
+        text: str,
+        *,
+        tenant: str | None,
+        token_budget: int | None,
+        k: int | None,
+        mode: str,
+        filters: Mapping[str, Any] | None,
+        acl: Sequence[str] | None,
+        consistency: str | None,
+        trace: bool,
+        fill: bool,
+        context_window: int | None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"text": text, "mode": mode}
         optional = {
             "tenant": self._tenant(tenant),
             "token_budget": token_budget,
@@ -267,8 +301,78 @@ class Client:
         if fill:
             body["fill"] = True
         body.update(extra)
-        # Without a tenant, a token bound to exactly one tenant has the job fill it in.
-        return Context.from_json(self._request("POST", "/v1/query", body))
+        return body
+
+    def subscribe(
+        self,
+        text: str,
+        *,
+        tenant: str | None = None,
+        token_budget: int | None = None,
+        k: int | None = None,
+        mode: str = "bounded",
+        filters: Mapping[str, Any] | None = None,
+        acl: Sequence[str] | None = None,
+        min_interval_ms: int | None = None,
+        ttl_secs: int | None = None,
+        **extra: Any,
+    ) -> "Subscription":
+        """`POST /v1/subscriptions`: a standing query. The job answers it now (`first`) and again
+        whenever the tenant's documents change, publishing a new version only when the context
+        moved; read the latest with `latest()`, follow the versions with `versions()`, end it with
+        `close()` (or use it in a `with` block). The query's parameters are those of `query`."""
+        body: dict[str, Any] = {
+            "query": self._query_body(
+                text,
+                tenant=tenant,
+                token_budget=token_budget,
+                k=k,
+                mode=mode,
+                filters=filters,
+                acl=acl,
+                consistency=None,
+                trace=False,
+                fill=False,
+                context_window=None,
+                **extra,
+            )
+        }
+        if min_interval_ms is not None:
+            body["min_interval_ms"] = min_interval_ms
+        if ttl_secs is not None:
+            body["ttl_secs"] = ttl_secs
+        return Subscription(self, Version.from_json(self._request("POST", "/v1/subscriptions", body)))
+
+    def _events(self, path: str, last: int) -> Iterator[tuple[str, str]]:
+        """The (event, data) pairs of a Server-Sent Events stream after event id `last` (raises
+        `RagstreamError` for a problem answer; returns when the server closes the stream)."""
+        request = urllib.request.Request(self.url + path, method="GET")
+        request.add_header("Accept", "text/event-stream")
+        request.add_header("Last-Event-ID", str(last))
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            # Keep-alive comments come every 15 s: a read waits at most `timeout`.
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                event, data = "message", []
+                for raw in response:
+                    line = raw.decode("utf-8").rstrip("\r\n")
+                    if not line:
+                        if data:
+                            yield event, "\n".join(data)
+                        event, data = "message", []
+                    elif line.startswith("event:"):
+                        event = line[len("event:"):].strip()
+                    elif line.startswith("data:"):
+                        data.append(line[len("data:"):].lstrip(" "))
+        except urllib.error.HTTPError as error:
+            raw = error.read().decode("utf-8", "replace")
+            try:
+                problem = json.loads(raw)
+                kind = str(problem.get("type", "")).removeprefix(PROBLEM_PREFIX) or "http_error"
+                raise RagstreamError(kind, error.code, problem.get("detail", raw)) from None
+            except (ValueError, AttributeError):
+                raise RagstreamError("http_error", error.code, raw[:500]) from None
 
     def upsert(
         self,
@@ -395,3 +499,97 @@ class Client:
     def invalidations(self, since: int = 0) -> dict[str, Any]:
         """`GET /v1/invalidations`: contexts made stale since `since` (`last` is the next `since`)."""
         return self._request("GET", "/v1/invalidations", params={"since": since})
+
+
+@dataclass
+class Version:
+    """One version of a standing query's context."""
+
+    subscription_id: str
+    version: int
+    context: Context
+    index_watermark: dict[str, Any] = field(default_factory=dict)
+    published_ms: int = 0
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    reordered: bool = False
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> "Version":
+        diff = value.get("diff", {})
+        return cls(
+            subscription_id=value["subscription_id"],
+            version=int(value["version"]),
+            context=Context.from_json(value["context"]),
+            index_watermark=dict(value.get("index_watermark", {})),
+            published_ms=int(value.get("published_ms", 0)),
+            added=list(diff.get("added", [])),
+            removed=list(diff.get("removed", [])),
+            changed=list(diff.get("changed", [])),
+            reordered=bool(diff.get("reordered", False)),
+        )
+
+
+class Subscription:
+    """A standing query made by `Client.subscribe`: `first` is its version 1."""
+
+    def __init__(self, client: Client, first: Version):
+        self.client = client
+        self.first = first
+        self.id = first.subscription_id
+        self._path = "/v1/subscriptions/" + urllib.parse.quote(self.id, safe="")
+        self._seen = first.version
+
+    def status(self) -> dict[str, Any]:
+        """`GET /v1/subscriptions/{id}`: `pending` (a change not yet reflected), `expires_in_secs`,
+        and `latest`."""
+        return self.client._request("GET", self._path)
+
+    def latest(self) -> Version:
+        """The latest version."""
+        return Version.from_json(self.status()["latest"])
+
+    def context(self) -> Context:
+        """The latest version's context (what a retriever or a prompt reads)."""
+        return self.latest().context
+
+    def versions(self, *, after: int | None = None, reconnect: bool = True) -> Iterator[Version]:
+        """Each version after `after` (default: the last this object yielded, at first version 1) as
+        the job publishes it, over Server-Sent Events. A dropped connection is resumed with
+        `Last-Event-ID` (unless `reconnect` is false), so nothing is missed while the job still keeps
+        the versions; the iteration ends when the subscription ends."""
+        last = self._seen if after is None else after
+        while True:
+            try:
+                for event, data in self.client._events(self._path + "/events", last):
+                    if event == "end":
+                        return
+                    if event == "version":
+                        version = Version.from_json(json.loads(data))
+                        if version.version <= last:
+                            continue
+                        last = version.version
+                        self._seen = max(self._seen, last)
+                        yield version
+                return
+            except RagstreamError:
+                raise
+            except (urllib.error.URLError, OSError):
+                if not reconnect:
+                    raise
+                time.sleep(0.5)
+
+    def close(self) -> None:
+        """`DELETE /v1/subscriptions/{id}`: ends it (a subscription already ended is no error)."""
+        try:
+            self.client._request("DELETE", self._path)
+        except RagstreamError as error:
+            if error.kind != "not_found":
+                raise
+
+    def __enter__(self) -> "Subscription":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
