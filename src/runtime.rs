@@ -171,7 +171,9 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     // the subscriptions they may move. A server collection weighing terms across tenants moves
     // every subscription with any change.
     let changes = Arc::new(Changes::default());
-    let standing = match config.standing.enabled {
+    // A process records the changes of its own workers only: in a cluster, another process's
+    // writes would not reach its subscriptions, so they are not served there (yet).
+    let standing = match config.standing.enabled && config.runtime.processes <= 1 {
         true => Some(Standing::start(
             config.standing.clone(),
             ingress.clone(),

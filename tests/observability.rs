@@ -435,8 +435,32 @@ fn wave(broker: &Broker, job: &mut Job, wave: usize) -> Vec<String> {
 /// librdkafka reports every 5 s.
 fn workload(broker: &Broker, job: &mut Job) -> Vec<String> {
     let mut ids = wave(broker, job, 1);
+    // A standing query that the second wave's documents move: its versions and their latency.
+    let subscription = json!({"query": {"tenant": "acme", "text": "when do releases ship", "token_budget": 200}, "min_interval_ms": 0});
+    let (status, body) = http_post_json(
+        job.http_port,
+        "/v1/subscriptions",
+        &subscription.to_string(),
+    )
+    .expect("answered");
+    assert_eq!(status, 201, "{body}");
     std::thread::sleep(Duration::from_secs(4));
     ids.extend(wave(broker, job, 2));
+    // Last, so that its latency is within the panels' rate window.
+    broker.produce(
+        DOCS,
+        &[document(
+            "acme",
+            "release-calendar",
+            1,
+            "# Release calendar\n\nReleases ship every second Thursday on the release train.",
+        )],
+    );
+    job.wait_for(
+        Duration::from_secs(60),
+        "a second version of the standing query",
+        |m| metric(m, "ragstream_standing_versions_total") >= 2.0,
+    );
     job.wait_for(Duration::from_secs(30), "consumer lag", |m| {
         m.contains("ragstream_consumer_lag_messages{")
     });

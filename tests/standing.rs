@@ -1,5 +1,6 @@
-//! Standing queries through the HTTP API of a running job (embedded index, local model, documents
-//! posted over HTTP): subscriptions follow random upserts, edits and deletes; at every quiet point
+//! Standing queries through the HTTP API of a running job (the embedded index, and a Qdrant server
+//! collection; the local model; documents posted over HTTP): subscriptions follow random upserts,
+//! edits and deletes; at every quiet point
 //! each subscription's latest version is what a one-shot query with the same body answers; versions
 //! are numbered without gaps, never go backwards, and no two consecutive versions carry the same
 //! items; the event stream resumes after `Last-Event-ID` with nothing missed; another tenant's
@@ -185,10 +186,29 @@ fn events(port: u16, id: &str, last: u64, until: u64) -> Vec<Value> {
 
 #[test]
 fn standing_versions_follow_the_corpus_and_equal_one_shot_answers_when_quiet() {
+    follow_the_corpus(crate::common::JSONL_SERVING.to_string(), false);
+}
+
+/// The same on a Qdrant server collection, which weighs BM25 terms across tenants: a change of one
+/// tenant re-answers every subscription, and the other tenant's latest version is its one-shot
+/// answer too.
+#[test]
+fn standing_versions_on_a_qdrant_server_equal_one_shot_answers_when_quiet() {
+    let Some(server) = crate::common::qdrant::QdrantServer::start() else {
+        return;
+    };
+    follow_the_corpus(
+        server.index_config(crate::common::JSONL_SERVING, "standing"),
+        true,
+    );
+}
+
+/// The scenario of both tests on the job `config` starts (`cross_tenant`: its index weighs terms
+/// across tenants).
+fn follow_the_corpus(config: String, cross_tenant: bool) {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("events.jsonl"), "").expect("events");
-    let config = crate::common::JSONL_SERVING.to_string()
-        + "[standing]\nmax_per_tenant = 8\ndefault_min_interval_ms = 0\n";
+    let config = config + "[standing]\nmax_per_tenant = 8\ndefault_min_interval_ms = 0\n";
     let mut job = Job::start(dir.path(), &config, 1);
     job.wait_ready(Duration::from_secs(120));
     let port = job.http_port;
@@ -331,12 +351,19 @@ fn standing_versions_follow_the_corpus_and_equal_one_shot_answers_when_quiet() {
         "the rounds moved some contexts: {versions_published} versions"
     );
 
-    // The other tenant's subscription never moved.
-    let (status, body) =
-        http_get(port, &format!("/v1/subscriptions/{inland_id}")).expect("answered");
-    assert_eq!(status, 200, "{body}");
-    let inland: Value = serde_json::from_str(&body).expect("JSON");
-    assert_eq!(inland["latest"]["version"], 1, "{inland}");
+    // The other tenant's subscription: its latest version is its one-shot answer; where each
+    // tenant's statistics are its own, it never moved.
+    let inland = settled(port, std::slice::from_ref(&inland_id)).remove(0);
+    let mut one_shot = inland_query.clone();
+    one_shot["query_id"] = json!("one-shot-inland");
+    let (code, answer) =
+        http_post_json(port, "/v1/query", &one_shot.to_string()).expect("answered");
+    assert_eq!(code, 200, "{answer}");
+    let one_shot: Value = serde_json::from_str(&answer).expect("JSON");
+    assert_eq!(items(&inland["latest"]["context"]), items(&one_shot));
+    if !cross_tenant {
+        assert_eq!(inland["latest"]["version"], 1, "{inland}");
+    }
 
     // Unsubscribing ends it.
     let delete = |id: &str| {

@@ -501,7 +501,7 @@ mod tests {
     use crate::embed::Embedder;
     use crate::ingest::chunk::{Chunker, ChunkerConfig};
     use crate::ingest::diff::diff_chunk_sets;
-    use crate::model::{ChunkSet, DocKind, Document};
+    use crate::model::ChunkSet;
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
