@@ -703,6 +703,8 @@ impl Tracker {
 mod tests {
     use super::*;
 
+    // The source's events are `Result<DocOp, DlqRecord>`: refusals travel as data.
+    #[allow(clippy::result_large_err)]
     fn upsert(tenant: &str, id: &str, bytes: usize) -> Result<DocOp, DlqRecord> {
         Ok(DocOp::Upsert(ragstream_core::testing::prose(
             tenant,
