@@ -170,6 +170,20 @@ class SourcesPage:
     next_cursor: str | None
 
 
+def problem_error(error: urllib.error.HTTPError) -> RagstreamError:
+    """The job's problem answer (RFC 9457) as an error; an answer that is no problem keeps its
+    status and the start of its body."""
+    raw = error.read().decode("utf-8", "replace")
+    try:
+        problem = json.loads(raw)
+        kind = str(problem.get("type", "")).removeprefix(PROBLEM_PREFIX) or "http_error"
+        return RagstreamError(
+            kind, error.code, problem.get("detail", raw), problem.get("query_id"), problem.get("errors")
+        )
+    except (ValueError, AttributeError):
+        return RagstreamError("http_error", error.code, raw[:500])
+
+
 class Client:
     """The job's HTTP API.
 
@@ -209,15 +223,7 @@ class Client:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 return json.loads(response.read().decode("utf-8"))
         except urllib.error.HTTPError as error:
-            raw = error.read().decode("utf-8", "replace")
-            try:
-                problem = json.loads(raw)
-                kind = str(problem.get("type", "")).removeprefix(PROBLEM_PREFIX) or "http_error"
-                raise RagstreamError(
-                    kind, error.code, problem.get("detail", raw), problem.get("query_id"), problem.get("errors")
-                ) from None
-            except (ValueError, AttributeError):
-                raise RagstreamError("http_error", error.code, raw[:500]) from None
+            raise problem_error(error) from None
         except (urllib.error.URLError, OSError) as error:
             raise RagstreamError("unreachable", 0, f"{url}: {error}") from None
 
@@ -366,13 +372,7 @@ class Client:
                     elif line.startswith("data:"):
                         data.append(line[len("data:"):].lstrip(" "))
         except urllib.error.HTTPError as error:
-            raw = error.read().decode("utf-8", "replace")
-            try:
-                problem = json.loads(raw)
-                kind = str(problem.get("type", "")).removeprefix(PROBLEM_PREFIX) or "http_error"
-                raise RagstreamError(kind, error.code, problem.get("detail", raw)) from None
-            except (ValueError, AttributeError):
-                raise RagstreamError("http_error", error.code, raw[:500]) from None
+            raise problem_error(error) from None
 
     def upsert(
         self,
