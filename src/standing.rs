@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ragstream_core::query::{Context, Watermark};
+use ragstream_core::query::{Context, ContextItem, Watermark};
 use ragstream_operators::ingest::written::{Changes, TenantChange};
 use ragstream_operators::io::query_source::HttpIngress;
 use ragstream_operators::metrics::metrics;
@@ -625,13 +625,25 @@ fn same(a: &Context, b: &Context) -> bool {
     a.context == b.context
         && a.tokens_used == b.tokens_used
         && a.items.len() == b.items.len()
-        && a.items.iter().zip(&b.items).all(|(x, y)| {
-            x.chunk_id == y.chunk_id
-                && x.text == y.text
-                && x.tokens == y.tokens
-                && x.lines == y.lines
-                && x.tier == y.tier
-        })
+        && a.items.iter().zip(&b.items).all(|(x, y)| same_item(x, y))
+}
+
+/// Whether two items are the same chunk with the same text, tokens, lines and tier.
+fn same_item(a: &ContextItem, b: &ContextItem) -> bool {
+    a.chunk_id == b.chunk_id
+        && a.text == b.text
+        && a.tokens == b.tokens
+        && a.lines == b.lines
+        && a.tier == b.tier
+}
+
+/// A context's items by chunk id.
+fn by_id(context: &Context) -> HashMap<&str, &ContextItem> {
+    context
+        .items
+        .iter()
+        .map(|item| (item.chunk_id.as_str(), item))
+        .collect()
 }
 
 /// What moved from `before` (none: the first version) to `after`.
@@ -642,16 +654,7 @@ fn diff(before: Option<&Context>, after: &Context) -> Diff {
             ..Diff::default()
         };
     };
-    let old: HashMap<&str, &ragstream_core::query::ContextItem> = before
-        .items
-        .iter()
-        .map(|item| (item.chunk_id.as_str(), item))
-        .collect();
-    let new: HashMap<&str, &ragstream_core::query::ContextItem> = after
-        .items
-        .iter()
-        .map(|item| (item.chunk_id.as_str(), item))
-        .collect();
+    let (old, new) = (by_id(before), by_id(after));
     let added = after
         .items
         .iter()
@@ -668,12 +671,8 @@ fn diff(before: Option<&Context>, after: &Context) -> Diff {
         .items
         .iter()
         .filter(|item| {
-            old.get(item.chunk_id.as_str()).is_some_and(|was| {
-                was.text != item.text
-                    || was.tokens != item.tokens
-                    || was.lines != item.lines
-                    || was.tier != item.tier
-            })
+            old.get(item.chunk_id.as_str())
+                .is_some_and(|was| !same_item(was, item))
         })
         .map(|item| item.chunk_id.clone())
         .collect();
@@ -712,7 +711,6 @@ fn rand_suffix() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ragstream_core::query::ContextItem;
 
     fn context(items: &[(&str, &str)]) -> Context {
         let mut context: Context = serde_json::from_value(serde_json::json!({
