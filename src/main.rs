@@ -12,6 +12,7 @@ mod bench_neighbours;
 mod bench_pathological;
 mod bench_query;
 mod bench_scale;
+mod bench_standing;
 mod bench_volume;
 mod client;
 mod config_reference;
@@ -251,6 +252,9 @@ enum BenchCommand {
     Neighbours(bench_neighbours::NeighboursBench),
     /// `POST /v1/query` round trips while documents stream in at full embedding speed, and with ingest idle.
     Load(bench_load::LoadBench),
+    /// Standing queries while a corpus streams in (ingest throughput against none, change → version
+    /// latency, re-evaluations per changed context), and many held idle.
+    Standing(bench_standing::StandingBench),
     /// Token counting, embedding-only and end-to-end Kafka ingest throughput, freshness, peak RSS.
     Ingest(bench::IngestBench),
 }
@@ -378,6 +382,7 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Pathological(args) => bench_pathological::pathological(args)?,
         BenchCommand::Neighbours(args) => bench_neighbours::neighbours(args)?,
         BenchCommand::Load(args) => bench_load::load(args)?,
+        BenchCommand::Standing(args) => bench_standing::standing(args)?,
         BenchCommand::Embed(args) => {
             // One line per report: the embed bench script collects them as JSON lines.
             println!("{}", bench_embed::embed(args)?);

@@ -173,12 +173,14 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     let changes = Arc::new(Changes::default());
     // A process records the changes of its own workers only: in a cluster, another process's
     // writes would not reach its subscriptions, so they are not served there (yet).
+    let corpus_stats = Arc::new(CorpusStats::default());
     let standing = match config.standing.enabled && config.runtime.processes <= 1 {
         true => Some(Standing::start(
             config.standing.clone(),
             ingress.clone(),
             changes.clone(),
-            shards.iter().any(|shard| shard.engine_idf()),
+            (!shards.iter().any(|shard| shard.engine_idf()))
+                .then(|| (corpus_stats.clone(), config.index.bm25.weight_max())),
         )?),
         false => None,
     };
@@ -235,7 +237,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         stats_leaders: (0..config.runtime.processes.max(1))
             .map(|process| process * workers)
             .collect(),
-        corpus_stats: Arc::new(CorpusStats::default()),
+        corpus_stats,
         progress,
         checkpoint,
         local_input,

@@ -22,19 +22,33 @@
 //! - **Bounded.** Per-tenant and total caps, `versions_kept` versions per subscription, a TTL;
 //!   expiry and unsubscribing free everything.
 //!
-//! Which subscriptions a change re-evaluates: those of the changed tenant (its documents and BM25
-//! statistics are its own); where the index weighs terms across tenants (a server collection's own
-//! IDF), every subscription.
+//! # Which subscriptions a change re-evaluates
+//! Only a change of a subscription's own tenant can move it (documents and BM25 statistics are per
+//! tenant). Of those, each evaluation leaves a [`Probe`] of what its retrieval saw, and a batch of
+//! changed documents re-evaluates only the subscriptions whose probe it may move: a changed
+//! document with a member in either lane; a new chunk whose cosine with the query vector reaches the
+//! dense lane's lowest member's (one pass of dot products over the tenant's subscriptions and the
+//! batch's chunks); a new chunk whose BM25 score comes within twice the statistics' drift of the
+//! BM25 lane's lowest member's (the chunk's terms looked up in an inverted index of the
+//! subscriptions' terms; the drift bounds how far any chunk's BM25 score moved since the probe,
+//! [`Probe::drift`]); or a drift past `standing.drift` of the lane's best score (the lane's members
+//! may have changed places). When a tenant has been quiet for [`SETTLE`], subscriptions whose drift
+//! is past `standing.rest_drift` of their best BM25 score are evaluated once more, so a context is
+//! exact at rest (up to BM25 scores closer than twice that: with 0, exact). A subscription without a probe, a change recorded without its chunks (the feed
+//! overflowed) and a server collection weighing terms across tenants (its own IDF) fall back to
+//! re-evaluating every subscription the change may concern.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use ragstream_core::query::probe::{cosine, Probe};
 use ragstream_core::query::{Context, ContextItem, Watermark};
-use ragstream_operators::ingest::written::{Changes, TenantChange};
+use ragstream_operators::ingest::written::{Changes, DocChange, TenantChange};
 use ragstream_operators::io::query_source::HttpIngress;
 use ragstream_operators::metrics::metrics;
+use ragstream_operators::store::stats::CorpusStats;
 use ragstream_topologies::config::{StandingConfig, MAX_MIN_INTERVAL_MS};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -43,6 +57,8 @@ use serde_json::{Map, Value};
 const TICK: Duration = Duration::from_millis(20);
 /// Longest an evaluation may take before it is given up and tried again.
 const EVALUATION_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a tenant stays without changes before its subscriptions are checked for drift at rest.
+pub const SETTLE: Duration = Duration::from_millis(300);
 
 /// One version of a subscription's context.
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -131,8 +147,12 @@ pub struct Standing {
     config: StandingConfig,
     ingress: Arc<HttpIngress>,
     changes: Arc<Changes>,
-    /// The index weighs terms across tenants: any change may move any subscription.
-    cross_tenant: bool,
+    /// The tenants' BM25 statistics, where the job weighs the query terms itself (`None`: the index
+    /// weighs terms across tenants, any change may move any subscription), and the largest weight
+    /// a term can have in a chunk ([`Bm25Params::weight_max`]).
+    ///
+    /// [`Bm25Params::weight_max`]: ragstream_operators::store::Bm25Params::weight_max
+    stats: Option<(Arc<CorpusStats>, f32)>,
     state: Mutex<State>,
     stopped: AtomicBool,
 }
@@ -149,6 +169,10 @@ struct State {
     made: u64,
     /// Where the round robin over tenants starts next.
     turn: u64,
+    /// Tenants changed since their subscriptions were last checked for drift at rest.
+    settle: HashMap<String, TenantChange>,
+    /// Subscriptions being made (their first evaluation under way).
+    subscribing: usize,
 }
 
 struct Subscription {
@@ -160,6 +184,11 @@ struct Subscription {
     /// The newest change of its tenant not yet reflected.
     wanted: Option<TenantChange>,
     evaluation: Option<Evaluation>,
+    /// What the latest evaluation's retrieval saw (`None`: every change of its tenant may move it).
+    probe: Option<Arc<Probe>>,
+    /// The newest change judged not to move it while an evaluation was under way (that evaluation
+    /// may not reflect it: judged again when it ends).
+    judged: Option<TenantChange>,
     last_started: Instant,
     evaluations: u64,
     /// The latest version number, for the event streams; dropped when the subscription ends.
@@ -182,17 +211,19 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Standing {
     /// A registry evaluating through `ingress`, told of changes by `changes`; starts its evaluator.
+    /// `stats`: the tenants' BM25 statistics where the job weighs query terms itself (`None` where
+    /// the index weighs them across tenants), with the largest weight a term has in a chunk.
     pub fn start(
         config: StandingConfig,
         ingress: Arc<HttpIngress>,
         changes: Arc<Changes>,
-        cross_tenant: bool,
+        stats: Option<(Arc<CorpusStats>, f32)>,
     ) -> anyhow::Result<Arc<Self>> {
         let standing = Arc::new(Self {
             config,
             ingress,
             changes,
-            cross_tenant,
+            stats,
             state: Mutex::new(State::default()),
             stopped: AtomicBool::new(false),
         });
@@ -248,14 +279,32 @@ impl Standing {
             let mut state = lock(&self.state);
             self.room(&state, &tenant)?;
             state.made += 1;
+            state.subscribing += 1;
             format!("sub-{}-{:016x}", state.made, rand_suffix())
         };
+        // The feed keeps documents' chunks from before the first evaluation on.
+        self.changes.set_detailed(true);
+        let made = self.make(id, tenant, request, min_interval_ms, ttl_secs);
+        lock(&self.state).subscribing -= 1;
+        made
+    }
+
+    /// Evaluates a new subscription's first version and holds it.
+    fn make(
+        &self,
+        id: String,
+        tenant: String,
+        request: Request,
+        min_interval_ms: u64,
+        ttl_secs: u64,
+    ) -> Result<Arc<Version>, Refused> {
         let since = self.changes.serial();
-        let context = self.evaluate_now(&id, 1, &request.query)?;
+        let mut context = self.evaluate_now(&id, 1, &request.query)?;
         if context.error.is_some() {
             return Err(Refused::Query(Box::new(context)));
         }
         let now = Instant::now();
+        let probe = context.probe.take();
         let version = Arc::new(Version {
             subscription_id: id.clone(),
             version: 1,
@@ -282,6 +331,8 @@ impl Standing {
                 versions: VecDeque::from([version.clone()]),
                 wanted,
                 evaluation: None,
+                probe,
+                judged: None,
                 last_started: now,
                 evaluations: 0,
                 notify,
@@ -356,7 +407,9 @@ impl Standing {
         Some(Status {
             subscription_id: id.to_string(),
             tenant: subscription.tenant.clone(),
-            pending: subscription.wanted.is_some() || subscription.evaluation.is_some(),
+            pending: subscription.wanted.is_some()
+                || subscription.evaluation.is_some()
+                || state.settle.contains_key(&subscription.tenant),
             min_interval_ms: subscription.min_interval.as_millis() as u64,
             expires_in_secs: subscription
                 .expires
@@ -415,6 +468,10 @@ impl Standing {
             remove(&mut state, &id, &self.ingress);
         }
         self.take_changes(&mut state);
+        self.settle(&mut state);
+        // The change feed keeps documents' chunks only while there are subscriptions to filter.
+        self.changes
+            .set_detailed(!state.subscriptions.is_empty() || state.subscribing > 0);
         let active: Vec<String> = state.active.iter().cloned().collect();
         let mut due: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut in_flight = 0;
@@ -479,26 +536,221 @@ impl Standing {
         }
     }
 
-    /// Marks the subscriptions of each tenant changed since the last look as wanting that change.
+    /// Takes in the changes since the last look: each changed tenant's subscriptions that the
+    /// change may move want it ([`Standing::moved`]); the others are counted as filtered.
     fn take_changes(&self, state: &mut State) {
-        let serial = self.changes.serial();
-        if serial == state.seen_serial {
+        if self.changes.serial() == state.seen_serial {
             return;
         }
-        let changed = self.changes.since(state.seen_serial);
-        state.seen_serial = serial;
-        for (tenant, change) in changed {
-            let ids: Vec<String> = if self.cross_tenant {
+        let since = self.changes.take_since(state.seen_serial);
+        state.seen_serial = since.serial;
+        let filter = since.complete && self.stats.is_some();
+        let mut docs: HashMap<&str, Vec<&DocChange>> = HashMap::new();
+        for doc in &since.docs {
+            docs.entry(doc.key.tenant.as_str()).or_default().push(doc);
+        }
+        for (tenant, change) in &since.tenants {
+            let ids: Vec<String> = if self.stats.is_none() {
                 state.subscriptions.keys().cloned().collect()
             } else {
                 state
                     .by_tenant
-                    .get(&tenant)
+                    .get(tenant)
                     .map(|ids| ids.iter().cloned().collect())
                     .unwrap_or_default()
             };
+            if ids.is_empty() {
+                continue;
+            }
+            let moved = match filter {
+                true => self.moved(state, tenant, &ids, docs.get(tenant.as_str())),
+                false => {
+                    metrics()
+                        .standing_moved
+                        .with_label_values(&["unfiltered"])
+                        .inc_by(ids.len() as u64);
+                    ids.iter().cloned().collect()
+                }
+            };
+            if filter {
+                state.settle.insert(tenant.clone(), *change);
+            }
             for id in ids {
-                if let Some(subscription) = state.subscriptions.get_mut(&id) {
+                let Some(subscription) = state.subscriptions.get_mut(&id) else {
+                    continue;
+                };
+                if moved.contains(&id) {
+                    subscription.wanted = Some(newer(subscription.wanted, *change));
+                    state.active.insert(id);
+                } else {
+                    metrics().standing_filtered.inc();
+                    if subscription.evaluation.is_some() {
+                        subscription.judged = Some(newer(subscription.judged, *change));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Which of `ids` (subscriptions of `tenant`) the changed documents `docs` may move: those
+    /// without a probe, those citing a changed document, those a new chunk may enter a lane of, and
+    /// those whose BM25 scores drifted past `standing.drift` of their best.
+    fn moved(
+        &self,
+        state: &State,
+        tenant: &str,
+        ids: &[String],
+        docs: Option<&Vec<&DocChange>>,
+    ) -> BTreeSet<String> {
+        let docs: &[&DocChange] = docs.map_or(&[], |docs| docs.as_slice());
+        let probes: Vec<(&String, &Probe)> = ids
+            .iter()
+            .filter_map(|id| {
+                let probe = state.subscriptions.get(id)?.probe.as_deref();
+                Some((id, probe?))
+            })
+            .collect();
+        let mut moved: BTreeSet<String> = ids
+            .iter()
+            .filter(|id| {
+                state
+                    .subscriptions
+                    .get(*id)
+                    .is_some_and(|s| s.probe.is_none())
+            })
+            .cloned()
+            .collect();
+        let reason = |reason: &str, count: usize| {
+            metrics()
+                .standing_moved
+                .with_label_values(&[reason])
+                .inc_by(count as u64)
+        };
+        reason("unfiltered", moved.len());
+        // Each query's BM25 weights now, and how far they moved its members' scores.
+        let weights: Vec<(Vec<f32>, f32)> = probes
+            .iter()
+            .map(|(_, probe)| self.weights_now(tenant, probe))
+            .collect();
+        for ((id, probe), (_, drift)) in probes.iter().zip(&weights) {
+            if docs.iter().any(|doc| probe.cites(&doc.key.doc_id)) {
+                reason("cites", 1);
+                moved.insert((*id).clone());
+            } else if *drift > self.config.drift * probe.bm25_top {
+                reason("drift", 1);
+                moved.insert((*id).clone());
+            }
+        }
+        // Dense: every new chunk against every query vector.
+        let chunks: Vec<&(Vec<f32>, ragstream_operators::store::SparseVector)> =
+            docs.iter().flat_map(|doc| &doc.chunks).collect();
+        if chunks.is_empty() {
+            return moved;
+        }
+        for (id, probe) in &probes {
+            if moved.contains(*id) || probe.dense.is_empty() {
+                continue;
+            }
+            let best = chunks
+                .iter()
+                .map(|(dense, _)| cosine(&probe.dense, dense))
+                .try_fold(f32::NEG_INFINITY, |best, score| score.map(|s| best.max(s)));
+            if probe.admits_dense(best) {
+                reason("dense", 1);
+                moved.insert((*id).clone());
+            }
+        }
+        // BM25: each chunk's terms through an inverted index of the queries' terms.
+        let mut terms: HashMap<u32, Vec<(usize, f32)>> = HashMap::new();
+        for (at, (id, probe)) in probes.iter().enumerate() {
+            if moved.contains(*id) {
+                continue;
+            }
+            for (term, weight) in probe.bm25.indices.iter().zip(&weights[at].0) {
+                terms.entry(*term).or_default().push((at, *weight));
+            }
+        }
+        if terms.is_empty() {
+            return moved;
+        }
+        let mut scores: HashMap<usize, f32> = HashMap::new();
+        for (_, sparse) in chunks {
+            scores.clear();
+            for (term, weight) in sparse.indices.iter().zip(&sparse.values) {
+                for (at, query) in terms.get(term).map_or(&[][..], Vec::as_slice) {
+                    *scores.entry(*at).or_default() += query * weight;
+                }
+            }
+            for (at, score) in &scores {
+                let (id, probe) = probes[*at];
+                if probe.admits_bm25(*score, weights[*at].1) && moved.insert(id.clone()) {
+                    reason("bm25", 1);
+                }
+            }
+        }
+        moved
+    }
+
+    /// The probe's BM25 query weights under `tenant`'s statistics now, and how far they moved a
+    /// member's score since the probe ([`Probe::drift`]; infinite where the job does not weigh
+    /// terms itself).
+    fn weights_now(&self, tenant: &str, probe: &Probe) -> (Vec<f32>, f32) {
+        let Some((stats, weight_max)) = &self.stats else {
+            return (probe.bm25.values.clone(), f32::INFINITY);
+        };
+        if probe.bm25.indices.is_empty() {
+            return (Vec::new(), 0.0);
+        }
+        let now = stats.weigh(
+            tenant,
+            &ragstream_operators::store::SparseVector {
+                indices: probe.bm25.indices.clone(),
+                values: probe.bm25_raw.clone(),
+            },
+        );
+        let drift = probe.drift(&now.values, *weight_max);
+        (now.values, drift)
+    }
+
+    /// Tenants quiet for [`SETTLE`] with no evaluation of theirs owed or under way: each
+    /// subscription whose BM25 scores drifted past `standing.rest_drift` of its best since its
+    /// probe wants the tenant's latest change.
+    fn settle(&self, state: &mut State) {
+        if state.settle.is_empty() {
+            return;
+        }
+        let now_ms = ragstream_operators::now_millis();
+        let quiet: Vec<(String, TenantChange)> = state
+            .settle
+            .iter()
+            .filter(|(tenant, change)| {
+                now_ms.saturating_sub(change.recorded_ms) >= SETTLE.as_millis() as u64
+                    && state.by_tenant.get(*tenant).is_none_or(|ids| {
+                        ids.iter().all(|id| {
+                            state.subscriptions.get(id).is_none_or(|subscription| {
+                                subscription.wanted.is_none() && subscription.evaluation.is_none()
+                            })
+                        })
+                    })
+            })
+            .map(|(tenant, change)| (tenant.clone(), *change))
+            .collect();
+        for (tenant, change) in quiet {
+            state.settle.remove(&tenant);
+            let ids: Vec<String> = state
+                .by_tenant
+                .get(&tenant)
+                .map(|ids| ids.iter().cloned().collect())
+                .unwrap_or_default();
+            for id in ids {
+                let Some(subscription) = state.subscriptions.get_mut(&id) else {
+                    continue;
+                };
+                let drifted = subscription.probe.as_deref().is_none_or(|probe| {
+                    self.weights_now(&tenant, probe).1 > self.config.rest_drift * probe.bm25_top
+                });
+                if drifted {
+                    metrics().standing_moved.with_label_values(&["rest"]).inc();
                     subscription.wanted = Some(newer(subscription.wanted, change));
                     state.active.insert(id);
                 }
@@ -577,9 +829,21 @@ fn finish(
     };
     let change = evaluation.change;
     subscription.evaluation = None;
+    let mut context = context;
     if context.error.is_some() {
-        // An index outage or a refusal: nothing published, tried again after `min_interval_ms`.
+        // An index outage or a refusal: nothing published, tried again after `min_interval_ms`
+        // (with any change judged meanwhile).
+        if let Some(judged) = subscription.judged.take() {
+            subscription.wanted = Some(newer(subscription.wanted, judged));
+        }
         return;
+    }
+    subscription.probe = context.probe.take();
+    // A change judged while this evaluation ran, and not reflected by it, is wanted after all.
+    if let Some(judged) = subscription.judged.take() {
+        if !reflects(&context.index_watermark, &judged) {
+            subscription.wanted = Some(newer(subscription.wanted, judged));
+        }
     }
     let Some(latest) = subscription.versions.back() else {
         return;

@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 use crate::common::job::{http_get, http_post_json, Job};
 use serde_json::{json, Value};
 
-/// Sentences of the corpus, by topic; documents draw from them.
-const TOPICS: [&[&str]; 5] = [
+/// Sentences of the corpus, by topic; documents draw from them. No question asks about the last
+/// topic: its documents should move no subscription (the filter skips them).
+const TOPICS: [&[&str]; 6] = [
     &[
         "The ferry to the island leaves the harbour at seven and returns at dusk.",
         "Ferry tickets are sold at the pier office and on board.",
@@ -40,6 +41,11 @@ const TOPICS: [&[&str]; 5] = [
         "The pier was rebuilt in oak after the storm of the old winter.",
         "Divers check the pier piles for rot every second year.",
     ],
+    &[
+        "The bakery sells rye bread and seed rolls from six.",
+        "Sourdough loaves need a night of slow proving.",
+        "Our cinnamon buns sell out before noon on Saturdays.",
+    ],
 ];
 
 /// Questions of the subscriptions of tenant `port` (the changing one).
@@ -53,6 +59,39 @@ const QUESTIONS: [&str; 8] = [
     "spring tides car park",
     "pier piles rot",
 ];
+
+/// Subscriptions of tenant `port`.
+const SUBSCRIPTIONS: usize = 50;
+
+/// The questions of the [`SUBSCRIPTIONS`]: [`QUESTIONS`], then the opening and the closing words
+/// of every harbour sentence, then a sentence of one harbour topic with one of another.
+fn questions() -> Vec<String> {
+    let harbour = &TOPICS[..TOPICS.len() - 1];
+    let sentences: Vec<Vec<&str>> = harbour
+        .iter()
+        .flat_map(|topic| topic.iter())
+        .map(|sentence| sentence.trim_end_matches('.').split(' ').collect())
+        .collect();
+    let mut questions: Vec<String> = QUESTIONS.iter().map(|q| q.to_string()).collect();
+    questions.extend(
+        sentences
+            .iter()
+            .map(|words| words[..4.min(words.len())].join(" ")),
+    );
+    questions.extend(
+        sentences
+            .iter()
+            .map(|words| words[words.len().saturating_sub(4)..].join(" ")),
+    );
+    for (a, b) in (0..harbour.len()).flat_map(|a| (0..harbour.len()).map(move |b| (a, b))) {
+        if a != b {
+            questions.push(format!("{} and {}", harbour[a][0], harbour[b][1]));
+        }
+    }
+    questions.truncate(SUBSCRIPTIONS);
+    assert_eq!(questions.len(), SUBSCRIPTIONS);
+    questions
+}
 
 /// A small deterministic generator (the test's sequence is the same on every run).
 struct Lcg(u64);
@@ -208,7 +247,8 @@ fn standing_versions_on_a_qdrant_server_equal_one_shot_answers_when_quiet() {
 fn follow_the_corpus(config: String, cross_tenant: bool) {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("events.jsonl"), "").expect("events");
-    let config = config + "[standing]\nmax_per_tenant = 8\ndefault_min_interval_ms = 0\n";
+    let config = config
+        + &format!("[standing]\nmax_per_tenant = {SUBSCRIPTIONS}\ndefault_min_interval_ms = 0\n");
     let mut job = Job::start(dir.path(), &config, 1);
     job.wait_ready(Duration::from_secs(120));
     let port = job.http_port;
@@ -218,7 +258,7 @@ fn follow_the_corpus(config: String, cross_tenant: bool) {
     let mut serial = 0;
     let mut live: Vec<usize> = Vec::new();
     let mut documents = Vec::new();
-    for _ in 0..12 {
+    for _ in 0..120 {
         serial += 1;
         live.push(serial);
         documents.push(json!({"tenant": "port", "doc_id": format!("d{serial}"), "version": 1, "text": text(&mut random, serial)}));
@@ -226,13 +266,13 @@ fn follow_the_corpus(config: String, cross_tenant: bool) {
     documents.push(json!({"tenant": "inland", "doc_id": "i1", "version": 1, "text": "The inland canal locks open at nine. The ferry to the island is not ours."}));
     post(port, documents);
 
-    // Subscriptions: eight of the changing tenant, one of the other.
+    // Subscriptions: fifty of the changing tenant, one of the other.
     let subscribe = |body: Value| {
         http_post_json(port, "/v1/subscriptions", &body.to_string()).expect("answered")
     };
     let mut subscriptions: Vec<(String, Value)> = Vec::new();
-    for question in QUESTIONS {
-        let query = query_body("port", question);
+    for question in questions() {
+        let query = query_body("port", &question);
         let (status, body) = subscribe(json!({"query": query, "min_interval_ms": 0}));
         assert_eq!(status, 201, "{body}");
         let version: Value = serde_json::from_str(&body).expect("JSON");
@@ -250,7 +290,7 @@ fn follow_the_corpus(config: String, cross_tenant: bool) {
     let (status, body) = subscribe(json!({"query": query_body("port", "one too many")}));
     assert_eq!(
         status, 403,
-        "the ninth of port's (standing.max_per_tenant = 8): {body}"
+        "one past port's standing.max_per_tenant: {body}"
     );
     assert!(body.contains("subscriptions_exceeded"), "{body}");
     let (status, body) =
@@ -270,10 +310,23 @@ fn follow_the_corpus(config: String, cross_tenant: bool) {
     let ids: Vec<String> = subscriptions.iter().map(|(id, _)| id.clone()).collect();
     let mut seen: Vec<(u64, u64, Items)> = vec![(1, 0, (Vec::new(), String::new())); ids.len()];
     let mut versions_published = 0;
-    for round in 0..6 {
+    let mut changes = 0;
+    for round in 0..20 {
         let mut documents = Vec::new();
-        for _ in 0..6 {
-            match random.next(3) {
+        for _ in 0..25 {
+            match random.next(4) {
+                3 => {
+                    // A bakery notice: nothing any question asks about.
+                    serial += 1;
+                    live.push(serial);
+                    let bakery = TOPICS[TOPICS.len() - 1];
+                    let text = format!(
+                        "Notice {serial}. {} {}",
+                        bakery[random.next(3)],
+                        bakery[random.next(3)]
+                    );
+                    documents.push(json!({"tenant": "port", "doc_id": format!("d{serial}"), "version": round + 2, "text": text}));
+                }
                 0 => {
                     serial += 1;
                     live.push(serial);
@@ -293,6 +346,7 @@ fn follow_the_corpus(config: String, cross_tenant: bool) {
         if documents.is_empty() {
             continue;
         }
+        changes += documents.len();
         post(port, documents);
         let statuses = settled(port, &ids);
         for (index, ((id, query), status)) in subscriptions.iter().zip(&statuses).enumerate() {
@@ -380,11 +434,171 @@ fn follow_the_corpus(config: String, cross_tenant: bool) {
     let status = |answer: String| answer.split_whitespace().nth(1).map(str::to_string);
     assert_eq!(status(delete(&inland_id)).as_deref(), Some("200"));
     assert_eq!(status(delete(&inland_id)).as_deref(), Some("404"));
-    println!("{versions_published} versions published over the rounds");
     let metrics = job.metrics();
+    let metric = |name: &str| crate::common::job::metric(&metrics, name);
+    let (evaluations, filtered) = (
+        metric("ragstream_standing_evaluations_total"),
+        metric("ragstream_standing_filtered_total"),
+    );
+    println!(
+        "{changes} changes over the rounds: {evaluations} re-evaluations, {filtered} \
+         subscriptions found unmoved by a change, {versions_published} versions"
+    );
+    if !cross_tenant {
+        // Documents of the bakery move no harbour question: the filter skipped subscriptions.
+        assert!(filtered > 0.0, "{metrics}");
+    }
     assert!(
         crate::common::job::metric(&metrics, "ragstream_standing_versions_total")
             >= (versions_published + 9) as f64,
+        "{metrics}"
+    );
+    job.stop();
+}
+
+/// Hostile subscribers: one tenant asks for 10 000 subscriptions (from eight clients at once, some
+/// with `min_interval_ms` 0) and holds event streams it never reads while its documents change; the
+/// cap refuses the excess with a problem, the job stays up, and another tenant's queries and its
+/// subscription's new version come through.
+#[test]
+fn standing_queries_survive_a_flooding_tenant_and_streams_never_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("events.jsonl"), "").expect("events");
+    let mut job = Job::start(dir.path(), crate::common::JSONL_SERVING, 1);
+    job.wait_ready(Duration::from_secs(120));
+    let port = job.http_port;
+    let mut random = Lcg(11);
+    let documents: Vec<Value> = (0..20)
+        .flat_map(|n| {
+            let text = text(&mut random, n);
+            [
+                json!({"tenant": "flood", "doc_id": format!("f{n}"), "version": 1, "text": text}),
+                json!({"tenant": "calm", "doc_id": format!("c{n}"), "version": 1, "text": text}),
+            ]
+        })
+        .collect();
+    post(port, documents);
+    let calm_query = |serial: usize| {
+        let started = Instant::now();
+        let body = json!({"query_id": format!("calm-{serial}"), "tenant": "calm", "text": "when does the ferry leave"});
+        let (status, body) =
+            http_post_json(port, "/v1/query", &body.to_string()).expect("answered");
+        assert_eq!(status, 200, "{body}");
+        started.elapsed()
+    };
+    let idle: Vec<Duration> = (0..20).map(calm_query).collect();
+    let (status, body) = http_post_json(
+        port,
+        "/v1/subscriptions",
+        &json!({"query": query_body("calm", "who inspects the lighthouse lamp"), "min_interval_ms": 0}).to_string(),
+    )
+    .expect("answered");
+    assert_eq!(status, 201, "{body}");
+    let calm: Value = serde_json::from_str(&body).expect("JSON");
+    let calm_id = calm["subscription_id"].as_str().expect("id").to_string();
+
+    // The flood, beside calm's questions.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let (made, refused) = (
+        std::sync::Mutex::new(Vec::new()),
+        std::sync::atomic::AtomicUsize::new(0),
+    );
+    let flood_started = Instant::now();
+    let loaded = std::thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| loop {
+                let n = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if n >= 10_000 {
+                    break;
+                }
+                let interval = if n.is_multiple_of(2) { 0 } else { 250 };
+                let body = json!({"query": query_body("flood", &format!("ferry {n}")), "min_interval_ms": interval});
+                let (status, answer) =
+                    http_post_json(port, "/v1/subscriptions", &body.to_string())
+                        .expect("answered");
+                match status {
+                    201 => made.lock().expect("lock").push(
+                        serde_json::from_str::<Value>(&answer).expect("JSON")["subscription_id"]
+                            .as_str()
+                            .expect("id")
+                            .to_string(),
+                    ),
+                    403 => {
+                        assert!(answer.contains("subscriptions_exceeded"), "{answer}");
+                        refused.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    other => panic!("subscription {n} answered {other}: {answer}"),
+                }
+            });
+        }
+        let calm = scope.spawn(|| {
+            let mut times = Vec::new();
+            let mut serial = 100;
+            while next.load(std::sync::atomic::Ordering::SeqCst) < 10_000 {
+                times.push(calm_query(serial));
+                serial += 1;
+            }
+            times
+        });
+        calm.join().expect("calm's questions")
+    });
+    let made = made.into_inner().expect("lock");
+    let refused = refused.into_inner();
+    println!(
+        "flood: {} made, {refused} refused in {:.1} s; calm's questions idle {:?} / during {:?} (max)",
+        made.len(),
+        flood_started.elapsed().as_secs_f64(),
+        idle.iter().max(),
+        loaded.iter().max()
+    );
+    assert_eq!(made.len(), 100, "standing.max_per_tenant's default");
+    assert_eq!(refused, 9_900);
+    assert!(
+        loaded.iter().all(|took| *took < Duration::from_secs(5)),
+        "a question of calm took {:?} during the flood",
+        loaded.iter().max()
+    );
+
+    // Event streams of the flood that are never read, while the flood's documents change.
+    let unread: Vec<TcpStream> = made
+        .iter()
+        .take(32)
+        .map(|id| {
+            let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            write!(
+                stream,
+                "GET /v1/subscriptions/{id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            )
+            .expect("request");
+            stream
+        })
+        .collect();
+    for round in 0..3 {
+        let documents: Vec<Value> = (0..20)
+            .map(|n| json!({"tenant": "flood", "doc_id": format!("f{n}"), "version": round + 2, "text": text(&mut random, n + 100 * round as usize)}))
+            .collect();
+        post(port, documents);
+    }
+    // Calm's subscription still moves: a document answering its question.
+    post(
+        port,
+        vec![
+            json!({"tenant": "calm", "doc_id": "c-lamp", "version": 1, "text": "The lighthouse lamp is inspected by the keeper, who inspects the lighthouse lamp at dawn."}),
+        ],
+    );
+    let settled = settled(port, std::slice::from_ref(&calm_id)).remove(0);
+    assert!(
+        settled["latest"]["version"].as_u64() > Some(1),
+        "calm's subscription moved: {settled}"
+    );
+    let (status, _) = http_get(port, "/healthz").expect("answered");
+    assert_eq!(status, 200);
+    calm_query(999);
+    drop(unread);
+    let metrics = job.metrics();
+    assert_eq!(
+        crate::common::job::metric(&metrics, "ragstream_standing_queries"),
+        101.0,
         "{metrics}"
     );
     job.stop();

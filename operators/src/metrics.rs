@@ -72,6 +72,10 @@ declare_metrics! {
         "Evaluations of standing queries after their tenant's documents changed (first versions not counted).");
     standing_unchanged: IntCounter = counter("ragstream_standing_unchanged_total",
         "Evaluations of standing queries whose context had not moved: nothing published.");
+    standing_filtered: IntCounter = counter("ragstream_standing_filtered_total",
+        "Standing queries a tenant's change was found not to move (no re-evaluation).");
+    standing_moved: IntCounterVec = counter_vec("ragstream_standing_moved_total",
+        "Standing queries a tenant's change may move, by the first reason found: cites (a changed document has a candidate), dense or bm25 (a new chunk enters that lane), drift (corpus statistics moved the BM25 scores), unfiltered (no probe, or the change came without its chunks), rest (drift caught up once the tenant was quiet).", &["reason"]);
     standing_versions: IntCounter = counter("ragstream_standing_versions_total",
         "Versions of standing queries published (first versions included).");
     standing_change_to_version_seconds: Histogram = histogram("ragstream_standing_change_to_version_seconds",
@@ -219,6 +223,37 @@ fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
 fn histogram_vec(name: &str, help: &str, labels: &[&str], buckets: Vec<f64>) -> HistogramVec {
     HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
         .expect("valid metric")
+}
+
+/// The `q` quantile of a histogram, interpolated within its bucket (seconds).
+pub fn quantile(histogram: &prometheus::Histogram, q: f64) -> f64 {
+    let families = histogram.collect();
+    let Some(metric) = families
+        .first()
+        .and_then(|family| family.get_metric().first())
+    else {
+        return 0.0;
+    };
+    let histogram = metric.get_histogram();
+    let total = histogram.get_sample_count() as f64;
+    if total == 0.0 {
+        return 0.0;
+    }
+    let target = q * total;
+    let (mut lower, mut below) = (0.0, 0.0);
+    for bucket in histogram.get_bucket() {
+        let (upper, count) = (bucket.upper_bound(), bucket.cumulative_count() as f64);
+        if count >= target {
+            let share = if count > below {
+                (target - below) / (count - below)
+            } else {
+                0.0
+            };
+            return lower + (upper - lower) * share;
+        }
+        (lower, below) = (upper, count);
+    }
+    lower
 }
 
 /// 0.5 ms to about 65 s.
@@ -451,4 +486,25 @@ pub const MMR_REASONS: [&str; 3] = ["document_cap", "section_cap", "beyond_k"];
 pub fn metrics() -> &'static Metrics {
     static METRICS: OnceLock<Metrics> = OnceLock::new();
     METRICS.get_or_init(Metrics::new)
+}
+
+#[cfg(test)]
+mod tests {
+    use prometheus::{Histogram, HistogramOpts};
+
+    /// Quantiles fall in the bucket holding them, interpolated by the counts around them.
+    #[test]
+    fn quantiles_interpolate_within_their_bucket() {
+        let histogram =
+            Histogram::with_opts(HistogramOpts::new("h", "h").buckets(vec![1.0, 2.0, 4.0]))
+                .expect("histogram");
+        assert_eq!(super::quantile(&histogram, 0.5), 0.0);
+        for value in [0.5, 0.5, 1.5, 1.5, 3.0, 3.0, 3.0, 3.0] {
+            histogram.observe(value);
+        }
+        // Two of eight in (0, 1], two in (1, 2], four in (2, 4].
+        assert!((super::quantile(&histogram, 0.25) - 1.0).abs() < 1e-9);
+        assert!((super::quantile(&histogram, 0.5) - 2.0).abs() < 1e-9);
+        assert!((super::quantile(&histogram, 0.75) - 3.0).abs() < 1e-9);
+    }
 }

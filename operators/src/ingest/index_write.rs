@@ -32,7 +32,7 @@ use timely::dataflow::StreamVec;
 use super::acked::{held_by_index, SharedAcked};
 use super::dlq::{DlqReason, DlqRecord, Origin};
 use super::embed::IndexDelta;
-use super::written::Finished;
+use super::written::{DocChange, Finished};
 use crate::events::{InternalEvent, ShardOptimized};
 use crate::metrics::metrics;
 use crate::model::{ChunkIds, DocKey};
@@ -407,24 +407,36 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
                 );
                 // The batches with the writer, oldest first, each at its capability: a time stays
                 // incomplete downstream (offsets uncommitted) until its batches are durable.
+                // Each batch's new chunks ride with it while standing queries want them.
                 let mut pending: Parked<
                     timely::dataflow::operators::Capability<u64>,
-                    (),
+                    Vec<DocChange>,
                     BatchOutcome,
                 > = Parked::default();
                 move |input, output| {
                     input.for_each(|cap, data| {
+                        let details = match finished.detailed() {
+                            true => data
+                                .iter()
+                                .map(|delta| DocChange::of(&delta.key, delta.time, &delta.points))
+                                .collect(),
+                            false => Vec::new(),
+                        };
                         let ticket = writer.submit(std::mem::take(data));
-                        pending.park(cap.retain_least(0).expect("time of the batch"), (), ticket);
+                        pending.park(
+                            cap.retain_least(0).expect("time of the batch"),
+                            details,
+                            ticket,
+                        );
                     });
-                    for (cap, (), mut outcome) in pending.ready_in_order() {
+                    for (cap, details, mut outcome) in pending.ready_in_order() {
                         let mut ledger = acked.borrow_mut();
                         for (key, _) in &outcome.written {
                             ledger.finished(key, outcome.held.remove(key));
                         }
                         ledger.wake_embed();
                         drop(ledger);
-                        finished.record(outcome.written);
+                        finished.record(outcome.written, details);
                         let mut session = output.session(&cap);
                         session.give_iterator(outcome.dead_letters.into_iter().map(Err));
                         session.give(Ok(outcome.ack));

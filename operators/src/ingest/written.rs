@@ -8,9 +8,12 @@
 //! its next activation. A document that reaches no writer (a stale version, an unchanged re-send) is
 //! done when its time's frontier passes, as before.
 
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::model::DocKey;
+use crate::store::SparseVector;
 
 /// Where an index writer records the documents it finished: the local source's [`Written`] and the
 /// standing queries' [`Changes`], each where the job has one.
@@ -23,10 +26,18 @@ pub struct Finished {
 }
 
 impl Finished {
-    /// Records documents finished, each with the time of its event.
-    pub fn record(&self, finished: Vec<(DocKey, u64)>) {
+    /// Whether the change feed wants the chunks each document wrote ([`Changes::detailed`]).
+    pub fn detailed(&self) -> bool {
+        self.changes
+            .as_ref()
+            .is_some_and(|changes| changes.detailed())
+    }
+
+    /// Records documents finished, each with the time of its event, and the chunks some of them
+    /// wrote (`details`, where [`Finished::detailed`] asked for them).
+    pub fn record(&self, finished: Vec<(DocKey, u64)>, details: Vec<DocChange>) {
         if let Some(changes) = &self.changes {
-            changes.record(&finished);
+            changes.record_with(&finished, details);
         }
         if let Some(written) = &self.written {
             written.record(finished);
@@ -62,13 +73,27 @@ impl Written {
     }
 }
 
-/// What the index writers changed, per tenant: a serial that grows with every document finished
-/// and the latest event time among them (process-wide; read by the standing queries, which
-/// re-evaluate a tenant's subscriptions once their context may have moved).
+/// What the index writers changed, per tenant: a serial that grows with every batch of documents
+/// finished, the latest event time among them and, while standing queries are held, each
+/// document's new chunks (process-wide; read by the standing queries, which re-evaluate the
+/// subscriptions a change may move).
 #[derive(Debug, Default)]
 pub struct Changes {
-    tenants: Mutex<std::collections::HashMap<String, TenantChange>>,
-    serial: std::sync::atomic::AtomicU64,
+    inner: Mutex<ChangeLog>,
+    serial: AtomicU64,
+    detailed: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct ChangeLog {
+    tenants: HashMap<String, TenantChange>,
+    /// Documents changed, oldest first, with their chunks.
+    details: VecDeque<DocChange>,
+    /// Chunks held in `details`.
+    held: usize,
+    /// The latest serial whose documents are not all in `details` (recorded without their chunks,
+    /// or dropped past the bound).
+    gap: u64,
 }
 
 /// A tenant's changes so far.
@@ -82,46 +107,155 @@ pub struct TenantChange {
     pub recorded_ms: u64,
 }
 
+/// One document finished, with the chunks it wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DocChange {
+    /// The serial of the record it came with.
+    pub serial: u64,
+    /// The document.
+    pub key: DocKey,
+    /// Its event time (ms).
+    pub time: u64,
+    /// The chunks it wrote with new content: dense vector and BM25 vector (rewrites of unchanged
+    /// chunks are not here; a delete writes none).
+    pub chunks: Vec<(Vec<f32>, SparseVector)>,
+}
+
+impl DocChange {
+    /// The change a delta makes, before it is written.
+    pub fn of(key: &DocKey, time: u64, points: &[crate::store::PointWrite]) -> Self {
+        Self {
+            serial: 0,
+            key: key.clone(),
+            time,
+            chunks: points
+                .iter()
+                .map(|point| (point.dense.clone(), point.sparse.clone()))
+                .collect(),
+        }
+    }
+}
+
+/// Most chunks the feed holds between two looks of the standing queries (they look every few
+/// milliseconds; past this the oldest are dropped and the subscriptions of their tenants are
+/// re-evaluated without the filter).
+const MAX_DETAIL_CHUNKS: usize = 1 << 15;
+
+/// What changed since a serial ([`Changes::take_since`]).
+#[derive(Debug, Default)]
+pub struct ChangesSince {
+    /// The serial now.
+    pub serial: u64,
+    /// The tenants changed since, with their changes.
+    pub tenants: Vec<(String, TenantChange)>,
+    /// The documents recorded with their chunks since (all of them where `complete`).
+    pub docs: Vec<DocChange>,
+    /// Whether `docs` holds every document changed since.
+    pub complete: bool,
+}
+
 impl Changes {
+    /// Whether the feed keeps each document's chunks (while standing queries are held).
+    pub fn detailed(&self) -> bool {
+        self.detailed.load(Ordering::SeqCst)
+    }
+
+    /// Keeps (or stops keeping) each document's chunks.
+    pub fn set_detailed(&self, detailed: bool) {
+        self.detailed.store(detailed, Ordering::SeqCst);
+    }
+
     /// Records documents finished (written or dead-lettered), each with the time of its event.
     pub fn record(&self, finished: &[(DocKey, u64)]) {
+        self.record_with(finished, Vec::new());
+    }
+
+    /// [`Changes::record`], with the chunks written by those of `finished` in `details` (the
+    /// others count as changed without them).
+    pub fn record_with(&self, finished: &[(DocKey, u64)], details: Vec<DocChange>) {
         if finished.is_empty() {
             return;
         }
-        let serial = self
-            .serial
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-            + 1;
         let now = crate::now_millis();
-        let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+        let mut log = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let serial = self.serial.fetch_add(1, Ordering::SeqCst) + 1;
         for (key, time) in finished {
-            let change = tenants.entry(key.tenant.clone()).or_default();
+            let change = match log.tenants.get_mut(&key.tenant) {
+                Some(change) => change,
+                None => log.tenants.entry(key.tenant.clone()).or_default(),
+            };
             change.serial = serial;
             change.time = change.time.max(*time);
             change.recorded_ms = now;
+        }
+        let keys: HashSet<&DocKey> = details.iter().map(|doc| &doc.key).collect();
+        let whole = self.detailed() && finished.iter().all(|(key, _)| keys.contains(key));
+        if !whole {
+            log.gap = serial;
+        }
+        if !self.detailed() {
+            return;
+        }
+        let finished: HashSet<&DocKey> = finished.iter().map(|(key, _)| key).collect();
+        for mut doc in details {
+            if !finished.contains(&doc.key) {
+                continue;
+            }
+            doc.serial = serial;
+            log.held += doc.chunks.len().max(1);
+            log.details.push_back(doc);
+        }
+        while log.held > MAX_DETAIL_CHUNKS {
+            let Some(dropped) = log.details.pop_front() else {
+                break;
+            };
+            log.held -= dropped.chunks.len().max(1);
+            log.gap = log.gap.max(dropped.serial);
         }
     }
 
     /// The tenant's changes so far, if it ever changed.
     pub fn of(&self, tenant: &str) -> Option<TenantChange> {
-        let tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
-        tenants.get(tenant).copied()
+        let log = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        log.tenants.get(tenant).copied()
     }
 
     /// The process's change serial: it moved when any tenant changed.
     pub fn serial(&self) -> u64 {
-        self.serial.load(std::sync::atomic::Ordering::SeqCst)
+        self.serial.load(Ordering::SeqCst)
     }
 
     /// The tenants changed after serial `since`, with their changes.
     pub fn since(&self, since: u64) -> Vec<(String, TenantChange)> {
-        let tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
-        tenants
-            .iter()
-            .filter(|(_, change)| change.serial > since)
-            .map(|(tenant, change)| (tenant.clone(), *change))
-            .collect()
+        let log = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        changed_since(&log, since)
     }
+
+    /// What changed after serial `since`, taking the documents held (one reader takes them: the
+    /// standing queries' evaluator).
+    pub fn take_since(&self, since: u64) -> ChangesSince {
+        let mut log = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let docs: Vec<DocChange> = log
+            .details
+            .drain(..)
+            .filter(|doc| doc.serial > since)
+            .collect();
+        log.held = 0;
+        ChangesSince {
+            serial: self.serial(),
+            tenants: changed_since(&log, since),
+            docs,
+            complete: log.gap <= since,
+        }
+    }
+}
+
+fn changed_since(log: &ChangeLog, since: u64) -> Vec<(String, TenantChange)> {
+    log.tenants
+        .iter()
+        .filter(|(_, change)| change.serial > since)
+        .map(|(tenant, change)| (tenant.clone(), *change))
+        .collect()
 }
 
 #[cfg(test)]
@@ -157,5 +291,37 @@ mod tests {
         assert_eq!(changes.of("c"), None);
         assert_eq!(changes.since(0).len(), 2);
         assert!(changes.since(changes.serial()).is_empty());
+    }
+
+    /// While detailed, the documents recorded with their chunks come back once, with the serial of
+    /// their record; a document recorded without its chunks, or before the feed was detailed, makes
+    /// what follows incomplete.
+    #[test]
+    fn details_are_taken_once_and_gaps_are_told() {
+        let changes = Changes::default();
+        changes.record(&[(key("a", "0"), 1)]);
+        changes.set_detailed(true);
+        let doc = |name: &str| DocChange {
+            key: key("a", name),
+            chunks: vec![(vec![1.0], SparseVector::default())],
+            serial: 0,
+            time: 0,
+        };
+        changes.record_with(&[(key("a", "1"), 2)], vec![doc("1"), doc("stale")]);
+        let taken = changes.take_since(0);
+        assert!(!taken.complete, "the first record had no chunks");
+        assert_eq!(taken.docs.len(), 1);
+        assert_eq!(taken.docs[0].key.doc_id, "1");
+        assert_eq!(taken.docs[0].serial, changes.serial());
+        let since = changes.serial() - 1;
+        let again = changes.take_since(since);
+        assert!(again.complete && again.docs.is_empty(), "taken once");
+        changes.record_with(&[(key("a", "2"), 3), (key("b", "1"), 3)], vec![doc("2")]);
+        assert!(!changes.take_since(changes.serial() - 1).complete);
+        let last = changes.serial();
+        changes.record_with(&[(key("a", "3"), 4)], vec![doc("3")]);
+        let taken = changes.take_since(last);
+        assert!(taken.complete);
+        assert_eq!(taken.tenants.len(), 1);
     }
 }

@@ -108,6 +108,7 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
         weights: plan.as_ref().map(|p| p.weights).unwrap_or_default(),
         index_watermark: job.watermark.clone(),
         chunks_available: working.available,
+        probe: working.answer.probe.take(),
         ..Context::default()
     };
     let notes = job.notes.clone();

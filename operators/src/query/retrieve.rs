@@ -3,6 +3,7 @@
 //! query's origin worker).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use timely::container::CapacityContainerBuilder;
@@ -12,7 +13,7 @@ use timely::dataflow::operators::Operator;
 use timely::dataflow::StreamVec;
 
 use super::job::{QueryJob, QueryServices, Working};
-use super::search::{gather, lane_depths, lane_pool, search_shard, ShardAnswer};
+use super::search::{gather, lane_depths, lane_pool, probe, search_shard, ShardAnswer};
 use crate::metrics::metrics;
 use crate::stage::map_stage;
 use crate::wire::Wire;
@@ -36,6 +37,7 @@ impl<'scope> Retrieve<'scope> for StreamVec<'scope, u64, QueryJob> {
         let engine_idf = services.shards.iter().any(|shard| shard.engine_idf());
         let wired = map_stage(self, "WireQuery", move |mut job: QueryJob| {
             if !engine_idf && !job.vectors.sparse.indices.is_empty() {
+                job.vectors.sparse_raw = job.vectors.sparse.values.clone();
                 job.vectors.sparse = stats.weigh(&job.query.tenant, &job.vectors.sparse);
             }
             Wire(job)
@@ -94,8 +96,21 @@ impl<'scope> Retrieve<'scope> for StreamVec<'scope, u64, QueryJob> {
                                 cached: hyde.cached,
                                 joined: hyde.joined,
                             });
+                            let mut answer = gather(answers, (depth, pool));
+                            if job.query.mode.retrieves() && answer.error.is_none() {
+                                let seen = job
+                                    .vectors
+                                    .sparse
+                                    .indices
+                                    .iter()
+                                    .map(|term| {
+                                        services.stats.frequency(&job.query.tenant, *term).1 > 0
+                                    })
+                                    .collect();
+                                answer.probe = Some(Arc::new(probe(&job.vectors, &answer, seen)));
+                            }
                             output.session(&cap).give(Working {
-                                answer: gather(answers, (depth, pool)),
+                                answer,
                                 job,
                                 candidates: Vec::new(),
                                 deferred: Vec::new(),

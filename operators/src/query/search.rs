@@ -150,6 +150,9 @@ pub struct QueryVectors {
     pub dense: Vec<f32>,
     /// BM25 query vector.
     pub sparse: SparseVector,
+    /// The BM25 query vector's weights before the corpus's IDF was applied (empty until then).
+    #[serde(default)]
+    pub sparse_raw: Vec<f32>,
 }
 
 /// One shard's answer to one query.
@@ -173,6 +176,13 @@ pub struct ShardAnswer {
     pub stats: Option<IndexStats>,
     /// Set when the shard failed.
     pub error: Option<String>,
+    /// Per lane (dense, BM25), whether the merged lane was cut ([`gather`]): a chunk scoring below
+    /// its lowest member would not enter it.
+    #[serde(skip)]
+    pub cut: [bool; 2],
+    /// What the retrieval saw, for standing queries (set on the query's origin worker).
+    #[serde(skip)]
+    pub probe: Option<std::sync::Arc<ragstream_core::query::probe::Probe>>,
 }
 
 /// One page of the documents matching `filter` (and `pattern`) with their chunk counts: the first
@@ -433,6 +443,7 @@ pub fn gather(answers: Vec<ShardAnswer>, (depth, pool): (Depth, Option<Pool>)) -
             }
         }
     }
+    let read = [merged.dense.len(), merged.bm25.len()];
     for (lane, depth) in [
         (&mut merged.dense, depth.dense),
         (&mut merged.bm25, depth.bm25),
@@ -449,8 +460,51 @@ pub fn gather(answers: Vec<ShardAnswer>, (depth, pool): (Depth, Option<Pool>)) -
         merged.dense.truncate(dense);
         merged.bm25.truncate(bm25);
     }
+    // A lane is cut where the merge dropped hits, or where it read as deep as it asks (the shards
+    // may hold more): either way a chunk below its lowest member stays out. A lane that kept every
+    // hit read short of its depth holds every chunk the query can reach.
+    merged.cut = [
+        merged.dense.len() < read[0] || read[0] >= depth.dense,
+        merged.bm25.len() < read[1] || read[1] >= depth.bm25,
+    ];
     merged.sources = sources.into_values().collect();
     merged
+}
+
+/// What the gathered lanes of `query` (searched with `vectors`) saw ([`Probe`]).
+///
+/// [`Probe`]: ragstream_core::query::probe::Probe
+/// `seen`: per BM25 query term, whether a chunk of the tenant held it.
+pub fn probe(
+    vectors: &QueryVectors,
+    answer: &ShardAnswer,
+    seen: Vec<bool>,
+) -> ragstream_core::query::probe::Probe {
+    let floor = |lane: &[Hit], cut: bool| match lane.last() {
+        Some(hit) if cut => Some(hit.score),
+        _ => None,
+    };
+    let mut docs: Vec<String> = answer
+        .dense
+        .iter()
+        .chain(&answer.bm25)
+        .map(|hit| hit.stored.key.doc_id.clone())
+        .collect();
+    docs.sort_unstable();
+    docs.dedup();
+    ragstream_core::query::probe::Probe {
+        dense: vectors.dense.clone(),
+        dense_floor: floor(&answer.dense, answer.cut[0]),
+        bm25: vectors.sparse.clone(),
+        bm25_raw: match vectors.sparse_raw.len() == vectors.sparse.values.len() {
+            true => vectors.sparse_raw.clone(),
+            false => vectors.sparse.values.clone(),
+        },
+        bm25_seen: seen,
+        bm25_floor: floor(&answer.bm25, answer.cut[1]),
+        bm25_top: answer.bm25.first().map_or(0.0, |hit| hit.score),
+        docs,
+    }
 }
 
 #[cfg(test)]

@@ -355,6 +355,12 @@ impl Config {
         if !(1..=256).contains(&standing.evaluations_in_flight) {
             return invalid("standing.evaluations_in_flight", "must be in 1..=256");
         }
+        if !(0.0..=1.0).contains(&standing.drift) {
+            return invalid("standing.drift", "must be in 0..=1");
+        }
+        if !(0.0..=standing.drift).contains(&standing.rest_drift) {
+            return invalid("standing.rest_drift", "must be in 0..=standing.drift");
+        }
         let http = &self.http;
         for (env, labels) in &http.token_labels {
             if !http.tokens.contains_key(env) || labels.iter().any(String::is_empty) {

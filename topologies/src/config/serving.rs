@@ -247,6 +247,14 @@ pub struct StandingConfig {
     pub default_min_interval_ms: u64,
     /// Re-evaluations in the dataflow at once (all subscriptions); the rest wait their turn.
     pub evaluations_in_flight: usize,
+    /// How far corpus statistics may move a subscription's BM25 scores since its last evaluation,
+    /// as a share of its best BM25 score, before it is re-evaluated while documents stream (its
+    /// BM25 candidates may have changed places; new chunks are judged with the drift allowed for).
+    pub drift: f32,
+    /// The same once the tenant is quiet: past it, a subscription is evaluated once more, so at
+    /// rest only BM25 scores closer than twice this share of the best may keep an earlier order
+    /// (0: every move is re-evaluated, exact at rest whatever the ties).
+    pub rest_drift: f32,
 }
 
 impl Default for StandingConfig {
@@ -260,6 +268,8 @@ impl Default for StandingConfig {
             max_ttl_secs: 7 * 24 * 3600,
             default_min_interval_ms: 250,
             evaluations_in_flight: 4,
+            drift: 0.5,
+            rest_drift: 0.001,
         }
     }
 }

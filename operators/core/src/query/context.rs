@@ -212,6 +212,10 @@ pub struct Context {
     /// `index_unavailable` (retry later), `index_refused`, `too_large_context`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_type: Option<String>,
+    /// What the retrieval saw, for standing queries ([`super::probe`]); never serialised.
+    #[serde(skip)]
+    #[cfg_attr(feature = "schema", schemars(skip))]
+    pub probe: Option<std::sync::Arc<super::probe::Probe>>,
 }
 
 /// How a context window was shared out: `token_budget = context_window − base_tokens −

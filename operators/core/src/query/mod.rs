@@ -25,6 +25,7 @@ pub mod modes;
 pub mod pack;
 pub mod pattern;
 pub mod presets;
+pub mod probe;
 pub mod rerank;
 pub mod surrogate;
 mod trace;

@@ -123,6 +123,11 @@ impl Bm25Params {
         ))
     }
 
+    /// A bound on [`Bm25Params::weight`] over every `tf` and `length`: `k1 + 1 + delta`.
+    pub fn weight_max(&self) -> f32 {
+        self.k1 + 1.0 + self.delta.max(0.0)
+    }
+
     /// The weight of a term occurring `tf` times (at least once) in a chunk of `length` terms.
     pub fn weight(&self, tf: f32, length: f32) -> f32 {
         let norm = 1.0 - self.b + self.b * length / BM25_AVG_LEN;
@@ -298,6 +303,12 @@ mod tests {
             ..standard
         };
         assert!(close(binary.weight(1.0, 120.0), 1.0) && close(binary.weight(9.0, 120.0), 1.0));
+        // No weight passes the bound, however often a term occurs in however short a chunk.
+        for params in [standard, plus, l, flat, binary] {
+            for (tf, length) in [(1.0, 1.0), (50.0, 1.0), (1e6, 1.0), (3.0, 2000.0)] {
+                assert!(params.weight(tf, length) <= params.weight_max() + 1e-4);
+            }
+        }
         // The encoder uses them; the default leaves the index's version alone.
         let text = "error error budget";
         let by = |params| {

@@ -242,6 +242,7 @@ fn each_lane_has_its_own_threshold() {
     let vectors = QueryVectors {
         dense: point.dense.clone(),
         sparse: Bm25Encoder::default().encode_query("rollback release"),
+        ..QueryVectors::default()
     };
     let lanes = |thresholds: &str| {
         let query = decode_query(
@@ -291,6 +292,7 @@ fn a_source_pattern_keeps_the_matching_sources_in_every_lane_and_listing() {
     let vectors = QueryVectors {
         dense: points[0].dense.clone(),
         sparse: Bm25Encoder::default().encode_query("rollback release"),
+        ..QueryVectors::default()
     };
     let ask = |extra: &str| {
         let query = decode_query(
@@ -380,6 +382,7 @@ fn a_pool_cut_on_shards_and_merged_is_the_one_shard_cut() {
     let vectors = QueryVectors {
         dense: query_vector,
         sparse: Bm25Encoder::default().encode_query("rollback release"),
+        ..QueryVectors::default()
     };
     let query = decode_query(
         br#"{"query_id":"q","tenant":"t","text":"rollback release","token_budget":1000,"fill":true}"#,

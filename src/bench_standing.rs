@@ -1,0 +1,374 @@
+//! `ragstream bench standing`: standing queries while a corpus streams in, and many held idle.
+//!
+//! The job in this process on its embedded default (a watched directory holding one seed document,
+//! the local model, a fresh embedded index, documents posted over HTTP). With `--subscriptions N`
+//! (N > 0), N questions of the question file (spread evenly over it) subscribe first, on the empty
+//! index; then the corpus is posted at full speed (`--posters` clients, `--batch` documents a
+//! request, each answered once indexed) and the ingest throughput measured; then the job is left
+//! to settle and a sample of subscriptions is compared with one-shot answers. With `--idle M`,
+//! M more subscriptions are then made and held: the memory they take, and what one unrelated
+//! upsert costs them. `--subscriptions 0` is the baseline (the same corpus, nothing subscribed):
+//! `bench-standing.sh` runs both and reports the ratio.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use ragstream_operators::metrics::{metrics, quantile};
+use ragstream_topologies::config::Config;
+use serde_json::{json, Value};
+
+use crate::bench::{latency_summary, read_jsonl_lines};
+
+/// Arguments of `bench standing`.
+#[derive(clap::Args, Debug)]
+pub struct StandingBench {
+    /// The corpus (BEIR `{_id, title, text}` lines).
+    #[arg(long, default_value = "../shared/data/squad-v1.1/corpus.jsonl")]
+    pub corpus: std::path::PathBuf,
+    /// The questions (`{text}` lines).
+    #[arg(long, default_value = "../shared/data/squad-v1.1/questions.jsonl")]
+    pub questions: std::path::PathBuf,
+    /// Standing queries held while the corpus streams in (0: the baseline).
+    #[arg(long, default_value_t = 1000)]
+    pub subscriptions: usize,
+    /// Standing queries made afterwards and held idle (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub idle: usize,
+    /// Documents a request.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Clients posting the corpus at once.
+    #[arg(long, default_value_t = 2)]
+    pub posters: usize,
+    /// Subscriptions compared with one-shot answers once the job is quiet.
+    #[arg(long, default_value_t = 100)]
+    pub sample: usize,
+}
+
+/// `POST` a JSON body; the status and the answer (errors of transport as status 0).
+fn post(agent: &ureq::Agent, url: &str, body: &Value) -> (u16, Value) {
+    match agent
+        .post(url)
+        .header("content-type", "application/json")
+        .send(body.to_string())
+    {
+        Ok(mut response) => (
+            response.status().as_u16(),
+            serde_json::from_str(&response.body_mut().read_to_string().unwrap_or_default())
+                .unwrap_or(Value::Null),
+        ),
+        Err(error) => (0, json!({"error": error.to_string()})),
+    }
+}
+
+fn get(agent: &ureq::Agent, url: &str) -> (u16, Value) {
+    match agent.get(url).call() {
+        Ok(mut response) => (
+            response.status().as_u16(),
+            serde_json::from_str(&response.body_mut().read_to_string().unwrap_or_default())
+                .unwrap_or(Value::Null),
+        ),
+        Err(error) => (0, json!({"error": error.to_string()})),
+    }
+}
+
+/// This process's resident memory, MiB.
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmRSS:"))
+                .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// The items (chunk id, tokens) of a context, in order.
+fn items(context: &Value) -> Vec<(String, u64)> {
+    context["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .map(|item| {
+                    (
+                        item["chunk_id"].as_str().unwrap_or_default().to_string(),
+                        item["tokens"].as_u64().unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Makes the subscriptions of `questions` from `clients` threads; their ids, in order.
+fn subscribe_all(
+    agent: &ureq::Agent,
+    base: &str,
+    questions: &[String],
+    clients: usize,
+) -> anyhow::Result<Vec<String>> {
+    let next = AtomicUsize::new(0);
+    let ids = Mutex::new(vec![String::new(); questions.len()]);
+    let failed = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..clients.max(1) {
+            scope.spawn(|| loop {
+                let at = next.fetch_add(1, Ordering::SeqCst);
+                let Some(question) = questions.get(at) else {
+                    break;
+                };
+                let body =
+                    json!({"query": {"tenant": "squad", "text": question, "token_budget": 600}});
+                let (status, answer) = post(agent, &format!("{base}/v1/subscriptions"), &body);
+                if status != 201 {
+                    *failed.lock().expect("lock") = Some(format!("{status}: {answer}"));
+                    break;
+                }
+                ids.lock().expect("lock")[at] = answer["subscription_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+            });
+        }
+    });
+    if let Some(failed) = failed.into_inner().expect("lock") {
+        anyhow::bail!("a subscription was refused: {failed}");
+    }
+    Ok(ids.into_inner().expect("lock"))
+}
+
+/// Waits until none of `ids` is pending; how long it took.
+fn quiet(agent: &ureq::Agent, base: &str, ids: &[String]) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let mut from = 0;
+    while from < ids.len() {
+        let (status, answer) = get(agent, &format!("{base}/v1/subscriptions/{}", ids[from]));
+        anyhow::ensure!(status == 200, "a subscription answered {status}: {answer}");
+        if answer["pending"] == false {
+            from += 1;
+        } else {
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(1800),
+                "subscriptions still pending after 30 minutes"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    // A last pass: all of them at once.
+    for id in ids {
+        let (_, answer) = get(agent, &format!("{base}/v1/subscriptions/{id}"));
+        if answer["pending"] != false {
+            return quiet(agent, base, ids);
+        }
+    }
+    Ok(started.elapsed())
+}
+
+/// Runs the benchmark and returns its report.
+pub fn standing(args: StandingBench) -> anyhow::Result<Value> {
+    let run = format!(
+        "{}-{}",
+        std::process::id(),
+        ragstream_operators::now_millis()
+    );
+    let corpus: Vec<Value> = read_jsonl_lines(&args.corpus)?
+        .into_iter()
+        .map(|row| {
+            let text = format!(
+                "{}\n\n{}",
+                row["title"].as_str().unwrap_or_default(),
+                row["text"].as_str().unwrap_or_default()
+            );
+            json!({"tenant": "squad", "doc_id": row["_id"], "version": 1, "text": text})
+        })
+        .collect();
+    let all_questions: Vec<String> = read_jsonl_lines(&args.questions)?
+        .into_iter()
+        .filter_map(|row| row["text"].as_str().map(str::to_string))
+        .collect();
+    anyhow::ensure!(!all_questions.is_empty(), "no questions");
+    // Spread evenly over the file (its questions come article by article).
+    let pick = |n: usize, offset: usize| -> Vec<String> {
+        (0..n)
+            .map(|i| {
+                let at = (i * all_questions.len() / n.max(1) + offset) % all_questions.len();
+                match i < all_questions.len() {
+                    true => all_questions[at].clone(),
+                    false => format!("{} ({i})", all_questions[at]),
+                }
+            })
+            .collect()
+    };
+
+    let root = std::env::temp_dir().join(format!("ragstream-bench-standing-{run}"));
+    let docs = root.join("docs");
+    std::fs::create_dir_all(&docs)?;
+    std::fs::write(
+        docs.join("seed.md"),
+        "# Seed\n\nThe job starts with one document.\n",
+    )?;
+    let held = args.subscriptions + args.idle + 1;
+    let config_path = root.join("ragstream.toml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "[source]\nkind = \"dir\"\npath = {:?}\ntenant = \"seed\"\nrescan_secs = 60\n[index]\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = 1\ndlq_path = {:?}\n[standing]\nmax_per_tenant = {held}\nmax_total = {held}\n",
+            docs.display().to_string(),
+            root.join("index").display().to_string(),
+            root.join("dlq.jsonl").display().to_string(),
+        ),
+    )?;
+    let config = Config::load(&config_path)?;
+    config.validate()?;
+    let running = crate::runtime::start(config)?;
+    let base = format!("http://{}", running.address);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(600)))
+        .max_idle_connections_per_host(16)
+        .build()
+        .into();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while metrics().chunks_upserted.get() == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // Subscriptions on the empty tenant.
+    let started = Instant::now();
+    let questions = pick(args.subscriptions, 0);
+    let ids = subscribe_all(&agent, &base, &questions, 4)?;
+    let subscribe_seconds = started.elapsed().as_secs_f64();
+
+    // The corpus at full speed.
+    let evaluations_before = metrics().standing_evaluations.get();
+    let versions_before = metrics().standing_versions.get();
+    let filtered_before = metrics().standing_filtered.get();
+    let batches: Vec<&[Value]> = corpus.chunks(args.batch.max(1)).collect();
+    let next = AtomicUsize::new(0);
+    let round_trips = Mutex::new(Vec::new());
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..args.posters.max(1) {
+            scope.spawn(|| loop {
+                let at = next.fetch_add(1, Ordering::SeqCst);
+                let Some(batch) = batches.get(at) else {
+                    break;
+                };
+                let posted = Instant::now();
+                let (status, answer) = post(
+                    &agent,
+                    &format!("{base}/v1/documents"),
+                    &json!({ "documents": batch }),
+                );
+                if status != 200 {
+                    eprintln!("a batch answered {status}: {answer}");
+                }
+                round_trips
+                    .lock()
+                    .expect("lock")
+                    .push(posted.elapsed().as_secs_f64() * 1000.0);
+            });
+        }
+    });
+    let ingest_seconds = started.elapsed().as_secs_f64();
+    let settle = quiet(&agent, &base, &ids)?;
+    let rss_after_ingest = rss_mib();
+    let evaluations = metrics().standing_evaluations.get() - evaluations_before;
+    let moved = metrics().standing_versions.get() - versions_before;
+    let filtered = metrics().standing_filtered.get() - filtered_before;
+
+    // Exact at rest: a sample against one-shot answers.
+    let step = (ids.len() / args.sample.max(1)).max(1);
+    let (mut compared, mut equal) = (0, 0);
+    for (at, id) in ids.iter().enumerate().step_by(step) {
+        let (_, status) = get(&agent, &format!("{base}/v1/subscriptions/{id}"));
+        let body = json!({"query_id": format!("one-shot-{at}-{run}"), "tenant": "squad", "text": questions[at], "token_budget": 600});
+        let (_, one_shot) = post(&agent, &format!("{base}/v1/query"), &body);
+        compared += 1;
+        if items(&status["latest"]["context"]) == items(&one_shot) {
+            equal += 1;
+        }
+    }
+
+    let mut report = json!({
+        "corpus_documents": corpus.len(),
+        "subscriptions": args.subscriptions,
+        "subscribe_seconds": subscribe_seconds,
+        "ingest": {
+            "seconds": ingest_seconds,
+            "documents_per_second": corpus.len() as f64 / ingest_seconds,
+            "batch_round_trips": latency_summary(round_trips.into_inner().expect("lock")),
+        },
+        "rss_mib_after_ingest": rss_after_ingest,
+    });
+    if args.subscriptions > 0 {
+        let moved_by: serde_json::Map<String, Value> =
+            ["unfiltered", "cites", "dense", "bm25", "drift", "rest"]
+                .iter()
+                .map(|reason| {
+                    let count = metrics().standing_moved.with_label_values(&[reason]).get();
+                    (reason.to_string(), json!(count))
+                })
+                .collect();
+        let histogram = &metrics().standing_change_to_version_seconds;
+        report["standing"] = json!({
+            "re_evaluations": evaluations,
+            "versions_after_the_first": moved,
+            "re_evaluations_per_changed_context": evaluations as f64 / (moved.max(1)) as f64,
+            "skipped_by_the_filter": filtered,
+            "moved_by": moved_by,
+            "change_to_version_ms": {
+                "p50": quantile(histogram, 0.5) * 1000.0,
+                "p99": quantile(histogram, 0.99) * 1000.0,
+                "n": histogram.get_sample_count(),
+            },
+            "seconds_to_quiet_after_ingest": settle.as_secs_f64(),
+            "at_rest_equal_to_one_shot": format!("{equal} of {compared}"),
+        });
+    }
+    if args.idle > 0 {
+        let rss = rss_mib();
+        let started = Instant::now();
+        let idle_ids = subscribe_all(&agent, &base, &pick(args.idle, 1), 4)?;
+        let idle_subscribe = started.elapsed().as_secs_f64();
+        quiet(&agent, &base, &idle_ids)?;
+        let rss_idle = rss_mib();
+        // One unrelated upsert: a document none of the questions is about.
+        let evaluations = metrics().standing_evaluations.get();
+        let filtered = metrics().standing_filtered.get();
+        let posted = Instant::now();
+        let (status, answer) = post(
+            &agent,
+            &format!("{base}/v1/documents"),
+            &json!({"documents": [{"tenant": "squad", "doc_id": format!("unrelated-{run}"), "version": 1, "text": "Sourdough loaves need a night of slow proving; the bakery sells rye bread and seed rolls from six."}]}),
+        );
+        anyhow::ensure!(
+            status == 200,
+            "the unrelated upsert answered {status}: {answer}"
+        );
+        let upsert_ms = posted.elapsed().as_secs_f64() * 1000.0;
+        let mut everyone = ids.clone();
+        everyone.extend(idle_ids.iter().cloned());
+        let quiet_after = quiet(&agent, &base, &everyone)?;
+        report["idle"] = json!({
+            "held": everyone.len(),
+            "subscribe_seconds": idle_subscribe,
+            "rss_mib": rss_idle,
+            "rss_mib_per_1000": (rss_idle - rss) * 1000.0 / args.idle as f64,
+            "unrelated_upsert": {
+                "round_trip_ms": upsert_ms,
+                "re_evaluations": metrics().standing_evaluations.get() - evaluations,
+                "skipped_by_the_filter": metrics().standing_filtered.get() - filtered,
+                "seconds_until_none_pending": quiet_after.as_secs_f64(),
+            },
+        });
+    }
+    // The job is not stopped gracefully: the process ends after the report; the script removes
+    // its working directory.
+    drop(running);
+    Ok(report)
+}
