@@ -603,11 +603,19 @@ impl Standing {
         docs: Option<&Vec<&DocChange>>,
     ) -> BTreeSet<String> {
         let docs: &[&DocChange] = docs.map_or(&[], |docs| docs.as_slice());
+        // A subscription already owed an evaluation, none under way, is evaluated after this change
+        // was written anyway: it is not judged again.
+        let owed = |subscription: &Subscription| {
+            subscription.wanted.is_some() && subscription.evaluation.is_none()
+        };
         let probes: Vec<(&String, &Probe)> = ids
             .iter()
             .filter_map(|id| {
-                let probe = state.subscriptions.get(id)?.probe.as_deref();
-                Some((id, probe?))
+                let subscription = state.subscriptions.get(id)?;
+                if owed(subscription) {
+                    return None;
+                }
+                Some((id, subscription.probe.as_deref()?))
             })
             .collect();
         let mut moved: BTreeSet<String> = ids
@@ -616,7 +624,7 @@ impl Standing {
                 state
                     .subscriptions
                     .get(*id)
-                    .is_some_and(|s| s.probe.is_none())
+                    .is_some_and(|s| s.probe.is_none() || owed(s))
             })
             .cloned()
             .collect();
@@ -626,7 +634,11 @@ impl Standing {
                 .with_label_values(&[reason])
                 .inc_by(count as u64)
         };
-        reason("unfiltered", moved.len());
+        let unfiltered = moved
+            .iter()
+            .filter(|id| state.subscriptions.get(*id).is_some_and(|s| !owed(s)))
+            .count();
+        reason("unfiltered", unfiltered);
         // Each query's BM25 weights now, and how far they moved its members' scores.
         let weights: Vec<(Vec<f32>, f32)> = probes
             .iter()

@@ -460,12 +460,29 @@ pub fn gather(answers: Vec<ShardAnswer>, (depth, pool): (Depth, Option<Pool>)) -
         merged.dense.truncate(dense);
         merged.bm25.truncate(bm25);
     }
-    // A lane is cut where the merge dropped hits, or where it read as deep as it asks (the shards
-    // may hold more): either way a chunk below its lowest member stays out. A lane that kept every
-    // hit read short of its depth holds every chunk the query can reach.
+    // A lane is cut where a chunk scoring below its lowest member would stay out: the merge
+    // dropped hits of it, it read as deep as it asks (the shards may hold more), or a pool was
+    // filled with the lane past its floor (the walk wants no more of it). A lane otherwise holds
+    // every chunk the query can reach.
+    let filled = pool.is_some_and(|pool| {
+        let mut seen = std::collections::HashSet::new();
+        let held: usize = merged
+            .dense
+            .iter()
+            .chain(&merged.bm25)
+            .filter(|hit| seen.insert(hit.stored.id))
+            .map(|hit| hit.stored.chunk.tokens as usize)
+            .sum();
+        held >= pool.tokens
+    });
+    let floors = pool.map_or([usize::MAX; 2], |pool| [pool.dense, pool.bm25]);
     merged.cut = [
-        merged.dense.len() < read[0] || read[0] >= depth.dense,
-        merged.bm25.len() < read[1] || read[1] >= depth.bm25,
+        merged.dense.len() < read[0]
+            || read[0] >= depth.dense
+            || (filled && merged.dense.len() >= floors[0]),
+        merged.bm25.len() < read[1]
+            || read[1] >= depth.bm25
+            || (filled && merged.bm25.len() >= floors[1]),
     ];
     merged.sources = sources.into_values().collect();
     merged

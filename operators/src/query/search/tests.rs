@@ -198,6 +198,17 @@ fn gather_merges_shards_by_score() {
         .collect();
     assert_eq!(docs, vec!["a", "b"]);
     assert_eq!(merged.sources.len(), 2);
+    // The dense lane dropped a hit at the merge: cut. The empty BM25 lane holds all there is.
+    assert_eq!(merged.cut, [true, false]);
+    // A lane read short of its depth and kept whole is not cut: a lower chunk would join it.
+    let short = gather(
+        vec![one.clone(), two.clone()],
+        (Depth { dense: 5, bm25: 5 }, None),
+    );
+    assert_eq!(short.cut, [false, false]);
+    let probe = probe(&QueryVectors::default(), &short, Vec::new());
+    assert_eq!((probe.dense_floor, probe.bm25_floor), (None, None));
+    assert_eq!(probe.docs, vec!["a", "b", "c"]);
     // Each lane is cut to its own depth.
     let with_bm25 = |mut answer: ShardAnswer| {
         answer.bm25 = answer.dense.clone();
@@ -208,9 +219,10 @@ fn gather_merges_shards_by_score() {
         (Depth { dense: 3, bm25: 1 }, None),
     );
     assert_eq!((merged.dense.len(), merged.bm25.len()), (3, 1));
+    assert_eq!(merged.cut, [true, true], "read to their depths");
     // And to its pool of stored tokens.
     let merged = gather(
-        vec![with_bm25(one), with_bm25(two)],
+        vec![with_bm25(one.clone()), with_bm25(two.clone())],
         (
             Depth { dense: 3, bm25: 3 },
             Some(Pool {
@@ -224,6 +236,24 @@ fn gather_merges_shards_by_score() {
         (merged.dense.len(), merged.bm25.len()),
         (1, 2),
         "the first hit holds the pool; the BM25 lane keeps its floor of two"
+    );
+    // The pool filled with each lane at its floor: a lower chunk would not be walked.
+    assert_eq!(merged.cut, [true, true]);
+    let unfilled = gather(
+        vec![with_bm25(one.clone()), with_bm25(two.clone())],
+        (
+            Depth { dense: 5, bm25: 5 },
+            Some(Pool {
+                tokens: 1 << 20,
+                dense: 1,
+                bm25: 1,
+            }),
+        ),
+    );
+    assert_eq!(
+        unfilled.cut,
+        [false, false],
+        "a pool never filled walked every hit: a lower chunk would be walked too"
     );
 }
 
