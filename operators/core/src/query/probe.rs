@@ -195,8 +195,9 @@ mod tests {
             ..probe.clone()
         };
         assert!(open.admits(&[0.0, 1.0], &none, &then, 0.0));
-        assert!(open.admits(&[], &sparse(&[(5, 0.01)]), &then, 0.0));
-        assert!(!open.admits(&[], &sparse(&[(6, 1.0)]), &then, 0.0));
+        // An uncut BM25 lane takes any chunk sharing a term, none sharing none.
+        assert!(open.admits_bm25(sparse_dot(&open.bm25, &sparse(&[(5, 0.01)])), 0.0));
+        assert!(!open.admits_bm25(sparse_dot(&open.bm25, &sparse(&[(6, 1.0)])), 0.0));
         assert!(probe.cites("c") && !probe.cites("b"));
     }
 
