@@ -194,6 +194,69 @@ pub(crate) fn round_trip(
     Ok((context, ms))
 }
 
+/// `POST` a JSON body; the status and the answer (a transport error as status 0).
+pub(crate) fn post_json(
+    agent: &ureq::Agent,
+    url: &str,
+    body: &serde_json::Value,
+) -> (u16, serde_json::Value) {
+    answer(
+        agent
+            .post(url)
+            .header("content-type", "application/json")
+            .send(body.to_string()),
+    )
+}
+
+/// `GET`; the status and the answer (a transport error as status 0).
+pub(crate) fn get_json(agent: &ureq::Agent, url: &str) -> (u16, serde_json::Value) {
+    answer(agent.get(url).call())
+}
+
+fn answer(
+    response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+) -> (u16, serde_json::Value) {
+    match response {
+        Ok(mut response) => (
+            response.status().as_u16(),
+            serde_json::from_str(&response.body_mut().read_to_string().unwrap_or_default())
+                .unwrap_or(serde_json::Value::Null),
+        ),
+        Err(error) => (0, json!({"error": error.to_string()})),
+    }
+}
+
+/// A bench's job in this process on its embedded default: a watched directory holding `seed`
+/// (file name, text) for `tenant`, rescanned every `rescan_secs`, a fresh embedded index, the
+/// local model, an HTTP port of its own, one worker, and `extra` TOML; all under a fresh directory
+/// of the temporary folder named after `name` and `run`. The job and that directory.
+pub(crate) fn local_job(
+    (name, run): (&str, &str),
+    (tenant, rescan_secs): (&str, u64),
+    seed: &[(&str, &str)],
+    extra: &str,
+) -> anyhow::Result<(crate::runtime::Running, PathBuf)> {
+    let root = std::env::temp_dir().join(format!("ragstream-bench-{name}-{run}"));
+    let docs = root.join("docs");
+    std::fs::create_dir_all(&docs)?;
+    for (file, text) in seed {
+        std::fs::write(docs.join(file), text)?;
+    }
+    let config_path = root.join("ragstream.toml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "[source]\nkind = \"dir\"\npath = {:?}\ntenant = {tenant:?}\nrescan_secs = {rescan_secs}\n[index]\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = 1\ndlq_path = {:?}\n{extra}",
+            docs.display().to_string(),
+            root.join("index").display().to_string(),
+            root.join("dlq.jsonl").display().to_string(),
+        ),
+    )?;
+    let config = Config::load(&config_path)?;
+    config.validate()?;
+    Ok((crate::runtime::start(config)?, root))
+}
+
 /// n, p50, p90, p99 and max of latencies in milliseconds.
 pub(crate) fn latency_summary(mut values: Vec<f64>) -> serde_json::Value {
     values.sort_by(f64::total_cmp);

@@ -16,10 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ragstream_operators::metrics::metrics;
-use ragstream_topologies::config::Config;
 use serde_json::{json, Value};
 
-use crate::bench::latency_summary as summary;
+use crate::bench::{latency_summary as summary, local_job, post_json as post};
 
 /// Arguments of `bench neighbours`.
 #[derive(clap::Args, Debug)]
@@ -81,22 +80,6 @@ fn small_document(serial: usize) -> (String, String) {
         );
     }
     (text, word)
-}
-
-/// `POST` a JSON body; the status and the answer (errors of transport as status 0).
-fn post(agent: &ureq::Agent, url: &str, body: &Value) -> (u16, Value) {
-    match agent
-        .post(url)
-        .header("content-type", "application/json")
-        .send(body.to_string())
-    {
-        Ok(mut response) => (
-            response.status().as_u16(),
-            serde_json::from_str(&response.body_mut().read_to_string().unwrap_or_default())
-                .unwrap_or(Value::Null),
-        ),
-        Err(error) => (0, json!({"error": error.to_string()})),
-    }
 }
 
 /// Tenant b: posts documents and finds them.
@@ -162,27 +145,12 @@ pub fn neighbours(args: NeighboursBench) -> anyhow::Result<Value> {
         std::process::id(),
         ragstream_operators::now_millis()
     );
-    let root = std::env::temp_dir().join(format!("ragstream-bench-neighbours-{run}"));
-    let docs = root.join("docs");
-    std::fs::create_dir_all(&docs)?;
-    std::fs::write(
-        docs.join("seed.md"),
-        "# Seed\n\nThe job starts with one document.\n",
+    let (running, _) = local_job(
+        ("neighbours", &run),
+        ("seed", 60),
+        &[("seed.md", "# Seed\n\nThe job starts with one document.\n")],
+        &format!("[ingest]\nfair = {}\n", args.fair),
     )?;
-    let config_path = root.join("ragstream.toml");
-    std::fs::write(
-        &config_path,
-        format!(
-            "[source]\nkind = \"dir\"\npath = {:?}\ntenant = \"seed\"\nrescan_secs = 60\n[index]\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = 1\ndlq_path = {:?}\n[ingest]\nfair = {}\n",
-            docs.display().to_string(),
-            root.join("index").display().to_string(),
-            root.join("dlq.jsonl").display().to_string(),
-            args.fair,
-        ),
-    )?;
-    let config = Config::load(&config_path)?;
-    config.validate()?;
-    let running = crate::runtime::start(config)?;
     let base = format!("http://{}", running.address);
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)

@@ -22,10 +22,9 @@ use ragstream_operators::ingest::extract::{ExtractLimits, FileReader};
 use ragstream_operators::ingest::sandbox::{Sandbox, SandboxLimits};
 use ragstream_operators::metrics::metrics;
 use ragstream_operators::model::{DocKey, DocKind, Document};
-use ragstream_topologies::config::Config;
 use serde_json::{json, Value};
 
-use crate::bench::latency_summary as summary;
+use crate::bench::{latency_summary as summary, local_job};
 
 /// Arguments of `bench pathological`.
 #[derive(clap::Args, Debug)]
@@ -294,27 +293,17 @@ pub fn pathological(args: PathologicalBench) -> anyhow::Result<Value> {
         std::process::id(),
         ragstream_operators::now_millis()
     );
-    let root = std::env::temp_dir().join(format!("ragstream-bench-pathological-{run}"));
+    let (running, root) = local_job(
+        ("pathological", &run),
+        ("bench", 1),
+        &[(
+            "guide.md",
+            "# Ingest\n\nOversized documents are refused with a DLQ record that keeps their value.\n\n\
+             # Index\n\nThe index is kept exact on deletes: every chunk of a deleted document is removed.\n",
+        )],
+        "",
+    )?;
     let docs = root.join("docs");
-    std::fs::create_dir_all(&docs)?;
-    std::fs::write(
-        docs.join("guide.md"),
-        "# Ingest\n\nOversized documents are refused with a DLQ record that keeps their value.\n\n\
-         # Index\n\nThe index is kept exact on deletes: every chunk of a deleted document is removed.\n",
-    )?;
-    let config_path = root.join("ragstream.toml");
-    std::fs::write(
-        &config_path,
-        format!(
-            "[source]\nkind = \"dir\"\npath = {:?}\ntenant = \"bench\"\nrescan_secs = 1\n[index]\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = 1\ndlq_path = {:?}\n",
-            docs.display().to_string(),
-            root.join("index").display().to_string(),
-            root.join("dlq.jsonl").display().to_string(),
-        ),
-    )?;
-    let config = Config::load(&config_path)?;
-    config.validate()?;
-    let running = crate::runtime::start(config)?;
     let url = format!("http://{}/v1/query", running.address);
     let agent = ureq::Agent::new_with_defaults();
     let mut serial = 0usize;

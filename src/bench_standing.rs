@@ -15,10 +15,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use ragstream_operators::metrics::{metrics, quantile};
-use ragstream_topologies::config::Config;
 use serde_json::{json, Value};
 
-use crate::bench::{latency_summary, read_jsonl_lines};
+use crate::bench::{
+    get_json as get, latency_summary, local_job, post_json as post, read_jsonl_lines,
+};
 
 /// Arguments of `bench standing`.
 #[derive(clap::Args, Debug)]
@@ -44,33 +45,6 @@ pub struct StandingBench {
     /// Subscriptions compared with one-shot answers once the job is quiet.
     #[arg(long, default_value_t = 100)]
     pub sample: usize,
-}
-
-/// `POST` a JSON body; the status and the answer (errors of transport as status 0).
-fn post(agent: &ureq::Agent, url: &str, body: &Value) -> (u16, Value) {
-    match agent
-        .post(url)
-        .header("content-type", "application/json")
-        .send(body.to_string())
-    {
-        Ok(mut response) => (
-            response.status().as_u16(),
-            serde_json::from_str(&response.body_mut().read_to_string().unwrap_or_default())
-                .unwrap_or(Value::Null),
-        ),
-        Err(error) => (0, json!({"error": error.to_string()})),
-    }
-}
-
-fn get(agent: &ureq::Agent, url: &str) -> (u16, Value) {
-    match agent.get(url).call() {
-        Ok(mut response) => (
-            response.status().as_u16(),
-            serde_json::from_str(&response.body_mut().read_to_string().unwrap_or_default())
-                .unwrap_or(Value::Null),
-        ),
-        Err(error) => (0, json!({"error": error.to_string()})),
-    }
 }
 
 /// This process's resident memory, MiB.
@@ -204,27 +178,13 @@ pub fn standing(args: StandingBench) -> anyhow::Result<Value> {
             .collect()
     };
 
-    let root = std::env::temp_dir().join(format!("ragstream-bench-standing-{run}"));
-    let docs = root.join("docs");
-    std::fs::create_dir_all(&docs)?;
-    std::fs::write(
-        docs.join("seed.md"),
-        "# Seed\n\nThe job starts with one document.\n",
-    )?;
     let held = args.subscriptions + args.idle + 1;
-    let config_path = root.join("ragstream.toml");
-    std::fs::write(
-        &config_path,
-        format!(
-            "[source]\nkind = \"dir\"\npath = {:?}\ntenant = \"seed\"\nrescan_secs = 60\n[index]\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = 1\ndlq_path = {:?}\n[standing]\nmax_per_tenant = {held}\nmax_total = {held}\n",
-            docs.display().to_string(),
-            root.join("index").display().to_string(),
-            root.join("dlq.jsonl").display().to_string(),
-        ),
+    let (running, _) = local_job(
+        ("standing", &run),
+        ("seed", 60),
+        &[("seed.md", "# Seed\n\nThe job starts with one document.\n")],
+        &format!("[standing]\nmax_per_tenant = {held}\nmax_total = {held}\n"),
     )?;
-    let config = Config::load(&config_path)?;
-    config.validate()?;
-    let running = crate::runtime::start(config)?;
     let base = format!("http://{}", running.address);
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)

@@ -38,7 +38,7 @@
 //! overflowed) and a server collection weighing terms across tenants (its own IDF) fall back to
 //! re-evaluating every subscription the change may concern.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -170,9 +170,20 @@ struct State {
     /// Where the round robin over tenants starts next.
     turn: u64,
     /// Tenants changed since their subscriptions were last checked for drift at rest.
-    settle: HashMap<String, TenantChange>,
+    settle: HashMap<String, Settling>,
     /// Subscriptions being made (their first evaluation under way).
     subscribing: usize,
+}
+
+/// A tenant waiting for its drift check at rest.
+#[derive(Clone, Copy)]
+struct Settling {
+    /// Its latest change.
+    change: TenantChange,
+    /// Its statistics' deltas applied at the last check (`u64::MAX`: none yet).
+    applied: u64,
+    /// When it was last checked (ms since the epoch).
+    checked_ms: u64,
 }
 
 struct Subscription {
@@ -313,13 +324,14 @@ impl Standing {
             diff: diff(None, &context),
             context,
         });
-        // A change of the tenant not reflected by the first version keeps it pending.
+        let mut state = lock(&self.state);
+        self.room(&state, &tenant)?;
+        // A change of the tenant not reflected by the first version keeps it pending (read under
+        // the lock: the evaluator takes no change in between without seeing this subscription).
         let wanted = self
             .changes
             .of(&tenant)
             .filter(|change| !reflects(&version.index_watermark, change) || change.serial > since);
-        let mut state = lock(&self.state);
-        self.room(&state, &tenant)?;
         let (notify, _) = tokio::sync::watch::channel(1);
         state.subscriptions.insert(
             id.clone(),
@@ -397,19 +409,23 @@ impl Standing {
     /// The subscription's state, if it exists and `tenants` (a credential's, `None`: any) holds
     /// its tenant.
     pub fn status(&self, id: &str, tenants: Option<&BTreeSet<String>>) -> Option<Status> {
-        let mut state = lock(&self.state);
-        // Pending counts every change recorded so far, not only those the evaluator took in.
-        self.take_changes(&mut state);
+        let state = lock(&self.state);
         let subscription = state.subscriptions.get(id)?;
         if !visible(subscription, tenants) {
             return None;
         }
+        // Pending counts every change recorded so far, not only those the evaluator took in.
+        let untaken = self
+            .changes
+            .of(&subscription.tenant)
+            .is_some_and(|change| change.serial > state.seen_serial);
         Some(Status {
             subscription_id: id.to_string(),
             tenant: subscription.tenant.clone(),
             pending: subscription.wanted.is_some()
                 || subscription.evaluation.is_some()
-                || state.settle.contains_key(&subscription.tenant),
+                || state.settle.contains_key(&subscription.tenant)
+                || untaken,
             min_interval_ms: subscription.min_interval.as_millis() as u64,
             expires_in_secs: subscription
                 .expires
@@ -573,7 +589,14 @@ impl Standing {
                 }
             };
             if filter {
-                state.settle.insert(tenant.clone(), *change);
+                state.settle.insert(
+                    tenant.clone(),
+                    Settling {
+                        change: *change,
+                        applied: u64::MAX,
+                        checked_ms: 0,
+                    },
+                );
             }
             for id in ids {
                 let Some(subscription) = state.subscriptions.get_mut(&id) else {
@@ -685,12 +708,31 @@ impl Standing {
         if terms.is_empty() {
             return moved;
         }
+        // A term no chunk held at the probe weighs its raw weight until the statistics count it
+        // (they are applied a step after the write): a chunk bringing one enters.
+        let unseen: HashSet<(usize, u32)> = probes
+            .iter()
+            .enumerate()
+            .flat_map(|(at, (_, probe))| {
+                probe
+                    .bm25
+                    .indices
+                    .iter()
+                    .zip(&probe.bm25_seen)
+                    .filter(|(_, seen)| !**seen)
+                    .map(move |(term, _)| (at, *term))
+            })
+            .collect();
         let mut scores: HashMap<usize, f32> = HashMap::new();
         for (_, sparse) in chunks {
             scores.clear();
             for (term, weight) in sparse.indices.iter().zip(&sparse.values) {
                 for (at, query) in terms.get(term).map_or(&[][..], Vec::as_slice) {
-                    *scores.entry(*at).or_default() += query * weight;
+                    let entry = scores.entry(*at).or_default();
+                    *entry += query * weight;
+                    if unseen.contains(&(*at, *term)) {
+                        *entry = f32::INFINITY;
+                    }
                 }
             }
             for (at, score) in &scores {
@@ -726,17 +768,19 @@ impl Standing {
 
     /// Tenants quiet for [`SETTLE`] with no evaluation of theirs owed or under way: each
     /// subscription whose BM25 scores drifted past `standing.rest_drift` of its best since its
-    /// probe wants the tenant's latest change.
+    /// probe wants the tenant's latest change. The statistics are applied a step after the writes:
+    /// a tenant is done only when a check finds them as the check before it did.
     fn settle(&self, state: &mut State) {
         if state.settle.is_empty() {
             return;
         }
         let now_ms = ragstream_operators::now_millis();
-        let quiet: Vec<(String, TenantChange)> = state
+        let quiet: Vec<(String, Settling)> = state
             .settle
             .iter()
-            .filter(|(tenant, change)| {
-                now_ms.saturating_sub(change.recorded_ms) >= SETTLE.as_millis() as u64
+            .filter(|(tenant, settling)| {
+                let since = settling.change.recorded_ms.max(settling.checked_ms);
+                now_ms.saturating_sub(since) >= SETTLE.as_millis() as u64
                     && state.by_tenant.get(*tenant).is_none_or(|ids| {
                         ids.iter().all(|id| {
                             state.subscriptions.get(id).is_none_or(|subscription| {
@@ -745,10 +789,25 @@ impl Standing {
                         })
                     })
             })
-            .map(|(tenant, change)| (tenant.clone(), *change))
+            .map(|(tenant, settling)| (tenant.clone(), *settling))
             .collect();
-        for (tenant, change) in quiet {
-            state.settle.remove(&tenant);
+        for (tenant, settling) in quiet {
+            let applied = self
+                .stats
+                .as_ref()
+                .map_or(0, |(stats, _)| stats.applied(&tenant));
+            if applied == settling.applied {
+                state.settle.remove(&tenant);
+                continue;
+            }
+            state.settle.insert(
+                tenant.clone(),
+                Settling {
+                    applied,
+                    checked_ms: now_ms,
+                    ..settling
+                },
+            );
             let ids: Vec<String> = state
                 .by_tenant
                 .get(&tenant)
@@ -763,7 +822,7 @@ impl Standing {
                 });
                 if drifted {
                     metrics().standing_moved.with_label_values(&["rest"]).inc();
-                    subscription.wanted = Some(newer(subscription.wanted, change));
+                    subscription.wanted = Some(newer(subscription.wanted, settling.change));
                     state.active.insert(id);
                 }
             }
@@ -850,12 +909,10 @@ fn finish(
         }
         return;
     }
-    subscription.probe = context.probe.take();
-    // A change judged while this evaluation ran, and not reflected by it, is wanted after all.
+    // A change judged while this evaluation ran was judged against the probe before it, and the
+    // evaluation may or may not have seen it (its watermark is taken after the search): wanted.
     if let Some(judged) = subscription.judged.take() {
-        if !reflects(&context.index_watermark, &judged) {
-            subscription.wanted = Some(newer(subscription.wanted, judged));
-        }
+        subscription.wanted = Some(newer(subscription.wanted, judged));
     }
     let Some(latest) = subscription.versions.back() else {
         return;
@@ -869,6 +926,8 @@ fn finish(
     if context.index_watermark.frontier_ms < latest.index_watermark.frontier_ms {
         return;
     }
+    // What this answer's retrieval saw: the next change is judged against it.
+    subscription.probe = context.probe.take();
     if same(&latest.context, &context) {
         metrics().standing_unchanged.inc();
         return;

@@ -418,7 +418,13 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
                         let details = match finished.detailed() {
                             true => data
                                 .iter()
-                                .map(|delta| DocChange::of(&delta.key, delta.time, &delta.points))
+                                .map(|delta| {
+                                    DocChange::of(
+                                        &delta.key,
+                                        delta.time,
+                                        (&delta.points, &delta.restamp),
+                                    )
+                                })
                                 .collect(),
                             false => Vec::new(),
                         };

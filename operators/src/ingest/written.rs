@@ -116,14 +116,19 @@ pub struct DocChange {
     pub key: DocKey,
     /// Its event time (ms).
     pub time: u64,
-    /// The chunks it wrote with new content: dense vector and BM25 vector (rewrites of unchanged
-    /// chunks are not here; a delete writes none).
+    /// The chunks it wrote: dense vector and BM25 vector (a chunk rewritten with what the index
+    /// holds, its payload changed, comes with an empty dense vector: it may enter any dense lane;
+    /// a delete writes none).
     pub chunks: Vec<(Vec<f32>, SparseVector)>,
 }
 
 impl DocChange {
-    /// The change a delta makes, before it is written.
-    pub fn of(key: &DocKey, time: u64, points: &[crate::store::PointWrite]) -> Self {
+    /// The change a delta makes (its upserts and its rewrites), before it is written.
+    pub fn of(
+        key: &DocKey,
+        time: u64,
+        (points, restamp): (&[crate::store::PointWrite], &[crate::store::PointWrite]),
+    ) -> Self {
         Self {
             serial: 0,
             key: key.clone(),
@@ -131,6 +136,11 @@ impl DocChange {
             chunks: points
                 .iter()
                 .map(|point| (point.dense.clone(), point.sparse.clone()))
+                .chain(
+                    restamp
+                        .iter()
+                        .map(|point| (Vec::new(), point.sparse.clone())),
+                )
                 .collect(),
         }
     }
@@ -188,12 +198,12 @@ impl Changes {
             change.time = change.time.max(*time);
             change.recorded_ms = now;
         }
+        let detailed = self.detailed();
         let keys: HashSet<&DocKey> = details.iter().map(|doc| &doc.key).collect();
-        let whole = self.detailed() && finished.iter().all(|(key, _)| keys.contains(key));
-        if !whole {
+        if !(detailed && finished.iter().all(|(key, _)| keys.contains(key))) {
             log.gap = serial;
         }
-        if !self.detailed() {
+        if !detailed {
             return;
         }
         let finished: HashSet<&DocKey> = finished.iter().map(|(key, _)| key).collect();

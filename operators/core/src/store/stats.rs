@@ -90,10 +90,14 @@ struct TenantStats {
     df: HashMap<u32, i64>,
 }
 
+/// Deltas applied so far, per tenant: grows with every delta that changes the tenant.
+type Applied = HashMap<String, u64>;
+
 /// The statistics of the whole corpus, per tenant, shared by the workers of one process.
 #[derive(Debug, Default)]
 pub struct CorpusStats {
     tenants: RwLock<HashMap<String, TenantStats>>,
+    applied: RwLock<Applied>,
 }
 
 /// BM25 inverse document frequency of a term held by `df` of `chunks` chunks (Lucene's form, never
@@ -106,6 +110,12 @@ pub fn idf(chunks: i64, df: i64) -> f32 {
 impl CorpusStats {
     /// Applies a delta.
     pub fn apply(&self, delta: &StatsDelta) {
+        {
+            let mut applied = self.applied.write().unwrap_or_else(|e| e.into_inner());
+            for tenant in delta.tenants.keys() {
+                *applied.entry(tenant.clone()).or_default() += 1;
+            }
+        }
         let mut tenants = self.tenants.write().unwrap_or_else(|e| e.into_inner());
         for (tenant, change) in &delta.tenants {
             let stats = match tenants.get_mut(tenant) {
@@ -124,6 +134,13 @@ impl CorpusStats {
                 tenants.remove(tenant);
             }
         }
+    }
+
+    /// How many deltas changed `tenant`'s statistics so far (a reader tells from it whether they
+    /// moved since it last looked).
+    pub fn applied(&self, tenant: &str) -> u64 {
+        let applied = self.applied.read().unwrap_or_else(|e| e.into_inner());
+        applied.get(tenant).copied().unwrap_or(0)
     }
 
     /// Chunks of `tenant`, and how many hold `term`.
@@ -217,6 +234,12 @@ mod tests {
         rest.count("b", &vector(&[1]), -1);
         one.apply(&rest);
         assert!(one.chunks_by_tenant().is_empty());
+        // Every delta that changed a tenant counts once for it: a, in all three; b, in two.
+        assert_eq!(
+            (one.applied("a"), one.applied("b"), one.applied("c")),
+            (3, 2, 0)
+        );
+        assert_eq!(four.applied("a"), 3);
     }
 
     #[test]
