@@ -43,24 +43,6 @@ pub struct Probe {
 }
 
 impl Probe {
-    /// Whether a new chunk with these vectors could enter a lane, given the query's BM25 weights
-    /// now (`bm25_now`, in the order of `bm25.indices`) and how far a member's BM25 score may have
-    /// moved since the probe was taken (`drift`, [`Probe::drift`]).
-    pub fn admits(
-        &self,
-        dense: &[f32],
-        sparse: &SparseVector,
-        bm25_now: &[f32],
-        drift: f32,
-    ) -> bool {
-        let now = SparseVector {
-            indices: self.bm25.indices.clone(),
-            values: bm25_now.to_vec(),
-        };
-        self.admits_dense(cosine(&self.dense, dense))
-            || self.admits_bm25(sparse_dot(&now, sparse), drift)
-    }
-
     /// Whether a chunk at cosine `score` with the query vector could enter the dense lane.
     pub fn admits_dense(&self, score: Option<f32>) -> bool {
         if self.dense.is_empty() {
@@ -158,6 +140,23 @@ mod tests {
         }
     }
 
+    /// Whether a new chunk could enter either lane: the two tests as the standing queries' filter
+    /// applies them (with the query's BM25 weights of now and the drift since the probe).
+    fn admits(
+        probe: &Probe,
+        dense: &[f32],
+        sparse: &SparseVector,
+        now: &[f32],
+        drift: f32,
+    ) -> bool {
+        let now = SparseVector {
+            indices: probe.bm25.indices.clone(),
+            values: now.to_vec(),
+        };
+        probe.admits_dense(cosine(&probe.dense, dense))
+            || probe.admits_bm25(sparse_dot(&now, sparse), drift)
+    }
+
     fn probe() -> Probe {
         Probe {
             dense: vec![1.0, 0.0],
@@ -178,23 +177,35 @@ mod tests {
         let probe = probe();
         let none = SparseVector::default();
         let then = [2.0, 1.0];
-        assert!(probe.admits(&[0.6, 0.8], &none, &then, 0.0));
-        assert!(!probe.admits(&[0.3, 0.954], &none, &then, 0.0));
-        assert!(!probe.admits(&[0.0, 1.0], &sparse(&[(2, 9.0)]), &then, 0.0));
-        assert!(probe.admits(&[0.0, 1.0], &sparse(&[(1, 1.0), (5, 1.0)]), &then, 0.0));
+        assert!(admits(&probe, &[0.6, 0.8], &none, &then, 0.0));
+        assert!(!admits(&probe, &[0.3, 0.954], &none, &then, 0.0));
+        assert!(!admits(
+            &probe,
+            &[0.0, 1.0],
+            &sparse(&[(2, 9.0)]),
+            &then,
+            0.0
+        ));
+        assert!(admits(
+            &probe,
+            &[0.0, 1.0],
+            &sparse(&[(1, 1.0), (5, 1.0)]),
+            &then,
+            0.0
+        ));
         let low = sparse(&[(1, 1.0), (5, 0.5)]);
-        assert!(!probe.admits(&[0.0, 1.0], &low, &then, 0.0));
+        assert!(!admits(&probe, &[0.0, 1.0], &low, &then, 0.0));
         // 2.5 against 3.0: within reach where a member may have moved by 0.5.
-        assert!(probe.admits(&[0.0, 1.0], &low, &then, 0.5));
-        assert!(!probe.admits(&[0.0, 1.0], &low, &then, 0.4));
+        assert!(admits(&probe, &[0.0, 1.0], &low, &then, 0.5));
+        assert!(!admits(&probe, &[0.0, 1.0], &low, &then, 0.4));
         // Scored with the weights of now: term 5 weighs 2 now, 2 + 1 reaches 3.
-        assert!(probe.admits(&[0.0, 1.0], &low, &[2.0, 2.0], 0.0));
+        assert!(admits(&probe, &[0.0, 1.0], &low, &[2.0, 2.0], 0.0));
         let open = Probe {
             dense_floor: None,
             bm25_floor: None,
             ..probe.clone()
         };
-        assert!(open.admits(&[0.0, 1.0], &none, &then, 0.0));
+        assert!(admits(&open, &[0.0, 1.0], &none, &then, 0.0));
         // An uncut BM25 lane takes any chunk sharing a term, none sharing none.
         assert!(open.admits_bm25(sparse_dot(&open.bm25, &sparse(&[(5, 0.01)])), 0.0));
         assert!(!open.admits_bm25(sparse_dot(&open.bm25, &sparse(&[(6, 1.0)])), 0.0));
