@@ -181,6 +181,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
             changes.clone(),
             (!shards.iter().any(|shard| shard.engine_idf()))
                 .then(|| (corpus_stats.clone(), config.index.bm25.weight_max())),
+            config.standing.kept(&config.index.path).as_deref(),
         )?),
         false => None,
     };
@@ -369,6 +370,13 @@ fn serve_http(
         },
         (None, _) => DocumentsTarget::None,
     };
+    // Subscriptions kept by an earlier run come back where their credentials still open them.
+    if let Some(standing) = standing {
+        let restored = standing.restore(|credential, query| tokens.rebind(credential, query));
+        if restored > 0 {
+            tracing::info!(restored, "standing queries taken back from the last run");
+        }
+    }
     serve(
         &config.http.listen,
         readiness.clone(),

@@ -603,3 +603,109 @@ fn standing_queries_survive_a_flooding_tenant_and_streams_never_read() {
     );
     job.stop();
 }
+
+/// Subscriptions outlive the process: killed and started again on the same index, the job takes
+/// back every subscription still alive (same id, latest version and number), publishes nothing
+/// where nothing moved, numbers the next version after the kept one and serves it to a stream
+/// resuming after `Last-Event-ID`; unsubscribed and expired ones stay gone, and a file it cannot
+/// read is left alone without stopping the job.
+#[test]
+fn standing_queries_come_back_after_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("events.jsonl"), "").expect("events");
+    let mut job = Job::start(dir.path(), crate::common::JSONL_SERVING, 1);
+    job.wait_ready(Duration::from_secs(120));
+    let port = job.http_port;
+    let harbour = |serial: usize, sentence: &str| json!({"tenant": "port", "doc_id": format!("d{serial}"), "version": 1, "text": format!("Notice {serial}. {sentence}")});
+    post(
+        job.http_port,
+        vec![
+            harbour(1, TOPICS[0][0]),
+            harbour(2, TOPICS[1][0]),
+            harbour(3, TOPICS[5][0]),
+        ],
+    );
+    let subscribe = |port: u16, question: &str, ttl: u64| {
+        let body =
+            json!({"query": query_body("port", question), "min_interval_ms": 0, "ttl_secs": ttl});
+        let (status, body) =
+            http_post_json(port, "/v1/subscriptions", &body.to_string()).expect("answered");
+        assert_eq!(status, 201, "{body}");
+        let version: Value = serde_json::from_str(&body).expect("JSON");
+        version["subscription_id"].as_str().expect("id").to_string()
+    };
+    let kept = subscribe(port, "when does the ferry leave", 3600);
+    let ended = subscribe(port, "who inspects the lighthouse lamp", 3600);
+    let expiring = subscribe(port, "ferry tickets", 2);
+    // A second version for the kept one.
+    post(port, vec![harbour(4, TOPICS[0][1])]);
+    let before = settled(port, std::slice::from_ref(&kept)).remove(0);
+    assert_eq!(before["latest"]["version"], 2, "{before}");
+    let (status, _) = {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        write!(
+            stream,
+            "DELETE /v1/subscriptions/{ended} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
+        .expect("request");
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        (answer.split(' ').nth(1).unwrap_or_default().to_string(), ())
+    };
+    assert_eq!(status, "200");
+    let files = dir.path().join("index").join("subscriptions");
+    std::fs::write(files.join("broken.json"), "{not json").expect("a broken file");
+    std::thread::sleep(Duration::from_secs(3));
+
+    job.restart(1);
+    job.wait_ready(Duration::from_secs(120));
+    let port = job.http_port;
+    let after = settled(port, std::slice::from_ref(&kept)).remove(0);
+    assert_eq!(
+        after["latest"]["version"], 2,
+        "nothing moved across the restart: no new version ({after})"
+    );
+    assert_eq!(
+        items(&after["latest"]["context"]),
+        items(&before["latest"]["context"])
+    );
+    let one_shot = {
+        let mut query = query_body("port", "when does the ferry leave");
+        query["query_id"] = json!("one-shot");
+        let (status, body) =
+            http_post_json(port, "/v1/query", &query.to_string()).expect("answered");
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<Value>(&body).expect("JSON")
+    };
+    assert_eq!(items(&after["latest"]["context"]), items(&one_shot));
+    for gone in [&ended, &expiring] {
+        assert_eq!(
+            http_get(port, &format!("/v1/subscriptions/{gone}")).map(|a| a.0),
+            Some(404),
+            "{gone} ended before the restart"
+        );
+        assert!(
+            !files.join(format!("{gone}.json")).exists(),
+            "{gone}'s file"
+        );
+    }
+    assert!(files.join("broken.json").exists(), "left alone");
+    assert!(
+        job.log().contains("unreadable subscription file"),
+        "named in the log"
+    );
+
+    // The next version is 3, and a stream resuming after 2 gets it.
+    post(port, vec![harbour(5, TOPICS[0][2])]);
+    let moved = settled(port, std::slice::from_ref(&kept)).remove(0);
+    assert_eq!(moved["latest"]["version"], 3, "{moved}");
+    let resumed = events(port, &kept, 2, 3);
+    assert_eq!(resumed.len(), 1, "{resumed:?}");
+    assert_eq!(resumed[0]["version"], 3);
+    assert_eq!(
+        items(&resumed[0]["context"]),
+        items(&moved["latest"]["context"])
+    );
+    let fresh = subscribe(port, "pier piles rot", 3600);
+    assert_ne!(fresh, kept, "a new id after the restart");
+}

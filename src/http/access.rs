@@ -132,6 +132,37 @@ impl QueryTokens {
     }
 }
 
+impl QueryTokens {
+    /// `query` as the credential named `credential` ([`Self::grant_named`]'s name) binds it now:
+    /// a subscription kept across a restart is checked with this. With no token configured any
+    /// credential opens every tenant, as any request would; otherwise a credential no longer
+    /// configured, or one that no longer opens the query's tenant or labels, is refused (why).
+    pub fn rebind(
+        &self,
+        credential: &str,
+        query: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+        let access = match self.tokens.is_empty() {
+            true => Access {
+                tenants: None,
+                labels: None,
+            },
+            false => self
+                .tokens
+                .iter()
+                .find(|(_, _, name)| &**name == credential)
+                .map(|(_, access, _)| access.clone())
+                .ok_or_else(|| format!("its credential ({credential}) is no longer configured"))?,
+        };
+        let body = serde_json::to_vec(&query).map_err(|e| e.to_string())?;
+        let bound = bind(Bytes::from(body), &access)?;
+        match serde_json::from_slice(&bound) {
+            Ok(serde_json::Value::Object(query)) => Ok(query),
+            _ => Err("its query is not a JSON object".into()),
+        }
+    }
+}
+
 /// The query body as the token allows it: with a tenant-bound token, the body must be a JSON object
 /// naming one of its tenants (or none, when the token opens exactly one: that one is filled in), and
 /// its `acl` (if any) only labels of the token's; a body without `acl` carries the token's labels
@@ -296,6 +327,43 @@ mod tests {
             check_open("0.0.0.0:9464", true, true).is_ok(),
             "said in so many words"
         );
+    }
+
+    /// A subscription kept across a restart is bound again by its credential's name: refused
+    /// where the credential is gone or no longer opens its tenant or labels.
+    #[test]
+    fn a_kept_query_is_bound_again_by_its_credential_as_configured_now() {
+        let acme = Access {
+            tenants: Some(Arc::new(["acme".to_string()].into_iter().collect())),
+            labels: Some(Arc::new(vec!["eng".into()])),
+        };
+        let tokens = QueryTokens {
+            tokens: vec![(Arc::from("secret"), acme, Arc::from("ACME_TOKEN"))],
+        };
+        let query = |value: serde_json::Value| match value {
+            serde_json::Value::Object(map) => map,
+            _ => unreachable!("an object"),
+        };
+        let kept = query(serde_json::json!({"tenant": "acme", "text": "x", "acl": ["eng"]}));
+        assert_eq!(
+            tokens
+                .rebind("ACME_TOKEN", kept.clone())
+                .map(|q| q["acl"].clone()),
+            Ok(serde_json::json!(["eng"]))
+        );
+        let gone = tokens.rebind("OLD_TOKEN", kept.clone()).unwrap_err();
+        assert!(gone.contains("no longer configured"), "{gone}");
+        assert!(tokens
+            .rebind(ANONYMOUS, kept.clone())
+            .is_err_and(|why| why.contains("no longer configured")));
+        let other_tenant = query(serde_json::json!({"tenant": "globex", "text": "x"}));
+        assert!(tokens.rebind("ACME_TOKEN", other_tenant).is_err());
+        let wider = query(serde_json::json!({"tenant": "acme", "text": "x", "acl": ["eng", "hr"]}));
+        assert!(tokens
+            .rebind("ACME_TOKEN", wider)
+            .is_err_and(|why| why.contains("hr")));
+        // A job without tokens serves every request as every tenant: kept queries too.
+        assert!(QueryTokens::default().rebind("ACME_TOKEN", kept).is_ok());
     }
 
     #[test]

@@ -449,10 +449,10 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Reply {
             "this Host is not allowed (http.allowed_hosts)",
         );
     }
-    let access = match shared.tokens.grant_named(request.headers()) {
+    let (access, credential) = match shared.tokens.grant_named(request.headers()) {
         Ok((access, credential)) => match shared.rates.take(&credential, std::time::Instant::now())
         {
-            Ok(()) => access,
+            Ok(()) => (access, credential),
             Err(wait) => return rate_limited(&credential, wait),
         },
         Err(Unauthorized) => return unauthorized(&path),
@@ -488,7 +488,9 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Reply {
                 method_not_allowed("DELETE")
             }
         }
-        "/v1/subscriptions" if post => subscriptions::subscribe(shared, request, access).await,
+        "/v1/subscriptions" if post => {
+            subscriptions::subscribe(shared, request, (access, &credential)).await
+        }
         "/v1/subscriptions" => method_not_allowed("POST"),
         standing if standing.starts_with("/v1/subscriptions/") => subscriptions::route(
             &shared,

@@ -60,7 +60,7 @@ fn registry(shared: &Shared) -> Result<&Arc<Standing>, Box<Reply>> {
 pub(super) async fn subscribe(
     shared: Arc<Shared>,
     request: Request<Incoming>,
-    access: Access,
+    (access, credential): (Access, &str),
 ) -> Reply {
     let standing = match registry(&shared) {
         Ok(standing) => standing.clone(),
@@ -94,6 +94,7 @@ pub(super) async fn subscribe(
         query,
         min_interval_ms: asked.min_interval_ms,
         ttl_secs: asked.ttl_secs,
+        credential: credential.to_string(),
     };
     // The first answer waits as a query does: it holds one of the query slots meanwhile.
     let slot = match super::query_slot(&shared) {

@@ -255,6 +255,22 @@ pub struct StandingConfig {
     /// rest only BM25 scores closer than twice this share of the best may keep an earlier order
     /// (0: every move is re-evaluated, exact at rest whatever the ties).
     pub rest_drift: f32,
+    /// Keep subscriptions across restarts: each one's parameters and latest version in a file
+    /// under `path`, taken back when the job starts again.
+    pub durable: bool,
+    /// Where subscriptions are kept (default: `subscriptions` under `index.path`).
+    pub path: Option<std::path::PathBuf>,
+}
+
+impl StandingConfig {
+    /// The directory of the subscriptions kept across restarts, if they are kept.
+    pub fn kept(&self, index_path: &std::path::Path) -> Option<std::path::PathBuf> {
+        self.durable.then(|| {
+            self.path
+                .clone()
+                .unwrap_or_else(|| index_path.join("subscriptions"))
+        })
+    }
 }
 
 impl Default for StandingConfig {
@@ -270,6 +286,8 @@ impl Default for StandingConfig {
             evaluations_in_flight: 4,
             drift: 0.5,
             rest_drift: 0.001,
+            durable: true,
+            path: None,
         }
     }
 }

@@ -21,6 +21,9 @@
 //!   taken round robin over the tenants, so one tenant's many subscriptions do not hold up another's.
 //! - **Bounded.** Per-tenant and total caps, `versions_kept` versions per subscription, a TTL;
 //!   expiry and unsubscribing free everything.
+//! - **Kept across restarts** (`standing.durable`): each subscription and its latest version in a
+//!   file ([`store`]); a job started again binds each by its credential as configured now and
+//!   answers it again, going on from the kept version's number and watermark.
 //!
 //! # Which subscriptions a change re-evaluates
 //! Only a change of a subscription's own tenant can move it (documents and BM25 statistics are per
@@ -50,8 +53,11 @@ use ragstream_operators::io::query_source::HttpIngress;
 use ragstream_operators::metrics::metrics;
 use ragstream_operators::store::stats::CorpusStats;
 use ragstream_topologies::config::{StandingConfig, MAX_MIN_INTERVAL_MS};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+
+mod store;
+use store::{Restored, Saved, Store};
 
 /// How often the evaluator looks at the change feed and at evaluations under way.
 const TICK: Duration = Duration::from_millis(20);
@@ -61,7 +67,7 @@ const EVALUATION_TIMEOUT: Duration = Duration::from_secs(120);
 pub const SETTLE: Duration = Duration::from_millis(300);
 
 /// One version of a subscription's context.
-#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Version {
     /// The subscription.
     pub subscription_id: String,
@@ -78,7 +84,7 @@ pub struct Version {
 }
 
 /// What moved between two versions, by chunk id.
-#[derive(Debug, Default, Serialize, PartialEq, schemars::JsonSchema)]
+#[derive(Debug, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Diff {
     /// Items in this version, not in the previous.
     pub added: Vec<String>,
@@ -140,6 +146,9 @@ pub struct Request {
     pub min_interval_ms: Option<u64>,
     /// `ttl_secs`, if given.
     pub ttl_secs: Option<u64>,
+    /// The name its credential is known by (its environment variable, never the token): a
+    /// restart checks that it still opens the query.
+    pub credential: String,
 }
 
 /// The process's standing queries.
@@ -153,6 +162,8 @@ pub struct Standing {
     ///
     /// [`Bm25Params::weight_max`]: ragstream_operators::store::Bm25Params::weight_max
     stats: Option<(Arc<CorpusStats>, f32)>,
+    /// Where subscriptions are kept across restarts (`None`: not kept).
+    store: Option<Store>,
     state: Mutex<State>,
     stopped: AtomicBool,
 }
@@ -188,9 +199,12 @@ struct Settling {
 
 struct Subscription {
     tenant: String,
+    credential: String,
     query: Map<String, Value>,
     min_interval: Duration,
     expires: Instant,
+    /// The same as ms since the epoch (what is kept on disk).
+    expires_ms: u64,
     versions: VecDeque<Arc<Version>>,
     /// The newest change of its tenant not yet reflected.
     wanted: Option<TenantChange>,
@@ -224,17 +238,22 @@ impl Standing {
     /// A registry evaluating through `ingress`, told of changes by `changes`; starts its evaluator.
     /// `stats`: the tenants' BM25 statistics where the job weighs query terms itself (`None` where
     /// the index weighs them across tenants), with the largest weight a term has in a chunk.
+    /// `kept`: the directory of the subscriptions kept across restarts (`None`: none kept); those
+    /// it holds come back with [`Standing::restore`].
     pub fn start(
         config: StandingConfig,
         ingress: Arc<HttpIngress>,
         changes: Arc<Changes>,
         stats: Option<(Arc<CorpusStats>, f32)>,
+        kept: Option<&std::path::Path>,
     ) -> anyhow::Result<Arc<Self>> {
+        let store = kept.map(Store::open).transpose()?;
         let standing = Arc::new(Self {
             config,
             ingress,
             changes,
             stats,
+            store,
             state: Mutex::new(State::default()),
             stopped: AtomicBool::new(false),
         });
@@ -254,7 +273,8 @@ impl Standing {
         Ok(standing)
     }
 
-    /// Stops evaluating (the job is stopping); event streams end.
+    /// Stops evaluating (the job is stopping); event streams end. Kept subscriptions stay kept
+    /// (their files written so far are flushed).
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::SeqCst);
         let mut state = lock(&self.state);
@@ -262,6 +282,139 @@ impl Standing {
         state.by_tenant.clear();
         state.active.clear();
         metrics().standing_held.set(0);
+        drop(state);
+        if let Some(store) = &self.store {
+            store.flush(Duration::from_secs(5));
+        }
+    }
+
+    /// Takes back the subscriptions kept by an earlier run: each whose credential (by its name)
+    /// still opens its query, as `rebind` answers (the query as that credential binds it now, or
+    /// why not), within the caps and not expired. Each is evaluated again at once and publishes a
+    /// version only where its context moved since its latest kept version; the others' files are
+    /// removed. Returns how many came back.
+    pub fn restore(
+        &self,
+        rebind: impl Fn(&str, Map<String, Value>) -> Result<Map<String, Value>, String>,
+    ) -> usize {
+        let Some(store) = &self.store else {
+            return 0;
+        };
+        let now = Instant::now();
+        let now_ms = ragstream_operators::now_millis();
+        let mut state = lock(&self.state);
+        let mut restored = 0;
+        for kept in store.load() {
+            let Restored {
+                subscription_id: id,
+                tenant,
+                credential,
+                query,
+                min_interval_ms,
+                expires_ms,
+                latest,
+                ..
+            } = kept;
+            let refused = if expires_ms <= now_ms {
+                Some("expired".to_string())
+            } else if state.subscriptions.contains_key(&id) {
+                Some("held already".to_string())
+            } else if min_interval_ms > MAX_MIN_INTERVAL_MS {
+                Some("min_interval_ms out of range".to_string())
+            } else if let Err(full) = self.room(&state, &tenant) {
+                Some(format!("{full:?}"))
+            } else {
+                None
+            };
+            let query = match refused {
+                Some(why) => Err(why),
+                None => rebind(&credential, query).and_then(|query| {
+                    match query.get("tenant").and_then(Value::as_str) == Some(tenant.as_str()) {
+                        true => Ok(query),
+                        false => Err("its query names another tenant".into()),
+                    }
+                }),
+            };
+            let query = match query {
+                Ok(query) => query,
+                Err(why) => {
+                    tracing::info!(subscription = %id, %tenant, reason = %why, "a kept subscription ended at restart");
+                    store.remove(&id);
+                    continue;
+                }
+            };
+            if let Some(made) = id
+                .strip_prefix("sub-")
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|made| made.parse::<u64>().ok())
+            {
+                state.made = state.made.max(made);
+            }
+            let min_interval = Duration::from_millis(min_interval_ms);
+            // Evaluated again at once; its change counts as reflected by an answer at least at the
+            // kept version's watermark (so versions never go back past it).
+            let wanted = TenantChange {
+                serial: 0,
+                time: latest.index_watermark.frontier_ms.saturating_sub(1),
+                recorded_ms: now_ms,
+            };
+            let (notify, _) = tokio::sync::watch::channel(latest.version);
+            state.subscriptions.insert(
+                id.clone(),
+                Subscription {
+                    tenant: tenant.clone(),
+                    credential,
+                    query,
+                    min_interval,
+                    expires: now + Duration::from_millis(expires_ms - now_ms),
+                    expires_ms,
+                    versions: VecDeque::from([Arc::new(latest)]),
+                    wanted: Some(wanted),
+                    evaluation: None,
+                    probe: None,
+                    judged: None,
+                    last_started: now.checked_sub(min_interval).unwrap_or(now),
+                    evaluations: 0,
+                    notify,
+                },
+            );
+            state
+                .by_tenant
+                .entry(tenant)
+                .or_default()
+                .insert(id.clone());
+            state.active.insert(id);
+            restored += 1;
+        }
+        if restored > 0 {
+            self.changes.set_detailed(true);
+        }
+        metrics()
+            .standing_held
+            .set(state.subscriptions.len() as i64);
+        restored
+    }
+
+    /// Ends a subscription ([`remove`]).
+    fn remove(&self, state: &mut State, id: &str) {
+        remove(state, id, (&self.ingress, self.store.as_ref()));
+    }
+
+    /// Keeps a subscription's parameters and latest version on disk (where subscriptions are kept).
+    fn keep(&self, id: &str, subscription: &Subscription) {
+        let (Some(store), Some(latest)) = (&self.store, subscription.versions.back()) else {
+            return;
+        };
+        store.save(&Saved {
+            format: store::FORMAT,
+            subscription_id: id,
+            tenant: &subscription.tenant,
+            credential: &subscription.credential,
+            query: &subscription.query,
+            min_interval_ms: subscription.min_interval.as_millis() as u64,
+            expires_ms: subscription.expires_ms,
+            latest,
+        });
     }
 
     /// Makes a subscription and evaluates its first version (blocking: call off the server's
@@ -315,6 +468,8 @@ impl Standing {
             return Err(Refused::Query(Box::new(context)));
         }
         let now = Instant::now();
+        let expires_ms =
+            ragstream_operators::now_millis().saturating_add(ttl_secs.saturating_mul(1000));
         let probe = context.probe.take();
         let version = Arc::new(Version {
             subscription_id: id.clone(),
@@ -337,9 +492,11 @@ impl Standing {
             id.clone(),
             Subscription {
                 tenant: tenant.clone(),
+                credential: request.credential,
                 query: request.query,
                 min_interval: Duration::from_millis(min_interval_ms),
                 expires: now + Duration::from_secs(ttl_secs),
+                expires_ms,
                 versions: VecDeque::from([version.clone()]),
                 wanted,
                 evaluation: None,
@@ -355,6 +512,9 @@ impl Standing {
             .entry(tenant)
             .or_default()
             .insert(id.clone());
+        if let Some(made) = state.subscriptions.get(&id) {
+            self.keep(&id, made);
+        }
         if wanted.is_some() {
             state.active.insert(id);
         }
@@ -445,7 +605,7 @@ impl Standing {
         {
             return false;
         }
-        remove(&mut state, id, &self.ingress);
+        self.remove(&mut state, id);
         true
     }
 
@@ -481,7 +641,7 @@ impl Standing {
             .map(|(id, _)| id.clone())
             .collect();
         for id in expired {
-            remove(&mut state, &id, &self.ingress);
+            self.remove(&mut state, &id);
         }
         self.take_changes(&mut state);
         self.settle(&mut state);
@@ -496,12 +656,14 @@ impl Standing {
                 state.active.remove(&id);
                 continue;
             };
-            finish(
+            if finish(
                 &id,
                 subscription,
                 (&self.ingress, self.config.versions_kept),
                 now,
-            );
+            ) {
+                self.keep(&id, subscription);
+            }
             if subscription.evaluation.is_some() {
                 in_flight += 1;
             } else if subscription.wanted.is_none() {
@@ -854,11 +1016,14 @@ fn visible(subscription: &Subscription, tenants: Option<&BTreeSet<String>>) -> b
     tenants.is_none_or(|tenants| tenants.contains(&subscription.tenant))
 }
 
-/// Removes a subscription, abandoning its evaluation; its event streams end.
-fn remove(state: &mut State, id: &str, ingress: &HttpIngress) {
+/// Removes a subscription, abandoning its evaluation and its file; its event streams end.
+fn remove(state: &mut State, id: &str, (ingress, store): (&HttpIngress, Option<&Store>)) {
     if let Some(subscription) = state.subscriptions.remove(id) {
         if let Some(evaluation) = subscription.evaluation {
             ingress.abandon(evaluation.ticket);
+        }
+        if let Some(store) = store {
+            store.remove(id);
         }
         if let Some(ids) = state.by_tenant.get_mut(&subscription.tenant) {
             ids.remove(id);
@@ -874,15 +1039,15 @@ fn remove(state: &mut State, id: &str, ingress: &HttpIngress) {
 }
 
 /// Takes the subscription's evaluation if it finished: a context that moved becomes a version (at
-/// most `kept` are kept); a change it reflects is no longer wanted.
+/// most `kept` are kept; true); a change it reflects is no longer wanted.
 fn finish(
     id: &str,
     subscription: &mut Subscription,
     (ingress, kept): (&HttpIngress, usize),
     now: Instant,
-) {
+) -> bool {
     let Some(evaluation) = &subscription.evaluation else {
-        return;
+        return false;
     };
     let context = match evaluation.receiver.try_recv() {
         Ok(context) => context,
@@ -891,11 +1056,11 @@ fn finish(
                 ingress.abandon(evaluation.ticket);
                 subscription.evaluation = None;
             }
-            return;
+            return false;
         }
         Err(mpsc::TryRecvError::Disconnected) => {
             subscription.evaluation = None;
-            return;
+            return false;
         }
     };
     let change = evaluation.change;
@@ -907,7 +1072,7 @@ fn finish(
         if let Some(judged) = subscription.judged.take() {
             subscription.wanted = Some(newer(subscription.wanted, judged));
         }
-        return;
+        return false;
     }
     // A change judged while this evaluation ran was judged against the probe before it, and the
     // evaluation may or may not have seen it (its watermark is taken after the search): wanted.
@@ -915,7 +1080,7 @@ fn finish(
         subscription.wanted = Some(newer(subscription.wanted, judged));
     }
     let Some(latest) = subscription.versions.back() else {
-        return;
+        return false;
     };
     // A later change may have arrived meanwhile: only what this evaluation reflects is settled.
     if let (Some(wanted), Some(change)) = (subscription.wanted, change) {
@@ -924,13 +1089,13 @@ fn finish(
         }
     }
     if context.index_watermark.frontier_ms < latest.index_watermark.frontier_ms {
-        return;
+        return false;
     }
     // What this answer's retrieval saw: the next change is judged against it.
     subscription.probe = context.probe.take();
     if same(&latest.context, &context) {
         metrics().standing_unchanged.inc();
-        return;
+        return false;
     }
     let published_ms = ragstream_operators::now_millis();
     if let Some(change) = change {
@@ -953,6 +1118,7 @@ fn finish(
     }
     subscription.notify.send_replace(number);
     metrics().standing_versions.inc();
+    true
 }
 
 /// Whether two contexts give the same items (ids, order, text, tokens, lines, tier) and string.
