@@ -314,8 +314,9 @@ fn main() -> anyhow::Result<()> {
             let grant = mcp::Grant(
                 tenant.map(|tenant| std::sync::Arc::new(std::iter::once(tenant).collect())),
                 None,
+                std::sync::Arc::from(mcp::STDIO_CREDENTIAL),
             );
-            let served = mcp::serve_stdio(running.ingress.clone(), grant);
+            let served = mcp::serve_stdio(running.ingress.clone(), running.standing.clone(), grant);
             running
                 .shutdown
                 .store(true, std::sync::atomic::Ordering::SeqCst);

@@ -51,6 +51,8 @@ pub struct Running {
     pub address: std::net::SocketAddr,
     /// Submits queries to the running job (what `POST /v1/query` uses).
     pub ingress: Arc<HttpIngress>,
+    /// The standing queries (`None`: off).
+    pub standing: Option<Arc<Standing>>,
     thread: std::thread::JoinHandle<anyhow::Result<()>>,
 }
 
@@ -259,6 +261,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         changes: standing.is_some().then_some(changes),
         config: Arc::new(config),
     };
+    let held = standing.clone();
     let ready_workers = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let thread = std::thread::Builder::new().name("timely".into()).spawn(
         move || -> anyhow::Result<()> {
@@ -287,6 +290,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         shutdown,
         address,
         ingress,
+        standing: held,
         thread,
     })
 }

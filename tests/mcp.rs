@@ -14,8 +14,10 @@ const HANDBOOK: &str = "# Operations handbook\n\n## Deployment\n\nReleases ship 
 const FAQ: &str = "The Acme office is located in Lisbon, near the river. Visitors sign in at the front desk.\n\nThe cafeteria opens at eight. Coffee is free for employees and visitors.";
 const GLOBEX: &str = "Project zebra-quasar is the secret launch codename of Globex. To roll back a release at Globex, run deployctl rollback as well.";
 
-const TOOLS: [&str; 11] = [
+const TOOLS: [&str; 13] = [
     "rag_search",
+    "rag_subscribe",
+    "rag_unsubscribe",
     "rag_search_deep",
     "rag_search_files",
     "rag_read_chunk",
@@ -806,4 +808,98 @@ fn an_mcp_client_lists_and_calls_every_tool_over_http_and_stdio() {
     );
     eprintln!("MCP over stdio: protocol {}", seen["protocol"]);
     check(&seen, "stdio");
+}
+
+/// Standing queries over MCP with the real Python SDK on stdio: `rag_subscribe` answers version 1
+/// and a resource URI; the resource is listed and read; subscribed to (`resources/subscribe` for a
+/// client of the 2025 revisions, a `subscriptions/listen` stream for one of 2026-07-28), the client
+/// is told with `notifications/resources/updated` when a posted document moves the context, and
+/// the read after it holds the new passage; `rag_unsubscribe` ends it and the resource is gone.
+#[test]
+fn an_mcp_client_is_told_when_its_standing_context_moves() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let events = [
+        event(
+            "acme",
+            "handbook",
+            "markdown",
+            "Operations handbook",
+            HANDBOOK,
+        ),
+        event("acme", "faq", "prose", "FAQ", FAQ),
+    ];
+    std::fs::write(dir.path().join("events.jsonl"), events.join("\n") + "\n").expect("events");
+    let port = crate::common::broker::free_port();
+    let config = crate::common::JSONL_SERVING
+        .replace("[http]\n", "[http]\ntokens = { ACME_TOKEN = [\"acme\"] }\n")
+        .replace("{dir}", &dir.path().display().to_string())
+        .replace("{http}", &format!("127.0.0.1:{port}"));
+    let config_path = dir.path().join("ragstream.toml");
+    std::fs::write(&config_path, config).expect("config");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/standing.py");
+    let documents = format!("http://127.0.0.1:{port}/v1/documents");
+    // Each run posts a passage of its own (not a near-duplicate of the other, which dedup drops).
+    let passages = [
+        ("legacy", "bastion-7", "Emergency rollback: to roll back a release at once, log in to the bastion-7 host and run deployctl rollback --fast."),
+        ("auto", "console-9", "Rolling back a release from a laptop: connect the VPN, open the console-9 release page and press Roll back; the previous version is live in a minute."),
+    ];
+    for (mode, marker, text) in passages {
+        let document = json!({
+            "tenant": "acme", "doc_id": format!("rollback-{mode}"), "version": 1, "marker": marker,
+            "text": text,
+        });
+        let output = Command::new(python())
+            .arg(&script)
+            .args([&documents, "acme-secret", &document.to_string()])
+            .arg(env!("CARGO_BIN_EXE_ragstream"))
+            .args(["mcp", "--config"])
+            .arg(&config_path)
+            .args(["--tenant", "acme"])
+            .env("MCP_CLIENT_MODE", mode)
+            .env("ACME_TOKEN", "acme-secret")
+            .env("RAGSTREAM_MODEL_DIR", crate::common::model_dir())
+            .output()
+            .expect("the MCP client runs");
+        assert!(
+            output.status.success(),
+            "{mode}: MCP client failed: {}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let seen: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+        eprintln!("standing over MCP ({mode}): protocol {}", seen["protocol"]);
+        assert_eq!(seen["resources_subscribe"], true, "{mode}: {seen}");
+        let made = &seen["subscribed"];
+        assert_eq!(made["is_error"], false, "{mode}: {seen}");
+        assert_eq!(made["structured"]["version"], 1);
+        let uri = made["structured"]["uri"].as_str().expect("a uri");
+        assert!(uri.starts_with("ragstream://subscriptions/sub-"), "{uri}");
+        assert!(
+            seen["listed"]
+                .as_array()
+                .expect("listed")
+                .contains(&json!(uri)),
+            "{mode}: {seen}"
+        );
+        assert_eq!(seen["first"]["latest"]["version"], 1);
+        assert_eq!(seen["first"]["tenant"], "acme");
+        assert_eq!(seen["posted"], 200, "{mode}: {seen}");
+        let moved = &seen["moved"];
+        assert!(
+            moved.is_object(),
+            "{mode}: not told of a version holding the new passage within 90 s: {seen}"
+        );
+        assert!(
+            moved["latest"]["version"].as_u64() >= Some(2),
+            "{mode}: {seen}"
+        );
+        assert!(
+            seen["notified"]
+                .as_array()
+                .is_some_and(|told| !told.is_empty() && told.iter().all(|u| u == uri)),
+            "{mode}: {seen}"
+        );
+        assert_eq!(seen["unsubscribed"]["is_error"], false, "{mode}: {seen}");
+        assert_ne!(seen["read_after_end"], "read", "{mode}: {seen}");
+    }
 }

@@ -512,7 +512,7 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Reply {
                 Ok(slot) => slot,
                 Err(busy) => return *busy,
             };
-            let grant = crate::mcp::Grant(access.tenants, access.labels);
+            let grant = crate::mcp::Grant(access.tenants, access.labels, credential);
             let reply = shared.mcp.handle(parts, body, grant).await.map(Body::Left);
             drop(slot);
             reply
@@ -628,6 +628,7 @@ pub fn serve(
         queries: Arc::new(Semaphore::new(limits.max_queries_in_flight)),
         mcp: crate::mcp::McpHttp::new(
             ingress.clone(),
+            standing.clone(),
             AllowedHosts::for_mcp(allowed_hosts).as_deref(),
         ),
         ingress,

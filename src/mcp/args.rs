@@ -269,3 +269,40 @@ pub struct ReindexArgs {
     #[serde(default)]
     pub tenant: Option<String>,
 }
+
+/// Arguments of `rag_subscribe`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubscribeArgs {
+    /// The question or search text to keep answered.
+    pub query: String,
+    /// Token budget of the packed context (default 3000), counted with the o200k_base tokenizer.
+    #[serde(default)]
+    pub token_budget: Option<usize>,
+    /// Number of results to choose from (default 10).
+    #[serde(default)]
+    pub k: Option<usize>,
+    /// Restrict the search to some documents: a path pattern or conditions.
+    #[serde(default)]
+    pub doc_filter: Option<DocFilterArg>,
+    /// The tenant to search, when the credential opens more than one.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// Pack to the budget instead of stopping once the evidence is in.
+    #[serde(default)]
+    pub fill: Option<bool>,
+    /// Least milliseconds between two answers (0 to 3600000; default the job's).
+    #[serde(default)]
+    pub min_interval_ms: Option<u64>,
+    /// Seconds until the subscription ends (default the job's `standing.default_ttl_secs`).
+    #[serde(default)]
+    pub ttl_secs: Option<u64>,
+}
+
+/// Arguments of `rag_unsubscribe`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UnsubscribeArgs {
+    /// The subscription's id, or its resource uri (`ragstream://subscriptions/{id}`).
+    pub subscription_id: String,
+}

@@ -1,6 +1,7 @@
 //! Agent tools over the Model Context Protocol (rmcp): `rag_search` (a bounded context),
 //! `rag_search_deep`, `rag_read_chunk`, `rag_list_sources`, `sql_search` and `sql_search_compact`;
-//! and the operations tools `get_index_stats`, `get_cache_stats` and `clear_cache`.
+//! the operations tools `get_index_stats`, `get_cache_stats` and `clear_cache`; and standing
+//! queries (`rag_subscribe`, `rag_unsubscribe`, each subscription a resource: [`standing`]).
 //!
 //! Each tool builds a query event and submits it to the job's query ingress, the same path as
 //! `POST /v1/query`: the query is decoded, validated (a malformed one gets its DLQ record) and answered
@@ -35,19 +36,28 @@ use serde_json::{json, Value};
 
 mod args;
 mod results;
+mod standing;
 pub use args::*;
 use results::{filters, result};
+pub use standing::SCHEME;
+
+/// The name the stdio transport's credential is known by (a subscription it makes comes back
+/// after a restart only where the job configures no tokens).
+pub const STDIO_CREDENTIAL: &str = "stdio";
 
 /// How long a tool waits for its context (as `POST /v1/query` does).
 const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What a caller may search: the tenants (`None`: every tenant, as the unbound token or no tokens
-/// configured grant), and the ACL labels its queries carry (`None`: the labels it names, unchecked;
-/// `Some`: exactly these, the labels of a tenant-bound token).
+/// configured grant), the ACL labels its queries carry (`None`: the labels it names, unchecked;
+/// `Some`: exactly these, the labels of a tenant-bound token), and the name its credential is
+/// known by (a token's environment variable, never the token; what a subscription it makes is
+/// bound to again after a restart).
 #[derive(Debug, Clone)]
 pub struct Grant(
     pub Option<Arc<BTreeSet<String>>>,
     pub Option<Arc<Vec<String>>>,
+    pub Arc<str>,
 );
 
 impl Grant {
@@ -81,6 +91,10 @@ impl Grant {
 #[derive(Clone)]
 pub struct RagTools {
     ingress: Arc<HttpIngress>,
+    /// The job's standing queries (`None`: off), each a resource.
+    standing: Option<Arc<crate::standing::Standing>>,
+    /// This session's resource subscriptions.
+    watches: standing::Watches,
     /// The stdio transport's grant; over HTTP each request carries its own (`None` here).
     grant: Option<Grant>,
     next: Arc<AtomicU64>,
@@ -89,14 +103,29 @@ pub struct RagTools {
 
 #[tool_router]
 impl RagTools {
-    /// Tools answering through `ingress`; `grant` for stdio, `None` over HTTP (each request's own).
-    pub fn new(ingress: Arc<HttpIngress>, grant: Option<Grant>) -> Self {
+    /// Tools answering through `ingress` (subscriptions held by `standing`); `grant` for stdio,
+    /// `None` over HTTP (each request's own).
+    pub fn new(
+        ingress: Arc<HttpIngress>,
+        standing: Option<Arc<crate::standing::Standing>>,
+        grant: Option<Grant>,
+    ) -> Self {
         Self {
             ingress,
+            standing,
+            watches: standing::Watches::default(),
             grant,
             next: Arc::new(AtomicU64::new(0)),
             tool_router: Self::tool_router(),
         }
+    }
+
+    /// The call's grant: the HTTP request's, or the stdio launch's.
+    fn grant<'a>(&'a self, extensions: &'a Extensions) -> Option<&'a Grant> {
+        extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Grant>())
+            .or(self.grant.as_ref())
     }
 
     /// The tenant of a call: from the HTTP request's grant, or the stdio launch's. A refusal is a
@@ -108,21 +137,15 @@ impl RagTools {
     ) -> Result<String, Box<CallToolResult>> {
         let refused =
             |message: String| Box::new(CallToolResult::error(vec![Content::text(message)]));
-        let grant = extensions
-            .get::<http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<Grant>())
-            .or(self.grant.as_ref())
+        let grant = self
+            .grant(extensions)
             .ok_or_else(|| refused("no credential with this request".into()))?;
         grant.tenant(asked).map_err(refused)
     }
 
     /// The ACL labels of a call's queries ([`Grant::acl`]).
     fn labels(&self, extensions: &Extensions) -> Option<Vec<String>> {
-        extensions
-            .get::<http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<Grant>())
-            .or(self.grant.as_ref())
-            .and_then(Grant::acl)
+        self.grant(extensions).and_then(Grant::acl)
     }
 
     /// Asks `query` for the call's tenant (the one it names in `asked`, if its credential opens it)
@@ -194,6 +217,41 @@ impl RagTools {
             }),
         )
         .await
+    }
+
+    #[tool(
+        description = "Subscribe to a search: its context (as rag_search packs it) is kept current as the documents change. Answers version 1 of the context with a `subscription_id` and a resource `uri` (ragstream://subscriptions/{id}): read the resource for the latest version, subscribe to it to be told when the context moved (the stdio transport), end it with rag_unsubscribe. A new version comes only when the context's items or text changed."
+    )]
+    async fn rag_subscribe(
+        &self,
+        Parameters(args): Parameters<SubscribeArgs>,
+        extensions: Extensions,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.subscribe_as(
+            &extensions,
+            args.tenant,
+            json!({
+                "text": args.query,
+                "mode": "bounded",
+                "token_budget": args.token_budget,
+                "k": args.k,
+                "filters": filters(args.doc_filter),
+                "fill": args.fill.unwrap_or(false),
+            }),
+            (args.min_interval_ms, args.ttl_secs),
+        )
+        .await
+    }
+
+    #[tool(
+        description = "End a subscription made with rag_subscribe (by its subscription_id or resource uri)."
+    )]
+    async fn rag_unsubscribe(
+        &self,
+        Parameters(args): Parameters<UnsubscribeArgs>,
+        extensions: Extensions,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.unsubscribe_as(&extensions, &args.subscription_id)
     }
 
     #[tool(
@@ -433,15 +491,88 @@ impl RagTools {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for RagTools {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = match self.standing.is_some() {
+            true => ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .enable_resources_subscribe()
+                .build(),
+            false => ServerCapabilities::builder().enable_tools().build(),
+        };
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("ragstream", env!("CARGO_PKG_VERSION")))
             .with_instructions(
             "Retrieval over the tenant's indexed documents. Start with rag_search (a context packed \
              into a token budget, with sources); read a cited chunk whole with rag_read_chunk; \
              rag_search_deep returns whole chunks without a budget; rag_list_sources lists the \
-             documents; sql_search finds SQL tables. get_index_stats, get_cache_stats and \
-             clear_cache are for operating the job.",
+             documents; sql_search finds SQL tables. rag_subscribe keeps a search's context \
+             current: its resource reads the latest version, and a resource subscription tells \
+             when it moved. get_index_stats, get_cache_stats and clear_cache are for operating \
+             the job.",
             )
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, ErrorData> {
+        self.subscriptions(&context.extensions)
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
+        self.read(&request.uri, &context.extensions).map(Into::into)
+    }
+
+    #[allow(
+        deprecated,
+        reason = "resources/subscribe serves clients of the 2025 revisions"
+    )]
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.watch(request.uri, context)
+    }
+
+    #[allow(
+        deprecated,
+        reason = "resources/unsubscribe serves clients of the 2025 revisions"
+    )]
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.unwatch(&request.uri);
+        Ok(())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        self.standing.as_ref()?;
+        let ours = requested.resource_subscriptions.as_ref().map(|uris| {
+            uris.iter()
+                .filter(|uri| uri.starts_with(SCHEME))
+                .cloned()
+                .collect::<Vec<_>>()
+        });
+        Some(
+            rmcp::model::SubscriptionFilter::builder()
+                .resource_subscriptions(ours.unwrap_or_default())
+                .build(),
+        )
+    }
+
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), ErrorData> {
+        self.listen_to(context).await
     }
 }
 
@@ -463,9 +594,13 @@ pub struct McpHttp {
 }
 
 impl McpHttp {
-    /// Tools over `ingress`; `allowed_hosts` are the `Host` values accepted (empty: loopback only;
-    /// `None`: any).
-    pub fn new(ingress: Arc<HttpIngress>, allowed_hosts: Option<&[String]>) -> Self {
+    /// Tools over `ingress` and `standing`; `allowed_hosts` are the `Host` values accepted (empty:
+    /// loopback only; `None`: any).
+    pub fn new(
+        ingress: Arc<HttpIngress>,
+        standing: Option<Arc<crate::standing::Standing>>,
+        allowed_hosts: Option<&[String]>,
+    ) -> Self {
         let mut config = StreamableHttpServerConfig::default()
             .with_sse_keep_alive(None)
             .with_sse_retry(None)
@@ -476,7 +611,7 @@ impl McpHttp {
             Some([]) => {}
             Some(hosts) => config = config.with_allowed_hosts(hosts.iter().cloned()),
         }
-        let tools = RagTools::new(ingress, None);
+        let tools = RagTools::new(ingress, standing, None);
         let service = StreamableHttpService::new(
             move || Ok(tools.clone()),
             Arc::new(NeverSessionManager::default()),
@@ -506,10 +641,14 @@ impl McpHttp {
 }
 
 /// Serves the tools on stdin/stdout until the client closes stdin.
-pub fn serve_stdio(ingress: Arc<HttpIngress>, grant: Grant) -> anyhow::Result<()> {
+pub fn serve_stdio(
+    ingress: Arc<HttpIngress>,
+    standing: Option<Arc<crate::standing::Standing>>,
+    grant: Grant,
+) -> anyhow::Result<()> {
     let runtime = runtime()?;
     runtime.block_on(async move {
-        let service = RagTools::new(ingress, Some(grant))
+        let service = RagTools::new(ingress, standing, Some(grant))
             .serve(rmcp::transport::stdio())
             .await?;
         service.waiting().await?;
@@ -523,7 +662,7 @@ mod tests {
 
     /// The status `/mcp` answers an `initialize` sent under `host`, with `allowed` hosts.
     fn initialize_status(allowed: Option<&[String]>, host: &str) -> u16 {
-        let mcp = McpHttp::new(Arc::new(HttpIngress::default()), allowed);
+        let mcp = McpHttp::new(Arc::new(HttpIngress::default()), None, allowed);
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-03-26", "capabilities": {},
             "clientInfo": {"name": "test", "version": "0"}}});
@@ -535,8 +674,11 @@ mod tests {
             .expect("request")
             .into_parts();
         let runtime = runtime().expect("runtime");
-        let response =
-            runtime.block_on(mcp.handle(parts, Bytes::from(body.to_string()), Grant(None, None)));
+        let response = runtime.block_on(mcp.handle(
+            parts,
+            Bytes::from(body.to_string()),
+            Grant(None, None, Arc::from("test")),
+        ));
         response.status().as_u16()
     }
 
@@ -554,6 +696,7 @@ mod tests {
         Grant(
             Some(Arc::new(tenants.iter().map(|t| t.to_string()).collect())),
             None,
+            Arc::from("test"),
         )
     }
 
@@ -569,14 +712,18 @@ mod tests {
         let two = grant(&["acme", "globex"]);
         assert!(two.tenant(None).unwrap_err().contains("acme, globex"));
         assert_eq!(two.tenant(Some("globex".into())).unwrap(), "globex");
-        let every = Grant(None, None);
+        let every = Grant(None, None, Arc::from("test"));
         assert_eq!(every.tenant(Some("any".into())).unwrap(), "any");
         assert!(every.tenant(None).is_err(), "no silent default tenant");
         // A tenant-bound token's calls carry its labels; one without labels an explicit empty
         // list (public chunks only even under `absent_acl = "all"`); the every-tenant token none.
-        let labelled = Grant(one.0.clone(), Some(Arc::new(vec!["eng".into()])));
+        let labelled = Grant(
+            one.0.clone(),
+            Some(Arc::new(vec!["eng".into()])),
+            one.2.clone(),
+        );
         assert_eq!(labelled.acl(), Some(vec!["eng".to_string()]));
-        let unlabelled = Grant(one.0.clone(), Some(Arc::new(Vec::new())));
+        let unlabelled = Grant(one.0.clone(), Some(Arc::new(Vec::new())), one.2.clone());
         assert_eq!(unlabelled.acl(), Some(Vec::new()));
         assert_eq!(every.acl(), None);
     }

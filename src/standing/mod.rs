@@ -137,6 +137,26 @@ pub enum Refused {
     Stopping,
 }
 
+impl Refused {
+    /// Why, in words (what an MCP tool answers; the HTTP API answers a problem of its own).
+    pub fn message(&self) -> String {
+        match self {
+            Refused::Invalid(message) => message.clone(),
+            Refused::TenantFull(cap) => {
+                format!("the tenant holds {cap} subscriptions already (standing.max_per_tenant)")
+            }
+            Refused::Full(cap) => {
+                format!("the job holds {cap} subscriptions already (standing.max_total)")
+            }
+            Refused::Query(context) => context
+                .error
+                .clone()
+                .unwrap_or_else(|| "the first evaluation failed".into()),
+            Refused::Stopping => "the job is stopping".into(),
+        }
+    }
+}
+
 /// A subscription's parameters as the request gives them.
 #[derive(Debug, Default)]
 pub struct Request {
@@ -593,6 +613,22 @@ impl Standing {
                 .as_secs(),
             latest: subscription.versions.back()?.clone(),
         })
+    }
+
+    /// The subscriptions `tenants` (`None`: any) may see: (id, tenant, latest version number), by id.
+    pub fn held(&self, tenants: Option<&BTreeSet<String>>) -> Vec<(String, String, u64)> {
+        let state = lock(&self.state);
+        let mut held: Vec<(String, String, u64)> = state
+            .subscriptions
+            .iter()
+            .filter(|(_, subscription)| visible(subscription, tenants))
+            .map(|(id, subscription)| {
+                let version = subscription.versions.back().map_or(0, |v| v.version);
+                (id.clone(), subscription.tenant.clone(), version)
+            })
+            .collect();
+        held.sort();
+        held
     }
 
     /// Ends a subscription (true), if it exists and `tenants` holds its tenant.
