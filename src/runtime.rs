@@ -187,6 +187,17 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         )?),
         false => None,
     };
+    // The queries topic's standing events, where documents come from Kafka.
+    let standing_intake: Option<Arc<dyn ragstream_operators::io::query_source::StandingIntake>> =
+        match (&standing, config.source.kind) {
+            (Some(standing), SourceKind::Kafka) => Some(crate::standing::kafka::start(
+                standing,
+                &config.kafka.client_config(),
+                &config.kafka.contexts_topic,
+                factory::dlq_sink(&config)?,
+            )?),
+            _ => None,
+        };
     let address = serve_http(
         &config,
         &readiness,
@@ -259,6 +270,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         files,
         usage,
         changes: standing.is_some().then_some(changes),
+        standing_intake,
         config: Arc::new(config),
     };
     let held = standing.clone();
@@ -376,7 +388,16 @@ fn serve_http(
     };
     // Subscriptions kept by an earlier run come back where their credentials still open them.
     if let Some(standing) = standing {
-        let restored = standing.restore(|credential, query| tokens.rebind(credential, query));
+        // Subscriptions made over Kafka stand on the queries topic's access control: they come
+        // back where the job still reads Kafka.
+        let kafka = config.source.kind == SourceKind::Kafka;
+        let restored = standing.restore(|credential, query| {
+            match credential == crate::standing::kafka::KAFKA_CREDENTIAL {
+                true if kafka => Ok(query),
+                true => Err("made over Kafka, and the job no longer reads Kafka".into()),
+                false => tokens.rebind(credential, query),
+            }
+        });
         if restored > 0 {
             tracing::info!(restored, "standing queries taken back from the last run");
         }

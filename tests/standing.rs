@@ -709,3 +709,177 @@ fn standing_queries_come_back_after_a_restart() {
     let fresh = subscribe(port, "pier piles rot", 3600);
     assert_ne!(fresh, kept, "a new id after the restart");
 }
+
+/// Standing queries over Kafka: a queries-topic event with a `standing` object subscribes; its
+/// versions reach the contexts topic keyed by the subscription id, each with its number, watermark,
+/// diff and full context; the same event read again subscribes once (its latest version comes
+/// again); a document that moves the context publishes version 2; an end event ends it with a
+/// tombstone; a bad `standing` object is dead-lettered with its value.
+#[test]
+fn standing_queries_over_kafka_publish_versions_keyed_by_subscription_and_end_with_a_tombstone() {
+    use crate::common::broker::Broker;
+    let broker = Broker::start();
+    let (docs, queries, contexts, dlq) = ("s-docs", "s-queries", "s-contexts", "s-dlq");
+    for topic in [docs, queries, contexts, dlq] {
+        broker.create_topic(topic, 1);
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = crate::common::kafka_config(
+        &broker.bootstrap(),
+        &format!("documents_topic = \"{docs}\"\nqueries_topic = \"{queries}\"\ncontexts_topic = \"{contexts}\"\ndlq_topic = \"{dlq}\"\ngroup_id = \"standing-it\""),
+        "[standing]\ndefault_min_interval_ms = 0\n",
+    );
+    let mut job = Job::start(dir.path(), &config, 1);
+    job.wait_ready(Duration::from_secs(120));
+    let document = |doc_id: &str, text: &str| {
+        let value = json!({"op": "upsert", "tenant": "acme", "doc_id": doc_id, "version": 1, "source": format!("acme/{doc_id}"), "kind": "prose", "text": text});
+        (
+            format!("acme/{doc_id}"),
+            Some(value.to_string().into_bytes()),
+        )
+    };
+    broker.produce(
+        docs,
+        &[
+            document("handbook", "To roll back a release, run deployctl rollback --to <version> from the ops bastion. A rollback takes about four minutes."),
+            document("faq", "The cafeteria opens at eight. Coffee is free for employees and visitors."),
+        ],
+    );
+    job.wait_indexed(2);
+    let id = "acme-rollback";
+    let subscribe = json!({"query_id": "q-1", "tenant": "acme", "text": "How do I roll back a release?", "token_budget": 300, "fill": true, "standing": {"subscription_id": id, "min_interval_ms": 0}});
+    let bad = json!({"query_id": "q-bad", "tenant": "acme", "text": "x", "standing": {"subscription_id": "../etc"}});
+    let record = |value: &Value| (id.to_string(), Some(value.to_string().into_bytes()));
+    broker.produce(
+        queries,
+        &[record(&subscribe), record(&bad), record(&subscribe)],
+    );
+
+    // The topic's records of the subscription, once `until` holds of them.
+    let versions = |until: &dyn Fn(&[Option<Value>]) -> bool, least: usize| {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut least = least;
+        loop {
+            let read: Vec<Option<Value>> = broker
+                .read_all(contexts, least)
+                .into_iter()
+                .filter(|(key, _, _)| key.as_deref() == Some(id.as_bytes()))
+                .map(|(_, value, _)| value.map(|v| serde_json::from_slice(&v).expect("JSON")))
+                .collect();
+            if until(&read) {
+                return read;
+            }
+            least = read.len() + 1;
+            assert!(
+                Instant::now() < deadline,
+                "contexts topic: {read:?}\n{:?}\n{:?}",
+                broker
+                    .read_all(contexts, 100)
+                    .into_iter()
+                    .map(|(k, v, _)| (
+                        k.map(|k| String::from_utf8_lossy(&k).to_string()),
+                        v.map(|v| v.len())
+                    ))
+                    .collect::<Vec<_>>(),
+                job.metrics()
+                    .lines()
+                    .filter(|l| l.contains("standing") || l.contains("indexed"))
+                    .collect::<Vec<_>>()
+            );
+        }
+    };
+    let number = |value: &Option<Value>| value.as_ref().and_then(|v| v["version"].as_u64());
+    let first = versions(&|read| read.len() >= 2, 2);
+    assert!(
+        first.iter().all(|v| number(v) == Some(1)),
+        "the event read twice subscribes once: version 1 twice, {first:?}"
+    );
+    let first = first[0].clone().expect("a version");
+    assert_eq!(first["subscription_id"], id);
+    assert!(first["index_watermark"]["frontier_ms"].as_u64() > Some(0));
+    assert_eq!(
+        first["diff"]["added"].as_array().map(Vec::len),
+        first["context"]["items"].as_array().map(Vec::len)
+    );
+    assert!(first["context"]["context"]
+        .as_str()
+        .is_some_and(|text| text.contains("deployctl rollback")));
+
+    // A document that moves the context: version 2, with what it added.
+    broker.produce(
+        docs,
+        &[document("runbook", "How to roll back a release in an emergency: log in to bastion-7 and run deployctl rollback --fast to roll back the release.")],
+    );
+    let moved = versions(&|read| read.iter().any(|v| number(v) == Some(2)), 3);
+    let second = moved
+        .iter()
+        .flatten()
+        .find(|v| v["version"] == 2)
+        .expect("version 2");
+    assert!(second["context"]["context"]
+        .as_str()
+        .is_some_and(|text| text.contains("bastion-7")));
+    assert!(!second["diff"]["added"]
+        .as_array()
+        .expect("added")
+        .is_empty());
+    assert!(
+        second["index_watermark"]["frontier_ms"].as_u64()
+            >= first["index_watermark"]["frontier_ms"].as_u64()
+    );
+    // The same subscription over HTTP.
+    let (status, body) =
+        http_get(job.http_port, &format!("/v1/subscriptions/{id}")).expect("answered");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).expect("JSON")["latest"]["version"],
+        2
+    );
+
+    // An end event: a tombstone, and the subscription is gone.
+    let end = json!({"query_id": "q-end", "tenant": "acme", "standing": {"subscription_id": id, "end": true}});
+    broker.produce(queries, &[record(&end)]);
+    let ended = versions(
+        &|read| read.last().is_some_and(Option::is_none),
+        moved.len() + 1,
+    );
+    assert!(ended.last().is_some_and(Option::is_none), "{ended:?}");
+    assert_eq!(
+        http_get(job.http_port, &format!("/v1/subscriptions/{id}")).map(|a| a.0),
+        Some(404)
+    );
+    // The events and versions as their topic schemas describe them (a bad object fails).
+    let case = crate::api::topic_case;
+    crate::api::check_schemas(
+        dir.path(),
+        None,
+        &[
+            case(
+                "standing-query",
+                subscribe.clone(),
+                "a subscribe event".into(),
+                true,
+            ),
+            case("standing-query", end.clone(), "an end event".into(), true),
+            case(
+                "standing-query",
+                json!({"tenant": "acme", "text": "x", "standing": {"subscription": 1}}),
+                "a bad standing object".into(),
+                false,
+            ),
+            case("standing-version", first.clone(), "version 1".into(), true),
+            case("standing-version", second.clone(), "version 2".into(), true),
+        ],
+    );
+    let refused = broker.read_all(dlq, 1);
+    assert_eq!(refused.len(), 1, "the bad standing object dead-lettered");
+    let (_, value, headers) = &refused[0];
+    assert_eq!(
+        value.as_deref(),
+        Some(bad.to_string().as_bytes()),
+        "with its value"
+    );
+    assert!(headers
+        .iter()
+        .any(|(key, value)| key == "reason" && value == b"invalid_query"));
+}

@@ -95,6 +95,8 @@ pub(super) async fn subscribe(
         min_interval_ms: asked.min_interval_ms,
         ttl_secs: asked.ttl_secs,
         credential: credential.to_string(),
+        id: None,
+        publish: false,
     };
     // The first answer waits as a query does: it holds one of the query slots meanwhile.
     let slot = match super::query_slot(&shared) {

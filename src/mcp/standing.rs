@@ -92,6 +92,8 @@ impl RagTools {
             credential: self
                 .grant(extensions)
                 .map_or_else(String::new, |grant| grant.2.to_string()),
+            id: None,
+            publish: false,
         };
         let made = tokio::task::spawn_blocking(move || standing.subscribe(request))
             .await

@@ -56,8 +56,17 @@ use ragstream_topologies::config::{StandingConfig, MAX_MIN_INTERVAL_MS};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub mod kafka;
 mod store;
 use store::{Restored, Saved, Store};
+
+/// Where the versions of subscriptions made over Kafka go (the contexts topic).
+pub trait Publish: Send + Sync {
+    /// A new version (version 1 included; the latest again where a subscribe event came twice).
+    fn version(&self, version: &Version);
+    /// The subscription ended.
+    fn end(&self, id: &str);
+}
 
 /// How often the evaluator looks at the change feed and at evaluations under way.
 const TICK: Duration = Duration::from_millis(20);
@@ -169,6 +178,11 @@ pub struct Request {
     /// The name its credential is known by (its environment variable, never the token): a
     /// restart checks that it still opens the query.
     pub credential: String,
+    /// The subscription's id, where the client chose it (Kafka): a subscription of that id and
+    /// tenant answers its latest version again instead of a new one. `None`: the job makes one.
+    pub id: Option<String>,
+    /// Publish its versions (and its end) through [`Standing::set_publisher`]'s publisher.
+    pub publish: bool,
 }
 
 /// The process's standing queries.
@@ -184,6 +198,8 @@ pub struct Standing {
     stats: Option<(Arc<CorpusStats>, f32)>,
     /// Where subscriptions are kept across restarts (`None`: not kept).
     store: Option<Store>,
+    /// Where versions of subscriptions made with `publish` go.
+    publisher: std::sync::OnceLock<Arc<dyn Publish>>,
     state: Mutex<State>,
     stopped: AtomicBool,
 }
@@ -220,6 +236,8 @@ struct Settling {
 struct Subscription {
     tenant: String,
     credential: String,
+    /// Its versions go to the publisher.
+    publish: bool,
     query: Map<String, Value>,
     min_interval: Duration,
     expires: Instant,
@@ -274,6 +292,7 @@ impl Standing {
             changes,
             stats,
             store,
+            publisher: std::sync::OnceLock::new(),
             state: Mutex::new(State::default()),
             stopped: AtomicBool::new(false),
         });
@@ -332,6 +351,7 @@ impl Standing {
                 query,
                 min_interval_ms,
                 expires_ms,
+                publish,
                 latest,
                 ..
             } = kept;
@@ -384,6 +404,7 @@ impl Standing {
                 Subscription {
                     tenant: tenant.clone(),
                     credential,
+                    publish,
                     query,
                     min_interval,
                     expires: now + Duration::from_millis(expires_ms - now_ms),
@@ -415,9 +436,33 @@ impl Standing {
         restored
     }
 
-    /// Ends a subscription ([`remove`]).
+    /// Ends a subscription ([`remove`]); a published one ends with its publisher's end record.
     fn remove(&self, state: &mut State, id: &str) {
+        let published = state
+            .subscriptions
+            .get(id)
+            .is_some_and(|subscription| subscription.publish);
         remove(state, id, (&self.ingress, self.store.as_ref()));
+        if let (true, Some(publisher)) = (published, self.publisher.get()) {
+            publisher.end(id);
+        }
+    }
+
+    /// Sets where the versions of subscriptions made with `publish` go (once).
+    pub fn set_publisher(&self, publisher: Arc<dyn Publish>) {
+        let _ = self.publisher.set(publisher);
+    }
+
+    fn publish(&self, version: &Version) {
+        if let Some(publisher) = self.publisher.get() {
+            publisher.version(version);
+        }
+    }
+
+    /// Ends subscription `id` of `tenant` (true), if it exists.
+    pub fn end(&self, id: &str, tenant: &str) -> bool {
+        let tenants = BTreeSet::from([tenant.to_string()]);
+        self.unsubscribe(id, Some(&tenants))
     }
 
     /// Keeps a subscription's parameters and latest version on disk (where subscriptions are kept).
@@ -433,6 +478,7 @@ impl Standing {
             query: &subscription.query,
             min_interval_ms: subscription.min_interval.as_millis() as u64,
             expires_ms: subscription.expires_ms,
+            publish: subscription.publish,
             latest,
         });
     }
@@ -461,10 +507,29 @@ impl Standing {
         let tenant = tenant.to_string();
         let id = {
             let mut state = lock(&self.state);
+            if let Some(id) = &request.id {
+                // A subscription of the client's id: the latest version again (an event read
+                // twice subscribes once), or a refusal where another tenant holds the id.
+                if let Some(held) = state.subscriptions.get(id) {
+                    if held.tenant != tenant {
+                        return Err(Refused::Invalid(format!(
+                            "subscription id {id} is held by another tenant"
+                        )));
+                    }
+                    let latest = held.versions.back().cloned().ok_or(Refused::Stopping)?;
+                    if held.publish {
+                        self.publish(&latest);
+                    }
+                    return Ok(latest);
+                }
+            }
             self.room(&state, &tenant)?;
             state.made += 1;
             state.subscribing += 1;
-            format!("sub-{}-{:016x}", state.made, rand_suffix())
+            match &request.id {
+                Some(id) => id.clone(),
+                None => format!("sub-{}-{:016x}", state.made, rand_suffix()),
+            }
         };
         // The feed keeps documents' chunks from before the first evaluation on.
         self.changes.set_detailed(true);
@@ -513,6 +578,7 @@ impl Standing {
             Subscription {
                 tenant: tenant.clone(),
                 credential: request.credential,
+                publish: request.publish,
                 query: request.query,
                 min_interval: Duration::from_millis(min_interval_ms),
                 expires: now + Duration::from_secs(ttl_secs),
@@ -534,6 +600,9 @@ impl Standing {
             .insert(id.clone());
         if let Some(made) = state.subscriptions.get(&id) {
             self.keep(&id, made);
+            if made.publish {
+                self.publish(&version);
+            }
         }
         if wanted.is_some() {
             state.active.insert(id);
@@ -583,7 +652,7 @@ impl Standing {
         let mut event = query.clone();
         event.insert("query_id".into(), Value::String(format!("{id}#{serial}")));
         let body = serde_json::to_vec(&Value::Object(event)).unwrap_or_default();
-        self.ingress.submit(body)
+        self.ingress.submit_internal(body)
     }
 
     /// The subscription's state, if it exists and `tenants` (a credential's, `None`: any) holds
@@ -699,6 +768,9 @@ impl Standing {
                 now,
             ) {
                 self.keep(&id, subscription);
+                if let (true, Some(latest)) = (subscription.publish, subscription.versions.back()) {
+                    self.publish(latest);
+                }
             }
             if subscription.evaluation.is_some() {
                 in_flight += 1;

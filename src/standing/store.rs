@@ -36,6 +36,8 @@ pub(super) struct Saved<'a> {
     pub min_interval_ms: u64,
     /// When it expires (ms since the epoch).
     pub expires_ms: u64,
+    /// Its versions go to the contexts topic (made over Kafka).
+    pub publish: bool,
     pub latest: &'a Version,
 }
 
@@ -49,6 +51,8 @@ pub(super) struct Restored {
     pub query: Map<String, Value>,
     pub min_interval_ms: u64,
     pub expires_ms: u64,
+    #[serde(default)]
+    pub publish: bool,
     pub latest: Version,
 }
 

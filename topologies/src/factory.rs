@@ -200,6 +200,7 @@ pub fn query_kafka(config: &Config) -> Option<QueryKafkaConfig> {
         group_id: format!("{}-queries", config.kafka.group_id),
         instance_id: config.kafka.instance_id.clone(),
         session_timeout: Duration::from_millis(config.kafka.session_timeout_ms),
+        standing: None,
     })
 }
 

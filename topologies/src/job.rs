@@ -21,7 +21,7 @@ use ragstream_operators::io::checkpoint::IndexCheckpoint;
 use ragstream_operators::io::context_sink::ContextPublisher;
 use ragstream_operators::io::invalidation_sink::InvalidationPublisher;
 use ragstream_operators::io::local_source::{DocumentIngress, LocalInput};
-use ragstream_operators::io::query_source::{HttpIngress, IngestProgress};
+use ragstream_operators::io::query_source::{HttpIngress, IngestProgress, QueryKafkaConfig};
 use ragstream_operators::model::DocKey;
 use ragstream_operators::query::job::QueryServices;
 use ragstream_operators::store::stats::CorpusStats;
@@ -77,6 +77,8 @@ pub struct ProcessParts {
     pub usage: Arc<ragstream_operators::ingest::quota::Usage>,
     /// The per-tenant change feed of the standing queries (`standing.enabled`).
     pub changes: Option<Arc<ragstream_operators::ingest::written::Changes>>,
+    /// Where the queries topic's standing events go (standing queries on, documents from Kafka).
+    pub standing_intake: Option<Arc<dyn ragstream_operators::io::query_source::StandingIntake>>,
 }
 
 impl ProcessParts {
@@ -107,7 +109,10 @@ impl ProcessParts {
         let dlq = factory::dlq_sink(config).unwrap_or_else(|e| panic!("{e:#}"));
         let query_dlq = factory::dlq_sink(config).unwrap_or_else(|e| panic!("{e:#}"));
         let acks = ProbeHandle::new();
-        let kafka_queries = factory::query_kafka(config);
+        let kafka_queries = factory::query_kafka(config).map(|kafka| QueryKafkaConfig {
+            standing: self.standing_intake.clone(),
+            ..kafka
+        });
         let publisher = ContextPublisher::new(
             Some(self.ingress.clone()),
             kafka_queries

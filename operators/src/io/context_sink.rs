@@ -230,18 +230,27 @@ impl ContextPublisher {
                 ours
             })
             .collect();
+        // The job's own questions (standing queries' evaluations) are answered to it only.
+        let to_topic: Vec<&Context> = published
+            .iter()
+            .filter(|(_, reply)| match (reply, &self.http) {
+                (Reply::Http(ticket), Some(http)) => !http.is_internal(*ticket),
+                _ => true,
+            })
+            .map(|(context, _)| context)
+            .collect();
         let ticket = match &self.kafka {
-            Some((producer, topic)) if !published.is_empty() => {
+            Some((producer, topic)) if !to_topic.is_empty() => {
                 let deliveries = producer.context();
                 lock(&deliveries.waker).get_or_insert_with(|| waker.clone());
                 let (delivered, ticket) = promise(waker);
                 // Counted before the first is sent: the reports cannot run ahead of the count.
                 let mut on_their_way = lock(&deliveries.on_their_way);
                 let batch = on_their_way.entry(time).or_default();
-                batch.count += published.len();
+                batch.count += to_topic.len();
                 batch.promises.push(delivered);
                 drop(on_their_way);
-                for (context, _) in &published {
+                for context in &to_topic {
                     let payload = serde_json::to_vec(context).expect("contexts serialise");
                     let key = context.query_id.as_bytes();
                     if let Err(full) = send(producer, topic, time, key, &payload) {

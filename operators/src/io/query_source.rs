@@ -65,6 +65,9 @@ struct Waiting {
     sender: Option<mpsc::Sender<Context>>,
     _hold: Option<Box<dyn std::any::Any + Send>>,
     since: Instant,
+    /// Asked by the job itself (a standing query's evaluation): answered to its caller only, not
+    /// published on the contexts topic.
+    internal: bool,
 }
 
 /// Forgets its request when dropped ([`HttpIngress::submit_guarded`]).
@@ -91,12 +94,36 @@ impl HttpIngress {
         self.submit_holding(body, None)
     }
 
+    /// [`Self::submit`] for the job's own questions (a standing query's evaluation): the context
+    /// goes to the receiver only, never to the contexts topic.
+    pub fn submit_internal(&self, body: Vec<u8>) -> (u64, mpsc::Receiver<Context>) {
+        self.queue_request(body, None, true)
+    }
+
+    /// Whether request `ticket` is one of the job's own ([`Self::submit_internal`]).
+    pub fn is_internal(&self, ticket: u64) -> bool {
+        self.replies
+            .lock()
+            .expect("replies")
+            .get(&ticket)
+            .is_some_and(|waiting| waiting.internal)
+    }
+
     /// [`Self::submit`], keeping `hold` until the dataflow answers the request (or, abandoned and
     /// never answered, for [`HOLD_AT_MOST`]), whether or not its caller still waits.
     pub fn submit_holding(
         &self,
         body: Vec<u8>,
         hold: Option<Box<dyn std::any::Any + Send>>,
+    ) -> (u64, mpsc::Receiver<Context>) {
+        self.queue_request(body, hold, false)
+    }
+
+    fn queue_request(
+        &self,
+        body: Vec<u8>,
+        hold: Option<Box<dyn std::any::Any + Send>>,
+        internal: bool,
     ) -> (u64, mpsc::Receiver<Context>) {
         let ticket = self.next.fetch_add(1, Ordering::SeqCst);
         let (sender, receiver) = mpsc::channel();
@@ -112,6 +139,7 @@ impl HttpIngress {
                     sender: Some(sender),
                     _hold: hold,
                     since: Instant::now(),
+                    internal,
                 },
             );
             queue.push_back((ticket, body));
@@ -209,6 +237,28 @@ pub struct QueryKafkaConfig {
     pub instance_id: Option<String>,
     /// Group session timeout (see [`super::kafka_source::group_client`]).
     pub session_timeout: Duration,
+    /// Where query events with a `standing` object go instead of the dataflow (`None`: standing
+    /// queries are off; such events are decoded as queries and refused).
+    pub standing: Option<Arc<dyn StandingIntake>>,
+}
+
+/// The registry of standing queries, as the queries topic's reader hands it the events that
+/// subscribe or unsubscribe (a top-level `standing` object).
+pub trait StandingIntake: Send + Sync {
+    /// Takes a standing event (its key and value) and answers at once: the registry does the work
+    /// on a thread of its own (a worker never waits on it), refusing what it cannot take with a DLQ
+    /// record of its own. The event's offset is stored as any query's.
+    fn take(&self, key: Option<&[u8]>, payload: &[u8], origin: Origin);
+}
+
+/// Whether a query event's top-level object has a `standing` member (looked at only in events that
+/// hold the word, and at most `max_bytes` long: larger ones go on to the decoder's refusal).
+pub fn is_standing(payload: &[u8], max_bytes: usize) -> bool {
+    const WORD: &[u8] = b"\"standing\"";
+    payload.len() <= max_bytes
+        && payload.windows(WORD.len()).any(|window| window == WORD)
+        && serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(payload)
+            .is_ok_and(|event| event.contains_key("standing"))
 }
 
 /// The queries consumer's context: errors logged as [`QuietContext`] does, and the handover of

@@ -141,6 +141,20 @@ impl QueryReader {
                             .ledger
                             .read(message.partition(), message.offset());
                         offsets.insert(message.partition(), (message.offset(), lease.epoch));
+                        let payload = message.payload().unwrap_or_default();
+                        if let Some(standing) = config
+                            .standing
+                            .as_ref()
+                            .filter(|_| super::is_standing(payload, self.rules.max_bytes))
+                        {
+                            let origin = Origin::Kafka {
+                                topic: config.topic.clone(),
+                                partition: message.partition(),
+                                offset: message.offset(),
+                            };
+                            standing.take(message.key(), payload, origin);
+                            continue;
+                        }
                         batch.push(kafka_query(
                             &message,
                             &config.topic,
@@ -183,6 +197,11 @@ impl QueryReader {
             if !offsets.is_empty() {
                 self.pending.insert(time, offsets);
             }
+            capability.downgrade(&(time + 1));
+            self.activator.activate();
+        } else if !offsets.is_empty() {
+            // Events taken by the standing queries only: their offsets are stored as any batch's.
+            self.pending.insert(time, offsets);
             capability.downgrade(&(time + 1));
             self.activator.activate();
         } else {
