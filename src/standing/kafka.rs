@@ -245,15 +245,26 @@ fn take(standing: &Standing, intake: Intake) -> Option<DlqRecord> {
         }
         return None;
     }
-    let request = Request {
-        query,
+    let request = || Request {
+        query: query.clone(),
         min_interval_ms: event.min_interval_ms,
         ttl_secs: event.ttl_secs,
         credential: KAFKA_CREDENTIAL.into(),
-        id: Some(id),
+        id: Some(id.clone()),
         publish: true,
     };
-    match standing.subscribe(request) {
+    // An index outage is no refusal: the first answer is asked again until the index is back (or
+    // the job stops).
+    let mut made = standing.subscribe(request());
+    while let Err(Refused::Query(context)) = &made {
+        if context.error_type.as_deref() != Some("index_unavailable") {
+            break;
+        }
+        tracing::warn!(subscription = %id, "the index is unavailable: the subscription waits for it");
+        std::thread::sleep(Duration::from_secs(1));
+        made = standing.subscribe(request());
+    }
+    match made {
         Ok(_) => None,
         Err(Refused::Query(context)) => {
             let message = context
