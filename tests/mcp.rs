@@ -138,16 +138,22 @@ fn calls() -> Value {
 }
 
 fn run_client(args: &[&str], mode: &str) -> Value {
+    run_script(&client_script(), args, mode, &[])
+}
+
+/// Runs an MCP client `script` with `args` in protocol `mode` (and `env`); what it printed.
+fn run_script(script: &Path, args: &[&str], mode: &str, env: &[(&str, &str)]) -> Value {
     let output = Command::new(python())
-        .arg(client_script())
+        .arg(script)
         .args(args)
         .env("MCP_CLIENT_MODE", mode)
         .env("RAGSTREAM_MODEL_DIR", crate::common::model_dir())
+        .envs(env.iter().copied())
         .output()
         .expect("the MCP client runs");
     assert!(
         output.status.success(),
-        "MCP client failed: {}\n{}",
+        "{mode}: MCP client failed: {}\n{}",
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
@@ -848,25 +854,22 @@ fn an_mcp_client_is_told_when_its_standing_context_moves() {
             "tenant": "acme", "doc_id": format!("rollback-{mode}"), "version": 1, "marker": marker,
             "text": text,
         });
-        let output = Command::new(python())
-            .arg(&script)
-            .args([&documents, "acme-secret", &document.to_string()])
-            .arg(env!("CARGO_BIN_EXE_ragstream"))
-            .args(["mcp", "--config"])
-            .arg(&config_path)
-            .args(["--tenant", "acme"])
-            .env("MCP_CLIENT_MODE", mode)
-            .env("ACME_TOKEN", "acme-secret")
-            .env("RAGSTREAM_MODEL_DIR", crate::common::model_dir())
-            .output()
-            .expect("the MCP client runs");
-        assert!(
-            output.status.success(),
-            "{mode}: MCP client failed: {}\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
+        let seen = run_script(
+            &script,
+            &[
+                &documents,
+                "acme-secret",
+                &document.to_string(),
+                env!("CARGO_BIN_EXE_ragstream"),
+                "mcp",
+                "--config",
+                &config_path.display().to_string(),
+                "--tenant",
+                "acme",
+            ],
+            mode,
+            &[("ACME_TOKEN", "acme-secret")],
         );
-        let seen: Value = serde_json::from_slice(&output.stdout).expect("JSON");
         eprintln!("standing over MCP ({mode}): protocol {}", seen["protocol"]);
         assert_eq!(seen["resources_subscribe"], true, "{mode}: {seen}");
         let made = &seen["subscribed"];

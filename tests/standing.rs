@@ -750,9 +750,16 @@ fn standing_queries_over_kafka_publish_versions_keyed_by_subscription_and_end_wi
     let subscribe = json!({"query_id": "q-1", "tenant": "acme", "text": "How do I roll back a release?", "token_budget": 300, "fill": true, "standing": {"subscription_id": id, "min_interval_ms": 0}});
     let bad = json!({"query_id": "q-bad", "tenant": "acme", "text": "x", "standing": {"subscription_id": "../etc"}});
     let record = |value: &Value| (id.to_string(), Some(value.to_string().into_bytes()));
+    let mut other = subscribe.clone();
+    other["text"] = json!("Where is the office?");
     broker.produce(
         queries,
-        &[record(&subscribe), record(&bad), record(&subscribe)],
+        &[
+            record(&subscribe),
+            record(&bad),
+            record(&subscribe),
+            record(&other),
+        ],
     );
 
     // The topic's records of the subscription, once `until` holds of them.
@@ -871,15 +878,20 @@ fn standing_queries_over_kafka_publish_versions_keyed_by_subscription_and_end_wi
             case("standing-version", second.clone(), "version 2".into(), true),
         ],
     );
-    let refused = broker.read_all(dlq, 1);
-    assert_eq!(refused.len(), 1, "the bad standing object dead-lettered");
-    let (_, value, headers) = &refused[0];
-    assert_eq!(
-        value.as_deref(),
-        Some(bad.to_string().as_bytes()),
-        "with its value"
+    // Dead-lettered with their values: the bad object, and another query under the held id.
+    let refused = broker.read_all(dlq, 2);
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    for ((_, value, headers), event) in refused.iter().zip([&bad, &other]) {
+        assert_eq!(value.as_deref(), Some(event.to_string().as_bytes()));
+        assert!(headers
+            .iter()
+            .any(|(key, value)| key == "reason" && value == b"invalid_query"));
+    }
+    let error = refused[1].2.iter().find(|(key, _)| key == "error");
+    assert!(
+        error.is_some_and(
+            |(_, message)| String::from_utf8_lossy(message).contains("held with another query")
+        ),
+        "{error:?}"
     );
-    assert!(headers
-        .iter()
-        .any(|(key, value)| key == "reason" && value == b"invalid_query"));
 }

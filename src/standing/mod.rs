@@ -398,33 +398,22 @@ impl Standing {
                 time: latest.index_watermark.frontier_ms.saturating_sub(1),
                 recorded_ms: now_ms,
             };
-            let (notify, _) = tokio::sync::watch::channel(latest.version);
-            state.subscriptions.insert(
-                id.clone(),
-                Subscription {
-                    tenant: tenant.clone(),
-                    credential,
-                    publish,
-                    query,
-                    min_interval,
-                    expires: now + Duration::from_millis(expires_ms - now_ms),
-                    expires_ms,
-                    versions: VecDeque::from([Arc::new(latest)]),
-                    wanted: Some(wanted),
-                    evaluation: None,
-                    probe: None,
-                    judged: None,
-                    last_started: now.checked_sub(min_interval).unwrap_or(now),
-                    evaluations: 0,
-                    notify,
-                },
+            let terms = Terms {
+                tenant,
+                credential,
+                publish,
+                query,
+                min_interval,
+                expires_ms,
+            };
+            let due = now.checked_sub(min_interval).unwrap_or(now);
+            hold(
+                &mut state,
+                id,
+                terms,
+                Arc::new(latest),
+                (Some(wanted), None, due),
             );
-            state
-                .by_tenant
-                .entry(tenant)
-                .or_default()
-                .insert(id.clone());
-            state.active.insert(id);
             restored += 1;
         }
         if restored > 0 {
@@ -516,6 +505,16 @@ impl Standing {
                             "subscription id {id} is held by another tenant"
                         )));
                     }
+                    let asked = |query: &Map<String, Value>| {
+                        let mut query = query.clone();
+                        query.remove("query_id");
+                        query
+                    };
+                    if asked(&held.query) != asked(&request.query) {
+                        return Err(Refused::Invalid(format!(
+                            "subscription id {id} is held with another query: end it first"
+                        )));
+                    }
                     let latest = held.versions.back().cloned().ok_or(Refused::Stopping)?;
                     if held.publish {
                         self.publish(&latest);
@@ -572,40 +571,26 @@ impl Standing {
             .changes
             .of(&tenant)
             .filter(|change| !reflects(&version.index_watermark, change) || change.serial > since);
-        let (notify, _) = tokio::sync::watch::channel(1);
-        state.subscriptions.insert(
+        let terms = Terms {
+            tenant,
+            credential: request.credential,
+            publish: request.publish,
+            query: request.query,
+            min_interval: Duration::from_millis(min_interval_ms),
+            expires_ms,
+        };
+        hold(
+            &mut state,
             id.clone(),
-            Subscription {
-                tenant: tenant.clone(),
-                credential: request.credential,
-                publish: request.publish,
-                query: request.query,
-                min_interval: Duration::from_millis(min_interval_ms),
-                expires: now + Duration::from_secs(ttl_secs),
-                expires_ms,
-                versions: VecDeque::from([version.clone()]),
-                wanted,
-                evaluation: None,
-                probe,
-                judged: None,
-                last_started: now,
-                evaluations: 0,
-                notify,
-            },
+            terms,
+            version.clone(),
+            (wanted, probe, now),
         );
-        state
-            .by_tenant
-            .entry(tenant)
-            .or_default()
-            .insert(id.clone());
         if let Some(made) = state.subscriptions.get(&id) {
             self.keep(&id, made);
             if made.publish {
                 self.publish(&version);
             }
-        }
-        if wanted.is_some() {
-            state.active.insert(id);
         }
         metrics()
             .standing_held
@@ -1122,6 +1107,67 @@ fn reflects(watermark: &Watermark, change: &TenantChange) -> bool {
 
 fn visible(subscription: &Subscription, tenants: Option<&BTreeSet<String>>) -> bool {
     tenants.is_none_or(|tenants| tenants.contains(&subscription.tenant))
+}
+
+/// What a subscription is made with (kept on disk, besides its latest version).
+struct Terms {
+    tenant: String,
+    credential: String,
+    publish: bool,
+    query: Map<String, Value>,
+    min_interval: Duration,
+    /// When it expires (ms since the epoch).
+    expires_ms: u64,
+}
+
+/// Holds a subscription made with `terms` whose latest version is `latest`: by id, by tenant, and
+/// among the active ones where a change is `wanted`; `probe` is what `latest`'s retrieval saw,
+/// `last_started` when its last evaluation started.
+fn hold(
+    state: &mut State,
+    id: String,
+    terms: Terms,
+    latest: Arc<Version>,
+    (wanted, probe, last_started): (Option<TenantChange>, Option<Arc<Probe>>, Instant),
+) {
+    let Terms {
+        tenant,
+        credential,
+        publish,
+        query,
+        min_interval,
+        expires_ms,
+    } = terms;
+    let (notify, _) = tokio::sync::watch::channel(latest.version);
+    let left = expires_ms.saturating_sub(ragstream_operators::now_millis());
+    state
+        .by_tenant
+        .entry(tenant.clone())
+        .or_default()
+        .insert(id.clone());
+    if wanted.is_some() {
+        state.active.insert(id.clone());
+    }
+    state.subscriptions.insert(
+        id,
+        Subscription {
+            tenant,
+            credential,
+            publish,
+            query,
+            min_interval,
+            expires: Instant::now() + Duration::from_millis(left),
+            expires_ms,
+            versions: VecDeque::from([latest]),
+            wanted,
+            evaluation: None,
+            probe,
+            judged: None,
+            last_started,
+            evaluations: 0,
+            notify,
+        },
+    );
 }
 
 /// Removes a subscription, abandoning its evaluation and its file; its event streams end.
