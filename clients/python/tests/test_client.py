@@ -205,6 +205,17 @@ class LangChainTest(unittest.TestCase):
         ).invoke(QUESTION)
         self.assertEqual({d.metadata["doc_id"] for d in filtered}, {"office"})
 
+    def test_standing_retriever_reads_the_latest_version(self):
+        from ragstream.langchain import StandingRetriever
+
+        client = Client(URL, token=ACME)
+        with client.subscribe(QUESTION, token_budget=400, min_interval_ms=0) as subscription:
+            documents = StandingRetriever(subscription=subscription).invoke("not searched")
+            latest = subscription.context()
+            self.assertEqual([d.id for d in documents], [i.chunk_id for i in latest.items])
+            self.assertEqual([d.page_content for d in documents], [i.text for i in latest.items])
+            self.assertIn("deployctl", documents[0].page_content)
+
 
 class LlamaIndexTest(unittest.TestCase):
     def test_retriever_returns_nodes_with_scores_and_metadata(self):
@@ -223,6 +234,16 @@ class LlamaIndexTest(unittest.TestCase):
         self.assertEqual(top.node.metadata["year"], 2024)
         self.assertGreater(top.score, 0)
         self.assertTrue(top.node.metadata["citation"].startswith("acme/rollback.md"))
+
+    def test_standing_retriever_reads_the_latest_version(self):
+        from ragstream.llama_index import StandingRetriever
+
+        client = Client(URL, token=ACME)
+        with client.subscribe(QUESTION, token_budget=400, min_interval_ms=0) as subscription:
+            nodes = StandingRetriever(subscription).retrieve("not searched")
+            latest = subscription.context()
+            self.assertEqual([n.node.node_id for n in nodes], [i.chunk_id for i in latest.items])
+            self.assertIn("deployctl", nodes[0].node.get_content())
 
 
 if __name__ == "__main__":

@@ -9,9 +9,16 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
-from .client import Client, item_metadata
+from .client import Client, Context, Subscription, item_metadata
 
-__all__ = ["RagstreamRetriever"]
+__all__ = ["RagstreamRetriever", "StandingRetriever"]
+
+
+def _documents(context: Context) -> list[Document]:
+    return [
+        Document(page_content=item.text, metadata=item_metadata(item), id=item.chunk_id)
+        for item in context.items
+    ]
 
 
 class RagstreamRetriever(BaseRetriever):
@@ -43,7 +50,20 @@ class RagstreamRetriever(BaseRetriever):
             filters=self.filters,
             acl=self.acl,
         )
-        return [
-            Document(page_content=item.text, metadata=item_metadata(item), id=item.chunk_id)
-            for item in context.items
-        ]
+        return _documents(context)
+
+
+class StandingRetriever(BaseRetriever):
+    """The latest version of a standing query (`Client.subscribe`) as LangChain documents: a chain
+    built on it reads the context the job keeps current, without asking again. The text a chain
+    passes in is not searched: the subscription's own query was.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    subscription: Subscription
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        return _documents(self.subscription.context())

@@ -7,9 +7,19 @@ from typing import Any
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from .client import Client, item_metadata
+from .client import Client, Context, Subscription, item_metadata
 
-__all__ = ["RagstreamRetriever"]
+__all__ = ["RagstreamRetriever", "StandingRetriever"]
+
+
+def _nodes(context: Context) -> list[NodeWithScore]:
+    return [
+        NodeWithScore(
+            node=TextNode(id_=item.chunk_id, text=item.text, metadata=item_metadata(item)),
+            score=item.score,
+        )
+        for item in context.items
+    ]
 
 
 class RagstreamRetriever(BaseRetriever):
@@ -50,10 +60,18 @@ class RagstreamRetriever(BaseRetriever):
             filters=self._filters,
             acl=self._acl,
         )
-        return [
-            NodeWithScore(
-                node=TextNode(id_=item.chunk_id, text=item.text, metadata=item_metadata(item)),
-                score=item.score,
-            )
-            for item in context.items
-        ]
+        return _nodes(context)
+
+
+class StandingRetriever(BaseRetriever):
+    """The latest version of a standing query (`Client.subscribe`) as LlamaIndex nodes: a query
+    engine built on it reads the context the job keeps current, without asking again. The query
+    string passed in is not searched: the subscription's own query was.
+    """
+
+    def __init__(self, subscription: Subscription, **kwargs: Any):
+        self._subscription = subscription
+        super().__init__(**kwargs)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return _nodes(self._subscription.context())
