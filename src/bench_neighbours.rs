@@ -8,8 +8,9 @@
 //! `a` posts documents of `size_mib` of prose without pause (each answered 202 at once; a refusal for
 //! room is retried a second later). Reported: how long after its post each of `b`'s documents was
 //! found (those never found within the phase counted apart), `b`'s round trips in both phases and
-//! their ratio, and how much the model embedded meanwhile. Run once with `--fair true` and once with
-//! `--fair false` (`bench-neighbours.sh` does both).
+//! their ratio, and how much the model embedded meanwhile. `bench-neighbours.sh` runs it with the
+//! defaults, with `--query-headroom-secs 0` (every ingest executor runs while b asks) and with
+//! `--fair false` (one queue).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -26,6 +27,9 @@ pub struct NeighboursBench {
     /// `ingest.fair` of the job: tenants take turns (true) or one queue (false).
     #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
     pub fair: bool,
+    /// `embedder.query_headroom_secs` of the job (0: every ingest executor runs while b asks).
+    #[arg(long, default_value_t = 5)]
+    pub query_headroom_secs: u64,
     /// Size of tenant a's documents, MiB.
     #[arg(long, default_value_t = 7)]
     pub size_mib: usize,
@@ -149,7 +153,10 @@ pub fn neighbours(args: NeighboursBench) -> anyhow::Result<Value> {
         ("neighbours", &run),
         ("seed", 60),
         &[("seed.md", "# Seed\n\nThe job starts with one document.\n")],
-        &format!("[ingest]\nfair = {}\n", args.fair),
+        &format!(
+            "[ingest]\nfair = {}\n[embedder]\nquery_headroom_secs = {}\n",
+            args.fair, args.query_headroom_secs
+        ),
     )?;
     let base = format!("http://{}", running.address);
     let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -244,6 +251,7 @@ pub fn neighbours(args: NeighboursBench) -> anyhow::Result<Value> {
     let p = |v: &[f64], key: &str| summary(v.to_vec())[key].as_f64().unwrap_or(0.0);
     Ok(json!({
         "fair": args.fair,
+        "query_headroom_secs": args.query_headroom_secs,
         "a": {"size_mib": args.size_mib, "documents_posted": posted_a.load(Ordering::SeqCst), "refused_for_room": refused_a.load(Ordering::SeqCst), "texts_embedded_in_phase": embedded, "phase_seconds": args.loaded_seconds},
         "b_searchable": {"idle": idle.searchable(), "loaded": loaded.searchable()},
         "b_queries": {

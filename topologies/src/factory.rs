@@ -79,6 +79,7 @@ pub fn inference_service(config: &Config) -> anyhow::Result<InferenceService> {
             slice_word_pieces: config.embedder.slice_word_pieces,
             query_executor,
             version_tag: config.index.bm25.tag(),
+            query_headroom: config.embedder.query_headroom(),
             ..ServiceConfig::default()
         },
     )?)

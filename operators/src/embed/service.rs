@@ -14,7 +14,11 @@
 //!   only queries and the others only ingest slices, on threads at a lower CPU priority
 //!   ([`HELPER_NICE`](crate::offload::HELPER_NICE) on Linux). A query then waits behind no slice at
 //!   all, and where the cores are short the scheduler runs it (and the worker) before ingest.
-//! - **Every executor busy while there is work:** a submit wakes one executor, and an executor that
+//! - **Headroom for queries** ([`ServiceConfig::query_headroom`]): within that long of the last
+//!   query request, at most all but one of the executors that take ingest slices embed at once (with
+//!   two or more), so ingest never holds every core while queries come in; a host that runs the
+//!   machine beside others stops it for up to 100 ms once all its cores are busy.
+//! - **Every executor busy while there is work** (headroom aside): a submit wakes one executor, and an executor that
 //!   takes work while more is waiting wakes the next.
 //! - **Order.** Each request's vectors come back in the order of its texts. An ingest request's texts are
 //!   embedded shortest first (slices of similar lengths pad little), and its ticket completes only when
@@ -34,7 +38,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::offload::Waker;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{EmbedError, Embedder, Spans};
 use crate::events::{InternalEvent, Retrying};
@@ -63,6 +67,9 @@ pub struct ServiceConfig {
     /// Appended to the embedders' version (`<version> + <tag>`): what else the index's stored
     /// vectors depend on (a BM25 weighting other than the default, [`crate::store::Bm25Params::tag`]).
     pub version_tag: Option<String>,
+    /// While a query was submitted within this window, one ingest executor sits out (needs at least
+    /// two that take ingest work): ingest never holds every core while queries come in. `None`: off.
+    pub query_headroom: Option<Duration>,
 }
 
 impl Default for ServiceConfig {
@@ -72,6 +79,7 @@ impl Default for ServiceConfig {
             query_batch: 32,
             query_executor: false,
             version_tag: None,
+            query_headroom: None,
         }
     }
 }
@@ -143,6 +151,10 @@ struct Queues {
     /// Held while ingest work is retried after an outage (what `/readyz` shows).
     outage: Option<crate::outage::Retrying>,
     stopping: bool,
+    /// When the last query request was submitted.
+    last_query: Option<Instant>,
+    /// Ingest slices being embedded.
+    slices_running: usize,
 }
 
 struct Shared {
@@ -154,6 +166,8 @@ struct Shared {
     config: ServiceConfig,
     /// The executors pool spans from their texts' passes (a span then costs no model time of its own).
     pools_spans: bool,
+    /// Executors that take ingest slices.
+    ingest_executors: usize,
 }
 
 /// What an executor takes.
@@ -262,8 +276,11 @@ impl InferenceService {
                 query_batch: config.query_batch.max(1),
                 query_executor: config.query_executor && executors.len() > 1,
                 version_tag: None,
+                query_headroom: config.query_headroom,
             },
             pools_spans,
+            ingest_executors: executors.len()
+                - usize::from(config.query_executor && executors.len() > 1),
         });
         let last = executors.len() - 1;
         let threads = executors
@@ -357,7 +374,10 @@ impl InferenceService {
             word_pieces: 0,
         };
         match priority {
-            Priority::Query => queues.query.push_back(request),
+            Priority::Query => {
+                queues.last_query = Some(Instant::now());
+                queues.query.push_back(request);
+            }
             Priority::Ingest => queues.ingest.push_back(request),
         }
         drop(queues);
@@ -410,18 +430,21 @@ fn next_work(shared: &Shared, role: Role) -> Option<Work> {
         let now = Instant::now();
         let paused_until = queues
             .backoff_until
-            .filter(|&until| until > now && role != Role::Query);
+            .filter(|&until| until > now && role != Role::Query)
+            .or_else(|| sitting_out(shared, &queues, now).filter(|_| role != Role::Query));
         let work = if !queues.query.is_empty() && role != Role::Ingest {
             let take = queues.query.len().min(shared.config.query_batch);
             Some(Work::Queries(queues.query.drain(..take).collect()))
         } else if paused_until.is_none() && role != Role::Query {
             let queues = &mut *queues;
-            take_slice(
+            let slice = take_slice(
                 &mut queues.ingest,
                 &mut queues.lanes,
                 shared.config.slice_word_pieces,
                 shared.pools_spans,
-            )
+            );
+            queues.slices_running += usize::from(slice.is_some());
+            slice
         } else {
             None
         };
@@ -446,6 +469,18 @@ fn next_work(shared: &Shared, role: Role) -> Option<Work> {
             None => condvar.wait(queues).unwrap_or_else(|e| e.into_inner()),
         };
     }
+}
+
+/// Until when an executor that would start an ingest slice sits out: while a query came within
+/// [`ServiceConfig::query_headroom`] and all but one of the ingest executors are embedding, until
+/// the window ends (a finished slice wakes it sooner). `None`: it may start one.
+fn sitting_out(shared: &Shared, queues: &Queues, now: Instant) -> Option<Instant> {
+    let window = shared.config.query_headroom?;
+    let until = queues.last_query? + window;
+    (shared.ingest_executors > 1
+        && until > now
+        && queues.slices_running + 1 >= shared.ingest_executors)
+        .then_some(until)
 }
 
 /// Deficit round robin over the ingest lanes: the lane at the front takes slices while its credit
@@ -633,6 +668,11 @@ fn finish_slice(
     result: Result<(Vec<Vec<f32>>, usize), EmbedError>,
 ) {
     let mut queues = lock(&shared.queues);
+    queues.slices_running = queues.slices_running.saturating_sub(1);
+    if shared.config.query_headroom.is_some() {
+        // An executor sitting out may take the next slice.
+        shared.work.notify_one();
+    }
     let Some(index) = queues.ingest.iter().position(|r| r.id == id) else {
         return; // The request failed on another slice meanwhile.
     };

@@ -586,6 +586,7 @@ mod tests {
                 query_batch: 8,
                 query_executor: false,
                 version_tag: None,
+                query_headroom: None,
             },
         )
         .unwrap()
@@ -806,6 +807,7 @@ mod tests {
                 query_batch: 8,
                 query_executor: false,
                 version_tag: None,
+                query_headroom: None,
             },
         )
         .unwrap();

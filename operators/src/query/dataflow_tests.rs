@@ -62,6 +62,7 @@ fn services(
                 query_batch: 8,
                 query_executor: false,
                 version_tag: None,
+                query_headroom: None,
             },
         )
         .expect("service"),

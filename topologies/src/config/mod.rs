@@ -172,6 +172,16 @@ impl Config {
         if self.embedder.threads == 0 {
             return invalid("embedder.threads", "must be at least 1");
         }
+        if self
+            .embedder
+            .query_headroom_secs
+            .is_some_and(|secs| secs > 86_400)
+        {
+            return invalid(
+                "embedder.query_headroom_secs",
+                "must be at most 86400 (0 turns it off)",
+            );
+        }
         if self.embedder.slice_word_pieces == 0 {
             return invalid("embedder.slice_word_pieces", "must be at least 1");
         }

@@ -266,6 +266,14 @@ pub struct EmbedderConfig {
     /// instance, ~135 MiB; http default false: queries go first among the concurrent requests).
     #[serde(default)]
     pub query_executor: Option<bool>,
+    /// Seconds after a query during which one ingest executor sits out (with two or more), so
+    /// ingest never holds every core while queries come in: a host that runs the machine beside
+    /// others throttles it once all its cores are busy, in stalls of up to 100 ms that land on
+    /// queries (docs/decisions/0055-query-headroom.md). Ingest runs on every executor again once
+    /// no query came for this long. 0 turns it off; default 5 (minilm), 0 (http: the model's
+    /// cores are elsewhere).
+    #[serde(default)]
+    pub query_headroom_secs: Option<u64>,
     /// Estimated word pieces per ingest slice: a query waits behind at most one slice of model time.
     #[serde(default = "default_slice_word_pieces")]
     pub slice_word_pieces: usize,
@@ -411,6 +419,15 @@ impl EmbedderConfig {
                 EmbedderKind::Http => 4,
             })
             .max(1)
+    }
+
+    /// How long after a query one ingest executor sits out (`None`: never).
+    pub fn query_headroom(&self) -> Option<std::time::Duration> {
+        let secs = self.query_headroom_secs.unwrap_or(match self.kind {
+            EmbedderKind::Minilm => 5,
+            EmbedderKind::Http => 0,
+        });
+        (secs > 0).then(|| std::time::Duration::from_secs(secs))
     }
 
     /// Whether the inference service has an executor of its own for queries.

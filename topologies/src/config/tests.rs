@@ -315,3 +315,25 @@ fn retrieval_presets_load_from_the_file_and_the_environment_and_job_keys_are_ref
         "{err}"
     );
 }
+
+#[test]
+fn query_headroom_defaults_by_embedder_and_is_bounded() {
+    let dir = "[source]\nkind = \"dir\"\npath = \".\"\n";
+    let load = |extra: &str| {
+        let (_dir, path) = write(&format!("{dir}{extra}"));
+        Config::load(&path)
+            .expect("valid")
+            .embedder
+            .query_headroom()
+    };
+    assert_eq!(load(""), Some(std::time::Duration::from_secs(5)));
+    let http = "[embedder]\nkind = \"http\"\nurl = \"http://127.0.0.1:1/v1/embeddings\"\n";
+    assert_eq!(load(http), None, "the http embedder's model runs elsewhere");
+    assert_eq!(load("[embedder]\nquery_headroom_secs = 0\n"), None);
+    assert_eq!(
+        load("[embedder]\nquery_headroom_secs = 30\n"),
+        Some(std::time::Duration::from_secs(30))
+    );
+    let err = load_error(&format!("{dir}[embedder]\nquery_headroom_secs = 100000\n"));
+    assert!(err.contains("embedder.query_headroom_secs"), "{err}");
+}

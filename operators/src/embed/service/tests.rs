@@ -98,6 +98,7 @@ fn config(slice: usize) -> ServiceConfig {
         query_batch: 8,
         query_executor: false,
         version_tag: None,
+        query_headroom: None,
     }
 }
 
@@ -430,4 +431,72 @@ fn lanes_take_turns_so_a_long_request_delays_only_its_own_lane() {
     gate_a.wait().unwrap();
     let order: Vec<String> = lock(&calls).iter().map(|call| call[0].clone()).collect();
     assert_eq!(order.last().map(String::as_str), Some("bb"), "{order:?}");
+}
+
+#[test]
+fn one_ingest_executor_sits_out_while_queries_come_and_all_run_once_they_stop() {
+    let embedder = Scripted {
+        delay: Duration::from_millis(5),
+        ..Scripted::default()
+    };
+    let executors: Vec<Box<dyn Embedder>> = (0..3)
+        .map(|_| Box::new(embedder.clone()) as Box<dyn Embedder>)
+        .collect();
+    let window = Duration::from_millis(1500);
+    let service = InferenceService::start(
+        executors,
+        ServiceConfig {
+            query_executor: true,
+            query_headroom: Some(window),
+            ..config(1)
+        },
+    )
+    .unwrap();
+    // Most ingest calls at once while embedding 40 one-text slices (5 ms each).
+    let most_at_once = || {
+        embedder.most_running.store(0, Ordering::SeqCst);
+        service
+            .embed_blocking(texts(&[10; 40]), Priority::Ingest)
+            .unwrap();
+        embedder.most_running.load(Ordering::SeqCst)
+    };
+    assert_eq!(most_at_once(), 2, "no query yet: both ingest executors run");
+    let asked = Instant::now();
+    service
+        .embed_blocking(vec![QUERY.into()], Priority::Query)
+        .unwrap();
+    let within = most_at_once();
+    assert!(asked.elapsed() < window, "the slices ran within the window");
+    assert_eq!(within, 1, "after a query one ingest executor sits out");
+    std::thread::sleep(window.saturating_sub(asked.elapsed()) + Duration::from_millis(100));
+    assert_eq!(most_at_once(), 2, "no query for the window: both run again");
+}
+
+#[test]
+fn headroom_never_stops_a_lone_ingest_executor() {
+    let embedder = Scripted::default();
+    let executors: Vec<Box<dyn Embedder>> = (0..2)
+        .map(|_| Box::new(embedder.clone()) as Box<dyn Embedder>)
+        .collect();
+    let service = InferenceService::start(
+        executors,
+        ServiceConfig {
+            query_executor: true,
+            query_headroom: Some(Duration::from_secs(60)),
+            ..config(1)
+        },
+    )
+    .unwrap();
+    service
+        .embed_blocking(vec![QUERY.into()], Priority::Query)
+        .unwrap();
+    let started = Instant::now();
+    let embedded = service
+        .embed_blocking(texts(&[10; 4]), Priority::Ingest)
+        .unwrap();
+    assert_eq!(embedded.vectors.len(), 4);
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "ingest went on"
+    );
 }
