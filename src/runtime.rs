@@ -173,10 +173,10 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     // the subscriptions they may move. A server collection weighing terms across tenants moves
     // every subscription with any change.
     let changes = Arc::new(Changes::default());
-    // A process records the changes of its own workers only: in a cluster, another process's
-    // writes would not reach its subscriptions, so they are not served there (yet).
+    // In a cluster every shard's writer ships the documents it finished to the first worker of
+    // every process, which records them here: any process holds subscriptions over all shards.
     let corpus_stats = Arc::new(CorpusStats::default());
-    let standing = match config.standing.enabled && config.runtime.processes <= 1 {
+    let standing = match config.standing.enabled {
         true => Some(Standing::start(
             config.standing.clone(),
             ingress.clone(),

@@ -2,7 +2,8 @@
 //! Tansu. The union of the processes' shards must equal the oracle, every query must get exactly one
 //! context, and every context must equal the one a single process of one worker gives on the same
 //! data (same items, same order, same packed text): documents reach the worker owning their shard,
-//! queries every shard whichever process consumed them, and BM25 statistics every process.
+//! queries every shard whichever process consumed them, and BM25 statistics every process. Standing
+//! queries held by either process follow writes indexed by the other, equal to one-shot answers.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -220,6 +221,293 @@ fn writes_elsewhere(broker: &Broker, cluster: &[Job], oracle: &mut Oracle) -> (f
     (ryw_seconds, started.elapsed().as_secs_f64())
 }
 
+/// The items of a context (chunk id, text, tokens), in order, and its packed string.
+fn items(context: &serde_json::Value) -> (Vec<(String, String, u64)>, String) {
+    let items = context["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .map(|item| {
+                    (
+                        item["chunk_id"].as_str().unwrap_or_default().to_string(),
+                        item["text"].as_str().unwrap_or_default().to_string(),
+                        item["tokens"].as_u64().unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let packed = context["context"].as_str().unwrap_or_default().to_string();
+    (items, packed)
+}
+
+/// Waits until the cluster's group committed the whole documents topic; the time it did.
+fn committed(broker: &Broker) -> Instant {
+    let started = Instant::now();
+    let high = broker.high_watermarks(DOCS, PARTITIONS);
+    while broker.committed("cluster", DOCS, PARTITIONS) != high {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "never committed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Instant::now()
+}
+
+/// Subscribes to `query` on `job` (`min_interval_ms` 0): the id and version 1.
+fn subscribe(job: &Job, query: &serde_json::Value) -> (String, serde_json::Value) {
+    let body = json!({"query": query, "min_interval_ms": 0}).to_string();
+    let (status, answer) =
+        crate::common::job::http_post_json(job.http_port, "/v1/subscriptions", &body)
+            .expect("answered");
+    assert_eq!(status, 201, "{answer}");
+    let version: serde_json::Value = serde_json::from_str(&answer).expect("JSON");
+    let id = version["subscription_id"].as_str().expect("id").to_string();
+    (id, version)
+}
+
+/// Polls subscription `id` on process `p` until it is not pending and its latest version is the
+/// one-shot answer of `query` there (and holds `word`, where given): that version. Fails after 30 s.
+fn at_rest(
+    job: &Job,
+    p: usize,
+    id: &str,
+    query: &serde_json::Value,
+    word: Option<&str>,
+) -> serde_json::Value {
+    let started = Instant::now();
+    let mut asked = 0;
+    loop {
+        let (status, body) =
+            crate::common::job::http_get(job.http_port, &format!("/v1/subscriptions/{id}"))
+                .expect("answered");
+        assert_eq!(status, 200, "{body}");
+        let status: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        let latest = status["latest"].clone();
+        let context = latest["context"]["context"].as_str().unwrap_or_default();
+        if status["pending"] == false && word.is_none_or(|word| context.contains(word)) {
+            asked += 1;
+            let mut one_shot = query.clone();
+            one_shot["query_id"] = json!(format!("one-shot-{id}-{asked}"));
+            let (code, answer) = crate::common::job::http_post_json(
+                job.http_port,
+                "/v1/query",
+                &one_shot.to_string(),
+            )
+            .expect("answered");
+            assert_eq!(code, 200, "{answer}");
+            let one_shot: serde_json::Value = serde_json::from_str(&answer).expect("JSON");
+            if items(&latest["context"]) == items(&one_shot) {
+                return latest;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "process {p}, {id} ({}): the latest version is not the one-shot answer after 30 s\nlatest:   {:?}\none-shot: {:?}",
+                query["text"],
+                items(&latest["context"]),
+                items(&one_shot)
+            );
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "process {p}'s subscription {id} never took the change ({word:?}): {status}\n{}",
+            job.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Standing queries held by either process follow writes that only the other process indexes.
+/// First the same subscription on both processes: a document of process 1's shards changes, then
+/// one of process 0's; after each, both publish a new version holding the change, each the one-shot
+/// answer of its process. Then four subscriptions on each process through rounds of random
+/// upserts, edits and deletes spread over all four shards: at rest after every round each latest
+/// version is its process's one-shot answer, and versions never go back. Returns the seconds from
+/// each of the first two commits to both new versions, and the number of versions published.
+fn standing_across_processes(
+    broker: &Broker,
+    cluster: &[Job],
+    oracle: &mut Oracle,
+) -> (Vec<f64>, u64) {
+    let tenant = "standing";
+    let owned_by = |process: u64| {
+        (0..)
+            .map(|i| format!("kelmouth-{process}-{i}"))
+            .find(|id| {
+                ragstream_operators::model::DocKey::new(tenant, id).route() % 4 / 2 == process
+            })
+            .expect("a document of the process")
+    };
+    let (far, near) = (owned_by(1), owned_by(0));
+    broker.produce(
+        DOCS,
+        &[
+            oracle.upsert(
+                tenant,
+                &near,
+                1,
+                "Kelmouth",
+                "The Kelmouth ferry crosses the bay twice a day in summer.",
+            ),
+            oracle.upsert(
+                tenant,
+                &far,
+                1,
+                "Kelmouth",
+                "The harbour locks of Kelmouth open at dawn for the fishing fleet.",
+            ),
+        ],
+    );
+    committed(broker);
+    let query = json!({"tenant": tenant, "text": "When do the Kelmouth harbour locks open?", "token_budget": 300});
+    let ids: Vec<String> = cluster
+        .iter()
+        .map(|job| {
+            let (id, version) = subscribe(job, &query);
+            assert!(
+                version["context"]["context"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("dawn"),
+                "{version}"
+            );
+            id
+        })
+        .collect();
+    let mut took = Vec::new();
+    let mut seen = vec![1u64; cluster.len()];
+    for (doc, text, word) in [
+        (
+            &far,
+            "The harbour locks of Kelmouth open at noon since the new sea wall was built.",
+            "noon",
+        ),
+        (
+            &near,
+            "The Kelmouth harbour locks open again at dusk for the ferry's last crossing.",
+            "dusk",
+        ),
+    ] {
+        broker.produce(DOCS, &[oracle.upsert(tenant, doc, 2, "Kelmouth", text)]);
+        let at = committed(broker);
+        for (p, (job, id)) in cluster.iter().zip(&ids).enumerate() {
+            let latest = at_rest(job, p, id, &query, Some(word));
+            let number = latest["version"].as_u64().expect("version");
+            assert!(
+                number > seen[p],
+                "process {p}: version {number} after {}",
+                seen[p]
+            );
+            seen[p] = number;
+        }
+        took.push(at.elapsed().as_secs_f64());
+    }
+
+    // Random rounds over a tenant of its own.
+    let tenant = "rounds";
+    let sentences = [
+        "The Ostwick lighthouse is lit at sunset and dimmed at sunrise.",
+        "Ferries to Ostwick leave from the north pier every two hours.",
+        "The Ostwick tide tables are printed each month by the harbour office.",
+        "Fishing boats unload their catch at the Ostwick market before dawn.",
+        "The Ostwick harbour master inspects the moorings every Monday.",
+        "A storm in 1903 destroyed the old Ostwick breakwater.",
+        "The Ostwick lifeboat crew trains on Thursday evenings.",
+        "Cargo ships anchor outside Ostwick when the channel is silted.",
+    ];
+    let questions = [
+        "When is the Ostwick lighthouse lit?",
+        "Where do ferries to Ostwick leave from?",
+        "Who inspects the moorings in Ostwick?",
+        "What happened to the Ostwick breakwater?",
+    ];
+    let random = std::cell::Cell::new(0x2545_f491_4f6c_dd1du64);
+    let next = |n: usize| {
+        let mut x = random.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        random.set(x);
+        (x % n as u64) as usize
+    };
+    let text = |serial: usize| {
+        let count = 2 + next(2);
+        let mut parts: Vec<String> = (0..count)
+            .map(|_| sentences[next(sentences.len())].to_string())
+            .collect();
+        parts.push(format!("Note {serial}."));
+        parts.join(" ")
+    };
+    let mut live: Vec<(usize, u64)> = Vec::new();
+    let mut events = Vec::new();
+    for serial in 0..12 {
+        events.push(oracle.upsert(tenant, &format!("o{serial}"), 1, "Ostwick", &text(serial)));
+        live.push((serial, 1));
+    }
+    broker.produce(DOCS, &events);
+    committed(broker);
+    let mut held: Vec<(usize, String, serde_json::Value, u64)> = Vec::new();
+    for (p, job) in cluster.iter().enumerate() {
+        for question in questions {
+            let query = json!({"tenant": tenant, "text": question, "token_budget": 200, "k": 3});
+            let (id, version) = subscribe(job, &query);
+            held.push((p, id, query, version["version"].as_u64().expect("version")));
+        }
+    }
+    let mut serial = 12;
+    for _round in 0..4 {
+        let mut events = Vec::new();
+        for _ in 0..6 {
+            match next(3) {
+                0 => {
+                    events.push(oracle.upsert(
+                        tenant,
+                        &format!("o{serial}"),
+                        1,
+                        "Ostwick",
+                        &text(serial),
+                    ));
+                    live.push((serial, 1));
+                    serial += 1;
+                }
+                1 if !live.is_empty() => {
+                    let at = next(live.len());
+                    let (doc, version) = &mut live[at];
+                    *version += 1;
+                    let body = text(*doc);
+                    events.push(oracle.upsert(
+                        tenant,
+                        &format!("o{doc}"),
+                        *version,
+                        "Ostwick",
+                        &body,
+                    ));
+                }
+                _ if live.len() > 4 => {
+                    let (doc, version) = live.remove(next(live.len()));
+                    events.push(oracle.delete(tenant, &format!("o{doc}"), version + 1));
+                }
+                _ => {}
+            }
+        }
+        broker.produce(DOCS, &events);
+        committed(broker);
+        for (p, id, query, last) in &mut held {
+            let latest = at_rest(&cluster[*p], *p, id, query, None);
+            let number = latest["version"].as_u64().expect("version");
+            assert!(
+                number >= *last,
+                "process {p}, {id}: version {number} after {last}"
+            );
+            *last = number;
+        }
+    }
+    let versions = seen.iter().sum::<u64>() + held.iter().map(|(_, _, _, last)| last).sum::<u64>();
+    (took, versions)
+}
+
 #[test]
 fn two_processes_of_two_workers_index_and_answer_like_one_worker() {
     let broker = Broker::start();
@@ -288,6 +576,7 @@ fn two_processes_of_two_workers_index_and_answer_like_one_worker() {
     );
     let cluster_contexts = ask(&broker, "cluster", &queries);
     let (ryw_seconds, cache_seconds) = writes_elsewhere(&broker, &cluster, &mut oracle);
+    let (standing_seconds, versions) = standing_across_processes(&broker, &cluster, &mut oracle);
     let expected = oracle.expected(&default_chunker());
     // A cluster's dataflow ends when every process stopped its sources: interrupt all, then wait.
     for job in &cluster {
@@ -323,7 +612,7 @@ fn two_processes_of_two_workers_index_and_answer_like_one_worker() {
         .map(|(id, _)| id)
         .collect();
     println!(
-        "cluster 2x2: {} events indexed in {cluster_seconds:.1} s ({} + {} chunks per process), lost {lost}, stale {stale}; single process x1: {single_seconds:.1} s; {} queries, one context each; {} contexts differ; a write indexed by the other process: read_your_writes answered with it in {ryw_seconds:.2} s, the cache served it {cache_seconds:.2} s after its commit",
+        "cluster 2x2: {} events indexed in {cluster_seconds:.1} s ({} + {} chunks per process), lost {lost}, stale {stale}; single process x1: {single_seconds:.1} s; {} queries, one context each; {} contexts differ; a write indexed by the other process: read_your_writes answered with it in {ryw_seconds:.2} s, the cache served it {cache_seconds:.2} s after its commit; standing queries on both processes took a write of process 1, then of process 0, within {standing_seconds:.2?} s of its commit, and 8 more followed 4 rounds of random writes ({versions} versions in all)",
         events.len(),
         per_process[0],
         per_process[1],

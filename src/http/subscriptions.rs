@@ -30,8 +30,7 @@ use crate::standing::{Refused, Standing, Version};
 /// Seconds between two keep-alive comments of an event stream.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-const NO_STANDING: &str =
-    "standing queries are off (standing.enabled = false, or a cluster of several processes)";
+const NO_STANDING: &str = "standing queries are off (standing.enabled = false)";
 
 /// The body of `POST /v1/subscriptions`.
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]

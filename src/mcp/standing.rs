@@ -49,8 +49,7 @@ impl Drop for Watches {
     }
 }
 
-const OFF: &str =
-    "standing queries are off in this job (standing.enabled = false, or a cluster of several processes)";
+const OFF: &str = "standing queries are off in this job (standing.enabled = false)";
 const OVER_HTTP: &str = "resource notifications need the stdio transport (`ragstream mcp`): over HTTP, read the resource again or follow GET /v1/subscriptions/{id}/events";
 
 impl RagTools {

@@ -9,6 +9,7 @@
 //!                                                                                     changed chunk ids (returned) ◄──────┤
 //!                                                                  hydrated BM25 statistics @0 ─┐   AckStats ◄───────────┘
 //!                                                                                               └─────┴► ShareStats (first worker of each process)
+//!                                                          in a cluster with standing queries: IndexWrite ─► ShareChanges (first worker of each process)
 //! ```
 
 use std::sync::Arc;
@@ -30,7 +31,7 @@ use ragstream_operators::ingest::guard::{GuardVersions, Rehydration};
 use ragstream_operators::ingest::hydrate::Hydrated;
 use ragstream_operators::ingest::index_write::{IndexAck, Optimize, WriteIndex};
 use ragstream_operators::ingest::quota::{refused_record, Usage};
-use ragstream_operators::ingest::stats::ShareStats;
+use ragstream_operators::ingest::stats::{ShareChanges, ShareStats};
 use ragstream_operators::ingest::written::Finished;
 use ragstream_operators::io::dlq_sink::{DlqSink, WriteDlq};
 use ragstream_operators::io::kafka_source::Assigned;
@@ -103,6 +104,7 @@ pub fn ingest<'scope>(
         finished,
         usage,
     } = parts;
+    let shared_changes = finished.changes.clone().filter(|_| finished.ship);
     let guard = hydrated.guard();
     let (ops, refused): (
         StreamVec<'scope, u64, DocOp>,
@@ -184,6 +186,12 @@ pub fn ingest<'scope>(
         .write_index(store, optimize, acked, finished)
         .ok_err(|result| result);
     let changed = written.clone().flat_map(|ack: IndexAck| ack.changed);
+    if let Some(changes) = shared_changes {
+        written
+            .clone()
+            .flat_map(|ack: IndexAck| ack.shipped)
+            .share_changes(changes, stats_leaders.clone());
+    }
     let stats_deltas = map_stage(written, "AckStats", |ack: IndexAck| ack.stats).probe_with(acks);
     hydrated_stats
         .concat(stats_deltas)

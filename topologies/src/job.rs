@@ -175,6 +175,7 @@ impl ProcessParts {
                     finished: Finished {
                         written: self.posted.as_ref().map(|posted| posted.written()),
                         changes: self.changes.clone(),
+                        ship: self.stats_leaders.len() > 1,
                     },
                     usage: self.usage.clone(),
                 },

@@ -41,7 +41,7 @@ use crate::store::stats::StatsDelta;
 use crate::store::{Bm25Encoder, PointWrite, SparseVector, StoreError, StoredVectors, VectorStore};
 
 /// What one write batch did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct IndexAck {
     /// Points upserted.
     pub upserted: usize,
@@ -53,6 +53,10 @@ pub struct IndexAck {
     /// ([`IndexDelta::changed`]; none of a refused document).
     #[serde(default)]
     pub changed: Vec<uuid::Uuid>,
+    /// In a cluster, the documents the batch finished and their chunks, for every process's change
+    /// feed ([`Finished::ship`]).
+    #[serde(default)]
+    pub shipped: Option<super::written::ShippedChanges>,
 }
 
 /// What the writer did with one batch: what it wrote, and the documents the index refused.
@@ -282,6 +286,7 @@ pub fn write_batch(store: &dyn VectorStore, batch: &[IndexDelta]) -> Result<Inde
         upserted: points.len(),
         deleted: deletes.len(),
         changed: Vec::new(),
+        shipped: None,
     })
 }
 
@@ -442,7 +447,7 @@ impl<'scope> WriteIndex<'scope> for StreamVec<'scope, u64, IndexDelta> {
                         }
                         ledger.wake_embed();
                         drop(ledger);
-                        finished.record(outcome.written, details);
+                        outcome.ack.shipped = finished.record(outcome.written, details);
                         let mut session = output.session(&cap);
                         session.give_iterator(outcome.dead_letters.into_iter().map(Err));
                         session.give(Ok(outcome.ack));

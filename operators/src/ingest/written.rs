@@ -23,25 +23,61 @@ pub struct Finished {
     pub written: Option<Arc<Written>>,
     /// The per-tenant change feed, if standing queries are served.
     pub changes: Option<Arc<Changes>>,
+    /// In a cluster: the writer hands the documents it finished, with their chunks, to its ack
+    /// ([`ShippedChanges`]) for the first worker of every process to record in that process's
+    /// `changes` (`ShareChanges`), instead of recording them in its own process's alone.
+    pub ship: bool,
+}
+
+/// Documents an index writer finished and the chunks they wrote, on their way to every process's
+/// change feed (a cluster's standing queries are held in any process; each shard is written in one).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ShippedChanges {
+    /// Documents finished, each with the time of its event.
+    pub finished: Vec<(DocKey, u64)>,
+    /// The chunks some of them wrote.
+    pub details: Vec<DocChange>,
+}
+
+impl ShippedChanges {
+    /// Records them in a process's change feed.
+    pub fn record_in(self, changes: &Changes) {
+        changes.record_with(&self.finished, self.details);
+    }
 }
 
 impl Finished {
     /// Whether the change feed wants the chunks each document wrote ([`Changes::detailed`]).
     pub fn detailed(&self) -> bool {
+        // Shipped: another process's subscriptions may want them (this one cannot tell).
         self.changes
             .as_ref()
-            .is_some_and(|changes| changes.detailed())
+            .is_some_and(|changes| self.ship || changes.detailed())
     }
 
     /// Records documents finished, each with the time of its event, and the chunks some of them
     /// wrote (`details`, where [`Finished::detailed`] asked for them).
-    pub fn record(&self, finished: Vec<(DocKey, u64)>, details: Vec<DocChange>) {
-        if let Some(changes) = &self.changes {
-            changes.record_with(&finished, details);
-        }
+    /// Shipping ([`Finished::ship`]), the change feed's part comes back for the ack.
+    pub fn record(
+        &self,
+        finished: Vec<(DocKey, u64)>,
+        details: Vec<DocChange>,
+    ) -> Option<ShippedChanges> {
+        let shipped = match (&self.changes, self.ship) {
+            (Some(_), true) if !finished.is_empty() => Some(ShippedChanges {
+                finished: finished.clone(),
+                details,
+            }),
+            (Some(changes), false) => {
+                changes.record_with(&finished, details);
+                None
+            }
+            _ => None,
+        };
         if let Some(written) = &self.written {
             written.record(finished);
         }
+        shipped
     }
 }
 
@@ -108,7 +144,7 @@ pub struct TenantChange {
 }
 
 /// One document finished, with the chunks it wrote.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DocChange {
     /// The serial of the record it came with.
     pub serial: u64,
@@ -277,6 +313,56 @@ mod tests {
             tenant: tenant.into(),
             doc_id: doc.into(),
         }
+    }
+
+    /// In a single process the writer records in its own change feed; in a cluster it records
+    /// nothing there and ships the documents and their chunks, which a process's feed then takes
+    /// as if recorded there (the local source's log is written either way).
+    #[test]
+    fn a_clusters_writer_ships_what_a_single_process_records() {
+        let change = DocChange {
+            serial: 0,
+            key: key("t", "d"),
+            time: 7,
+            chunks: vec![(vec![1.0, 0.0], SparseVector::default())],
+        };
+        let finished = || vec![(key("t", "d"), 7)];
+        let single = Finished {
+            written: Some(Arc::new(Written::default())),
+            changes: Some(Arc::new(Changes::default())),
+            ship: false,
+        };
+        single.changes.as_ref().unwrap().set_detailed(true);
+        assert_eq!(single.record(finished(), vec![change.clone()]), None);
+        let recorded = single.changes.as_ref().unwrap().take_since(0);
+        assert_eq!(recorded.docs.len(), 1);
+
+        let cluster = Finished {
+            written: Some(Arc::new(Written::default())),
+            changes: Some(Arc::new(Changes::default())),
+            ship: true,
+        };
+        assert!(cluster.detailed(), "another process may hold subscriptions");
+        let shipped = cluster
+            .record(finished(), vec![change.clone()])
+            .expect("shipped");
+        assert_eq!(
+            cluster.changes.as_ref().unwrap().serial(),
+            0,
+            "nothing recorded here"
+        );
+        assert_eq!(cluster.written.as_ref().unwrap().take(), finished());
+        // Across processes the record travels serialized.
+        let travelled: ShippedChanges =
+            serde_json::from_slice(&serde_json::to_vec(&shipped).unwrap()).unwrap();
+        let elsewhere = Changes::default();
+        elsewhere.set_detailed(true);
+        travelled.record_in(&elsewhere);
+        let there = elsewhere.take_since(0);
+        assert_eq!(there.tenants.len(), 1);
+        assert_eq!(there.docs.len(), 1);
+        assert_eq!(there.docs[0].chunks, change.chunks);
+        assert!(there.complete);
     }
 
     /// Each record moves the serial once; `since` names exactly the tenants changed after it, with

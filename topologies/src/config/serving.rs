@@ -228,8 +228,8 @@ pub const MAX_MIN_INTERVAL_MS: u64 = 3_600_000;
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StandingConfig {
-    /// Serve `/v1/subscriptions` and keep the subscriptions' contexts current (single-process jobs:
-    /// a cluster of several processes does not serve them yet).
+    /// Serve `/v1/subscriptions` and keep the subscriptions' contexts current (in a cluster, every
+    /// process takes subscriptions; each shard's writer ships what it finished to all of them).
     pub enabled: bool,
     /// Subscriptions one tenant may hold at once; beyond, 403 `quota_exceeded`.
     pub max_per_tenant: usize,
