@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use crate::common::broker::{free_port, Broker};
-use crate::common::contexts::{comparable, queries};
+use crate::common::contexts::{comparable, items, queries};
 use crate::common::job::Job;
 use crate::common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
 use ragstream_core::query::Context;
@@ -140,17 +140,6 @@ fn writes_elsewhere(broker: &Broker, cluster: &[Job], oracle: &mut Oracle) -> (f
                    "token_budget": 300, "consistency": consistency}),
         )
     };
-    let committed = |broker: &Broker| {
-        let started = Instant::now();
-        let high = broker.high_watermarks(DOCS, PARTITIONS);
-        while broker.committed("cluster", DOCS, PARTITIONS) != high {
-            assert!(
-                started.elapsed() < Duration::from_secs(120),
-                "never committed"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
     broker.produce(
         DOCS,
         &[oracle.upsert("exact", &doc, 1, "Varnholm", &text("blue"))],
@@ -219,27 +208,6 @@ fn writes_elsewhere(broker: &Broker, cluster: &[Job], oracle: &mut Oracle) -> (f
         fresh = ask("eventual");
     }
     (ryw_seconds, started.elapsed().as_secs_f64())
-}
-
-/// The items of a context (chunk id, text, tokens), in order, and its packed string.
-fn items(context: &serde_json::Value) -> (Vec<(String, String, u64)>, String) {
-    let items = context["items"]
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .map(|item| {
-                    (
-                        item["chunk_id"].as_str().unwrap_or_default().to_string(),
-                        item["text"].as_str().unwrap_or_default().to_string(),
-                        item["tokens"].as_u64().unwrap_or_default(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let packed = context["context"].as_str().unwrap_or_default().to_string();
-    (items, packed)
 }
 
 /// Waits until the cluster's group committed the whole documents topic; the time it did.

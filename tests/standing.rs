@@ -10,6 +10,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use crate::common::contexts::{items, Items};
 use crate::common::job::{http_get, http_post_json, Job};
 use serde_json::{json, Value};
 
@@ -132,33 +133,6 @@ fn post(port: u16, documents: Vec<Value>) {
     )
     .expect("answered");
     assert_eq!(status, 200, "{body}");
-}
-
-/// A context's items ((chunk id, text, tokens), in order) and its packed string.
-type Items = (Vec<(String, String, u64)>, String);
-
-/// What a version's or a one-shot context's items are: (chunk id, text, tokens), in order, and the
-/// packed string.
-fn items(context: &Value) -> Items {
-    let items = context["items"]
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .map(|item| {
-                    (
-                        item["chunk_id"].as_str().unwrap_or_default().to_string(),
-                        item["text"].as_str().unwrap_or_default().to_string(),
-                        item["tokens"].as_u64().unwrap_or_default(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    (
-        items,
-        context["context"].as_str().unwrap_or_default().to_string(),
-    )
 }
 
 /// Every subscription's status once none is pending.

@@ -43,3 +43,30 @@ pub fn comparable(context: &Context) -> serde_json::Value {
         "context": context.context,
     })
 }
+
+/// A context's items ((chunk id, text, tokens), in order) and its packed string.
+pub type Items = (Vec<(String, String, u64)>, String);
+
+/// What a version's or a one-shot context's items are, as the JSON answers carry them: (chunk id,
+/// text, tokens) in order, and the packed string.
+pub fn items(context: &serde_json::Value) -> Items {
+    let items = context["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .map(|item| {
+                    (
+                        item["chunk_id"].as_str().unwrap_or_default().to_string(),
+                        item["text"].as_str().unwrap_or_default().to_string(),
+                        item["tokens"].as_u64().unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    (
+        items,
+        context["context"].as_str().unwrap_or_default().to_string(),
+    )
+}

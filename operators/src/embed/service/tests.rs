@@ -88,6 +88,13 @@ impl Embedder for Scripted {
     }
 }
 
+/// `count` executors of the same script (sharing its records).
+fn instances(embedder: &Scripted, count: usize) -> Vec<Box<dyn Embedder>> {
+    (0..count)
+        .map(|_| Box::new(embedder.clone()) as Box<dyn Embedder>)
+        .collect()
+}
+
 fn texts(lengths: &[usize]) -> Vec<String> {
     lengths.iter().map(|&n| "x".repeat(n)).collect()
 }
@@ -109,9 +116,7 @@ fn a_query_executor_answers_while_every_ingest_executor_is_busy() {
         gate: Some(gate.clone()),
         ..Scripted::default()
     };
-    let executors: Vec<Box<dyn Embedder>> = (0..3)
-        .map(|_| Box::new(embedder.clone()) as Box<dyn Embedder>)
-        .collect();
+    let executors = instances(&embedder, 3);
     let service = InferenceService::start(
         executors,
         ServiceConfig {
@@ -350,9 +355,7 @@ fn several_executors_share_one_request() {
         delay: Duration::from_millis(5),
         ..Scripted::default()
     };
-    let executors: Vec<Box<dyn Embedder>> = (0..3)
-        .map(|_| Box::new(embedder.clone()) as Box<dyn Embedder>)
-        .collect();
+    let executors = instances(&embedder, 3);
     let service = InferenceService::start(executors, config(1)).unwrap();
     // The executors are waiting for work before it comes.
     std::thread::sleep(Duration::from_millis(50));
@@ -439,9 +442,7 @@ fn one_ingest_executor_sits_out_while_queries_come_and_all_run_once_they_stop() 
         delay: Duration::from_millis(5),
         ..Scripted::default()
     };
-    let executors: Vec<Box<dyn Embedder>> = (0..3)
-        .map(|_| Box::new(embedder.clone()) as Box<dyn Embedder>)
-        .collect();
+    let executors = instances(&embedder, 3);
     let window = Duration::from_millis(1500);
     let service = InferenceService::start(
         executors,
@@ -475,9 +476,7 @@ fn one_ingest_executor_sits_out_while_queries_come_and_all_run_once_they_stop() 
 #[test]
 fn headroom_never_stops_a_lone_ingest_executor() {
     let embedder = Scripted::default();
-    let executors: Vec<Box<dyn Embedder>> = (0..2)
-        .map(|_| Box::new(embedder.clone()) as Box<dyn Embedder>)
-        .collect();
+    let executors = instances(&embedder, 2);
     let service = InferenceService::start(
         executors,
         ServiceConfig {
