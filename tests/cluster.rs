@@ -287,18 +287,24 @@ fn at_rest(
     }
 }
 
+/// Rounds of random writes the standing queries of [`standing_across_processes`] follow, and the
+/// upserts, edits and deletes drawn per round (some draws write nothing).
+const ROUNDS: usize = 10;
+const CHANGES_PER_ROUND: usize = 50;
+
 /// Standing queries held by either process follow writes that only the other process indexes.
 /// First the same subscription on both processes: a document of process 1's shards changes, then
 /// one of process 0's; after each, both publish a new version holding the change, each the one-shot
-/// answer of its process. Then four subscriptions on each process through rounds of random
+/// answer of its process. Then 25 subscriptions on each process through [`ROUNDS`] rounds of random
 /// upserts, edits and deletes spread over all four shards: at rest after every round each latest
 /// version is its process's one-shot answer, and versions never go back. Returns the seconds from
-/// each of the first two commits to both new versions, and the number of versions published.
+/// each of the first two commits to both new versions, the subscriptions of the rounds, and the
+/// versions published.
 fn standing_across_processes(
     broker: &Broker,
     cluster: &[Job],
     oracle: &mut Oracle,
-) -> (Vec<f64>, u64) {
+) -> (Vec<f64>, usize, u64) {
     let tenant = "standing";
     let owned_by = |process: u64| {
         (0..)
@@ -375,22 +381,32 @@ fn standing_across_processes(
 
     // Random rounds over a tenant of its own.
     let tenant = "rounds";
-    let sentences = [
-        "The Ostwick lighthouse is lit at sunset and dimmed at sunrise.",
-        "Ferries to Ostwick leave from the north pier every two hours.",
-        "The Ostwick tide tables are printed each month by the harbour office.",
-        "Fishing boats unload their catch at the Ostwick market before dawn.",
-        "The Ostwick harbour master inspects the moorings every Monday.",
-        "A storm in 1903 destroyed the old Ostwick breakwater.",
-        "The Ostwick lifeboat crew trains on Thursday evenings.",
-        "Cargo ships anchor outside Ostwick when the channel is silted.",
+    let towns = ["Ostwick", "Brannock", "Colmere", "Dunhallow", "Eskerby"];
+    let facts = [
+        "The {} lighthouse is lit at sunset and dimmed at sunrise.",
+        "Ferries to {} leave from the north pier every two hours.",
+        "The {} tide tables are printed each month by the harbour office.",
+        "Fishing boats unload their catch at the {} market before dawn.",
+        "The {} harbour master inspects the moorings every Monday.",
+        "A storm in 1903 destroyed the old {} breakwater.",
+        "The {} lifeboat crew trains on Thursday evenings.",
+        "Cargo ships anchor outside {} when the channel is silted.",
     ];
-    let questions = [
-        "When is the Ostwick lighthouse lit?",
-        "Where do ferries to Ostwick leave from?",
-        "Who inspects the moorings in Ostwick?",
-        "What happened to the Ostwick breakwater?",
+    let sentences: Vec<String> = towns
+        .iter()
+        .flat_map(|town| facts.iter().map(move |fact| fact.replace("{}", town)))
+        .collect();
+    let asks = [
+        "When is the {} lighthouse lit?",
+        "Where do ferries to {} leave from?",
+        "Who inspects the moorings in {}?",
+        "What happened to the {} breakwater?",
+        "When does the {} lifeboat crew train?",
     ];
+    let questions: Vec<String> = towns
+        .iter()
+        .flat_map(|town| asks.iter().map(move |ask| ask.replace("{}", town)))
+        .collect();
     let random = std::cell::Cell::new(0x2545_f491_4f6c_dd1du64);
     let next = |n: usize| {
         let mut x = random.get();
@@ -410,31 +426,31 @@ fn standing_across_processes(
     };
     let mut live: Vec<(usize, u64)> = Vec::new();
     let mut events = Vec::new();
-    for serial in 0..12 {
-        events.push(oracle.upsert(tenant, &format!("o{serial}"), 1, "Ostwick", &text(serial)));
+    for serial in 0..40 {
+        events.push(oracle.upsert(tenant, &format!("o{serial}"), 1, "Harbours", &text(serial)));
         live.push((serial, 1));
     }
     broker.produce(DOCS, &events);
     committed(broker);
     let mut held: Vec<(usize, String, serde_json::Value, u64)> = Vec::new();
     for (p, job) in cluster.iter().enumerate() {
-        for question in questions {
+        for question in &questions {
             let query = json!({"tenant": tenant, "text": question, "token_budget": 200, "k": 3});
             let (id, version) = subscribe(job, &query);
             held.push((p, id, query, version["version"].as_u64().expect("version")));
         }
     }
-    let mut serial = 12;
-    for _round in 0..4 {
+    let mut serial = 40;
+    for _round in 0..ROUNDS {
         let mut events = Vec::new();
-        for _ in 0..6 {
+        for _ in 0..CHANGES_PER_ROUND {
             match next(3) {
                 0 => {
                     events.push(oracle.upsert(
                         tenant,
                         &format!("o{serial}"),
                         1,
-                        "Ostwick",
+                        "Harbours",
                         &text(serial),
                     ));
                     live.push((serial, 1));
@@ -449,11 +465,11 @@ fn standing_across_processes(
                         tenant,
                         &format!("o{doc}"),
                         *version,
-                        "Ostwick",
+                        "Harbours",
                         &body,
                     ));
                 }
-                _ if live.len() > 4 => {
+                _ if live.len() > 10 => {
                     let (doc, version) = live.remove(next(live.len()));
                     events.push(oracle.delete(tenant, &format!("o{doc}"), version + 1));
                 }
@@ -473,7 +489,7 @@ fn standing_across_processes(
         }
     }
     let versions = seen.iter().sum::<u64>() + held.iter().map(|(_, _, _, last)| last).sum::<u64>();
-    (took, versions)
+    (took, held.len(), versions)
 }
 
 #[test]
@@ -544,7 +560,8 @@ fn two_processes_of_two_workers_index_and_answer_like_one_worker() {
     );
     let cluster_contexts = ask(&broker, "cluster", &queries);
     let (ryw_seconds, cache_seconds) = writes_elsewhere(&broker, &cluster, &mut oracle);
-    let (standing_seconds, versions) = standing_across_processes(&broker, &cluster, &mut oracle);
+    let (standing_seconds, held, versions) =
+        standing_across_processes(&broker, &cluster, &mut oracle);
     let expected = oracle.expected(&default_chunker());
     // A cluster's dataflow ends when every process stopped its sources: interrupt all, then wait.
     for job in &cluster {
@@ -580,7 +597,7 @@ fn two_processes_of_two_workers_index_and_answer_like_one_worker() {
         .map(|(id, _)| id)
         .collect();
     println!(
-        "cluster 2x2: {} events indexed in {cluster_seconds:.1} s ({} + {} chunks per process), lost {lost}, stale {stale}; single process x1: {single_seconds:.1} s; {} queries, one context each; {} contexts differ; a write indexed by the other process: read_your_writes answered with it in {ryw_seconds:.2} s, the cache served it {cache_seconds:.2} s after its commit; standing queries on both processes took a write of process 1, then of process 0, within {standing_seconds:.2?} s of its commit, and 8 more followed 4 rounds of random writes ({versions} versions in all)",
+        "cluster 2x2: {} events indexed in {cluster_seconds:.1} s ({} + {} chunks per process), lost {lost}, stale {stale}; single process x1: {single_seconds:.1} s; {} queries, one context each; {} contexts differ; a write indexed by the other process: read_your_writes answered with it in {ryw_seconds:.2} s, the cache served it {cache_seconds:.2} s after its commit; standing queries on both processes took a write of process 1, then of process 0, within {standing_seconds:.2?} s of its commit, and {held} more followed {ROUNDS} rounds of up to {CHANGES_PER_ROUND} random writes each ({versions} versions in all)",
         events.len(),
         per_process[0],
         per_process[1],
