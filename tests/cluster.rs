@@ -382,6 +382,13 @@ fn standing_across_processes(
     // Random rounds over a tenant of its own.
     let tenant = "rounds";
     let towns = ["Ostwick", "Brannock", "Colmere", "Dunhallow", "Eskerby"];
+    // Every template said of every town.
+    let of_every_town = |templates: &[&str]| -> Vec<String> {
+        towns
+            .iter()
+            .flat_map(|town| templates.iter().map(move |t| t.replace("{}", town)))
+            .collect()
+    };
     let facts = [
         "The {} lighthouse is lit at sunset and dimmed at sunrise.",
         "Ferries to {} leave from the north pier every two hours.",
@@ -392,10 +399,7 @@ fn standing_across_processes(
         "The {} lifeboat crew trains on Thursday evenings.",
         "Cargo ships anchor outside {} when the channel is silted.",
     ];
-    let sentences: Vec<String> = towns
-        .iter()
-        .flat_map(|town| facts.iter().map(move |fact| fact.replace("{}", town)))
-        .collect();
+    let sentences = of_every_town(&facts);
     let asks = [
         "When is the {} lighthouse lit?",
         "Where do ferries to {} leave from?",
@@ -403,10 +407,7 @@ fn standing_across_processes(
         "What happened to the {} breakwater?",
         "When does the {} lifeboat crew train?",
     ];
-    let questions: Vec<String> = towns
-        .iter()
-        .flat_map(|town| asks.iter().map(move |ask| ask.replace("{}", town)))
-        .collect();
+    let questions = of_every_town(&asks);
     let random = std::cell::Cell::new(0x2545_f491_4f6c_dd1du64);
     let next = |n: usize| {
         let mut x = random.get();
