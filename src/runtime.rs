@@ -31,7 +31,7 @@ use ragstream_operators::io::local_source::DocumentIngress;
 use ragstream_operators::io::query_source::{HttpIngress, IngestProgress};
 use ragstream_operators::metrics::metrics;
 use ragstream_operators::store::stats::CorpusStats;
-use ragstream_operators::store::{StoreError, VectorStore};
+use ragstream_operators::store::{Bm25Encoder, StoreError, VectorStore};
 use ragstream_operators::tokens::Encoding;
 use ragstream_topologies::config::{Config, IndexKind, SourceKind};
 use ragstream_topologies::factory;
@@ -181,8 +181,12 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
             config.standing.clone(),
             ingress.clone(),
             changes.clone(),
-            (!shards.iter().any(|shard| shard.engine_idf()))
-                .then(|| (corpus_stats.clone(), config.index.bm25.weight_max())),
+            (!shards.iter().any(|shard| shard.engine_idf())).then(|| {
+                (
+                    corpus_stats.clone(),
+                    Bm25Encoder::with_params(config.index.bm25),
+                )
+            }),
             config.standing.kept(&config.index.path).as_deref(),
         )?),
         false => None,

@@ -35,7 +35,8 @@
 //! BM25 lane's lowest member's (the chunk's terms looked up in an inverted index of the
 //! subscriptions' terms; the drift bounds how far any chunk's BM25 score moved since the probe,
 //! [`Probe::drift`]); or a drift past `standing.drift` of the lane's best score (the lane's members
-//! may have changed places). When a tenant has been quiet for [`SETTLE`], subscriptions whose drift
+//! may have changed places). When a tenant has been quiet for [`SETTLE`] (longer for one written
+//! in a stream, up to [`SETTLE_MAX`]: [`quiet_ms`]), subscriptions whose drift
 //! is past `standing.rest_drift` of their best BM25 score are evaluated once more, so a context is
 //! exact at rest (up to BM25 scores closer than twice that: with 0, exact). A subscription without a probe, a change recorded without its chunks (the feed
 //! overflowed) and a server collection weighing terms across tenants (its own IDF) fall back to
@@ -52,6 +53,7 @@ use ragstream_operators::ingest::written::{Changes, DocChange, TenantChange};
 use ragstream_operators::io::query_source::HttpIngress;
 use ragstream_operators::metrics::metrics;
 use ragstream_operators::store::stats::CorpusStats;
+use ragstream_operators::store::Bm25Encoder;
 use ragstream_topologies::config::{StandingConfig, MAX_MIN_INTERVAL_MS};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -74,6 +76,8 @@ const TICK: Duration = Duration::from_millis(20);
 const EVALUATION_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long a tenant stays without changes before its subscriptions are checked for drift at rest.
 pub const SETTLE: Duration = Duration::from_millis(300);
+/// The longest a tenant written at a slow pace must stay without changes to be at rest.
+pub const SETTLE_MAX: Duration = Duration::from_secs(3);
 
 /// One version of a subscription's context.
 #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
@@ -191,11 +195,12 @@ pub struct Standing {
     ingress: Arc<HttpIngress>,
     changes: Arc<Changes>,
     /// The tenants' BM25 statistics, where the job weighs the query terms itself (`None`: the index
-    /// weighs terms across tenants, any change may move any subscription), and the largest weight
-    /// a term can have in a chunk ([`Bm25Params::weight_max`]).
+    /// weighs terms across tenants, any change may move any subscription), and the ingest's BM25
+    /// encoder (to weigh a probe's members; its largest weight a term can have in a chunk bounds
+    /// the drift, [`Bm25Params::weight_max`]).
     ///
     /// [`Bm25Params::weight_max`]: ragstream_operators::store::Bm25Params::weight_max
-    stats: Option<(Arc<CorpusStats>, f32)>,
+    stats: Option<(Arc<CorpusStats>, Bm25Encoder)>,
     /// Where subscriptions are kept across restarts (`None`: not kept).
     store: Option<Store>,
     /// Where versions of subscriptions made with `publish` go.
@@ -204,8 +209,34 @@ pub struct Standing {
     stopped: AtomicBool,
 }
 
+/// A token bucket over re-evaluations (`standing.evaluations_per_sec`): it fills at the rate, up
+/// to one second's worth, and each evaluation started takes a token.
+#[derive(Default)]
+struct Pace {
+    tokens: f64,
+    filled: Option<Instant>,
+}
+
+impl Pace {
+    /// Evaluations that may start now at `rate` per second.
+    fn room(&mut self, now: Instant, rate: f64) -> usize {
+        let since = self
+            .filled
+            .map_or(1.0, |filled| now.duration_since(filled).as_secs_f64());
+        self.filled = Some(now);
+        self.tokens = (self.tokens + since * rate).min(rate.max(1.0));
+        self.tokens.floor().max(0.0) as usize
+    }
+
+    fn spend(&mut self) {
+        self.tokens -= 1.0;
+    }
+}
+
 #[derive(Default)]
 struct State {
+    /// The pace of re-evaluations.
+    pace: Pace,
     subscriptions: HashMap<String, Subscription>,
     by_tenant: HashMap<String, BTreeSet<String>>,
     /// Subscriptions pending or being evaluated (the evaluator looks at these only).
@@ -218,6 +249,8 @@ struct State {
     turn: u64,
     /// Tenants changed since their subscriptions were last checked for drift at rest.
     settle: HashMap<String, Settling>,
+    /// Each tenant's latest change time (ms since the epoch), while it holds subscriptions.
+    last_change_ms: HashMap<String, u64>,
     /// Subscriptions being made (their first evaluation under way).
     subscribing: usize,
 }
@@ -227,6 +260,9 @@ struct State {
 struct Settling {
     /// Its latest change.
     change: TenantChange,
+    /// How long it must stay without changes to be at rest ([`quiet_ms`]: a tenant written every
+    /// second is not at rest between two writes).
+    quiet_ms: u64,
     /// Its statistics' deltas applied at the last check (`u64::MAX`: none yet).
     applied: u64,
     /// When it was last checked (ms since the epoch).
@@ -275,14 +311,14 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Standing {
     /// A registry evaluating through `ingress`, told of changes by `changes`; starts its evaluator.
     /// `stats`: the tenants' BM25 statistics where the job weighs query terms itself (`None` where
-    /// the index weighs them across tenants), with the largest weight a term has in a chunk.
+    /// the index weighs them across tenants), with the ingest's BM25 encoder.
     /// `kept`: the directory of the subscriptions kept across restarts (`None`: none kept); those
     /// it holds come back with [`Standing::restore`].
     pub fn start(
         config: StandingConfig,
         ingress: Arc<HttpIngress>,
         changes: Arc<Changes>,
-        stats: Option<(Arc<CorpusStats>, f32)>,
+        stats: Option<(Arc<CorpusStats>, Bm25Encoder)>,
         kept: Option<&std::path::Path>,
     ) -> anyhow::Result<Arc<Self>> {
         let store = kept.map(Store::open).transpose()?;
@@ -554,7 +590,7 @@ impl Standing {
         let now = Instant::now();
         let expires_ms =
             ragstream_operators::now_millis().saturating_add(ttl_secs.saturating_mul(1000));
-        let probe = context.probe.take();
+        let probe = weighed(context.probe.take(), self.encoder(), None);
         let version = Arc::new(Version {
             subscription_id: id.clone(),
             version: 1,
@@ -749,7 +785,7 @@ impl Standing {
             if finish(
                 &id,
                 subscription,
-                (&self.ingress, self.config.versions_kept),
+                (&self.ingress, self.config.versions_kept, self.encoder()),
                 now,
             ) {
                 self.keep(&id, subscription);
@@ -767,6 +803,9 @@ impl Standing {
         }
         // Round robin over the tenants with subscriptions due, from a turn that moves each round.
         let mut room = self.config.evaluations_in_flight.saturating_sub(in_flight);
+        if let Some(rate) = self.config.evaluations_per_sec() {
+            room = room.min(state.pace.room(now, rate));
+        }
         let tenants: Vec<String> = due.keys().cloned().collect();
         if tenants.is_empty() || room == 0 {
             return;
@@ -802,6 +841,9 @@ impl Standing {
                     started: now,
                 });
                 subscription.last_started = now;
+                if self.config.evaluations_per_core_sec > 0.0 {
+                    state.pace.spend();
+                }
                 metrics().standing_evaluations.inc();
             }
         }
@@ -844,10 +886,15 @@ impl Standing {
                 }
             };
             if filter {
+                let gap = state
+                    .last_change_ms
+                    .insert(tenant.clone(), change.recorded_ms)
+                    .map_or(0, |last| change.recorded_ms.saturating_sub(last));
                 state.settle.insert(
                     tenant.clone(),
                     Settling {
                         change: *change,
+                        quiet_ms: quiet_ms(gap),
                         applied: u64::MAX,
                         checked_ms: 0,
                     },
@@ -992,7 +1039,8 @@ impl Standing {
             }
             for (at, score) in &scores {
                 let (id, probe) = probes[*at];
-                if probe.admits_bm25(*score, weights[*at].1) && moved.insert(id.clone()) {
+                let (now, drift) = &weights[*at];
+                if probe.admits_bm25_now(*score, now, *drift) && moved.insert(id.clone()) {
                     reason("bm25", 1);
                 }
             }
@@ -1000,11 +1048,16 @@ impl Standing {
         moved
     }
 
+    /// The ingest's BM25 encoder, where the job weighs terms itself.
+    fn encoder(&self) -> Option<&Bm25Encoder> {
+        self.stats.as_ref().map(|(_, encoder)| encoder)
+    }
+
     /// The probe's BM25 query weights under `tenant`'s statistics now, and how far they moved a
     /// member's score since the probe ([`Probe::drift`]; infinite where the job does not weigh
     /// terms itself).
     fn weights_now(&self, tenant: &str, probe: &Probe) -> (Vec<f32>, f32) {
-        let Some((stats, weight_max)) = &self.stats else {
+        let Some((stats, encoder)) = &self.stats else {
             return (probe.bm25.values.clone(), f32::INFINITY);
         };
         if probe.bm25.indices.is_empty() {
@@ -1017,11 +1070,11 @@ impl Standing {
                 values: probe.bm25_raw.clone(),
             },
         );
-        let drift = probe.drift(&now.values, *weight_max);
+        let drift = probe.drift(&now.values, encoder.params().weight_max());
         (now.values, drift)
     }
 
-    /// Tenants quiet for [`SETTLE`] with no evaluation of theirs owed or under way: each
+    /// Tenants quiet for their settling time with no evaluation of theirs owed or under way: each
     /// subscription whose BM25 scores drifted past `standing.rest_drift` of its best since its
     /// probe wants the tenant's latest change. The statistics are applied a step after the writes:
     /// a tenant is done only when a check finds them as the check before it did.
@@ -1035,7 +1088,7 @@ impl Standing {
             .iter()
             .filter(|(tenant, settling)| {
                 let since = settling.change.recorded_ms.max(settling.checked_ms);
-                now_ms.saturating_sub(since) >= SETTLE.as_millis() as u64
+                now_ms.saturating_sub(since) >= settling.quiet_ms
                     && state.by_tenant.get(*tenant).is_none_or(|ids| {
                         ids.iter().all(|id| {
                             state.subscriptions.get(id).is_none_or(|subscription| {
@@ -1082,6 +1135,17 @@ impl Standing {
                 }
             }
         }
+    }
+}
+
+/// How long a tenant whose last two changes came `gap_ms` apart must stay without changes to be at
+/// rest: [`SETTLE`] for one written now and then, twice the gap (at most [`SETTLE_MAX`]) for one
+/// written in a stream (gaps under half of that).
+fn quiet_ms(gap_ms: u64) -> u64 {
+    let (settle, most) = (SETTLE.as_millis() as u64, SETTLE_MAX.as_millis() as u64);
+    match gap_ms < most / 2 {
+        true => gap_ms.saturating_mul(2).clamp(settle, most),
+        false => settle,
     }
 }
 
@@ -1183,6 +1247,7 @@ fn remove(state: &mut State, id: &str, (ingress, store): (&HttpIngress, Option<&
             ids.remove(id);
             if ids.is_empty() {
                 state.by_tenant.remove(&subscription.tenant);
+                state.last_change_ms.remove(&subscription.tenant);
             }
         }
     }
@@ -1197,7 +1262,7 @@ fn remove(state: &mut State, id: &str, (ingress, store): (&HttpIngress, Option<&
 fn finish(
     id: &str,
     subscription: &mut Subscription,
-    (ingress, kept): (&HttpIngress, usize),
+    (ingress, kept, encoder): (&HttpIngress, usize, Option<&Bm25Encoder>),
     now: Instant,
 ) -> bool {
     let Some(evaluation) = &subscription.evaluation else {
@@ -1246,7 +1311,7 @@ fn finish(
         return false;
     }
     // What this answer's retrieval saw: the next change is judged against it.
-    subscription.probe = context.probe.take();
+    subscription.probe = weighed(context.probe.take(), encoder, subscription.probe.as_deref());
     if same(&latest.context, &context) {
         metrics().standing_unchanged.inc();
         return false;
@@ -1273,6 +1338,23 @@ fn finish(
     subscription.notify.send_replace(number);
     metrics().standing_versions.inc();
     true
+}
+
+/// An answer's probe with its BM25 members weighed by `encoder` (those of `previous` taken as
+/// they are) and their texts dropped; without an encoder (the index weighs terms) the members are
+/// of no use and dropped.
+fn weighed(
+    probe: Option<Arc<Probe>>,
+    encoder: Option<&Bm25Encoder>,
+    previous: Option<&Probe>,
+) -> Option<Arc<Probe>> {
+    let mut probe = probe?;
+    let inner = Arc::make_mut(&mut probe);
+    match encoder {
+        Some(encoder) => inner.weigh_members(encoder, previous),
+        None => inner.bm25_members.clear(),
+    }
+    Some(probe)
 }
 
 /// Whether two contexts give the same items (ids, order, text, tokens, lines, tier) and string.
@@ -1407,6 +1489,39 @@ mod tests {
     }
 
     /// The later change wins, keeping the later event time of both.
+    /// The pace lets a second's worth start at once, then follows the rate; a slow rate still
+    /// lets one through once a token filled.
+    #[test]
+    fn pace_starts_at_most_the_rate() {
+        let start = Instant::now();
+        let mut pace = Pace::default();
+        assert_eq!(pace.room(start, 10.0), 10);
+        for _ in 0..10 {
+            pace.spend();
+        }
+        assert_eq!(pace.room(start, 10.0), 0);
+        assert_eq!(pace.room(start + Duration::from_millis(250), 10.0), 2);
+        // Never more than one second's worth, however long it waited.
+        assert_eq!(pace.room(start + Duration::from_secs(60), 10.0), 10);
+        let mut slow = Pace::default();
+        assert_eq!(slow.room(start, 0.5), 0);
+        assert_eq!(slow.room(start + Duration::from_secs(1), 0.5), 1);
+        slow.spend();
+        assert_eq!(slow.room(start + Duration::from_secs(2), 0.5), 0);
+    }
+
+    /// A tenant written now and then is at rest after SETTLE; one written in a stream only after
+    /// twice its pace, at most SETTLE_MAX.
+    #[test]
+    fn a_stream_settles_after_twice_its_pace() {
+        assert_eq!(quiet_ms(0), 300);
+        assert_eq!(quiet_ms(100), 300);
+        assert_eq!(quiet_ms(1000), 2000);
+        assert_eq!(quiet_ms(1499), 2998);
+        assert_eq!(quiet_ms(1500), 300);
+        assert_eq!(quiet_ms(60_000), 300);
+    }
+
     #[test]
     fn newer_keeps_the_later_serial_and_time() {
         let change = |serial, time| TenantChange {

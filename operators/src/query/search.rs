@@ -521,6 +521,20 @@ pub fn probe(
         bm25_floor: floor(&answer.bm25, answer.cut[1]),
         bm25_top: answer.bm25.first().map_or(0.0, |hit| hit.score),
         docs,
+        // Their texts, for the standing queries' registry to weigh off the worker.
+        bm25_members: match answer.cut[1] {
+            true => answer
+                .bm25
+                .iter()
+                .map(|hit| ragstream_core::query::probe::Member {
+                    id: hit.stored.id,
+                    score: hit.score,
+                    text: Some(hit.stored.chunk.embedding_input()),
+                    weights: Vec::new(),
+                })
+                .collect(),
+            false => Vec::new(),
+        },
     }
 }
 

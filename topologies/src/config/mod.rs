@@ -365,6 +365,12 @@ impl Config {
         if !(1..=256).contains(&standing.evaluations_in_flight) {
             return invalid("standing.evaluations_in_flight", "must be in 1..=256");
         }
+        if !(0.0..=10_000.0).contains(&standing.evaluations_per_core_sec) {
+            return invalid(
+                "standing.evaluations_per_core_sec",
+                "must be in 0..=10000 (0: no cap)",
+            );
+        }
         if !(0.0..=1.0).contains(&standing.drift) {
             return invalid("standing.drift", "must be in 0..=1");
         }

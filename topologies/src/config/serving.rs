@@ -247,6 +247,11 @@ pub struct StandingConfig {
     pub default_min_interval_ms: u64,
     /// Re-evaluations in the dataflow at once (all subscriptions); the rest wait their turn.
     pub evaluations_in_flight: usize,
+    /// Re-evaluations started per second at most, per core of the machine (all subscriptions; 0:
+    /// no cap). Each one is a query's CPU taken from ingest and one-shot queries (about 5 ms on a
+    /// slow core): under the cap, changes wait and are folded into fewer evaluations (later
+    /// versions, fewer of them).
+    pub evaluations_per_core_sec: f64,
     /// How far corpus statistics may move a subscription's BM25 scores since its last evaluation,
     /// as a share of its best BM25 score, before it is re-evaluated while documents stream (its
     /// BM25 candidates may have changed places; new chunks are judged with the drift allowed for).
@@ -263,6 +268,13 @@ pub struct StandingConfig {
 }
 
 impl StandingConfig {
+    /// Re-evaluations started per second at most on this machine (`None`: no cap).
+    pub fn evaluations_per_sec(&self) -> Option<f64> {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        (self.evaluations_per_core_sec > 0.0)
+            .then_some(self.evaluations_per_core_sec * cores as f64)
+    }
+
     /// The directory of the subscriptions kept across restarts, if they are kept.
     pub fn kept(&self, index_path: &std::path::Path) -> Option<std::path::PathBuf> {
         self.durable.then(|| {
@@ -284,6 +296,7 @@ impl Default for StandingConfig {
             max_ttl_secs: 7 * 24 * 3600,
             default_min_interval_ms: 250,
             evaluations_in_flight: 4,
+            evaluations_per_core_sec: 20.0,
             drift: 0.5,
             rest_drift: 0.001,
             durable: true,

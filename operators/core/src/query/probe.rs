@@ -13,11 +13,19 @@
 //!   some chunk held when the probe was taken, times the largest weight a term can have in a
 //!   chunk), so two members further apart than twice that keep their order, and a new chunk (scored
 //!   with the weights of now) enters the lane only if it scores within that of the lowest member.
+//!   Where the members' own term weights are known ([`Probe::weigh_members`]), the lowest member's
+//!   score now is computed instead ([`Probe::bm25_floor_now`]): no chunk below every member's
+//!   score of now can enter, whatever the statistics did.
 
-use super::super::store::SparseVector;
+use super::super::store::{Bm25Encoder, SparseVector};
 
-/// Slack on the dense admission test: engine scores may come from quantised vectors.
-pub const DENSE_SLACK: f32 = 0.01;
+/// Slack on the dense admission test: the engine's cosines are the float vectors' (int8 candidates
+/// are re-scored with the originals), computed in another order than here.
+pub const DENSE_SLACK: f32 = 1e-4;
+
+/// Relative slack on the BM25 admission test against members' recomputed scores: the engine and
+/// this sum add the same products in another order.
+pub const BM25_SLACK: f32 = 1e-4;
 
 /// What one evaluation's retrieval saw.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -40,6 +48,22 @@ pub struct Probe {
     pub bm25_top: f32,
     /// The documents with a member in either lane, sorted and unique.
     pub docs: Vec<String>,
+    /// The BM25 lane's members where the lane was cut (empty otherwise).
+    pub bm25_members: Vec<Member>,
+}
+
+/// A member of a cut BM25 lane.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Member {
+    /// Its point id.
+    pub id: uuid::Uuid,
+    /// Its BM25 score as the engine gave it.
+    pub score: f32,
+    /// The text BM25 weighed at ingest ([`crate::model::Chunk::embedding_input`]), until
+    /// [`Probe::weigh_members`] turns it into `weights`.
+    pub text: Option<String>,
+    /// Its weight of each query term (in the order of `bm25.indices`; 0 where it lacks the term).
+    pub weights: Vec<f32>,
 }
 
 impl Probe {
@@ -63,6 +87,92 @@ impl Probe {
         }
         self.bm25_floor
             .is_none_or(|floor| score >= floor - drift.max(0.0))
+    }
+
+    /// Turns each BM25 member's text into its weights of the query's terms with `encoder` (the
+    /// ingest's), taking those of a member of `previous` with the same id as they are (a point's
+    /// text never changes under its id), and drops the texts. Where a member's weights do not give
+    /// back the engine's score (another encoder wrote it), no member is kept: the drift bound
+    /// decides for this probe.
+    pub fn weigh_members(&mut self, encoder: &Bm25Encoder, previous: Option<&Probe>) {
+        let known: std::collections::HashMap<uuid::Uuid, &Vec<f32>> = previous
+            .filter(|previous| previous.bm25.indices == self.bm25.indices)
+            .map(|previous| {
+                previous
+                    .bm25_members
+                    .iter()
+                    .filter(|member| member.text.is_none())
+                    .map(|member| (member.id, &member.weights))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for member in &mut self.bm25_members {
+            let Some(text) = member.text.take() else {
+                continue;
+            };
+            member.weights = match known.get(&member.id) {
+                Some(weights) => (*weights).clone(),
+                None => {
+                    let document = encoder.encode_document(&text);
+                    self.bm25
+                        .indices
+                        .iter()
+                        .map(|term| {
+                            document
+                                .indices
+                                .binary_search(term)
+                                .ok()
+                                .and_then(|at| document.values.get(at).copied())
+                                .unwrap_or(0.0)
+                        })
+                        .collect()
+                }
+            };
+        }
+        let then = &self.bm25.values;
+        let faithful = self.bm25_members.iter().all(|member| {
+            let score: f32 = member.weights.iter().zip(then).map(|(w, q)| w * q).sum();
+            member.weights.len() == then.len()
+                && (score - member.score).abs() <= BM25_SLACK * member.score.abs().max(1.0)
+        });
+        if !faithful {
+            self.bm25_members.clear();
+        }
+    }
+
+    /// The lowest BM25 member's score under the query weights `now` (in the order of
+    /// `bm25.indices`), where the lane was cut and every member is weighed: at least `k` chunks
+    /// score that much now, so no chunk scoring less enters a lane of `k`. `None` where the lane
+    /// was cut nowhere or the members are not weighed.
+    pub fn bm25_floor_now(&self, now: &[f32]) -> Option<f32> {
+        self.bm25_floor?;
+        if self.bm25_members.is_empty() || now.len() != self.bm25.indices.len() {
+            return None;
+        }
+        self.bm25_members
+            .iter()
+            .map(|member| {
+                (member.text.is_none() && member.weights.len() == now.len()).then(|| {
+                    member
+                        .weights
+                        .iter()
+                        .zip(now)
+                        .map(|(weight, query)| weight * query)
+                        .sum::<f32>()
+                })
+            })
+            .try_fold(f32::INFINITY, |low, score| score.map(|s| low.min(s)))
+    }
+
+    /// Whether a chunk scoring `score` with the query weights `now` could enter the BM25 lane: the
+    /// members' own scores of now where they are weighed ([`Probe::bm25_floor_now`], less a
+    /// rounding slack), else [`Probe::admits_bm25`] with the drift bound.
+    pub fn admits_bm25_now(&self, score: f32, now: &[f32], drift: f32) -> bool {
+        match self.bm25_floor_now(now) {
+            Some(floor) if score > 0.0 => score >= floor - BM25_SLACK * floor.abs().max(1.0),
+            Some(_) => false,
+            None => self.admits_bm25(score, drift),
+        }
     }
 
     /// Whether `doc_id` has a member in a lane.
@@ -167,6 +277,7 @@ mod tests {
             bm25_floor: Some(3.0),
             bm25_top: 6.0,
             docs: vec!["a".into(), "c".into()],
+            bm25_members: Vec::new(),
         }
     }
 
@@ -233,6 +344,109 @@ mod tests {
             ..probe
         };
         assert!((unseen.drift(&[2.5, 7.0], 2.2) - 2.2 * 0.5).abs() < 1e-5);
+    }
+
+    /// Members weighed from their texts score now as the engine would (the query weights of now
+    /// times their own weights), the lowest of them is the floor of now, and a member known from
+    /// the previous probe is not weighed again.
+    #[test]
+    fn members_weighed_give_the_floor_of_now() {
+        let encoder = Bm25Encoder::default();
+        let query = encoder.encode_query("rollback release");
+        let texts = [
+            "rollback the release at once: rollback first",
+            "a release note",
+        ];
+        let mut probe = Probe {
+            bm25: SparseVector {
+                indices: query.indices.clone(),
+                values: vec![2.0; query.indices.len()],
+            },
+            bm25_raw: query.values.clone(),
+            bm25_seen: vec![true; query.indices.len()],
+            bm25_floor: Some(1.0),
+            bm25_members: texts
+                .iter()
+                .enumerate()
+                .map(|(at, text)| Member {
+                    id: uuid::Uuid::from_u128(at as u128),
+                    score: sparse_dot(
+                        &SparseVector {
+                            indices: query.indices.clone(),
+                            values: vec![2.0; query.indices.len()],
+                        },
+                        &encoder.encode_document(text),
+                    ),
+                    text: Some(text.to_string()),
+                    weights: Vec::new(),
+                })
+                .collect(),
+            ..Probe::default()
+        };
+        // Not weighed yet: no floor of now, the drift bound decides.
+        assert_eq!(probe.bm25_floor_now(&[2.0, 2.0]), None);
+        assert!(probe.admits_bm25_now(0.6, &[2.0, 2.0], 0.5));
+        assert!(!probe.admits_bm25_now(0.4, &[2.0, 2.0], 0.5));
+        probe.weigh_members(&encoder, None);
+        assert!(probe.bm25_members.iter().all(|m| m.text.is_none()));
+        let engine: Vec<f32> = texts
+            .iter()
+            .map(|text| sparse_dot(&probe.bm25, &encoder.encode_document(text)))
+            .collect();
+        let floor = probe.bm25_floor_now(&[2.0, 2.0]).expect("weighed");
+        assert!((floor - engine[1]).abs() < 1e-5, "{floor} {engine:?}");
+        assert!(engine[0] > engine[1]);
+        // The weights of now: the floor follows them, and admission with it.
+        let now = [3.0, 0.5];
+        let scored: Vec<f32> = texts
+            .iter()
+            .map(|text| {
+                let weights = SparseVector {
+                    indices: query.indices.clone(),
+                    values: now.to_vec(),
+                };
+                sparse_dot(&weights, &encoder.encode_document(text))
+            })
+            .collect();
+        let low = scored.iter().copied().fold(f32::INFINITY, f32::min);
+        let floor = probe.bm25_floor_now(&now).expect("weighed");
+        assert!((floor - low).abs() < 1e-5, "{floor} {scored:?}");
+        assert!(probe.admits_bm25_now(low, &now, 0.0));
+        assert!(!probe.admits_bm25_now(low * 0.99, &now, 100.0));
+        assert!(!probe.admits_bm25_now(0.0, &now, 100.0));
+        // Uncut: every chunk sharing a term.
+        let open = Probe {
+            bm25_floor: None,
+            ..probe.clone()
+        };
+        assert!(open.admits_bm25_now(0.01, &now, 0.0));
+        // Known members keep their weights (a changed text under a known id is not read again);
+        // a new one is weighed.
+        let member = |id: u128, text: &str, score: f32| Member {
+            id: uuid::Uuid::from_u128(id),
+            score,
+            text: Some(text.into()),
+            weights: Vec::new(),
+        };
+        let release = sparse_dot(&probe.bm25, &encoder.encode_document("release"));
+        let mut next = Probe {
+            bm25_members: vec![
+                member(0, "unrelated", engine[0]),
+                member(7, "release", release),
+            ],
+            ..probe.clone()
+        };
+        next.weigh_members(&encoder, Some(&probe));
+        assert_eq!(next.bm25_members[0].weights, probe.bm25_members[0].weights);
+        assert!(next.bm25_members[1].weights.iter().any(|w| *w > 0.0));
+        // A member whose weights do not give the engine's score back: no floor of now.
+        let mut other = Probe {
+            bm25_members: vec![member(7, "release", release * 1.5)],
+            ..probe.clone()
+        };
+        other.weigh_members(&encoder, None);
+        assert!(other.bm25_members.is_empty());
+        assert_eq!(other.bm25_floor_now(&now), None);
     }
 
     #[test]

@@ -161,6 +161,11 @@ impl Bm25Encoder {
         }
     }
 
+    /// The document-side parameters it weighs with.
+    pub fn params(&self) -> &Bm25Params {
+        &self.params
+    }
+
     /// The analysed terms of `text`, in order (with repeats).
     pub fn terms(&self, text: &str) -> Vec<String> {
         let mut out = Vec::new();
