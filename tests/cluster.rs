@@ -13,6 +13,7 @@ use crate::common::contexts::{comparable, items, queries};
 use crate::common::job::Job;
 use crate::common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
 use ragstream_core::query::Context;
+use rdkafka::producer::{BaseRecord, Producer};
 use serde_json::json;
 
 const DOCS: &str = "docs";
@@ -493,13 +494,122 @@ fn standing_across_processes(
     (took, held.len(), versions)
 }
 
+/// Subscriptions made on the queries topic, each event read by both processes (sent to each of
+/// the topic's four partitions, one per worker): each subscription is held by exactly
+/// one process, which answers every read of it with version 1; an end event read by either ends
+/// it there, with one tombstone. Returns the subscriptions each process held.
+fn kafka_subscriptions_owned_once(
+    broker: &Broker,
+    cluster: &[Job],
+    questions: &[(String, serde_json::Value)],
+) -> [usize; 2] {
+    const IDS: usize = 6;
+    const KEYS: usize = PARTITIONS as usize;
+    let topic = "queries-cluster";
+    // What the contexts topic holds already (one-shot answers, HTTP ones too).
+    let before = broker.high_watermarks("contexts-cluster", 1)[0] as usize;
+    let ids: Vec<String> = (0..IDS).map(|i| format!("owned-{i}")).collect();
+    // Each event sent to every partition: every worker's consumer reads it.
+    let producer = broker.producer();
+    let send = |standing: &dyn Fn(&str) -> serde_json::Value| {
+        let bounded = questions
+            .iter()
+            .filter(|(_, query)| query["mode"] == "bounded");
+        for (id, (_, question)) in ids.iter().zip(bounded) {
+            let mut event = question.clone();
+            event["query_id"] = json!(id);
+            event["standing"] = standing(id);
+            let payload = event.to_string();
+            for partition in 0..PARTITIONS {
+                let record = BaseRecord::to(topic)
+                    .key(id.as_str())
+                    .payload(payload.as_str())
+                    .partition(partition);
+                producer.send(record).map_err(|(e, _)| e).expect("sent");
+            }
+        }
+        producer.flush(Duration::from_secs(30)).expect("flushed");
+    };
+    send(&|id| json!({"subscription_id": id, "min_interval_ms": 0}));
+    let held_by = |id: &str| -> Vec<usize> {
+        (0..cluster.len())
+            .filter(|p| {
+                crate::common::job::http_get(
+                    cluster[*p].http_port,
+                    &format!("/v1/subscriptions/{id}"),
+                )
+                .is_some_and(|(status, _)| status == 200)
+            })
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ids.iter().any(|id| held_by(id).is_empty()) {
+        assert!(Instant::now() < deadline, "not every subscription was made");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Reads the contexts topic until `wanted` records of the subscriptions (versions or
+    // tombstones) are there, or nothing more comes (other answers may land meanwhile).
+    let read = |wanted: usize, tombstone: bool| {
+        let mut expected = before + wanted;
+        loop {
+            let records = broker.read_all("contexts-cluster", expected);
+            let found = records
+                .iter()
+                .filter(|(key, value, _)| {
+                    value.is_none() == tombstone
+                        && ids.iter().any(|id| key.as_deref() == Some(id.as_bytes()))
+                })
+                .count();
+            if found >= wanted || records.len() < expected {
+                return records;
+            }
+            expected += wanted - found;
+        }
+    };
+    // Every read of every event answered (version 1 each time), all by the one holder.
+    let records = read(IDS * KEYS, false);
+    let mut held = [0; 2];
+    for id in &ids {
+        let holders = held_by(id);
+        assert_eq!(holders.len(), 1, "{id} held by processes {holders:?}");
+        held[holders[0]] += 1;
+        let versions: Vec<serde_json::Value> = records
+            .iter()
+            .filter(|(key, _, _)| key.as_deref() == Some(id.as_bytes()))
+            .map(|(_, value, _)| {
+                serde_json::from_slice(value.as_deref().expect("a version")).expect("JSON")
+            })
+            .collect();
+        assert_eq!(versions.len(), KEYS, "{id}: {versions:?}");
+        assert!(versions
+            .iter()
+            .all(|v| v["version"] == 1 && v["context"] == versions[0]["context"]));
+    }
+    send(&|id| json!({"subscription_id": id, "end": true}));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ids.iter().any(|id| !held_by(id).is_empty()) {
+        assert!(Instant::now() < deadline, "not every subscription ended");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let records = read(IDS, true);
+    for id in &ids {
+        let tombstones = records
+            .iter()
+            .filter(|(key, value, _)| key.as_deref() == Some(id.as_bytes()) && value.is_none())
+            .count();
+        assert_eq!(tombstones, 1, "{id}");
+    }
+    held
+}
+
 #[test]
 fn two_processes_of_two_workers_index_and_answer_like_one_worker() {
     let broker = Broker::start();
     broker.create_topic(DOCS, PARTITIONS);
     broker.create_topic(DLQ, 1);
     for run in ["cluster", "single"] {
-        broker.create_topic(&format!("queries-{run}"), 2);
+        // The cluster's: one partition per worker (the Kafka-made subscriptions' check).
+        broker.create_topic(&format!("queries-{run}"), PARTITIONS);
         broker.create_topic(&format!("contexts-{run}"), 1);
     }
     let paragraphs: Vec<_> = squad().into_iter().take(400).collect();
@@ -563,6 +673,7 @@ fn two_processes_of_two_workers_index_and_answer_like_one_worker() {
     let (ryw_seconds, cache_seconds) = writes_elsewhere(&broker, &cluster, &mut oracle);
     let (standing_seconds, held, versions) =
         standing_across_processes(&broker, &cluster, &mut oracle);
+    let owned = kafka_subscriptions_owned_once(&broker, &cluster, &queries);
     let expected = oracle.expected(&default_chunker());
     // A cluster's dataflow ends when every process stopped its sources: interrupt all, then wait.
     for job in &cluster {
@@ -598,12 +709,14 @@ fn two_processes_of_two_workers_index_and_answer_like_one_worker() {
         .map(|(id, _)| id)
         .collect();
     println!(
-        "cluster 2x2: {} events indexed in {cluster_seconds:.1} s ({} + {} chunks per process), lost {lost}, stale {stale}; single process x1: {single_seconds:.1} s; {} queries, one context each; {} contexts differ; a write indexed by the other process: read_your_writes answered with it in {ryw_seconds:.2} s, the cache served it {cache_seconds:.2} s after its commit; standing queries on both processes took a write of process 1, then of process 0, within {standing_seconds:.2?} s of its commit, and {held} more followed {ROUNDS} rounds of up to {CHANGES_PER_ROUND} random writes each ({versions} versions in all)",
+        "cluster 2x2: {} events indexed in {cluster_seconds:.1} s ({} + {} chunks per process), lost {lost}, stale {stale}; single process x1: {single_seconds:.1} s; {} queries, one context each; {} contexts differ; a write indexed by the other process: read_your_writes answered with it in {ryw_seconds:.2} s, the cache served it {cache_seconds:.2} s after its commit; standing queries on both processes took a write of process 1, then of process 0, within {standing_seconds:.2?} s of its commit, and {held} more followed {ROUNDS} rounds of up to {CHANGES_PER_ROUND} random writes each ({versions} versions in all); subscriptions made on the queries topic, each event read by both processes, held once each ({} on process 0, {} on process 1)",
         events.len(),
         per_process[0],
         per_process[1],
         queries.len(),
-        differing.len()
+        differing.len(),
+        owned[0],
+        owned[1],
     );
     assert_eq!((lost, stale), (0, 0), "{example}");
     assert!(

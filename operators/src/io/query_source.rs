@@ -40,6 +40,7 @@ use ragstream_core::query::{Consistency, Context, QueryConfig};
 use reader::QueryReader;
 
 mod reader;
+pub mod route;
 
 /// Requests from the HTTP server waiting for their contexts.
 #[derive(Debug, Default)]
@@ -476,6 +477,11 @@ pub fn query_source<'scope>(
     shutdown: Arc<AtomicBool>,
     finite_ingest: Option<ProbeHandle<u64>>,
 ) -> StreamVec<'scope, u64, Result<QueryJob, Refusal>> {
+    // Standing events go to the worker owning their subscription ([`route`]).
+    let route = kafka
+        .as_ref()
+        .and_then(|config| config.standing.clone())
+        .map(|intake| route::route(scope, intake, &published));
     source::<_, CapacityContainerBuilder<Vec<_>>, _, _>(scope, "QuerySource", move |cap, info| {
         let activator = scope.activator_for(info.address.clone());
         let worker = scope.index();
@@ -508,6 +514,7 @@ pub fn query_source<'scope>(
             waiting: Parked::default(),
             pending: BTreeMap::new(),
             sequence: 0u64,
+            route,
         };
         move |output| {
             let Some(capability) = cap.as_mut() else {
@@ -518,6 +525,7 @@ pub fn query_source<'scope>(
             if reader.stopping() {
                 if reader.finish() {
                     cap = None;
+                    reader.advance_route(None);
                 }
                 return;
             }
@@ -525,6 +533,7 @@ pub fn query_source<'scope>(
             capability.downgrade(&time);
             let (batch, offsets) = reader.read_batch(time);
             reader.emit(capability, time, batch, offsets, output);
+            reader.advance_route(Some(*capability.time()));
         }
     })
 }

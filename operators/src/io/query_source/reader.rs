@@ -51,6 +51,9 @@ pub(super) struct QueryReader {
     pub(super) pending: BTreeMap<u64, BTreeMap<i32, (i64, u64)>>,
     /// Queries read by this worker so far (the low bits of their ids).
     pub(super) sequence: u64,
+    /// Where standing events go, to the worker owning their subscription (standing queries on
+    /// the queries topic only).
+    pub(super) route: Option<std::rc::Rc<super::route::StandingRoute>>,
 }
 
 impl QueryReader {
@@ -87,6 +90,13 @@ impl QueryReader {
     pub(super) fn stopping(&self) -> bool {
         let input_done = self.finite_ingest.as_ref().is_some_and(ProbeHandle::done);
         self.shutdown.load(Ordering::SeqCst) || input_done
+    }
+
+    /// Tells the standing route where the reader's capability is (`None`: let go).
+    pub(super) fn advance_route(&self, time: Option<u64>) {
+        if let Some(route) = &self.route {
+            route.advance(time);
+        }
     }
 
     /// Stops taking queries; commits once nothing is pending or held (true: the capability can go).
@@ -142,8 +152,8 @@ impl QueryReader {
                             .read(message.partition(), message.offset());
                         offsets.insert(message.partition(), (message.offset(), lease.epoch));
                         let payload = message.payload().unwrap_or_default();
-                        if let Some(standing) = config
-                            .standing
+                        if let Some(route) = self
+                            .route
                             .as_ref()
                             .filter(|_| super::is_standing(payload, self.rules.max_bytes))
                         {
@@ -152,7 +162,7 @@ impl QueryReader {
                                 partition: message.partition(),
                                 offset: message.offset(),
                             };
-                            standing.take(message.key(), payload, origin);
+                            route.push(time, message.key(), payload, origin);
                             continue;
                         }
                         batch.push(kafka_query(
