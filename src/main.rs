@@ -4,22 +4,15 @@
 //! `ragstream validate --config …` checks a configuration without starting anything.
 
 mod api;
+#[cfg(feature = "bench")]
 mod bench;
-mod bench_edits;
-mod bench_embed;
-mod bench_load;
-mod bench_neighbours;
-mod bench_pathological;
-mod bench_query;
-mod bench_scale;
-mod bench_standing;
-mod bench_volume;
 mod client;
 mod config_reference;
 mod documents;
 mod eval;
 mod http;
 mod ingest_cli;
+#[cfg(feature = "mcp")]
 mod mcp;
 mod openapi;
 mod runtime;
@@ -81,7 +74,8 @@ enum Command {
     },
     /// Runs the job and serves its agent tools over MCP on stdin/stdout (for an MCP client that
     /// launches its servers; the tools are listed in docs/mcp.md). Logs go to stderr; the job stops
-    /// when the client closes stdin.
+    /// when the client closes stdin. (The `mcp` feature.)
+    #[cfg(feature = "mcp")]
     Mcp {
         /// Configuration file (TOML).
         #[arg(long, short)]
@@ -101,10 +95,13 @@ enum Command {
         /// Tenant of the files, and of events that name none (a token bound to one tenant needs none).
         #[arg(long)]
         tenant: Option<String>,
-        /// Send to the documents topic of these Kafka brokers instead of a running job.
+        /// Send to the documents topic of these Kafka brokers instead of a running job (the `kafka`
+        /// feature).
+        #[cfg(feature = "kafka")]
         #[arg(long)]
         brokers: Option<String>,
         /// The documents topic (with `--brokers`).
+        #[cfg(feature = "kafka")]
         #[arg(long, default_value = "ragstream.documents")]
         topic: String,
         /// Documents per request.
@@ -131,7 +128,8 @@ enum Command {
     Eval(EvalCli),
     /// Benchmarks (figures measured in one run on this machine).
     #[command(subcommand)]
-    Bench(BenchCommand),
+    #[cfg(feature = "bench")]
+    Bench(bench::Command),
     /// Loads and checks a configuration, prints it (secrets redacted) and exits.
     Validate {
         /// Configuration file (TOML).
@@ -230,35 +228,6 @@ struct EvalCli {
     preset: Option<String>,
 }
 
-#[derive(Subcommand)]
-enum BenchCommand {
-    /// Query latency through Kafka at a steady offered rate, with and without query embedding.
-    Query(bench_query::QueryBench),
-    /// Ingest and query throughput at several worker counts, the model taken out (instant embedder).
-    Scale(bench_scale::ScaleBench),
-    /// The job at a million chunks, the model taken out (instant embedder): ingest rate, RSS, disk,
-    /// query round trips while growing, at full size idle and under ingest, stalls during optimization.
-    Volume(bench_volume::VolumeBench),
-    /// Chunks embedded, rewritten and deleted when one paragraph of a 100-chunk prose, markdown or
-    /// code document is inserted, deleted or changed at its head, middle or tail (no model needed).
-    Edits(bench_edits::EditsBench),
-    /// The local embedder's word pieces/s on a corpus's chunks and its single-query latency.
-    Embed(bench_embed::EmbedBench),
-    /// Chunking time of pathological documents (one 8 MiB line, an 8 MiB table, one 8 MiB function)
-    /// against 1 MiB ones, and `POST /v1/query` round trips while two of them are ingested against idle.
-    Pathological(bench_pathological::PathologicalBench),
-    /// One tenant posting large documents without pause beside another posting small ones: how soon
-    /// the small ones are searchable and the other tenant's round trips, against idle.
-    Neighbours(bench_neighbours::NeighboursBench),
-    /// `POST /v1/query` round trips while documents stream in at full embedding speed, and with ingest idle.
-    Load(bench_load::LoadBench),
-    /// Standing queries while a corpus streams in (ingest throughput against none, change → version
-    /// latency, re-evaluations per changed context), and many held idle.
-    Standing(bench_standing::StandingBench),
-    /// Token counting, embedding-only and end-to-end Kafka ingest throughput, freshness, peak RSS.
-    Ingest(bench::IngestBench),
-}
-
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,qdrant_edge=error"));
@@ -306,6 +275,7 @@ fn main() -> anyhow::Result<()> {
             config.validate()?;
             runtime::run(config)
         }
+        #[cfg(feature = "mcp")]
         Command::Mcp { config, tenant } => {
             let config =
                 Config::load(&config).with_context(|| format!("loading {}", config.display()))?;
@@ -327,14 +297,19 @@ fn main() -> anyhow::Result<()> {
             path,
             url,
             tenant,
+            #[cfg(feature = "kafka")]
             brokers,
+            #[cfg(feature = "kafka")]
             topic,
             batch,
         } => {
+            #[cfg(feature = "kafka")]
             let target = match brokers {
                 Some(brokers) => ingest_cli::Target::Kafka { brokers, topic },
                 None => ingest_cli::Target::Job(url),
             };
+            #[cfg(not(feature = "kafka"))]
+            let target = ingest_cli::Target::Job(url);
             let status = ingest_cli::run(ingest_cli::Ingest {
                 path,
                 tenant,
@@ -346,7 +321,8 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Bench(command) => bench(command),
+        #[cfg(feature = "bench")]
+        Command::Bench(command) => bench::run(command),
         Command::Openapi => {
             print!("{}", openapi::pretty(&openapi::document()));
             Ok(())
@@ -375,28 +351,6 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
-}
-
-/// Runs one of the benches and prints its report.
-fn bench(command: BenchCommand) -> anyhow::Result<()> {
-    let report = match command {
-        BenchCommand::Pathological(args) => bench_pathological::pathological(args)?,
-        BenchCommand::Neighbours(args) => bench_neighbours::neighbours(args)?,
-        BenchCommand::Load(args) => bench_load::load(args)?,
-        BenchCommand::Standing(args) => bench_standing::standing(args)?,
-        BenchCommand::Embed(args) => {
-            // One line per report: the embed bench script collects them as JSON lines.
-            println!("{}", bench_embed::embed(args)?);
-            return Ok(());
-        }
-        BenchCommand::Ingest(args) => bench::ingest(args)?,
-        BenchCommand::Query(args) => bench_query::query(args)?,
-        BenchCommand::Scale(args) => bench_scale::scale(args)?,
-        BenchCommand::Edits(args) => bench_edits::edits(args)?,
-        BenchCommand::Volume(args) => bench_volume::volume(args)?,
-    };
-    println!("{}", serde_json::to_string_pretty(&report)?);
-    Ok(())
 }
 
 /// `ragstream query`: sends the query and prints its context (exit status 1 when it is an error).

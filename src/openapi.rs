@@ -389,7 +389,7 @@ pub fn topic_schemas() -> Vec<(String, Value)> {
             "The value of a documents-topic message (key `tenant/doc_id`; a message with a key and no value deletes that document), a line of a JSONL source and an item of the ingest API."),
         topic_schema::<Query>(false, "query", "Query event",
             "The value of a queries-topic message, and the body of POST /v1/query."),
-        topic_schema::<crate::standing::kafka::StandingQueryEvent>(false, "standing-query", "Standing query event",
+        topic_schema::<crate::standing::event::StandingQueryEvent>(false, "standing-query", "Standing query event",
             "A queries-topic message that subscribes to a query (or, with standing.end, unsubscribes): a query event with a `standing` object."),
         topic_schema::<crate::standing::Version>(true, "standing-version", "Standing query version",
             "The value of a contexts-topic message keyed by a subscription id: one version of a standing query's context. A message with that key and no value (a tombstone) says the subscription ended."),

@@ -26,7 +26,6 @@ use ragstream_operators::ingest::reindex::{Owned, Reindexer};
 use ragstream_operators::ingest::sandbox::Sandbox;
 use ragstream_operators::ingest::written::Changes;
 use ragstream_operators::io::checkpoint::IndexCheckpoint;
-use ragstream_operators::io::kafka_log::QuietContext;
 use ragstream_operators::io::local_source::DocumentIngress;
 use ragstream_operators::io::query_source::{HttpIngress, IngestProgress};
 use ragstream_operators::metrics::metrics;
@@ -37,9 +36,12 @@ use ragstream_topologies::config::{Config, IndexKind, SourceKind};
 use ragstream_topologies::factory;
 use ragstream_topologies::job::ProcessParts;
 
-use crate::documents::{DocumentsTarget, KafkaDocuments};
+use crate::documents::DocumentsTarget;
 use crate::http::{check_open, serve, Limits, QueryTokens, Readiness};
 use crate::standing::Standing;
+
+#[cfg(feature = "kafka")]
+mod kafka;
 
 /// A started job.
 pub struct Running {
@@ -52,6 +54,10 @@ pub struct Running {
     /// Submits queries to the running job (what `POST /v1/query` uses).
     pub ingress: Arc<HttpIngress>,
     /// The standing queries (`None`: off).
+    #[cfg_attr(
+        not(feature = "mcp"),
+        allow(dead_code, reason = "the MCP tools' stdio server")
+    )]
     pub standing: Option<Arc<Standing>>,
     thread: std::thread::JoinHandle<anyhow::Result<()>>,
 }
@@ -194,12 +200,8 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     // The queries topic's standing events, where documents come from Kafka.
     let standing_intake: Option<Arc<dyn ragstream_operators::io::query_source::StandingIntake>> =
         match (&standing, config.source.kind) {
-            (Some(standing), SourceKind::Kafka) => Some(crate::standing::kafka::start(
-                standing,
-                &config.kafka.client_config(),
-                &config.kafka.contexts_topic,
-                factory::dlq_sink(&config)?,
-            )?),
+            #[cfg(feature = "kafka")]
+            (Some(standing), SourceKind::Kafka) => Some(kafka::standing_intake(standing, &config)?),
             _ => None,
         };
     let address = serve_http(
@@ -212,21 +214,17 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     )?;
     tracing::info!(%address, "serving /metrics, /healthz, /readyz, /v1/ (query, documents, sources, chunks, invalidations, openapi.json), /mcp");
     let progress = Arc::new(IngestProgress::default());
+    let shutdown = Arc::new(AtomicBool::new(false));
+    #[cfg(feature = "kafka")]
     if config.source.kind == SourceKind::Kafka {
         progress.kafka.store(true, Ordering::SeqCst);
-        if config.kafka.create_topics {
-            ensure_topics(&config);
-        }
+        kafka::connect(&config, &readiness, &shutdown)?;
     }
-    let shutdown = Arc::new(AtomicBool::new(false));
-    if config.source.kind == SourceKind::Kafka {
-        probe_broker(
-            config.kafka.client_config(),
-            readiness.clone(),
-            shutdown.clone(),
-        )?;
-    }
-    stop_on_signal(shutdown.clone(), &ingress)?;
+    stop_on_signal(
+        shutdown.clone(),
+        &ingress,
+        Duration::from_secs(config.runtime.stop_grace_secs),
+    )?;
     if config.runtime.exit_when_idle_secs > 0 {
         spawn_idle_watch(
             Duration::from_secs(config.runtime.exit_when_idle_secs),
@@ -379,10 +377,8 @@ fn serve_http(
         config.http.anonymous,
     )?;
     let documents = match (posted, config.source.kind) {
-        (_, SourceKind::Kafka) => DocumentsTarget::Kafka(Arc::new(
-            KafkaDocuments::new(&config.kafka.client_config(), &config.kafka.documents_topic)
-                .map_err(|e| anyhow::anyhow!("the documents producer: {e}"))?,
-        )),
+        #[cfg(feature = "kafka")]
+        (_, SourceKind::Kafka) => kafka::documents(config)?,
         (Some(ingress), kind) => DocumentsTarget::Local {
             ingress: ingress.clone(),
             owned_tenant: (kind == SourceKind::Dir).then(|| config.source.tenant.clone()),
@@ -396,7 +392,7 @@ fn serve_http(
         // back where the job still reads Kafka.
         let kafka = config.source.kind == SourceKind::Kafka;
         let restored = standing.restore(|credential, query| {
-            match credential == crate::standing::kafka::KAFKA_CREDENTIAL {
+            match credential == crate::standing::KAFKA_CREDENTIAL {
                 true if kafka => Ok(query),
                 true => Err("made over Kafka, and the job no longer reads Kafka".into()),
                 false => tokens.rebind(credential, query),
@@ -429,28 +425,18 @@ fn serve_http(
 }
 
 /// The child processes that read the files of document events (this binary's `parse` mode under
-/// `ingest.sandbox`'s limits), checked on a test page: a platform where they cannot run stops the
+/// `ingest.sandbox`'s limits; none without the `formats` feature), checked on a test page: a platform where they cannot run stops the
 /// job here, with the reason, rather than refusing every file.
 fn file_sandbox(config: &Config) -> anyhow::Result<Arc<dyn FileReader>> {
+    // Without the readers (the `formats` feature) there is no parser to isolate: each such file is
+    // refused in process, naming the feature.
+    if !cfg!(feature = "formats") {
+        return Ok(Arc::new(ragstream_operators::ingest::extract::InProcess));
+    }
     let sandbox = Sandbox::of_this_binary(config.ingest.sandbox.limits())
         .context("locating this binary for the file sandbox")?;
     sandbox.check().map_err(anyhow::Error::msg)?;
     Ok(Arc::new(sandbox))
-}
-
-/// Creates the queries, contexts, invalidations and DLQ topics the broker misses (one partition
-/// each); a failure is logged, and a missing topic is then an outage the sources retry.
-fn ensure_topics(config: &Config) {
-    let client = config.kafka.client_config();
-    let topics = [
-        (config.kafka.queries_topic.as_str(), 1),
-        (config.kafka.contexts_topic.as_str(), 1),
-        (config.kafka.invalidations_topic.as_str(), 1),
-        (config.kafka.dlq_topic.as_str(), 1),
-    ];
-    if let Err(error) = ragstream_operators::io::kafka_admin::ensure_topics(&client, &topics) {
-        tracing::warn!(%error, "could not ensure the queries/contexts/invalidations/dlq topics exist");
-    }
 }
 
 /// One process of `workers` threads, or this process's place in a cluster (addresses from the hostfile).
@@ -491,7 +477,13 @@ fn timely_config(
 
 /// Sets `shutdown` on SIGINT or SIGTERM; a second signal exits at once. The handler is installed once
 /// per process; every job started in it (a bench runs several, one after another) registers its flag.
-fn stop_on_signal(shutdown: Arc<AtomicBool>, ingress: &Arc<HttpIngress>) -> anyhow::Result<()> {
+fn stop_on_signal(
+    shutdown: Arc<AtomicBool>,
+    ingress: &Arc<HttpIngress>,
+    grace: Duration,
+) -> anyhow::Result<()> {
+    static GRACE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    GRACE.store(grace.as_secs(), Ordering::SeqCst);
     static FLAGS: Mutex<Vec<std::sync::Weak<AtomicBool>>> = Mutex::new(Vec::new());
     // Closed by the handler itself: a worker busy with an embedding slice would close it only later.
     static INGRESSES: Mutex<Vec<std::sync::Weak<HttpIngress>>> = Mutex::new(Vec::new());
@@ -521,6 +513,23 @@ fn stop_on_signal(shutdown: Arc<AtomicBool>, ingress: &Arc<HttpIngress>) -> anyh
                     unsafe { libc::_exit(130) };
                 }
                 tracing::info!("stopping: finishing in-flight work (signal again to stop at once)");
+                let grace = GRACE.load(Ordering::SeqCst);
+                if grace > 0 {
+                    let _ =
+                        std::thread::Builder::new()
+                            .name("stop-grace".into())
+                            .spawn(move || {
+                                std::thread::sleep(Duration::from_secs(grace));
+                                tracing::warn!(
+                                grace_secs = grace,
+                                "in-flight work not done within runtime.stop_grace_secs: stopping \
+                                 now; unacknowledged work is redone on restart"
+                            );
+                                // As a second signal does (see there).
+                                // SAFETY: `_exit` has no preconditions; it ends the process.
+                                unsafe { libc::_exit(130) };
+                            });
+                }
                 for flag in FLAGS.lock().expect("signal flags").iter() {
                     if let Some(flag) = flag.upgrade() {
                         flag.store(true, Ordering::SeqCst);
@@ -558,40 +567,4 @@ fn spawn_idle_watch(idle: Duration, shutdown: Arc<AtomicBool>) {
             }
         }
     });
-}
-
-/// Probes the broker every 5 s (cluster metadata within 3 s) for `/readyz`.
-fn probe_broker(
-    client: rdkafka::ClientConfig,
-    readiness: Arc<Readiness>,
-    shutdown: Arc<AtomicBool>,
-) -> anyhow::Result<()> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let consumer: BaseConsumer<QuietContext> = client
-        .create_with_context(QuietContext::new("broker probe"))
-        .context("creating the broker probe")?;
-    std::thread::Builder::new()
-        .name("broker-probe".into())
-        .spawn(move || {
-            while !shutdown.load(Ordering::SeqCst) {
-                let reachable = consumer
-                    .fetch_metadata(None, std::time::Duration::from_secs(3))
-                    .is_ok();
-                if readiness.broker.swap(reachable, Ordering::SeqCst) != reachable {
-                    if reachable {
-                        tracing::info!("broker reachable again");
-                    } else {
-                        tracing::warn!("broker unreachable: /readyz answers 503");
-                    }
-                }
-                for _ in 0..50 {
-                    if shutdown.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(100));
-                }
-            }
-        })
-        .context("starting the broker probe")?;
-    Ok(())
 }

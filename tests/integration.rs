@@ -17,6 +17,7 @@ mod mcp;
 mod observability;
 mod python_client;
 mod query_kafka;
+mod quickstart;
 mod server_backend;
 mod sharding;
 mod standing;

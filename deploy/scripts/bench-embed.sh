@@ -24,7 +24,7 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sentence_trans
   "$venv/bin/pip" install -q --disable-pip-version-check sentence-transformers==6.2.0 torch==2.15.0 >&2
 fi
 engines=(int8 fp32)
-cargo build -q
+cargo build -q --features bench
 bin="${CARGO_TARGET_DIR:-target}/debug/ragstream"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -6,6 +6,6 @@ deploy/scripts/fetch-model.sh "$RAGSTREAM_MODEL_DIR" >/dev/null
 if [ -n "${RAGSTREAM_BIN:-}" ]; then
   bin="$RAGSTREAM_BIN"
 else
-  cargo build -q
+  cargo build -q --features bench
   bin="${CARGO_TARGET_DIR:-target}/debug/ragstream"
 fi

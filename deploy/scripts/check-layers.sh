@@ -45,7 +45,12 @@ if hits="$(grep -rnE '\b(crate|super)::io\b|super::super::io\b' operators/src --
   fail "an operator imports an adapter (io/):"$'\n'"$hits"
 fi
 
+# The default build (the README's run command) compiles none of the components behind features.
+default_deps="$(cargo tree -p ragstream -e normal,build --prefix none --format '{p}' | awk '{print $1}' | sort -u)"
+if bad="$(grep -E '^(rdkafka|rdkafka-sys|qdrant-client|prost|rmcp|lopdf|html5ever|zip|quick-xml|tiny_http)$' <<<"$default_deps")"; then
+  fail "the default build compiles a component's crates (name its feature): $(tr '\n' ' ' <<<"$bad")"
+fi
 if [ "$failed" -ne 0 ]; then
   exit 1
 fi
-echo "layers: core ($(wc -l <<<"$core_deps") crates, none of timely, Kafka, Qdrant, ONNX Runtime, tokio) < operators < topologies < binary"
+echo "layers: core ($(wc -l <<<"$core_deps") crates, none of timely, Kafka, Qdrant, ONNX Runtime, tokio) < operators < topologies < binary; the default build $(wc -l <<<"$default_deps") crates, none of Kafka, the Qdrant client, MCP, the file readers"

@@ -345,8 +345,8 @@ def check_dockerfile_structure():
         if m.group(3) != runtime_release:
             problems.append(f"build stage on {m.group(3)}, runtime on {runtime_release}: glibc must not be newer at build time")
     runs = " ".join(rest for stage in stages for instr, rest in stage["steps"] if instr == "RUN")
-    if "cargo build --release --locked --bin ragstream" not in runs:
-        problems.append("no `cargo build --release --locked --bin ragstream`")
+    if "cargo build --release --locked --bin ragstream --features" not in runs:
+        problems.append("no `cargo build --release --locked --bin ragstream --features …`")
     final = stages[-1]
     if not final["image"].startswith("debian:bookworm-slim"):
         problems.append(f"runtime image {final['image']} is not debian:bookworm-slim")
@@ -572,6 +572,70 @@ def check_compose_ragstream():
     test = (service.get("healthcheck") or {}).get("test") or []
     if "/healthz" not in " ".join(map(str, test)):
         problems.append("the healthcheck does not probe /healthz")
+    return problems
+
+
+def feature_closure(names, table):
+    """The features `names` turn on (Cargo.toml's [features]), themselves included."""
+    seen, todo = set(), [n.strip() for n in names if n.strip()]
+    while todo:
+        name = todo.pop()
+        if name in seen or name.startswith("dep:") or "/" in name:
+            continue
+        if name not in table:
+            raise KeyError(name)
+        seen.add(name)
+        todo += table[name]
+    return seen
+
+
+def needed_features(config):
+    """The components a config needs (the job refuses it at load without them)."""
+    needs = set()
+    if config.get("source", {}).get("kind") == "kafka":
+        needs.add("kafka")
+    if config.get("index", {}).get("kind") == "server":
+        needs.add("qdrant-server")
+    return needs
+
+
+def check_image_features():
+    problems = []
+    table = tomllib.loads((ROOT / "Cargo.toml").read_text()).get("features", {})
+    build = dockerfile_stages()[0]
+    args = {rest.partition("=")[0].strip(): rest.partition("=")[2].strip()
+            for instr, rest in build["steps"] if instr == "ARG"}
+    default = args.get("RAGSTREAM_FEATURES")
+    runs = " ".join(rest for instr, rest in build["steps"] if instr == "RUN")
+    if not default:
+        return ["the build stage has no `ARG RAGSTREAM_FEATURES=<features>`"]
+    if '--features "${RAGSTREAM_FEATURES}"' not in runs:
+        problems.append('the build stage does not build `--features "${RAGSTREAM_FEATURES}"`')
+    service = SERVICES.get("ragstream") or {}
+    build_args = (service.get("build") or {}).get("args") or {}
+    if build_args.get("RAGSTREAM_FEATURES") != default:
+        problems.append(f"compose builds ragstream with RAGSTREAM_FEATURES={build_args.get('RAGSTREAM_FEATURES')!r}, "
+                        f"the Dockerfile's default is {default!r}")
+    try:
+        built = feature_closure(default.split(","), table)
+    except KeyError as unknown:
+        return problems + [f"RAGSTREAM_FEATURES names {unknown}, not a feature of Cargo.toml"]
+    configs = {f"preset {rel(p)}": tomllib.loads(p.read_text()) for p in sorted(PRESETS.glob("*.toml"))}
+    command = service.get("command")
+    argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in command or []]
+    config_path = arg_value(argv, "--config") or ""
+    preset = PRESETS / config_path.removeprefix("/etc/ragstream/")
+    if preset.is_file():
+        env = {k: interpolate(v) for k, v in environment(service).items()}
+        configs["compose's effective config"] = apply_overrides(tomllib.loads(preset.read_text()), env)
+    for config_map in k8s_objects("ConfigMap"):
+        for key, text in (config_map.get("data") or {}).items():
+            if key.endswith(".toml"):
+                configs[f"ConfigMap {config_map['metadata']['name']} {key}"] = tomllib.loads(text)
+    for label, config in configs.items():
+        missing = needed_features(config) - built
+        if missing:
+            problems.append(f"{label} needs the features {sorted(missing)}; the image builds {default!r}")
     return problems
 
 
@@ -1069,6 +1133,7 @@ def main():
     check("compose: every service in its own profile and `all`; README profiles and commands resolve", check_compose_profiles)
     check("compose: bind mounts and build context exist, volumes declared, images pinned, no secrets", check_compose_mounts)
     check("compose: ragstream command, preset, env overrides (config.rs keys), volume, port, healthcheck", check_compose_ragstream)
+    check("image: the features it builds (Dockerfile, compose) cover what every preset, compose and the ConfigMap need", check_image_features)
     check("compose: prometheus scrapes ragstream:9464 as job `ragstream`, rules mounted, promtool check config", check_prometheus_wiring)
     check("compose: grafana provisioning and dashboards mounted where the provider reads, datasource prometheus:9090", check_grafana_wiring)
     check(f"k8s: manifests valid against the Kubernetes {' and '.join(K8S_VERSIONS)} schemas, strict "

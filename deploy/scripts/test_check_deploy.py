@@ -57,6 +57,16 @@ class Containers(unittest.TestCase):
         self.assertTrue(any("data volume" in p for p in cd.effective_problems("c", elsewhere, 9464, "/data", None)))
         self.assertTrue(any("--workers" in p for p in cd.effective_problems("c", good, 9464, "/data", 2)))
 
+    def test_features_close_over_cargo_toml_and_configs_name_what_they_need(self):
+        table = {"full": ["kafka", "mcp"], "kafka": ["dep:rdkafka", "ragstream-operators/kafka"],
+                 "mcp": ["dep:rmcp"], "qdrant-server": []}
+        self.assertEqual(cd.feature_closure(["full"], table), {"full", "kafka", "mcp"})
+        with self.assertRaises(KeyError):
+            cd.feature_closure(["kafak"], table)
+        self.assertEqual(cd.needed_features({"source": {"kind": "dir"}}), set())
+        self.assertEqual(cd.needed_features({"source": {"kind": "kafka"}, "index": {"kind": "server"}}),
+                         {"kafka", "qdrant-server"})
+
     def test_dockerignore_and_compose_interpolation(self):
         self.assertTrue(cd.ignored("target/debug/x", ["target"]))
         self.assertTrue(cd.ignored("a/b/__pycache__/m.pyc", ["**/__pycache__"]))

@@ -234,6 +234,7 @@ impl AllowedHosts {
 
     /// The configured list handed to rmcp's own check (empty: its loopback default; `None`: any
     /// host, the configuration listed `*`).
+    #[cfg(feature = "mcp")]
     pub(super) fn for_mcp(configured: &[String]) -> Option<Vec<String>> {
         if configured.iter().any(|name| name == "*") {
             None

@@ -147,6 +147,7 @@ struct Shared {
     invalidation_log: Arc<Mutex<InvalidationLog>>,
     tokens: QueryTokens,
     hosts: AllowedHosts,
+    #[cfg(feature = "mcp")]
     mcp: crate::mcp::McpHttp,
     limits: Limits,
     queries: Arc<Semaphore>,
@@ -503,6 +504,16 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Reply {
             true => batch_status(&shared, batch.trim_start_matches("/v1/batches/"), &access),
             false => method_not_allowed("GET"),
         },
+        #[cfg(not(feature = "mcp"))]
+        "/mcp" => {
+            let _ = (request, credential);
+            problem(
+                "not_found",
+                "this build of ragstream serves no MCP tools: build it with the `mcp` feature \
+                 (cargo build --features mcp, or --features full)",
+            )
+        }
+        #[cfg(feature = "mcp")]
         "/mcp" => {
             let (parts, body) = match read_body(request, &shared.limits).await {
                 Ok(read) => read,
@@ -626,6 +637,7 @@ pub fn serve(
     let shared = Arc::new(Shared {
         readiness,
         queries: Arc::new(Semaphore::new(limits.max_queries_in_flight)),
+        #[cfg(feature = "mcp")]
         mcp: crate::mcp::McpHttp::new(
             ingress.clone(),
             standing.clone(),

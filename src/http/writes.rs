@@ -178,6 +178,7 @@ pub(super) async fn write_documents(
 ) -> Reply {
     let accepted = admitted.events.len();
     match &shared.documents {
+        #[cfg(feature = "kafka")]
         DocumentsTarget::Kafka(sink) => {
             let sink = sink.clone();
             let events = admitted.events;

@@ -21,52 +21,16 @@ use ragstream_core::ingest::dlq::{DlqReason, DlqRecord, DlqSink, Origin};
 use ragstream_operators::io::query_source::StandingIntake;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, ThreadedProducer};
 use rdkafka::ClientConfig;
-use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{Publish, Refused, Request, Standing, Version};
 
-/// The credential Kafka-made subscriptions are bound to.
-pub const KAFKA_CREDENTIAL: &str = "kafka";
+use super::event::StandingEvent;
+pub use super::KAFKA_CREDENTIAL;
 /// Standing events waiting for the intake thread; beyond, an event is refused to the DLQ.
 const QUEUE: usize = 1024;
 /// Refusals of a full queue waiting for their DLQ records; beyond, they are logged and counted.
 const OVERFLOW: usize = 4096;
-
-/// The `standing` object of a queries-topic event.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct StandingEvent {
-    /// The subscription's id (letters, digits, `-` and `_`, at most 128): the key of its versions
-    /// on the contexts topic. Default: the event's `query_id`.
-    #[serde(default)]
-    pub subscription_id: Option<String>,
-    /// Least milliseconds between two evaluations (0 to 3600000; default
-    /// `standing.default_min_interval_ms`).
-    #[serde(default)]
-    pub min_interval_ms: Option<u64>,
-    /// Seconds until the subscription ends (default `standing.default_ttl_secs`).
-    #[serde(default)]
-    pub ttl_secs: Option<u64>,
-    /// `true`: end the subscription (its versions end with a tombstone).
-    #[serde(default)]
-    pub end: bool,
-}
-
-/// A queries-topic event with a `standing` object, as the schema shows it: a query event and the
-/// subscription's parameters.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[allow(
-    dead_code,
-    reason = "the schema of the event: events are read field by field"
-)]
-pub struct StandingQueryEvent {
-    /// The query (every field of a query event).
-    #[serde(flatten)]
-    pub query: ragstream_core::query::Query,
-    /// Subscribes (or, with `end`, unsubscribes).
-    pub standing: StandingEvent,
-}
 
 struct Intake {
     key: Option<Vec<u8>>,

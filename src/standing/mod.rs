@@ -58,7 +58,13 @@ use ragstream_topologies::config::{StandingConfig, MAX_MIN_INTERVAL_MS};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub mod event;
+#[cfg(feature = "kafka")]
 pub mod kafka;
+
+/// The credential Kafka-made subscriptions are bound to (kept in builds without `kafka`, so that a
+/// subscription an earlier run took over Kafka is never rebound to an HTTP token of that name).
+pub const KAFKA_CREDENTIAL: &str = "kafka";
 mod store;
 use store::{Restored, Saved, Store};
 
@@ -152,6 +158,10 @@ pub enum Refused {
 
 impl Refused {
     /// Why, in words (what an MCP tool answers; the HTTP API answers a problem of its own).
+    #[cfg_attr(
+        not(feature = "mcp"),
+        allow(dead_code, reason = "the MCP tools' words")
+    )]
     pub fn message(&self) -> String {
         match self {
             Refused::Invalid(message) => message.clone(),
@@ -474,6 +484,10 @@ impl Standing {
     }
 
     /// Sets where the versions of subscriptions made with `publish` go (once).
+    #[cfg_attr(
+        not(feature = "kafka"),
+        allow(dead_code, reason = "the contexts topic's publisher")
+    )]
     pub fn set_publisher(&self, publisher: Arc<dyn Publish>) {
         let _ = self.publisher.set(publisher);
     }
@@ -485,6 +499,10 @@ impl Standing {
     }
 
     /// Ends subscription `id` of `tenant` (true), if it exists.
+    #[cfg_attr(
+        not(feature = "kafka"),
+        allow(dead_code, reason = "ended over the queries topic")
+    )]
     pub fn end(&self, id: &str, tenant: &str) -> bool {
         let tenants = BTreeSet::from([tenant.to_string()]);
         self.unsubscribe(id, Some(&tenants))
@@ -706,6 +724,10 @@ impl Standing {
     }
 
     /// The subscriptions `tenants` (`None`: any) may see: (id, tenant, latest version number), by id.
+    #[cfg_attr(
+        not(feature = "mcp"),
+        allow(dead_code, reason = "an MCP tool's listing")
+    )]
     pub fn held(&self, tenants: Option<&BTreeSet<String>>) -> Vec<(String, String, u64)> {
         let state = lock(&self.state);
         let mut held: Vec<(String, String, u64)> = state

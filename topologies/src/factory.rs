@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use ragstream_core::query::endpoints::{PassageWriter, RerankKind, Reranker};
+use ragstream_core::query::invalidate::InvalidationLog;
 use ragstream_operators::embed::http::{HttpEmbedder, HttpEmbedderConfig};
 use ragstream_operators::embed::minilm::{MiniLm, MiniLmOptions, Precision};
 use ragstream_operators::embed::service::{InferenceService, ServiceConfig};
@@ -17,19 +18,26 @@ use ragstream_operators::embed::Embedder;
 use ragstream_operators::ingest::decode::DecodeConfig;
 use ragstream_operators::ingest::extract::FileReader;
 use ragstream_operators::io::checkpoint::IndexCheckpoint;
+use ragstream_operators::io::context_sink::ContextPublisher;
 use ragstream_operators::io::dir_source::{read_jsonl, DirSource, Extensions};
-use ragstream_operators::io::dlq_sink::{DlqSink, FileDlq, KafkaDlq};
+#[cfg(feature = "kafka")]
+use ragstream_operators::io::dlq_sink::KafkaDlq;
+use ragstream_operators::io::dlq_sink::{DlqSink, FileDlq};
 use ragstream_operators::io::endpoints::{
     ChatPassageWriter, CohereReranker, LlmReranker, TeiReranker,
 };
-use ragstream_operators::io::kafka_source::{kafka_source, KafkaSourceConfig, SourceStreams};
+use ragstream_operators::io::invalidation_sink::InvalidationPublisher;
+#[cfg(feature = "kafka")]
+use ragstream_operators::io::kafka_source::{kafka_source, KafkaSourceConfig};
 use ragstream_operators::io::local_source::{
     local_source, DocumentIngress, LocalInput, LocalSourceConfig,
 };
-use ragstream_operators::io::query_source::{IngestProgress, QueryKafkaConfig};
+use ragstream_operators::io::query_source::{HttpIngress, IngestProgress, QueryKafkaConfig};
+use ragstream_operators::io::SourceStreams;
 use ragstream_operators::metadata::MetaIndex;
 use ragstream_operators::model::EvidenceUnits;
 use ragstream_operators::store::edge::EdgeStore;
+#[cfg(feature = "qdrant-server")]
 use ragstream_operators::store::server::ServerStore;
 use ragstream_operators::store::{SearchFilter, VectorStore};
 use timely::dataflow::operators::generic::operator::empty;
@@ -127,6 +135,14 @@ pub fn open_shards(config: &Config, dimension: usize) -> anyhow::Result<Vec<Arc<
                 })
                 .collect()
         }
+        #[cfg(not(feature = "qdrant-server"))]
+        IndexKind::Server => Err(crate::config::ConfigError::Feature {
+            key: "index.kind",
+            value: "server",
+            feature: "qdrant-server",
+        }
+        .into()),
+        #[cfg(feature = "qdrant-server")]
         IndexKind::Server => {
             // One shared collection: every worker writes its own documents into it.
             let url = config.index.url.clone().expect("validated");
@@ -181,6 +197,16 @@ fn check_layout(root: &Path, workers: usize) -> anyhow::Result<()> {
 /// Where dead letters go: the DLQ topic with a Kafka source, else the JSONL file `runtime.dlq_path`.
 pub fn dlq_sink(config: &Config) -> anyhow::Result<Box<dyn DlqSink>> {
     Ok(match config.source.kind {
+        #[cfg(not(feature = "kafka"))]
+        SourceKind::Kafka => {
+            return Err(crate::config::ConfigError::Feature {
+                key: "source.kind",
+                value: "kafka",
+                feature: "kafka",
+            }
+            .into())
+        }
+        #[cfg(feature = "kafka")]
         SourceKind::Kafka => Box::new(
             KafkaDlq::new(&config.kafka.client_config(), &config.kafka.dlq_topic)
                 .map_err(|e| anyhow::anyhow!("DLQ producer: {e}"))?,
@@ -192,6 +218,13 @@ pub fn dlq_sink(config: &Config) -> anyhow::Result<Box<dyn DlqSink>> {
 }
 
 /// The queries topic's side of the query source, when documents come from Kafka.
+#[cfg(not(feature = "kafka"))]
+pub fn query_kafka(_config: &Config) -> Option<QueryKafkaConfig> {
+    None
+}
+
+/// The queries topic's side of the query source, when documents come from Kafka.
+#[cfg(feature = "kafka")]
 pub fn query_kafka(config: &Config) -> Option<QueryKafkaConfig> {
     (config.source.kind == SourceKind::Kafka).then(|| QueryKafkaConfig {
         client: config.kafka.client_config(),
@@ -203,6 +236,30 @@ pub fn query_kafka(config: &Config) -> Option<QueryKafkaConfig> {
         session_timeout: Duration::from_millis(config.kafka.session_timeout_ms),
         standing: None,
     })
+}
+
+/// Where a worker's contexts and invalidations go: to the HTTP callers and the process's log, and,
+/// when documents come from Kafka, to the contexts and invalidations topics.
+pub fn query_publishers(
+    config: &Config,
+    http: Arc<HttpIngress>,
+    log: Arc<Mutex<InvalidationLog>>,
+) -> anyhow::Result<(ContextPublisher, InvalidationPublisher)> {
+    let contexts = ContextPublisher::new(Some(http));
+    let invalidations = InvalidationPublisher::new(log);
+    #[cfg(feature = "kafka")]
+    if config.source.kind == SourceKind::Kafka {
+        let client = config.kafka.client_config();
+        let contexts = contexts
+            .to_topic(&client, &config.kafka.contexts_topic)
+            .map_err(|e| anyhow::anyhow!("contexts producer: {e}"))?;
+        let invalidations = invalidations
+            .to_topic(&client, &config.kafka.invalidations_topic)
+            .map_err(|e| anyhow::anyhow!("invalidations producer: {e}"))?;
+        return Ok((contexts, invalidations));
+    }
+    let _ = config;
+    Ok((contexts, invalidations))
 }
 
 /// The input of a local source: a directory (with the versions the index holds, so files gone from
@@ -290,6 +347,11 @@ pub fn document_source<'scope>(
     parts: SourceParts,
 ) -> SourceStreams<'scope> {
     match config.source.kind {
+        #[cfg(not(feature = "kafka"))]
+        SourceKind::Kafka => {
+            unreachable!("Config::validate refuses a Kafka source without `kafka`")
+        }
+        #[cfg(feature = "kafka")]
         SourceKind::Kafka => kafka_source(
             scope,
             KafkaSourceConfig {

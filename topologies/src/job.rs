@@ -18,10 +18,8 @@ use ragstream_operators::ingest::guard::Rehydration;
 use ragstream_operators::ingest::hydrate::hydrate;
 use ragstream_operators::ingest::written::Finished;
 use ragstream_operators::io::checkpoint::IndexCheckpoint;
-use ragstream_operators::io::context_sink::ContextPublisher;
-use ragstream_operators::io::invalidation_sink::InvalidationPublisher;
 use ragstream_operators::io::local_source::{DocumentIngress, LocalInput};
-use ragstream_operators::io::query_source::{HttpIngress, IngestProgress, QueryKafkaConfig};
+use ragstream_operators::io::query_source::{HttpIngress, IngestProgress};
 use ragstream_operators::model::DocKey;
 use ragstream_operators::query::job::QueryServices;
 use ragstream_operators::store::stats::CorpusStats;
@@ -109,24 +107,11 @@ impl ProcessParts {
         let dlq = factory::dlq_sink(config).unwrap_or_else(|e| panic!("{e:#}"));
         let query_dlq = factory::dlq_sink(config).unwrap_or_else(|e| panic!("{e:#}"));
         let acks = ProbeHandle::new();
-        let kafka_queries = factory::query_kafka(config).map(|kafka| QueryKafkaConfig {
-            standing: self.standing_intake.clone(),
-            ..kafka
-        });
-        let publisher = ContextPublisher::new(
-            Some(self.ingress.clone()),
-            kafka_queries
-                .as_ref()
-                .map(|k| (&k.client, config.kafka.contexts_topic.as_str())),
-        )
-        .unwrap_or_else(|e| panic!("contexts producer: {e}"));
-        let invalidations = InvalidationPublisher::new(
-            self.invalidation_log.clone(),
-            kafka_queries
-                .as_ref()
-                .map(|k| (&k.client, config.kafka.invalidations_topic.as_str())),
-        )
-        .unwrap_or_else(|e| panic!("invalidations producer: {e}"));
+        let kafka_queries = factory::query_kafka(config)
+            .map(|kafka| kafka.with_standing(self.standing_intake.clone()));
+        let (publisher, invalidations) =
+            factory::query_publishers(config, self.ingress.clone(), self.invalidation_log.clone())
+                .unwrap_or_else(|e| panic!("{e:#}"));
         let services = self.query_services(peers, &acks);
         let finite = config.source.kind == SourceKind::Jsonl && !config.runtime.serve;
         let input = if index == self.first_worker {

@@ -44,7 +44,7 @@ use rdkafka::{ClientConfig, ClientContext, Message, Offset, Statistics, TopicPar
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::operators::generic::{source, OutputBuilderSession};
 use timely::dataflow::operators::{Capability, OkErr};
-use timely::dataflow::{ProbeHandle, Scope, StreamVec};
+use timely::dataflow::{ProbeHandle, Scope};
 use timely::scheduling::Activator;
 
 use super::checkpoint::IndexCheckpoint;
@@ -303,11 +303,7 @@ fn now_after(previous: u64) -> u64 {
     crate::now_millis().max(previous)
 }
 
-/// A source's document events (refused ones as DLQ records) and its assignment markers.
-pub type SourceStreams<'scope> = (
-    StreamVec<'scope, u64, Result<DocOp, DlqRecord>>,
-    StreamVec<'scope, u64, Assigned>,
-);
+pub use super::SourceStreams;
 
 /// The source operator. `acks` is the probe of the index and DLQ writers; `shutdown` stops it gracefully.
 pub fn kafka_source<'scope>(

@@ -20,27 +20,40 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
-use rdkafka::error::KafkaError;
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-
-use super::kafka_log::{log_client_error, ErrorDedup, QuietContext};
 use super::query_ledger::Handover;
-use rdkafka::{ClientConfig, ClientContext};
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::operators::generic::source;
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 
 use crate::ingest::dlq::{DlqRecord, Origin};
 use crate::metrics::metrics;
-use crate::offload::{Background, Deliver, Parked};
+use crate::offload::Parked;
 use crate::query::job::{QueryJob, Refusal, Reply};
 use ragstream_core::query::decode::QueryError;
 use ragstream_core::query::{Consistency, Context, QueryConfig};
 use reader::QueryReader;
 
+#[cfg(feature = "kafka")]
+mod kafka;
 mod reader;
 pub mod route;
+
+#[cfg(feature = "kafka")]
+pub use kafka::QueryKafkaConfig;
+
+/// Without the `kafka` feature there is no queries topic: no value of this type exists, so a
+/// query source is never given one.
+#[cfg(not(feature = "kafka"))]
+#[derive(Clone, Debug)]
+pub enum QueryKafkaConfig {}
+
+#[cfg(not(feature = "kafka"))]
+impl QueryKafkaConfig {
+    /// Hands the standing events of the topic to `intake` (there is no topic).
+    pub fn with_standing(self, _intake: Option<Arc<dyn StandingIntake>>) -> Self {
+        match self {}
+    }
+}
 
 /// Requests from the HTTP server waiting for their contexts.
 #[derive(Debug, Default)]
@@ -219,29 +232,6 @@ impl HttpIngress {
 }
 
 pub use ragstream_core::progress::IngestProgress;
-use ragstream_core::progress::COMMITTED_REFRESH;
-
-/// Settings of the Kafka side of the query source.
-#[derive(Clone)]
-pub struct QueryKafkaConfig {
-    /// Client settings.
-    pub client: ClientConfig,
-    /// The queries topic.
-    pub topic: String,
-    /// The documents topic (for read-your-writes watermarks).
-    pub documents_topic: String,
-    /// The documents consumer group (its committed offsets tell what other processes indexed).
-    pub documents_group: String,
-    /// Consumer group.
-    pub group_id: String,
-    /// Static membership id prefix.
-    pub instance_id: Option<String>,
-    /// Group session timeout (see [`super::kafka_source::group_client`]).
-    pub session_timeout: Duration,
-    /// Where query events with a `standing` object go instead of the dataflow (`None`: standing
-    /// queries are off; such events are decoded as queries and refused).
-    pub standing: Option<Arc<dyn StandingIntake>>,
-}
 
 /// The registry of standing queries, as the queries topic's reader hands it the events that
 /// subscribe or unsubscribe (a top-level `standing` object).
@@ -260,136 +250,6 @@ pub fn is_standing(payload: &[u8], max_bytes: usize) -> bool {
         && payload.windows(WORD.len()).any(|window| window == WORD)
         && serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(payload)
             .is_ok_and(|event| event.contains_key("standing"))
-}
-
-/// The queries consumer's context: errors logged as [`QuietContext`] does, and the handover of
-/// revoked partitions.
-struct QueryConsumerContext {
-    errors: ErrorDedup,
-    topic: String,
-    handover: Handover,
-}
-
-impl ClientContext for QueryConsumerContext {
-    fn error(&self, error: KafkaError, reason: &str) {
-        log_client_error(&self.errors, "queries consumer", error, reason);
-    }
-}
-
-impl ConsumerContext for QueryConsumerContext {
-    /// Before partitions move: the contexts sent are flushed to the broker, each revoked partition is
-    /// stored and committed up to its first query not answered, and the leases of its queries in
-    /// flight end (their contexts are dropped; the next owner answers them).
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let Rebalance::Revoke(revoked) = rebalance else {
-            return;
-        };
-        let partitions: Vec<i32> = revoked
-            .elements_for_topic(&self.topic)
-            .iter()
-            .map(|element| element.partition())
-            .collect();
-        let flushed = (self.handover.flush)();
-        let commit = self.handover.ledger.revoke(&partitions);
-        if !flushed {
-            // Committing past contexts not on the broker could lose them: the next owner answers
-            // these queries again instead.
-            tracing::warn!(
-                ?partitions,
-                "contexts not acknowledged before a revocation; its queries may be answered twice"
-            );
-            return;
-        }
-        if commit.is_empty() {
-            return;
-        }
-        let mut list = TopicPartitionList::new();
-        for (partition, offset) in &commit {
-            if let Err(error) =
-                list.add_partition_offset(&self.topic, *partition, Offset::Offset(*offset))
-            {
-                tracing::warn!(%error, partition, "cannot list a revoked partition's offset");
-            }
-        }
-        // Stored too: the automatic commit when the partitions go must not take an older offset.
-        let stored = consumer.store_offsets(&list);
-        match stored.and_then(|()| consumer.commit(&list, CommitMode::Sync)) {
-            Ok(()) => tracing::info!(?commit, "revoked query partitions committed"),
-            Err(error) => {
-                tracing::warn!(%error, ?commit, "cannot commit revoked query partitions")
-            }
-        }
-    }
-}
-
-/// Documents-topic high watermarks, with the partition list refreshed every 30 s, and the documents
-/// group's committed offsets (`group`: a client of that group that never joins it, only reads).
-struct Watermarks {
-    consumer: BaseConsumer<QuietContext>,
-    group: BaseConsumer<QuietContext>,
-    topic: String,
-    partitions: Vec<i32>,
-    listed: Option<Instant>,
-}
-
-impl Watermarks {
-    /// Reads the documents group's committed offsets into `progress` when a read is due (one per
-    /// [`COMMITTED_REFRESH`] per process); on a helper thread.
-    fn refresh_committed(&mut self, progress: &IngestProgress) {
-        if self.partitions.is_empty() || !progress.claim_refresh() {
-            return;
-        }
-        let mut wanted = TopicPartitionList::new();
-        for &partition in &self.partitions {
-            wanted.add_partition(&self.topic, partition);
-        }
-        if let Ok(committed) = self.group.committed_offsets(wanted, Duration::from_secs(2)) {
-            progress.set_committed(
-                committed
-                    .elements()
-                    .iter()
-                    .filter_map(|e| match e.offset() {
-                        Offset::Offset(offset) => Some((e.partition(), offset)),
-                        _ => None,
-                    })
-                    .collect(),
-            );
-        }
-    }
-
-    /// Lists the topic's partitions when the list is missing or 30 s old.
-    fn list(&mut self) {
-        if self
-            .listed
-            .is_none_or(|at| at.elapsed() > Duration::from_secs(30))
-        {
-            if let Ok(metadata) = self
-                .consumer
-                .fetch_metadata(Some(&self.topic), Duration::from_secs(2))
-            {
-                self.partitions = metadata
-                    .topics()
-                    .iter()
-                    .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-                    .collect();
-                self.listed = Some(Instant::now());
-            }
-        }
-    }
-
-    /// The high watermark of every partition that answers (2 s each at most).
-    fn fetch(&mut self) -> BTreeMap<i32, i64> {
-        self.list();
-        self.partitions
-            .iter()
-            .filter_map(|&p| {
-                self.consumer
-                    .fetch_watermarks(&self.topic, p, Duration::from_secs(2))
-                    .ok()
-                    .map(|(_, high)| (p, high))
-            })
-            .collect()
-    }
 }
 
 /// Query jobs and refusals read together.
@@ -478,30 +338,36 @@ pub fn query_source<'scope>(
     finite_ingest: Option<ProbeHandle<u64>>,
 ) -> StreamVec<'scope, u64, Result<QueryJob, Refusal>> {
     // Standing events go to the worker owning their subscription ([`route`]).
+    #[cfg(feature = "kafka")]
     let route = kafka
         .as_ref()
         .and_then(|config| config.standing.clone())
         .map(|intake| route::route(scope, intake, &published));
+    #[cfg(not(feature = "kafka"))]
+    let route = None;
     source::<_, CapacityContainerBuilder<Vec<_>>, _, _>(scope, "QuerySource", move |cap, info| {
         let activator = scope.activator_for(info.address.clone());
         let worker = scope.index();
         if let Some(http) = &http {
             http.register();
         }
-        let consumer = kafka
-            .as_ref()
-            .map(|config| queries_consumer(config, worker, &handover));
-        // Read-your-writes: the documents topic's high watermarks, fetched on a helper thread (a
-        // broker that does not answer costs seconds per partition, which a worker must not wait).
-        // The same thread reads the documents group's committed offsets, for the cache and for
-        // read-your-writes queries whose partitions other processes consume.
-        let watermarks = kafka
-            .as_ref()
-            .map(|config| start_watermarks(config, &progress, scope.worker(), &info.address));
-        let mut cap = (consumer.is_some() || http.is_some()).then_some(cap);
+        #[cfg(feature = "kafka")]
+        let kafka = kafka.map(|config| {
+            kafka::KafkaQueries::start(
+                config,
+                worker,
+                &handover,
+                &progress,
+                scope.worker(),
+                &info.address,
+            )
+        });
+        #[cfg(not(feature = "kafka"))]
+        let _ = (kafka, &progress);
         let mut reader = QueryReader {
             activator,
             worker,
+            #[cfg(feature = "kafka")]
             kafka,
             http,
             rules,
@@ -509,13 +375,12 @@ pub fn query_source<'scope>(
             handover,
             shutdown,
             finite_ingest,
-            consumer,
-            watermarks,
             waiting: Parked::default(),
             pending: BTreeMap::new(),
             sequence: 0u64,
             route,
         };
+        let mut cap = reader.has_input().then_some(cap);
         move |output| {
             let Some(capability) = cap.as_mut() else {
                 return;
@@ -536,76 +401,6 @@ pub fn query_source<'scope>(
             reader.advance_route(Some(*capability.time()));
         }
     })
-}
-
-/// Builds the queries consumer of `worker` (subscribed), handing revoked partitions over.
-fn queries_consumer(
-    config: &QueryKafkaConfig,
-    worker: usize,
-    handover: &Handover,
-) -> BaseConsumer<QueryConsumerContext> {
-    let member = config
-        .instance_id
-        .as_ref()
-        .map(|instance| format!("{instance}-queries-{worker}"));
-    let context = QueryConsumerContext {
-        errors: ErrorDedup::default(),
-        topic: config.topic.clone(),
-        handover: handover.clone(),
-    };
-    let consumer: BaseConsumer<QueryConsumerContext> = super::kafka_source::group_client(
-        &config.client,
-        &config.group_id,
-        member,
-        config.session_timeout,
-    )
-    .create_with_context(context)
-    .unwrap_or_else(|e| panic!("cannot create the queries consumer: {e}"));
-    consumer
-        .subscribe(&[&config.topic])
-        .unwrap_or_else(|e| panic!("cannot subscribe to {}: {e}", config.topic));
-    consumer
-}
-
-/// Starts the helper thread fetching watermarks and refreshing committed offsets into `progress`.
-fn start_watermarks(
-    config: &QueryKafkaConfig,
-    progress: &Arc<IngestProgress>,
-    worker: &timely::worker::Worker,
-    address: &[usize],
-) -> Background<(), BTreeMap<i32, i64>> {
-    let mut marks = Watermarks {
-        consumer: config
-            .client
-            .clone()
-            .create_with_context(QuietContext::new("watermark client"))
-            .unwrap_or_else(|e| panic!("cannot create the watermark client: {e}")),
-        group: config
-            .client
-            .clone()
-            .set("group.id", &config.documents_group)
-            .set("enable.auto.commit", "false")
-            .create_with_context(QuietContext::new("committed offsets reader"))
-            .unwrap_or_else(|e| panic!("cannot create the committed offsets reader: {e}")),
-        topic: config.documents_topic.clone(),
-        partitions: Vec::new(),
-        listed: None,
-    };
-    let progress = progress.clone();
-    let waker = crate::offload::operator_waker(worker, address);
-    Background::start_idle(
-        "watermarks",
-        Some(COMMITTED_REFRESH),
-        move |job: Option<()>, deliver: &Deliver<BTreeMap<i32, i64>>| {
-            if job.is_some() {
-                deliver.send(marks.fetch());
-            } else {
-                marks.list();
-            }
-            marks.refresh_committed(&progress);
-        },
-        waker,
-    )
 }
 
 #[cfg(test)]

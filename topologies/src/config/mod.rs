@@ -55,6 +55,19 @@ pub enum ConfigError {
     /// The file or environment could not be read or parsed (unknown keys land here, named).
     #[error("{0}")]
     Load(String),
+    /// The config needs a component this build of ragstream was compiled without.
+    #[error(
+        "`{key} = \"{value}\"` needs the `{feature}` feature, which this build of ragstream lacks: \
+         build it with `cargo build --features {feature}` (or `--features full`)"
+    )]
+    Feature {
+        /// Dotted key.
+        key: &'static str,
+        /// Its value.
+        value: &'static str,
+        /// The cargo feature it needs.
+        feature: &'static str,
+    },
     /// A value is out of range or inconsistent with another.
     #[error("invalid `{key}`: {message}")]
     Invalid {
@@ -125,9 +138,36 @@ impl Config {
 
     /// Cross-field checks.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check_features(Features::BUILT)?;
         self.validate_pipeline()?;
         self.validate_query()?;
         self.validate_http()
+    }
+
+    /// Refuses a source or index whose component `built` lacks (the binary's cargo features).
+    pub fn check_features(&self, built: Features) -> Result<(), ConfigError> {
+        let needs = [
+            (
+                self.source.kind == SourceKind::Kafka && !built.kafka,
+                "source.kind",
+                "kafka",
+                "kafka",
+            ),
+            (
+                self.index.kind == IndexKind::Server && !built.qdrant_server,
+                "index.kind",
+                "server",
+                "qdrant-server",
+            ),
+        ];
+        match needs.into_iter().find(|(missing, ..)| *missing) {
+            Some((_, key, value, feature)) => Err(ConfigError::Feature {
+                key,
+                value,
+                feature,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Sources, chunking, embedder, index, runtime and Kafka.
@@ -220,6 +260,12 @@ impl Config {
             return invalid(
                 "index.tuning.optimize_idle_ms",
                 "must be at most 3600000 (an hour; 0 = not on idling)",
+            );
+        }
+        if self.runtime.stop_grace_secs > 3_600 {
+            return invalid(
+                "runtime.stop_grace_secs",
+                "must be at most 3600 (an hour; 0 = until in-flight work is done)",
             );
         }
         if self.runtime.workers == 0 || self.runtime.workers > 256 {
@@ -510,6 +556,23 @@ fn check_query(query: &ragstream_core::query::QueryConfig) -> Result<(), ConfigE
 }
 
 /// The error of a value out of range at `key`.
+/// The components of this build that a config may need (the cargo features of the same names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Features {
+    /// `kafka`: the Kafka source and the topics around it.
+    pub kafka: bool,
+    /// `qdrant-server`: the Qdrant server backend.
+    pub qdrant_server: bool,
+}
+
+impl Features {
+    /// What this build has.
+    pub const BUILT: Features = Features {
+        kafka: cfg!(feature = "kafka"),
+        qdrant_server: cfg!(feature = "qdrant-server"),
+    };
+}
+
 fn invalid(key: &'static str, message: &str) -> Result<(), ConfigError> {
     Err(ConfigError::Invalid {
         key,

@@ -181,6 +181,11 @@ pub struct RuntimeConfig {
     /// Keep answering queries after a finite (JSONL) input is indexed, until stopped.
     #[serde(default)]
     pub serve: bool,
+    /// Seconds a stop signal waits for in-flight work before the job stops as a second signal
+    /// stops it (at once; unacknowledged work is redone on restart, nothing is lost); 0 = wait
+    /// until it is done. At most 3600.
+    #[serde(default)]
+    pub stop_grace_secs: u64,
     /// Processes of a timely cluster (each runs `workers` threads); 1 = a single process.
     #[serde(default = "default_processes")]
     pub processes: usize,

@@ -198,6 +198,7 @@ impl Default for KafkaConfig {
 
 impl KafkaConfig {
     /// librdkafka client settings, the password taken from the environment.
+    #[cfg(feature = "kafka")]
     pub fn client_config(&self) -> rdkafka::ClientConfig {
         let mut client = rdkafka::ClientConfig::new();
         client.set("bootstrap.servers", &self.brokers);

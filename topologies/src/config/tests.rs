@@ -44,6 +44,48 @@ fn cluster_settings_are_checked() {
 }
 
 #[test]
+fn a_config_needing_a_component_this_build_lacks_is_refused_naming_its_feature() {
+    let (_dir, path) = write("[source]\nkind = \"dir\"\npath = \".\"\n");
+    let local = Config::load(&path).expect("valid");
+    let bare = Features {
+        kafka: false,
+        qdrant_server: false,
+    };
+    let full = Features {
+        kafka: true,
+        qdrant_server: true,
+    };
+    assert!(
+        local.check_features(bare).is_ok(),
+        "the local job needs none"
+    );
+    let mut kafka = local.clone();
+    kafka.source.kind = SourceKind::Kafka;
+    let err = kafka.check_features(bare).unwrap_err().to_string();
+    assert!(
+        err.contains("`source.kind = \"kafka\"`") && err.contains("--features kafka"),
+        "{err}"
+    );
+    assert!(kafka
+        .check_features(Features {
+            qdrant_server: true,
+            ..bare
+        })
+        .is_err());
+    let mut server = local.clone();
+    server.index.kind = IndexKind::Server;
+    let err = server.check_features(bare).unwrap_err().to_string();
+    assert!(
+        err.contains("`index.kind = \"server\"`") && err.contains("`qdrant-server` feature"),
+        "{err}"
+    );
+    for config in [&local, &kafka, &server] {
+        assert!(config.check_features(full).is_ok());
+    }
+}
+
+#[test]
+#[cfg(feature = "kafka")]
 fn sasl_ssl_with_scram_is_accepted_by_librdkafka() {
     use rdkafka::consumer::BaseConsumer;
     use rdkafka::producer::BaseProducer;
@@ -116,6 +158,18 @@ fn index_tuning_defaults_and_overrides() {
         "{dir}[index.tuning]\noptimize_idle_ms = 3600001\n"
     ));
     assert!(err.contains("index.tuning.optimize_idle_ms"), "{err}");
+    // A stop's grace: an hour at most; the local preset stops within 5 s.
+    let err = load_error(&format!("{dir}[runtime]\nstop_grace_secs = 3601\n"));
+    assert!(err.contains("runtime.stop_grace_secs"), "{err}");
+    let local = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("presets/local.toml");
+    let runtime = Config::load(&local).expect("valid").runtime;
+    assert_eq!(
+        (
+            runtime.stop_grace_secs,
+            Config::load(&write(dir).1).unwrap().runtime.stop_grace_secs
+        ),
+        (5, 0)
+    );
 }
 
 #[test]
@@ -165,6 +219,7 @@ fn cross_field_checks_name_the_key() {
 }
 
 #[test]
+#[cfg(feature = "kafka")]
 fn debug_never_shows_the_password() {
     std::env::set_var("RAGSTREAM_TEST_SASL_SECRET", "hunter2-secret");
     let (_dir, path) = write("[source]\nkind = \"kafka\"\n[kafka]\nsasl_username = \"u\"\nsasl_password_env = \"RAGSTREAM_TEST_SASL_SECRET\"\n");

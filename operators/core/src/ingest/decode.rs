@@ -612,6 +612,7 @@ mod tests {
         )
     }
 
+    #[cfg(feature = "formats")]
     fn upsert_of(doc: &DocOp) -> &Document {
         match doc {
             DocOp::Upsert(doc) => doc,
@@ -620,6 +621,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "formats")]
     fn files_in_base64_are_extracted_and_replay_from_the_dlq_as_extracted_text() {
         use base64::Engine as _;
         let encode = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);

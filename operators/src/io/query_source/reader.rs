@@ -6,23 +6,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::Message;
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::operators::generic::OutputBuilderSession;
 use timely::dataflow::operators::Capability;
 use timely::dataflow::ProbeHandle;
 use timely::scheduling::Activator;
 
-use super::{
-    decode_timed, refusal, wait_for, Batch, DecodeRules, HttpIngress, QueryConsumerContext,
-    QueryKafkaConfig,
-};
+use super::{decode_timed, refusal, wait_for, Batch, DecodeRules, HttpIngress};
 use crate::ingest::dlq::Origin;
-use crate::io::query_ledger::{Handover, Lease};
+use crate::io::query_ledger::Handover;
 use crate::metrics::metrics;
-use crate::offload::{Background, Parked};
+use crate::offload::Parked;
 use crate::query::job::{QueryJob, Refusal, Reply};
+#[cfg(feature = "kafka")]
 use ragstream_core::query::Consistency;
 
 /// The query source's output in one activation.
@@ -33,17 +29,19 @@ type QueryOutput<'a> =
 pub(super) struct QueryReader {
     pub(super) activator: Activator,
     pub(super) worker: usize,
-    pub(super) kafka: Option<QueryKafkaConfig>,
+    /// The queries topic (the `kafka` feature).
+    #[cfg(feature = "kafka")]
+    pub(super) kafka: Option<super::kafka::KafkaQueries>,
     pub(super) http: Option<Arc<HttpIngress>>,
     pub(super) rules: DecodeRules,
     pub(super) published: ProbeHandle<u64>,
+    #[cfg_attr(
+        not(feature = "kafka"),
+        allow(dead_code, reason = "the topic's leases")
+    )]
     pub(super) handover: Handover,
     pub(super) shutdown: Arc<AtomicBool>,
     pub(super) finite_ingest: Option<ProbeHandle<u64>>,
-    /// The queries consumer, with `kafka` only.
-    pub(super) consumer: Option<BaseConsumer<QueryConsumerContext>>,
-    /// The read-your-writes watermarks fetcher, with `kafka` only.
-    pub(super) watermarks: Option<Background<(), BTreeMap<i32, i64>>>,
     /// Batches read with read-your-writes queries in them, each held at its time until watermarks
     /// fetched after it was read come back (in order: one fetch per batch).
     pub(super) waiting: Parked<Capability<u64>, Batch, BTreeMap<i32, i64>>,
@@ -57,23 +55,33 @@ pub(super) struct QueryReader {
 }
 
 impl QueryReader {
+    /// Whether there is anything to read: the HTTP queue or the queries topic.
+    pub(super) fn has_input(&self) -> bool {
+        #[cfg(feature = "kafka")]
+        if self.kafka.is_some() {
+            return true;
+        }
+        self.http.is_some()
+    }
+
     /// Stores the offsets of batches whose contexts are all published.
     pub(super) fn store_published_offsets(&mut self) {
         while let Some(entry) = self.pending.first_entry() {
             if self.published.less_equal(entry.key()) {
                 break;
             }
-            let (Some(consumer), Some(config)) = (self.consumer.as_ref(), self.kafka.as_ref())
-            else {
-                entry.remove();
-                continue;
-            };
-            for (partition, (offset, epoch)) in entry.remove() {
-                // A partition revoked since was committed at the revocation.
-                if self.handover.ledger.holds(partition, epoch) {
-                    let _ = consumer.store_offset(&config.topic, partition, offset);
+            let offsets = entry.remove();
+            #[cfg(feature = "kafka")]
+            if let Some(kafka) = &self.kafka {
+                for (partition, (offset, epoch)) in offsets {
+                    // A partition revoked since was committed at the revocation.
+                    if self.handover.ledger.holds(partition, epoch) {
+                        kafka.store_offset(partition, offset);
+                    }
                 }
             }
+            #[cfg(not(feature = "kafka"))]
+            drop(offsets);
         }
     }
 
@@ -105,8 +113,9 @@ impl QueryReader {
             http.close();
         }
         if self.pending.is_empty() && self.waiting.is_empty() {
-            if let Some(consumer) = self.consumer.as_ref() {
-                let _ = consumer.commit_consumer_state(CommitMode::Sync);
+            #[cfg(feature = "kafka")]
+            if let Some(kafka) = &self.kafka {
+                kafka.commit();
             }
             true
         } else {
@@ -118,6 +127,10 @@ impl QueryReader {
     /// Reads a batch at `time` (HTTP share, then Kafka up to 256), with offsets and lease epochs.
     pub(super) fn read_batch(&mut self, time: u64) -> (Batch, BTreeMap<i32, (i64, u64)>) {
         let mut batch: Vec<Result<QueryJob, Refusal>> = Vec::new();
+        #[cfg_attr(
+            not(feature = "kafka"),
+            allow(unused_mut, reason = "offsets are the topic's")
+        )]
         let mut offsets: BTreeMap<i32, (i64, u64)> = BTreeMap::new();
         let worker = self.worker;
         let sequence = &mut self.sequence;
@@ -137,46 +150,40 @@ impl QueryReader {
                 batch.push(http_query(ticket, &body, &self.rules, &mut job));
             }
         }
-        if let (Some(consumer), Some(config)) = (self.consumer.as_ref(), self.kafka.as_ref()) {
-            while batch.len() < 256 {
-                match consumer.poll(Duration::ZERO) {
-                    None => break,
-                    Some(Err(error)) => {
-                        tracing::warn!(%error, "queries poll error");
-                        break;
-                    }
-                    Some(Ok(message)) => {
-                        let lease = self
-                            .handover
-                            .ledger
-                            .read(message.partition(), message.offset());
-                        offsets.insert(message.partition(), (message.offset(), lease.epoch));
-                        let payload = message.payload().unwrap_or_default();
-                        if let Some(route) = self
-                            .route
-                            .as_ref()
-                            .filter(|_| super::is_standing(payload, self.rules.max_bytes))
-                        {
-                            let origin = Origin::Kafka {
-                                topic: config.topic.clone(),
-                                partition: message.partition(),
-                                offset: message.offset(),
-                            };
-                            route.push(time, message.key(), payload, origin);
-                            continue;
-                        }
-                        batch.push(kafka_query(
-                            &message,
-                            &config.topic,
-                            lease,
-                            &self.rules,
-                            &mut job,
-                        ));
-                    }
-                }
-            }
+        #[cfg(feature = "kafka")]
+        if let Some(kafka) = &self.kafka {
+            let reading = super::kafka::Reading {
+                handover: &self.handover,
+                rules: &self.rules,
+                route: self.route.as_deref(),
+            };
+            kafka.read(time, reading, &mut batch, &mut offsets, &mut job);
         }
         (batch, offsets)
+    }
+
+    /// Parks a batch with read-your-writes queries in it until the documents topic's watermarks of
+    /// now come back (with Kafka only); gives the batch back when it can go at once.
+    fn hold_for_watermarks(
+        &mut self,
+        capability: &Capability<u64>,
+        time: u64,
+        batch: Batch,
+    ) -> Option<Batch> {
+        #[cfg(feature = "kafka")]
+        if let Some(kafka) = &self.kafka {
+            let reads_own_writes = batch.iter().any(|job| {
+                job.as_ref()
+                    .is_ok_and(|job| job.query.consistency == Consistency::ReadYourWrites)
+            });
+            if reads_own_writes {
+                let marks = kafka.watermarks();
+                self.waiting.park(capability.delayed(&time), batch, marks);
+                return None;
+            }
+        }
+        let _ = (capability, time);
+        Some(batch)
     }
 
     /// Emits a batch at `time` (or holds it for its watermarks) and moves the capability past it.
@@ -191,18 +198,10 @@ impl QueryReader {
         let polled = batch.len();
         if polled > 0 {
             metrics().queries_received.inc_by(polled as u64);
-            let reads_own_writes = batch.iter().any(|job| {
-                job.as_ref()
-                    .is_ok_and(|job| job.query.consistency == Consistency::ReadYourWrites)
-            });
-            match &self.watermarks {
-                Some(fetcher) if reads_own_writes => {
-                    let marks = fetcher.submit(());
-                    self.waiting.park(capability.delayed(&time), batch, marks);
-                }
-                _ => output
+            if let Some(batch) = self.hold_for_watermarks(capability, time, batch) {
+                output
                     .session(&*capability)
-                    .give_iterator(batch.into_iter()),
+                    .give_iterator(batch.into_iter());
             }
             if !offsets.is_empty() {
                 self.pending.insert(time, offsets);
@@ -240,34 +239,6 @@ fn http_query(
             None,
             body,
             reply,
-        )),
-    }
-}
-
-/// Decodes a query read from the queries topic, answered under `lease`, into its job or refusal.
-// The `Err` side is a refusal flowing through the dataflow as data, not an error path.
-#[allow(clippy::result_large_err)]
-fn kafka_query<M: Message>(
-    message: &M,
-    topic: &str,
-    lease: Lease,
-    rules: &DecodeRules,
-    job: &mut impl FnMut(ragstream_core::query::Query, Reply) -> QueryJob,
-) -> Result<QueryJob, Refusal> {
-    let payload = message.payload().unwrap_or_default();
-    let origin = Origin::Kafka {
-        topic: topic.to_string(),
-        partition: message.partition(),
-        offset: message.offset(),
-    };
-    match decode_timed(payload, rules) {
-        Ok(query) => Ok(job(query, Reply::Kafka(lease))),
-        Err(error) => Err(refusal(
-            error,
-            origin,
-            message.key(),
-            payload,
-            Reply::Kafka(lease),
         )),
     }
 }

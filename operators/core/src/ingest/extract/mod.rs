@@ -15,9 +15,15 @@
 //! that cannot be read, or holds no text, is an [`ExtractError`] naming why (the DLQ reason
 //! `unparseable`). The HTML and DOCX walks keep no stack of the input's nesting, so a deeply nested
 //! file costs time linear in its size.
+//!
+//! The readers are the `formats` feature; a build without it still recognises these files and
+//! refuses each with an [`ExtractError`] naming the feature.
 
+#[cfg(feature = "formats")]
 mod docx;
+#[cfg(feature = "formats")]
 mod html;
+#[cfg(feature = "formats")]
 mod pdf;
 
 use crate::model::DocKind;
@@ -132,6 +138,7 @@ pub fn detect(source: &str, bytes: &[u8]) -> Option<DocKind> {
     if at == Some(0) || (at.is_some() && std::str::from_utf8(bytes).is_err()) {
         return Some(DocKind::Pdf);
     }
+    #[cfg(feature = "formats")]
     if bytes.starts_with(b"PK\x03\x04") && docx::is_docx(bytes) {
         return Some(DocKind::Docx);
     }
@@ -154,6 +161,28 @@ fn looks_like_html(head: &[u8]) -> bool {
     opens(b"<!doctype html") || opens(b"<html")
 }
 
+/// The reader of `kind`.
+#[cfg(feature = "formats")]
+fn read(kind: DocKind, bytes: &[u8], limits: &ExtractLimits) -> Result<Extracted, String> {
+    match kind {
+        DocKind::Html => html::extract(bytes, limits),
+        DocKind::Pdf => pdf::extract(bytes, limits),
+        DocKind::Docx => docx::extract(bytes, limits),
+        other => Err(format!("{} is not a file format", other.as_str())),
+    }
+}
+
+/// A build without the `formats` feature reads none of them.
+#[cfg(not(feature = "formats"))]
+fn read(kind: DocKind, _bytes: &[u8], _limits: &ExtractLimits) -> Result<Extracted, String> {
+    Err(match is_file_kind(kind) {
+        true => "this build of ragstream reads no such files: build it with the `formats` feature \
+                 (cargo build --features formats, or --features full)"
+            .into(),
+        false => format!("{} is not a file format", kind.as_str()),
+    })
+}
+
 /// Extracts a file of `kind` (one of [`is_file_kind`]'s).
 pub fn extract(
     kind: DocKind,
@@ -162,12 +191,7 @@ pub fn extract(
 ) -> Result<Extracted, ExtractError> {
     // The parsers are third-party code over hostile input: a panic in one is this file's refusal,
     // never the job's end.
-    let result = std::panic::catch_unwind(|| match kind {
-        DocKind::Html => html::extract(bytes, limits),
-        DocKind::Pdf => pdf::extract(bytes, limits),
-        DocKind::Docx => docx::extract(bytes, limits),
-        other => Err(format!("{} is not a file format", other.as_str())),
-    });
+    let result = std::panic::catch_unwind(|| read(kind, bytes, limits));
     let extracted = match result {
         Ok(Ok(extracted)) => extracted,
         Ok(Err(message)) => return Err(ExtractError::new(kind, message)),
@@ -201,12 +225,14 @@ pub fn pages(text: &str) -> impl Iterator<Item = (usize, usize, u32)> + '_ {
 }
 
 /// Text assembled in extracted form with a size bound: pushes past `max` are dropped and remembered.
+#[cfg(feature = "formats")]
 struct Writer {
     text: String,
     max: usize,
     over: bool,
 }
 
+#[cfg(feature = "formats")]
 impl Writer {
     fn new(max: usize) -> Self {
         Self {
@@ -281,5 +307,20 @@ impl Writer {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "formats"))]
 mod tests;
+
+#[cfg(all(test, not(feature = "formats")))]
+mod without_readers {
+    use super::*;
+
+    #[test]
+    fn a_build_without_the_readers_refuses_each_file_naming_the_feature() {
+        let limits = ExtractLimits::for_documents(1 << 20);
+        assert_eq!(detect("report.pdf", b"%PDF-1.5"), Some(DocKind::Pdf));
+        for kind in [DocKind::Html, DocKind::Pdf, DocKind::Docx] {
+            let error = extract(kind, b"<html><p>text</p>", &limits).expect_err("refused");
+            assert!(error.message.contains("`formats` feature"), "{error}");
+        }
+    }
+}

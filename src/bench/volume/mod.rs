@@ -351,13 +351,13 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
     let topic = format!("volume-docs-{run}");
     let index = std::env::temp_dir().join(format!("ragstream-bench-volume-{run}"));
     let config_path = std::env::temp_dir().join(format!("ragstream-bench-volume-{run}.toml"));
-    let embedder = crate::bench_scale::instant_embedder()?;
+    let embedder = crate::bench::scale::instant_embedder()?;
     std::fs::write(
         &config_path,
         format!(
             "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"{}\"\ndocuments_topic = \"{topic}\"\nqueries_topic = \"volume-queries-{run}\"\ncontexts_topic = \"volume-contexts-{run}\"\ndlq_topic = \"volume-dlq-{run}\"\ngroup_id = \"volume-{run}\"\n[embedder]\nkind = \"http\"\nurl = \"{embedder}\"\ndimension = {}\nbatch_size = 64\n[index]\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = {}\n",
             args.data.brokers,
-            crate::bench_scale::DIMENSION,
+            crate::bench::scale::DIMENSION,
             index.display().to_string(),
             args.workers,
         ),

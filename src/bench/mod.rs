@@ -1,3 +1,5 @@
+//! `ragstream bench` (the `bench` feature): the benches, one module each, and `bench ingest` here.
+//!
 //! `ragstream bench ingest`: ingest figures measured in one run, on this machine.
 //!
 //! 1. token counting MB/s (o200k_base, cl100k_base; median of 5 passes over the corpus);
@@ -27,6 +29,67 @@ use ragstream_topologies::config::Config;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 use serde_json::json;
+
+pub mod edits;
+pub mod embed;
+pub mod load;
+pub mod neighbours;
+pub mod pathological;
+pub mod query;
+pub mod scale;
+pub mod standing;
+pub mod volume;
+
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Query latency through Kafka at a steady offered rate, with and without query embedding.
+    Query(query::QueryBench),
+    /// Ingest and query throughput at several worker counts, the model taken out (instant embedder).
+    Scale(scale::ScaleBench),
+    /// The job at a million chunks, the model taken out (instant embedder): ingest rate, RSS, disk,
+    /// query round trips while growing, at full size idle and under ingest, stalls during optimization.
+    Volume(volume::VolumeBench),
+    /// Chunks embedded, rewritten and deleted when one paragraph of a 100-chunk prose, markdown or
+    /// code document is inserted, deleted or changed at its head, middle or tail (no model needed).
+    Edits(edits::EditsBench),
+    /// The local embedder's word pieces/s on a corpus's chunks and its single-query latency.
+    Embed(embed::EmbedBench),
+    /// Chunking time of pathological documents (one 8 MiB line, an 8 MiB table, one 8 MiB function)
+    /// against 1 MiB ones, and `POST /v1/query` round trips while two of them are ingested against idle.
+    Pathological(pathological::PathologicalBench),
+    /// One tenant posting large documents without pause beside another posting small ones: how soon
+    /// the small ones are searchable and the other tenant's round trips, against idle.
+    Neighbours(neighbours::NeighboursBench),
+    /// `POST /v1/query` round trips while documents stream in at full embedding speed, and with ingest idle.
+    Load(load::LoadBench),
+    /// Standing queries while a corpus streams in (ingest throughput against none, change → version
+    /// latency, re-evaluations per changed context), and many held idle.
+    Standing(standing::StandingBench),
+    /// Token counting, embedding-only and end-to-end Kafka ingest throughput, freshness, peak RSS.
+    Ingest(IngestBench),
+}
+
+/// Runs one of the benches and prints its report.
+pub fn run(command: Command) -> anyhow::Result<()> {
+    let report = match command {
+        Command::Pathological(args) => pathological::pathological(args)?,
+        Command::Neighbours(args) => neighbours::neighbours(args)?,
+        Command::Load(args) => load::load(args)?,
+        Command::Standing(args) => standing::standing(args)?,
+        Command::Embed(args) => {
+            // One line per report: the embed bench script collects them as JSON lines.
+            println!("{}", embed::embed(args)?);
+            return Ok(());
+        }
+        Command::Ingest(args) => ingest(args)?,
+        Command::Query(args) => query::query(args)?,
+        Command::Scale(args) => scale::scale(args)?,
+        Command::Edits(args) => edits::edits(args)?,
+        Command::Volume(args) => volume::volume(args)?,
+    };
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
 
 /// Arguments of `bench ingest`.
 #[derive(clap::Args, Debug)]

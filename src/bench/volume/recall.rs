@@ -36,7 +36,7 @@ pub(super) fn dense_recall(
     let vectors: Vec<Vec<f32>> = questions
         .iter()
         .take(RECALL_QUESTIONS)
-        .map(|q| crate::bench_scale::hashed(q))
+        .map(|q| crate::bench::scale::hashed(q))
         .collect();
     // Top scores of every question searched one way, and the median time of a search.
     let measure = |tuning: IndexTuning, way: DenseSearch| -> anyhow::Result<(Vec<Vec<f32>>, f64)> {
@@ -44,7 +44,7 @@ pub(super) fn dense_recall(
             .map(|i| {
                 EdgeStore::open_tuned(
                     &index.join(format!("shard-{i}")),
-                    crate::bench_scale::DIMENSION,
+                    crate::bench::scale::DIMENSION,
                     tuning,
                 )
             })
