@@ -2,7 +2,8 @@
 # Installs, once, the Python packages the tests of the HTTP API and of the Python client use, pinned,
 # in a virtual environment under the cache: openapi-spec-validator and jsonschema (the OpenAPI
 # document and the topic schemas are checked with them), langchain-core and llama-index-core (the
-# client's retrievers are tested against them). Prints the environment's python.
+# client's retrievers are tested against them), mypy and ruff (the client's type check and lint).
+# Prints the environment's python.
 #   RAGSTREAM_CACHE    cache root (default ~/.cache/ragstream)
 #   RAGSTREAM_PYTHON   python to build the environment with (default python3; needs 3.10+)
 set -euo pipefail
@@ -11,11 +12,13 @@ packages=(
   "jsonschema==4.26.0"
   "langchain-core==1.8.3"
   "llama-index-core==0.14.25"
+  "mypy==2.4.1"
+  "ruff==0.17.5"
 )
 key=$(printf '%s\n' "${packages[@]}" | sha256sum | cut -c1-12)
 cache="${RAGSTREAM_CACHE:-$HOME/.cache/ragstream}"
 root="$cache/python-tools-$key"
-check='import openapi_spec_validator, jsonschema, langchain_core, llama_index.core'
+check='import openapi_spec_validator, jsonschema, langchain_core, llama_index.core, mypy'
 if [ -x "$root/bin/python" ] && "$root/bin/python" -c "$check" 2>/dev/null; then
   echo "$root/bin/python"
   exit 0

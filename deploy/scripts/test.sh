@@ -34,9 +34,14 @@ export RAGSTREAM_PROMETHEUS_BIN
 echo "== MCP client (PyPI package mcp)"
 RAGSTREAM_MCP_PYTHON="$(deploy/scripts/install-mcp-client.sh)"
 export RAGSTREAM_MCP_PYTHON
-echo "== Python test tools (PyPI openapi-spec-validator, jsonschema, langchain-core, llama-index-core)"
+echo "== Python test tools (PyPI openapi-spec-validator, jsonschema, langchain-core, llama-index-core, mypy, ruff)"
 RAGSTREAM_PY_TOOLS="$(deploy/scripts/install-python-tools.sh)"
 export RAGSTREAM_PY_TOOLS
+echo "== Python client (clients/python): ruff and mypy --strict"
+py_tools_bin="$(dirname "$RAGSTREAM_PY_TOOLS")"
+"$py_tools_bin/ruff" check --quiet clients/python/src clients/python/tests
+"$py_tools_bin/ruff" format --quiet --check clients/python/src clients/python/tests
+(cd clients/python && "$RAGSTREAM_PY_TOOLS" -m mypy --config-file pyproject.toml --cache-dir "$cache/mypy" src tests)
 echo "== Qdrant server (../shared/bin or QDRANT_BIN)"
 set +e
 qdrant_bin="$(deploy/scripts/install-qdrant.sh)"

@@ -9,7 +9,44 @@ Retrievers: `ragstream.langchain.RagstreamRetriever` (LangChain) and
 `ragstream.llama_index.RagstreamRetriever` (LlamaIndex).
 """
 
-from .client import Client, Context, Item, RagstreamError, Source, SourcesPage, Subscription, Version
+from .client import (
+    Accepted,
+    Batch,
+    BatchState,
+    Client,
+    Consistency,
+    Context,
+    Invalidation,
+    InvalidationsPage,
+    Item,
+    Mode,
+    RagstreamError,
+    Source,
+    SourcesPage,
+    Subscription,
+    SubscriptionStatus,
+    Tier,
+    Version,
+)
 
-__all__ = ["Client", "Context", "Item", "RagstreamError", "Source", "SourcesPage", "Subscription", "Version"]
+__all__ = [
+    "Accepted",
+    "Batch",
+    "BatchState",
+    "Client",
+    "Consistency",
+    "Context",
+    "Invalidation",
+    "InvalidationsPage",
+    "Item",
+    "Mode",
+    "RagstreamError",
+    "Source",
+    "SourcesPage",
+    "Subscription",
+    "SubscriptionStatus",
+    "Tier",
+    "Version",
+]
+# The package's one version: pyproject.toml reads it from here.
 __version__ = "0.1.0"

@@ -11,18 +11,40 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Literal, cast
 
 __all__ = [
+    "Accepted",
+    "Batch",
+    "BatchState",
     "Client",
+    "Consistency",
     "Context",
+    "Invalidation",
+    "InvalidationsPage",
     "Item",
+    "Mode",
+    "RagstreamError",
     "Source",
     "SourcesPage",
-    "RagstreamError",
+    "Subscription",
+    "SubscriptionStatus",
+    "Tier",
+    "Version",
     "item_metadata",
 ]
+
+#: What a query answers (the job's `Mode`): `bounded` packs a context into the token budget, `deep`
+#: returns up to `k` whole chunks; the others are lookups (docs/query.md).
+Mode = Literal["bounded", "deep", "read_chunk", "list_sources", "files", "sql_compact", "sql_full", "index_stats"]
+#: How an item was packed (the job's `Tier`).
+Tier = Literal["expanded", "snippet", "surrogate", "full", "gist", "micro"]
+#: How fresh the index must be for a query (the job's `Consistency`).
+Consistency = Literal["eventual", "read_your_writes"]
+#: Where a batch posted in local mode stands.
+BatchState = Literal["queued", "indexed", "stopped"]
 
 PROBLEM_PREFIX = "urn:ragstream:problem:"
 
@@ -42,7 +64,7 @@ class RagstreamError(Exception):
         detail: str,
         query_id: str | None = None,
         errors: list[dict[str, Any]] | None = None,
-    ):
+    ) -> None:
         super().__init__(f"{kind} ({status}): {detail}")
         self.kind = kind
         self.status = status
@@ -66,7 +88,7 @@ class Item:
     source: str
     lines: tuple[int, int]
     section_path: list[str]
-    tier: str
+    tier: Tier
     score: float
     tokens: int
     text: str
@@ -84,7 +106,7 @@ class Item:
         return f"{self.source} ({place})"
 
     @classmethod
-    def from_json(cls, value: Mapping[str, Any]) -> "Item":
+    def from_json(cls, value: Mapping[str, Any]) -> Item:
         first, last = value.get("lines", (0, 0))
         return cls(
             chunk_id=value["chunk_id"],
@@ -92,7 +114,7 @@ class Item:
             source=value["source"],
             lines=(int(first), int(last)),
             section_path=list(value.get("section_path", [])),
-            tier=value.get("tier", ""),
+            tier=cast(Tier, value.get("tier", "full")),
             score=float(value.get("score", 0.0)),
             tokens=int(value.get("tokens", 0)),
             text=value.get("text", ""),
@@ -126,7 +148,7 @@ class Context:
 
     query_id: str
     tenant: str
-    mode: str
+    mode: Mode
     context: str
     items: list[Item]
     tokens_used: int
@@ -136,11 +158,11 @@ class Context:
     raw: dict[str, Any]
 
     @classmethod
-    def from_json(cls, value: Mapping[str, Any]) -> "Context":
+    def from_json(cls, value: Mapping[str, Any]) -> Context:
         return cls(
             query_id=value.get("query_id", ""),
             tenant=value.get("tenant", ""),
-            mode=value.get("mode", ""),
+            mode=cast(Mode, value.get("mode", "bounded")),
             context=value.get("context", ""),
             items=[Item.from_json(item) for item in value.get("items", [])],
             tokens_used=int(value.get("tokens_used", 0)),
@@ -168,6 +190,73 @@ class SourcesPage:
     tenant: str
     sources: list[Source]
     next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The answer to an accepted batch of documents (`POST /v1/documents`, `DELETE
+    /v1/documents/{doc_id}`): `indexed` when the index holds them (local mode), else the documents
+    topic does (Kafka mode) or, local mode past its `wait`, `status` is the batch's link."""
+
+    accepted: int
+    indexed: bool
+    status: str | None = None
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> Accepted:
+        return cls(accepted=int(value["accepted"]), indexed=bool(value["indexed"]), status=value.get("status"))
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Where a batch posted in local mode stands (`GET /v1/batches/{id}`)."""
+
+    id: int
+    state: BatchState
+    accepted: int
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> Batch:
+        return cls(id=int(value["id"]), state=cast(BatchState, value["state"]), accepted=int(value["accepted"]))
+
+
+@dataclass(frozen=True)
+class Invalidation:
+    """One context made stale by index writes."""
+
+    seq: int
+    query_id: str
+    tenant: str
+    stale_chunk_ids: list[str]
+    index_watermark: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> Invalidation:
+        return cls(
+            seq=int(value.get("seq", 0)),
+            query_id=value["query_id"],
+            tenant=value["tenant"],
+            stale_chunk_ids=list(value.get("stale_chunk_ids", [])),
+            index_watermark=dict(value.get("index_watermark", {})),
+        )
+
+
+@dataclass(frozen=True)
+class InvalidationsPage:
+    """`GET /v1/invalidations`: the invalidations numbered above `since`, oldest first; `last` is the
+    next `since`; `truncated` when some above `since` were already dropped (re-read those contexts)."""
+
+    invalidations: list[Invalidation]
+    last: int
+    truncated: bool
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> InvalidationsPage:
+        return cls(
+            invalidations=[Invalidation.from_json(i) for i in value.get("invalidations", [])],
+            last=int(value["last"]),
+            truncated=bool(value.get("truncated", False)),
+        )
 
 
 def problem_error(error: urllib.error.HTTPError) -> RagstreamError:
@@ -199,7 +288,7 @@ class Client:
         token: str | None = None,
         tenant: str | None = None,
         timeout: float = 130.0,
-    ):
+    ) -> None:
         self.url = url.rstrip("/")
         self.token = token if token is not None else os.environ.get("RAGSTREAM_QUERY_TOKEN") or None
         self.tenant = tenant
@@ -242,10 +331,10 @@ class Client:
         tenant: str | None = None,
         token_budget: int | None = None,
         k: int | None = None,
-        mode: str = "bounded",
+        mode: Mode = "bounded",
         filters: Mapping[str, Any] | None = None,
         acl: Sequence[str] | None = None,
-        consistency: str | None = None,
+        consistency: Consistency | None = None,
         trace: bool = False,
         fill: bool = False,
         context_window: int | None = None,
@@ -282,10 +371,10 @@ class Client:
         tenant: str | None,
         token_budget: int | None,
         k: int | None,
-        mode: str,
+        mode: Mode,
         filters: Mapping[str, Any] | None,
         acl: Sequence[str] | None,
-        consistency: str | None,
+        consistency: Consistency | None,
         trace: bool,
         fill: bool,
         context_window: int | None,
@@ -316,13 +405,13 @@ class Client:
         tenant: str | None = None,
         token_budget: int | None = None,
         k: int | None = None,
-        mode: str = "bounded",
+        mode: Mode = "bounded",
         filters: Mapping[str, Any] | None = None,
         acl: Sequence[str] | None = None,
         min_interval_ms: int | None = None,
         ttl_secs: int | None = None,
         **extra: Any,
-    ) -> "Subscription":
+    ) -> Subscription:
         """`POST /v1/subscriptions`: a standing query. The job answers it now (`first`) and again
         whenever the tenant's documents change, publishing a new version only when the context
         moved; read the latest with `latest()`, follow the versions with `versions()`, end it with
@@ -360,17 +449,17 @@ class Client:
         try:
             # Keep-alive comments come every 15 s: a read waits at most `timeout`.
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                event, data = "message", []
+                event, data = "message", list[str]()
                 for raw in response:
                     line = raw.decode("utf-8").rstrip("\r\n")
                     if not line:
                         if data:
                             yield event, "\n".join(data)
-                        event, data = "message", []
+                        event, data = "message", list[str]()
                     elif line.startswith("event:"):
-                        event = line[len("event:"):].strip()
+                        event = line[len("event:") :].strip()
                     elif line.startswith("data:"):
-                        data.append(line[len("data:"):].lstrip(" "))
+                        data.append(line[len("data:") :].lstrip(" "))
         except urllib.error.HTTPError as error:
             raise problem_error(error) from None
 
@@ -381,11 +470,11 @@ class Client:
         tenant: str | None = None,
         wait: float | None = None,
         follow: bool = True,
-    ) -> dict[str, Any]:
+    ) -> Accepted:
         """`POST /v1/documents`: document events, as on the documents topic (`doc_id`, `version`,
         `text` or `content_base64`, and optionally `source`, `kind`, `title`, `acl`, `updated_at`,
-        `metadata`; `op` may be `delete`). The batch is checked whole: any refused document raises `RagstreamError` with every
-        refusal in `errors`, and nothing is written. Returns `{"accepted": n, "indexed": bool}`
+        `metadata`; `op` may be `delete`). The batch is checked whole: any refused document raises
+        `RagstreamError` with every refusal in `errors`, and nothing is written. Returns `Accepted`
         (`indexed`: the index holds them; else the documents topic does, in Kafka mode).
 
         Local mode: the job answers once the index holds the batch, or after `wait` seconds (0 to
@@ -401,24 +490,26 @@ class Client:
             if tenant is not None:
                 event.setdefault("tenant", tenant)
             events.append(event)
-        answer = self._request("POST", "/v1/documents", {"documents": events}, params={"wait": wait})
+        answer = Accepted.from_json(
+            self._request("POST", "/v1/documents", {"documents": events}, params={"wait": wait})
+        )
         return self._follow(answer) if follow else answer
 
-    def batch(self, status: str | int) -> dict[str, Any]:
+    def batch(self, status: str | int) -> Batch:
         """`GET /v1/batches/{id}`: where a batch posted in local mode stands (`state`: `queued`,
         `indexed` or `stopped`); `status` is the link of a 202 answer or the batch's id."""
         ident = str(status).rstrip("/").rsplit("/", 1)[-1]
-        return self._request("GET", "/v1/batches/" + urllib.parse.quote(ident, safe=""))
+        return Batch.from_json(self._request("GET", "/v1/batches/" + urllib.parse.quote(ident, safe="")))
 
-    def _follow(self, answer: dict[str, Any]) -> dict[str, Any]:
+    def _follow(self, answer: Accepted) -> Accepted:
         """Polls a 202's status link until its batch is indexed (raises `stopping` if the job
         stopped first)."""
-        link = answer.get("status")
+        link = answer.status
         delay = 0.2
         while link:
-            state = self.batch(link)["state"]
+            state = self.batch(link).state
             if state == "indexed":
-                return {"accepted": answer["accepted"], "indexed": True}
+                return Accepted(accepted=answer.accepted, indexed=True)
             if state != "queued":
                 raise RagstreamError("stopping", 503, f"the job stopped before batch {link} was indexed; post it again")
             time.sleep(delay)
@@ -433,7 +524,7 @@ class Client:
         version: int | None = None,
         tenant: str | None = None,
         **fields: Any,
-    ) -> dict[str, Any]:
+    ) -> Accepted:
         """Sends one file (a PDF, a DOCX, an HTML page or text) as `content_base64`: the job
         recognises its format and extracts it. `doc_id` and `source` default to the file's name,
         `version` to its modification time in milliseconds; other `fields` (`metadata`, `acl`,
@@ -458,12 +549,12 @@ class Client:
         version: int | None = None,
         wait: float | None = None,
         follow: bool = True,
-    ) -> dict[str, Any]:
+    ) -> Accepted:
         """`DELETE /v1/documents/{doc_id}`: the document and every chunk of it (`wait` and `follow`
         as for `upsert`)."""
         path = "/v1/documents/" + urllib.parse.quote(doc_id, safe="")
-        answer = self._request(
-            "DELETE", path, params={"tenant": self._tenant(tenant), "version": version, "wait": wait}
+        answer = Accepted.from_json(
+            self._request("DELETE", path, params={"tenant": self._tenant(tenant), "version": version, "wait": wait})
         )
         return self._follow(answer) if follow else answer
 
@@ -496,9 +587,9 @@ class Client:
         path = "/v1/chunks/" + urllib.parse.quote(chunk_id, safe="")
         return Item.from_json(self._request("GET", path, params={"tenant": self._tenant(tenant)}))
 
-    def invalidations(self, since: int = 0) -> dict[str, Any]:
+    def invalidations(self, since: int = 0) -> InvalidationsPage:
         """`GET /v1/invalidations`: contexts made stale since `since` (`last` is the next `since`)."""
-        return self._request("GET", "/v1/invalidations", params={"since": since})
+        return InvalidationsPage.from_json(self._request("GET", "/v1/invalidations", params={"since": since}))
 
 
 @dataclass
@@ -516,7 +607,7 @@ class Version:
     reordered: bool = False
 
     @classmethod
-    def from_json(cls, value: Mapping[str, Any]) -> "Version":
+    def from_json(cls, value: Mapping[str, Any]) -> Version:
         diff = value.get("diff", {})
         return cls(
             subscription_id=value["subscription_id"],
@@ -531,24 +622,48 @@ class Version:
         )
 
 
+@dataclass(frozen=True)
+class SubscriptionStatus:
+    """A subscription's state (`GET /v1/subscriptions/{id}`): `pending` while a change of its tenant
+    is not yet reflected by an evaluation."""
+
+    subscription_id: str
+    tenant: str
+    pending: bool
+    min_interval_ms: int
+    expires_in_secs: int
+    latest: Version
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> SubscriptionStatus:
+        return cls(
+            subscription_id=value["subscription_id"],
+            tenant=value["tenant"],
+            pending=bool(value["pending"]),
+            min_interval_ms=int(value.get("min_interval_ms", 0)),
+            expires_in_secs=int(value.get("expires_in_secs", 0)),
+            latest=Version.from_json(value["latest"]),
+        )
+
+
 class Subscription:
     """A standing query made by `Client.subscribe`: `first` is its version 1."""
 
-    def __init__(self, client: Client, first: Version):
+    def __init__(self, client: Client, first: Version) -> None:
         self.client = client
         self.first = first
         self.id = first.subscription_id
         self._path = "/v1/subscriptions/" + urllib.parse.quote(self.id, safe="")
         self._seen = first.version
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> SubscriptionStatus:
         """`GET /v1/subscriptions/{id}`: `pending` (a change not yet reflected), `expires_in_secs`,
         and `latest`."""
-        return self.client._request("GET", self._path)
+        return SubscriptionStatus.from_json(self.client._request("GET", self._path))
 
     def latest(self) -> Version:
         """The latest version."""
-        return Version.from_json(self.status()["latest"])
+        return self.status().latest
 
     def context(self) -> Context:
         """The latest version's context (what a retriever or a prompt reads)."""
@@ -588,7 +703,7 @@ class Subscription:
             if error.kind != "not_found":
                 raise
 
-    def __enter__(self) -> "Subscription":
+    def __enter__(self) -> Subscription:
         return self
 
     def __exit__(self, *_: Any) -> None:

@@ -9,16 +9,13 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
-from .client import Client, Context, Subscription, item_metadata
+from .client import Client, Context, Mode, Subscription, item_metadata
 
 __all__ = ["RagstreamRetriever", "StandingRetriever"]
 
 
 def _documents(context: Context) -> list[Document]:
-    return [
-        Document(page_content=item.text, metadata=item_metadata(item), id=item.chunk_id)
-        for item in context.items
-    ]
+    return [Document(page_content=item.text, metadata=item_metadata(item), id=item.chunk_id) for item in context.items]
 
 
 class RagstreamRetriever(BaseRetriever):
@@ -34,13 +31,11 @@ class RagstreamRetriever(BaseRetriever):
     tenant: str | None = None
     token_budget: int | None = None
     k: int | None = None
-    mode: str = "bounded"
+    mode: Mode = "bounded"
     filters: dict[str, Any] | None = None
     acl: list[str] | None = None
 
-    def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
-    ) -> list[Document]:
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         context = self.client.query(
             query,
             tenant=self.tenant,
@@ -63,7 +58,5 @@ class StandingRetriever(BaseRetriever):
 
     subscription: Subscription
 
-    def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
-    ) -> list[Document]:
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         return _documents(self.subscription.context())

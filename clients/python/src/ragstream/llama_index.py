@@ -7,7 +7,7 @@ from typing import Any
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from .client import Client, Context, Subscription, item_metadata
+from .client import Client, Context, Mode, Subscription, item_metadata
 
 __all__ = ["RagstreamRetriever", "StandingRetriever"]
 
@@ -36,11 +36,11 @@ class RagstreamRetriever(BaseRetriever):
         tenant: str | None = None,
         token_budget: int | None = None,
         k: int | None = None,
-        mode: str = "bounded",
+        mode: Mode = "bounded",
         filters: dict[str, Any] | None = None,
         acl: list[str] | None = None,
         **kwargs: Any,
-    ):
+    ) -> None:
         self._client = client
         self._tenant = tenant
         self._token_budget = token_budget
@@ -69,7 +69,7 @@ class StandingRetriever(BaseRetriever):
     string passed in is not searched: the subscription's own query was.
     """
 
-    def __init__(self, subscription: Subscription, **kwargs: Any):
+    def __init__(self, subscription: Subscription, **kwargs: Any) -> None:
         self._subscription = subscription
         super().__init__(**kwargs)
 
