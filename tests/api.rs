@@ -2,7 +2,7 @@
 //! (`docs/openapi.json`), the document passes a real validator (PyPI `openapi-spec-validator`), every
 //! operation it lists is called, each answer's status is one the document lists for that operation,
 //! and each JSON body validates (PyPI `jsonschema`) against the schema the document gives it. Both
-//! packages come from `deploy/scripts/install-python-tools.sh`, which the test command runs.
+//! packages come from `deploy/scripts/install/python-tools.sh`, which the test command runs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -20,7 +20,7 @@ const ACME: &str = "api-acme-77d0a4f1";
 /// The python of the test tools' environment.
 pub fn tools_python() -> PathBuf {
     PathBuf::from(std::env::var_os("RAGSTREAM_PY_TOOLS").expect(
-        "RAGSTREAM_PY_TOOLS unset: run deploy/scripts/install-python-tools.sh (the test command does)",
+        "RAGSTREAM_PY_TOOLS unset: run deploy/scripts/install/python-tools.sh (the test command does)",
     ))
 }
 

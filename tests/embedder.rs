@@ -1,5 +1,5 @@
 //! The local MiniLM embedder (ONNX Runtime) agrees with sentence-transformers: reference vectors made by
-//! `deploy/scripts/make_reference_vectors.py` (PyTorch, fp32) and committed as a fixture.
+//! `deploy/scripts/install/make_reference_vectors.py` (PyTorch, fp32) and committed as a fixture.
 //! Floors: cosine ≥ 0.999 for the fp32 graph, ≥ 0.98 for the int8 graph, on every reference sentence.
 
 use ragstream_operators::embed::minilm::Precision;

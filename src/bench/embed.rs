@@ -1,5 +1,5 @@
 //! `ragstream bench embed`: the local embedder's throughput on a corpus's chunks and its single-query
-//! latency, on exactly the texts the PyTorch peer (`deploy/scripts/bench_embed_torch.py`) measures.
+//! latency, on exactly the texts the PyTorch peer (`deploy/scripts/bench/embed_torch.py`) measures.
 //!
 //! 1. The corpus is chunked by the pipeline's chunker; the chunks' embedding inputs are the texts.
 //! 2. Throughput: every text in one `embed` call (sorted by length and batched by 32 inside, as

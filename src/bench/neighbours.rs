@@ -8,7 +8,7 @@
 //! `a` posts documents of `size_mib` of prose without pause (each answered 202 at once; a refusal for
 //! room is retried a second later). Reported: how long after its post each of `b`'s documents was
 //! found (those never found within the phase counted apart), `b`'s round trips in both phases and
-//! their ratio, and how much the model embedded meanwhile. `bench-neighbours.sh` runs it with the
+//! their ratio, and how much the model embedded meanwhile. `bench/neighbours.sh` runs it with the
 //! defaults, with `--query-headroom-secs 0` (every ingest executor runs while b asks) and with
 //! `--fair false` (one queue).
 
@@ -246,7 +246,7 @@ pub fn neighbours(args: NeighboursBench) -> anyhow::Result<Value> {
         loaded.busy,
     );
     // The job is not stopped gracefully (that would finish a's documents first): the process ends
-    // after the report; `bench-neighbours.sh` removes its working directory.
+    // after the report; `bench/neighbours.sh` removes its working directory.
     drop(running);
     let p = |v: &[f64], key: &str| summary(v.to_vec())[key].as_f64().unwrap_or(0.0);
     Ok(json!({

@@ -362,7 +362,7 @@ pub fn pathological(args: PathologicalBench) -> anyhow::Result<Value> {
     );
     // The job is not stopped gracefully (that finishes the ingest in flight): the process ends after
     // the report, and its working directory under the temporary directory is left to the caller
-    // (`bench-pathological.sh` removes it).
+    // (`bench/pathological.sh` removes it).
     drop(running);
     let p = |v: &[f64], key: &str| summary(v.to_vec())[key].as_f64().unwrap_or(0.0);
     Ok(json!({

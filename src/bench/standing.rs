@@ -8,7 +8,7 @@
 //! to settle and a sample of subscriptions is compared with one-shot answers. With `--idle M`,
 //! M more subscriptions are then made and held: the memory they take, and what one unrelated
 //! upsert costs them. `--subscriptions 0` is the baseline (the same corpus, nothing subscribed):
-//! `bench-standing.sh` runs both and reports the ratio.
+//! `bench/standing.sh` runs both and reports the ratio.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;

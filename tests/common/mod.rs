@@ -35,10 +35,10 @@ pub fn minilm_pooling(
             pool_spans,
         },
     )
-    .expect("model loads (deploy/scripts/fetch-model.sh installs the runtime and graphs)")
+    .expect("model loads (deploy/scripts/install/model.sh installs the runtime and graphs)")
 }
 
-/// The MiniLM model directory (fetched by `deploy/scripts/fetch-model.sh`, which the test command runs).
+/// The MiniLM model directory (fetched by `deploy/scripts/install/model.sh`, which the test command runs).
 pub fn model_dir() -> PathBuf {
     let dir = std::env::var_os("RAGSTREAM_MODEL_DIR")
         .map(PathBuf::from)
@@ -48,7 +48,7 @@ pub fn model_dir() -> PathBuf {
         });
     assert!(
         dir.join("model.safetensors").is_file(),
-        "model missing at {}: run deploy/scripts/fetch-model.sh (the test command does)",
+        "model missing at {}: run deploy/scripts/install/model.sh (the test command does)",
         dir.display()
     );
     dir

@@ -1,6 +1,6 @@
 //! A throw-away Qdrant server on loopback for the server backend's tests: free ports, storage in a
 //! temp directory, killed when dropped. The binary comes from `RAGSTREAM_QDRANT` (the test command
-//! sets it from `deploy/scripts/install-qdrant.sh`).
+//! sets it from `deploy/scripts/install/qdrant.sh`).
 
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};

@@ -61,7 +61,7 @@ pub fn embedder(config: &Config) -> anyhow::Result<Box<dyn Embedder>> {
                 spinning: config.embedder.spinning,
                 pool_spans: config.embedder.evidence() == EvidenceUnits::Pooled,
             })
-            .with_context(|| "run deploy/scripts/fetch-model.sh to fetch the model")?,
+            .with_context(|| "run deploy/scripts/install/model.sh to fetch the model")?,
         ),
         EmbedderKind::Http => Box::new(HttpEmbedder::new(HttpEmbedderConfig {
             url: config.embedder.url.clone().unwrap_or_default(),

@@ -4,7 +4,7 @@
 //! Nothing here knows timely, Kafka, Qdrant, ONNX Runtime or an async runtime: every function is plain
 //! Rust over plain values, unit- and property-tested on its own, and builds in seconds. The timely
 //! operators and the adapters to the outside world are in `ragstream-operators`, which depends on this
-//! crate and never the other way round (`deploy/scripts/check-layers.sh` checks it in the test command).
+//! crate and never the other way round (`deploy/scripts/check/layers.sh` checks it in the test command).
 #![forbid(missing_docs)]
 
 pub mod embed;

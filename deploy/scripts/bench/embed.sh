@@ -3,13 +3,13 @@
 # sentence-transformers (PyTorch, CPU) on the same texts (the corpus's chunks as the pipeline cuts them)
 # and the same questions, same threads, in interleaved rounds; prints every round and the medians and
 # ratios as JSON.
-#   ./deploy/scripts/bench-embed.sh [CORPUS] [QUESTIONS] [ROUNDS] [THREADS]
+#   ./deploy/scripts/bench/embed.sh [CORPUS] [QUESTIONS] [ROUNDS] [THREADS]
 # Defaults: ../shared/data/squad-v1.1/{corpus,questions}.jsonl, 3 rounds, 2 threads.
 # The PyTorch side lives in its own virtual environment, $RAGSTREAM_CACHE/st-venv, made on first use
 # with `pip install sentence-transformers==6.2.0 torch==2.15.0` from PyPI (CPU; the torch wheel pulls
 # its CUDA libraries too, about 6 GB). The tests never use it.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 data="${RAGSTREAM_DATA:-../shared/data}"
 corpus="${1:-$data/squad-v1.1/corpus.jsonl}"
 questions="${2:-$data/squad-v1.1/questions.jsonl}"
@@ -17,7 +17,7 @@ rounds="${3:-3}"
 threads="${4:-2}"
 cache="${RAGSTREAM_CACHE:-$HOME/.cache/ragstream}"
 export RAGSTREAM_MODEL_DIR="${RAGSTREAM_MODEL_DIR:-$cache/models/all-MiniLM-L6-v2}"
-deploy/scripts/fetch-model.sh "$RAGSTREAM_MODEL_DIR" >/dev/null
+deploy/scripts/install/model.sh "$RAGSTREAM_MODEL_DIR" >/dev/null
 venv="$cache/st-venv"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sentence_transformers' 2>/dev/null; then
   python3 -m venv "$venv"
@@ -33,7 +33,7 @@ for round in $(seq "$rounds"); do
   for engine in "${engines[@]}"; do
     "$bin" bench embed --corpus "$corpus" --questions "$questions" --threads "$threads" --engine "$engine" | tee -a "$work/rounds.jsonl" >&2
   done
-  "$venv/bin/python" deploy/scripts/bench_embed_torch.py "$work/texts.json" "$RAGSTREAM_MODEL_DIR" "$threads" 2>/dev/null | tee -a "$work/rounds.jsonl" >&2
+  "$venv/bin/python" deploy/scripts/bench/embed_torch.py "$work/texts.json" "$RAGSTREAM_MODEL_DIR" "$threads" 2>/dev/null | tee -a "$work/rounds.jsonl" >&2
 done
 python3 - "$work/rounds.jsonl" <<'PY'
 import json, statistics, sys

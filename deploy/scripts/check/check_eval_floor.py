@@ -1,6 +1,6 @@
 """Checks a `ragstream eval` report against the floors the test command holds it to.
 
-    python3 deploy/scripts/check_eval_floor.py REPORT.json
+    python3 deploy/scripts/check/check_eval_floor.py REPORT.json
 
 The floors are for the first 100 SciFact questions over the first 1000 documents and those judged for
 them (`--limit 100 --corpus-limit 1000`), at the default configuration but for the fp32 graph

@@ -2,8 +2,8 @@
 # Runs a command inside a memory cgroup of LIMIT bytes (page cache included, as a container's limit
 # counts it) and, on exit, prints the cgroup's peak usage and failure count to stderr as one JSON line.
 # Needs a writable cgroup hierarchy (v2 or the v1 memory controller), e.g. root in a container.
-#   ./deploy/scripts/memory-limit.sh 4G ragstream bench volume ...
-# With the bench scripts: RAGSTREAM_MEMORY_LIMIT=4G ./deploy/scripts/bench-volume.sh
+#   ./deploy/scripts/bench/memory-limit.sh 4G ragstream bench volume ...
+# With the bench scripts: RAGSTREAM_MEMORY_LIMIT=4G ./deploy/scripts/bench/volume.sh
 set -euo pipefail
 limit="$1"
 shift

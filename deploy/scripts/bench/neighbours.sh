@@ -4,10 +4,10 @@
 # broker): with the defaults (tenants taking turns, one ingest executor sitting out while queries
 # come), with every ingest executor running (embedder.query_headroom_secs = 0), and with one queue
 # (ingest.fair = false), in this order. Prints one JSON report per line.
-#   ./deploy/scripts/bench-neighbours.sh [SIZE_MIB] [LOADED_SECONDS]
+#   ./deploy/scripts/bench/neighbours.sh [SIZE_MIB] [LOADED_SECONDS]
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-source deploy/scripts/bench-local-env.sh
+cd "$(dirname "$0")/../../.."
+source deploy/scripts/bench/local-env.sh
 # Each run leaves its job's working directory under TMPDIR: removed on exit.
 export TMPDIR="$(mktemp -d)"
 trap 'rm -rf "$TMPDIR"' EXIT

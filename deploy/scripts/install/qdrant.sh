@@ -12,7 +12,7 @@ if [ -n "${QDRANT_BIN:-}" ]; then
   echo "$QDRANT_BIN"
   exit 0
 fi
-shipped="$(cd "$(dirname "$0")/../../.." && pwd)/shared/bin/install-qdrant.sh"
+shipped="$(cd "$(dirname "$0")/../../../.." && pwd)/shared/bin/install-qdrant.sh"
 if [ -x "$shipped" ]; then
   exec "$shipped"
 fi

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Installs what the local embedder runs on, next to the model fetched by fetch-model.sh:
+# Installs what the local embedder runs on, next to the model fetched by install/model.sh:
 #   1. the ONNX Runtime library, taken out of the PyPI wheel `onnxruntime` (pinned version and sha256)
 #      into $RAGSTREAM_CACHE/onnxruntime/libonnxruntime.so;
 #   2. the graphs model_fp32.onnx and model_int8.onnx in MODEL_DIR, written from the model's safetensors
-#      by deploy/scripts/export_onnx.py with pinned Python tools (deploy/scripts/onnx-tools.txt) in a
+#      by deploy/scripts/install/export_onnx.py with pinned Python tools (deploy/scripts/install/onnx-tools.txt) in a
 #      cached virtual environment, and checked against their pinned sha256.
 # Nothing comes from a model hub; nothing happens at build time. Each step is skipped when its output is
 # already there.
 #
-# Usage: deploy/scripts/fetch-onnx.sh MODEL_DIR
+# Usage: deploy/scripts/install/onnx.sh MODEL_DIR
 # Environment:
 #   RAGSTREAM_CACHE          cache root (default ~/.cache/ragstream)
 #   RAGSTREAM_GRAPH_SHA256   "skip" to accept graphs whose bytes differ from the pinned ones
@@ -21,8 +21,8 @@ readonly ORT_WHEEL_SHA256="5a34fc4dfeb5a7b4a74c95dcba1e773d722abda720b474edf1b0c
 readonly FP32_SHA256="4f5f76923386637f848a64bd58e724229c4f30269156ba77f8157d5385921391"
 readonly INT8_SHA256="e466329974ab07a218ebf6090dab0189a91e30c5bc8638f08f86516eb4fffb2c"
 
-log() { printf 'fetch-onnx: %s\n' "$*" >&2; }
-die() { printf 'fetch-onnx: error: %s\n' "$*" >&2; exit 1; }
+log() { printf 'install/onnx: %s\n' "$*" >&2; }
+die() { printf 'install/onnx: error: %s\n' "$*" >&2; exit 1; }
 
 [[ $# -eq 1 ]] || die "usage: $0 MODEL_DIR"
 model_dir="$(cd "$1" && pwd)"

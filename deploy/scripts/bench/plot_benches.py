@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plots of the benches' JSON reports as SVG files to commit (Python 3 standard library only).
 
-    python3 deploy/scripts/plot-benches.py [DIR]      # DIR: default docs/bench of this repository
+    python3 deploy/scripts/bench/plot_benches.py [DIR]      # DIR: default docs/bench of this repository
 
 Reads the reports in DIR and writes, next to them, one SVG per plot whose input is there. A missing
 input skips its plot with one line on stderr; a malformed report is an error naming the file and the key
@@ -13,9 +13,9 @@ input skips its plot with one line on stderr; a malformed report is an error nam
       cargo run -- eval --dataset scifact --out docs/bench/eval-scifact.json
       cargo run -- eval --dataset cosqa --out docs/bench/eval-cosqa.json
   latency-idle-vs-ingest.svg   load.json, the report of `ragstream bench load`:
-      ./deploy/scripts/bench-load.sh > docs/bench/load.json
+      ./deploy/scripts/bench/load.sh > docs/bench/load.json
   volume-ingest-rate.svg       volume.json, the report of `ragstream bench volume`:
-      ./deploy/scripts/bench-volume.sh > docs/bench/volume.json
+      ./deploy/scripts/bench/volume.sh > docs/bench/volume.json
 """
 
 import json
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7")  # Okabe-Ito: told apart by colour-blind readers
 MARKERS = ("circle", "square", "triangle", "diamond")
 W, LEFT, PLOT_W, PANEL_H, PLOT_H = 720, 72, 420, 272, 190  # legend to the right of the plot area
@@ -295,18 +295,18 @@ PLOTS = (("answer-recall-by-budget.svg", "eval-squad.json", plot_recall),
 def main(argv):
     d = Path(argv[1]) if len(argv) > 1 else ROOT / "docs" / "bench"
     if not d.is_dir():
-        print(f"plot-benches: error: {d} is not a directory", file=sys.stderr)
+        print(f"plot_benches: error: {d} is not a directory", file=sys.stderr)
         return 2
     status = 0
     for name, needed, build in PLOTS:
         if not (d / needed).exists():
-            print(f"plot-benches: skipping {name}: no {needed} in {d}", file=sys.stderr)
+            print(f"plot_benches: skipping {name}: no {needed} in {d}", file=sys.stderr)
             continue
         try:
             (d / name).write_bytes(build(d).encode("utf-8"))
             print(f"wrote {d / name}")
         except ReportError as e:
-            print(f"plot-benches: error: {name} not written: {e}", file=sys.stderr)
+            print(f"plot_benches: error: {name} not written: {e}", file=sys.stderr)
             status = 1
     return status
 

@@ -12,7 +12,7 @@ Three steps, each reproducible from the same inputs:
    output channel (QInt8), activations quantised at run time.
 
 The script checks that the fused and the int8 graphs agree with the raw one on a few inputs and prints the
-worst cosine of each. Needs `numpy`, `onnx` and `onnxruntime` (installed by deploy/scripts/fetch-onnx.sh).
+worst cosine of each. Needs `numpy`, `onnx` and `onnxruntime` (installed by deploy/scripts/install/onnx.sh).
 
 Usage: export_onnx.py MODEL_DIR   (writes the three graphs into MODEL_DIR)
 """

@@ -1,8 +1,8 @@
-"""Tests of the bench plotter (plot-benches.py) on synthetic reports of the shapes `ragstream eval`,
+"""Tests of the bench plotter (bench/plot_benches.py) on synthetic reports of the shapes `ragstream eval`,
 `ragstream bench load` and `ragstream bench volume` print: the SVGs are well-formed XML with one
 polyline per series and a point per measurement, placed the right way up, named in the legend, the same
 bytes for the same input; a missing report skips its plot, a malformed one fails with a message. Run by
-test.sh: python3 -m unittest deploy/scripts/test_plot_benches.py (standard library only)."""
+test.sh: python3 -m unittest deploy/scripts/bench/test_plot_benches.py (standard library only)."""
 
 import copy
 import importlib.util
@@ -15,7 +15,7 @@ import unittest
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent / "plot-benches.py"
+SCRIPT = Path(__file__).resolve().parent / "plot_benches.py"
 _spec = importlib.util.spec_from_file_location("plot_benches", SCRIPT)
 pb = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(pb)

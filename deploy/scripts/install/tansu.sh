@@ -14,7 +14,7 @@ if [ -x "$bin" ]; then
   echo "$bin"
   exit 0
 fi
-shipped="$(cd "$(dirname "$0")/../../.." && pwd)/shared/bin/install-tansu.sh"
+shipped="$(cd "$(dirname "$0")/../../../.." && pwd)/shared/bin/install-tansu.sh"
 if [ "$version" = "0.6.0" ] && [ -x "$shipped" ]; then
   exec "$shipped"
 fi

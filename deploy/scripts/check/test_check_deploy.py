@@ -1,6 +1,6 @@
 """Tests of the deployment checker's rules (check_deploy.py): each rule must refuse what it exists
-to refuse, and accept what the repository's own files contain. Run by check-deploy.sh with the pinned
-packages: python -m unittest deploy/scripts/test_check_deploy.py"""
+to refuse, and accept what the repository's own files contain. Run by check/deploy.sh with the pinned
+packages: python -m unittest deploy/scripts/check/test_check_deploy.py"""
 
 import sys
 import unittest

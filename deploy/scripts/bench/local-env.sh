@@ -2,7 +2,7 @@
 # (the job's binary; RAGSTREAM_BIN names another one, e.g. a build of an earlier commit for a
 # before/after run).
 export RAGSTREAM_MODEL_DIR="${RAGSTREAM_MODEL_DIR:-${RAGSTREAM_CACHE:-$HOME/.cache/ragstream}/models/all-MiniLM-L6-v2}"
-deploy/scripts/fetch-model.sh "$RAGSTREAM_MODEL_DIR" >/dev/null
+deploy/scripts/install/model.sh "$RAGSTREAM_MODEL_DIR" >/dev/null
 if [ -n "${RAGSTREAM_BIN:-}" ]; then
   bin="$RAGSTREAM_BIN"
 else

@@ -4,10 +4,10 @@
 # through the file sandbox and chunked (`ragstream bench pathological --offline` stops there), then
 # `POST /v1/query` round trips from one client with ingest idle and while the script and the table
 # are dropped into the job's watched directory (the embedded default: local model, embedded index, no broker). Prints the JSON report.
-#   ./deploy/scripts/bench-pathological.sh [SIZE_MIB] [QUERIES] [INTERVAL_MS] [LOADED_SECONDS]
+#   ./deploy/scripts/bench/pathological.sh [SIZE_MIB] [QUERIES] [INTERVAL_MS] [LOADED_SECONDS]
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-source deploy/scripts/bench-local-env.sh
+cd "$(dirname "$0")/../../.."
+source deploy/scripts/bench/local-env.sh
 # The bench leaves its job's working directory (index, watched files) under TMPDIR: removed on exit.
 export TMPDIR="$(mktemp -d)"
 trap 'rm -rf "$TMPDIR"' EXIT

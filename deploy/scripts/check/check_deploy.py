@@ -1,4 +1,4 @@
-"""Offline checks of the deployment files (run by deploy/scripts/check-deploy.sh, which installs the
+"""Offline checks of the deployment files (run by deploy/scripts/check/deploy.sh, which installs the
 pinned Python packages and the Compose schema first, and runs test_check_deploy.py).
 
 Each check returns a list of problems (empty: passed); `check` prints one line per check."""
@@ -18,7 +18,7 @@ import kubernetes_validate
 import yaml
 from kubernetes_validate import utils as kv_utils
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 COMPOSE_DIR = ROOT / "deploy/compose"
 COMPOSE_FILE = COMPOSE_DIR / "docker-compose.yml"
 K8S_DIR = ROOT / "deploy/k8s"
@@ -367,18 +367,18 @@ def check_dockerfile_structure():
         problems.append("runtime ENV lacks RAGSTREAM_MODEL_DIR (the embedder's model directory)")
     # The model: fetched by the project's script in some stage, copied to RAGSTREAM_MODEL_DIR.
     fetch = [(s, rest) for s in stages for instr, rest in s["steps"]
-             if instr == "RUN" and "fetch-model.sh" in rest]
+             if instr == "RUN" and "install/model.sh" in rest]
     if not fetch:
-        problems.append("no stage runs deploy/scripts/fetch-model.sh (the model's only source)")
+        problems.append("no stage runs deploy/scripts/install/model.sh (the model's only source)")
     else:
         stage, command = fetch[0]
-        target = command.split("fetch-model.sh", 1)[1].split()
+        target = command.split("install/model.sh", 1)[1].split()
         copied = [rest for instr, rest in steps if instr == "COPY" and f"--from={stage['alias']}" in rest]
         if not target or not copied or not any(model_dir and rest.split()[-1].rstrip("/") == model_dir.group(1).rstrip("/")
                                                and rest.split()[-2].rstrip("/") == target[0].rstrip("/") for rest in copied):
-            problems.append("the model fetched by fetch-model.sh is not copied to RAGSTREAM_MODEL_DIR")
-        if not any(instr == "COPY" and "deploy/scripts/fetch-model.sh" in rest for instr, rest in stage["steps"]):
-            problems.append("the model stage does not COPY deploy/scripts/fetch-model.sh")
+            problems.append("the model fetched by install/model.sh is not copied to RAGSTREAM_MODEL_DIR")
+        if not any(instr == "COPY" and "deploy/scripts/install/model.sh" in rest for instr, rest in stage["steps"]):
+            problems.append("the model stage does not COPY deploy/scripts/install/model.sh")
     if not any(instr == "COPY" and rest.split()[-2].rstrip("/") == "topologies/presets"
                and rest.split()[-1].rstrip("/") == "/etc/ragstream" for instr, rest in steps):
         problems.append("the presets are not copied to /etc/ragstream/")
@@ -677,7 +677,7 @@ def check_prometheus_wiring():
     if not promtool:
         log = Path(os.environ["CHECK_PROMTOOL_LOG"])
         tail = log.read_text().strip().splitlines()[-3:] if log.exists() else []
-        return problems + ["promtool unavailable (deploy/scripts/install-prometheus.sh failed): " + " | ".join(tail)]
+        return problems + ["promtool unavailable (deploy/scripts/install/prometheus.sh failed): " + " | ".join(tail)]
     # The container's view: every bind mount placed at its target under a scratch root.
     with tempfile.TemporaryDirectory() as scratch:
         for target, source in mounts.items():
@@ -1128,7 +1128,7 @@ def check_cluster_preset():
 def main():
     check("presets: every topologies/presets/*.toml uses only keys and values of config.rs", check_presets)
     check("presets: cluster.toml listens on all interfaces, index on /var/lib/ragstream, Kafka", check_cluster_preset)
-    check("dockerfile: stages, non-root user, model from fetch-model.sh, presets, ports, no pipe-to-shell", check_dockerfile_structure)
+    check("dockerfile: stages, non-root user, model from install/model.sh, presets, ports, no pipe-to-shell", check_dockerfile_structure)
     check(f"compose: valid against the Compose Specification schema ({os.environ['CHECK_COMPOSE_SCHEMA_SOURCE']})", check_compose_schema)
     check("compose: every service in its own profile and `all`; README profiles and commands resolve", check_compose_profiles)
     check("compose: bind mounts and build context exist, volumes declared, images pinned, no secrets", check_compose_mounts)

