@@ -1,6 +1,6 @@
 """The Python client and its retrievers against a running job.
 
-Run by the Rust integration test `python_client` (tests/python_client.rs), which starts the job with
+Run by the Rust integration test `python_client` (tests/integration/python_client.rs), which starts the job with
 the documents these tests expect and sets RAGSTREAM_URL, RAGSTREAM_TEST_ADMIN_TOKEN (every tenant)
 and RAGSTREAM_TEST_ACME_TOKEN (bound to the tenant `acme`).
 """

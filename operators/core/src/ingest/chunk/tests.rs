@@ -173,7 +173,7 @@ fn a_long_line_cut_before_a_run_of_spaces_stays_within_budget() {
         "|  BM25 variants standard, plus, l, t, adpt |  [index.bm25] variant (delta for plus and \
          l); t and adpt refused: they take a per-term k1 from the whole corpus\u{2019}s statistics, \
          which weights stored at ingest cannot follow as the corpus changes |{}standard |  the same \
-         core test; tests/embedder.rs an_index_of_another_bm25_weighting_refuses_to_open_until_re_\
+         core test; tests/integration/embedder.rs an_index_of_another_bm25_weighting_refuses_to_open_until_re_\
          encoded: an index of the standard weighting refused by a plus job, re-encoded with \
          embedder.reembed, a match then scoring over 1 higher; adpt refused at load |",
         " ".repeat(149)

@@ -25,7 +25,7 @@ pub fn tools_python() -> PathBuf {
 }
 
 /// Validates `cases` (each `{schema, pointer, instance, what}`) and, when given, the OpenAPI document
-/// at `openapi`, with `tests/python/check_schemas.py`; panics with its report when any fails.
+/// at `openapi`, with `tests/integration/python/check_schemas.py`; panics with its report when any fails.
 pub fn check_schemas(dir: &Path, openapi: Option<&Path>, cases: &[Value]) -> String {
     let job = dir.join("schema-cases.json");
     std::fs::write(
@@ -33,7 +33,7 @@ pub fn check_schemas(dir: &Path, openapi: Option<&Path>, cases: &[Value]) -> Str
         json!({"openapi": openapi, "cases": cases}).to_string(),
     )
     .expect("cases written");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/check_schemas.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration/python/check_schemas.py");
     let output = Command::new(tools_python())
         .arg(script)
         .arg(&job)

@@ -13,7 +13,7 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let fixture: serde_json::Value =
-        serde_json::from_str(include_str!("fixtures/minilm_reference.json"))
+        serde_json::from_str(include_str!("../fixtures/minilm_reference.json"))
             .expect("fixture is JSON");
     let field = |name: &str| fixture[name].clone();
     Fixture {

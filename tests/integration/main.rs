@@ -2,6 +2,7 @@
 //! the job's dependencies instead of thirteen (minutes of a cold CI build on two cores).
 //! `cargo test --test integration <file>::` runs one file's tests.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 mod api;

@@ -81,7 +81,7 @@ fn python() -> PathBuf {
 }
 
 fn client_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration/mcp/client.py")
 }
 
 /// The calls every transport makes: each tool, a read of the first chunk found, a filter, and a
@@ -842,7 +842,7 @@ fn an_mcp_client_is_told_when_its_standing_context_moves() {
         .replace("{http}", &format!("127.0.0.1:{port}"));
     let config_path = dir.path().join("ragstream.toml");
     std::fs::write(&config_path, config).expect("config");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/standing.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration/mcp/standing.py");
     let documents = format!("http://127.0.0.1:{port}/v1/documents");
     // Each run posts a passage of its own (not a near-duplicate of the other, which dedup drops).
     let passages = [
