@@ -93,8 +93,9 @@ stop_faults() {
   fi
 }
 trap stop_faults EXIT
-echo "== the default build (the README's run command: no Kafka, Qdrant server client, MCP, file readers or benches) compiles"
-cargo check --locked --bin ragstream
+echo "== clippy (-D warnings): every component, then the default build (the README's run command: no Kafka, Qdrant server client, MCP, file readers or benches), which so also compiles"
+cargo clippy --workspace --all-targets "${features[@]}" --locked --quiet -- -D warnings
+cargo clippy --workspace --all-targets --locked --quiet -- -D warnings
 echo "== tests"
 # Integration tests start brokers and jobs: one test binary at a time (the fault suite aside), one
 # test at a time inside them.
