@@ -36,7 +36,7 @@ use ragstream_topologies::config::{Config, IndexKind, SourceKind};
 use ragstream_topologies::factory;
 use ragstream_topologies::job::ProcessParts;
 
-use crate::documents::DocumentsTarget;
+use crate::http::documents::DocumentsTarget;
 use crate::http::{check_open, serve, Limits, QueryTokens, Readiness};
 use crate::standing::Standing;
 

@@ -1,11 +1,11 @@
-//! The job's HTTP API (described by the OpenAPI document at `/v1/openapi.json`, [`crate::openapi`]):
+//! The job's HTTP API (described by the OpenAPI document at `/v1/openapi.json`, [`crate::http::openapi`]):
 //! `POST /v1/query` (a query event in the body, its context as the answer: the same dataflow as the
 //! queries topic), `GET /v1/sources` and `GET /v1/chunks/{id}` (the `list_sources` and `read_chunk`
 //! modes), `GET /v1/invalidations?since=N` (the process's invalidations of published contexts
 //! numbered above N), `GET /v1/stats/index`, `GET /v1/cache`, `DELETE /v1/cache` and `POST`/`GET
 //! /v1/reindex` (operations: the index's counts, the context caches, `force_reindex`), `/mcp` (the agent tools), and unversioned `/metrics` (Prometheus text),
 //! `/healthz` (process up) and `/readyz` (index open, model loaded, broker reachable). Every error
-//! is a problem (RFC 9457, [`crate::api::Problem`]). Bound to loopback unless configured otherwise.
+//! is a problem (RFC 9457, [`crate::http::api::Problem`]). Bound to loopback unless configured otherwise.
 //!
 //! The server is hyper on a small tokio runtime of its own, built to stay up whatever a client sends:
 //! - a connection cap (`http.max_connections`): a connection over it is closed at once;
@@ -40,11 +40,14 @@ use ragstream_operators::ingest::decode::DecodeConfig;
 use ragstream_operators::io::query_source::HttpIngress;
 use tokio::sync::Semaphore;
 
-use crate::api::{InvalidationsPage, Problem, SourcesPage, PROBLEM_JSON};
+use crate::http::api::{InvalidationsPage, Problem, SourcesPage, PROBLEM_JSON};
 
 mod access;
+pub mod api;
 mod batches;
 mod deadline;
+pub mod documents;
+pub mod openapi;
 mod ops;
 mod rate;
 mod reads;
@@ -57,9 +60,9 @@ use reads::{chunk, invalidations, sources};
 pub use subscriptions::SubscribeRequest;
 use writes::{batch_status, delete_document, post_documents};
 
-use crate::documents::{self, DocumentsTarget};
 use access::{bind, Access, Tenants, Unauthorized};
 pub use access::{check_open, AllowedHosts, QueryTokens};
+use documents::DocumentsTarget;
 
 /// Readiness flags set by the runtime.
 #[derive(Debug)]
@@ -187,7 +190,7 @@ fn reply(status: StatusCode, body: impl Into<Bytes>, content_type: &'static str)
     response
 }
 
-/// A problem reply (RFC 9457): `name` is one of [`crate::api::PROBLEMS`].
+/// A problem reply (RFC 9457): `name` is one of [`crate::http::api::PROBLEMS`].
 fn problem(name: &str, detail: &str) -> Reply {
     problem_reply(&Problem::new(name, detail))
 }
@@ -386,7 +389,7 @@ fn method_not_allowed(allow: &'static str) -> Reply {
 /// The OpenAPI document, generated once.
 fn openapi_json() -> &'static str {
     static DOCUMENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    DOCUMENT.get_or_init(|| crate::openapi::pretty(&crate::openapi::document()))
+    DOCUMENT.get_or_init(|| crate::http::openapi::pretty(&crate::http::openapi::document()))
 }
 
 /// The data routes: they check the `Host` and the bearer token.

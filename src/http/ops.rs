@@ -4,7 +4,7 @@
 //! opens.
 
 use super::*;
-use crate::api::{CacheCleared, IndexStatsPage};
+use crate::http::api::{CacheCleared, IndexStatsPage};
 use ragstream_core::query::pattern::TextPattern;
 use ragstream_operators::ingest::reindex::Refusal;
 

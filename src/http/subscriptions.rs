@@ -24,7 +24,7 @@ use hyper::Request;
 
 use super::access::{bind, Access};
 use super::{json_reply, problem, problem_reply, read_body, Reply, Shared};
-use crate::api::Problem;
+use crate::http::api::Problem;
 use crate::standing::{Refused, Standing, Version};
 
 /// Seconds between two keep-alive comments of an event stream.

@@ -10,7 +10,7 @@ use ragstream_operators::io::query_source::StandingIntake;
 use ragstream_topologies::config::Config;
 use ragstream_topologies::factory;
 
-use crate::documents::{DocumentsTarget, KafkaDocuments};
+use crate::http::documents::{DocumentsTarget, KafkaDocuments};
 use crate::http::Readiness;
 use crate::standing::Standing;
 

@@ -10,7 +10,7 @@
 //! With a [`DocumentIngress`] (documents posted to the job's HTTP API) the source also emits what is
 //! posted, each request's documents at one time, and tells the request (its [`Receipt`]) once every
 //! document of it is finished: written by the index (or dead-lettered), as the index writers record
-//! ([`Written`]), or its time acknowledged by the index, the local equivalent of a committed offset.
+//! ([`Written`](crate::ingest::written::Written)), or its time acknowledged by the index, the local equivalent of a committed offset.
 //! A JSONL input then stays open after its last event, for the posts to come.
 //!
 //! # Fair across tenants
@@ -21,9 +21,9 @@
 //! queues behind that tenant's own work, not in front of the others' (the Embed operator and the
 //! inference service take turns per tenant too). With `fair` off, one lane, first in first out.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -35,9 +35,15 @@ use timely::scheduling::Activator;
 
 use super::dir_source::DirSource;
 use crate::ingest::dlq::DlqRecord;
-use crate::ingest::written::Written;
-use crate::model::{DocKey, DocOp};
+use crate::model::DocOp;
 use crate::offload::{Background, Ticket};
+
+mod ingress;
+mod tracker;
+
+use ingress::event_bytes;
+pub use ingress::{DocumentIngress, Receipt, ReceiptState};
+use tracker::Tracker;
 
 /// What a local source reads.
 #[derive(Debug)]
@@ -51,227 +57,6 @@ pub enum LocalInput {
     },
     /// Events read from a JSONL file, sent once.
     Events(Vec<Result<DocOp, DlqRecord>>),
-}
-
-/// Documents posted to the job's HTTP API in local mode, waiting for the local source, in a lane per
-/// tenant.
-#[derive(Debug)]
-pub struct DocumentIngress {
-    lanes: Mutex<Lanes>,
-    closed: AtomicBool,
-    written: Arc<Written>,
-    fair: bool,
-}
-
-impl Default for DocumentIngress {
-    fn default() -> Self {
-        Self::new(true)
-    }
-}
-
-/// One request's documents, its bytes, and where to tell it they were indexed.
-struct Posted {
-    documents: Vec<Result<DocOp, DlqRecord>>,
-    bytes: usize,
-    waiter: Waiter,
-}
-
-/// The queued requests by lane, and whose turn it is (deficit round robin over bytes).
-#[derive(Default)]
-struct Lanes {
-    queued: BTreeMap<Arc<str>, VecDeque<Posted>>,
-    turn: VecDeque<Arc<str>>,
-    credit: HashMap<Arc<str>, usize>,
-}
-
-impl std::fmt::Debug for Lanes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lanes")
-            .field("lanes", &self.queued.len())
-            .finish()
-    }
-}
-
-/// Credit a lane gains per turn.
-const QUANTUM_BYTES: usize = 256 * 1024;
-
-/// Where a posted request stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReceiptState {
-    /// Waiting for its turn, or being chunked, embedded and written.
-    Queued,
-    /// Every document finished: written by the index, or dead-lettered.
-    Indexed,
-    /// The job stopped before it was indexed (it is not: post it again after the restart).
-    Stopped,
-}
-
-/// A posted request's state, shared by the source (which moves it) and whoever waits for it.
-#[derive(Debug)]
-pub struct Receipt {
-    state: Mutex<ReceiptState>,
-    moved: Condvar,
-}
-
-impl Receipt {
-    fn new() -> Self {
-        Self {
-            state: Mutex::new(ReceiptState::Queued),
-            moved: Condvar::new(),
-        }
-    }
-
-    /// The request's state now.
-    pub fn state(&self) -> ReceiptState {
-        *self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Waits up to `timeout` for the request to leave [`ReceiptState::Queued`]; its state then.
-    pub fn wait(&self, timeout: Duration) -> ReceiptState {
-        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let (state, _) = self
-            .moved
-            .wait_timeout_while(state, timeout, |s| *s == ReceiptState::Queued)
-            .unwrap_or_else(|p| p.into_inner());
-        *state
-    }
-
-    fn settle(&self, to: ReceiptState) {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if *state == ReceiptState::Queued {
-            *state = to;
-        }
-        self.moved.notify_all();
-    }
-}
-
-/// A posted request's receipt, and what it holds until its documents are indexed (the HTTP server's
-/// slot among the batches being written: a request whose caller stopped waiting still counts). A
-/// waiter dropped before its request was indexed tells the receipt the job stopped.
-struct Waiter {
-    receipt: Arc<Receipt>,
-    _hold: Option<Box<dyn std::any::Any + Send>>,
-}
-
-impl Drop for Waiter {
-    fn drop(&mut self) {
-        self.receipt.settle(ReceiptState::Stopped);
-    }
-}
-
-impl DocumentIngress {
-    /// An ingress with a lane per tenant (`fair`), or one lane for all, first in first out.
-    pub fn new(fair: bool) -> Self {
-        Self {
-            lanes: Mutex::default(),
-            closed: AtomicBool::new(false),
-            written: Arc::default(),
-            fair,
-        }
-    }
-
-    /// Whether requests queue per tenant.
-    pub fn is_fair(&self) -> bool {
-        self.fair
-    }
-
-    /// Queues one request's documents in the lane of its first document's tenant, keeping `hold`
-    /// until they are indexed (or the job stops), whether or not anyone still waits for the receipt.
-    pub fn submit(
-        &self,
-        documents: Vec<Result<DocOp, DlqRecord>>,
-        hold: Option<Box<dyn std::any::Any + Send>>,
-    ) -> Arc<Receipt> {
-        let receipt = Arc::new(Receipt::new());
-        let lane: Arc<str> = match self.fair {
-            true => documents
-                .iter()
-                .find_map(|d| d.as_ref().ok())
-                .map_or("", |op| op.key().tenant.as_str())
-                .into(),
-            false => "".into(),
-        };
-        let bytes = documents.iter().map(event_bytes).sum();
-        let posted = Posted {
-            documents,
-            bytes,
-            waiter: Waiter {
-                receipt: receipt.clone(),
-                _hold: hold,
-            },
-        };
-        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
-        if !self.closed.load(Ordering::SeqCst) {
-            lanes.queued.entry(lane).or_default().push_back(posted);
-        }
-        receipt
-    }
-
-    /// Where the index writers record the documents they finished (for this source to take).
-    pub fn written(&self) -> Arc<Written> {
-        self.written.clone()
-    }
-
-    /// Stops taking documents: queued requests are told the job stopped.
-    pub fn close(&self) {
-        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
-        self.closed.store(true, Ordering::SeqCst);
-        lanes.queued.clear();
-    }
-
-    /// The next request by deficit round robin over the lanes that `may` go, with its lane.
-    fn take(&self, may: impl Fn(&str) -> bool) -> Option<(Arc<str>, Posted)> {
-        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
-        let Lanes {
-            queued,
-            turn,
-            credit,
-        } = &mut *lanes;
-        queued.retain(|_, requests| !requests.is_empty());
-        for lane in queued.keys() {
-            if !credit.contains_key(lane) {
-                credit.insert(lane.clone(), 0);
-                turn.push_back(lane.clone());
-            }
-        }
-        turn.retain(|lane| {
-            let keep = queued.contains_key(lane);
-            if !keep {
-                credit.remove(lane);
-            }
-            keep
-        });
-        let eligible = turn.iter().filter(|lane| may(lane)).count();
-        if eligible == 0 {
-            return None;
-        }
-        loop {
-            let lane = turn.front()?.clone();
-            if !may(&lane) {
-                turn.rotate_left(1);
-                continue;
-            }
-            let requests = queued.get_mut(&lane)?;
-            let cost = requests.front()?.bytes;
-            let have = credit.entry(lane.clone()).or_default();
-            if *have < cost {
-                *have += QUANTUM_BYTES.max(cost / 64);
-                turn.rotate_left(1);
-                continue;
-            }
-            *have -= cost;
-            let posted = requests.pop_front()?;
-            return Some((lane, posted));
-        }
-    }
-}
-
-/// What an event holds in flight: its text's bytes (a delete or a refusal: 1).
-fn event_bytes(event: &Result<DocOp, DlqRecord>) -> usize {
-    match event {
-        Ok(DocOp::Upsert(doc)) => doc.text.len().max(1),
-        _ => 1,
-    }
 }
 
 /// Flow control of a local source.
@@ -571,137 +356,10 @@ impl LocalReader {
     }
 }
 
-/// Events emitted and not finished: each is finished when an index writer records its document
-/// ([`Written`]) or when the index acknowledged its time, whichever comes first; a posted request's
-/// receipt settles when its last event is finished.
-#[derive(Default)]
-struct Tracker {
-    /// Unfinished events by id.
-    events: HashMap<u64, Tracked>,
-    /// Ids by event time.
-    by_time: BTreeMap<u64, Vec<u64>>,
-    /// Ids by document and event time.
-    by_document: HashMap<(DocKey, u64), Vec<u64>>,
-    /// Bytes unfinished per lane.
-    lanes: HashMap<Arc<str>, usize>,
-    /// Posted requests by id: their waiter and events unfinished.
-    requests: HashMap<u64, (Waiter, usize)>,
-    next: u64,
-}
-
-/// One event in flight.
-struct Tracked {
-    key: Option<DocKey>,
-    lane: Arc<str>,
-    bytes: usize,
-    request: Option<u64>,
-}
-
-impl Tracker {
-    /// Events emitted and not finished.
-    fn in_flight(&self) -> usize {
-        self.events.len()
-    }
-
-    /// Bytes of `lane`'s events in flight.
-    fn lane_bytes(&self, lane: &str) -> usize {
-        self.lanes.get(lane).copied().unwrap_or(0)
-    }
-
-    /// A posted request of `events` events; its id.
-    fn request(&mut self, waiter: Waiter, events: usize) -> u64 {
-        self.next += 1;
-        if events == 0 {
-            waiter.receipt.settle(ReceiptState::Indexed);
-        } else {
-            self.requests.insert(self.next, (waiter, events));
-        }
-        self.next
-    }
-
-    /// `event` emitted at `time` in `lane`, of `request` where posted.
-    fn emitted(
-        &mut self,
-        time: u64,
-        event: &Result<DocOp, DlqRecord>,
-        lane: &Arc<str>,
-        request: Option<u64>,
-    ) {
-        self.next += 1;
-        let id = self.next;
-        let bytes = event_bytes(event);
-        *self.lanes.entry(lane.clone()).or_default() += bytes;
-        self.events.insert(
-            id,
-            Tracked {
-                key: event.as_ref().ok().map(|op| op.key().clone()),
-                lane: lane.clone(),
-                bytes,
-                request,
-            },
-        );
-        self.by_time.entry(time).or_default().push(id);
-        if let Ok(op) = event {
-            self.by_document
-                .entry((op.key().clone(), time))
-                .or_default()
-                .push(id);
-        }
-    }
-
-    /// An index writer finished `key`'s event of `time`.
-    fn finish_document(&mut self, key: &DocKey, time: u64) {
-        if let Some(ids) = self.by_document.remove(&(key.clone(), time)) {
-            for id in ids {
-                self.finish(id);
-            }
-        }
-    }
-
-    /// Finishes every event of a time the index acknowledged.
-    fn frontier(&mut self, acks: &ProbeHandle<u64>) {
-        while let Some(entry) = self.by_time.first_entry() {
-            if acks.less_equal(entry.key()) {
-                break;
-            }
-            let time = *entry.key();
-            for id in entry.remove() {
-                let key = self.events.get(&id).and_then(|e| e.key.clone());
-                if let Some(key) = key {
-                    self.by_document.remove(&(key, time));
-                }
-                self.finish(id);
-            }
-        }
-    }
-
-    fn finish(&mut self, id: u64) {
-        let Some(event) = self.events.remove(&id) else {
-            return;
-        };
-        if let Some(bytes) = self.lanes.get_mut(&event.lane) {
-            *bytes = bytes.saturating_sub(event.bytes);
-            if *bytes == 0 {
-                self.lanes.remove(&event.lane);
-            }
-        }
-        let Some(request) = event.request else {
-            return;
-        };
-        if let Some((_, left)) = self.requests.get_mut(&request) {
-            *left -= 1;
-            if *left == 0 {
-                if let Some((waiter, _)) = self.requests.remove(&request) {
-                    waiter.receipt.settle(ReceiptState::Indexed);
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::DocKey;
 
     // The source's events are `Result<DocOp, DlqRecord>`: refusals travel as data.
     #[allow(clippy::result_large_err)]

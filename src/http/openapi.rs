@@ -11,10 +11,10 @@ use schemars::generate::{SchemaGenerator, SchemaSettings};
 use schemars::JsonSchema;
 use serde_json::{json, Map, Value};
 
-use crate::api::{
+use crate::http::api::{
     CacheCleared, IndexStatsPage, InvalidationsPage, Problem, SourcesPage, PROBLEMS, PROBLEM_JSON,
 };
-use crate::documents::{DocumentsAccepted, DocumentsRequest};
+use crate::http::documents::{DocumentsAccepted, DocumentsRequest};
 use ragstream_core::query::cache::CacheStats;
 use ragstream_core::store::reindex::ReindexStatus;
 

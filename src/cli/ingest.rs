@@ -26,7 +26,7 @@ use ragstream_operators::outage::Backoff;
 use serde_json::{json, Value};
 
 #[cfg(feature = "kafka")]
-use crate::documents::KafkaDocuments;
+use crate::http::documents::KafkaDocuments;
 
 /// Largest body of one request (the job takes four times `ingest.max_document_bytes`, 32 MiB by
 /// default).

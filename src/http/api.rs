@@ -1,5 +1,5 @@
 //! The HTTP API's own types: its error shape (RFC 9457 problem details) and the bodies of the routes
-//! that do not answer with a context. The OpenAPI document ([`crate::openapi`]) is generated from
+//! that do not answer with a context. The OpenAPI document ([`crate::http::openapi`]) is generated from
 //! these and the wire types of the core.
 
 use ragstream_core::query::invalidate::Invalidation;

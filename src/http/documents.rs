@@ -15,7 +15,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::api::{DocumentError, Problem};
+use crate::http::api::{DocumentError, Problem};
 
 #[cfg(feature = "kafka")]
 mod kafka;

@@ -9,21 +9,21 @@ use ragstream_topologies::config::Config;
 
 /// The sources of every config type, by path (their `///` comments are the reference's text).
 const SOURCES: [&str; 15] = [
-    include_str!("../topologies/src/config/mod.rs"),
-    include_str!("../topologies/src/config/pipeline.rs"),
-    include_str!("../topologies/src/config/serving.rs"),
-    include_str!("../topologies/src/config/sources.rs"),
-    include_str!("../operators/core/src/query/mod.rs"),
-    include_str!("../operators/core/src/query/rerank.rs"),
-    include_str!("../operators/core/src/query/pack.rs"),
-    include_str!("../operators/core/src/query/endpoints.rs"),
-    include_str!("../operators/core/src/query/intent.rs"),
-    include_str!("../operators/core/src/query/adapt.rs"),
-    include_str!("../operators/core/src/query/modes.rs"),
-    include_str!("../operators/core/src/query/surrogate.rs"),
-    include_str!("../operators/core/src/store/mod.rs"),
-    include_str!("../operators/core/src/store/bm25.rs"),
-    include_str!("../operators/core/src/query/invalidate.rs"),
+    include_str!("../../topologies/src/config/mod.rs"),
+    include_str!("../../topologies/src/config/pipeline.rs"),
+    include_str!("../../topologies/src/config/serving.rs"),
+    include_str!("../../topologies/src/config/sources.rs"),
+    include_str!("../../operators/core/src/query/mod.rs"),
+    include_str!("../../operators/core/src/query/rerank.rs"),
+    include_str!("../../operators/core/src/query/pack.rs"),
+    include_str!("../../operators/core/src/query/endpoints.rs"),
+    include_str!("../../operators/core/src/query/intent.rs"),
+    include_str!("../../operators/core/src/query/adapt.rs"),
+    include_str!("../../operators/core/src/query/modes.rs"),
+    include_str!("../../operators/core/src/query/surrogate.rs"),
+    include_str!("../../operators/core/src/store/mod.rs"),
+    include_str!("../../operators/core/src/store/bm25.rs"),
+    include_str!("../../operators/core/src/query/invalidate.rs"),
 ];
 
 /// Structs rendered as one inline table rather than a section of their own.
