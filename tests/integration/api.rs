@@ -33,7 +33,8 @@ pub fn check_schemas(dir: &Path, openapi: Option<&Path>, cases: &[Value]) -> Str
         json!({"openapi": openapi, "cases": cases}).to_string(),
     )
     .expect("cases written");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration/python/check_schemas.py");
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration/python/check_schemas.py");
     let output = Command::new(tools_python())
         .arg(script)
         .arg(&job)
