@@ -119,22 +119,7 @@ pub fn ingest<'scope>(
             .unwrap_or(0);
         usage.seed(key, chunks.len() as u64, u64::from(bytes));
     }
-    let chunked = admitted.chunk_documents(chunker);
-    // A document past its tenant's quotas is dead-lettered here; the index keeps what it held.
-    let (sets, over_quota): (
-        StreamVec<'scope, u64, Chunked>,
-        StreamVec<'scope, u64, DlqRecord>,
-    ) = map_stage(chunked, "Quota", move |(key, set, time)| {
-        match usage.admit(&key, set.as_ref()) {
-            Ok(()) => Ok((key, set, time)),
-            Err(refusal) => Err(refused_record(
-                &key,
-                set.as_ref().expect("a delete is never refused"),
-                &refusal,
-            )),
-        }
-    })
-    .ok_err(|result| result);
+    let (sets, over_quota) = within_quotas(admitted.chunk_documents(chunker), usage);
     let ids = map_stage(sets.clone(), "ChunkIds", |(key, set, time)| {
         let ids = set.as_ref().map(|set| set.ids(&key));
         (key, ids, time)
@@ -203,4 +188,28 @@ pub fn ingest<'scope>(
         .write_dlq(dlq)
         .probe_with(acks);
     changed
+}
+
+/// The chunked documents within their tenant's quotas, and the DLQ records of those past them (the
+/// index keeps what it held of those).
+// `Result<_, DlqRecord>` streams carry refused events as data to the DLQ, not error paths.
+#[allow(clippy::result_large_err)]
+fn within_quotas<'scope>(
+    chunked: StreamVec<'scope, u64, Chunked>,
+    usage: Arc<Usage>,
+) -> (
+    StreamVec<'scope, u64, Chunked>,
+    StreamVec<'scope, u64, DlqRecord>,
+) {
+    map_stage(chunked, "Quota", move |(key, set, time)| {
+        match usage.admit(&key, set.as_ref()) {
+            Ok(()) => Ok((key, set, time)),
+            Err(refusal) => Err(refused_record(
+                &key,
+                set.as_ref().expect("a delete is never refused"),
+                &refusal,
+            )),
+        }
+    })
+    .ok_err(|result| result)
 }

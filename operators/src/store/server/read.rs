@@ -198,12 +198,60 @@ impl ServerStore {
         filter: &SearchFilter,
     ) -> Result<LaneHits, StoreError> {
         let filter = server_filter(filter, &self.declared())?;
-        let query_vector = lanes.dense.as_ref().map(|lane| &lane.vector);
-        let evidence = query_vector.is_some() && self.evidence.load(Ordering::Relaxed);
-        let lane_returns = if evidence {
-            Returns::Scores
-        } else {
-            Returns::PayloadAndDense
+        let evidence_query = lanes
+            .dense
+            .as_ref()
+            .map(|lane| &lane.vector)
+            .filter(|_| self.evidence.load(Ordering::Relaxed));
+        let (requests, dense_lanes) = self.batch_requests(lanes, filter, evidence_query);
+        let mut hits = LaneHits::default();
+        if requests.is_empty() {
+            return Ok(hits);
+        }
+        let started = std::time::Instant::now();
+        let response = self
+            .runtime
+            .block_on(
+                self.client
+                    .query_batch(QueryBatchPointsBuilder::new(&self.collection, requests)),
+            )
+            .map_err(store_error)?;
+        tracing::debug!(
+            server_ms = response.time * 1e3,
+            took_ms = started.elapsed().as_secs_f64() * 1e3,
+            "query batch"
+        );
+        let batches: Vec<Vec<ScoredPoint>> = response
+            .result
+            .into_iter()
+            .map(|batch| batch.result)
+            .collect();
+        hits.timings
+            .push(("retrieve_batch", started.elapsed().as_secs_f64()));
+        match evidence_query {
+            None => self.plain_hits(batches, dense_lanes, &mut hits),
+            Some(_) => self.evidence_hits(batches, dense_lanes, &mut hits)?,
+        }
+        hits.vectors.sort_by_key(|(id, _)| *id);
+        if let Some(pool) = lanes.pool {
+            hits.cut_to_pool(pool);
+        }
+        Ok(hits)
+    }
+
+    /// The requests of [`Self::lanes_in_one`]: one per lane with a depth (ids and scores with
+    /// `evidence_query`, else payloads and dense vectors), each lane's flag of being the dense one,
+    /// and with `evidence_query` the request that scores both lanes' hits against the evidence
+    /// units and returns their payloads and dense vectors once.
+    fn batch_requests(
+        &self,
+        lanes: &LaneQuery,
+        filter: Option<Filter>,
+        evidence_query: Option<&Vec<f32>>,
+    ) -> (Vec<qdrant_client::qdrant::QueryPoints>, Vec<bool>) {
+        let lane_returns = match evidence_query {
+            Some(_) => Returns::Scores,
+            None => Returns::PayloadAndDense,
         };
         let mut requests = Vec::new();
         let mut dense_lanes = Vec::new();
@@ -242,11 +290,7 @@ impl ServerStore {
             depth += limit as u64;
             dense_lanes.push(matches!(vector, SearchVector::Dense(_)));
         }
-        let mut hits = LaneHits::default();
-        if requests.is_empty() {
-            return Ok(hits);
-        }
-        if let (Some(query_vector), true) = (query_vector, evidence) {
+        if let (Some(query_vector), false) = (evidence_query, requests.is_empty()) {
             let mut request = QueryPointsBuilder::new(&self.collection)
                 .query(Query::new_nearest(VectorInput::new_multi(vec![
                     query_vector.clone(),
@@ -260,152 +304,161 @@ impl ServerStore {
             }
             requests.push(request.build());
         }
+        (requests, dense_lanes)
+    }
+
+    /// The lanes' hits from requests that returned their payloads and dense vectors (no evidence).
+    fn plain_hits(
+        &self,
+        batches: Vec<Vec<ScoredPoint>>,
+        dense_lanes: Vec<bool>,
+        hits: &mut LaneHits,
+    ) {
+        let mut seen = std::collections::HashSet::new();
+        for (dense, batch) in dense_lanes.into_iter().zip(batches) {
+            for mut point in batch {
+                let Some(hit) = self.hit(&mut point, dense) else {
+                    continue;
+                };
+                if seen.insert(hit.stored.id) {
+                    if let Some(vectors) = point.vectors.and_then(stored_vectors) {
+                        hits.vectors.push((hit.stored.id, vectors));
+                    }
+                }
+                if dense {
+                    hits.dense.push(hit);
+                } else {
+                    hits.bm25.push(hit);
+                }
+            }
+        }
+    }
+
+    /// The lanes' hits from their ids and scores and the evidence request's payloads, dense
+    /// vectors and evidence scores (the last batch); points it did not return are read.
+    fn evidence_hits(
+        &self,
+        mut batches: Vec<Vec<ScoredPoint>>,
+        dense_lanes: Vec<bool>,
+        hits: &mut LaneHits,
+    ) -> Result<(), StoreError> {
+        let scored = batches.pop().unwrap_or_default();
+        let mut chunks: Chunks = HashMap::new();
+        let mut scores = Vec::new();
+        for point in scored {
+            self.take_point(point, &mut chunks, Some(&mut scores));
+        }
+        let lanes: Vec<(bool, Vec<(uuid::Uuid, f32)>)> = dense_lanes
+            .into_iter()
+            .zip(batches)
+            .map(|(dense, batch)| {
+                let points = batch
+                    .iter()
+                    .filter_map(|point| {
+                        let score = if dense {
+                            self.tuning.distance.to_cosine(point.score)
+                        } else {
+                            point.score
+                        };
+                        Some((uuid_of(point.id.as_ref())?, score))
+                    })
+                    .collect();
+                (dense, points)
+            })
+            .collect();
+        self.read_missing(&lanes, &mut chunks, hits)?;
+        let mut uses: HashMap<uuid::Uuid, usize> = HashMap::new();
+        for (id, _) in lanes.iter().flat_map(|(_, points)| points) {
+            *uses.entry(*id).or_default() += 1;
+        }
+        for (dense, points) in lanes {
+            for (id, score) in points {
+                // Gone between the requests: deleted meanwhile.
+                let (Some((stored, _)), Some(left)) = (chunks.get_mut(&id), uses.get_mut(&id))
+                else {
+                    continue;
+                };
+                // A chunk in both lanes is copied into its first hit and moved into its last.
+                *left = left.saturating_sub(1);
+                let stored = if *left == 0 {
+                    stored.take()
+                } else {
+                    stored.clone()
+                };
+                let Some(stored) = stored else {
+                    continue;
+                };
+                let hit = Hit { stored, score };
+                if dense {
+                    hits.dense.push(hit);
+                } else {
+                    hits.bm25.push(hit);
+                }
+            }
+        }
+        let kept: std::collections::HashSet<uuid::Uuid> = hits
+            .dense
+            .iter()
+            .chain(&hits.bm25)
+            .map(|hit| hit.stored.id)
+            .collect();
+        hits.vectors = chunks
+            .into_iter()
+            .filter(|(id, _)| kept.contains(id))
+            .map(|(id, (_, dense))| {
+                (
+                    id,
+                    StoredVectors {
+                        dense,
+                        evidence: Vec::new(),
+                    },
+                )
+            })
+            .collect();
+        scores.retain(|(id, _)| kept.contains(id));
+        hits.evidence = Some(scores);
+        Ok(())
+    }
+
+    /// Reads, in one more request, the lanes' points the evidence request did not return (points
+    /// written before every point held a multi-vector) into `chunks`.
+    fn read_missing(
+        &self,
+        lanes: &[(bool, Vec<(uuid::Uuid, f32)>)],
+        chunks: &mut Chunks,
+        hits: &mut LaneHits,
+    ) -> Result<(), StoreError> {
+        let missing: std::collections::BTreeSet<uuid::Uuid> = lanes
+            .iter()
+            .flat_map(|(_, points)| points)
+            .map(|(id, _)| *id)
+            .filter(|id| !chunks.contains_key(id))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let missing: Vec<PointId> = missing.into_iter().map(point_id).collect();
         let started = std::time::Instant::now();
-        let response = self
+        let request = GetPointsBuilder::new(&self.collection, missing)
+            .with_payload(true)
+            .with_vectors(VectorsSelector::new(vec![DENSE_VECTOR.to_string()]));
+        let found = self
             .runtime
-            .block_on(
-                self.client
-                    .query_batch(QueryBatchPointsBuilder::new(&self.collection, requests)),
-            )
-            .map_err(store_error)?;
-        tracing::debug!(
-            server_ms = response.time * 1e3,
-            took_ms = started.elapsed().as_secs_f64() * 1e3,
-            "query batch"
-        );
-        let mut response = response.result;
+            .block_on(self.client.get_points(request))
+            .map_err(store_error)?
+            .result;
         hits.timings
-            .push(("retrieve_batch", started.elapsed().as_secs_f64()));
-        if !evidence {
-            let mut seen = std::collections::HashSet::new();
-            for (dense, batch) in dense_lanes.into_iter().zip(response) {
-                for mut point in batch.result {
-                    let Some(hit) = self.hit(&mut point, dense) else {
-                        continue;
-                    };
-                    if seen.insert(hit.stored.id) {
-                        if let Some(vectors) = point.vectors.and_then(stored_vectors) {
-                            hits.vectors.push((hit.stored.id, vectors));
-                        }
-                    }
-                    if dense {
-                        hits.dense.push(hit);
-                    } else {
-                        hits.bm25.push(hit);
-                    }
-                }
-            }
-        } else {
-            let scored = response.pop().map(|batch| batch.result).unwrap_or_default();
-            let mut chunks: Chunks = HashMap::new();
-            let mut scores = Vec::new();
-            for point in scored {
-                self.take_point(point, &mut chunks, Some(&mut scores));
-            }
-            let lanes: Vec<(bool, Vec<(uuid::Uuid, f32)>)> = dense_lanes
-                .into_iter()
-                .zip(response)
-                .map(|(dense, batch)| {
-                    let points = batch
-                        .result
-                        .iter()
-                        .filter_map(|point| {
-                            let score = if dense {
-                                self.tuning.distance.to_cosine(point.score)
-                            } else {
-                                point.score
-                            };
-                            Some((uuid_of(point.id.as_ref())?, score))
-                        })
-                        .collect();
-                    (dense, points)
-                })
-                .collect();
-            let missing: std::collections::BTreeSet<uuid::Uuid> = lanes
-                .iter()
-                .flat_map(|(_, points)| points)
-                .map(|(id, _)| *id)
-                .filter(|id| !chunks.contains_key(id))
-                .collect();
-            if !missing.is_empty() {
-                let missing: Vec<PointId> = missing.into_iter().map(point_id).collect();
-                let started = std::time::Instant::now();
-                let request = GetPointsBuilder::new(&self.collection, missing)
-                    .with_payload(true)
-                    .with_vectors(VectorsSelector::new(vec![DENSE_VECTOR.to_string()]));
-                let found = self
-                    .runtime
-                    .block_on(self.client.get_points(request))
-                    .map_err(store_error)?
-                    .result;
-                hits.timings
-                    .push(("retrieve_points", started.elapsed().as_secs_f64()));
-                for point in found {
-                    let point = ScoredPoint {
-                        id: point.id,
-                        payload: point.payload,
-                        vectors: point.vectors,
-                        ..ScoredPoint::default()
-                    };
-                    self.take_point(point, &mut chunks, None);
-                }
-            }
-            let mut uses: HashMap<uuid::Uuid, usize> = HashMap::new();
-            for (id, _) in lanes.iter().flat_map(|(_, points)| points) {
-                *uses.entry(*id).or_default() += 1;
-            }
-            for (dense, points) in lanes {
-                for (id, score) in points {
-                    // Gone between the requests: deleted meanwhile.
-                    let (Some((stored, _)), Some(left)) = (chunks.get_mut(&id), uses.get_mut(&id))
-                    else {
-                        continue;
-                    };
-                    // A chunk in both lanes is copied into its first hit and moved into its last.
-                    *left = left.saturating_sub(1);
-                    let stored = if *left == 0 {
-                        stored.take()
-                    } else {
-                        stored.clone()
-                    };
-                    let Some(stored) = stored else {
-                        continue;
-                    };
-                    let hit = Hit { stored, score };
-                    if dense {
-                        hits.dense.push(hit);
-                    } else {
-                        hits.bm25.push(hit);
-                    }
-                }
-            }
-            let kept: std::collections::HashSet<uuid::Uuid> = hits
-                .dense
-                .iter()
-                .chain(&hits.bm25)
-                .map(|hit| hit.stored.id)
-                .collect();
-            hits.vectors = chunks
-                .into_iter()
-                .filter(|(id, _)| kept.contains(id))
-                .map(|(id, (_, dense))| {
-                    (
-                        id,
-                        StoredVectors {
-                            dense,
-                            evidence: Vec::new(),
-                        },
-                    )
-                })
-                .collect();
-            scores.retain(|(id, _)| kept.contains(id));
-            hits.evidence = Some(scores);
+            .push(("retrieve_points", started.elapsed().as_secs_f64()));
+        for point in found {
+            let point = ScoredPoint {
+                id: point.id,
+                payload: point.payload,
+                vectors: point.vectors,
+                ..ScoredPoint::default()
+            };
+            self.take_point(point, chunks, None);
         }
-        hits.vectors.sort_by_key(|(id, _)| *id);
-        if let Some(pool) = lanes.pool {
-            hits.cut_to_pool(pool);
-        }
-        Ok(hits)
+        Ok(())
     }
 
     /// Keeps a returned point's chunk and dense vector in `chunks` and, with `scores`, its

@@ -169,10 +169,7 @@ fn plan<'a>(
         .collect();
     let mut covered: BTreeMap<&crate::model::DocKey, Vec<(u32, u32)>> = BTreeMap::new();
     let mut entries: Vec<Entry<'_>> = Vec::with_capacity(all.len());
-    let scale = {
-        let top = all.iter().map(|(c, _)| c.score).fold(f32::MIN, f32::max);
-        (top, (top - floor.min(top)).max(f32::EPSILON))
-    };
+    let scale = score_scale(&all, floor);
     let stop = (!fill && config.evidence_ratio > 0.0).then_some(scale);
     let mut stopped = 0;
     // The document of the top result when its first form is expanded, and whether that form
@@ -251,6 +248,13 @@ fn plan<'a>(
         stopped,
         expanded_covers_others,
     })
+}
+
+/// The top candidate's score and its distance to the score `floor` (at least epsilon): what a
+/// candidate's value and the evidence stop measure a score against.
+fn score_scale(all: &[(&Candidate, bool)], floor: f32) -> (f32, f32) {
+    let top = all.iter().map(|(c, _)| c.score).fold(f32::MIN, f32::max);
+    (top, (top - floor.min(top)).max(f32::EPSILON))
 }
 
 /// Where a candidate stands against the evidence stop.
