@@ -1,12 +1,5 @@
-//! The query topology: wiring only.
-//!
-//! ```text
-//! QuerySource ─ok─► JobRules (absent ACL, similarity threshold) ─► AwaitConsistency ─► CacheLookup ─miss─► Intent ─► (Hyde) ─► EmbedQuery ─► Retrieve (broadcast, SearchShard, Gather)
-//!      │                                                          │hit      ─► Fuse ─► Rerank ─► (RerankEndpoint) ─► Dedup ─► Mmr ─► Neighbours ─► Pack ─┐
-//!      │                                                          └─────────────────────────────────────────────────────────────────────────────► Cite ◄─┘ (citations)
-//!      └─err─► RefuseQueries (DLQ + error context) ──────────────────────────────────────────────────────────────────────────────┴► Publish ─► probe
-//! ingest's changed chunk ids ─► broadcast ─► Invalidate (contexts citing them) ─► invalidations topic, GET /v1/invalidations
-//! ```
+//! The query topology: wiring only. The chain it wires is drawn once, in ARCHITECTURE.md, "Query
+//! flow"; the code below reads in the same order.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -28,14 +21,12 @@ use ragstream_operators::query::embed_query::EmbedQuery;
 use ragstream_operators::query::fuse::Fuse;
 use ragstream_operators::query::hyde::Hyde;
 use ragstream_operators::query::intent::Intent;
-use ragstream_operators::query::invalidation::{
-    CiteContexts, InvalidateContexts, InvalidationSink, Invalidator,
-};
+use ragstream_operators::query::invalidation::{Cite, Invalidate, InvalidationSink, Invalidator};
 use ragstream_operators::query::job::{QueryJob, QueryServices, Refusal};
 use ragstream_operators::query::mmr::Mmr;
 use ragstream_operators::query::neighbours::Neighbours;
 use ragstream_operators::query::pack::Pack;
-use ragstream_operators::query::publish::PublishContexts;
+use ragstream_operators::query::publish::Publish;
 use ragstream_operators::query::refuse::RefuseQueries;
 use ragstream_operators::query::rerank::Rerank;
 use ragstream_operators::query::rerank_endpoint::RerankEndpoint;
@@ -161,7 +152,7 @@ pub fn query<'scope>(
         _ => contexts,
     };
     contexts
-        .concat(refused.refuse(dlq))
+        .concat(refused.refuse_queries(dlq))
         .publish(publisher)
         .probe_with(&published);
     published

@@ -94,7 +94,7 @@ fn now_ms() -> u64 {
 }
 
 /// Extension trait: record what published contexts cite.
-pub trait CiteContexts<'scope> {
+pub trait Cite<'scope> {
     /// Records each context's citations with `invalidator` (a context already stale is invalidated at
     /// once) and passes it on unchanged.
     fn cite(
@@ -103,7 +103,7 @@ pub trait CiteContexts<'scope> {
     ) -> StreamVec<'scope, u64, (Context, Reply)>;
 }
 
-impl<'scope> CiteContexts<'scope> for StreamVec<'scope, u64, (Context, Reply)> {
+impl<'scope> Cite<'scope> for StreamVec<'scope, u64, (Context, Reply)> {
     fn cite(
         self,
         invalidator: Rc<RefCell<Invalidator>>,
@@ -116,13 +116,13 @@ impl<'scope> CiteContexts<'scope> for StreamVec<'scope, u64, (Context, Reply)> {
 }
 
 /// Extension trait: invalidate contexts whose chunks changed.
-pub trait InvalidateContexts {
+pub trait Invalidate {
     /// Broadcasts the ids of changed chunks to every worker, whose invalidator tells the holders of
     /// the contexts citing them.
     fn invalidate(self, invalidator: Rc<RefCell<Invalidator>>);
 }
 
-impl InvalidateContexts for StreamVec<'_, u64, uuid::Uuid> {
+impl Invalidate for StreamVec<'_, u64, uuid::Uuid> {
     fn invalidate(self, invalidator: Rc<RefCell<Invalidator>>) {
         self.broadcast().inspect_core(move |event| {
             if let Ok((_, ids)) = event {

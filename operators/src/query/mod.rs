@@ -1,15 +1,9 @@
 //! The timely side of the query flow: one operator a file, each an extension trait named as the
 //! operator is in the dataflow, over the pure steps of `ragstream_core::query`.
 //!
-//! ```text
-//! QuerySource ─ok─► AwaitConsistency ─► CacheLookup ─► Intent ─► (Hyde) ─► EmbedQuery ─► Retrieve
-//!   │      (consistency)  (cache_lookup)  (intent)   (hyde)   (embed_query)  (retrieve: WireQuery,
-//!   │                                                                         broadcast, SearchShard
-//!   │                                                                         (search), Gather)
-//!   │  Publish ◄─ (Cite) ◄─ Pack ◄─ Neighbours ◄─ Mmr ◄─ Dedup ◄─ (RerankEndpoint) ◄─ Rerank ◄─ Fuse
-//!   │  (publish) (invalidation) (pack) (neighbours) (mmr) (dedup) (rerank_endpoint)    (rerank)  (fuse)
-//!   └─err (refused query) ─► RefuseQueries (refuse: DLQ record, then the error context) ─► Publish
-//! ```
+//! The chain they form is drawn once, in ARCHITECTURE.md, "Query flow" (wired by
+//! `topologies/src/query.rs`); each file's module doc says what its operator does and, for those
+//! of several stages (Retrieve, Neighbours), the stages' timely names.
 //!
 //! - [`job`]: the records the operators pass along and the services they share;
 //! - [`search`]: the lanes against one shard, which SearchShard runs on every worker;

@@ -28,13 +28,13 @@ pub trait ContextSink {
 }
 
 /// Extension trait: publish contexts.
-pub trait PublishContexts<'scope> {
+pub trait Publish<'scope> {
     /// Publishes each batch (HTTP replies, contexts topic); a batch's time completes (for the probe
     /// that gates query offsets) once its contexts are acknowledged by the broker.
     fn publish(self, publisher: impl ContextSink + 'static) -> StreamVec<'scope, u64, ()>;
 }
 
-impl<'scope> PublishContexts<'scope> for StreamVec<'scope, u64, (Context, Reply)> {
+impl<'scope> Publish<'scope> for StreamVec<'scope, u64, (Context, Reply)> {
     fn publish(self, mut publisher: impl ContextSink + 'static) -> StreamVec<'scope, u64, ()> {
         let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(

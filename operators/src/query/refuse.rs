@@ -26,11 +26,11 @@ pub fn refusal_context(refusal: &Refusal) -> Context {
 /// Extension trait: write refused queries to the DLQ and turn them into error contexts.
 pub trait RefuseQueries<'scope> {
     /// DLQ records written (durably) per batch; error contexts out.
-    fn refuse(self, dlq: Box<dyn DlqSink>) -> StreamVec<'scope, u64, (Context, Reply)>;
+    fn refuse_queries(self, dlq: Box<dyn DlqSink>) -> StreamVec<'scope, u64, (Context, Reply)>;
 }
 
 impl<'scope> RefuseQueries<'scope> for StreamVec<'scope, u64, Refusal> {
-    fn refuse(self, mut dlq: Box<dyn DlqSink>) -> StreamVec<'scope, u64, (Context, Reply)> {
+    fn refuse_queries(self, mut dlq: Box<dyn DlqSink>) -> StreamVec<'scope, u64, (Context, Reply)> {
         let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
             Pipeline,
@@ -118,7 +118,7 @@ mod tests {
             let (mut input, probe) = worker.dataflow(|scope| {
                 let (input, stream) = scope.new_input::<Refusal>();
                 let probe = stream
-                    .refuse(Box::new(dlq))
+                    .refuse_queries(Box::new(dlq))
                     .inspect(move |(context, reply): &(Context, Reply)| {
                         // The record is durable before its context leaves.
                         assert_eq!(written.lock().unwrap().len(), 1);

@@ -1,13 +1,10 @@
 //! The query side: one query event in, one context out.
 //!
-//! ```text
-//! Decode ─► Intent ─► Retrieve (dense ∥ BM25, every shard) ─► gather by query id ─► Fuse ─► Rerank ─► Dedup ─► Mmr ─► Pack
-//! ```
-//!
 //! Each step is a pure function over plain values (unit- and property-tested without timely, Kafka or
-//! an index); the timely operators that run them are in `ragstream-operators` (`query::steps`,
-//! `query::retrieve`, `query::answer`, `query::publish`). The records here are the wire contracts of the queries and contexts topics
-//! (ARCHITECTURE.md).
+//! an index): decode, intent, the lanes' depths, fusion, rerank, dedup, MMR and packing. The timely
+//! operators that run them are in `ragstream-operators` (`query::*`, one a file); the chain they form
+//! is drawn once, in ARCHITECTURE.md, "Query flow". The records here are the wire contracts of the
+//! queries and contexts topics (ARCHITECTURE.md).
 
 pub mod adapt;
 pub mod cache;
