@@ -6,7 +6,7 @@ use std::sync::Arc;
 use timely::dataflow::StreamVec;
 
 use super::job::{ranked_step, Working};
-use super::search::results_for;
+use ragstream_core::query::depth::results_for;
 use ragstream_core::query::mmr::{mmr, MmrConfig};
 use ragstream_core::query::{Mode, QueryConfig};
 

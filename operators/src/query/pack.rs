@@ -9,11 +9,11 @@ use timely::dataflow::StreamVec;
 
 use super::cache_lookup::cache_key;
 use super::job::{now_micros, QueryServices, Reply, Working};
-use super::search::results_wanted;
 use crate::metrics::metrics;
 use crate::stage::map_stage;
 use crate::tokens::{Encoding, TokenCounter};
 use ragstream_core::query::cache::LruTtl;
+use ragstream_core::query::depth::results_wanted;
 use ragstream_core::query::modes::{
     budget_for, max_new_tokens, rank_files, sql_table, unknown_chunk, FileKey, SQL_FULL_HINT_TOKENS,
 };

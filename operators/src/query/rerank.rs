@@ -6,9 +6,9 @@ use std::sync::Arc;
 use timely::dataflow::StreamVec;
 
 use super::job::{ranked_step, Working};
-use super::search::results_for;
 use crate::store::Bm25Encoder;
 use ragstream_core::query::depth::fills;
+use ragstream_core::query::depth::results_for;
 use ragstream_core::query::rerank::{rerank, RerankConfig};
 use ragstream_core::query::QueryConfig;
 

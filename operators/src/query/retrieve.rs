@@ -13,10 +13,11 @@ use timely::dataflow::operators::Operator;
 use timely::dataflow::StreamVec;
 
 use super::job::{QueryJob, QueryServices, Working};
-use super::search::{gather, lane_depths, lane_pool, probe, search_shard, ShardAnswer};
+use super::search::{gather, probe, search_shard, ShardAnswer};
 use crate::metrics::metrics;
 use crate::stage::map_stage;
 use crate::wire::Wire;
+use ragstream_core::query::depth::{lane_depths, lane_pool};
 use ragstream_core::query::{Depth, HydeTrace, Trace};
 
 /// Extension trait: the `Retrieve` operator.
@@ -35,54 +36,61 @@ impl<'scope> Retrieve<'scope> for StreamVec<'scope, u64, QueryJob> {
         // (An index created with the engine's own per-shard IDF gets the bare query vector.)
         let stats = services.stats.clone();
         let engine_idf = services.shards.iter().any(|shard| shard.engine_idf());
+        // How deep the lanes read is decided once, here, and travels with the job.
+        let config = services.config.clone();
         let wired = map_stage(self, "WireQuery", move |mut job: QueryJob| {
             if !engine_idf && !job.vectors.sparse.indices.is_empty() {
                 job.vectors.sparse_raw = job.vectors.sparse.values.clone();
                 job.vectors.sparse = stats.weigh(&job.query.tenant, &job.vectors.sparse);
             }
-            Wire(job)
+            let reads: Reads = (
+                lane_depths(&job.query, intent_depth(&job), &config),
+                lane_pool(&job.query, intent_depth(&job), &config),
+            );
+            Wire((job, reads))
         })
         .broadcast();
-        let answers = map_stage(wired, "SearchShard", move |Wire(job): Wire<QueryJob>| {
-            let started = Instant::now();
-            let skip = search.shared_index && worker != 0;
-            let answer = match search.local_shard(worker) {
-                Some(shard) if !skip => {
-                    let depth = lane_depths(&job.query, intent_depth(&job), &search.config);
-                    let pool = lane_pool(&job.query, intent_depth(&job), &search.config);
-                    search_shard(shard.as_ref(), &job.query, &job.vectors, (depth, pool))
-                }
-                _ => ShardAnswer::default(),
-            };
-            Wire((job, answer, started.elapsed().as_secs_f64()))
-        });
+        let answers = map_stage(
+            wired,
+            "SearchShard",
+            move |Wire((job, reads)): Wire<(QueryJob, Reads)>| {
+                let started = Instant::now();
+                let skip = search.shared_index && worker != 0;
+                let answer = match search.local_shard(worker) {
+                    Some(shard) if !skip => {
+                        search_shard(shard.as_ref(), &job.query, &job.vectors, reads)
+                    }
+                    _ => ShardAnswer::default(),
+                };
+                Wire((job, reads, answer, started.elapsed().as_secs_f64()))
+            },
+        );
         let peers = services.peers;
         answers.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
-            Exchange::new(|Wire((job, _, _)): &Wire<(QueryJob, ShardAnswer, f64)>| {
-                job.origin as u64
-            }),
+            Exchange::new(
+                |Wire((job, ..)): &Wire<(QueryJob, Reads, ShardAnswer, f64)>| job.origin as u64,
+            ),
             "Gather",
             move |_, _| {
-                let mut parts: HashMap<u64, (QueryJob, Vec<ShardAnswer>, f64)> = HashMap::new();
+                let mut parts: HashMap<u64, (QueryJob, Reads, Vec<ShardAnswer>, f64)> =
+                    HashMap::new();
                 move |input, output| {
                     input.for_each(|cap, data| {
-                        for Wire((job, answer, seconds)) in data.drain(..) {
+                        for Wire((job, reads, answer, seconds)) in data.drain(..) {
                             let id = job.id;
                             let complete = {
-                                let entry =
-                                    parts.entry(id).or_insert_with(|| (job, Vec::new(), 0.0));
-                                entry.1.push(answer);
-                                entry.2 = entry.2.max(seconds);
-                                entry.1.len() == peers
+                                let entry = parts
+                                    .entry(id)
+                                    .or_insert_with(|| (job, reads, Vec::new(), 0.0));
+                                entry.2.push(answer);
+                                entry.3 = entry.3.max(seconds);
+                                entry.2.len() == peers
                             };
                             if !complete {
                                 continue;
                             }
-                            let (mut job, answers, seconds) =
+                            let (mut job, (depth, pool), answers, seconds) =
                                 parts.remove(&id).expect("complete entry");
-                            let depth =
-                                lane_depths(&job.query, intent_depth(&job), &services.config);
-                            let pool = lane_pool(&job.query, intent_depth(&job), &services.config);
                             job.watermark = services.watermark();
                             *job.latency.entry("retrieve".into()).or_default() += seconds * 1000.0;
                             metrics()
@@ -131,6 +139,10 @@ impl<'scope> Retrieve<'scope> for StreamVec<'scope, u64, QueryJob> {
         )
     }
 }
+
+/// How deep a query's lanes read ([`lane_depths`]) and, for a filled budget, their pool
+/// ([`lane_pool`]): decided once by WireQuery, used by every shard and by Gather.
+type Reads = (Depth, Option<crate::store::lanes::Pool>);
 
 /// The lane depths the query's intent asks for (a job without a plan reads 16 a lane, raised to the
 /// query's floor by [`lane_depths`]).

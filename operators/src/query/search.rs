@@ -17,13 +17,9 @@ use crate::store::{
     Hit, Lane, LaneHits, LaneQuery, SearchFilter, SparseVector, StoreError, StoredChunk,
     VectorStore,
 };
-use ragstream_core::query::depth::{
-    budget_asked, fill_depth, fill_pool, fill_results, fills, k_limit,
-};
 use ragstream_core::query::pattern::{literal_prefix, SourcePattern, PATTERN_DEPTH_FACTOR};
 use ragstream_core::query::{
-    Candidate, Depth, IndexStats, Mode, Query, QueryConfig, SourceEntry, DEEP_MAX_K, LIST_MAX_PAGE,
-    LIST_PAGE,
+    Depth, IndexStats, Mode, Query, SourceEntry, LIST_MAX_PAGE, LIST_PAGE,
 };
 
 /// The filter of a query: tenant, ACL, source prefix, kinds and documents, all inside the search
@@ -56,91 +52,6 @@ pub fn pattern_of(query: &Query) -> Option<SourcePattern> {
         .source_pattern
         .as_deref()
         .and_then(|p| SourcePattern::parse(p).ok())
-}
-
-/// Results asked for: `k`, defaulting to the query preset's `default_k` (`deep_k` for `deep`), at most
-/// the query's [`k_limit`] (50; a bounded query's grows with its budget).
-pub fn results_wanted(query: &Query, config: &QueryConfig) -> usize {
-    let config = config.preset(query.preset.as_deref());
-    let default = if query.mode == Mode::Deep {
-        config.deep_k
-    } else {
-        config.default_k
-    };
-    query
-        .k
-        .unwrap_or(default)
-        .clamp(1, k_limit(query, config.default_token_budget))
-}
-
-/// Results of a query at its ranked `candidates`: [`results_wanted`], or for a query that fills its
-/// budget ([`fills`]) as many as its budget needs, counted in the candidates' stored tokens
-/// ([`fill_results`]).
-pub fn results_for(query: &Query, config: &QueryConfig, candidates: &[Candidate]) -> usize {
-    let config = config.preset(query.preset.as_deref());
-    let k = results_wanted(query, config);
-    if !fills(query) {
-        return k;
-    }
-    let budget = budget_asked(query, config.default_token_budget);
-    let limit = k_limit(query, config.default_token_budget);
-    fill_results(
-        candidates.iter().map(|c| c.stored.chunk.tokens),
-        budget,
-        k,
-        limit,
-    )
-}
-
-/// Candidates per lane: the intent's depth for that lane, at least twice the results wanted, the
-/// query preset's `min_pool` and a filled budget's [`fill_depth`]; at most twice the deep mode's most
-/// results, or that floor where it is deeper, never past twice the query's [`k_limit`]; a `files`
-/// query's `pool` when it gives one.
-pub fn lane_depths(query: &Query, intent: Depth, config: &QueryConfig) -> Depth {
-    depths(query, intent, config, true)
-}
-
-/// The pool of a filled query's lanes ([`fill_pool`]): they keep their best hits, in turn, until the
-/// distinct chunks hold the query's fill target, each at least as many as it reads without filling.
-pub fn lane_pool(query: &Query, intent: Depth, config: &QueryConfig) -> Option<Pool> {
-    let preset = config.preset(query.preset.as_deref());
-    let tokens = fill_pool(query, preset.default_token_budget)?;
-    let floor = depths(query, intent, config, false);
-    Some(Pool {
-        tokens,
-        dense: floor.dense,
-        bm25: floor.bm25,
-    })
-}
-
-/// [`lane_depths`], with or without a filled budget's depth.
-fn depths(query: &Query, intent: Depth, config: &QueryConfig, filled: bool) -> Depth {
-    if let (Mode::Files, Some(pool)) = (query.mode, query.pool) {
-        let pool = pool.clamp(1, ragstream_core::query::modes::MAX_FILES_POOL);
-        return Depth {
-            dense: pool,
-            bm25: pool,
-        };
-    }
-    let config = config.preset(query.preset.as_deref());
-    let filled = if filled {
-        fill_depth(query, config.default_token_budget)
-    } else {
-        0
-    };
-    let floor = (2 * results_wanted(query, config))
-        .max(config.min_pool)
-        .max(filled);
-    // Twice the deep mode's most results, or the floor where the budget asks for more: never past
-    // twice the query's limit.
-    let most = floor
-        .max(2 * DEEP_MAX_K)
-        .min(2 * k_limit(query, config.default_token_budget));
-    let depth = |lane: usize| lane.max(floor).min(most);
-    Depth {
-        dense: depth(intent.dense),
-        bm25: depth(intent.bm25),
-    }
 }
 
 /// The query's vectors.

@@ -36,7 +36,7 @@ pub struct LaneQuery {
 /// they hold have `tokens` stored tokens and each lane numbers at least its floor ([`pool_cut`]), at
 /// most its `limit`. A shard's cut keeps every hit of the lanes cut again after the shards are
 /// merged (a shard's lanes hold no more than the merged lanes' hits at the same ranks).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Pool {
     /// Stored tokens the lanes' distinct hits hold.
     pub tokens: usize,

@@ -3,6 +3,8 @@
 use super::*;
 use crate::store::lanes::Pool;
 use ragstream_core::query::decode::decode_query;
+use ragstream_core::query::depth::{lane_depths, lane_pool, results_wanted};
+use ragstream_core::query::{QueryConfig, DEEP_MAX_K};
 use ragstream_core::testing::stored;
 
 #[test]
