@@ -458,7 +458,7 @@ impl Metrics {
 }
 
 /// Stages of `ragstream_query_stage_seconds`.
-pub const QUERY_STAGES: [&str; 16] = [
+pub const QUERY_STAGES: [&str; 17] = [
     "decode",
     "intent",
     "embed",
@@ -474,6 +474,7 @@ pub const QUERY_STAGES: [&str; 16] = [
     "dedup",
     "mmr",
     "pack",
+    "lookup",
     "publish",
 ];
 

@@ -23,6 +23,7 @@ use ragstream_operators::query::hyde::Hyde;
 use ragstream_operators::query::intent::Intent;
 use ragstream_operators::query::invalidation::{Cite, Invalidate, InvalidationSink, Invalidator};
 use ragstream_operators::query::job::{QueryJob, QueryServices, Refusal};
+use ragstream_operators::query::lookup::Lookup;
 use ragstream_operators::query::mmr::Mmr;
 use ragstream_operators::query::neighbours::Neighbours;
 use ragstream_operators::query::pack::Pack;
@@ -121,11 +122,11 @@ pub fn query<'scope>(
             job
         }),
     };
-    let reranked = planned
+    let (ranked, looked_up) = planned
         .embed_query(services.clone())
         .retrieve(services.clone())
-        .fuse(config.clone())
-        .rerank(config.clone());
+        .lookup(services.clone(), cache.clone());
+    let reranked = ranked.fuse(config.clone()).rerank(config.clone());
     let reranked = match &services.reranker {
         Some(reranker) => reranked.rerank_endpoint(
             reranker.clone(),
@@ -140,6 +141,7 @@ pub fn query<'scope>(
         .mmr(config.clone())
         .neighbours(services.clone())
         .pack(services.clone(), cache)
+        .concat(looked_up)
         .concat(hits);
     let settings = config.invalidations;
     let contexts = match invalidations {

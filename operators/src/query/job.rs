@@ -248,6 +248,16 @@ impl QueryServices {
 }
 
 impl Working {
+    /// Whether the query goes through the ranking steps (Fuse to Pack): a retrieving mode and no
+    /// error from the shards. The others leave the chain at Lookup, right after Gather.
+    pub fn is_ranked(&self) -> bool {
+        self.answer.error.is_none()
+            && matches!(
+                self.job.query.mode,
+                Mode::Bounded | Mode::Deep | Mode::Files | Mode::SqlCompact | Mode::SqlFull
+            )
+    }
+
     /// With `trace`, records the candidates in their current order (after a rerank).
     pub fn trace_ranking(&mut self) {
         if self.job.query.trace {
@@ -260,16 +270,6 @@ impl Working {
     }
 }
 
-/// Whether a gathered query goes through the ranking steps (Fuse to Mmr): a retrieving mode and no
-/// error from the shards.
-fn ranked(working: &Working) -> bool {
-    working.answer.error.is_none()
-        && matches!(
-            working.job.query.mode,
-            Mode::Bounded | Mode::Deep | Mode::Files | Mode::SqlCompact | Mode::SqlFull
-        )
-}
-
 /// A ranking step called `name`: `logic` runs on each [`ranked`] record and its time is recorded
 /// under the lower-cased name; other records pass untouched.
 pub(crate) fn ranked_step<'scope>(
@@ -278,7 +278,7 @@ pub(crate) fn ranked_step<'scope>(
     mut logic: impl FnMut(&mut Working) + 'static,
 ) -> StreamVec<'scope, u64, Working> {
     map_stage(stream, name, move |mut working: Working| {
-        if ranked(&working) {
+        if working.is_ranked() {
             let started = Instant::now();
             logic(&mut working);
             working.job.record(&name.to_lowercase(), started);

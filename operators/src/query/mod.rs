@@ -27,6 +27,7 @@ pub mod hyde;
 pub mod intent;
 pub mod invalidation;
 pub mod job;
+pub mod lookup;
 pub mod mmr;
 pub mod neighbours;
 pub mod pack;

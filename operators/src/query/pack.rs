@@ -1,6 +1,7 @@
-//! Pack: the context of each query, by mode (`answer`): the bounded modes packed into their token
-//! budget (`ragstream_core::query::pack`), with surrogate tiers where configured; the other modes
-//! rendered. The context is cached under the index generation its retrieval read.
+//! Pack: the context of each ranked query, by mode: `bounded` packed into its token budget
+//! (`ragstream_core::query::pack`), with surrogate tiers where configured; `deep`, `files` and the
+//! SQL modes rendered. The lookups and shard errors are answered before the ranking steps
+//! ([`super::lookup`]). The context is cached under the index generation its retrieval read.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -15,11 +16,11 @@ use crate::tokens::{Encoding, TokenCounter};
 use ragstream_core::query::cache::LruTtl;
 use ragstream_core::query::depth::results_wanted;
 use ragstream_core::query::modes::{
-    budget_for, max_new_tokens, rank_files, sql_table, unknown_chunk, FileKey, SQL_FULL_HINT_TOKENS,
+    budget_for, max_new_tokens, rank_files, sql_table, FileKey, SQL_FULL_HINT_TOKENS,
 };
 use ragstream_core::query::pack::{pack, render_full, AnswerCue, PackRequest};
 use ragstream_core::query::surrogate::{choose, SurrogatePolicy, SurrogateTier};
-use ragstream_core::query::{Candidate, Context, GenerationMeta, Mode, LIST_PAGE};
+use ragstream_core::query::{Candidate, Context, GenerationMeta, Mode};
 
 /// Extension trait: the `Pack` operator.
 pub trait Pack<'scope> {
@@ -39,21 +40,9 @@ impl<'scope> Pack<'scope> for StreamVec<'scope, u64, Working> {
     ) -> StreamVec<'scope, u64, (Context, Reply)> {
         map_stage(self, "Pack", move |mut working: Working| {
             let started = Instant::now();
-            let mut context = answer(&mut working, &services);
+            let context = answer(&mut working, &services);
             working.job.record("pack", started);
-            context.latency_ms = working.job.latency.clone();
-            let total = now_micros().saturating_sub(working.job.arrived_us) as f64 / 1000.0;
-            context.latency_ms.insert("total".into(), total);
-            // A context built while an optional endpoint was out is not kept: the next asker gets
-            // the endpoint's answer once it is back.
-            if context.error.is_none() && !working.job.degraded {
-                cache.lock().expect("cache").put(
-                    cache_key(&working.job.query),
-                    context.clone(),
-                    working.job.generation,
-                );
-            }
-            (context, working.job.reply)
+            deliver(context, working, &cache)
         })
     }
 }
@@ -86,8 +75,9 @@ fn surrogate_tiers(
         .collect()
 }
 
-/// Builds the context of a gathered query (every mode).
-fn answer(working: &mut Working, services: &QueryServices) -> Context {
+/// The context a query's answer starts from (its ids, mode, tokenizer, intent and weights, the
+/// index watermark), its notes and the tokenizer it is counted with.
+pub(super) fn begin(working: &mut Working, services: &QueryServices) -> Output {
     let job = &working.job;
     let query = &job.query;
     let encoding = query
@@ -95,64 +85,70 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
         .as_deref()
         .and_then(Encoding::parse)
         .unwrap_or(services.encoding);
-    let counter = TokenCounter::new(encoding);
-    let plan = job.plan.clone();
-    let mut context = Context {
+    let plan = job.plan.as_ref();
+    let context = Context {
         query_id: query.query_id.clone(),
         tenant: query.tenant.clone(),
         mode: query.mode.as_str().to_string(),
         tokenizer: encoding.name().to_string(),
-        intent: plan
-            .as_ref()
-            .map_or_else(String::new, |p| p.intent.as_str().to_string()),
-        weights: plan.as_ref().map(|p| p.weights).unwrap_or_default(),
+        intent: plan.map_or_else(String::new, |p| p.intent.as_str().to_string()),
+        weights: plan.map(|p| p.weights).unwrap_or_default(),
         index_watermark: job.watermark.clone(),
         chunks_available: working.available,
         probe: working.answer.probe.take(),
         ..Context::default()
     };
-    let notes = job.notes.clone();
-    if let Some(error) = &working.answer.error {
-        // A shard's error is a `StoreError`'s text: an outage, or a request the engine refused.
-        let unavailable = error.starts_with("index unavailable");
-        context.error = Some(if unavailable {
-            error.clone()
-        } else {
-            format!("the index could not answer: {error}")
-        });
-        context.error_type = Some(
-            if unavailable {
-                "index_unavailable"
-            } else {
-                "index_refused"
-            }
-            .into(),
-        );
-        return finish(context, notes, working);
-    }
-    let mut output = Output {
+    Output {
         context,
-        notes,
-        counter,
-    };
-    match query.mode {
-        Mode::Bounded => bounded(working, services, &mut output),
+        notes: working.job.notes.clone(),
+        counter: TokenCounter::new(encoding),
+    }
+}
+
+/// The context of a ranked query (a lookup or a shard's error that reaches Pack is answered as
+/// [`super::lookup`] answers it).
+fn answer(working: &mut Working, services: &QueryServices) -> Context {
+    if !working.is_ranked() {
+        return super::lookup::answer(working, services);
+    }
+    let mut output = begin(working, services);
+    match working.job.query.mode {
         Mode::Deep => deep(working, services, &mut output),
-        Mode::ReadChunk => read_chunk(working, services, &mut output),
-        Mode::ListSources => list_sources(working, &mut output),
-        Mode::IndexStats => index_stats(working, &mut output),
         Mode::Files => files(working, services, &mut output),
         Mode::SqlCompact | Mode::SqlFull => sql(working, services, &mut output),
+        // `bounded` (the lookup modes were answered above).
+        _ => bounded(working, services, &mut output),
     }
     let Output { context, notes, .. } = output;
     finish(context, notes, working)
 }
 
+/// The context handed on: its latencies (the query's total among them), cached under the index
+/// generation its retrieval read unless it is an error or an optional endpoint was out (the next
+/// asker then gets the endpoint's answer once it is back).
+pub(super) fn deliver(
+    mut context: Context,
+    working: Working,
+    cache: &Mutex<LruTtl<String, Context>>,
+) -> (Context, Reply) {
+    context.latency_ms = working.job.latency.clone();
+    let total = now_micros().saturating_sub(working.job.arrived_us) as f64 / 1000.0;
+    context.latency_ms.insert("total".into(), total);
+    if context.error.is_none() && !working.job.degraded {
+        cache.lock().expect("cache").put(
+            cache_key(&working.job.query),
+            context.clone(),
+            working.job.generation,
+        );
+    }
+    (context, working.job.reply)
+}
+
 /// The context being built, its notes and the tokenizer it is counted with.
-struct Output {
-    context: Context,
-    notes: Vec<String>,
-    counter: TokenCounter,
+pub(super) struct Output {
+    pub(super) context: Context,
+    pub(super) notes: Vec<String>,
+    pub(super) counter: TokenCounter,
 }
 
 /// `bounded`: the candidates packed into the token budget.
@@ -246,85 +242,6 @@ fn deep(working: &Working, services: &QueryServices, output: &mut Output) {
     ));
 }
 
-/// `read_chunk`: one chunk's full text, or an error naming the tenant's documents.
-fn read_chunk(working: &Working, services: &QueryServices, output: &mut Output) {
-    let Output {
-        context, counter, ..
-    } = output;
-    let query = &working.job.query;
-    let config = services.config.preset(query.preset.as_deref());
-    match &working.answer.chunk {
-        Some(stored) => {
-            let candidate = Candidate::new(stored.clone());
-            let (items, text, tokens) = render_full(
-                &[(candidate, stored.chunk.text.clone())],
-                &config.pack,
-                *counter,
-            );
-            (context.items, context.context, context.tokens_used) = (items, text, tokens);
-            context.chunks_available = 1;
-        }
-        None => {
-            let mut sources = working.answer.sources.clone();
-            context.error = Some(unknown_chunk(query.text.trim(), &sources));
-            context.error_type = Some("unknown_chunk".into());
-            sources.truncate(LIST_PAGE);
-            context.sources = sources;
-        }
-    }
-}
-
-/// `list_sources`: one page of the tenant's documents.
-fn list_sources(working: &Working, output: &mut Output) {
-    let Output {
-        context, counter, ..
-    } = output;
-    let query = &working.job.query;
-    // The shards' pages merged, cut to one page; one more document means a next page.
-    let page = super::search::list_page(query);
-    context.sources = working.answer.sources.clone();
-    if context.sources.len() > page {
-        context.sources.truncate(page);
-        context.next_cursor = context.sources.last().map(|s| s.doc_id.clone());
-    }
-    context.chunks_available = context.sources.iter().map(|s| s.chunks).sum();
-    context.context = context
-        .sources
-        .iter()
-        .map(|s| format!("{} — {} ({} chunks)", s.source, s.title, s.chunks))
-        .collect::<Vec<_>>()
-        .join("\n");
-    context.tokens_used = counter.count(&context.context);
-}
-
-/// `index_stats`: the shards' counts, and a line saying them.
-fn index_stats(working: &Working, output: &mut Output) {
-    let Output {
-        context, counter, ..
-    } = output;
-    let stats = working.answer.stats.clone().unwrap_or_default();
-    context.chunks_available = stats.chunks;
-    let kinds: Vec<String> = stats
-        .chunks_by_kind
-        .iter()
-        .filter(|(_, chunks)| **chunks > 0)
-        .map(|(kind, chunks)| format!("{kind} {chunks}"))
-        .collect();
-    context.context = format!(
-        "{} chunks ({}) on {} shard(s), {} index",
-        stats.chunks,
-        if kinds.is_empty() {
-            "none".to_string()
-        } else {
-            kinds.join(", ")
-        },
-        stats.shards,
-        stats.backend
-    );
-    context.tokens_used = counter.count(&context.context);
-    context.index_stats = Some(stats);
-}
-
 /// `files`: files ranked by the concentration of chunk hits.
 fn files(working: &Working, services: &QueryServices, output: &mut Output) {
     let Output {
@@ -393,7 +310,8 @@ fn sql(working: &Working, services: &QueryServices, output: &mut Output) {
     }
 }
 
-fn finish(mut context: Context, notes: Vec<String>, working: &mut Working) -> Context {
+/// The counts, notes and trace every context ends with.
+pub(super) fn finish(mut context: Context, notes: Vec<String>, working: &mut Working) -> Context {
     context.chunks_returned = context.items.len().max(context.sources.len());
     let files: std::collections::BTreeSet<&str> =
         context.items.iter().map(|i| i.source.as_str()).collect();
