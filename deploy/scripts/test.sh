@@ -104,8 +104,9 @@ echo "== tests"
 # --no-fail-fast runs every test binary even after one failed, so one run reports every failure.
 # Every test target but the fault suite (running beside them).
 cargo test --workspace "${features[@]}" --no-fail-fast --lib --bins --examples --test integration --test fuzz_seeds -- --test-threads=1 --show-output
-# Criterion benches run once each as smoke tests (their own harness takes no libtest flags).
-cargo test --workspace "${features[@]}" --benches
+# Criterion benches run once each as smoke tests (their own harness takes no libtest flags);
+# `--bench '*'`, not `--benches`, which would run the libraries' unit tests a second time.
+cargo test --workspace "${features[@]}" --bench '*'
 # The operators' `# Examples` (doctests: each one a small dataflow on `timely::example`).
 cargo test --workspace "${features[@]}" --doc
 data="${RAGSTREAM_DATA:-../shared/data}"

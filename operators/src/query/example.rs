@@ -91,3 +91,49 @@ pub fn documents(working: &Working) -> Vec<String> {
         .map(|candidate| candidate.stored.key.doc_id.clone())
         .collect()
 }
+
+/// An embedder for examples whose queries come with their vectors: every text embeds to zeros.
+struct Zeros;
+
+impl crate::embed::Embedder for Zeros {
+    fn version(&self) -> &str {
+        "example"
+    }
+    fn dimension(&self) -> usize {
+        2
+    }
+    fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, crate::embed::EmbedError> {
+        Ok(vec![vec![0.0; 2]; texts.len()])
+    }
+    fn last_token_count(&self) -> usize {
+        0
+    }
+}
+
+/// What the query operators share, for an example: no shards, the default query configuration,
+/// the o200k tokenizer, and an inference service that embeds every text to zeros.
+pub fn services() -> super::job::QueryServices {
+    use crate::embed::service::{InferenceService, ServiceConfig};
+    use std::sync::{Arc, Mutex};
+    super::job::QueryServices {
+        shards: Arc::new(Vec::new()),
+        first_worker: 0,
+        peers: 1,
+        shared_index: false,
+        embedder: InferenceService::start(
+            vec![Box::new(Zeros)],
+            ServiceConfig::default(),
+        )
+        .expect("an inference service"),
+        config: Arc::new(ragstream_core::query::QueryConfig::default()),
+        encoding: crate::tokens::Encoding::O200kBase,
+        progress: Arc::default(),
+        acks: timely::dataflow::ProbeHandle::new(),
+        stats: Arc::new(crate::store::stats::CorpusStats::default()),
+        reranker: None,
+        writer: None,
+        access: Arc::new(Mutex::new(
+            ragstream_core::query::surrogate::AccessCounts::new(16),
+        )),
+    }
+}

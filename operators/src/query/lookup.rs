@@ -17,6 +17,55 @@ use ragstream_core::query::pack::render_full;
 use ragstream_core::query::{Candidate, Context, Mode, LIST_PAGE};
 
 /// Extension trait: the `Lookup` operator.
+///
+/// # Examples
+///
+/// A `list_sources` query leaves with its page of documents; a bounded one goes on to be ranked:
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use std::time::Duration;
+/// use ragstream_core::query::cache::LruTtl;
+/// use ragstream_core::query::SourceEntry;
+/// use ragstream_operators::query::example::{gathered, hit, job, services};
+/// use ragstream_operators::query::lookup::Lookup;
+/// use timely::dataflow::operators::capture::{Capture, Extract};
+/// use timely::dataflow::operators::vec::{Map, ToStream};
+///
+/// let (ranked, answered) = timely::example(|scope| {
+///     let mut listing = gathered(
+///         job(r#"{"query_id": "q1", "tenant": "t", "mode": "list_sources"}"#),
+///         Vec::new(),
+///         Vec::new(),
+///     );
+///     listing.answer.sources.push(SourceEntry {
+///         doc_id: "a".into(),
+///         source: "a.txt".into(),
+///         title: "Tide pools".into(),
+///         chunks: 3,
+///         hits: None,
+///         score: None,
+///         group: None,
+///         documents: None,
+///     });
+///     let bounded = gathered(
+///         job(r#"{"query_id": "q2", "tenant": "t", "text": "tide pools"}"#),
+///         vec![hit("a", "Tide pools hold sea water at low tide.", 0.9, &[1.0, 0.0])],
+///         Vec::new(),
+///     );
+///     let cache = Arc::new(Mutex::new(LruTtl::new(16, Duration::from_secs(60))));
+///     let (ranked, answered) = vec![listing, bounded]
+///         .to_stream(scope)
+///         .lookup(services(), cache);
+///     (
+///         ranked.map(|working| working.job.query.query_id).capture(),
+///         answered.map(|(context, _)| (context.query_id, context.context)).capture(),
+///     )
+/// });
+/// assert_eq!(ranked.extract()[0].1, ["q2"]);
+/// let answered = answered.extract()[0].1.clone();
+/// assert_eq!(answered, [("q1".to_string(), "a.txt — Tide pools (3 chunks)".to_string())]);
+/// ```
 pub trait Lookup<'scope> {
     /// Answers the lookups and the shards' errors; returns the ranked queries and those answers.
     fn lookup(

@@ -23,6 +23,42 @@ use ragstream_core::query::surrogate::{choose, SurrogatePolicy, SurrogateTier};
 use ragstream_core::query::{Candidate, Context, GenerationMeta, Mode};
 
 /// Extension trait: the `Pack` operator.
+///
+/// # Examples
+///
+/// Two ranked chunks packed into a budget of 200 tokens: each item is headed by its source, and the
+/// context never holds more than the budget:
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use std::time::Duration;
+/// use ragstream_core::query::cache::LruTtl;
+/// use ragstream_core::query::QueryConfig;
+/// use ragstream_operators::query::example::{gathered, hit, job, services};
+/// use ragstream_operators::query::fuse::Fuse;
+/// use ragstream_operators::query::pack::Pack;
+/// use timely::dataflow::operators::capture::{Capture, Extract};
+/// use timely::dataflow::operators::vec::{Map, ToStream};
+///
+/// let contexts = timely::example(|scope| {
+///     let query = job(r#"{"query_id": "q1", "tenant": "t", "text": "tide pools", "token_budget": 200}"#);
+///     let dense = vec![
+///         hit("a", "Tide pools hold sea water at low tide.", 0.9, &[1.0, 0.0]),
+///         hit("b", "Anemones and crabs live in tide pools.", 0.8, &[0.0, 1.0]),
+///     ];
+///     let cache = Arc::new(Mutex::new(LruTtl::new(16, Duration::from_secs(60))));
+///     vec![gathered(query, dense, Vec::new())]
+///         .to_stream(scope)
+///         .fuse(Arc::new(QueryConfig::default()))
+///         .pack(services(), cache)
+///         .map(|(context, _reply)| (context.tokens_used, context.items.len(), context.context))
+///         .capture()
+/// });
+/// let (tokens, items, text) = contexts.extract()[0].1[0].clone();
+/// assert!(tokens <= 200);
+/// assert_eq!(items, 2);
+/// assert!(text.contains("Source: a.txt"), "{text}");
+/// ```
 pub trait Pack<'scope> {
     /// Packs (or renders, for the other modes) the context.
     fn pack(
