@@ -120,11 +120,8 @@ pub fn services() -> super::job::QueryServices {
         first_worker: 0,
         peers: 1,
         shared_index: false,
-        embedder: InferenceService::start(
-            vec![Box::new(Zeros)],
-            ServiceConfig::default(),
-        )
-        .expect("an inference service"),
+        embedder: InferenceService::start(vec![Box::new(Zeros)], ServiceConfig::default())
+            .expect("an inference service"),
         config: Arc::new(ragstream_core::query::QueryConfig::default()),
         encoding: crate::tokens::Encoding::O200kBase,
         progress: Arc::default(),
