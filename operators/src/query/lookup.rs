@@ -16,6 +16,12 @@ use ragstream_core::query::modes::unknown_chunk;
 use ragstream_core::query::pack::render_full;
 use ragstream_core::query::{Candidate, Context, Mode, LIST_PAGE};
 
+/// The ranked queries, which go on to Fuse, and the contexts Lookup answered.
+pub type Routed<'scope> = (
+    StreamVec<'scope, u64, Working>,
+    StreamVec<'scope, u64, (Context, Reply)>,
+);
+
 /// Extension trait: the `Lookup` operator.
 ///
 /// # Examples
@@ -72,10 +78,7 @@ pub trait Lookup<'scope> {
         self,
         services: QueryServices,
         cache: Arc<Mutex<LruTtl<String, Context>>>,
-    ) -> (
-        StreamVec<'scope, u64, Working>,
-        StreamVec<'scope, u64, (Context, Reply)>,
-    );
+    ) -> Routed<'scope>;
 }
 
 impl<'scope> Lookup<'scope> for StreamVec<'scope, u64, Working> {
@@ -85,10 +88,7 @@ impl<'scope> Lookup<'scope> for StreamVec<'scope, u64, Working> {
         self,
         services: QueryServices,
         cache: Arc<Mutex<LruTtl<String, Context>>>,
-    ) -> (
-        StreamVec<'scope, u64, Working>,
-        StreamVec<'scope, u64, (Context, Reply)>,
-    ) {
+    ) -> Routed<'scope> {
         map_stage(self, "Lookup", move |mut working: Working| {
             if working.is_ranked() {
                 return Ok(working);
