@@ -210,12 +210,12 @@ def effective_problems(label, config, http_port, data_dir, workers_flag):
 
 
 def run_flags():
-    """Long and short flags of `ragstream run` (src/main.rs) plus the global ones."""
-    text = (ROOT / "src/main.rs").read_text()
+    """Long and short flags of `ragstream run` (src/cli/mod.rs) plus the global ones."""
+    text = (ROOT / "src/cli/mod.rs").read_text()
     flags = set()
     block = re.search(r"\n    Run \{\n(.*?)\n    \},", text, re.S)
     if not block:
-        raise RuntimeError("src/main.rs: the Run subcommand was not found")
+        raise RuntimeError("src/cli/mod.rs: the Run subcommand was not found")
     cli = re.search(r"struct Cli \{\n(.*?)\n\}", text, re.S)
     for body in (block.group(1), cli.group(1) if cli else ""):
         for attrs, field in re.findall(r"((?:\s*#\[[^\n]*\]\n)+)\s*(\w+):", body):
@@ -239,7 +239,7 @@ def flag_problems(label, argv):
         if arg.startswith("-"):
             flag = arg.split("=", 1)[0]
             if flag not in RUN_FLAGS:
-                problems.append(f"{label}: `ragstream run` has no {flag} (src/main.rs; it has {', '.join(sorted(RUN_FLAGS))})")
+                problems.append(f"{label}: `ragstream run` has no {flag} (src/cli/mod.rs; it has {', '.join(sorted(RUN_FLAGS))})")
     return problems
 
 
@@ -1141,7 +1141,7 @@ def main():
     check("k8s: ServiceMonitor shape (CRD schema subset), selects one service, port and job label match", check_service_monitor)
     check("k8s: kustomization lists every manifest", check_kustomization)
     check("k8s: StatefulSet, services, probes, env, security context, volumes agree", check_statefulset_wiring)
-    check("k8s: ConfigMap cluster.toml parses, config.rs keys, matches the preset, flags exist in src/main.rs", check_configmap_config)
+    check("k8s: ConfigMap cluster.toml parses, config.rs keys, matches the preset, flags exist in src/cli/mod.rs", check_configmap_config)
     check("k8s: entrypoint script writes the hostfile and runs ragstream with the pod's process index", check_entrypoint_run)
     check("k8s: secrets only through secretKeyRef to a documented, uncommitted Secret", check_k8s_secrets_doc)
     print(f"deploy checks: {passed} passed, {failed} failed")
