@@ -67,43 +67,15 @@ if ! wait "$build"; then
 fi
 grep -E '^\s*(Finished|warning)' "$build_log" || true
 rm -f "$build_log"
-echo "== fault suite (started here; it runs beside the tests below, its output follows theirs)"
-# Its cases spend most of their time waiting out outages (a broker down 30 s, an embedder down 20 s,
-# a 40 s soak), so running them beside the CPU-bound tests saves about as long as the shorter of the two.
-# Its cases still run one at a time, and it takes its ports from a range of its own (free_port).
-faults_bin="$(cargo test --workspace "${features[@]}" --locked --no-run --test faults --message-format=json 2>/dev/null |
-  python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "faults" and m.get("executable"):
-        print(m["executable"])')"
-[ -x "$faults_bin" ] || { echo "the fault suite's test binary was not found" >&2; exit 1; }
-faults_log="$(mktemp)"
-# A process group of its own, so an early exit stops the brokers and jobs its cases started too.
-setsid "$faults_bin" --test-threads=1 --show-output >"$faults_log" 2>&1 &
-faults=$!
-# On an early exit (a failed step above it), the fault suite stops and shows what it had printed.
-stop_faults() {
-  kill "$build" 2>/dev/null || true
-  if [ -f "$faults_log" ]; then
-    kill -- "-$faults" 2>/dev/null || true
-    echo "== fault suite (stopped: a step failed before it finished)"
-    cat "$faults_log"
-    rm -f "$faults_log"
-  fi
-}
-trap stop_faults EXIT
 echo "== clippy (-D warnings): every component, then the default build (the README's run command: no Kafka, Qdrant server client, MCP, file readers or benches), which so also compiles"
 cargo clippy --workspace --all-targets "${features[@]}" --locked --quiet -- -D warnings
 cargo clippy --workspace --all-targets --locked --quiet -- -D warnings
 echo "== tests"
-# Integration tests start brokers and jobs: one test binary at a time (the fault suite aside), one
-# test at a time inside them.
+# Integration tests start brokers and jobs: one test binary at a time, one test at a time inside them.
 # RAGSTREAM_FAULTS_LONG=1 runs the long variants of the fault suite (a 10-minute overload soak).
 # --show-output prints what passing tests printed: the measured figures (`FAULT …`, recovery times);
 # --no-fail-fast runs every test binary even after one failed, so one run reports every failure.
-# Every test target but the fault suite (running beside them).
-cargo test --workspace "${features[@]}" --no-fail-fast --lib --bins --examples --test integration --test fuzz_seeds -- --test-threads=1 --show-output
+cargo test --workspace "${features[@]}" --no-fail-fast --lib --bins --tests --examples -- --test-threads=1 --show-output
 # Criterion benches run once each as smoke tests (their own harness takes no libtest flags);
 # `--bench '*'`, not `--benches`, which would run the libraries' unit tests a second time.
 cargo test --workspace "${features[@]}" --bench '*'
@@ -136,11 +108,3 @@ elif [ -n "$qdrant_bin" ]; then
 else
   echo "SKIPPED: index contract suite against a Qdrant server (no QDRANT_URL, no QDRANT_BIN, no ../shared/bin/install-qdrant.sh)"
 fi
-echo "== fault suite (its output; it ran beside the tests above)"
-set +e
-wait "$faults"
-faults_status=$?
-set -e
-cat "$faults_log"
-rm -f "$faults_log"
-exit "$faults_status"
