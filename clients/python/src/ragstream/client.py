@@ -15,27 +15,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-__all__ = [
-    "Accepted",
-    "Batch",
-    "BatchState",
-    "Client",
-    "Consistency",
-    "Context",
-    "Invalidation",
-    "InvalidationsPage",
-    "Item",
-    "Mode",
-    "RagstreamError",
-    "Source",
-    "SourcesPage",
-    "Subscription",
-    "SubscriptionStatus",
-    "Tier",
-    "Version",
-    "item_metadata",
-]
-
 #: What a query answers (the job's `Mode`): `bounded` packs a context into the token budget, `deep`
 #: returns up to `k` whole chunks; the others are lookups (docs/query.md).
 Mode = Literal["bounded", "deep", "read_chunk", "list_sources", "files", "sql_compact", "sql_full", "index_stats"]
