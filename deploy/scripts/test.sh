@@ -67,15 +67,54 @@ if ! wait "$build"; then
 fi
 grep -E '^\s*(Finished|warning)' "$build_log" || true
 rm -f "$build_log"
-echo "== clippy (-D warnings): every component, then the default build (the README's run command: no Kafka, Qdrant server client, MCP, file readers or benches), which so also compiles"
-cargo clippy --workspace --all-targets "${features[@]}" --locked --quiet -- -D warnings
-cargo clippy --workspace --all-targets --locked --quiet -- -D warnings
+echo "== fault suite, part 1 (started here; it runs beside the tests below, its output follows theirs)"
+# Most fault cases wait out outages (a broker down 30 s, an embedder down 20 s): they run beside the
+# other tests, one at a time, on ports from a range of their own (free_port). The cases whose checks
+# time the job (a /healthz p99, a throughput ratio, a soak's capacity, a slow server's round trips,
+# hostile clients) run alone at the end, as part 2. The list is the one place that splits them.
+timed_faults=(files:: hostile:: poison:: soak:: server::a_slow_qdrant_server)
+skip_timed=()
+for case in "${timed_faults[@]}"; do skip_timed+=(--skip "$case"); done
+faults_bin="$(cargo test --workspace "${features[@]}" --locked --no-run --test faults --message-format=json 2>/dev/null |
+  python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "faults" and m.get("executable"):
+        print(m["executable"])')"
+[ -x "$faults_bin" ] || { echo "the fault suite's test binary was not found" >&2; exit 1; }
+faults_log="$(mktemp)"
+# A process group of its own, so an early exit stops the brokers and jobs its cases started too.
+setsid "$faults_bin" --test-threads=1 --show-output "${skip_timed[@]}" >"$faults_log" 2>&1 &
+faults=$!
+# On an early exit (a failed step), part 1 stops and shows what it had printed.
+stop_faults() {
+  kill "$build" 2>/dev/null || true
+  if [ -f "$faults_log" ]; then
+    kill -- "-$faults" 2>/dev/null || true
+    echo "== fault suite, part 1 (stopped: a step failed before it finished)"
+    cat "$faults_log"
+    rm -f "$faults_log"
+  fi
+}
+trap stop_faults EXIT
+echo "== clippy (-D warnings; at low priority): every component, then the default build (the README's run command: no Kafka, Qdrant server client, MCP, file readers or benches), which so also compiles"
+nice -n 19 cargo clippy --workspace --all-targets "${features[@]}" --locked --quiet -- -D warnings
+nice -n 19 cargo clippy --workspace --all-targets --locked --quiet -- -D warnings
 echo "== tests"
-# Integration tests start brokers and jobs: one test binary at a time, one test at a time inside them.
+# Integration tests start brokers and jobs: one test binary at a time (the fault suite aside), one
+# test at a time inside them.
 # RAGSTREAM_FAULTS_LONG=1 runs the long variants of the fault suite (a 10-minute overload soak).
 # --show-output prints what passing tests printed: the measured figures (`FAULT …`, recovery times);
 # --no-fail-fast runs every test binary even after one failed, so one run reports every failure.
-cargo test --workspace "${features[@]}" --no-fail-fast --lib --bins --tests --examples -- --test-threads=1 --show-output
+# Every test target but the fault suite (parts 1 and 2 run on their own), read from the manifests.
+test_targets=()
+while read -r target; do test_targets+=(--test "$target"); done < <(cargo metadata --no-deps --format-version 1 |
+  python3 -c 'import json, sys
+for package in json.load(sys.stdin)["packages"]:
+    for target in package["targets"]:
+        if "test" in target["kind"] and target["name"] != "faults":
+            print(target["name"])')
+cargo test --workspace "${features[@]}" --no-fail-fast --lib --bins --examples "${test_targets[@]}" -- --test-threads=1 --show-output
 # Criterion benches run once each as smoke tests (their own harness takes no libtest flags);
 # `--bench '*'`, not `--benches`, which would run the libraries' unit tests a second time.
 cargo test --workspace "${features[@]}" --bench '*'
@@ -107,4 +146,19 @@ elif [ -n "$qdrant_bin" ]; then
     cargo test --workspace "${features[@]}" --lib store::server::tests:: -- --ignored --show-output
 else
   echo "SKIPPED: index contract suite against a Qdrant server (no QDRANT_URL, no QDRANT_BIN, no ../shared/bin/install-qdrant.sh)"
+fi
+echo "== fault suite, part 1 (its output; it ran beside the tests above)"
+set +e
+wait "$faults"
+faults_status=$?
+set -e
+cat "$faults_log"
+rm -f "$faults_log"
+echo "== fault suite, part 2 (alone: the cases whose checks time the job)"
+set +e
+"$faults_bin" --test-threads=1 --show-output "${timed_faults[@]}"
+timed_status=$?
+set -e
+if [ "$faults_status" -ne 0 ] || [ "$timed_status" -ne 0 ]; then
+  exit 1
 fi

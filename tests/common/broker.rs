@@ -12,6 +12,11 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+/// How long a test's own read of the broker (watermarks, committed offsets) may take: the fault suite
+/// runs beside the other tests, and on a busy machine the broker answers its metadata requests in
+/// seconds, not milliseconds. A bound on the test helper's patience, not a check of the job.
+const BROKER_PATIENCE: Duration = Duration::from_secs(30);
+
 /// A message read back: key, value, headers.
 pub type ReadMessage = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Vec<u8>)>);
 
@@ -221,7 +226,7 @@ impl Broker {
         (0..partitions)
             .map(|p| {
                 consumer
-                    .fetch_watermarks(topic, p, Duration::from_secs(5))
+                    .fetch_watermarks(topic, p, BROKER_PATIENCE)
                     .expect("watermarks")
                     .1
             })
@@ -240,7 +245,7 @@ impl Broker {
             list.add_partition(topic, p);
         }
         let committed = consumer
-            .committed_offsets(list, Duration::from_secs(10))
+            .committed_offsets(list, BROKER_PATIENCE)
             .expect("committed offsets");
         (0..partitions)
             .map(
