@@ -15,7 +15,8 @@ use ragstream_core::progress::IngestProgress;
 use ragstream_core::query::cache::LruTtl;
 use ragstream_core::query::{Context, Query};
 
-pub(crate) fn cache_key(query: &Query) -> String {
+/// The cache's key for `query`: the query without its id (every setting that shapes its context).
+pub fn cache_key(query: &Query) -> String {
     let mut key = query.clone();
     key.query_id.clear();
     serde_json::to_string(&key).expect("queries serialise")
@@ -28,6 +29,42 @@ pub type Looked<'scope> = (
 );
 
 /// Extension trait: the `CacheLookup` operator.
+///
+/// # Examples
+///
+/// A context Pack cached for "tide pools" at the index's current state (generation 0, nothing
+/// written yet) answers the same query again, under the new query's id; another text misses and goes
+/// on to be answered:
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use std::time::Duration;
+/// use ragstream_core::query::cache::LruTtl;
+/// use ragstream_core::query::Context;
+/// use ragstream_operators::query::cache_lookup::{cache_key, CacheLookup};
+/// use ragstream_operators::query::example::job;
+/// use timely::dataflow::operators::capture::{Capture, Extract};
+/// use timely::dataflow::operators::vec::{Map, ToStream};
+///
+/// let (misses, hits) = timely::example(|scope| {
+///     let asked = job(r#"{"query_id": "q1", "tenant": "t", "text": "tide pools"}"#);
+///     let cached = Context { query_id: "q1".into(), context: "Tide pools hold sea water.".into(), ..Context::default() };
+///     let cache = Arc::new(Mutex::new(LruTtl::new(16, Duration::from_secs(60))));
+///     cache.lock().unwrap().put(cache_key(&asked.query), cached, 0);
+///     let (misses, hits) = vec![
+///         job(r#"{"query_id": "q2", "tenant": "t", "text": "tide pools"}"#),
+///         job(r#"{"query_id": "q3", "tenant": "t", "text": "rock pools"}"#),
+///     ]
+///     .to_stream(scope)
+///     .cache_lookup(cache, Arc::default());
+///     (
+///         misses.map(|job| job.query.query_id).capture(),
+///         hits.map(|(context, _)| (context.query_id, context.context)).capture(),
+///     )
+/// });
+/// assert_eq!(misses.extract()[0].1, ["q3"]);
+/// assert_eq!(hits.extract()[0].1, [("q2".to_string(), "Tide pools hold sea water.".to_string())]);
+/// ```
 pub trait CacheLookup<'scope> {
     /// Answers a query from the cache when a context for it was computed at the current index
     /// state: `(misses, hits)`, the misses to answer and the hits' contexts to publish.

@@ -13,6 +13,42 @@ use crate::metrics::metrics;
 use ragstream_core::query::Consistency;
 
 /// Extension trait: the `AwaitConsistency` operator.
+///
+/// # Examples
+///
+/// Documents come from Kafka, and the index has acknowledged nothing of partition 0 yet: an
+/// `eventual` query goes on at once; a `read_your_writes` one that must see offset 4 of partition 0
+/// waits for it, here until its timeout, and its context will say so:
+///
+/// ```
+/// use std::sync::atomic::Ordering;
+/// use std::sync::Arc;
+/// use ragstream_operators::query::consistency::AwaitConsistency;
+/// use ragstream_operators::query::example::{job, services};
+/// use timely::dataflow::operators::capture::{Capture, Extract};
+/// use timely::dataflow::operators::vec::{Map, ToStream};
+///
+/// let answered = timely::example(|scope| {
+///     let mut services = services();
+///     services.progress.kafka.store(true, Ordering::SeqCst);
+///     Arc::make_mut(&mut services.config).consistency_timeout_ms = 20;
+///     let eventual = job(r#"{"query_id": "q1", "tenant": "t", "text": "tide pools"}"#);
+///     let mut waits = job(
+///         r#"{"query_id": "q2", "tenant": "t", "text": "tide pools", "consistency": "read_your_writes"}"#,
+///     );
+///     waits.wait_for.insert(0, 5);
+///     vec![waits, eventual]
+///         .to_stream(scope)
+///         .await_consistency(services)
+///         .map(|job| (job.query.query_id, job.notes))
+///         .capture()
+/// });
+/// let answered: Vec<(String, Vec<String>)> =
+///     answered.extract().into_iter().flat_map(|(_, jobs)| jobs).collect();
+/// assert_eq!(answered[0], ("q1".to_string(), Vec::new()));
+/// assert_eq!(answered[1].0, "q2");
+/// assert!(answered[1].1[0].starts_with("read_your_writes: the index had not caught up after 20 ms"));
+/// ```
 pub trait AwaitConsistency<'scope> {
     /// Holds `read_your_writes` queries until the index reflects every earlier document event.
     fn await_consistency(self, services: QueryServices) -> StreamVec<'scope, u64, QueryJob>;

@@ -108,6 +108,34 @@ fn mix_passages(job: &mut QueryJob, passages: &[Vec<f32>]) {
 }
 
 /// Extension trait: the `EmbedQuery` operator.
+///
+/// # Examples
+///
+/// A bounded query gets its text's vector (the example's service embeds every text to two zeros)
+/// and the step's latency; a `list_sources` query retrieves nothing and gets neither:
+///
+/// ```
+/// use ragstream_operators::query::embed_query::EmbedQuery;
+/// use ragstream_operators::query::example::{job, services};
+/// use timely::dataflow::operators::capture::{Capture, Extract};
+/// use timely::dataflow::operators::vec::{Map, ToStream};
+///
+/// let embedded = timely::example(|scope| {
+///     vec![
+///         job(r#"{"query_id": "q1", "tenant": "t", "text": "tide pools"}"#),
+///         job(r#"{"query_id": "q2", "tenant": "t", "mode": "list_sources"}"#),
+///     ]
+///     .to_stream(scope)
+///     .embed_query(services())
+///     .map(|job| (job.query.query_id, job.vectors.dense.len(), job.latency.contains_key("embed")))
+///     .capture()
+/// });
+/// let embedded: Vec<_> = embedded.extract().into_iter().flat_map(|(_, jobs)| jobs).collect();
+/// assert_eq!(
+///     embedded,
+///     [("q1".to_string(), 2, true), ("q2".to_string(), 0, false)]
+/// );
+/// ```
 pub trait EmbedQuery<'scope> {
     /// Embeds the query texts of each batch in one call (dense) and encodes BM25 terms.
     fn embed_query(self, services: QueryServices) -> StreamVec<'scope, u64, QueryJob>;

@@ -48,6 +48,53 @@ fn wanted(job: &QueryJob, config: &QueryConfig) -> Option<(HydeStrategy, f32, us
 }
 
 /// Extension trait: the `Hyde` operator.
+///
+/// # Examples
+///
+/// A query that asks for `combined` HyDE gets the writer's passages (EmbedQuery then mixes their
+/// vector into its own); one that asks for its `original` vector gets none:
+///
+/// ```
+/// use std::sync::Arc;
+/// use ragstream_core::query::endpoints::PassageWriter;
+/// use ragstream_core::query::QueryConfig;
+/// use ragstream_operators::query::example::job;
+/// use ragstream_operators::query::hyde::Hyde;
+/// use timely::dataflow::operators::capture::{Capture, Extract};
+/// use timely::dataflow::operators::vec::{Map, ToStream};
+///
+/// /// Writes `n` passages that restate the query.
+/// struct Restate;
+///
+/// impl PassageWriter for Restate {
+///     fn write(&self, query: &str, n: usize) -> Result<Vec<String>, String> {
+///         Ok((1..=n).map(|i| format!("Passage {i} on {query}.")).collect())
+///     }
+/// }
+///
+/// let written = timely::example(|scope| {
+///     vec![
+///         job(r#"{"query_id": "q1", "tenant": "t", "text": "tide pools", "hyde": "combined", "num_hypotheses": 2}"#),
+///         job(r#"{"query_id": "q2", "tenant": "t", "text": "tide pools", "hyde": "original"}"#),
+///     ]
+///     .to_stream(scope)
+///     .hyde(Arc::new(Restate), Arc::new(QueryConfig::default()))
+///     .map(|job| (job.query.query_id, job.hyde.map(|hyde| hyde.texts)))
+///     .capture()
+/// });
+/// let mut written: Vec<_> = written.extract().into_iter().flat_map(|(_, jobs)| jobs).collect();
+/// written.sort();
+/// assert_eq!(
+///     written,
+///     [
+///         (
+///             "q1".to_string(),
+///             Some(vec!["Passage 1 on tide pools.".to_string(), "Passage 2 on tide pools.".to_string()])
+///         ),
+///         ("q2".to_string(), None),
+///     ]
+/// );
+/// ```
 pub trait Hyde<'scope> {
     /// Asks the HyDE writer for hypothetical passages for queries of the configured intents (each
     /// query by its preset's `hyde`; the cache and the endpoint are the job's `query.hyde`).

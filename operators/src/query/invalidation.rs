@@ -94,6 +94,56 @@ fn now_ms() -> u64 {
 }
 
 /// Extension trait: record what published contexts cite.
+///
+/// # Examples
+///
+/// A context cites chunks `a` and `b`; when chunk `b` changes, its holder is told which query's
+/// context went stale and why:
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use std::time::Duration;
+/// use ragstream_core::query::cache::LruTtl;
+/// use ragstream_core::query::invalidate::Invalidation;
+/// use ragstream_core::query::QueryConfig;
+/// use ragstream_operators::query::example::{gathered, hit, job, services};
+/// use ragstream_operators::query::fuse::Fuse;
+/// use ragstream_operators::query::invalidation::{Cite, Invalidate, InvalidationSink, Invalidator};
+/// use ragstream_operators::query::pack::Pack;
+/// use timely::dataflow::operators::vec::ToStream;
+///
+/// /// Keeps what it is sent.
+/// struct Told(Arc<Mutex<Vec<Invalidation>>>);
+///
+/// impl InvalidationSink for Told {
+///     fn send(&mut self, invalidations: Vec<Invalidation>) {
+///         self.0.lock().unwrap().extend(invalidations);
+///     }
+/// }
+///
+/// let told = Arc::new(Mutex::new(Vec::new()));
+/// let sink = Told(told.clone());
+/// let (a, b) = (
+///     hit("a", "Tide pools hold sea water at low tide.", 0.9, &[1.0, 0.0]),
+///     hit("b", "Anemones and crabs live in tide pools.", 0.8, &[0.0, 1.0]),
+/// );
+/// let changed = b.0.stored.id;
+/// timely::example(move |scope| {
+///     let invalidator = Invalidator::new(60, 1000, Box::new(sink), services());
+///     let query = job(r#"{"query_id": "q1", "tenant": "t", "text": "tide pools"}"#);
+///     let cache = Arc::new(Mutex::new(LruTtl::new(16, Duration::from_secs(60))));
+///     vec![gathered(query, vec![a, b], Vec::new())]
+///         .to_stream(scope)
+///         .fuse(Arc::new(QueryConfig::default()))
+///         .pack(services(), cache)
+///         .cite(invalidator.clone());
+///     vec![changed].to_stream(scope).invalidate(invalidator);
+/// });
+/// let told = told.lock().unwrap();
+/// assert_eq!(told.len(), 1);
+/// assert_eq!((told[0].query_id.as_str(), told[0].tenant.as_str()), ("q1", "t"));
+/// assert_eq!(told[0].stale_chunk_ids, [changed.to_string()]);
+/// ```
 pub trait Cite<'scope> {
     /// Records each context's citations with `invalidator` (a context already stale is invalidated at
     /// once) and passes it on unchanged.

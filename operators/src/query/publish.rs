@@ -28,6 +28,43 @@ pub trait ContextSink {
 }
 
 /// Extension trait: publish contexts.
+///
+/// # Examples
+///
+/// A sink that delivers each batch at once (a real one keeps the promise from the broker's delivery
+/// reports); the batch's time completes once it has, and so the example's dataflow finishes:
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use ragstream_core::query::Context;
+/// use ragstream_operators::offload::{promise, Waker};
+/// use ragstream_operators::query::job::Reply;
+/// use ragstream_operators::query::publish::{ContextSink, Publish, Published};
+/// use timely::dataflow::operators::vec::ToStream;
+///
+/// /// Keeps the query ids it was handed and delivers them at once.
+/// struct Kept(Arc<Mutex<Vec<String>>>);
+///
+/// impl ContextSink for Kept {
+///     fn publish(&mut self, _time: u64, contexts: Vec<(Context, Reply)>, waker: &Waker) -> Published {
+///         self.0.lock().unwrap().extend(contexts.iter().map(|(c, _)| c.query_id.clone()));
+///         let (delivered, ticket) = promise(waker);
+///         delivered.keep(());
+///         (contexts, ticket)
+///     }
+///     fn send_again(&mut self) {}
+/// }
+///
+/// let kept = Arc::new(Mutex::new(Vec::new()));
+/// let sink = kept.clone();
+/// timely::example(move |scope| {
+///     let context = |id: &str| (Context { query_id: id.into(), ..Context::default() }, Reply::Http(1));
+///     vec![context("q1"), context("q2")]
+///         .to_stream(scope)
+///         .publish(Kept(sink));
+/// });
+/// assert_eq!(*kept.lock().unwrap(), ["q1", "q2"]);
+/// ```
 pub trait Publish<'scope> {
     /// Publishes each batch (HTTP replies, contexts topic); a batch's time completes (for the probe
     /// that gates query offsets) once its contexts are acknowledged by the broker.

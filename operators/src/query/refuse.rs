@@ -24,6 +24,56 @@ pub fn refusal_context(refusal: &Refusal) -> Context {
 }
 
 /// Extension trait: write refused queries to the DLQ and turn them into error contexts.
+///
+/// # Examples
+///
+/// A request that is not JSON is written to the DLQ (a JSONL file here) before its error context
+/// leaves for its client:
+///
+/// ```
+/// use ragstream_core::query::decode::{DlqReason, QueryError};
+/// use ragstream_operators::ingest::dlq::{DlqRecord, Origin};
+/// use ragstream_operators::io::dlq_sink::FileDlq;
+/// use ragstream_operators::query::job::{Refusal, Reply};
+/// use ragstream_operators::query::refuse::RefuseQueries;
+/// use timely::dataflow::operators::capture::{Capture, Extract};
+/// use timely::dataflow::operators::vec::{Map, ToStream};
+///
+/// let dir = tempfile::tempdir().expect("a directory");
+/// let path = dir.path().join("dlq.jsonl");
+/// let dlq = path.clone();
+/// let refusal = Refusal {
+///     error: QueryError {
+///         reason: DlqReason::MalformedJson,
+///         message: "query is not JSON".into(),
+///         query_id: Some("q9".into()),
+///         tenant: Some("t".into()),
+///     },
+///     dlq: DlqRecord::new(
+///         DlqReason::MalformedJson,
+///         "query is not JSON".into(),
+///         Origin::Http { endpoint: "/v1/query".into() },
+///         Some("t".into()),
+///         None,
+///         Some(b"{not json"),
+///     ),
+///     reply: Reply::Http(7),
+/// };
+/// let contexts = timely::example(move |scope| {
+///     vec![refusal]
+///         .to_stream(scope)
+///         .refuse_queries(Box::new(FileDlq::new(dlq)))
+///         .map(|(context, reply)| (context.query_id, context.error_type, reply == Reply::Http(7)))
+///         .capture()
+/// });
+/// assert_eq!(
+///     contexts.extract()[0].1,
+///     [("q9".to_string(), Some("malformed_json".to_string()), true)]
+/// );
+/// let written = std::fs::read_to_string(&path).expect("the DLQ file");
+/// assert_eq!(written.lines().count(), 1);
+/// assert!(written.contains(r#""reason":"malformed_json""#), "{written}");
+/// ```
 pub trait RefuseQueries<'scope> {
     /// DLQ records written (durably) per batch; error contexts out.
     fn refuse_queries(self, dlq: Box<dyn DlqSink>) -> StreamVec<'scope, u64, (Context, Reply)>;

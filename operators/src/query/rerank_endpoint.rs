@@ -13,6 +13,60 @@ use ragstream_core::query::endpoints::{apply_scores, RerankKind, Reranker};
 use ragstream_core::query::{Action, Cause, Decision, Mode};
 
 /// Extension trait: the `RerankEndpoint` operator.
+///
+/// # Examples
+///
+/// An endpoint that grades the passages about crabs highest puts them first; when the endpoint is
+/// out, the built-in order stays and the context says so:
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use ragstream_core::query::endpoints::{RerankKind, Reranker};
+/// use ragstream_core::query::QueryConfig;
+/// use ragstream_operators::query::example::{documents, gathered, hit, job};
+/// use ragstream_operators::query::fuse::Fuse;
+/// use ragstream_operators::query::rerank_endpoint::RerankEndpoint;
+/// use timely::dataflow::operators::capture::{Capture, Extract};
+/// use timely::dataflow::operators::vec::{Map, ToStream};
+///
+/// /// Grades a passage 1 when it names crabs, else 0; or is out.
+/// struct Crabs(bool);
+///
+/// impl Reranker for Crabs {
+///     fn kind(&self) -> RerankKind {
+///         RerankKind::Http
+///     }
+///     fn score(&self, _query: &str, texts: &[String]) -> Result<Vec<f32>, String> {
+///         if !self.0 {
+///             return Err("connection refused".into());
+///         }
+///         Ok(texts.iter().map(|t| f32::from(u8::from(t.contains("crab")))).collect())
+///     }
+/// }
+///
+/// let reranked = |up: bool| {
+///     timely::example(move |scope| {
+///         let dense = vec![
+///             hit("a", "Tide pools hold sea water at low tide.", 0.9, &[1.0, 0.0]),
+///             hit("b", "Shore crabs hide in tide pools.", 0.8, &[0.0, 1.0]),
+///         ];
+///         let query = job(r#"{"query_id": "q1", "tenant": "t", "text": "tide pools"}"#);
+///         vec![gathered(query, dense, Vec::new())]
+///             .to_stream(scope)
+///             .fuse(Arc::new(QueryConfig::default()))
+///             .rerank_endpoint(Arc::new(Crabs(up)), 10, 1, Duration::from_secs(5))
+///             .map(|working| (documents(&working), working.job.degraded))
+///             .capture()
+///     })
+///     .extract()
+///     .remove(0)
+///     .1
+///     .remove(0)
+/// };
+/// assert_eq!(reranked(true), (vec!["b".to_string(), "a".to_string()], false));
+/// assert_eq!(reranked(false), (vec!["a".to_string(), "b".to_string()], true));
+/// ```
 pub trait RerankEndpoint<'scope> {
     /// Reorders the head of the built-in rerank by the endpoint's scores.
     fn rerank_endpoint(

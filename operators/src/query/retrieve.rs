@@ -21,6 +21,50 @@ use ragstream_core::query::depth::{lane_depths, lane_pool};
 use ragstream_core::query::{Depth, HydeTrace, Trace};
 
 /// Extension trait: the `Retrieve` operator.
+///
+/// # Examples
+///
+/// One worker, one shard (an embedded index) holding two documents: the dense lane ranks both
+/// (nearest first), the BM25 lane only the one whose text has the query's words:
+///
+/// ```
+/// use std::sync::Arc;
+/// use ragstream_core::testing::{sample_point, DIMENSION};
+/// use ragstream_operators::query::example::{job, services};
+/// use ragstream_operators::query::retrieve::Retrieve;
+/// use ragstream_operators::store::edge::EdgeStore;
+/// use ragstream_operators::store::{Bm25Encoder, VectorStore};
+/// use timely::dataflow::operators::capture::{Capture, Extract};
+/// use timely::dataflow::operators::vec::{Map, ToStream};
+///
+/// let dir = tempfile::tempdir().expect("a directory");
+/// let shard = EdgeStore::open(dir.path(), DIMENSION).expect("an index");
+/// let points = [
+///     sample_point("t", "tides", 1, "Tide pools hold sea water at low tide.", &[]),
+///     sample_point("t", "stars", 1, "The night sky is full of stars.", &[]),
+/// ];
+/// shard.upsert(&points).expect("written");
+/// shard.flush().expect("flushed");
+/// let near_tides = points[0].dense.clone();
+/// let lanes = timely::example(move |scope| {
+///     let mut services = services();
+///     services.shards = Arc::new(vec![Arc::new(shard) as Arc<dyn VectorStore>]);
+///     let mut query = job(r#"{"query_id": "q1", "tenant": "t", "text": "tide pools"}"#);
+///     query.vectors.dense = near_tides;
+///     query.vectors.sparse = Bm25Encoder::default().encode_query(&query.query.text);
+///     let docs = |hits: &[ragstream_operators::store::Hit]| -> Vec<String> {
+///         hits.iter().map(|hit| hit.stored.key.doc_id.clone()).collect()
+///     };
+///     vec![query]
+///         .to_stream(scope)
+///         .retrieve(services)
+///         .map(move |working| (docs(&working.answer.dense), docs(&working.answer.bm25)))
+///         .capture()
+/// });
+/// let (dense, bm25) = lanes.extract()[0].1[0].clone();
+/// assert_eq!(dense, ["tides", "stars"]);
+/// assert_eq!(bm25, ["tides"]);
+/// ```
 pub trait Retrieve<'scope> {
     /// Broadcasts to every worker, searches each shard and gathers the answers on the origin worker.
     fn retrieve(self, services: QueryServices) -> StreamVec<'scope, u64, Working>;
