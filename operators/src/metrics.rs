@@ -358,8 +358,8 @@ impl Metrics {
         for sink in ["kafka", "http"] {
             metrics.contexts_published.with_label_values(&[sink]);
         }
-        for dependency in crate::outage::DEPENDENCIES {
-            metrics.outage.with_label_values(&[dependency]);
+        for dependency in crate::outage::Dependency::ALL {
+            metrics.outage.with_label_values(&[dependency.as_str()]);
         }
         metrics
             .build_info

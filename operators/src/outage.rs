@@ -7,9 +7,11 @@
 //! counts them.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::events::InternalEvent;
 use crate::metrics::metrics;
 
 /// Capped exponential backoff: the waits between the tries of a call that meets an outage. Every
@@ -57,8 +59,184 @@ impl Default for Backoff {
     }
 }
 
-/// The dependencies whose outages are tracked (the gauge's label values, exposed at 0 from start).
-pub const DEPENDENCIES: [&str; 5] = ["index", "embedder", "dlq", "query_dlq", "rehydrate"];
+/// A dependency whose outages are tracked: the `ragstream_outage` gauge's label and the name
+/// `/readyz` lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Dependency {
+    /// The vector index (embedded or a Qdrant server).
+    Index,
+    /// The embedder (ONNX Runtime or an HTTP endpoint).
+    Embedder,
+    /// The documents' DLQ.
+    Dlq,
+    /// The queries' DLQ.
+    QueryDlq,
+    /// The index read that rebuilds a shard's state when its partitions are assigned.
+    Rehydrate,
+}
+
+impl Dependency {
+    /// Every dependency (the gauge shows each at 0 from the start).
+    pub const ALL: [Dependency; 5] = [
+        Dependency::Index,
+        Dependency::Embedder,
+        Dependency::Dlq,
+        Dependency::QueryDlq,
+        Dependency::Rehydrate,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dependency::Index => "index",
+            Dependency::Embedder => "embedder",
+            Dependency::Dlq => "dlq",
+            Dependency::QueryDlq => "query_dlq",
+            Dependency::Rehydrate => "rehydrate",
+        }
+    }
+}
+
+impl std::fmt::Display for Dependency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a call that meets an outage is tried again: waits from a [`Backoff`] (by default
+/// [`Backoff::default`]) while `/readyz` and the gauge show the outage, and, where the caller sets
+/// them, at most so many tries and a flag that ends the retries when the job stops.
+///
+/// ```
+/// use std::sync::atomic::AtomicBool;
+/// use std::time::Duration;
+/// use ragstream_operators::outage::{Backoff, Dependency, GaveUp, Retry};
+///
+/// let mut failures = 2;
+/// let stopping = AtomicBool::new(false);
+/// let written = Retry::new(Dependency::Index)
+///     .waits(Backoff::new(Duration::from_millis(1), Duration::from_millis(4)))
+///     .at_most(5)
+///     .until(&stopping)
+///     .run(|_: &String| true, || {
+///         if failures > 0 {
+///             failures -= 1;
+///             return Err("unavailable".to_string());
+///         }
+///         Ok("written")
+///     });
+/// assert_eq!(written, Ok("written"));
+///
+/// let refused = Retry::new(Dependency::Index).run(|e: &String| e != "refused", || {
+///     Err::<(), _>("refused".to_string())
+/// });
+/// assert_eq!(refused, Err(GaveUp::Refused("refused".to_string())));
+/// ```
+#[derive(Debug)]
+pub struct Retry<'a> {
+    dependency: Dependency,
+    backoff: Backoff,
+    tries: Option<u32>,
+    stop: Option<&'a AtomicBool>,
+}
+
+/// Why [`Retry::run`] gave up, with the last error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GaveUp<E> {
+    /// The error is not an outage: retrying would not help.
+    Refused(E),
+    /// Every try allowed ([`Retry::at_most`]) failed.
+    Exhausted(E),
+    /// The job is stopping ([`Retry::until`]).
+    Stopped(E),
+}
+
+impl<E> GaveUp<E> {
+    /// The last error.
+    pub fn into_error(self) -> E {
+        match self {
+            GaveUp::Refused(error) | GaveUp::Exhausted(error) | GaveUp::Stopped(error) => error,
+        }
+    }
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for GaveUp<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GaveUp::Refused(error) => write!(f, "{error}"),
+            GaveUp::Exhausted(error) => write!(f, "{error} (gave up after every try)"),
+            GaveUp::Stopped(error) => write!(f, "{error} (the job is stopping)"),
+        }
+    }
+}
+
+impl<'a> Retry<'a> {
+    /// Retries of a call to `dependency`: without limit, waits of [`Backoff::default`].
+    pub fn new(dependency: Dependency) -> Self {
+        Self {
+            dependency,
+            backoff: Backoff::default(),
+            tries: None,
+            stop: None,
+        }
+    }
+
+    /// Waits from `backoff`.
+    pub fn waits(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// At most `tries` tries in all (at least one).
+    pub fn at_most(mut self, tries: u32) -> Self {
+        self.tries = Some(tries.max(1));
+        self
+    }
+
+    /// No more tries once `stop` is set.
+    pub fn until(mut self, stop: &'a AtomicBool) -> Self {
+        self.stop = Some(stop);
+        self
+    }
+
+    /// Runs `attempt` until it succeeds; a failure `retryable` accepts is an outage, waited out and
+    /// tried again (the outage shown meanwhile), any other failure is returned at once.
+    pub fn run<T, E: std::fmt::Display>(
+        mut self,
+        retryable: impl Fn(&E) -> bool,
+        mut attempt: impl FnMut() -> Result<T, E>,
+    ) -> Result<T, GaveUp<E>> {
+        // Lives while this call retries: the outage `/readyz` and the `ragstream_outage` gauge show.
+        let mut outage: Option<Retrying> = None;
+        let mut tried = 0u32;
+        loop {
+            let error = match attempt() {
+                Ok(value) => return Ok(value),
+                Err(error) if !retryable(&error) => return Err(GaveUp::Refused(error)),
+                Err(error) => error,
+            };
+            tried = tried.saturating_add(1);
+            if self.tries.is_some_and(|tries| tried >= tries) {
+                return Err(GaveUp::Exhausted(error));
+            }
+            if self.stop.is_some_and(|stop| stop.load(Ordering::SeqCst)) {
+                return Err(GaveUp::Stopped(error));
+            }
+            match &outage {
+                Some(outage) => outage.failed_again(&error),
+                None => outage = Some(Retrying::begin(self.dependency, &error)),
+            }
+            let delay = self.backoff.next_delay();
+            crate::events::Retrying {
+                component: self.dependency.as_str(),
+                error: &error,
+                delay,
+            }
+            .emit();
+            std::thread::sleep(delay);
+        }
+    }
+}
 
 /// One dependency's outage: since when, how many callers are retrying it, the last error.
 #[derive(Debug, Clone)]
@@ -68,9 +246,9 @@ struct Down {
     error: String,
 }
 
-static OUTAGES: Mutex<BTreeMap<String, Down>> = Mutex::new(BTreeMap::new());
+static OUTAGES: Mutex<BTreeMap<Dependency, Down>> = Mutex::new(BTreeMap::new());
 
-fn outages() -> std::sync::MutexGuard<'static, BTreeMap<String, Down>> {
+fn outages() -> std::sync::MutexGuard<'static, BTreeMap<Dependency, Down>> {
     OUTAGES
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -82,15 +260,15 @@ const MAX_ERROR_CHARS: usize = 200;
 /// A caller retrying `dependency`: the outage lasts while any such guard lives.
 #[derive(Debug)]
 pub struct Retrying {
-    dependency: String,
+    dependency: Dependency,
 }
 
 impl Retrying {
     /// Marks `dependency` out (one more caller retrying it), with the error that made it so.
-    pub fn begin(dependency: &str, error: &dyn std::fmt::Display) -> Self {
+    pub fn begin(dependency: Dependency, error: &dyn std::fmt::Display) -> Self {
         let error: String = error.to_string().chars().take(MAX_ERROR_CHARS).collect();
         let mut outages = outages();
-        let down = outages.entry(dependency.to_string()).or_insert(Down {
+        let down = outages.entry(dependency).or_insert(Down {
             since: Instant::now(),
             callers: 0,
             error: String::new(),
@@ -99,11 +277,9 @@ impl Retrying {
         down.error = error;
         metrics()
             .outage
-            .with_label_values(&[dependency])
+            .with_label_values(&[dependency.as_str()])
             .set(down.callers as i64);
-        Self {
-            dependency: dependency.to_string(),
-        }
+        Self { dependency }
     }
 
     /// Records a later failure of the same outage (the error `/readyz` shows).
@@ -135,7 +311,7 @@ impl Drop for Retrying {
         }
         metrics()
             .outage
-            .with_label_values(&[&self.dependency])
+            .with_label_values(&[self.dependency.as_str()])
             .set(callers as i64);
     }
 }
@@ -155,8 +331,8 @@ pub fn stop_job(reason: &str) -> ! {
 /// One outage as `/readyz` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outage {
-    /// The dependency (`index`, `embedder`, `dlq`, …).
-    pub dependency: String,
+    /// The dependency.
+    pub dependency: Dependency,
     /// How long it has been out.
     pub duration: Duration,
     /// The last error seen (bounded).
@@ -168,7 +344,7 @@ pub fn current() -> Vec<Outage> {
     outages()
         .iter()
         .map(|(dependency, down)| Outage {
-            dependency: dependency.clone(),
+            dependency: *dependency,
             duration: down.since.elapsed(),
             error: down.error.clone(),
         })
@@ -195,9 +371,49 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_retry_gives_up_after_its_tries_or_when_the_job_stops() {
+        let quick = || Backoff::new(Duration::from_millis(1), Duration::from_millis(2));
+        let mut tries = 0;
+        let exhausted = Retry::new(Dependency::Dlq).waits(quick()).at_most(3).run(
+            |_: &String| true,
+            || {
+                tries += 1;
+                Err::<(), _>(format!("down {tries}"))
+            },
+        );
+        assert_eq!(exhausted, Err(GaveUp::Exhausted("down 3".to_string())));
+        assert_eq!(tries, 3);
+        assert!(
+            current().iter().all(|o| o.dependency != Dependency::Dlq),
+            "the outage is over once the call gave up"
+        );
+
+        let stopping = AtomicBool::new(true);
+        let mut tries = 0;
+        let stopped = Retry::new(Dependency::Dlq)
+            .waits(quick())
+            .until(&stopping)
+            .run(
+                |_: &String| true,
+                || {
+                    tries += 1;
+                    Err::<(), _>("down".to_string())
+                },
+            );
+        assert_eq!(stopped, Err(GaveUp::Stopped("down".to_string())));
+        assert_eq!(tries, 1, "no try after the job began to stop");
+    }
+
+    #[test]
     fn a_dependency_is_out_while_any_caller_retries_it() {
-        let dependency = "outage-test";
-        let gauge = || metrics().outage.with_label_values(&[dependency]).get();
+        // No other unit test makes the rehydrating read fail.
+        let dependency = Dependency::Rehydrate;
+        let gauge = || {
+            metrics()
+                .outage
+                .with_label_values(&[dependency.as_str()])
+                .get()
+        };
         let listed = || current().into_iter().find(|o| o.dependency == dependency);
         assert!(listed().is_none());
         let first = Retrying::begin(dependency, &"connection refused");

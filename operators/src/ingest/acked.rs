@@ -99,19 +99,22 @@ pub fn held_by_index(store: &dyn VectorStore, key: &DocKey) -> Option<ChunkIds> 
         doc_ids: vec![key.doc_id.clone()],
         ..SearchFilter::default()
     };
-    let retryable = |error: &StoreError| matches!(error, StoreError::Unavailable(_));
-    let read = with_backoff("index", retryable, || {
-        let mut ids = Vec::new();
-        let mut version = 0;
-        store.scroll(&filter, &mut |stored| {
-            if &stored.key == key {
-                version = version.max(stored.version);
-                ids.push((stored.id, stored.chunk.layout()));
-            }
-        })?;
-        ids.sort_unstable();
-        Ok(ChunkIds { version, ids })
-    });
+    let read = with_backoff(
+        crate::outage::Dependency::Index,
+        StoreError::is_retryable,
+        || {
+            let mut ids = Vec::new();
+            let mut version = 0;
+            store.scroll(&filter, &mut |stored| {
+                if &stored.key == key {
+                    version = version.max(stored.version);
+                    ids.push((stored.id, stored.chunk.layout()));
+                }
+            })?;
+            ids.sort_unstable();
+            Ok(ChunkIds { version, ids })
+        },
+    );
     match read {
         Ok(ids) => Some(ids),
         Err(error) => {

@@ -216,7 +216,9 @@ fn start_reader(rehydration: Rehydration, waker: Waker) -> Reader {
         "ragstream-rehydrate",
         move |(), deliver: &Deliver<Hydrated>| {
             let retryable = |error: &StoreError| !matches!(error, StoreError::Gone(_));
-            match with_backoff("rehydrate", retryable, || hydrate(store.as_ref(), &*owns)) {
+            match with_backoff(crate::outage::Dependency::Rehydrate, retryable, || {
+                hydrate(store.as_ref(), &*owns)
+            }) {
                 Ok(hydrated) => deliver.send(hydrated),
                 Err(error) => crate::outage::stop_job(&error.to_string()),
             }

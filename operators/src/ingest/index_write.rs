@@ -143,8 +143,11 @@ fn points_held<'a>(
     if ids.is_empty() {
         return Some(HashMap::new());
     }
-    let retryable = |error: &StoreError| matches!(error, StoreError::Unavailable(_));
-    match with_backoff("index", retryable, || store.get(&ids)) {
+    match with_backoff(
+        crate::outage::Dependency::Index,
+        StoreError::is_retryable,
+        || store.get(&ids),
+    ) {
         Ok(stored) => {
             let encoder = Bm25Encoder::default();
             Some(
@@ -244,15 +247,17 @@ pub fn write_batch(store: &dyn VectorStore, batch: &[IndexDelta]) -> Result<Inde
         .iter()
         .flat_map(|d| d.points.iter().cloned())
         .collect();
-    let retryable = |error: &StoreError| matches!(error, StoreError::Unavailable(_));
     let started = Instant::now();
     let restamp: Vec<&PointWrite> = batch.iter().flat_map(|d| d.restamp.iter()).collect();
     if !restamp.is_empty() {
         let ids: Vec<uuid::Uuid> = restamp.iter().map(|point| point.id).collect();
-        let stored: HashMap<uuid::Uuid, StoredVectors> =
-            with_backoff("index", retryable, || store.vectors(&ids))?
-                .into_iter()
-                .collect();
+        let stored: HashMap<uuid::Uuid, StoredVectors> = with_backoff(
+            crate::outage::Dependency::Index,
+            StoreError::is_retryable,
+            || store.vectors(&ids),
+        )?
+        .into_iter()
+        .collect();
         for point in restamp {
             match stored.get(&point.id) {
                 Some(vectors) => points.push(PointWrite {
@@ -265,14 +270,18 @@ pub fn write_batch(store: &dyn VectorStore, batch: &[IndexDelta]) -> Result<Inde
             }
         }
     }
-    with_backoff("index", retryable, || {
-        store.delete(&deletes)?;
-        if !deletes.is_empty() {
-            crate::faults::fail_point(crate::faults::AFTER_INDEX_DELETE);
-        }
-        store.upsert(&points)?;
-        store.flush()
-    })?;
+    with_backoff(
+        crate::outage::Dependency::Index,
+        StoreError::is_retryable,
+        || {
+            store.delete(&deletes)?;
+            if !deletes.is_empty() {
+                crate::faults::fail_point(crate::faults::AFTER_INDEX_DELETE);
+            }
+            store.upsert(&points)?;
+            store.flush()
+        },
+    )?;
     metrics()
         .index_write_seconds
         .observe(started.elapsed().as_secs_f64());

@@ -16,6 +16,7 @@ use std::time::Duration;
 use crate::embed::service::{InferenceService, Priority};
 use crate::ingest::embed::{take_vectors, ChunkInputs};
 use crate::model::EvidenceUnits;
+use crate::outage::{Backoff, Dependency, Retry};
 use crate::store::reindex::ReindexStatus;
 use crate::store::{Bm25Encoder, Bm25Params, PointWrite, SearchFilter, VectorStore};
 use ragstream_core::query::pattern::SourcePattern;
@@ -175,7 +176,7 @@ impl Reindexer {
         for shard in &self.shards {
             let mut ids = Vec::new();
             let mut documents = BTreeSet::new();
-            self.retry(|| {
+            self.retry(Dependency::Index, || {
                 ids.clear();
                 documents.clear();
                 shard.scroll(&filter, &mut |stored| {
@@ -192,13 +193,16 @@ impl Reindexer {
                 status.chunks += ids.len();
             });
             for batch in ids.chunks(BATCH) {
+                if self.shutdown.load(Ordering::SeqCst) {
+                    return Err("the job is stopping".into());
+                }
                 let written = self.rewrite(shard.as_ref(), batch, &encoder)?;
                 self.update(tenant, |status| {
                     status.rewritten += written;
                     status.skipped += batch.len() - written;
                 });
             }
-            self.retry(|| shard.flush())?;
+            self.retry(Dependency::Index, || shard.flush())?;
         }
         Ok(())
     }
@@ -211,7 +215,7 @@ impl Reindexer {
         ids: &[uuid::Uuid],
         encoder: &Bm25Encoder,
     ) -> Result<usize, String> {
-        let held = self.retry(|| shard.get(ids))?;
+        let held = self.retry(Dependency::Index, || shard.get(ids))?;
         let mut inputs = ChunkInputs::default();
         for stored in &held {
             inputs.push(&stored.chunk, self.evidence);
@@ -219,7 +223,7 @@ impl Reindexer {
         if inputs.is_empty() {
             return Ok(0);
         }
-        let embedded = self.retry(|| {
+        let embedded = self.retry(Dependency::Embedder, || {
             self.service
                 .embed_blocking_spans(inputs.texts.clone(), inputs.spans.clone(), Priority::Ingest)
                 .map_err(|e| e.to_string())
@@ -241,33 +245,24 @@ impl Reindexer {
                 }
             })
             .collect();
-        self.retry(|| shard.replace_current(&points))
+        self.retry(Dependency::Index, || shard.replace_current(&points))
     }
 
-    /// `attempt` until it succeeds, [`TRIES`] times at most with doubling waits (0.2 s to 30 s),
-    /// or until the job stops.
+    /// `attempt` (a call to `dependency`) until it succeeds, [`TRIES`] times at most with doubling
+    /// waits (0.2 s to 30 s), or until the job stops; the outage shows meanwhile.
     fn retry<T, E: std::fmt::Display>(
         &self,
-        mut attempt: impl FnMut() -> Result<T, E>,
+        dependency: Dependency,
+        attempt: impl FnMut() -> Result<T, E>,
     ) -> Result<T, String> {
-        let mut wait = Duration::from_millis(200);
-        let mut tries = 0;
-        loop {
-            if self.shutdown.load(Ordering::SeqCst) {
-                return Err("the job is stopping".into());
-            }
-            match attempt() {
-                Ok(value) => return Ok(value),
-                Err(error) => {
-                    tries += 1;
-                    if tries >= TRIES {
-                        return Err(error.to_string());
-                    }
-                    tracing::warn!(%error, tries, "reindex: retrying");
-                    std::thread::sleep(wait);
-                    wait = (wait * 2).min(Duration::from_secs(30));
-                }
-            }
-        }
+        Retry::new(dependency)
+            .waits(Backoff::new(
+                Duration::from_millis(200),
+                Duration::from_secs(30),
+            ))
+            .at_most(TRIES)
+            .until(&self.shutdown)
+            .run(|_: &E| true, attempt)
+            .map_err(|gave_up| gave_up.to_string())
     }
 }

@@ -86,8 +86,11 @@ impl<'scope> WriteDlq<'scope> for StreamVec<'scope, u64, DlqRecord> {
                     "ragstream-dlq-writer",
                     move |records: Vec<DlqRecord>, deliver: &Deliver<usize>| {
                         // A DLQ outage is an outage: retry until written; offsets wait for it.
-                        let written =
-                            with_backoff("dlq", |_: &String| true, || sink.write(&records));
+                        let written = with_backoff(
+                            crate::outage::Dependency::Dlq,
+                            |_: &String| true,
+                            || sink.write(&records),
+                        );
                         for record in &records {
                             DeadLettered(record).emit();
                         }

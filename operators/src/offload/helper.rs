@@ -19,7 +19,6 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::{promise, Promise, Ticket, Waker};
-use crate::events::{InternalEvent, Retrying};
 
 /// The nice value of helper threads: CFS gives a nice-0 thread about 3x this one's CPU share
 /// when both want the same core.
@@ -145,37 +144,19 @@ impl<I, O> Drop for Background<I, O> {
     }
 }
 
-/// Runs `attempt` until it succeeds or fails with a non-retryable error, backing off exponentially.
+/// Runs `attempt` until it succeeds or fails with a non-retryable error: a
+/// [`Retry`](crate::outage::Retry) of `dependency` without limit.
 ///
 /// For the helper threads' jobs (index writes, DLQ writes): the sleeps happen there, never on a worker.
 /// The embedder's outages are retried by the inference service instead.
 pub fn with_backoff<T, E: std::fmt::Display>(
-    component: &str,
+    dependency: crate::outage::Dependency,
     retryable: impl Fn(&E) -> bool,
-    mut attempt: impl FnMut() -> Result<T, E>,
+    attempt: impl FnMut() -> Result<T, E>,
 ) -> Result<T, E> {
-    let mut backoff = crate::outage::Backoff::default();
-    // Lives while this call retries: the outage `/readyz` and the `ragstream_outage` gauge show.
-    let mut outage: Option<crate::outage::Retrying> = None;
-    loop {
-        match attempt() {
-            Err(error) if retryable(&error) => {
-                match &outage {
-                    Some(outage) => outage.failed_again(&error),
-                    None => outage = Some(crate::outage::Retrying::begin(component, &error)),
-                }
-                let delay = backoff.next_delay();
-                Retrying {
-                    component,
-                    error: &error,
-                    delay,
-                }
-                .emit();
-                std::thread::sleep(delay);
-            }
-            other => return other,
-        }
-    }
+    crate::outage::Retry::new(dependency)
+        .run(retryable, attempt)
+        .map_err(crate::outage::GaveUp::into_error)
 }
 
 #[cfg(test)]

@@ -17,6 +17,57 @@ use crate::wire::Wire;
 use ragstream_core::query::Mode;
 
 /// Extension trait: the `Neighbours` operator.
+///
+/// # Examples
+///
+/// The top candidate is the first of a document's three chunks; the chunks around it (itself as the
+/// index holds it included) are read from the shard that holds them (one worker here, its embedded
+/// index) and joined to the query:
+///
+/// ```
+/// use std::sync::Arc;
+/// use ragstream_core::query::QueryConfig;
+/// use ragstream_core::testing::{sample_point, DIMENSION};
+/// use ragstream_operators::query::example::{gathered, hit, job, services};
+/// use ragstream_operators::query::fuse::Fuse;
+/// use ragstream_operators::query::neighbours::Neighbours;
+/// use ragstream_operators::store::edge::EdgeStore;
+/// use ragstream_operators::store::VectorStore;
+/// use timely::dataflow::operators::capture::{Capture, Extract};
+/// use timely::dataflow::operators::vec::{Map, ToStream};
+///
+/// let parts = ["Tide pools hold sea water.", "Anemones live in them.", "Crabs hide under rocks."];
+/// let dir = tempfile::tempdir().expect("a directory");
+/// let shard = EdgeStore::open(dir.path(), DIMENSION).expect("an index");
+/// let points: Vec<_> = (0..parts.len())
+///     .map(|i| {
+///         let mut point = sample_point("t", "tides", 1, parts[i], &[]);
+///         point.chunk.order_index = i as u32;
+///         point.chunk.last = i + 1 == parts.len();
+///         point.id = point.chunk.point_id(&point.key);
+///         point
+///     })
+///     .collect();
+/// shard.upsert(&points).expect("written");
+/// shard.flush().expect("flushed");
+/// let read = timely::example(move |scope| {
+///     let mut services = services();
+///     services.shards = Arc::new(vec![Arc::new(shard) as Arc<dyn VectorStore>]);
+///     let query = job(r#"{"query_id": "q1", "tenant": "t", "text": "tide pools"}"#);
+///     vec![gathered(query, vec![hit("tides", parts[0], 0.9, &[1.0, 0.0])], Vec::new())]
+///         .to_stream(scope)
+///         .fuse(Arc::new(QueryConfig::default()))
+///         .neighbours(services)
+///         .map(|working| {
+///             let order = |n: &ragstream_operators::store::StoredChunk| n.chunk.order_index;
+///             let mut read: Vec<u32> = working.neighbours.iter().map(order).collect();
+///             read.sort_unstable();
+///             read
+///         })
+///         .capture()
+/// });
+/// assert_eq!(read.extract()[0].1, [vec![0, 1, 2]]);
+/// ```
 pub trait Neighbours<'scope> {
     /// Fetches the neighbours of a bounded query's top candidate on the worker owning its shard (in
     /// this process or another of the cluster) and joins them back on the origin worker.

@@ -92,8 +92,11 @@ impl<'scope> RefuseQueries<'scope> for StreamVec<'scope, u64, Refusal> {
                 let writer: Background<Vec<DlqRecord>, ()> = Background::start(
                     "query-dlq",
                     move |records: Vec<DlqRecord>, deliver| {
-                        let written =
-                            with_backoff("query_dlq", |_: &String| true, || dlq.write(&records));
+                        let written = with_backoff(
+                            crate::outage::Dependency::QueryDlq,
+                            |_: &String| true,
+                            || dlq.write(&records),
+                        );
                         debug_assert!(written.is_ok(), "every DLQ failure is retried");
                         deliver.send(());
                     },

@@ -218,6 +218,14 @@ pub enum StoreError {
     Gone(String),
 }
 
+impl StoreError {
+    /// Whether the failure is an outage, retried with backoff (never dropped): only
+    /// [`StoreError::Unavailable`]; every other error is an answer retrying would not change.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
 /// One point to write: a chunk of a document, its vectors and versions.
 #[derive(Debug, Clone)]
 pub struct PointWrite {

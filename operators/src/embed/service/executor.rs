@@ -134,13 +134,18 @@ pub(super) fn finish_slice(
             queues.backoff_until = Some(Instant::now() + delay);
             match &queues.outage {
                 Some(outage) => outage.failed_again(&error),
-                None => queues.outage = Some(crate::outage::Retrying::begin("embedder", &error)),
+                None => {
+                    queues.outage = Some(crate::outage::Retrying::begin(
+                        crate::outage::Dependency::Embedder,
+                        &error,
+                    ))
+                }
             }
             queues.ingest[index].retry.push(positions);
             drop(queues);
             // Ingest pauses; queries are still served (and fail over to BM25 while it lasts).
             Retrying {
-                component: "embedder",
+                component: crate::outage::Dependency::Embedder.as_str(),
                 error: &error,
                 delay,
             }
