@@ -7,6 +7,36 @@ use crate::query::surrogate::{gist, key_phrases, SurrogateTier};
 use crate::text::{sentence_spans, sentences};
 use crate::tokens::TokenCounter;
 
+/// The share of a candidate's value each form keeps ([`Form::factor`]): the packer weighs a form's
+/// value against its tokens, so these rank the forms of one candidate against each other and
+/// against other candidates' forms. The whole chunk keeps all of it.
+pub(super) mod value {
+    /// The chunk as it is (or a snippet that turned out to be all of it).
+    pub(in crate::query::pack) const WHOLE: f32 = 1.0;
+    /// The chunk with its neighbours and section header: worth more than the chunk alone.
+    pub(in crate::query::pack) const EXPANDED: f32 = 1.25;
+    /// A snippet of `snippet_tokens`.
+    pub(in crate::query::pack) const SNIPPET: f32 = 0.8;
+    /// A snippet of half that.
+    pub(in crate::query::pack) const SHORT_SNIPPET: f32 = 0.6;
+    /// The sentence holding most query terms, where `sentence_tokens` is shorter still.
+    pub(in crate::query::pack) const SENTENCE: f32 = 0.45;
+    /// The gist tier: the chunk's most central sentences.
+    pub(in crate::query::pack) const GIST: f32 = 0.4;
+    /// The surrogate: title, section path and first sentence.
+    pub(in crate::query::pack) const SURROGATE: f32 = 0.15;
+    /// The micro tier: key phrases only.
+    pub(in crate::query::pack) const MICRO: f32 = 0.1;
+}
+
+/// Tokens per byte of a cut, over the chunk's average: a cut part can be denser than the whole
+/// (a token estimate before the exact count must not come in under it).
+const TOKEN_MARGIN: f64 = 1.1;
+/// Tokens added to a cut's estimate (a word split at either end).
+const CUT_TOKENS: usize = 2;
+/// Bytes a cut stays under its budget: a margin for the estimate.
+const CUT_BYTES: usize = 8;
+
 /// One way to render a candidate.
 #[derive(Debug, Clone)]
 pub(super) struct Form {
@@ -37,7 +67,7 @@ pub(super) fn estimate(tokens: u32, total: usize, bytes: usize) -> usize {
         return tokens as usize;
     }
     let share = tokens as f64 * bytes as f64 / total.max(1) as f64;
-    (share * 1.1).ceil() as usize + 2
+    (share * TOKEN_MARGIN).ceil() as usize + CUT_TOKENS
 }
 
 /// Cuts `text` to at most `max_bytes` at a whitespace boundary (or a char boundary if none).
@@ -313,10 +343,10 @@ pub(super) fn snippet(
     if !fits(spans[best].0, spans[best].1) {
         // One long sentence: cut it at a word boundary.
         let budget_bytes =
-            (max_tokens as f64 / 1.1 * total as f64 / chunk.tokens.max(1) as f64) as usize;
+            (max_tokens as f64 / TOKEN_MARGIN * total as f64 / chunk.tokens.max(1) as f64) as usize;
         let kept = cut_bytes(
             &chunk.text[spans[best].0..spans[best].1],
-            budget_bytes.saturating_sub(8),
+            budget_bytes.saturating_sub(CUT_BYTES),
         );
         return (spans[best].0, spans[best].0 + kept.len(), false);
     }
@@ -393,15 +423,20 @@ fn tiered_forms(
     };
     let mut out = Vec::new();
     if ceiling == SurrogateTier::Gist {
-        let budget = (config.surrogates.gist_tokens as f64 / 1.1 * total as f64
+        let budget = (config.surrogates.gist_tokens as f64 / TOKEN_MARGIN * total as f64
             / chunk.tokens.max(1) as f64) as usize;
         let gist = gist(part, budget.max(16));
         if !gist.is_empty() {
-            out.push(form(Tier::Gist, 0.4, with_label(&gist), gist.len()));
+            out.push(form(Tier::Gist, value::GIST, with_label(&gist), gist.len()));
         }
     }
     let phrases = key_phrases(part, config.surrogates.micro_phrases);
-    out.push(form(Tier::Micro, 0.1, with_label(&phrases), phrases.len()));
+    out.push(form(
+        Tier::Micro,
+        value::MICRO,
+        with_label(&phrases),
+        phrases.len(),
+    ));
     out
 }
 
@@ -419,8 +454,9 @@ pub(super) fn surrogate_text(
     // Label and sentence share the surrogate's tokens; the label is short metadata.
     let label_tokens = label.len() / 3 + 1;
     let room = max_tokens.saturating_sub(label_tokens);
-    let budget_bytes = (room as f64 / 1.1 * total as f64 / chunk.tokens.max(1) as f64) as usize;
-    let kept = cut_bytes(sentence, budget_bytes.saturating_sub(8));
+    let budget_bytes =
+        (room as f64 / TOKEN_MARGIN * total as f64 / chunk.tokens.max(1) as f64) as usize;
+    let kept = cut_bytes(sentence, budget_bytes.saturating_sub(CUT_BYTES));
     let text = if label.is_empty() {
         kept.to_string()
     } else if kept.is_empty() {
@@ -466,11 +502,11 @@ pub(super) fn forms(
     // A snippet, a shorter one (half the tokens) and the sentence holding most query terms, for
     // tight budgets: each keeps less of the candidate's value.
     let mut limits = vec![
-        (config.snippet_tokens, 0.8),
-        (config.snippet_tokens / 2, 0.6),
+        (config.snippet_tokens, value::SNIPPET),
+        (config.snippet_tokens / 2, value::SHORT_SNIPPET),
     ];
     if config.sentence_tokens < config.snippet_tokens / 2 {
-        limits.push((config.sentence_tokens, 0.45));
+        limits.push((config.sentence_tokens, value::SENTENCE));
     }
     let prose = matches!(
         chunk.kind,
@@ -514,7 +550,7 @@ pub(super) fn forms(
         let header = header(chunk, lines, config);
         out.push(Form {
             tier: Tier::Snippet,
-            factor: if whole { 1.0 } else { factor },
+            factor: if whole { value::WHOLE } else { factor },
             estimate: header_tokens + estimate(chunk.tokens, chunk.text.len(), to - from),
             header,
             text: chunk.text[from..to].to_string(),
@@ -527,7 +563,7 @@ pub(super) fn forms(
     let header = header(chunk, (line, line), config);
     out.push(Form {
         tier: Tier::Surrogate,
-        factor: 0.15,
+        factor: value::SURROGATE,
         estimate: header_tokens + text_estimate,
         header,
         text,

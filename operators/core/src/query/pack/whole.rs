@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::forms::{estimate, header, line_of, Form};
+use super::forms::{estimate, header, line_of, value, Form};
 use super::{PackConfig, Tier};
 use crate::store::StoredChunk;
 use crate::tokens::TokenCounter;
@@ -26,7 +26,7 @@ pub(super) fn whole_chunk(
     let header = header(chunk, lines, config);
     Form {
         tier: Tier::Full,
-        factor: 1.0,
+        factor: value::WHOLE,
         estimate: counter.count(&header) + estimate(chunk.tokens, chunk.text.len(), to - from),
         header,
         text: chunk.text[from..to].to_string(),
@@ -133,8 +133,7 @@ pub(super) fn expanded(
     let header = header(chunk, lines, config);
     Some(Form {
         tier: Tier::Expanded,
-        // The neighbours and section header are worth more than the chunk alone.
-        factor: 1.25,
+        factor: value::EXPANDED,
         estimate: estimate_tokens + counter.count(&header),
         header,
         text: format!("{section}{text}"),
