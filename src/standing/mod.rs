@@ -48,14 +48,13 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ragstream_core::query::probe::{cosine, Probe};
-use ragstream_core::query::{Context, ContextItem, Watermark};
+use ragstream_core::query::{Context, Watermark};
 use ragstream_operators::ingest::written::{Changes, DocChange, TenantChange};
 use ragstream_operators::io::query_source::HttpIngress;
 use ragstream_operators::metrics::metrics;
 use ragstream_operators::store::stats::CorpusStats;
 use ragstream_operators::store::Bm25Encoder;
 use ragstream_topologies::config::{StandingConfig, MAX_MIN_INTERVAL_MS};
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub mod event;
@@ -65,8 +64,12 @@ pub mod kafka;
 /// The credential Kafka-made subscriptions are bound to (kept in builds without `kafka`, so that a
 /// subscription an earlier run took over Kafka is never rebound to an HTTP token of that name).
 pub const KAFKA_CREDENTIAL: &str = "kafka";
+mod records;
 mod store;
+mod versions;
+pub use records::{Refused, Request, Status, Unsubscribed, Version};
 use store::{Restored, Saved, Store};
+use versions::{diff, same};
 
 /// Where the versions of subscriptions made over Kafka go (the contexts topic).
 pub trait Publish: Send + Sync {
@@ -84,120 +87,6 @@ const EVALUATION_TIMEOUT: Duration = Duration::from_secs(120);
 pub const SETTLE: Duration = Duration::from_millis(300);
 /// The longest a tenant written at a slow pace must stay without changes to be at rest.
 pub const SETTLE_MAX: Duration = Duration::from_secs(3);
-
-/// One version of a subscription's context.
-#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Version {
-    /// The subscription.
-    pub subscription_id: String,
-    /// 1, 2, …: never goes backwards, never skips.
-    pub version: u64,
-    /// What the index reflected when this version was evaluated.
-    pub index_watermark: Watermark,
-    /// When it was published (ms since the epoch).
-    pub published_ms: u64,
-    /// What moved since the previous version (everything is `added` in version 1).
-    pub diff: Diff,
-    /// The context, as `POST /v1/query` answers it.
-    pub context: Context,
-}
-
-/// What moved between two versions, by chunk id.
-#[derive(Debug, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
-pub struct Diff {
-    /// Items in this version, not in the previous.
-    pub added: Vec<String>,
-    /// Items in the previous version, not in this.
-    pub removed: Vec<String>,
-    /// Items in both whose text, tokens, lines or tier changed.
-    pub changed: Vec<String>,
-    /// Whether the items kept moved relative to each other.
-    pub reordered: bool,
-}
-
-/// A subscription's state as `GET /v1/subscriptions/{id}` shows it.
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct Status {
-    /// The subscription.
-    pub subscription_id: String,
-    /// Its tenant.
-    pub tenant: String,
-    /// True while a change of its tenant is not yet reflected by an evaluation.
-    pub pending: bool,
-    /// Least milliseconds between two evaluations.
-    pub min_interval_ms: u64,
-    /// Seconds until it expires.
-    pub expires_in_secs: u64,
-    /// The latest version.
-    pub latest: Arc<Version>,
-}
-
-/// The answer of `DELETE /v1/subscriptions/{id}`.
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct Unsubscribed {
-    /// The subscription.
-    pub subscription_id: String,
-    /// Always true: it ended, its event streams with it.
-    pub ended: bool,
-}
-
-/// Why a subscription was not made.
-#[derive(Debug)]
-pub enum Refused {
-    /// The request is wrong (the message says how): 400.
-    Invalid(String),
-    /// The tenant holds `standing.max_per_tenant` already: 403 `quota_exceeded`.
-    TenantFull(usize),
-    /// The process holds `standing.max_total` already: 503.
-    Full(usize),
-    /// The first evaluation failed: its context, which says why.
-    Query(Box<Context>),
-    /// The job is stopping.
-    Stopping,
-}
-
-impl Refused {
-    /// Why, in words (what an MCP tool answers; the HTTP API answers a problem of its own).
-    #[cfg_attr(
-        not(feature = "mcp"),
-        allow(dead_code, reason = "the MCP tools' words")
-    )]
-    pub fn message(&self) -> String {
-        match self {
-            Refused::Invalid(message) => message.clone(),
-            Refused::TenantFull(cap) => {
-                format!("the tenant holds {cap} subscriptions already (standing.max_per_tenant)")
-            }
-            Refused::Full(cap) => {
-                format!("the job holds {cap} subscriptions already (standing.max_total)")
-            }
-            Refused::Query(context) => context
-                .error
-                .clone()
-                .unwrap_or_else(|| "the first evaluation failed".into()),
-            Refused::Stopping => "the job is stopping".into(),
-        }
-    }
-}
-
-/// A subscription's parameters as the request gives them.
-#[derive(Debug, Default)]
-pub struct Request {
-    /// The query event, already bound to the credential's tenants and labels.
-    pub query: Map<String, Value>,
-    /// `min_interval_ms`, if given.
-    pub min_interval_ms: Option<u64>,
-    /// `ttl_secs`, if given.
-    pub ttl_secs: Option<u64>,
-    /// The name its credential is known by (its environment variable, never the token): a
-    /// restart checks that it still opens the query.
-    pub credential: String,
-    /// The subscription's id, where the client chose it (Kafka): a subscription of that id and
-    /// tenant answers its latest version again instead of a new one. `None`: the job makes one.
-    pub id: Option<String>,
-    /// Publish its versions (and its end) through [`Standing::set_publisher`]'s publisher.
-    pub publish: bool,
-}
 
 /// The process's standing queries.
 pub struct Standing {
@@ -1379,82 +1268,6 @@ fn weighed(
     Some(probe)
 }
 
-/// Whether two contexts give the same items (ids, order, text, tokens, lines, tier) and string.
-fn same(a: &Context, b: &Context) -> bool {
-    a.context == b.context
-        && a.tokens_used == b.tokens_used
-        && a.items.len() == b.items.len()
-        && a.items.iter().zip(&b.items).all(|(x, y)| same_item(x, y))
-}
-
-/// Whether two items are the same chunk with the same text, tokens, lines and tier.
-fn same_item(a: &ContextItem, b: &ContextItem) -> bool {
-    a.chunk_id == b.chunk_id
-        && a.text == b.text
-        && a.tokens == b.tokens
-        && a.lines == b.lines
-        && a.tier == b.tier
-}
-
-/// A context's items by chunk id.
-fn by_id(context: &Context) -> HashMap<&str, &ContextItem> {
-    context
-        .items
-        .iter()
-        .map(|item| (item.chunk_id.as_str(), item))
-        .collect()
-}
-
-/// What moved from `before` (none: the first version) to `after`.
-fn diff(before: Option<&Context>, after: &Context) -> Diff {
-    let Some(before) = before else {
-        return Diff {
-            added: after.items.iter().map(|i| i.chunk_id.clone()).collect(),
-            ..Diff::default()
-        };
-    };
-    let (old, new) = (by_id(before), by_id(after));
-    let added = after
-        .items
-        .iter()
-        .filter(|item| !old.contains_key(item.chunk_id.as_str()))
-        .map(|item| item.chunk_id.clone())
-        .collect();
-    let removed = before
-        .items
-        .iter()
-        .filter(|item| !new.contains_key(item.chunk_id.as_str()))
-        .map(|item| item.chunk_id.clone())
-        .collect();
-    let changed = after
-        .items
-        .iter()
-        .filter(|item| {
-            old.get(item.chunk_id.as_str())
-                .is_some_and(|was| !same_item(was, item))
-        })
-        .map(|item| item.chunk_id.clone())
-        .collect();
-    let kept_before: Vec<&str> = before
-        .items
-        .iter()
-        .map(|item| item.chunk_id.as_str())
-        .filter(|id| new.contains_key(id))
-        .collect();
-    let kept_after: Vec<&str> = after
-        .items
-        .iter()
-        .map(|item| item.chunk_id.as_str())
-        .filter(|id| old.contains_key(id))
-        .collect();
-    Diff {
-        added,
-        removed,
-        changed,
-        reordered: kept_before != kept_after,
-    }
-}
-
 /// 64 bits no client can guess from the ids it was given.
 fn rand_suffix() -> u64 {
     use std::hash::{BuildHasher, Hasher};
@@ -1470,6 +1283,7 @@ fn rand_suffix() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ragstream_core::query::ContextItem;
 
     fn context(items: &[(&str, &str)]) -> Context {
         let mut context: Context = serde_json::from_value(serde_json::json!({
