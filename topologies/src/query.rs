@@ -126,7 +126,7 @@ pub fn query<'scope>(
         .embed_query(services.clone())
         .retrieve(services.clone())
         .lookup(services.clone(), cache.clone());
-    let reranked = ranked.fuse(config.clone()).rerank(config.clone());
+    let reranked = ranked.fuse().rerank();
     let reranked = match &services.reranker {
         Some(reranker) => reranked.rerank_endpoint(
             reranker.clone(),
@@ -138,7 +138,7 @@ pub fn query<'scope>(
     };
     let contexts = reranked
         .dedup()
-        .mmr(config.clone())
+        .mmr()
         .neighbours(services.clone())
         .pack(services.clone(), cache)
         .concat(looked_up)

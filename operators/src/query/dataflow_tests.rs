@@ -303,6 +303,7 @@ fn neighbours_come_from_the_worker_owning_the_top_hit_unless_the_preset_turns_th
         let index = worker.index();
         let acks = ProbeHandle::new();
         let config = QueryConfig::default().with_presets().expect("presets");
+        let settings = Arc::new(config.clone());
         let services = services(shards.clone(), 2, acks, config);
         let out = Rc::new(RefCell::new(Vec::new()));
         let sink = out.clone();
@@ -338,8 +339,10 @@ fn neighbours_come_from_the_worker_owning_the_top_hit_unless_the_preset_turns_th
                 ),
                 (5, r#"{"query_id":"whole","tenant":"t","text":"x"}"#, &whole),
             ] {
+                let job = job(body, 0, id, 0);
                 input.send(Working {
-                    job: job(body, 0, id, 0),
+                    settings: settings.settings(job.query.preset.as_deref()),
+                    job,
                     answer: Default::default(),
                     candidates: vec![Candidate::new(top.clone())],
                     deferred: Vec::new(),

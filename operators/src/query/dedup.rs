@@ -13,8 +13,6 @@ use ragstream_core::query::dedup::dedup;
 /// Of two chunks with the same text (up to case and spacing), the better ranked one stays:
 ///
 /// ```
-/// use std::sync::Arc;
-/// use ragstream_core::query::QueryConfig;
 /// use ragstream_operators::query::example::{documents, gathered, hit, job};
 /// use timely::dataflow::operators::capture::{Capture, Extract};
 /// use timely::dataflow::operators::vec::{Map, ToStream};
@@ -30,7 +28,7 @@ use ragstream_core::query::dedup::dedup;
 ///     ];
 ///     vec![gathered(query, dense, Vec::new())]
 ///         .to_stream(scope)
-///         .fuse(Arc::new(QueryConfig::default()))
+///         .fuse()
 ///         .dedup()
 ///         .map(|working| documents(&working))
 ///         .capture()

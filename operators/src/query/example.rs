@@ -60,7 +60,8 @@ pub fn hit(doc: &str, text: &str, score: f32, vector: &[f32]) -> (Hit, Vec<f32>)
     (Hit { stored, score }, vector.to_vec())
 }
 
-/// `job` once its shards answered with the `dense` and `bm25` lanes (best first).
+/// `job` once its shards answered with the `dense` and `bm25` lanes (best first), answered with the
+/// default settings.
 pub fn gathered(job: QueryJob, dense: Vec<(Hit, Vec<f32>)>, bm25: Vec<(Hit, Vec<f32>)>) -> Working {
     let mut answer = ShardAnswer::default();
     for (hits, lane) in [(dense, &mut answer.dense), (bm25, &mut answer.bm25)] {
@@ -73,6 +74,7 @@ pub fn gathered(job: QueryJob, dense: Vec<(Hit, Vec<f32>)>, bm25: Vec<(Hit, Vec<
     answer.vectors.dedup_by_key(|(id, _)| *id);
     Working {
         job,
+        settings: std::sync::Arc::new(ragstream_core::query::QueryConfig::default()),
         answer,
         candidates: Vec::new(),
         deferred: Vec::new(),

@@ -2,15 +2,13 @@
 //! then weighted reciprocal-rank fusion (`ragstream_core::query::fuse`) joins the dense and BM25 lanes
 //! with their stored vectors and sentence evidence.
 
-use std::sync::Arc;
-
 use timely::dataflow::StreamVec;
 
 use super::job::{ranked_step, Working};
 use crate::metrics::metrics;
 use ragstream_core::query::adapt::adapt;
 use ragstream_core::query::fuse::{attach_evidence, attach_vectors, fuse};
-use ragstream_core::query::{Action, Cause, Decision, QueryConfig};
+use ragstream_core::query::{Action, Cause, Decision};
 
 /// Extension trait: the `Fuse` operator.
 ///
@@ -19,8 +17,6 @@ use ragstream_core::query::{Action, Cause, Decision, QueryConfig};
 /// A chunk both lanes found goes ahead of chunks only one lane found:
 ///
 /// ```
-/// use std::sync::Arc;
-/// use ragstream_core::query::QueryConfig;
 /// use ragstream_operators::query::example::{documents, gathered, hit, job};
 /// use timely::dataflow::operators::capture::{Capture, Extract};
 /// use timely::dataflow::operators::vec::{Map, ToStream};
@@ -38,7 +34,7 @@ use ragstream_core::query::{Action, Cause, Decision, QueryConfig};
 ///     ];
 ///     vec![gathered(query, dense, bm25)]
 ///         .to_stream(scope)
-///         .fuse(Arc::new(QueryConfig::default()))
+///         .fuse()
 ///         .map(|working| documents(&working))
 ///         .capture()
 /// });
@@ -46,13 +42,13 @@ use ragstream_core::query::{Action, Cause, Decision, QueryConfig};
 /// ```
 pub trait Fuse<'scope> {
     /// Weighted reciprocal-rank fusion of the gathered lanes.
-    fn fuse(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working>;
+    fn fuse(self) -> StreamVec<'scope, u64, Working>;
 }
 
 impl<'scope> Fuse<'scope> for StreamVec<'scope, u64, Working> {
-    fn fuse(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working> {
+    fn fuse(self) -> StreamVec<'scope, u64, Working> {
         ranked_step(self, "Fuse", move |working| {
-            let config = config.preset(working.job.query.preset.as_deref());
+            let config = working.settings.clone();
             if let Some(plan) = working.job.plan.as_mut().filter(|_| config.adapt_fusion) {
                 if let Some(reason) = adapt(plan, &working.answer.dense, &config.code_search) {
                     metrics()

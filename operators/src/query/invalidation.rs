@@ -105,7 +105,6 @@ fn now_ms() -> u64 {
 /// use std::time::Duration;
 /// use ragstream_core::query::cache::LruTtl;
 /// use ragstream_core::query::invalidate::Invalidation;
-/// use ragstream_core::query::QueryConfig;
 /// use ragstream_operators::query::example::{gathered, hit, job, services};
 /// use ragstream_operators::query::fuse::Fuse;
 /// use ragstream_operators::query::invalidation::{Cite, Invalidate, InvalidationSink, Invalidator};
@@ -134,7 +133,7 @@ fn now_ms() -> u64 {
 ///     let cache = Arc::new(Mutex::new(LruTtl::new(16, Duration::from_secs(60))));
 ///     vec![gathered(query, vec![a, b], Vec::new())]
 ///         .to_stream(scope)
-///         .fuse(Arc::new(QueryConfig::default()))
+///         .fuse()
 ///         .pack(services(), cache)
 ///         .cite(invalidator.clone());
 ///     vec![changed].to_stream(scope).invalidate(invalidator);

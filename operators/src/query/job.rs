@@ -146,6 +146,9 @@ pub struct Refusal {
 pub struct Working {
     /// The job.
     pub job: QueryJob,
+    /// The query's settings: the job's `[query]` section with the query's preset resolved, once,
+    /// at Gather ([`QueryConfig::settings`]). Every step after it reads them here.
+    pub settings: Arc<QueryConfig>,
     /// The gathered shard answers.
     pub answer: ShardAnswer,
     /// Candidates (after fusion, in the current order).

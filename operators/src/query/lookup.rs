@@ -124,7 +124,7 @@ pub(super) fn answer(working: &mut Working, services: &QueryServices) -> Context
         );
     } else {
         match working.job.query.mode {
-            Mode::ReadChunk => read_chunk(working, services, &mut output),
+            Mode::ReadChunk => read_chunk(working, &mut output),
             Mode::ListSources => list_sources(working, &mut output),
             Mode::IndexStats => index_stats(working, &mut output),
             // A ranked mode reaches Lookup only through a shard's error, answered above.
@@ -136,12 +136,12 @@ pub(super) fn answer(working: &mut Working, services: &QueryServices) -> Context
 }
 
 /// `read_chunk`: one chunk's full text, or an error naming the tenant's documents.
-fn read_chunk(working: &Working, services: &QueryServices, output: &mut Output) {
+fn read_chunk(working: &Working, output: &mut Output) {
     let Output {
         context, counter, ..
     } = output;
     let query = &working.job.query;
-    let config = services.config.preset(query.preset.as_deref());
+    let config = working.settings.as_ref();
     match &working.answer.chunk {
         Some(stored) => {
             let candidate = Candidate::new(stored.clone());

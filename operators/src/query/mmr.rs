@@ -1,14 +1,12 @@
 //! Mmr: maximal marginal relevance with per-document and per-section caps
 //! (`ragstream_core::query::mmr`) for the bounded and deep modes; the SQL modes keep their top k.
 
-use std::sync::Arc;
-
 use timely::dataflow::StreamVec;
 
 use super::job::{ranked_step, Working};
 use ragstream_core::query::depth::results_for;
 use ragstream_core::query::mmr::{mmr, MmrConfig};
-use ragstream_core::query::{Mode, QueryConfig};
+use ragstream_core::query::Mode;
 
 /// Extension trait: the `Mmr` operator.
 ///
@@ -18,8 +16,6 @@ use ragstream_core::query::{Mode, QueryConfig};
 /// are deferred, and the next document's chunk is picked instead:
 ///
 /// ```
-/// use std::sync::Arc;
-/// use ragstream_core::query::QueryConfig;
 /// use ragstream_operators::query::example::{documents, gathered, hit, job};
 /// use timely::dataflow::operators::capture::{Capture, Extract};
 /// use timely::dataflow::operators::vec::{Map, ToStream};
@@ -36,8 +32,8 @@ use ragstream_core::query::{Mode, QueryConfig};
 ///     ];
 ///     vec![gathered(query, dense, Vec::new())]
 ///         .to_stream(scope)
-///         .fuse(Arc::new(QueryConfig::default()))
-///         .mmr(Arc::new(QueryConfig::default()))
+///         .fuse()
+///         .mmr()
 ///         .map(|working| documents(&working))
 ///         .capture()
 /// });
@@ -47,15 +43,15 @@ use ragstream_core::query::{Mode, QueryConfig};
 /// ```
 pub trait Mmr<'scope> {
     /// MMR with per-document and per-section caps.
-    fn mmr(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working>;
+    fn mmr(self) -> StreamVec<'scope, u64, Working>;
 }
 
 impl<'scope> Mmr<'scope> for StreamVec<'scope, u64, Working> {
-    fn mmr(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working> {
+    fn mmr(self) -> StreamVec<'scope, u64, Working> {
         ranked_step(self, "Mmr", move |working| {
             let query = &working.job.query;
-            let config = config.preset(query.preset.as_deref());
-            let k = results_for(query, config, &working.candidates);
+            let config = working.settings.clone();
+            let k = results_for(query, &config, &working.candidates);
             match query.mode {
                 Mode::Bounded | Mode::Deep => {
                     let caps = if query.mode == Mode::Deep {
@@ -87,15 +83,12 @@ impl<'scope> Mmr<'scope> for StreamVec<'scope, u64, Working> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use timely::dataflow::operators::capture::{Capture, Extract};
     use timely::dataflow::operators::vec::{Map, ToStream};
 
     use super::Mmr;
     use crate::query::example::{gathered, hit, job};
     use crate::query::fuse::Fuse;
-    use ragstream_core::query::QueryConfig;
 
     /// Picks of `body` over 80 documents of 50 tokens each, all unlike one another.
     fn picks(body: &str) -> usize {
@@ -111,8 +104,8 @@ mod tests {
                 .collect();
             vec![gathered(job(&body), dense, Vec::new())]
                 .to_stream(scope)
-                .fuse(Arc::new(QueryConfig::default()))
-                .mmr(Arc::new(QueryConfig::default()))
+                .fuse()
+                .mmr()
                 .map(|working| working.candidates.len())
                 .capture()
         });

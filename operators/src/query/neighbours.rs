@@ -26,7 +26,6 @@ use ragstream_core::query::Mode;
 ///
 /// ```
 /// use std::sync::Arc;
-/// use ragstream_core::query::QueryConfig;
 /// use ragstream_core::testing::{sample_point, DIMENSION};
 /// use ragstream_operators::query::example::{gathered, hit, job, services};
 /// use ragstream_operators::query::fuse::Fuse;
@@ -56,7 +55,7 @@ use ragstream_core::query::Mode;
 ///     let query = job(r#"{"query_id": "q1", "tenant": "t", "text": "tide pools"}"#);
 ///     vec![gathered(query, vec![hit("tides", parts[0], 0.9, &[1.0, 0.0])], Vec::new())]
 ///         .to_stream(scope)
-///         .fuse(Arc::new(QueryConfig::default()))
+///         .fuse()
 ///         .neighbours(services)
 ///         .map(|working| {
 ///             let order = |n: &ragstream_operators::store::StoredChunk| n.chunk.order_index;
@@ -78,28 +77,13 @@ impl<'scope> Neighbours<'scope> for StreamVec<'scope, u64, Working> {
     fn neighbours(self, services: QueryServices) -> StreamVec<'scope, u64, Working> {
         type Request = Wire<((usize, u64), crate::store::StoredChunk)>;
         type Answer = Wire<((usize, u64), Vec<crate::store::StoredChunk>)>;
-        // Section reunification off (in the query's preset): no neighbours, no expanded top result.
-        // A top candidate that is its document's only chunk has none to read: no request.
-        let config = services.config.clone();
-        let wants = move |working: &Working| {
-            let query = &working.job.query;
-            config
-                .preset(query.preset.as_deref())
-                .pack
-                .section_reunification
-                && query.mode == Mode::Bounded
-                && working
-                    .candidates
-                    .first()
-                    .is_some_and(|top| !top.stored.chunk.is_whole_document())
-        };
-        let joins = wants.clone();
+        // Only the queries that want them ask for neighbours (`wants_neighbours`).
         let route = services.clone();
         let requests = flat_map_stage(
             self.clone(),
             "NeighbourRequests",
             move |working: Working| -> Option<Request> {
-                wants(&working).then(|| {
+                wants_neighbours(&working).then(|| {
                     let top = working.candidates[0].stored.clone();
                     Wire(((working.job.origin, working.job.id), top))
                 })
@@ -141,7 +125,7 @@ impl<'scope> Neighbours<'scope> for StreamVec<'scope, u64, Working> {
                 move |working_input, answer_input, output| {
                     working_input.for_each(|cap, data| {
                         for mut working in data.drain(..) {
-                            if !joins(&working) {
+                            if !wants_neighbours(&working) {
                                 output.session(&cap).give(working);
                                 continue;
                             }
@@ -182,6 +166,18 @@ const NEIGHBOUR_RADIUS: u32 = 3;
 
 /// Chunks of `top`'s document within [`NEIGHBOUR_RADIUS`] positions of it and under the same ACL,
 /// from `shard` (the one holding it); none when the index cannot answer (the query goes on without).
+/// Whether a query reads its top candidate's neighbours: a bounded query whose settings reunify
+/// sections (off in the `fast` preset: no expanded top result), whose top candidate is not its
+/// document's only chunk (that one has none to read).
+fn wants_neighbours(working: &Working) -> bool {
+    working.settings.pack.section_reunification
+        && working.job.query.mode == Mode::Bounded
+        && working
+            .candidates
+            .first()
+            .is_some_and(|top| !top.stored.chunk.is_whole_document())
+}
+
 fn neighbours_of(
     shard: &dyn VectorStore,
     top: &crate::store::StoredChunk,

@@ -33,7 +33,6 @@ use ragstream_core::query::{Candidate, Context, GenerationMeta, Mode};
 /// use std::sync::{Arc, Mutex};
 /// use std::time::Duration;
 /// use ragstream_core::query::cache::LruTtl;
-/// use ragstream_core::query::QueryConfig;
 /// use ragstream_operators::query::example::{gathered, hit, job, services};
 /// use ragstream_operators::query::fuse::Fuse;
 /// use ragstream_operators::query::pack::Pack;
@@ -49,7 +48,7 @@ use ragstream_core::query::{Candidate, Context, GenerationMeta, Mode};
 ///     let cache = Arc::new(Mutex::new(LruTtl::new(16, Duration::from_secs(60))));
 ///     vec![gathered(query, dense, Vec::new())]
 ///         .to_stream(scope)
-///         .fuse(Arc::new(QueryConfig::default()))
+///         .fuse()
 ///         .pack(services(), cache)
 ///         .map(|(context, _reply)| (context.tokens_used, context.items.len(), context.context))
 ///         .capture()
@@ -90,8 +89,7 @@ fn surrogate_tiers(
     services: &QueryServices,
     plan: Option<&ragstream_core::query::Plan>,
 ) -> Vec<(SurrogateTier, String)> {
-    let preset = services.config.preset(working.job.query.preset.as_deref());
-    let config = &preset.pack.surrogates;
+    let config = &working.settings.pack.surrogates;
     if config.policy == SurrogatePolicy::Disabled {
         return Vec::new();
     }
@@ -149,9 +147,9 @@ fn answer(working: &mut Working, services: &QueryServices) -> Context {
     }
     let mut output = begin(working, services);
     match working.job.query.mode {
-        Mode::Deep => deep(working, services, &mut output),
-        Mode::Files => files(working, services, &mut output),
-        Mode::SqlCompact | Mode::SqlFull => sql(working, services, &mut output),
+        Mode::Deep => deep(working, &mut output),
+        Mode::Files => files(working, &mut output),
+        Mode::SqlCompact | Mode::SqlFull => sql(working, &mut output),
         // `bounded` (the lookup modes were answered above).
         _ => bounded(working, services, &mut output),
     }
@@ -196,7 +194,7 @@ fn bounded(working: &mut Working, services: &QueryServices, output: &mut Output)
     } = output;
     let counter = *counter;
     let query = &working.job.query;
-    let config = services.config.preset(query.preset.as_deref());
+    let config = working.settings.as_ref();
     let plan = working.job.plan.as_ref();
     let (budget, window) = budget_for(
         query,
@@ -257,13 +255,13 @@ fn bounded(working: &mut Working, services: &QueryServices, output: &mut Output)
 }
 
 /// `deep`: full chunk texts, no budget.
-fn deep(working: &Working, services: &QueryServices, output: &mut Output) {
+fn deep(working: &Working, output: &mut Output) {
     let Output {
         context,
         notes,
         counter,
     } = output;
-    let config = services.config.preset(working.job.query.preset.as_deref());
+    let config = working.settings.as_ref();
     let items: Vec<(Candidate, String)> = working
         .candidates
         .iter()
@@ -279,11 +277,11 @@ fn deep(working: &Working, services: &QueryServices, output: &mut Output) {
 }
 
 /// `files`: files ranked by the concentration of chunk hits.
-fn files(working: &Working, services: &QueryServices, output: &mut Output) {
+fn files(working: &Working, output: &mut Output) {
     let Output {
         context, counter, ..
     } = output;
-    let k = results_wanted(&working.job.query, &services.config);
+    let k = results_wanted(&working.job.query, &working.settings);
     let key = working
         .job
         .query
@@ -317,14 +315,14 @@ fn files(working: &Working, services: &QueryServices, output: &mut Output) {
 }
 
 /// `sql_compact` and `sql_full`: schema tables rendered whole.
-fn sql(working: &Working, services: &QueryServices, output: &mut Output) {
+fn sql(working: &Working, output: &mut Output) {
     let Output {
         context,
         notes,
         counter,
     } = output;
     let query = &working.job.query;
-    let config = services.config.preset(query.preset.as_deref());
+    let config = working.settings.as_ref();
     let full = query.mode == Mode::SqlFull;
     let distributions = query.include_distributions.unwrap_or(full);
     let samples = query.include_samples.unwrap_or(full);

@@ -1,8 +1,6 @@
 //! Rerank: the answer-focused rerank of the fused window (`ragstream_core::query::rerank`); with
 //! `trace`, the reranked candidates are recorded.
 
-use std::sync::Arc;
-
 use timely::dataflow::StreamVec;
 
 use super::job::{ranked_step, Working};
@@ -10,7 +8,6 @@ use crate::store::Bm25Encoder;
 use ragstream_core::query::depth::fills;
 use ragstream_core::query::depth::results_for;
 use ragstream_core::query::rerank::{rerank, RerankConfig};
-use ragstream_core::query::QueryConfig;
 
 /// Extension trait: the `Rerank` operator.
 ///
@@ -20,8 +17,6 @@ use ragstream_core::query::QueryConfig;
 /// ahead of one the dense lane ranked first for its topic alone:
 ///
 /// ```
-/// use std::sync::Arc;
-/// use ragstream_core::query::QueryConfig;
 /// use ragstream_operators::query::example::{documents, gathered, hit, job};
 /// use timely::dataflow::operators::capture::{Capture, Extract};
 /// use timely::dataflow::operators::vec::{Map, ToStream};
@@ -36,8 +31,8 @@ use ragstream_core::query::QueryConfig;
 ///     ];
 ///     vec![gathered(query, dense, Vec::new())]
 ///         .to_stream(scope)
-///         .fuse(Arc::new(QueryConfig::default()))
-///         .rerank(Arc::new(QueryConfig::default()))
+///         .fuse()
+///         .rerank()
 ///         .map(|working| documents(&working))
 ///         .capture()
 /// });
@@ -45,15 +40,15 @@ use ragstream_core::query::QueryConfig;
 /// ```
 pub trait Rerank<'scope> {
     /// Answer-focused rerank of the top window.
-    fn rerank(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working>;
+    fn rerank(self) -> StreamVec<'scope, u64, Working>;
 }
 
 impl<'scope> Rerank<'scope> for StreamVec<'scope, u64, Working> {
-    fn rerank(self, config: Arc<QueryConfig>) -> StreamVec<'scope, u64, Working> {
+    fn rerank(self) -> StreamVec<'scope, u64, Working> {
         let bm25 = Bm25Encoder::default();
         ranked_step(self, "Rerank", move |working| {
             let query = &working.job.query;
-            let config = config.preset(query.preset.as_deref());
+            let config = &working.settings;
             // A filled budget's results all go through the rerank: its window widens to them.
             let widened;
             let rerank_config = if fills(query) {

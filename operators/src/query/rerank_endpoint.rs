@@ -23,7 +23,6 @@ use ragstream_core::query::{Action, Cause, Decision, Mode};
 /// use std::sync::Arc;
 /// use std::time::Duration;
 /// use ragstream_core::query::endpoints::{RerankKind, Reranker};
-/// use ragstream_core::query::QueryConfig;
 /// use ragstream_operators::query::example::{documents, gathered, hit, job};
 /// use ragstream_operators::query::fuse::Fuse;
 /// use ragstream_operators::query::rerank_endpoint::RerankEndpoint;
@@ -54,7 +53,7 @@ use ragstream_core::query::{Action, Cause, Decision, Mode};
 ///         let query = job(r#"{"query_id": "q1", "tenant": "t", "text": "tide pools"}"#);
 ///         vec![gathered(query, dense, Vec::new())]
 ///             .to_stream(scope)
-///             .fuse(Arc::new(QueryConfig::default()))
+///             .fuse()
 ///             .rerank_endpoint(Arc::new(Crabs(up)), 10, 1, Duration::from_secs(5))
 ///             .map(|working| (documents(&working), working.job.degraded))
 ///             .capture()

@@ -87,9 +87,10 @@ impl<'scope> Retrieve<'scope> for StreamVec<'scope, u64, QueryJob> {
                 job.vectors.sparse_raw = job.vectors.sparse.values.clone();
                 job.vectors.sparse = stats.weigh(&job.query.tenant, &job.vectors.sparse);
             }
+            let settings = config.preset(job.query.preset.as_deref());
             let reads: Reads = (
-                lane_depths(&job.query, intent_depth(&job), &config),
-                lane_pool(&job.query, intent_depth(&job), &config),
+                lane_depths(&job.query, intent_depth(&job), settings),
+                lane_pool(&job.query, intent_depth(&job), settings),
             );
             Wire((job, reads))
         })
@@ -163,6 +164,7 @@ impl<'scope> Retrieve<'scope> for StreamVec<'scope, u64, QueryJob> {
                             }
                             output.session(&cap).give(Working {
                                 answer,
+                                settings: services.config.settings(job.query.preset.as_deref()),
                                 job,
                                 candidates: Vec::new(),
                                 deferred: Vec::new(),

@@ -102,10 +102,12 @@ pub fn fill_results(
     needed.max(k).min(limit)
 }
 
-/// Results asked for: `k`, defaulting to the query preset's `default_k` (`deep_k` for `deep`), at most
-/// the query's [`k_limit`] (50; a bounded query's grows with its budget).
+/// Results asked for: `k`, defaulting to `default_k` (`deep_k` for `deep`), at most the query's
+/// [`k_limit`] (50; a bounded query's grows with its budget).
+///
+/// Here and below, `config` is the query's settings: the `[query]` section with its preset resolved
+/// ([`QueryConfig::settings`]).
 pub fn results_wanted(query: &Query, config: &QueryConfig) -> usize {
-    let config = config.preset(query.preset.as_deref());
     let default = if query.mode == Mode::Deep {
         config.deep_k
     } else {
@@ -121,7 +123,6 @@ pub fn results_wanted(query: &Query, config: &QueryConfig) -> usize {
 /// budget ([`fills`]) as many as its budget needs, counted in the candidates' stored tokens
 /// ([`fill_results`]).
 pub fn results_for(query: &Query, config: &QueryConfig, candidates: &[Candidate]) -> usize {
-    let config = config.preset(query.preset.as_deref());
     let k = results_wanted(query, config);
     if !fills(query) {
         return k;
@@ -137,7 +138,7 @@ pub fn results_for(query: &Query, config: &QueryConfig, candidates: &[Candidate]
 }
 
 /// Candidates per lane: the intent's depth for that lane, at least twice the results wanted, the
-/// query preset's `min_pool` and a filled budget's [`fill_depth`]; at most twice the deep mode's most
+/// `min_pool` and a filled budget's [`fill_depth`]; at most twice the deep mode's most
 /// results, or that floor where it is deeper, never past twice the query's [`k_limit`]; a `files`
 /// query's `pool` when it gives one.
 pub fn lane_depths(query: &Query, intent: Depth, config: &QueryConfig) -> Depth {
@@ -147,8 +148,7 @@ pub fn lane_depths(query: &Query, intent: Depth, config: &QueryConfig) -> Depth 
 /// The pool of a filled query's lanes ([`fill_pool`]): they keep their best hits, in turn, until the
 /// distinct chunks hold the query's fill target, each at least as many as it reads without filling.
 pub fn lane_pool(query: &Query, intent: Depth, config: &QueryConfig) -> Option<Pool> {
-    let preset = config.preset(query.preset.as_deref());
-    let tokens = fill_pool(query, preset.default_token_budget)?;
+    let tokens = fill_pool(query, config.default_token_budget)?;
     let floor = depths(query, intent, config, false);
     Some(Pool {
         tokens,
@@ -166,7 +166,6 @@ fn depths(query: &Query, intent: Depth, config: &QueryConfig, filled: bool) -> D
             bm25: pool,
         };
     }
-    let config = config.preset(query.preset.as_deref());
     let filled = if filled {
         fill_depth(query, config.default_token_budget)
     } else {

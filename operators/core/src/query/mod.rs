@@ -507,7 +507,7 @@ pub struct QueryConfig {
     pub presets: BTreeMap<String, serde_json::Value>,
     /// The presets resolved at load ([`QueryConfig::with_presets`]).
     #[serde(skip)]
-    pub resolved_presets: std::sync::Arc<BTreeMap<String, QueryConfig>>,
+    pub resolved_presets: std::sync::Arc<BTreeMap<String, std::sync::Arc<QueryConfig>>>,
 }
 
 /// The query-vector cache (config section `query.embedding_cache`).

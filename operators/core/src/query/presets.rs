@@ -9,6 +9,7 @@
 //! load checks as the section itself (the config's `validate`).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
@@ -130,7 +131,7 @@ fn check_keys(overlay: &Map<String, Value>) -> Result<(), String> {
 
 /// Every preset of `base` (the built-ins and the job's `presets`), resolved to whole query
 /// configurations; `default` is not among them (it is `base`).
-pub fn resolve(base: &QueryConfig) -> Result<BTreeMap<String, QueryConfig>, String> {
+pub fn resolve(base: &QueryConfig) -> Result<BTreeMap<String, Arc<QueryConfig>>, String> {
     let mut names: Vec<&str> = BUILT_IN.to_vec();
     names.extend(base.presets.keys().map(String::as_str));
     names.sort_unstable();
@@ -163,7 +164,7 @@ pub fn resolve(base: &QueryConfig) -> Result<BTreeMap<String, QueryConfig>, Stri
         }
         let config: QueryConfig =
             serde_json::from_value(config).map_err(|e| format!("preset {name}: {e}"))?;
-        resolved.insert(name.to_string(), config);
+        resolved.insert(name.to_string(), Arc::new(config));
     }
     Ok(resolved)
 }
@@ -175,12 +176,21 @@ impl QueryConfig {
     pub fn preset(&self, preset: Option<&str>) -> &QueryConfig {
         preset
             .and_then(|name| self.resolved_presets.get(name))
+            .map_or(self, |resolved| resolved.as_ref())
+    }
+
+    /// The settings a query naming `preset` is answered with, shared: [`Self::preset`] without a
+    /// copy. The query flow resolves them once per query and carries them on its record.
+    pub fn settings(self: &Arc<Self>, preset: Option<&str>) -> Arc<QueryConfig> {
+        preset
+            .and_then(|name| self.resolved_presets.get(name))
             .unwrap_or(self)
+            .clone()
     }
 
     /// This section with its presets resolved ([`resolve`]).
     pub fn with_presets(mut self) -> Result<Self, String> {
-        self.resolved_presets = std::sync::Arc::new(resolve(&self)?);
+        self.resolved_presets = Arc::new(resolve(&self)?);
         Ok(self)
     }
 
@@ -263,6 +273,15 @@ mod tests {
         assert_eq!((wide.min_pool, wide.pack.max_snippets), (40, 3));
         assert_eq!(wide.mmr_lambda, 0.6, "the section's own values carry over");
         assert!(wide.presets.is_empty() && wide.resolved_presets.is_empty());
+        // The shared settings are the same resolved sections, not copies; a resolved preset
+        // resolves to itself.
+        let shared = Arc::new(config);
+        let wide = shared.settings(Some("wide"));
+        assert!(Arc::ptr_eq(&wide, &shared.resolved_presets["wide"]));
+        assert!(Arc::ptr_eq(&wide.settings(Some("wide")), &wide));
+        for name in [None, Some("default"), Some("unknown")] {
+            assert!(Arc::ptr_eq(&shared.settings(name), &shared), "{name:?}");
+        }
     }
 
     #[test]
