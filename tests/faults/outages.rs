@@ -606,3 +606,72 @@ fn embedder_answering_401_for_20_seconds_pauses_ingest_and_loses_nothing() {
     );
     assert_eq!((lost, stale), (0, 0), "{example}");
 }
+
+#[test]
+fn a_dlq_that_can_never_take_records_stops_the_job_and_the_next_start_writes_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(&docs).expect("docs");
+    std::fs::write(
+        docs.join("runbook.md"),
+        "# Rollback\n\nRun deployctl rollback to return to the previous release.\n",
+    )
+    .expect("runbook");
+    // A PDF no reader can open: refused as `unparseable`, so it goes to the DLQ.
+    std::fs::write(docs.join("broken.pdf"), b"%PDF-1.7\nnot a pdf at all\n").expect("pdf");
+    // The DLQ path is a directory: no write can ever succeed there.
+    std::fs::create_dir_all(dir.path().join("dlq-is-a-directory")).expect("a directory");
+    let config = |dlq: &str| {
+        format!(
+            r#"
+[source]
+kind = "dir"
+path = "{{dir}}/docs"
+tenant = "acme"
+[index]
+path = "{{dir}}/index"
+[http]
+listen = "{{http}}"
+[runtime]
+dlq_path = "{{dir}}/{dlq}"
+"#
+        )
+    };
+    let mut job = Job::start(dir.path(), &config("dlq-is-a-directory"), 1);
+    let started = Instant::now();
+    let status = job.wait_exit(Duration::from_secs(180));
+    let log = job.log();
+    assert_eq!(status.code(), Some(3), "{log}");
+    assert!(log.contains("the DLQ cannot take records"), "{log}");
+    assert!(log.contains("dlq-is-a-directory"), "{log}");
+    let stopped = started.elapsed().as_secs_f64();
+
+    // Fixed, the next start reads the refused file again and writes its record.
+    let fixed = config("dlq.jsonl")
+        .replace("{dir}", &dir.path().display().to_string())
+        .replace("{http}", &format!("127.0.0.1:{}", job.http_port));
+    std::fs::write(dir.path().join("ragstream.toml"), fixed).expect("config");
+    job.restart(1);
+    job.wait_ready(Duration::from_secs(120));
+    job.wait_indexed(2);
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(dir.path().join("dlq.jsonl"))
+        .expect("the DLQ file")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a record"))
+        .collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["origin"], "broken.pdf", "{records:?}");
+    assert_eq!(records[0]["reason"], "unparseable", "{records:?}");
+    let (status, body) = http_post_json(
+        job.http_port,
+        "/v1/query",
+        r#"{"query_id": "q", "tenant": "acme", "text": "how do I roll back a release"}"#,
+    )
+    .expect("an answer");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("deployctl rollback"), "{body}");
+    job.stop();
+    println!(
+        "FAULT DLQ path a directory: the job stopped (exit 3, \"the DLQ cannot take records\") {stopped:.1} s after its start, nothing committed; restarted with a file DLQ, the refused PDF's record written once and the good file answered"
+    );
+}

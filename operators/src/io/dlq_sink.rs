@@ -24,7 +24,7 @@ use crate::events::{DeadLettered, InternalEvent};
 use crate::ingest::dlq::{DlqLine, DlqRecord};
 use crate::offload::{with_backoff, Background, Deliver, Parked};
 
-pub use crate::ingest::dlq::DlqSink;
+pub use crate::ingest::dlq::{DlqError, DlqSink};
 
 #[cfg(feature = "kafka")]
 mod kafka;
@@ -45,26 +45,30 @@ impl FileDlq {
 }
 
 impl DlqSink for FileDlq {
-    fn write(&mut self, records: &[DlqRecord]) -> Result<(), String> {
+    fn write(&mut self, records: &[DlqRecord]) -> Result<(), DlqError> {
         if records.is_empty() {
             return Ok(());
         }
+        let path = self.path.display();
         if let Some(parent) = self.path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+            std::fs::create_dir_all(parent)
+                .map_err(|e| DlqError::from_io(&format!("creating {}", parent.display()), &e))?;
         }
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.path)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| DlqError::from_io(&format!("opening {path}"), &e))?;
         let mut buffer = Vec::new();
         for record in records {
-            let line = serde_json::to_vec(&DlqLine::from(record)).map_err(|e| e.to_string())?;
+            let line = serde_json::to_vec(&DlqLine::from(record))
+                .map_err(|e| DlqError::Refused(format!("encoding a record: {e}")))?;
             buffer.extend_from_slice(&line);
             buffer.push(b'\n');
         }
-        file.write_all(&buffer).map_err(|e| e.to_string())?;
-        file.sync_data().map_err(|e| e.to_string())
+        file.write_all(&buffer)
+            .and_then(|()| file.sync_data())
+            .map_err(|e| DlqError::from_io(&format!("writing {path}"), &e))
     }
 }
 
@@ -85,16 +89,17 @@ impl<'scope> WriteDlq<'scope> for StreamVec<'scope, u64, DlqRecord> {
                 let writer = Background::start(
                     "ragstream-dlq-writer",
                     move |records: Vec<DlqRecord>, deliver: &Deliver<usize>| {
-                        // A DLQ outage is an outage: retry until written; offsets wait for it.
-                        let written = with_backoff(
+                        // A DLQ outage is an outage: retry until written; offsets wait for it. A
+                        // DLQ that can never take them stops the job (see `written_or_stop`).
+                        written_or_stop(with_backoff(
                             crate::outage::Dependency::Dlq,
-                            |_: &String| true,
+                            DlqError::is_retryable,
                             || sink.write(&records),
-                        );
+                        ));
                         for record in &records {
                             DeadLettered(record).emit();
                         }
-                        deliver.send(if written.is_ok() { records.len() } else { 0 });
+                        deliver.send(records.len());
                     },
                     waker,
                 );
@@ -115,10 +120,59 @@ impl<'scope> WriteDlq<'scope> for StreamVec<'scope, u64, DlqRecord> {
     }
 }
 
+/// Goes on after a DLQ write, or stops the job when the DLQ refused the records for good: they
+/// have nowhere else to go, and dropping them would lose them. Nothing of the batch is acknowledged,
+/// so the next start (with the DLQ fixed) reads it again.
+pub fn written_or_stop(written: Result<(), DlqError>) {
+    if let Err(error) = written {
+        crate::outage::stop_job(&format!(
+            "{error}; fix the DLQ setting (`dlq`) and start the job again: nothing was committed"
+        ));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ingest::dlq::Origin;
+
+    fn record() -> DlqRecord {
+        DlqRecord::new(
+            crate::ingest::dlq::DlqReason::MalformedJson,
+            "malformed JSON".into(),
+            Origin::File {
+                path: "events.jsonl".into(),
+                line: Some(1),
+            },
+            None,
+            None,
+            Some(b"{"),
+        )
+    }
+
+    #[test]
+    fn a_path_that_cannot_be_a_file_is_refused_a_full_disk_is_an_outage() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, "x").expect("a file");
+        for path in [dir.path().to_path_buf(), file.join("dlq.jsonl")] {
+            let error = FileDlq::new(path.clone())
+                .write(&[record()])
+                .expect_err("not a writable file");
+            assert!(
+                matches!(error, DlqError::Refused(_)) && !error.is_retryable(),
+                "{}: {error}",
+                path.display()
+            );
+            assert!(error.to_string().contains(&*dir.path().to_string_lossy()));
+        }
+        if cfg!(target_os = "linux") {
+            let error = FileDlq::new("/dev/full".into())
+                .write(&[record()])
+                .expect_err("no space");
+            assert!(error.is_retryable(), "{error}");
+        }
+    }
 
     #[test]
     fn file_dlq_appends_jsonl_with_reason_and_origin() {

@@ -8,7 +8,7 @@ use timely::dataflow::StreamVec;
 
 use super::job::{Refusal, Reply};
 use crate::events::{InternalEvent, QueryRefused};
-use crate::ingest::dlq::{DlqRecord, DlqSink};
+use crate::ingest::dlq::{DlqError, DlqRecord, DlqSink};
 use crate::offload::{with_backoff, Background, Parked};
 use ragstream_core::query::Context;
 
@@ -92,12 +92,11 @@ impl<'scope> RefuseQueries<'scope> for StreamVec<'scope, u64, Refusal> {
                 let writer: Background<Vec<DlqRecord>, ()> = Background::start(
                     "query-dlq",
                     move |records: Vec<DlqRecord>, deliver| {
-                        let written = with_backoff(
+                        crate::io::dlq_sink::written_or_stop(with_backoff(
                             crate::outage::Dependency::QueryDlq,
-                            |_: &String| true,
+                            DlqError::is_retryable,
                             || dlq.write(&records),
-                        );
-                        debug_assert!(written.is_ok(), "every DLQ failure is retried");
+                        ));
                         deliver.send(());
                     },
                     waker,
@@ -147,10 +146,10 @@ mod tests {
     }
 
     impl DlqSink for FlakyDlq {
-        fn write(&mut self, records: &[DlqRecord]) -> Result<(), String> {
+        fn write(&mut self, records: &[DlqRecord]) -> Result<(), DlqError> {
             if self.failures > 0 {
                 self.failures -= 1;
-                return Err("down".into());
+                return Err(DlqError::Unavailable("down".into()));
             }
             self.written.lock().unwrap().extend_from_slice(records);
             Ok(())

@@ -287,7 +287,48 @@ pub struct DlqHeaders {
 /// A durable destination for DLQ records.
 pub trait DlqSink: Send {
     /// Writes the records; they are durable when this returns `Ok`.
-    fn write(&mut self, records: &[DlqRecord]) -> Result<(), String>;
+    fn write(&mut self, records: &[DlqRecord]) -> Result<(), DlqError>;
+}
+
+/// Why a DLQ write failed: an outage the job waits out, or a DLQ that can never take records as
+/// configured.
+#[derive(Debug, thiserror::Error)]
+pub enum DlqError {
+    /// The DLQ is out for now (a broker away, a topic not created yet, a full disk, a file the job
+    /// may not write yet): retried with backoff while the batch's offsets wait.
+    #[error("DLQ unavailable: {0}")]
+    Unavailable(String),
+    /// The DLQ can never take records as configured (its path is a directory, under a file or on
+    /// a read-only file system; its topic name is invalid): records have nowhere else to go, so
+    /// the job stops, committing nothing, and its next start reads the batch again.
+    #[error("the DLQ cannot take records: {0}")]
+    Refused(String),
+}
+
+impl DlqError {
+    /// Whether the failure is an outage, retried with backoff: only [`DlqError::Unavailable`].
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, DlqError::Unavailable(_))
+    }
+
+    /// A file system error of a file DLQ: a path that cannot be a writable file as configured (a
+    /// directory, a file where a directory must be, a read-only file system, a name the system
+    /// refuses) is
+    /// [`DlqError::Refused`]; anything else (a full disk, a permission an operator can grant) an
+    /// outage.
+    pub fn from_io(context: &str, error: &std::io::Error) -> Self {
+        use std::io::ErrorKind;
+        let message = format!("{context}: {error}");
+        match error.kind() {
+            ErrorKind::IsADirectory
+            | ErrorKind::NotADirectory
+            | ErrorKind::AlreadyExists
+            | ErrorKind::ReadOnlyFilesystem
+            | ErrorKind::InvalidFilename
+            | ErrorKind::InvalidInput => DlqError::Refused(message),
+            _ => DlqError::Unavailable(message),
+        }
+    }
 }
 
 #[cfg(test)]

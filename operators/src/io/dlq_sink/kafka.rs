@@ -9,7 +9,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
 use super::super::kafka_log::{idempotent_producer, DeliveryContext};
-use super::DlqSink;
+use super::{DlqError, DlqSink};
 use crate::ingest::dlq::{DlqRecord, Origin};
 
 /// Kafka topic DLQ.
@@ -129,8 +129,18 @@ fn too_large(error: &KafkaError) -> bool {
     )
 }
 
+/// Whether the broker refused the topic's name (`InvalidTopic`: a name it cannot hold, or one it
+/// keeps for itself): no retry can deliver to it. A missing topic, an authorization or a broker away is an
+/// outage (the topic can be created, the ACL granted).
+fn refused(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::InvalidTopic)
+    )
+}
+
 impl DlqSink for KafkaDlq {
-    fn write(&mut self, records: &[DlqRecord]) -> Result<(), String> {
+    fn write(&mut self, records: &[DlqRecord]) -> Result<(), DlqError> {
         let batch = (records.as_ptr() as usize, records.len());
         // The records to send, each whole or without its value (once the broker refused it whole).
         let mut pending: Vec<(usize, bool)> = match self.undelivered.take() {
@@ -147,14 +157,14 @@ impl DlqSink for KafkaDlq {
                     Err(error) => {
                         // Queued ones are flushed below; this one and the rest are sent again.
                         next.extend(&pending[position..]);
-                        outage = Some(error.to_string());
+                        outage = Some(error);
                         break;
                     }
                 }
             }
             if let Err(error) = self.producer.flush(FLUSH_TIMEOUT) {
                 self.undelivered = Some((batch, pending));
-                return Err(format!("DLQ flush: {error}"));
+                return Err(DlqError::Unavailable(format!("DLQ flush: {error}")));
             }
             for (index, error) in self.producer.context().take_failed() {
                 let whole = pending
@@ -165,7 +175,7 @@ impl DlqSink for KafkaDlq {
                     next.push((index, false));
                 } else {
                     next.push((index, whole));
-                    outage.get_or_insert_with(|| error.to_string());
+                    outage.get_or_insert(error);
                 }
             }
             next.sort_unstable();
@@ -173,7 +183,12 @@ impl DlqSink for KafkaDlq {
             if let Some(error) = outage {
                 let left = next.len();
                 self.undelivered = Some((batch, next));
-                return Err(format!("{left} DLQ record(s) not delivered: {error}"));
+                let message = format!("{left} DLQ record(s) not delivered: {error}");
+                return Err(if refused(&error) {
+                    DlqError::Refused(message)
+                } else {
+                    DlqError::Unavailable(message)
+                });
             }
             pending = next;
         }
