@@ -51,8 +51,8 @@ pub fn readable(context: &Context) -> String {
     }
     out.push_str(&format!(
         "# {} · intent {} (dense {:.2} / bm25 {:.2}) · {} tokens{} · {} of {} chunks · {:.1} ms\n",
-        context.mode,
-        context.intent,
+        context.mode_name(),
+        context.intent_name(),
         context.weights.dense,
         context.weights.bm25,
         context.tokens_used,

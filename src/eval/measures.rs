@@ -239,7 +239,7 @@ pub(super) fn detail_line(query: &EvalQuery, budget: usize, context: &Context) -
         "question": text,
         "answers": answers,
         "budget": budget,
-        "intent": context.intent,
+        "intent": context.intent_name(),
         "gold_rank": gold_rank,
         "gold_decisions": gold_decisions,
         "answered": answered(&context.context, answers),

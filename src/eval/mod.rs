@@ -353,7 +353,9 @@ fn ranking_scores(
         );
         let query_ndcg = ndcg_at(&ranked, relevant, 10);
         ndcg += query_ndcg;
-        let entry = by_intent.entry(context.intent.clone()).or_default();
+        let entry = by_intent
+            .entry(context.intent_name().to_string())
+            .or_default();
         entry.0 += 1;
         entry.1 += query_ndcg;
         r10 += recall_at(&ranked, relevant, 10);
@@ -519,7 +521,9 @@ fn latency_and_intents(queries: &[EvalQuery], budgets: &[usize], contexts: &Cont
     let mut intents: BTreeMap<String, usize> = BTreeMap::new();
     for (qi, _) in queries.iter().enumerate() {
         if let Some((context, _)) = contexts.get(&(qi, 0)) {
-            *intents.entry(context.intent.clone()).or_default() += 1;
+            *intents
+                .entry(context.intent_name().to_string())
+                .or_default() += 1;
         }
     }
     json!({

@@ -168,7 +168,7 @@ impl Problem {
         let detail = context.error.as_ref()?;
         let name = match context.error_type.as_deref() {
             Some(name) if PROBLEMS.iter().any(|(known, _, _)| *known == name) => name,
-            _ if context.mode.is_empty() => "invalid_query",
+            _ if context.mode.is_none() => "invalid_query",
             _ => "internal",
         };
         let mut problem = Self::new(name, detail.clone());
@@ -243,7 +243,7 @@ mod tests {
             query_id: "q1".into(),
             error: Some("boom".into()),
             error_type: Some("index_unavailable".into()),
-            mode: "bounded".into(),
+            mode: Some(ragstream_core::query::Mode::Bounded),
             ..Context::default()
         };
         let problem = Problem::of_context(&context).unwrap();
@@ -254,7 +254,7 @@ mod tests {
         assert_eq!(Problem::of_context(&context).unwrap().status, 413);
         context.error_type = None;
         assert_eq!(Problem::of_context(&context).unwrap().status, 500);
-        context.mode.clear();
+        context.mode = None;
         assert_eq!(Problem::of_context(&context).unwrap().status, 400);
         context.error = None;
         assert!(Problem::of_context(&context).is_none());

@@ -45,8 +45,8 @@ pub(super) fn result(context: Context) -> CallToolResult {
     let structured = json!({
         "query_id": context.query_id,
         "tenant": context.tenant,
-        "mode": context.mode,
-        "intent": context.intent,
+        "mode": context.mode_name(),
+        "intent": context.intent_name(),
         "tokens_used": context.tokens_used,
         "token_budget": context.token_budget,
         "max_new_tokens": context.max_new_tokens,

@@ -33,7 +33,7 @@ pub fn queries(paragraphs: &[super::oracle::Paragraph]) -> Vec<(String, serde_js
 pub fn comparable(context: &Context) -> serde_json::Value {
     json!({
         "error": context.error,
-        "intent": context.intent,
+        "intent": context.intent_name(),
         "tokens_used": context.tokens_used,
         "chunks_available": context.chunks_available,
         "items": context.items.iter().map(|item| json!({

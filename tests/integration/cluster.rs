@@ -732,6 +732,6 @@ fn two_processes_of_two_workers_index_and_answer_like_one_worker() {
     }
     assert!(cluster_contexts
         .values()
-        .filter(|c| c.mode == "bounded")
+        .filter(|c| c.mode == Some(ragstream_core::query::Mode::Bounded))
         .all(|c| c.error.is_none() && !c.items.is_empty()));
 }

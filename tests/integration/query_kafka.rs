@@ -191,7 +191,7 @@ fn every_mode_through_kafka_with_tenant_isolation_and_read_your_writes() {
         assert!(context.index_watermark.frontier_ms > 0);
     }
     let bounded = &all["bounded"];
-    assert_eq!(bounded.mode, "bounded");
+    assert_eq!(bounded.mode_name(), "bounded");
     assert_eq!(bounded.token_budget, Some(3000));
     assert!(
         bounded
@@ -206,7 +206,7 @@ fn every_mode_through_kafka_with_tenant_isolation_and_read_your_writes() {
     )));
     assert!(bounded.context.ends_with("</retrieved-context>"));
     assert_eq!(bounded.items[0].tier, Tier::Expanded);
-    assert_eq!(bounded.intent, "procedure");
+    assert_eq!(bounded.intent_name(), "procedure");
     let trace = bounded.trace.as_ref().expect("trace asked for");
     assert!(!trace.candidates.is_empty() && !trace.decisions.is_empty());
     assert!(

@@ -77,7 +77,7 @@ fn run_both(
         assert_eq!((lost, stale), (0, 0), "server: {on_server}; {example}");
         assert!(contexts
             .values()
-            .filter(|c| c.mode == "bounded")
+            .filter(|c| c.mode == Some(ragstream_core::query::Mode::Bounded))
             .all(|c| c.error.is_none() && !c.items.is_empty()));
         answers.push(contexts);
     }

@@ -120,7 +120,7 @@ impl ContextPublisher {
                     tracing::debug!(query = %context.query_id, "partition revoked: the next owner answers");
                     metrics()
                         .queries
-                        .with_label_values(&[&context.mode, "handed_over"])
+                        .with_label_values(&[context.mode_name(), "handed_over"])
                         .inc();
                 }
                 ours

@@ -123,9 +123,9 @@ pub(super) fn begin(working: &mut Working, services: &QueryServices) -> Output {
     let context = Context {
         query_id: query.query_id.clone(),
         tenant: query.tenant.clone(),
-        mode: query.mode.as_str().to_string(),
+        mode: Some(query.mode),
         tokenizer: encoding.name().to_string(),
-        intent: plan.map_or_else(String::new, |p| p.intent.as_str().to_string()),
+        intent: plan.map(|p| p.intent),
         weights: plan.map(|p| p.weights).unwrap_or_default(),
         index_watermark: job.watermark.clone(),
         chunks_available: working.available,

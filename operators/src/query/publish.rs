@@ -97,10 +97,10 @@ impl<'scope> Publish<'scope> for StreamVec<'scope, u64, (Context, Reply)> {
                             } else {
                                 "ok"
                             };
-                            if !context.mode.is_empty() {
+                            if let Some(mode) = context.mode {
                                 metrics()
                                     .queries
-                                    .with_label_values(&[&context.mode, outcome])
+                                    .with_label_values(&[mode.as_str(), outcome])
                                     .inc();
                             }
                             if let Some(total) = context.latency_ms.get("total") {

@@ -141,8 +141,10 @@ pub struct Context {
     pub query_id: String,
     /// The tenant.
     pub tenant: String,
-    /// The mode answered.
-    pub mode: String,
+    /// The mode answered (`""` on an error context).
+    #[serde(with = "empty_is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
+    pub mode: Option<super::Mode>,
     /// The packed items.
     pub items: Vec<ContextItem>,
     /// Documents (`list_sources`, `files`).
@@ -193,8 +195,10 @@ pub struct Context {
     /// without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<GenerationMeta>,
-    /// The intent the analyzer chose.
-    pub intent: String,
+    /// The intent the analyzer chose (`""` where none ran: a lookup mode, an error context).
+    #[serde(with = "empty_is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
+    pub intent: Option<super::intent::Intent>,
     /// The fusion weights used.
     pub weights: Weights,
     /// What the index reflected: the ingest frontier (ms) and, with Kafka, the acknowledged offsets.
@@ -250,4 +254,80 @@ pub struct Watermark {
     /// Documents-topic partition → next offset not yet acknowledged by the index.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub offsets: BTreeMap<i32, i64>,
+}
+
+impl Context {
+    /// The mode's wire name (`""` on an error context).
+    pub fn mode_name(&self) -> &'static str {
+        self.mode.map_or("", super::Mode::as_str)
+    }
+
+    /// The intent's wire name (`""` where no analysis ran).
+    pub fn intent_name(&self) -> &'static str {
+        self.intent.map_or("", super::intent::Intent::as_str)
+    }
+}
+
+/// A name on the wire that is `""` when there is none: `None` is written `""` and `""` read back as
+/// `None`; any other string must be one of the type's names.
+mod empty_is_none {
+    use serde::de::{DeserializeOwned, IntoDeserializer};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<T: Serialize, S: Serializer>(
+        value: &Option<T>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(value) => value.serialize(serializer),
+            None => serializer.serialize_str(""),
+        }
+    }
+
+    pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<T>, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        if name.is_empty() {
+            return Ok(None);
+        }
+        let name: serde::de::value::StringDeserializer<D::Error> = name.into_deserializer();
+        T::deserialize(name).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::intent::Intent;
+    use crate::query::Mode;
+
+    #[test]
+    fn mode_and_intent_are_their_names_on_the_wire_and_empty_when_none() {
+        let answered = Context {
+            mode: Some(Mode::SqlCompact),
+            intent: Some(Intent::CodeSearch),
+            ..Context::default()
+        };
+        let wire = serde_json::to_value(&answered).expect("encoded");
+        assert_eq!(
+            (&wire["mode"], &wire["intent"]),
+            (&"sql_compact".into(), &"code_search".into())
+        );
+        assert_eq!(
+            serde_json::from_value::<Context>(wire).expect("decoded"),
+            answered
+        );
+        let error = Context::default();
+        let wire = serde_json::to_value(&error).expect("encoded");
+        assert_eq!((&wire["mode"], &wire["intent"]), (&"".into(), &"".into()));
+        assert_eq!((error.mode_name(), error.intent_name()), ("", ""));
+        assert_eq!(
+            serde_json::from_value::<Context>(wire).expect("decoded"),
+            error
+        );
+        let mut unknown = serde_json::to_value(&answered).expect("encoded");
+        unknown["mode"] = "everything".into();
+        assert!(serde_json::from_value::<Context>(unknown).is_err());
+    }
 }

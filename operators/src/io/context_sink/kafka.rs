@@ -198,7 +198,7 @@ fn too_large_context(key: &[u8], payload: &[u8]) -> Vec<u8> {
     let context = Context {
         query_id: String::from_utf8_lossy(key).into_owned(),
         tenant: head.as_ref().map(|h| h.tenant.clone()).unwrap_or_default(),
-        mode: head.map(|h| h.mode).unwrap_or_default(),
+        mode: head.and_then(|h| serde_json::from_value(h.mode.into()).ok()),
         error: Some(format!(
             "the context of {} bytes exceeds the contexts topic's message limit; ask for fewer \
              results (k), a smaller token_budget, or page list_sources with a smaller k",
@@ -260,7 +260,7 @@ mod tests {
         let context = Context {
             query_id: "q-big".into(),
             tenant: "acme".into(),
-            mode: "list_sources".into(),
+            mode: Some(ragstream_core::query::Mode::ListSources),
             context: "x".repeat(20_000),
             ..Context::default()
         };
@@ -273,7 +273,7 @@ mod tests {
             (
                 sent.query_id.as_str(),
                 sent.tenant.as_str(),
-                sent.mode.as_str()
+                sent.mode_name()
             ),
             ("q-big", "acme", "list_sources")
         );
