@@ -365,7 +365,7 @@ pub(super) fn finish(mut context: Context, notes: Vec<String>, working: &mut Wor
             .job
             .plan
             .as_ref()
-            .map(|p| p.signals.iter().map(|s| s.as_str().to_string()).collect())
+            .map(|p| p.signals.clone())
             .unwrap_or_default();
         context.trace = Some(trace);
     }

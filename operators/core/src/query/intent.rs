@@ -126,6 +126,20 @@ impl Signal {
             Signal::CodeHits => "code_hits",
         }
     }
+
+    /// The signal of a wire name ([`Self::as_str`]); `None` for a name that is none.
+    pub fn from_name(name: &str) -> Option<Self> {
+        use serde::de::IntoDeserializer;
+        match name {
+            "names_language" => Some(Signal::NamesLanguage),
+            "code_hits" => Some(Signal::CodeHits),
+            _ => {
+                let name: serde::de::value::StrDeserializer<serde::de::value::Error> =
+                    name.into_deserializer();
+                Intent::deserialize(name).ok().map(Signal::Shows)
+            }
+        }
+    }
 }
 
 /// An intent's fusion preset: the lanes' weights and how deep each lane is read.

@@ -271,8 +271,11 @@ pub struct HydeTrace {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Trace {
-    /// Intent signals.
-    pub signals: Vec<String>,
+    /// What the analyzer (and the code-search rule) saw: each signal by its name (an intent's
+    /// trigger as its intent, `names_language`, `code_hits`).
+    #[serde(with = "signal_names")]
+    #[cfg_attr(feature = "schema", schemars(with = "Vec<String>"))]
+    pub signals: Vec<super::intent::Signal>,
     /// Candidates each lane was asked for: the intent's depth raised to the query's floor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depth: Option<super::Depth>,
@@ -287,4 +290,54 @@ pub struct Trace {
     pub candidates: Vec<TraceCandidate>,
     /// Every decision, in pipeline order.
     pub decisions: Vec<Decision>,
+}
+
+/// Signals on the wire: their names ([`super::intent::Signal::as_str`]).
+mod signal_names {
+    use serde::de::Error;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::super::intent::Signal;
+
+    pub fn serialize<S: Serializer>(signals: &[Signal], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(signals.iter().map(|signal| signal.as_str()))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<Signal>, D::Error> {
+        Vec::<String>::deserialize(deserializer)?
+            .iter()
+            .map(|name| {
+                Signal::from_name(name)
+                    .ok_or_else(|| D::Error::custom(format!("unknown signal {name:?}")))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::intent::{Intent, Signal};
+
+    #[test]
+    fn signals_are_their_names_on_the_wire_and_read_back() {
+        let mut signals = vec![Signal::NamesLanguage, Signal::CodeHits];
+        signals.extend(Intent::ALL.iter().map(|intent| Signal::Shows(*intent)));
+        let trace = Trace {
+            signals: signals.clone(),
+            ..Trace::default()
+        };
+        let wire = serde_json::to_value(&trace).expect("encoded");
+        let names: Vec<&str> = signals.iter().map(|s| s.as_str()).collect();
+        assert_eq!(wire["signals"], serde_json::json!(names));
+        assert_eq!(
+            serde_json::from_value::<Trace>(wire.clone()).expect("decoded"),
+            trace
+        );
+        let mut unknown = wire;
+        unknown["signals"] = serde_json::json!(["no_such_signal"]);
+        assert!(serde_json::from_value::<Trace>(unknown).is_err());
+    }
 }
