@@ -25,7 +25,6 @@ use ragstream_operators::ingest::quota::Usage;
 use ragstream_operators::ingest::reindex::{Owned, Reindexer};
 use ragstream_operators::ingest::sandbox::Sandbox;
 use ragstream_operators::ingest::written::Changes;
-use ragstream_operators::io::checkpoint::IndexCheckpoint;
 use ragstream_operators::io::local_source::DocumentIngress;
 use ragstream_operators::io::query_source::{HttpIngress, IngestProgress};
 use ragstream_operators::metrics::metrics;
@@ -166,37 +165,11 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     let invalidation_log = Arc::new(Mutex::new(InvalidationLog::new(
         config.query.invalidations.log_entries,
     )));
-    // Documents posted over HTTP: to the documents topic, or into a local source that keeps serving.
-    let posted = match config.source.kind {
-        SourceKind::Dir => Some(Arc::new(DocumentIngress::new(config.ingest.fair))),
-        SourceKind::Jsonl if config.runtime.serve => {
-            Some(Arc::new(DocumentIngress::new(config.ingest.fair)))
-        }
-        _ => None,
-    };
+    let posted = factory::document_ingress(&config);
     let usage = Arc::new(Usage::new(config.ingest.quotas.quotas()));
-    // Standing queries: the index writers record each tenant's changes; the registry re-evaluates
-    // the subscriptions they may move. A server collection weighing terms across tenants moves
-    // every subscription with any change.
     let changes = Arc::new(Changes::default());
-    // In a cluster every shard's writer ships the documents it finished to the first worker of
-    // every process, which records them here: any process holds subscriptions over all shards.
     let corpus_stats = Arc::new(CorpusStats::default());
-    let standing = match config.standing.enabled {
-        true => Some(Standing::start(
-            config.standing.clone(),
-            ingress.clone(),
-            changes.clone(),
-            (!shards.iter().any(|shard| shard.engine_idf())).then(|| {
-                (
-                    corpus_stats.clone(),
-                    Bm25Encoder::with_params(config.index.bm25),
-                )
-            }),
-            config.standing.kept(&config.index.path).as_deref(),
-        )?),
-        false => None,
-    };
+    let standing = start_standing(&config, &shards, &ingress, &changes, &corpus_stats)?;
     // The queries topic's standing events, where documents come from Kafka.
     let standing_intake: Option<Arc<dyn ragstream_operators::io::query_source::StandingIntake>> =
         match (&standing, config.source.kind) {
@@ -236,15 +209,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     let _ = ingress
         .reindex
         .set(reindexer(&config, &shards, &service, &shutdown));
-    // The embedded index's own position in the documents topic (see `io::checkpoint`); a shared
-    // (server) index uses the group's offsets.
-    let checkpoint = match (config.source.kind, config.index.kind) {
-        (SourceKind::Kafka, IndexKind::Edge) => Some(Arc::new(IndexCheckpoint::open(
-            &config.index.path,
-            &config.kafka.documents_topic,
-        )?)),
-        _ => None,
-    };
+    let checkpoint = factory::index_checkpoint(&config)?;
     let timely_config = timely_config(&config.runtime)?;
     let parts = ProcessParts {
         encoding,
@@ -275,7 +240,58 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         standing_intake,
         config: Arc::new(config),
     };
-    let held = standing.clone();
+    let thread = spawn_workers(timely_config, parts, readiness, standing.clone())?;
+    Ok(Running {
+        shards,
+        shutdown,
+        address,
+        ingress,
+        standing,
+        thread,
+    })
+}
+
+/// Standing queries, when enabled: the index writers record each tenant's `changes`; the registry
+/// re-evaluates the subscriptions they may move. A server collection weighing terms across tenants
+/// (the engine's IDF) moves every subscription with any change; otherwise the registry scores with
+/// the job's own `corpus_stats`. In a cluster every shard's writer ships the documents it finished
+/// to the first worker of every process, which records them here: any process holds subscriptions
+/// over all shards.
+fn start_standing(
+    config: &Config,
+    shards: &[Arc<dyn VectorStore>],
+    ingress: &Arc<HttpIngress>,
+    changes: &Arc<Changes>,
+    corpus_stats: &Arc<CorpusStats>,
+) -> anyhow::Result<Option<Arc<Standing>>> {
+    if !config.standing.enabled {
+        return Ok(None);
+    }
+    let own_idf = (!shards.iter().any(|shard| shard.engine_idf())).then(|| {
+        (
+            corpus_stats.clone(),
+            Bm25Encoder::with_params(config.index.bm25),
+        )
+    });
+    Ok(Some(Standing::start(
+        config.standing.clone(),
+        ingress.clone(),
+        changes.clone(),
+        own_idf,
+        config.standing.kept(&config.index.path).as_deref(),
+    )?))
+}
+
+/// Runs the timely workers on a thread of their own: each builds its dataflow from `parts`; the job
+/// is ready once every worker has. When they are gone, `standing` stops (no evaluation can be
+/// answered, every event stream ends).
+fn spawn_workers(
+    timely_config: timely::Config,
+    parts: ProcessParts,
+    readiness: Arc<Readiness>,
+    standing: Option<Arc<Standing>>,
+) -> anyhow::Result<std::thread::JoinHandle<anyhow::Result<()>>> {
+    let workers = parts.config.runtime.workers;
     let ready_workers = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let thread = std::thread::Builder::new().name("timely".into()).spawn(
         move || -> anyhow::Result<()> {
@@ -288,7 +304,6 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
             })
             .map_err(|e| anyhow::anyhow!("starting workers: {e}"))?;
             let joined = guards.join();
-            // The workers are gone: no evaluation can be answered, every event stream ends.
             if let Some(standing) = &standing {
                 standing.stop();
             }
@@ -299,14 +314,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
             Ok(())
         },
     )?;
-    Ok(Running {
-        shards,
-        shutdown,
-        address,
-        ingress,
-        standing: held,
-        thread,
-    })
+    Ok(thread)
 }
 
 /// Opens this process's shards and checks they were embedded by `service`'s model (re-embedding

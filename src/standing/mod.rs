@@ -42,12 +42,12 @@
 //! overflowed) and a server collection weighing terms across tenants (its own IDF) fall back to
 //! re-evaluating every subscription the change may concern.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ragstream_core::query::probe::{cosine, Probe};
+use ragstream_core::query::probe::Probe;
 use ragstream_core::query::{Context, Watermark};
 use ragstream_operators::ingest::written::{Changes, DocChange, TenantChange};
 use ragstream_operators::io::query_source::HttpIngress;
@@ -64,9 +64,11 @@ pub mod kafka;
 /// The credential Kafka-made subscriptions are bound to (kept in builds without `kafka`, so that a
 /// subscription an earlier run took over Kafka is never rebound to an HTTP token of that name).
 pub const KAFKA_CREDENTIAL: &str = "kafka";
+mod moves;
 mod records;
 mod store;
 mod versions;
+use moves::Chunk;
 pub use records::{Refused, Request, Status, Unsubscribed, Version};
 use store::{Restored, Saved, Store};
 use versions::{diff, same};
@@ -864,17 +866,11 @@ impl Standing {
             })
             .cloned()
             .collect();
-        let reason = |reason: &str, count: usize| {
-            metrics()
-                .standing_moved
-                .with_label_values(&[reason])
-                .inc_by(count as u64)
-        };
         let unfiltered = moved
             .iter()
             .filter(|id| state.subscriptions.get(*id).is_some_and(|s| !owed(s)))
             .count();
-        reason("unfiltered", unfiltered);
+        moves::count("unfiltered", unfiltered);
         // Each query's BM25 weights now, and how far they moved its members' scores.
         let weights: Vec<(Vec<f32>, f32)> = probes
             .iter()
@@ -882,79 +878,17 @@ impl Standing {
             .collect();
         for ((id, probe), (_, drift)) in probes.iter().zip(&weights) {
             if docs.iter().any(|doc| probe.cites(&doc.key.doc_id)) {
-                reason("cites", 1);
+                moves::count("cites", 1);
                 moved.insert((*id).clone());
             } else if *drift > self.config.drift * probe.bm25_top {
-                reason("drift", 1);
+                moves::count("drift", 1);
                 moved.insert((*id).clone());
             }
         }
-        // Dense: every new chunk against every query vector.
-        let chunks: Vec<&(Vec<f32>, ragstream_operators::store::SparseVector)> =
-            docs.iter().flat_map(|doc| &doc.chunks).collect();
-        if chunks.is_empty() {
-            return moved;
-        }
-        for (id, probe) in &probes {
-            if moved.contains(*id) || probe.dense.is_empty() {
-                continue;
-            }
-            let best = chunks
-                .iter()
-                .map(|(dense, _)| cosine(&probe.dense, dense))
-                .try_fold(f32::NEG_INFINITY, |best, score| score.map(|s| best.max(s)));
-            if probe.admits_dense(best) {
-                reason("dense", 1);
-                moved.insert((*id).clone());
-            }
-        }
-        // BM25: each chunk's terms through an inverted index of the queries' terms.
-        let mut terms: HashMap<u32, Vec<(usize, f32)>> = HashMap::new();
-        for (at, (id, probe)) in probes.iter().enumerate() {
-            if moved.contains(*id) {
-                continue;
-            }
-            for (term, weight) in probe.bm25.indices.iter().zip(&weights[at].0) {
-                terms.entry(*term).or_default().push((at, *weight));
-            }
-        }
-        if terms.is_empty() {
-            return moved;
-        }
-        // A term no chunk held at the probe weighs its raw weight until the statistics count it
-        // (they are applied a step after the write): a chunk bringing one enters.
-        let unseen: HashSet<(usize, u32)> = probes
-            .iter()
-            .enumerate()
-            .flat_map(|(at, (_, probe))| {
-                probe
-                    .bm25
-                    .indices
-                    .iter()
-                    .zip(&probe.bm25_seen)
-                    .filter(|(_, seen)| !**seen)
-                    .map(move |(term, _)| (at, *term))
-            })
-            .collect();
-        let mut scores: HashMap<usize, f32> = HashMap::new();
-        for (_, sparse) in chunks {
-            scores.clear();
-            for (term, weight) in sparse.indices.iter().zip(&sparse.values) {
-                for (at, query) in terms.get(term).map_or(&[][..], Vec::as_slice) {
-                    let entry = scores.entry(*at).or_default();
-                    *entry += query * weight;
-                    if unseen.contains(&(*at, *term)) {
-                        *entry = f32::INFINITY;
-                    }
-                }
-            }
-            for (at, score) in &scores {
-                let (id, probe) = probes[*at];
-                let (now, drift) = &weights[*at];
-                if probe.admits_bm25_now(*score, now, *drift) && moved.insert(id.clone()) {
-                    reason("bm25", 1);
-                }
-            }
+        let chunks: Vec<&Chunk> = docs.iter().flat_map(|doc| &doc.chunks).collect();
+        if !chunks.is_empty() {
+            moves::by_dense(&probes, &chunks, &mut moved);
+            moves::by_bm25(&probes, &weights, &chunks, &mut moved);
         }
         moved
     }
@@ -1289,7 +1223,7 @@ mod tests {
         let mut context: Context = serde_json::from_value(serde_json::json!({
             "query_id": "q", "tenant": "t", "mode": "bounded", "items": [], "context": "",
             "tokens_used": 0, "token_budget": null, "tokenizer": "o200k_base",
-            "chunks_available": 0, "chunks_returned": 0, "truncated": false, "intent": "factual",
+            "chunks_available": 0, "chunks_returned": 0, "truncated": false, "intent": "definition",
             "weights": {"dense": 0.5, "bm25": 0.5}, "index_watermark": {"frontier_ms": 1},
             "latency_ms": {}
         }))

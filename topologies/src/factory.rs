@@ -1,6 +1,6 @@
 //! The factory: what the configuration names, built. Embedders and the inference service, the index
-//! shards, the DLQ sinks, the Kafka side of the query source, and the document source of a worker's
-//! dataflow: each chosen here, once, from `Config`, so the process's runtime only wires and runs them.
+//! shards, the DLQ sinks, the Kafka side of the query source, the local inputs and the embedded
+//! index's checkpoint, and the document source of a worker's dataflow: each chosen here, once, from `Config`, so the process's runtime only wires and runs them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -260,6 +260,30 @@ pub fn query_publishers(
     }
     let _ = config;
     Ok((contexts, invalidations))
+}
+
+/// Where documents posted over HTTP go when no documents topic takes them: a local source that keeps
+/// serving (a directory, or a JSONL file with `runtime.serve`); `None` otherwise (with Kafka the
+/// HTTP API produces to the documents topic; a JSONL file read once ends).
+pub fn document_ingress(config: &Config) -> Option<Arc<DocumentIngress>> {
+    let serves = match config.source.kind {
+        SourceKind::Dir => true,
+        SourceKind::Jsonl => config.runtime.serve,
+        SourceKind::Kafka => false,
+    };
+    serves.then(|| Arc::new(DocumentIngress::new(config.ingest.fair)))
+}
+
+/// The embedded index's own position in the documents topic ([`IndexCheckpoint`]): only for an
+/// embedded index fed by Kafka; a shared (server) index uses the group's offsets.
+pub fn index_checkpoint(config: &Config) -> anyhow::Result<Option<Arc<IndexCheckpoint>>> {
+    Ok(match (config.source.kind, config.index.kind) {
+        (SourceKind::Kafka, IndexKind::Edge) => Some(Arc::new(IndexCheckpoint::open(
+            &config.index.path,
+            &config.kafka.documents_topic,
+        )?)),
+        _ => None,
+    })
 }
 
 /// The input of a local source: a directory (with the versions the index holds, so files gone from
