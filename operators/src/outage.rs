@@ -328,6 +328,19 @@ pub fn stop_job(reason: &str) -> ! {
     std::process::exit(STOPPED_EXIT_CODE)
 }
 
+/// Goes on after a DLQ write, or stops the job when the DLQ refused the records for good
+/// ([`DlqError::Refused`]): they have nowhere else to go, and dropping them would lose them. Nothing
+/// of the batch is acknowledged, so the next start (with the DLQ fixed) reads it again.
+///
+/// [`DlqError::Refused`]: crate::ingest::dlq::DlqError::Refused
+pub fn stop_if_refused(written: Result<(), crate::ingest::dlq::DlqError>) {
+    if let Err(error) = written {
+        stop_job(&format!(
+            "{error}; fix the DLQ (`runtime.dlq_path` or `kafka.dlq_topic`) and start the job again: nothing was committed"
+        ));
+    }
+}
+
 /// One outage as `/readyz` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outage {

@@ -18,6 +18,7 @@ use ragstream_core::testing::hostile;
 use serde_json::{json, Value};
 
 use super::common::job::{http_get_with, http_post_json_with, post_documents, Job};
+use super::support::docs_with_runbook;
 
 const TOKEN: &str = "tok-files-5f0c93ad27";
 
@@ -102,13 +103,7 @@ const EXPECTED: [(&str, &str); 3] = [
 #[test]
 fn hostile_files_are_refused_or_read_without_stopping_stalling_or_swelling_the_job() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let docs = dir.path().join("docs");
-    std::fs::create_dir_all(&docs).expect("docs");
-    std::fs::write(
-        docs.join("runbook.md"),
-        "# Rollback\n\nRun deployctl rollback to return to the previous release.\n",
-    )
-    .expect("runbook");
+    let docs = docs_with_runbook(dir.path());
     let config = r#"
 [source]
 kind = "dir"

@@ -14,8 +14,8 @@ use super::common::job::{http_get, http_post_json, metric, metric_labeled, Job};
 use super::common::oracle::{compare, default_chunker, index_contents, squad, Oracle};
 use super::common::qdrant::QdrantServer;
 use super::support::{
-    broker_with_topics, embedder_section, group_config, hold_outage, lost_stale, wait_committed,
-    EmbeddingServer, Workload, DLQ, DOCS,
+    broker_with_topics, docs_with_runbook, embedder_section, group_config, hold_outage, lost_stale,
+    wait_committed, EmbeddingServer, Workload, DLQ, DOCS,
 };
 
 const PARTITIONS: i32 = 2;
@@ -610,13 +610,7 @@ fn embedder_answering_401_for_20_seconds_pauses_ingest_and_loses_nothing() {
 #[test]
 fn a_dlq_that_can_never_take_records_stops_the_job_and_the_next_start_writes_them() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let docs = dir.path().join("docs");
-    std::fs::create_dir_all(&docs).expect("docs");
-    std::fs::write(
-        docs.join("runbook.md"),
-        "# Rollback\n\nRun deployctl rollback to return to the previous release.\n",
-    )
-    .expect("runbook");
+    let docs = docs_with_runbook(dir.path());
     // A PDF no reader can open: refused as `unparseable`, so it goes to the DLQ.
     std::fs::write(docs.join("broken.pdf"), b"%PDF-1.7\nnot a pdf at all\n").expect("pdf");
     // The DLQ path is a directory: no write can ever succeed there.

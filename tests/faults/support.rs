@@ -114,6 +114,18 @@ pub fn hold_outage(
 /// The last 40 lines of a log.
 /// Two tenants' runbooks as document events (JSONL lines): acme rolls back with `deployctl`,
 /// globex with `shipit`.
+/// A `docs` directory under `dir` holding one good file, `runbook.md` (how to roll back a release).
+pub fn docs_with_runbook(dir: &std::path::Path) -> std::path::PathBuf {
+    let docs = dir.join("docs");
+    std::fs::create_dir_all(&docs).expect("docs");
+    std::fs::write(
+        docs.join("runbook.md"),
+        "# Rollback\n\nRun deployctl rollback to return to the previous release.\n",
+    )
+    .expect("runbook");
+    docs
+}
+
 pub fn two_tenant_runbooks() -> String {
     let runbook = |tenant: &str, text: &str| {
         serde_json::json!({"op": "upsert", "tenant": tenant, "doc_id": "runbook", "version": 1,

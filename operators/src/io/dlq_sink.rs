@@ -90,8 +90,8 @@ impl<'scope> WriteDlq<'scope> for StreamVec<'scope, u64, DlqRecord> {
                     "ragstream-dlq-writer",
                     move |records: Vec<DlqRecord>, deliver: &Deliver<usize>| {
                         // A DLQ outage is an outage: retry until written; offsets wait for it. A
-                        // DLQ that can never take them stops the job (see `written_or_stop`).
-                        written_or_stop(with_backoff(
+                        // DLQ that can never take them stops the job (`stop_if_refused`).
+                        crate::outage::stop_if_refused(with_backoff(
                             crate::outage::Dependency::Dlq,
                             DlqError::is_retryable,
                             || sink.write(&records),
@@ -117,17 +117,6 @@ impl<'scope> WriteDlq<'scope> for StreamVec<'scope, u64, DlqRecord> {
                 }
             },
         )
-    }
-}
-
-/// Goes on after a DLQ write, or stops the job when the DLQ refused the records for good: they
-/// have nowhere else to go, and dropping them would lose them. Nothing of the batch is acknowledged,
-/// so the next start (with the DLQ fixed) reads it again.
-pub fn written_or_stop(written: Result<(), DlqError>) {
-    if let Err(error) = written {
-        crate::outage::stop_job(&format!(
-            "{error}; fix the DLQ setting (`dlq`) and start the job again: nothing was committed"
-        ));
     }
 }
 

@@ -92,7 +92,7 @@ impl<'scope> RefuseQueries<'scope> for StreamVec<'scope, u64, Refusal> {
                 let writer: Background<Vec<DlqRecord>, ()> = Background::start(
                     "query-dlq",
                     move |records: Vec<DlqRecord>, deliver| {
-                        crate::io::dlq_sink::written_or_stop(with_backoff(
+                        crate::outage::stop_if_refused(with_backoff(
                             crate::outage::Dependency::QueryDlq,
                             DlqError::is_retryable,
                             || dlq.write(&records),
