@@ -219,11 +219,40 @@ fn text_lines(text: &str) -> Vec<Line<'_>> {
     lines
 }
 
+/// What a code chunk's section path names: the text before the first item (imports, module docs),
+/// or an item by its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ItemName {
+    /// Everything before the first item.
+    Preamble,
+    /// A top-level item (a function, a type, a block of a generic language), by its name.
+    Named(String),
+}
+
+impl ItemName {
+    /// The name in a chunk's section path (`preamble` for the preamble).
+    fn as_str(&self) -> &str {
+        match self {
+            ItemName::Preamble => "preamble",
+            ItemName::Named(name) => name,
+        }
+    }
+}
+
+/// A top-level item as a byte range trimmed of surrounding blank space.
+#[derive(Debug, Clone)]
+struct Item {
+    start: usize,
+    end: usize,
+    name: ItemName,
+    /// Its first line that is not a doc comment or attribute.
+    signature: String,
+}
+
 /// Where the top-level items start (line index, name), their doc comments and attributes included;
 /// a preamble first when the first item does not start the text.
-fn item_starts(lines: &[Line<'_>], language: Language) -> Vec<(usize, String)> {
-    // Item starts: (line index, name).
-    let mut starts: Vec<(usize, String)> = Vec::new();
+fn item_starts(lines: &[Line<'_>], language: Language) -> Vec<(usize, ItemName)> {
+    let mut starts: Vec<(usize, ItemName)> = Vec::new();
     for (index, line) in lines.iter().enumerate() {
         let column0 = !line.text.is_empty() && !line.text.starts_with([' ', '\t']);
         if !column0 {
@@ -248,24 +277,19 @@ fn item_starts(lines: &[Line<'_>], language: Language) -> Vec<(usize, String)> {
                 first -= 1;
             }
             if starts.last().is_none_or(|(last, _)| *last < first) {
-                starts.push((first, name));
+                starts.push((first, ItemName::Named(name)));
             }
         }
     }
     if starts.first().is_none_or(|(first, _)| *first > 0) {
-        starts.insert(0, (0, "preamble".to_string()));
+        starts.insert(0, (0, ItemName::Preamble));
     }
     starts
 }
 
-/// The items as byte ranges trimmed of surrounding blank space: (start, end, name, signature).
-fn item_ranges(
-    lines: &[Line<'_>],
-    starts: &[(usize, String)],
-    language: Language,
-) -> Vec<(usize, usize, String, String)> {
-    // Items as byte ranges, trimmed of surrounding blank space.
-    let mut items: Vec<(usize, usize, String, String)> = Vec::new(); // start, end, name, signature
+/// The items as byte ranges trimmed of surrounding blank space.
+fn item_ranges(lines: &[Line<'_>], starts: &[(usize, ItemName)], language: Language) -> Vec<Item> {
+    let mut items: Vec<Item> = Vec::new();
     for (position, (first_line, name)) in starts.iter().enumerate() {
         let end_line = starts
             .get(position + 1)
@@ -290,7 +314,12 @@ fn item_ranges(
             .unwrap_or("")
             .trim()
             .to_string();
-        items.push((start, end, name.clone(), signature));
+        items.push(Item {
+            start,
+            end,
+            name: name.clone(),
+            signature,
+        });
     }
     items
 }
@@ -300,14 +329,14 @@ fn item_ranges(
 fn item_units(
     text: &str,
     lines: &[Line<'_>],
-    items: &[(usize, usize, String, String)],
+    items: &[Item],
     counter: TokenCounter,
     budget: usize,
 ) -> (Vec<Unit>, Vec<usize>) {
     // Units: whole items where they fit, else groups of lines split on blank lines.
     let mut units: Vec<Unit> = Vec::new();
     let mut unit_items: Vec<usize> = Vec::new(); // which item each unit belongs to
-    for (item_index, (start, end, _, _)) in items.iter().enumerate() {
+    for (item_index, Item { start, end, .. }) in items.iter().enumerate() {
         let tokens = counter.count(&text[*start..*end]);
         if tokens <= budget {
             units.push(Unit {
@@ -382,7 +411,7 @@ fn pack_items(
     text: &str,
     units: &[Unit],
     unit_items: &[usize],
-    items: &[(usize, usize, String, String)],
+    items: &[Item],
     source: &str,
     counter: TokenCounter,
     budget: usize,
@@ -394,7 +423,10 @@ fn pack_items(
         .to_string();
     // The preamble (imports, module docs) is never packed with the first item: each chunk is named by
     // the item it starts with.
-    let preamble_units = if items.first().is_some_and(|item| item.2 == "preamble") {
+    let preamble_units = if items
+        .first()
+        .is_some_and(|item| item.name == ItemName::Preamble)
+    {
         unit_items
             .iter()
             .position(|&item| item != 0)
@@ -418,12 +450,12 @@ fn pack_items(
                 .position(|u| u.start == start)
                 .map(|u| unit_items[u])
                 .unwrap_or(0);
-            let (_, _, name, signature) = &items[item_index];
+            let item = &items[item_index];
             Piece {
                 start,
                 end,
-                section_path: vec![file_name.clone(), name.clone()],
-                header: signature.chars().take(200).collect(),
+                section_path: vec![file_name.clone(), item.name.as_str().to_string()],
+                header: item.signature.chars().take(200).collect(),
                 rendered: None,
                 page: None,
             }

@@ -222,6 +222,19 @@ fn rust_items_are_boundaries() {
 }
 
 #[test]
+fn an_item_named_preamble_is_an_item_not_the_preamble() {
+    // A language the chunker does not know names an item by its first line. This file starts
+    // with its first item, so it has no preamble: `preamble` is that item's name, and it packs
+    // with the next item as any item would.
+    let text = "preamble\n  width = 1\n\nsecond\n  height = 2\n";
+    let document = doc("layout.cfgx", DocKind::Code, text);
+    let chunks = chunker(200, 300).chunk(&document);
+    assert_eq!(chunks.len(), 1, "{chunks:#?}");
+    assert_eq!(chunks[0].section_path, vec!["layout.cfgx", "preamble"]);
+    assert!(chunks[0].text.contains("height = 2"), "{:?}", chunks[0].text);
+}
+
+#[test]
 fn small_items_pack_together_and_never_split_mid_item() {
     let document = doc("src/lib.rs", DocKind::Code, RUST);
     let chunks = chunker(200, 300).chunk(&document);
