@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 
 use ragstream_core::query::intent::Intent;
-use ragstream_core::query::Tier;
+use ragstream_core::query::{Stage, Tier};
 
 use prometheus::core::Collector;
 use prometheus::{
@@ -329,8 +329,10 @@ impl Metrics {
         for outcome in crate::ingest::sandbox::OUTCOMES {
             metrics.sandbox_reads.with_label_values(&[outcome]);
         }
-        for stage in QUERY_STAGES {
-            metrics.query_stage_seconds.with_label_values(&[stage]);
+        for stage in Stage::ALL {
+            metrics
+                .query_stage_seconds
+                .with_label_values(&[stage.as_str()]);
         }
         for lane in ["dense", "bm25"] {
             metrics.fusion_weight.with_label_values(&[lane]);
@@ -451,32 +453,18 @@ impl Metrics {
         }
     }
 
+    /// Observes `seconds` spent in a query's `stage` (`ragstream_query_stage_seconds`).
+    pub fn observe_stage(&self, stage: Stage, seconds: f64) {
+        self.query_stage_seconds
+            .with_label_values(&[stage.as_str()])
+            .observe(seconds);
+    }
+
     /// Records a document event's outcome.
     pub fn record_document(&self, op: &str, outcome: &str) {
         self.documents.with_label_values(&[op, outcome]).inc();
     }
 }
-
-/// Stages of `ragstream_query_stage_seconds`.
-pub const QUERY_STAGES: [&str; 17] = [
-    "decode",
-    "intent",
-    "embed",
-    "consistency_wait",
-    "retrieve",
-    "retrieve_dense",
-    "retrieve_bm25",
-    "retrieve_vectors",
-    "retrieve_batch",
-    "retrieve_points",
-    "fuse",
-    "rerank",
-    "dedup",
-    "mmr",
-    "pack",
-    "lookup",
-    "publish",
-];
 
 /// Bounded reasons of `ragstream_dedup_drops_total`.
 pub const DEDUP_REASONS: [&str; 3] = ["exact", "near_duplicate", "overlap"];

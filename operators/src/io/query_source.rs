@@ -294,10 +294,10 @@ fn decode_timed(
             ragstream_core::query::decode::check_preset(&query, &rules.presets)?;
             Ok(query)
         });
-    metrics()
-        .query_stage_seconds
-        .with_label_values(&["decode"])
-        .observe(started.elapsed().as_secs_f64());
+    metrics().observe_stage(
+        ragstream_core::query::Stage::Decode,
+        started.elapsed().as_secs_f64(),
+    );
     decoded
 }
 

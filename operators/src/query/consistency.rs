@@ -11,6 +11,7 @@ use timely::dataflow::StreamVec;
 use super::job::{QueryJob, QueryServices};
 use crate::metrics::metrics;
 use ragstream_core::query::Consistency;
+use ragstream_core::query::Stage;
 
 /// Extension trait: the `AwaitConsistency` operator.
 ///
@@ -84,7 +85,7 @@ impl<'scope> AwaitConsistency<'scope> for StreamVec<'scope, u64, QueryJob> {
                     }
                     services.progress.waiting(false);
                     let mut job = job.clone();
-                    job.record("consistency_wait", *since);
+                    job.record(Stage::ConsistencyWait, *since);
                     metrics()
                         .read_your_writes_wait_seconds
                         .observe(since.elapsed().as_secs_f64());

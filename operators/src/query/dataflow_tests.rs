@@ -24,6 +24,7 @@ use crate::store::edge::EdgeStore;
 use crate::store::stats::CorpusStats;
 use crate::store::{PointWrite, VectorStore};
 use ragstream_core::query::decode::decode_query;
+use ragstream_core::query::Stage;
 use ragstream_core::query::{Candidate, QueryConfig, Trace};
 
 /// An embedder these tests never call (their jobs carry their vectors).
@@ -174,7 +175,7 @@ fn read_your_writes_waits_for_the_ingest_frontier_and_eventual_queries_do_not() 
     assert_eq!(released.len(), 2);
     let ryw = &released[1];
     assert_eq!(ryw.query.query_id, "ryw");
-    assert!(ryw.latency.contains_key("consistency_wait"));
+    assert!(ryw.latency.contains_key(&Stage::ConsistencyWait));
     assert!(ryw.notes.is_empty(), "{:?}", ryw.notes);
 }
 

@@ -5,6 +5,7 @@ use timely::dataflow::StreamVec;
 
 use super::job::{ranked_step, Working};
 use ragstream_core::query::dedup::dedup;
+use ragstream_core::query::Stage;
 
 /// Extension trait: the `Dedup` operator.
 ///
@@ -42,7 +43,7 @@ pub trait Dedup<'scope> {
 
 impl<'scope> Dedup<'scope> for StreamVec<'scope, u64, Working> {
     fn dedup(self) -> StreamVec<'scope, u64, Working> {
-        ranked_step(self, "Dedup", move |working| {
+        ranked_step(self, "Dedup", Stage::Dedup, move |working| {
             let (kept, decisions) = dedup(std::mem::take(&mut working.candidates));
             working.candidates = kept;
             working.trace.decisions.extend(decisions);

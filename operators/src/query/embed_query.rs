@@ -15,6 +15,7 @@ use crate::embed::service::{Embedded, Priority};
 use crate::embed::EmbedError;
 use crate::offload::{operator_waker, Parked};
 use ragstream_core::query::cache::LruTtl;
+use ragstream_core::query::Stage;
 use timely::dataflow::operators::Capability;
 
 /// Query jobs waiting for their vectors from the inference service.
@@ -115,6 +116,7 @@ fn mix_passages(job: &mut QueryJob, passages: &[Vec<f32>]) {
 /// and the step's latency; a `list_sources` query retrieves nothing and gets neither:
 ///
 /// ```
+/// use ragstream_core::query::Stage;
 /// use ragstream_operators::query::embed_query::EmbedQuery;
 /// use ragstream_operators::query::example::{job, services};
 /// use timely::dataflow::operators::capture::{Capture, Extract};
@@ -127,7 +129,10 @@ fn mix_passages(job: &mut QueryJob, passages: &[Vec<f32>]) {
 ///     ]
 ///     .to_stream(scope)
 ///     .embed_query(services())
-///     .map(|job| (job.query.query_id, job.vectors.dense.len(), job.latency.contains_key("embed")))
+///     .map(|job| {
+///         let embedded = job.latency.contains_key(&Stage::Embed);
+///         (job.query.query_id, job.vectors.dense.len(), embedded)
+///     })
 ///     .capture()
 /// });
 /// let embedded: Vec<_> = embedded.extract().into_iter().flat_map(|(_, jobs)| jobs).collect();
@@ -184,7 +189,7 @@ impl<'scope> EmbedQuery<'scope> for StreamVec<'scope, u64, QueryJob> {
                                 mix_passages(&mut jobs[i], &passages);
                             }
                             for &i in &wanted {
-                                jobs[i].record("embed", started);
+                                jobs[i].record(Stage::Embed, started);
                             }
                             output.session(&cap).give_iterator(jobs.into_iter());
                             return;
@@ -207,7 +212,7 @@ impl<'scope> EmbedQuery<'scope> for StreamVec<'scope, u64, QueryJob> {
                     for (cap, mut pending, result) in waiting.ready() {
                         pending.take_result(result, &mut vectors);
                         for &i in &pending.wanted {
-                            pending.jobs[i].record("embed", pending.started);
+                            pending.jobs[i].record(Stage::Embed, pending.started);
                         }
                         output.session(&cap).give_iterator(pending.jobs.into_iter());
                     }

@@ -14,6 +14,7 @@ use super::remote::{outcome, remote, EndpointCall};
 use crate::metrics::metrics;
 use ragstream_core::query::cache::LruTtl;
 use ragstream_core::query::endpoints::{HydeConfig, HydeStrategy, PassageWriter};
+use ragstream_core::query::Stage;
 use ragstream_core::query::{Mode, QueryConfig};
 
 /// Passages a query asks for: its `num_hypotheses`, else its preset's.
@@ -154,7 +155,7 @@ impl<'scope> Hyde<'scope> for StreamVec<'scope, u64, QueryJob> {
                 Some(Box::new(move || writer.write(&text, n)) as EndpointCall<Vec<String>>)
             },
             move |job: &mut QueryJob, result: Result<Vec<String>, String>, took| {
-                job.record("hyde", Instant::now() - took);
+                job.record(Stage::Hyde, Instant::now() - took);
                 match result {
                     Ok(passages) => {
                         outcome("hyde", "ok", took);

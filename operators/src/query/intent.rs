@@ -10,6 +10,7 @@ use crate::metrics::metrics;
 use crate::stage::map_stage;
 use crate::store::Bm25Encoder;
 use ragstream_core::query::intent::{analyze, IntentPresets};
+use ragstream_core::query::Stage;
 
 /// Extension trait: the `Intent` operator.
 ///
@@ -67,7 +68,7 @@ impl<'scope> Intent<'scope> for StreamVec<'scope, u64, QueryJob> {
                 .with_label_values(&[plan.intent.as_str()])
                 .inc();
             job.plan = Some(plan);
-            job.record("intent", started);
+            job.record(Stage::Intent, started);
             job
         })
     }

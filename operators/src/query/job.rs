@@ -18,7 +18,7 @@ use crate::store::VectorStore;
 use crate::tokens::Encoding;
 use ragstream_core::progress::IngestProgress;
 use ragstream_core::query::decode::QueryError;
-use ragstream_core::query::{Candidate, Mode, Plan, Query, QueryConfig, Trace, Watermark};
+use ragstream_core::query::{Candidate, Mode, Plan, Query, QueryConfig, Stage, Trace, Watermark};
 
 /// Where a context goes besides the contexts topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,7 +52,7 @@ pub struct QueryJob {
     /// The query's vectors.
     pub vectors: QueryVectors,
     /// Milliseconds per stage.
-    pub latency: BTreeMap<String, f64>,
+    pub latency: BTreeMap<Stage, f64>,
     /// Notes for the context (consistency timeout, …).
     pub notes: Vec<String>,
     /// What the index reflected when the query was searched.
@@ -120,13 +120,14 @@ impl QueryJob {
         }
     }
 
-    pub(crate) fn record(&mut self, stage: &str, started: Instant) {
-        let seconds = started.elapsed().as_secs_f64();
-        metrics()
-            .query_stage_seconds
-            .with_label_values(&[stage])
-            .observe(seconds);
-        *self.latency.entry(stage.to_string()).or_default() += seconds * 1000.0;
+    pub(crate) fn record(&mut self, stage: Stage, started: Instant) {
+        self.record_seconds(stage, started.elapsed().as_secs_f64());
+    }
+
+    /// Records `seconds` spent in `stage`: the metric and the context's `latency_ms`.
+    pub(crate) fn record_seconds(&mut self, stage: Stage, seconds: f64) {
+        metrics().observe_stage(stage, seconds);
+        *self.latency.entry(stage).or_default() += seconds * 1000.0;
     }
 }
 
@@ -273,18 +274,19 @@ impl Working {
     }
 }
 
-/// A ranking step called `name`: `logic` runs on each [`ranked`] record and its time is recorded
-/// under the lower-cased name; other records pass untouched.
+/// A ranking step, the timely operator `name`: `logic` runs on each [`ranked`] record and its time
+/// is recorded under `stage`; other records pass untouched.
 pub(crate) fn ranked_step<'scope>(
     stream: StreamVec<'scope, u64, Working>,
     name: &'static str,
+    stage: Stage,
     mut logic: impl FnMut(&mut Working) + 'static,
 ) -> StreamVec<'scope, u64, Working> {
     map_stage(stream, name, move |mut working: Working| {
         if working.is_ranked() {
             let started = Instant::now();
             logic(&mut working);
-            working.job.record(&name.to_lowercase(), started);
+            working.job.record(stage, started);
         }
         working
     })

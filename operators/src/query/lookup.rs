@@ -14,6 +14,7 @@ use crate::stage::map_stage;
 use ragstream_core::query::cache::LruTtl;
 use ragstream_core::query::modes::unknown_chunk;
 use ragstream_core::query::pack::render_full;
+use ragstream_core::query::Stage;
 use ragstream_core::query::{Candidate, Context, Mode, LIST_PAGE};
 
 /// The ranked queries, which go on to Fuse, and the contexts Lookup answered.
@@ -95,7 +96,7 @@ impl<'scope> Lookup<'scope> for StreamVec<'scope, u64, Working> {
             }
             let started = Instant::now();
             let context = answer(&mut working, &services);
-            working.job.record("lookup", started);
+            working.job.record(Stage::Lookup, started);
             Err(deliver(context, working, &cache))
         })
         .ok_err(|result| result)

@@ -7,6 +7,7 @@ use super::job::{ranked_step, Working};
 use ragstream_core::query::depth::results_for;
 use ragstream_core::query::mmr::{mmr, MmrConfig};
 use ragstream_core::query::Mode;
+use ragstream_core::query::Stage;
 
 /// Extension trait: the `Mmr` operator.
 ///
@@ -48,7 +49,7 @@ pub trait Mmr<'scope> {
 
 impl<'scope> Mmr<'scope> for StreamVec<'scope, u64, Working> {
     fn mmr(self) -> StreamVec<'scope, u64, Working> {
-        ranked_step(self, "Mmr", move |working| {
+        ranked_step(self, "Mmr", Stage::Mmr, move |working| {
             let query = &working.job.query;
             let config = working.settings.clone();
             let k = results_for(query, &config, &working.candidates);

@@ -20,6 +20,7 @@ use ragstream_core::query::modes::{
 };
 use ragstream_core::query::pack::{pack, render_full, AnswerCue, PackRequest};
 use ragstream_core::query::surrogate::{choose, SurrogatePolicy, SurrogateTier};
+use ragstream_core::query::Stage;
 use ragstream_core::query::{Candidate, Context, GenerationMeta, Mode};
 
 /// Extension trait: the `Pack` operator.
@@ -76,7 +77,7 @@ impl<'scope> Pack<'scope> for StreamVec<'scope, u64, Working> {
         map_stage(self, "Pack", move |mut working: Working| {
             let started = Instant::now();
             let context = answer(&mut working, &services);
-            working.job.record("pack", started);
+            working.job.record(Stage::Pack, started);
             deliver(context, working, &cache)
         })
     }
@@ -165,7 +166,12 @@ pub(super) fn deliver(
     working: Working,
     cache: &Mutex<LruTtl<String, Context>>,
 ) -> (Context, Reply) {
-    context.latency_ms = working.job.latency.clone();
+    context.latency_ms = working
+        .job
+        .latency
+        .iter()
+        .map(|(stage, ms)| (stage.as_str().to_string(), *ms))
+        .collect();
     let total = now_micros().saturating_sub(working.job.arrived_us) as f64 / 1000.0;
     context.latency_ms.insert("total".into(), total);
     if context.error.is_none() && !working.job.degraded {

@@ -13,6 +13,7 @@ use super::job::Reply;
 use crate::metrics::metrics;
 use crate::offload::{operator_waker, Parked, Ticket, Waker};
 use ragstream_core::query::Context;
+use ragstream_core::query::Stage;
 
 /// The contexts a sink published, and the ticket whose promise is kept once all are delivered.
 pub type Published = (Vec<(Context, Reply)>, Ticket<()>);
@@ -87,10 +88,7 @@ impl<'scope> Publish<'scope> for StreamVec<'scope, u64, (Context, Reply)> {
                         let cap = cap.retain_least(0).expect("time of the batch");
                         let (contexts, delivered) =
                             publisher.publish(*cap.time(), std::mem::take(data), &waker);
-                        metrics()
-                            .query_stage_seconds
-                            .with_label_values(&["publish"])
-                            .observe(started.elapsed().as_secs_f64());
+                        metrics().observe_stage(Stage::Publish, started.elapsed().as_secs_f64());
                         for (context, _) in &contexts {
                             let outcome = if context.error.is_some() {
                                 "error"

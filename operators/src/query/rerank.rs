@@ -8,6 +8,7 @@ use crate::store::Bm25Encoder;
 use ragstream_core::query::depth::fills;
 use ragstream_core::query::depth::results_for;
 use ragstream_core::query::rerank::{rerank, RerankConfig};
+use ragstream_core::query::Stage;
 
 /// Extension trait: the `Rerank` operator.
 ///
@@ -46,7 +47,7 @@ pub trait Rerank<'scope> {
 impl<'scope> Rerank<'scope> for StreamVec<'scope, u64, Working> {
     fn rerank(self) -> StreamVec<'scope, u64, Working> {
         let bm25 = Bm25Encoder::default();
-        ranked_step(self, "Rerank", move |working| {
+        ranked_step(self, "Rerank", Stage::Rerank, move |working| {
             let query = &working.job.query;
             let config = &working.settings;
             // A filled budget's results all go through the rerank: its window widens to them.

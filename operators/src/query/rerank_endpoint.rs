@@ -10,6 +10,7 @@ use timely::dataflow::StreamVec;
 use super::job::Working;
 use super::remote::{outcome, remote, EndpointCall};
 use ragstream_core::query::endpoints::{apply_scores, RerankKind, Reranker};
+use ragstream_core::query::Stage;
 use ragstream_core::query::{Action, Cause, Decision, Mode};
 
 /// Extension trait: the `RerankEndpoint` operator.
@@ -114,7 +115,9 @@ impl<'scope> RerankEndpoint<'scope> for StreamVec<'scope, u64, Working> {
                 Some(Box::new(move || reranker.score(&query, &texts)) as EndpointCall<Vec<f32>>)
             },
             move |working: &mut Working, result: Result<Vec<f32>, String>, took| {
-                working.job.record("rerank_endpoint", Instant::now() - took);
+                working
+                    .job
+                    .record(Stage::RerankEndpoint, Instant::now() - took);
                 match result {
                     Ok(scores) => {
                         outcome(label, "ok", took);

@@ -14,10 +14,10 @@ use timely::dataflow::StreamVec;
 
 use super::job::{QueryJob, QueryServices, Working};
 use super::search::{gather, probe, search_shard, ShardAnswer};
-use crate::metrics::metrics;
 use crate::stage::map_stage;
 use crate::wire::Wire;
 use ragstream_core::query::depth::{lane_depths, lane_pool};
+use ragstream_core::query::Stage;
 use ragstream_core::query::{Depth, HydeTrace, Trace};
 
 /// Extension trait: the `Retrieve` operator.
@@ -137,11 +137,7 @@ impl<'scope> Retrieve<'scope> for StreamVec<'scope, u64, QueryJob> {
                             let (mut job, (depth, pool), answers, seconds) =
                                 parts.remove(&id).expect("complete entry");
                             job.watermark = services.watermark();
-                            *job.latency.entry("retrieve".into()).or_default() += seconds * 1000.0;
-                            metrics()
-                                .query_stage_seconds
-                                .with_label_values(&["retrieve"])
-                                .observe(seconds);
+                            job.record_seconds(Stage::Retrieve, seconds);
                             let hyde = job.hyde.as_ref().map(|hyde| HydeTrace {
                                 strategy: hyde.strategy,
                                 hypotheses: hyde.texts.len(),

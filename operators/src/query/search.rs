@@ -215,10 +215,7 @@ fn search_lanes(
     };
     let mut hits = store.search_lanes(&lanes, filter)?;
     for (stage, seconds) in &hits.timings {
-        metrics()
-            .query_stage_seconds
-            .with_label_values(&[stage])
-            .observe(*seconds);
+        metrics().observe_stage(*stage, *seconds);
     }
     if let Some(pattern) = pattern {
         for (lane, most) in [

@@ -24,10 +24,12 @@ pub mod pattern;
 pub mod presets;
 pub mod probe;
 pub mod rerank;
+mod stage;
 pub mod surrogate;
 mod trace;
 
 pub use context::*;
+pub use stage::Stage;
 pub use trace::*;
 
 use std::collections::BTreeMap;

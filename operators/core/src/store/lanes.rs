@@ -60,10 +60,10 @@ pub struct LaneHits {
     /// ([`StoredVectors::evidence_score`] of the dense query: its highest cosine to a unit); `None`
     /// where the units are in `vectors` instead. A hit without units has no score here.
     pub evidence: Option<Vec<(uuid::Uuid, f32)>>,
-    /// Seconds per request made, named for the `query_stage_seconds` metric (`retrieve_dense`,
-    /// `retrieve_bm25`, `retrieve_vectors` one after another; `retrieve_batch` for one request,
-    /// `retrieve_points` for the points it left to read).
-    pub timings: Vec<(&'static str, f64)>,
+    /// Seconds per request made, by stage (`RetrieveDense`, `RetrieveBm25`, `RetrieveVectors` one
+    /// after another; `RetrieveBatch` for one request, `RetrievePoints` for the points it left to
+    /// read).
+    pub timings: Vec<(crate::query::Stage, f64)>,
 }
 
 /// A walk of the lanes for a pool that met a hit whose stored tokens are not known yet: the hits
@@ -170,8 +170,9 @@ pub fn sequential(
     filter: &SearchFilter,
 ) -> Result<LaneHits, StoreError> {
     let mut hits = LaneHits::default();
-    let timed =
-        |name: &'static str, started: std::time::Instant| (name, started.elapsed().as_secs_f64());
+    let timed = |stage: crate::query::Stage, started: std::time::Instant| {
+        (stage, started.elapsed().as_secs_f64())
+    };
     if let Some(lane) = &lanes.dense {
         let started = std::time::Instant::now();
         hits.dense = store.search(
@@ -180,7 +181,8 @@ pub fn sequential(
             lane.limit,
             lane.score_threshold,
         )?;
-        hits.timings.push(timed("retrieve_dense", started));
+        hits.timings
+            .push(timed(crate::query::Stage::RetrieveDense, started));
     }
     if let Some(lane) = &lanes.bm25 {
         let started = std::time::Instant::now();
@@ -190,7 +192,8 @@ pub fn sequential(
             lane.limit,
             lane.score_threshold,
         )?;
-        hits.timings.push(timed("retrieve_bm25", started));
+        hits.timings
+            .push(timed(crate::query::Stage::RetrieveBm25, started));
     }
     if let Some(pool) = lanes.pool {
         hits.cut_to_pool(pool);
@@ -199,7 +202,8 @@ pub fn sequential(
     if !ids.is_empty() {
         let started = std::time::Instant::now();
         hits.vectors = store.vectors(&ids)?;
-        hits.timings.push(timed("retrieve_vectors", started));
+        hits.timings
+            .push(timed(crate::query::Stage::RetrieveVectors, started));
     }
     Ok(hits)
 }

@@ -20,6 +20,7 @@ use crate::store::{
     chunk_from_payload, Hit, IndexTuning, LaneHits, LaneQuery, SearchFilter, SearchVector,
     StoreError, StoredChunk, StoredVectors, DENSE_VECTOR, EVIDENCE_VECTOR, SPARSE_VECTOR,
 };
+use ragstream_core::query::Stage;
 
 /// Lanes read to a pool take their hits in batches of the tokens still wanted at this many a hit
 /// (about an indexed prose chunk's mean: a batch seldom reads far past the pool)…
@@ -179,7 +180,7 @@ impl EdgeStore {
         lanes: &LaneQuery,
         filter: &SearchFilter,
     ) -> Result<LaneHits, StoreError> {
-        let timed = |name: &'static str, started: Instant| (name, started.elapsed().as_secs_f64());
+        let timed = |stage: Stage, started: Instant| (stage, started.elapsed().as_secs_f64());
         let mut timings = Vec::new();
         let mut dense = Vec::new();
         if let Some(lane) = &lanes.dense {
@@ -189,7 +190,7 @@ impl EdgeStore {
             let request =
                 self.request(&vector, filter, lane.limit, lane.score_threshold, params)?;
             dense = self.ids_and_scores(&vector, request)?;
-            timings.push(timed("retrieve_dense", started));
+            timings.push(timed(Stage::RetrieveDense, started));
         }
         let mut bm25 = Vec::new();
         if let Some(lane) = &lanes.bm25 {
@@ -197,7 +198,7 @@ impl EdgeStore {
             let vector = SearchVector::Sparse(lane.vector.clone());
             let request = self.request(&vector, filter, lane.limit, lane.score_threshold, None)?;
             bm25 = self.ids_and_scores(&vector, request)?;
-            timings.push(timed("retrieve_bm25", started));
+            timings.push(timed(Stage::RetrieveBm25, started));
         }
         // With a dense query, the evidence units are scored here, where the engine returned them.
         let query = lanes.dense.as_ref().map(|lane| lane.vector.as_slice());
@@ -216,7 +217,7 @@ impl EdgeStore {
             }
         }
         if !read.tried.is_empty() {
-            timings.push(timed("retrieve_points", started));
+            timings.push(timed(Stage::RetrievePoints, started));
         }
         // A point deleted between the lane search and the read is left out of both. A chunk is
         // copied only for a point in both lanes; otherwise it moves into its hit.

@@ -23,6 +23,7 @@ use crate::store::{
     Hit, IndexTuning, LaneHits, LaneQuery, SearchFilter, SearchVector, StoreError, StoredChunk,
     StoredVectors, DENSE_VECTOR, EVIDENCE_VECTOR, SPARSE_VECTOR,
 };
+use ragstream_core::query::Stage;
 
 /// The vectors of a point as the server returned them; `None` without a dense vector.
 pub(super) fn stored_vectors(vectors: VectorsOutput) -> Option<StoredVectors> {
@@ -227,7 +228,7 @@ impl ServerStore {
             .map(|batch| batch.result)
             .collect();
         hits.timings
-            .push(("retrieve_batch", started.elapsed().as_secs_f64()));
+            .push((Stage::RetrieveBatch, started.elapsed().as_secs_f64()));
         match evidence_query {
             None => self.plain_hits(batches, dense_lanes, &mut hits),
             Some(_) => self.evidence_hits(batches, dense_lanes, &mut hits)?,
@@ -448,7 +449,7 @@ impl ServerStore {
             .map_err(store_error)?
             .result;
         hits.timings
-            .push(("retrieve_points", started.elapsed().as_secs_f64()));
+            .push((Stage::RetrievePoints, started.elapsed().as_secs_f64()));
         for point in found {
             let point = ScoredPoint {
                 id: point.id,

@@ -144,7 +144,7 @@ fn a_querys_one_request_returns_every_point_and_reads_older_ones_in_a_second() {
     let requests = |hits: &LaneHits| {
         hits.timings
             .iter()
-            .map(|(name, _)| *name)
+            .map(|(stage, _)| stage.as_str())
             .collect::<Vec<_>>()
     };
     let ids = |hits: &[Hit]| {

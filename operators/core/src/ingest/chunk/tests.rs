@@ -231,7 +231,11 @@ fn an_item_named_preamble_is_an_item_not_the_preamble() {
     let chunks = chunker(200, 300).chunk(&document);
     assert_eq!(chunks.len(), 1, "{chunks:#?}");
     assert_eq!(chunks[0].section_path, vec!["layout.cfgx", "preamble"]);
-    assert!(chunks[0].text.contains("height = 2"), "{:?}", chunks[0].text);
+    assert!(
+        chunks[0].text.contains("height = 2"),
+        "{:?}",
+        chunks[0].text
+    );
 }
 
 #[test]
