@@ -10,8 +10,7 @@ use timely::dataflow::StreamVec;
 
 use super::job::{QueryJob, QueryServices};
 use crate::metrics::metrics;
-use ragstream_core::query::Consistency;
-use ragstream_core::query::Stage;
+use ragstream_core::query::{Consistency, Stage};
 
 /// Extension trait: the `AwaitConsistency` operator.
 ///

@@ -24,8 +24,7 @@ use crate::store::edge::EdgeStore;
 use crate::store::stats::CorpusStats;
 use crate::store::{PointWrite, VectorStore};
 use ragstream_core::query::decode::decode_query;
-use ragstream_core::query::Stage;
-use ragstream_core::query::{Candidate, QueryConfig, Trace};
+use ragstream_core::query::{Candidate, QueryConfig, Stage, Trace};
 
 /// An embedder these tests never call (their jobs carry their vectors).
 struct Unused;

@@ -8,8 +8,7 @@ use super::job::{ranked_step, Working};
 use crate::metrics::metrics;
 use ragstream_core::query::adapt::adapt;
 use ragstream_core::query::fuse::{attach_evidence, attach_vectors, fuse};
-use ragstream_core::query::Stage;
-use ragstream_core::query::{Action, Cause, Decision};
+use ragstream_core::query::{Action, Cause, Decision, Stage};
 
 /// Extension trait: the `Fuse` operator.
 ///
@@ -49,7 +48,7 @@ pub trait Fuse<'scope> {
 impl<'scope> Fuse<'scope> for StreamVec<'scope, u64, Working> {
     fn fuse(self) -> StreamVec<'scope, u64, Working> {
         ranked_step(self, "Fuse", Stage::Fuse, move |working| {
-            let config = working.settings.clone();
+            let config = &working.settings;
             if let Some(plan) = working.job.plan.as_mut().filter(|_| config.adapt_fusion) {
                 if let Some(reason) = adapt(plan, &working.answer.dense, &config.code_search) {
                     metrics()

@@ -14,8 +14,7 @@ use super::remote::{outcome, remote, EndpointCall};
 use crate::metrics::metrics;
 use ragstream_core::query::cache::LruTtl;
 use ragstream_core::query::endpoints::{HydeConfig, HydeStrategy, PassageWriter};
-use ragstream_core::query::Stage;
-use ragstream_core::query::{Mode, QueryConfig};
+use ragstream_core::query::{Mode, QueryConfig, Stage};
 
 /// Passages a query asks for: its `num_hypotheses`, else its preset's.
 fn hypotheses(job: &QueryJob, config: &HydeConfig) -> usize {

@@ -14,8 +14,7 @@ use crate::stage::map_stage;
 use ragstream_core::query::cache::LruTtl;
 use ragstream_core::query::modes::unknown_chunk;
 use ragstream_core::query::pack::render_full;
-use ragstream_core::query::Stage;
-use ragstream_core::query::{Candidate, Context, Mode, LIST_PAGE};
+use ragstream_core::query::{Candidate, Context, Mode, Stage, LIST_PAGE};
 
 /// The ranked queries, which go on to Fuse, and the contexts Lookup answered.
 pub type Routed<'scope> = (

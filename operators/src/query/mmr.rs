@@ -6,8 +6,7 @@ use timely::dataflow::StreamVec;
 use super::job::{ranked_step, Working};
 use ragstream_core::query::depth::results_for;
 use ragstream_core::query::mmr::{mmr, MmrConfig};
-use ragstream_core::query::Mode;
-use ragstream_core::query::Stage;
+use ragstream_core::query::{Mode, Stage};
 
 /// Extension trait: the `Mmr` operator.
 ///
@@ -51,8 +50,8 @@ impl<'scope> Mmr<'scope> for StreamVec<'scope, u64, Working> {
     fn mmr(self) -> StreamVec<'scope, u64, Working> {
         ranked_step(self, "Mmr", Stage::Mmr, move |working| {
             let query = &working.job.query;
-            let config = working.settings.clone();
-            let k = results_for(query, &config, &working.candidates);
+            let config = &working.settings;
+            let k = results_for(query, config, &working.candidates);
             match query.mode {
                 Mode::Bounded | Mode::Deep => {
                     let caps = if query.mode == Mode::Deep {

@@ -20,8 +20,7 @@ use ragstream_core::query::modes::{
 };
 use ragstream_core::query::pack::{pack, render_full, AnswerCue, PackRequest};
 use ragstream_core::query::surrogate::{choose, SurrogatePolicy, SurrogateTier};
-use ragstream_core::query::Stage;
-use ragstream_core::query::{Candidate, Context, GenerationMeta, Mode};
+use ragstream_core::query::{Candidate, Context, GenerationMeta, Mode, Stage};
 
 /// Extension trait: the `Pack` operator.
 ///

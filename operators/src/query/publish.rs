@@ -12,8 +12,7 @@ use timely::dataflow::StreamVec;
 use super::job::Reply;
 use crate::metrics::metrics;
 use crate::offload::{operator_waker, Parked, Ticket, Waker};
-use ragstream_core::query::Context;
-use ragstream_core::query::Stage;
+use ragstream_core::query::{Context, Stage};
 
 /// The contexts a sink published, and the ticket whose promise is kept once all are delivered.
 pub type Published = (Vec<(Context, Reply)>, Ticket<()>);

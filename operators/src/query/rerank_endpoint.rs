@@ -10,8 +10,7 @@ use timely::dataflow::StreamVec;
 use super::job::Working;
 use super::remote::{outcome, remote, EndpointCall};
 use ragstream_core::query::endpoints::{apply_scores, RerankKind, Reranker};
-use ragstream_core::query::Stage;
-use ragstream_core::query::{Action, Cause, Decision, Mode};
+use ragstream_core::query::{Action, Cause, Decision, Mode, Stage};
 
 /// Extension trait: the `RerankEndpoint` operator.
 ///

@@ -17,8 +17,7 @@ use super::search::{gather, probe, search_shard, ShardAnswer};
 use crate::stage::map_stage;
 use crate::wire::Wire;
 use ragstream_core::query::depth::{lane_depths, lane_pool};
-use ragstream_core::query::Stage;
-use ragstream_core::query::{Depth, HydeTrace, Trace};
+use ragstream_core::query::{Depth, HydeTrace, Stage, Trace};
 
 /// Extension trait: the `Retrieve` operator.
 ///
