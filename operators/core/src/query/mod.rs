@@ -506,7 +506,7 @@ pub struct QueryConfig {
     /// per-query keys (depths, fusion, rerank weights, dedup, MMR, `pack`, `window`, HyDE's
     /// strategy) merged over it. `fast` and `conservative` are built in (their keys may be
     /// changed here); `default` is this section itself.
-    pub presets: BTreeMap<String, serde_json::Value>,
+    pub presets: BTreeMap<String, presets::PresetOverlay>,
     /// The presets resolved at load ([`QueryConfig::with_presets`]).
     #[serde(skip)]
     pub resolved_presets: std::sync::Arc<BTreeMap<String, std::sync::Arc<QueryConfig>>>,

@@ -1,19 +1,26 @@
 //! Retrieval presets: named sets of query tunables a query picks with `preset` (`default`, `fast`,
 //! `conservative`, or one the job defines under `[query.presets.<name>]`).
 //!
-//! A preset is an overlay on the job's `[query]` section: the built-in overlay of that name (if any),
-//! then the job's own keys for it, merged key by key over the section. Only the tunables a single
-//! query is answered with may be set (depths, fusion, rerank weights, dedup, MMR, packing, the
-//! window, HyDE's strategy); what the job is built with (caches, limits, the ACL rule, endpoints,
-//! invalidations) is refused by name, as is an unknown key. Each resolved preset passes the same
-//! load checks as the section itself (the config's `validate`).
+//! A preset is a typed overlay on the job's `[query]` section ([`PresetOverlay`]): one `Option` per
+//! key a single query is answered with (depths, fusion, rerank weights, dedup, MMR, packing, the
+//! window, HyDE's strategy), tables within tables. The built-in overlay of that name (if any) is
+//! applied over the section, then the job's own. What the job is built with (caches, limits, the
+//! ACL rule, endpoints, invalidations) has no field, so serde refuses it by name at load, as it
+//! does an unknown key. Each resolved preset passes the same load checks as the section itself
+//! (the config's `validate`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
 
-use super::QueryConfig;
+use super::endpoints::HydeStrategy;
+use super::intent::Intent;
+use super::modes::WindowConfig;
+use super::pack::PackConfig;
+use super::rerank::RerankConfig;
+use super::surrogate::{SurrogateConfig, SurrogatePolicy};
+use super::{endpoints::HydeConfig, QueryConfig};
 
 /// The preset a query without `preset` is answered with: the `[query]` section itself.
 pub const DEFAULT_PRESET: &str = "default";
@@ -24,39 +31,156 @@ pub const MAX_PRESETS: usize = 32;
 /// Longest preset name, in bytes.
 pub const MAX_NAME_BYTES: usize = 64;
 
-/// The top-level `[query]` keys a preset may set.
-const PER_QUERY: [&str; 16] = [
-    "default_k",
-    "deep_k",
-    "default_token_budget",
-    "rrf_k",
-    "min_pool",
-    "similarity_threshold",
-    "rerank",
-    "near_duplicate",
-    "mmr_lambda",
-    "mmr_file_penalty",
-    "per_document_cap",
-    "per_section_cap",
-    "pack",
-    "window",
-    "adapt_fusion",
-    "hyde",
-];
-/// Keys of `rerank` and `hyde` that the job is built with, so no preset may set them.
-const JOB_LEVEL_NESTED: [(&str, &[&str]); 2] = [
-    ("rerank", &["kind", "endpoint", "endpoint_window"]),
+/// Declares the overlay of a config section: the section's keys a preset may set, each an
+/// `Option` (absent: the section's value stays), its sub-tables overlays of their own, and
+/// `apply`, which writes the keys that are set over a section.
+macro_rules! overlay {
     (
-        "hyde",
-        &[
-            "enabled",
-            "endpoint",
-            "max_tokens",
-            "cache_entries",
-            "cache_ttl_secs",
-        ],
-    ),
-];
+        $(#[$meta:meta])*
+        $name:ident over $section:ty {
+            $($key:ident: $ty:ty,)*
+        }
+        $(tables { $($table:ident: $overlay:ty,)* })?
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $(
+                #[doc = concat!("`", stringify!($key), "`, where the preset sets it.")]
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub $key: Option<$ty>,
+            )*
+            $($(
+                #[doc = concat!("Keys of `", stringify!($table), "`, where the preset sets any.")]
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub $table: Option<$overlay>,
+            )*)?
+        }
+
+        impl $name {
+            /// Writes the keys this overlay sets over `section`.
+            pub fn apply(&self, section: &mut $section) {
+                $(
+                    if let Some(value) = &self.$key {
+                        section.$key = value.clone();
+                    }
+                )*
+                $($(
+                    if let Some(table) = &self.$table {
+                        table.apply(&mut section.$table);
+                    }
+                )*)?
+            }
+        }
+    };
+}
+
+overlay! {
+    /// A preset: the `[query]` keys a single query is answered with.
+    PresetOverlay over QueryConfig {
+        default_k: usize,
+        deep_k: usize,
+        default_token_budget: usize,
+        rrf_k: f32,
+        min_pool: usize,
+        similarity_threshold: f32,
+        near_duplicate: f32,
+        mmr_lambda: f32,
+        mmr_file_penalty: f32,
+        per_document_cap: usize,
+        per_section_cap: usize,
+        adapt_fusion: bool,
+    }
+    tables {
+        rerank: RerankOverlay,
+        pack: PackOverlay,
+        window: WindowOverlay,
+        hyde: HydeOverlay,
+    }
+}
+
+overlay! {
+    /// A preset's `rerank`: the window and weights (not `kind`, `endpoint` or `endpoint_window`,
+    /// which the job is built with).
+    RerankOverlay over RerankConfig {
+        window: usize,
+        lane_heads: usize,
+        fused: f32,
+        lanes: f32,
+        sentence_evidence: f32,
+        term_recall: f32,
+        sentence_recall: f32,
+        weighted_sentence_recall: f32,
+        phrase: f32,
+        term_precision: f32,
+        entity: f32,
+        date: f32,
+        distractor: f32,
+    }
+}
+
+overlay! {
+    /// A preset's `pack`: every packing key.
+    PackOverlay over PackConfig {
+        section_reunification: bool,
+        expanded_tokens: usize,
+        snippet_tokens: usize,
+        sentence_tokens: usize,
+        surrogate_tokens: usize,
+        max_snippets: usize,
+        max_surrogates: usize,
+        expansion_max_bytes: usize,
+        standing_decay: f32,
+        position_decay: f32,
+        redundancy_weight: f32,
+        deferred_value: f32,
+        separator: String,
+        untrusted_delimiters: bool,
+        evidence_ratio: f32,
+        sentence_ratio: f32,
+        header_format: String,
+        include_metadata_in_context: bool,
+    }
+    tables {
+        surrogates: SurrogateOverlay,
+    }
+}
+
+overlay! {
+    /// A preset's `pack.surrogates`.
+    SurrogateOverlay over SurrogateConfig {
+        policy: SurrogatePolicy,
+        age_full_days: f64,
+        age_gist_days: f64,
+        importance_full: f32,
+        importance_gist: f32,
+        query_boost: bool,
+        gist_tokens: usize,
+        micro_phrases: usize,
+        access_entries: usize,
+    }
+}
+
+overlay! {
+    /// A preset's `window`.
+    WindowOverlay over WindowConfig {
+        reserve_ratio: f32,
+        min_reserve: usize,
+        safety_margin: usize,
+    }
+}
+
+overlay! {
+    /// A preset's `hyde`: which intents, the weight, the strategy and the passages per query (not
+    /// `enabled`, the endpoint or its cache, which the job is built with).
+    HydeOverlay over HydeConfig {
+        intents: Vec<Intent>,
+        weight: f32,
+        strategy: HydeStrategy,
+        num_hypotheses: usize,
+    }
+}
 
 /// The built-in overlay of `name`.
 ///
@@ -64,19 +188,34 @@ const JOB_LEVEL_NESTED: [(&str, &[&str]); 2] = [
 ///   reunification (no neighbour fetch), no HyDE passage unless the query asks for one.
 /// - `conservative`: fewer and surer items: a dense floor (`similarity_threshold` 0.2), an evidence
 ///   stop and band set higher (0.75, 0.85), near-duplicates removed from cosine 0.9.
-pub fn built_in(name: &str) -> Option<Value> {
+pub fn built_in(name: &str) -> Option<PresetOverlay> {
     match name {
-        "fast" => Some(json!({
-            "min_pool": 10,
-            "rerank": {"window": 20},
-            "pack": {"section_reunification": false},
-            "hyde": {"strategy": "skip"},
-        })),
-        "conservative" => Some(json!({
-            "similarity_threshold": 0.2,
-            "near_duplicate": 0.9,
-            "pack": {"evidence_ratio": 0.75, "sentence_ratio": 0.85},
-        })),
+        "fast" => Some(PresetOverlay {
+            min_pool: Some(10),
+            rerank: Some(RerankOverlay {
+                window: Some(20),
+                ..RerankOverlay::default()
+            }),
+            pack: Some(PackOverlay {
+                section_reunification: Some(false),
+                ..PackOverlay::default()
+            }),
+            hyde: Some(HydeOverlay {
+                strategy: Some(HydeStrategy::Skip),
+                ..HydeOverlay::default()
+            }),
+            ..PresetOverlay::default()
+        }),
+        "conservative" => Some(PresetOverlay {
+            similarity_threshold: Some(0.2),
+            near_duplicate: Some(0.9),
+            pack: Some(PackOverlay {
+                evidence_ratio: Some(0.75),
+                sentence_ratio: Some(0.85),
+                ..PackOverlay::default()
+            }),
+            ..PresetOverlay::default()
+        }),
         _ => None,
     }
 }
@@ -88,45 +227,6 @@ pub fn valid_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
-}
-
-/// `overlay` merged into `base`, key by key (tables recursively; any other value replaces).
-fn merge(base: &mut Value, overlay: &Value) {
-    match (base, overlay) {
-        (Value::Object(base), Value::Object(overlay)) => {
-            for (key, value) in overlay {
-                match base.get_mut(key) {
-                    Some(existing) => merge(existing, value),
-                    None => {
-                        base.insert(key.clone(), value.clone());
-                    }
-                }
-            }
-        }
-        (base, overlay) => *base = overlay.clone(),
-    }
-}
-
-/// Refuses an overlay that sets a key the job is built with.
-fn check_keys(overlay: &Map<String, Value>) -> Result<(), String> {
-    for (key, value) in overlay {
-        if !PER_QUERY.contains(&key.as_str()) {
-            return Err(format!(
-                "`{key}` is the job's, not a query's: a preset may set {}",
-                PER_QUERY.join(", ")
-            ));
-        }
-        for (section, refused) in JOB_LEVEL_NESTED {
-            if key == section {
-                if let Some(nested) = value.as_object() {
-                    if let Some(bad) = nested.keys().find(|k| refused.contains(&k.as_str())) {
-                        return Err(format!("`{section}.{bad}` is the job's, not a query's"));
-                    }
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Every preset of `base` (the built-ins and the job's `presets`), resolved to whole query
@@ -142,7 +242,6 @@ pub fn resolve(base: &QueryConfig) -> Result<BTreeMap<String, Arc<QueryConfig>>,
     let mut plain = base.clone();
     plain.presets.clear();
     plain.resolved_presets = Default::default();
-    let plain = serde_json::to_value(&plain).map_err(|e| e.to_string())?;
     let mut resolved = BTreeMap::new();
     for name in names {
         if name == DEFAULT_PRESET {
@@ -154,16 +253,12 @@ pub fn resolve(base: &QueryConfig) -> Result<BTreeMap<String, Arc<QueryConfig>>,
             ));
         }
         let mut config = plain.clone();
-        let own = base.presets.get(name);
-        for overlay in [built_in(name).as_ref(), own].into_iter().flatten() {
-            let Some(table) = overlay.as_object() else {
-                return Err(format!("preset {name}: must be a table of [query] keys"));
-            };
-            check_keys(table).map_err(|e| format!("preset {name}: {e}"))?;
-            merge(&mut config, overlay);
+        for overlay in [built_in(name).as_ref(), base.presets.get(name)]
+            .into_iter()
+            .flatten()
+        {
+            overlay.apply(&mut config);
         }
-        let config: QueryConfig =
-            serde_json::from_value(config).map_err(|e| format!("preset {name}: {e}"))?;
         resolved.insert(name.to_string(), Arc::new(config));
     }
     Ok(resolved)
@@ -204,15 +299,15 @@ impl QueryConfig {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::{json, Map, Value};
+
     use super::*;
 
+    /// A `[query]` section with `presets`, decoded and resolved as a loaded config is.
     fn with(presets: Value) -> Result<QueryConfig, String> {
-        let presets: BTreeMap<String, Value> = serde_json::from_value(presets).expect("a table");
-        QueryConfig {
-            presets,
-            ..QueryConfig::default()
-        }
-        .with_presets()
+        serde_json::from_value::<QueryConfig>(json!({ "presets": presets }))
+            .map_err(|e| e.to_string())?
+            .with_presets()
     }
 
     #[test]
@@ -255,7 +350,7 @@ mod tests {
         };
         let presets = serde_json::from_value(json!({
             "fast": {"rerank": {"window": 12}},
-            "wide": {"min_pool": 40, "pack": {"max_snippets": 3}},
+            "wide": {"min_pool": 40, "pack": {"max_snippets": 3, "surrogates": {"gist_tokens": 9}}},
         }))
         .expect("a table");
         let config = QueryConfig { presets, ..config }
@@ -271,6 +366,11 @@ mod tests {
         assert_eq!(fast.rerank.lanes, 1.0, "untouched nested keys stay");
         let wide = config.preset(Some("wide"));
         assert_eq!((wide.min_pool, wide.pack.max_snippets), (40, 3));
+        assert_eq!(wide.pack.surrogates.gist_tokens, 9, "tables within tables");
+        assert_eq!(
+            wide.pack.surrogates.micro_phrases,
+            SurrogateConfig::default().micro_phrases
+        );
         assert_eq!(wide.mmr_lambda, 0.6, "the section's own values carry over");
         assert!(wide.presets.is_empty() && wide.resolved_presets.is_empty());
         // The shared settings are the same resolved sections, not copies; a resolved preset
@@ -284,6 +384,73 @@ mod tests {
         }
     }
 
+    /// Every key of the section is either a preset's (a field of the overlay) or the job's (named
+    /// here): a key added to a config type must be placed on one side or the other.
+    #[test]
+    fn every_key_of_the_section_is_a_presets_or_the_jobs() {
+        const JOBS: [(&str, &[&str]); 3] = [
+            (
+                "",
+                &[
+                    "embedding_cache",
+                    "cache_entries",
+                    "cache_ttl_secs",
+                    "consistency_timeout_ms",
+                    "max_query_bytes",
+                    "absent_acl",
+                    "intents",
+                    "code_search",
+                    "invalidations",
+                    "presets",
+                ],
+            ),
+            ("rerank", &["kind", "endpoint_window", "endpoint"]),
+            (
+                "hyde",
+                &[
+                    "enabled",
+                    "max_tokens",
+                    "cache_entries",
+                    "cache_ttl_secs",
+                    "endpoint",
+                ],
+            ),
+        ];
+        // A section unlike the default in every per-query key, so each key's apply shows.
+        let mut other = QueryConfig::default();
+        other.min_pool += 1;
+        other.rerank.window += 1;
+        other.pack.surrogates.gist_tokens += 1;
+        other.window.min_reserve += 1;
+        other.hyde.num_hypotheses += 1;
+        let mut section = serde_json::to_value(&other).expect("serialises");
+        for (table, keys) in JOBS {
+            let table = if table.is_empty() {
+                &mut section
+            } else {
+                &mut section[table]
+            };
+            for key in keys {
+                assert!(
+                    table
+                        .as_object_mut()
+                        .expect("a table")
+                        .remove(*key)
+                        .is_some(),
+                    "{key}"
+                );
+            }
+        }
+        let overlay: PresetOverlay = serde_json::from_value(section.clone())
+            .unwrap_or_else(|e| panic!("a key is neither the preset's nor the job's: {e}"));
+        assert_eq!(serde_json::to_value(&overlay).expect("serialises"), section);
+        let mut config = QueryConfig::default();
+        overlay.apply(&mut config);
+        let mut expected = other;
+        expected.presets.clear();
+        assert_eq!(config, expected, "every key applies");
+    }
+
     #[test]
     fn job_level_keys_unknown_keys_and_bad_names_are_refused() {
         for (presets, names) in [
@@ -292,14 +459,17 @@ mod tests {
             (json!({"x": {"max_query_bytes": 1}}), "max_query_bytes"),
             (
                 json!({"x": {"rerank": {"endpoint": {"url": "http://h"}}}}),
-                "rerank.endpoint",
+                "unknown field `endpoint`",
             ),
-            (json!({"x": {"hyde": {"enabled": true}}}), "hyde.enabled"),
+            (
+                json!({"x": {"hyde": {"enabled": true}}}),
+                "unknown field `enabled`",
+            ),
             (json!({"x": {"rerank": {"windw": 3}}}), "windw"),
             (json!({"x": {"min_pool": "many"}}), "invalid type"),
             (json!({"default": {"min_pool": 3}}), "default"),
             (json!({"Fast!": {"min_pool": 3}}), "Fast!"),
-            (json!({"x": 3}), "table"),
+            (json!({"x": 3}), "invalid type"),
         ] {
             let error = with(presets.clone()).expect_err(&presets.to_string());
             assert!(error.contains(names), "{presets}: {error}");
