@@ -6,7 +6,8 @@
 //! ingest wrote it (counted `skipped`), so a run never brings back a stale chunk. Chunk ids, versions
 //! and texts stay; only the vectors, evidence units and BM25 weights are new. An index or embedder
 //! outage is retried with backoff (about three minutes per batch) before the run stops with the
-//! error; stopping the job stops the run.
+//! error; an error retrying cannot help (the index or the embedder refusing the request) stops it at
+//! once ([`RunError`]); stopping the job stops the run.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,11 +15,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::embed::service::{InferenceService, Priority};
+use crate::embed::EmbedError;
 use crate::ingest::embed::{take_vectors, ChunkInputs};
 use crate::model::EvidenceUnits;
-use crate::outage::{Backoff, Dependency, Retry};
+use crate::outage::{Backoff, Dependency, GaveUp, Retry};
 use crate::store::reindex::ReindexStatus;
-use crate::store::{Bm25Encoder, Bm25Params, PointWrite, SearchFilter, VectorStore};
+use crate::store::{Bm25Encoder, Bm25Params, PointWrite, SearchFilter, StoreError, VectorStore};
 use ragstream_core::query::pattern::SourcePattern;
 
 /// Chunks read, embedded and written together.
@@ -67,6 +69,20 @@ pub enum Refusal {
     BadPattern(String),
     /// A run is going (one per process).
     Busy(String),
+}
+
+/// Why a run stopped before its end.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The index refused a call, failed every try, or the job stopped while it was out.
+    #[error("{0}")]
+    Index(GaveUp<StoreError>),
+    /// The embedder refused a batch, failed every try, or the job stopped while it was out.
+    #[error("{0}")]
+    Embedder(GaveUp<EmbedError>),
+    /// The job is stopping (between batches).
+    #[error("the job is stopping")]
+    Stopping,
 }
 
 impl Reindexer {
@@ -139,7 +155,7 @@ impl Reindexer {
                 this.update(&tenant, |status| {
                     status.running = false;
                     status.finished_ms = Some(crate::now_millis());
-                    status.error = result.err();
+                    status.error = result.err().map(|error| error.to_string());
                 });
                 tracing::info!(?tenant, status = ?this.status(&tenant), "reindex ended");
                 this.running.store(false, Ordering::SeqCst);
@@ -167,7 +183,7 @@ impl Reindexer {
         })
     }
 
-    fn run(&self, tenant: &str, pattern: Option<&SourcePattern>) -> Result<(), String> {
+    fn run(&self, tenant: &str, pattern: Option<&SourcePattern>) -> Result<(), RunError> {
         let filter = SearchFilter {
             tenant: Some(tenant.to_string()),
             ..SearchFilter::default()
@@ -176,7 +192,7 @@ impl Reindexer {
         for shard in &self.shards {
             let mut ids = Vec::new();
             let mut documents = BTreeSet::new();
-            self.retry(Dependency::Index, || {
+            self.index(|| {
                 ids.clear();
                 documents.clear();
                 shard.scroll(&filter, &mut |stored| {
@@ -194,7 +210,7 @@ impl Reindexer {
             });
             for batch in ids.chunks(BATCH) {
                 if self.shutdown.load(Ordering::SeqCst) {
-                    return Err("the job is stopping".into());
+                    return Err(RunError::Stopping);
                 }
                 let written = self.rewrite(shard.as_ref(), batch, &encoder)?;
                 self.update(tenant, |status| {
@@ -202,7 +218,7 @@ impl Reindexer {
                     status.skipped += batch.len() - written;
                 });
             }
-            self.retry(Dependency::Index, || shard.flush())?;
+            self.index(|| shard.flush())?;
         }
         Ok(())
     }
@@ -214,8 +230,8 @@ impl Reindexer {
         shard: &dyn VectorStore,
         ids: &[uuid::Uuid],
         encoder: &Bm25Encoder,
-    ) -> Result<usize, String> {
-        let held = self.retry(Dependency::Index, || shard.get(ids))?;
+    ) -> Result<usize, RunError> {
+        let held = self.index(|| shard.get(ids))?;
         let mut inputs = ChunkInputs::default();
         for stored in &held {
             inputs.push(&stored.chunk, self.evidence);
@@ -223,11 +239,15 @@ impl Reindexer {
         if inputs.is_empty() {
             return Ok(0);
         }
-        let embedded = self.retry(Dependency::Embedder, || {
-            self.service
-                .embed_blocking_spans(inputs.texts.clone(), inputs.spans.clone(), Priority::Ingest)
-                .map_err(|e| e.to_string())
-        })?;
+        let embedded = self
+            .retry(Dependency::Embedder, EmbedError::is_retryable, || {
+                self.service.embed_blocking_spans(
+                    inputs.texts.clone(),
+                    inputs.spans.clone(),
+                    Priority::Ingest,
+                )
+            })
+            .map_err(RunError::Embedder)?;
         let mut vectors = embedded.vectors.into_iter();
         let points: Vec<PointWrite> = held
             .into_iter()
@@ -245,16 +265,24 @@ impl Reindexer {
                 }
             })
             .collect();
-        self.retry(Dependency::Index, || shard.replace_current(&points))
+        self.index(|| shard.replace_current(&points))
+    }
+
+    /// `attempt`, an index call, [`Self::retry`]d while the index is out.
+    fn index<T>(&self, attempt: impl FnMut() -> Result<T, StoreError>) -> Result<T, RunError> {
+        self.retry(Dependency::Index, StoreError::is_retryable, attempt)
+            .map_err(RunError::Index)
     }
 
     /// `attempt` (a call to `dependency`) until it succeeds, [`TRIES`] times at most with doubling
-    /// waits (0.2 s to 30 s), or until the job stops; the outage shows meanwhile.
+    /// waits (0.2 s to 30 s), or until the job stops, while its error is `retryable`; the outage
+    /// shows meanwhile.
     fn retry<T, E: std::fmt::Display>(
         &self,
         dependency: Dependency,
+        retryable: impl Fn(&E) -> bool,
         attempt: impl FnMut() -> Result<T, E>,
-    ) -> Result<T, String> {
+    ) -> Result<T, GaveUp<E>> {
         Retry::new(dependency)
             .waits(Backoff::new(
                 Duration::from_millis(200),
@@ -262,7 +290,152 @@ impl Reindexer {
             ))
             .at_most(TRIES)
             .until(&self.shutdown)
-            .run(|_: &E| true, attempt)
-            .map_err(|gave_up| gave_up.to_string())
+            .run(retryable, attempt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::time::Instant;
+
+    use super::*;
+    use crate::embed::service::ServiceConfig;
+    use crate::embed::Embedder;
+    use crate::store::{Hit, SearchVector, StoredChunk, StoredVectors};
+    use ragstream_core::testing::stored;
+
+    /// An index holding two chunks whose `get` answers from a script, then with the chunks.
+    struct Scripted {
+        gets: Mutex<VecDeque<StoreError>>,
+        calls: std::sync::atomic::AtomicUsize,
+    }
+
+    impl VectorStore for Scripted {
+        fn backend(&self) -> &'static str {
+            "scripted"
+        }
+        fn check_embedder(&self, _: &str, _: usize) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn index_metadata(
+            &self,
+            _: &[(String, crate::metadata::MetaIndex)],
+        ) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn upsert(&self, _: &[PointWrite]) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn replace_current(&self, points: &[PointWrite]) -> Result<usize, StoreError> {
+            Ok(points.len())
+        }
+        fn delete(&self, _: &[uuid::Uuid]) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn flush(&self) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn scroll(
+            &self,
+            _: &SearchFilter,
+            visit: &mut dyn FnMut(StoredChunk),
+        ) -> Result<(), StoreError> {
+            visit(stored("a", 0, "One sentence."));
+            visit(stored("a", 1, "Another sentence."));
+            Ok(())
+        }
+        fn count(&self, _: &SearchFilter) -> Result<usize, StoreError> {
+            Ok(2)
+        }
+        fn search(
+            &self,
+            _: &SearchVector,
+            _: &SearchFilter,
+            _: usize,
+            _: Option<f32>,
+        ) -> Result<Vec<Hit>, StoreError> {
+            Ok(Vec::new())
+        }
+        fn get(&self, ids: &[uuid::Uuid]) -> Result<Vec<StoredChunk>, StoreError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            if let Some(error) = self.gets.lock().expect("script").pop_front() {
+                return Err(error);
+            }
+            let mut held = Vec::new();
+            self.scroll(&SearchFilter::default(), &mut |chunk| {
+                if ids.contains(&chunk.id) {
+                    held.push(chunk);
+                }
+            })?;
+            Ok(held)
+        }
+        fn vectors(
+            &self,
+            _: &[uuid::Uuid],
+        ) -> Result<Vec<(uuid::Uuid, StoredVectors)>, StoreError> {
+            Ok(Vec::new())
+        }
+    }
+
+    struct Ones;
+
+    impl Embedder for Ones {
+        fn version(&self) -> &str {
+            "test"
+        }
+        fn dimension(&self) -> usize {
+            2
+        }
+        fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            Ok(vec![vec![1.0, 0.0]; texts.len()])
+        }
+        fn last_token_count(&self) -> usize {
+            0
+        }
+    }
+
+    /// Runs a reindex of tenant `t` over an index whose `get` fails with `script` first; returns
+    /// the run's status and how many `get` calls it made.
+    fn run(script: Vec<StoreError>) -> (ReindexStatus, usize) {
+        let store = Arc::new(Scripted {
+            gets: Mutex::new(script.into()),
+            calls: Default::default(),
+        });
+        let service = InferenceService::start(vec![Box::new(Ones)], ServiceConfig::default())
+            .expect("service");
+        let reindexer = Arc::new(Reindexer::new(
+            vec![store.clone()],
+            service,
+            (EvidenceUnits::Off, Bm25Params::default()),
+            None,
+            Arc::new(AtomicBool::new(false)),
+        ));
+        reindexer.start("t", None).expect("starts");
+        let started = Instant::now();
+        loop {
+            let status = reindexer.status("t").expect("a run");
+            if !status.running {
+                return (status, store.calls.load(Ordering::SeqCst));
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "{status:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn an_outage_is_retried_and_a_refusal_stops_the_run_at_once() {
+        let (status, calls) = run(vec![StoreError::Unavailable("down".into())]);
+        assert_eq!(status.error, None, "{status:?}");
+        assert_eq!((status.chunks, status.rewritten, calls), (2, 2, 2));
+        // The old loop retried every error ten times, with waits of about three minutes in all.
+        let (status, calls) = run(vec![StoreError::Invalid("bad filter".into())]);
+        assert_eq!(calls, 1, "a refusal is not retried");
+        let error = status.error.expect("the run stopped");
+        assert!(
+            error.contains("refused the operation: bad filter"),
+            "{error}"
+        );
+        assert_eq!(status.rewritten, 0);
     }
 }
