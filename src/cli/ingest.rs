@@ -26,7 +26,7 @@ use ragstream_operators::outage::Backoff;
 use serde_json::{json, Value};
 
 #[cfg(feature = "kafka")]
-use crate::http::documents::KafkaDocuments;
+use crate::http::documents::{KafkaDocuments, SendError};
 
 /// Largest body of one request (the job takes four times `ingest.max_document_bytes`, 32 MiB by
 /// default).
@@ -373,27 +373,37 @@ fn send_to_kafka(
 ) -> anyhow::Result<()> {
     let mut client = rdkafka::ClientConfig::new();
     client.set("bootstrap.servers", brokers);
-    let producer = KafkaDocuments::new(&client, topic).map_err(|e| anyhow::anyhow!(e))?;
     // Checked here as the job's decoder will, so a refusal is told now rather than dead-lettered.
     let decode = DecodeConfig::default();
+    let producer = KafkaDocuments::new(&client, topic, decode.max_document_bytes)?;
     for chunk in batches(documents, batch) {
         let mut events = Vec::new();
+        let mut origins = Vec::new();
         for document in chunk {
             let bytes = document.event.to_string().into_bytes();
             match decode_event(None, Some(&bytes), &decode) {
-                Ok(op) => events.push((op.key().to_string(), bytes)),
+                Ok(op) => {
+                    events.push((op.key().to_string(), bytes));
+                    origins.push(&document.origin);
+                }
                 Err(error) => {
                     refused.push((document.origin.clone(), error.to_string()));
                     bar.inc(1);
                 }
             }
         }
-        let (mut tries, mut backoff) = (0, retry_backoff());
+        let (mut tries, mut backoff) = (1, retry_backoff());
         loop {
-            tries += 1;
             match producer.send(&events) {
                 Ok(()) => break,
-                Err(error) if tries < TRIES => {
+                // Refused by its size: told with the other refusals, and the rest sent again.
+                Err(SendError::TooLarge { index, error }) => {
+                    events.remove(index);
+                    refused.push((origins.remove(index).clone(), error.to_string()));
+                    bar.inc(1);
+                }
+                Err(error) if error.is_retryable() && tries < TRIES => {
+                    tries += 1;
                     tracing::debug!(%error, "retrying the batch");
                     std::thread::sleep(backoff.next_delay());
                 }

@@ -20,7 +20,7 @@ use crate::http::api::{DocumentError, Problem};
 #[cfg(feature = "kafka")]
 mod kafka;
 #[cfg(feature = "kafka")]
-pub use kafka::KafkaDocuments;
+pub use kafka::{KafkaDocuments, SendError};
 
 /// Most documents of one request.
 pub const MAX_BATCH: usize = 1000;

@@ -65,8 +65,7 @@ fn responses(success: (&str, &str, Value), problems: &[u16]) -> Value {
     Value::Object(responses)
 }
 
-/// The answers of the document routes: 200 (local mode), 202 (Kafka mode) or a problem.
-/// The answers of the document routes; `more`: statuses beside those every one of them may give.
+/// The answers of the document routes: 200 (local mode), 202 (Kafka mode) or a problem; `more`: statuses beside those every one of them may give.
 fn documents_responses(more: &[u16]) -> Value {
     let mut answers = responses(
         (

@@ -197,9 +197,21 @@ pub(super) async fn write_documents(
                     *answer.status_mut() = StatusCode::ACCEPTED;
                     answer
                 }
+                Ok(Err(documents::SendError::TooLarge { index, error })) => {
+                    // Sending it again cannot help: the batch is refused, naming the document.
+                    let detail =
+                        format!("document {index} is too large for the documents topic: {error}");
+                    let mut refused = Problem::new("oversize", detail.clone());
+                    refused.errors.push(crate::http::api::DocumentError {
+                        index,
+                        reason: "oversize".into(),
+                        detail,
+                    });
+                    problem_reply(&refused)
+                }
                 Ok(Err(outage)) => {
                     tracing::warn!(error = %outage, "POST /v1/documents: the broker did not take the batch");
-                    problem("broker_unavailable", &outage)
+                    problem("broker_unavailable", &outage.to_string())
                 }
                 Err(_) => problem("internal", "the batch's write failed"),
             }

@@ -32,9 +32,12 @@ pub(super) fn connect(
 
 /// `POST /v1/documents` writes to the documents topic.
 pub(super) fn documents(config: &Config) -> anyhow::Result<DocumentsTarget> {
-    let producer =
-        KafkaDocuments::new(&config.kafka.client_config(), &config.kafka.documents_topic)
-            .map_err(|e| anyhow::anyhow!("the documents producer: {e}"))?;
+    let producer = KafkaDocuments::new(
+        &config.kafka.client_config(),
+        &config.kafka.documents_topic,
+        config.ingest.max_document_bytes,
+    )
+    .map_err(|e| anyhow::anyhow!("the documents producer: {e}"))?;
     Ok(DocumentsTarget::Kafka(Arc::new(producer)))
 }
 

@@ -265,6 +265,10 @@ impl Broker {
             .set("group.id", format!("ragstream-test-reader-{}", free_port()))
             .set("auto.offset.reset", "earliest")
             .set("enable.auto.commit", "false")
+            // Events up to the job's document limit (8 MiB), whole.
+            .set("fetch.max.bytes", "16777216")
+            .set("max.partition.fetch.bytes", "16777216")
+            .set("receive.message.max.bytes", "17825792")
             .create()
             .expect("consumer");
         consumer.subscribe(&[topic]).expect("subscribe");

@@ -313,5 +313,18 @@ fn documents_posted_in_kafka_mode_go_through_the_topic() {
             && metric(m, "ragstream_in_flight_messages") == 0.0
     });
     assert!(doc_ids(port, "acme").contains(&"caves.txt".to_string()));
+    // A document over librdkafka's default message size (1 MB) but within ingest.max_document_bytes
+    // is taken by the broker: the documents producer is sized by the document limit.
+    let large = "Tides rise twice a day. ".repeat(50_000);
+    let batch = json!({"documents": [{"doc_id": "large.txt", "version": 1, "text": large}]});
+    let (status, answer) = post(port, ACME, &batch);
+    assert_eq!(status, 202, "{answer}");
+    let on_topic = broker.read_all(DOCS, 5);
+    assert!(
+        on_topic
+            .iter()
+            .any(|(_, value, _)| value.as_ref().is_some_and(|v| v.len() > 1_200_000)),
+        "the large event on the topic"
+    );
     job.stop();
 }

@@ -72,7 +72,11 @@ impl ContextPublisher {
 
     /// Publishes every context to `topic` as well, through an idempotent producer of `client`.
     #[cfg(feature = "kafka")]
-    pub fn to_topic(mut self, client: &rdkafka::ClientConfig, topic: &str) -> Result<Self, String> {
+    pub fn to_topic(
+        mut self,
+        client: &rdkafka::ClientConfig,
+        topic: &str,
+    ) -> Result<Self, rdkafka::error::KafkaError> {
         self.kafka = Some(ContextsTopic::new(client, topic)?);
         Ok(self)
     }

@@ -43,7 +43,11 @@ impl InvalidationPublisher {
 
     /// Publishes to the invalidations `topic` as well, through an idempotent producer of `client`.
     #[cfg(feature = "kafka")]
-    pub fn to_topic(mut self, client: &rdkafka::ClientConfig, topic: &str) -> Result<Self, String> {
+    pub fn to_topic(
+        mut self,
+        client: &rdkafka::ClientConfig,
+        topic: &str,
+    ) -> Result<Self, rdkafka::error::KafkaError> {
         self.kafka = Some(kafka::InvalidationsTopic::new(client, topic)?);
         Ok(self)
     }

@@ -129,7 +129,7 @@ pub fn idempotent_producer(
     client: &ClientConfig,
     delivery_timeout: Duration,
     name: &'static str,
-) -> Result<BaseProducer<DeliveryContext>, String> {
+) -> Result<BaseProducer<DeliveryContext>, KafkaError> {
     client
         .clone()
         .set("enable.idempotence", "true")
@@ -138,7 +138,6 @@ pub fn idempotent_producer(
             delivery_timeout.as_millis().to_string(),
         )
         .create_with_context(DeliveryContext::new(name))
-        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -22,13 +22,12 @@ pub(super) struct ContextsTopic {
 }
 
 impl ContextsTopic {
-    pub(super) fn new(client: &ClientConfig, topic: &str) -> Result<Self, String> {
+    pub(super) fn new(client: &ClientConfig, topic: &str) -> Result<Self, KafkaError> {
         let producer: ThreadedProducer<Deliveries> = client
             .clone()
             .set("enable.idempotence", "true")
             .set("linger.ms", "0")
-            .create_with_context(Deliveries::default())
-            .map_err(|e| e.to_string())?;
+            .create_with_context(Deliveries::default())?;
         Ok(Self {
             producer,
             topic: topic.to_string(),

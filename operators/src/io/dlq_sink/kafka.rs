@@ -40,7 +40,7 @@ impl std::fmt::Debug for KafkaDlq {
 
 impl KafkaDlq {
     /// Creates an idempotent producer for `topic` with the given client settings.
-    pub fn new(client: &ClientConfig, topic: &str) -> Result<Self, String> {
+    pub fn new(client: &ClientConfig, topic: &str) -> Result<Self, KafkaError> {
         let producer = idempotent_producer(client, DELIVERY_TIMEOUT, "dlq producer")?;
         Ok(Self {
             producer,

@@ -23,13 +23,12 @@ pub(super) struct InvalidationsTopic {
 }
 
 impl InvalidationsTopic {
-    pub(super) fn new(client: &ClientConfig, topic: &str) -> Result<Self, String> {
+    pub(super) fn new(client: &ClientConfig, topic: &str) -> Result<Self, KafkaError> {
         let producer: BaseProducer<DefaultProducerContext> = client
             .clone()
             .set("enable.idempotence", "true")
             .set("linger.ms", "5")
-            .create()
-            .map_err(|e| e.to_string())?;
+            .create()?;
         Ok(Self {
             producer,
             topic: topic.to_string(),
