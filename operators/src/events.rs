@@ -39,7 +39,7 @@ impl InternalEvent for QueryRefused<'_> {
     fn emit(self) {
         tracing::warn!(reason = self.reason, origin = %self.record.origin, error = %self.record.message, "query refused");
         let m = metrics();
-        m.queries.with_label_values(&["unknown", "refused"]).inc();
+        m.query_ended(None, crate::metrics::QueryOutcome::Refused);
         m.dlq_records
             .with_label_values(&[self.record.reason.as_str()])
             .inc();

@@ -2,9 +2,13 @@
 //!
 //! Naming: `ragstream_<noun>_<unit>[_total]`. Labels are bounded sets (an op, an outcome, a DLQ reason,
 //! a partition number); never a document id, query id or free text. Operators record through the typed
-//! helpers below, once per batch.
+//! helpers below and the label types of [`labels`], once per batch.
 
 use std::sync::OnceLock;
+
+pub mod labels;
+
+pub use labels::{CacheResult, Endpoint, EndpointOutcome, Lane, Moved, QueryOutcome, Sink};
 
 use ragstream_core::query::intent::Intent;
 use ragstream_core::query::{Stage, Tier};
@@ -132,7 +136,7 @@ declare_metrics! {
     queries_received: IntCounter = counter("ragstream_queries_received_total",
         "Query events received (Kafka and HTTP).");
     queries: IntCounterVec = counter_vec("ragstream_queries_total",
-        "Queries answered, by mode and outcome (ok, error, refused, cached).", &["mode", "outcome"]);
+        "Queries answered, by mode (unknown: refused before it had one) and outcome (ok, error, refused, cached, handed_over: its partition was revoked and the next owner answers).", &["mode", "outcome"]);
     query_stage_seconds: HistogramVec = histogram_vec("ragstream_query_stage_seconds",
         "Seconds per query stage.", &["stage"], seconds());
     query_seconds: Histogram = histogram("ragstream_query_seconds",
@@ -334,9 +338,6 @@ impl Metrics {
                 .query_stage_seconds
                 .with_label_values(&[stage.as_str()]);
         }
-        for lane in ["dense", "bm25"] {
-            metrics.fusion_weight.with_label_values(&[lane]);
-        }
         metrics
             .fusion_adapted
             .with_label_values(&[Intent::CodeSearch.as_str()]);
@@ -354,12 +355,7 @@ impl Metrics {
         for reason in MMR_REASONS {
             metrics.mmr_rejections.with_label_values(&[reason]);
         }
-        for result in ["hit", "miss"] {
-            metrics.query_cache.with_label_values(&[result]);
-        }
-        for sink in ["kafka", "http"] {
-            metrics.contexts_published.with_label_values(&[sink]);
-        }
+        metrics.create_typed_labels();
         for dependency in crate::outage::Dependency::ALL {
             metrics.outage.with_label_values(&[dependency.as_str()]);
         }

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use ragstream_operators::metrics::{metrics, quantile};
+use ragstream_operators::metrics::{metrics, quantile, Moved};
 use serde_json::{json, Value};
 
 use crate::bench::{
@@ -266,14 +266,13 @@ pub fn standing(args: StandingBench) -> anyhow::Result<Value> {
         "rss_mib_after_ingest": rss_after_ingest,
     });
     if args.subscriptions > 0 {
-        let moved_by: serde_json::Map<String, Value> =
-            ["unfiltered", "cites", "dense", "bm25", "drift", "rest"]
-                .iter()
-                .map(|reason| {
-                    let count = metrics().standing_moved.with_label_values(&[reason]).get();
-                    (reason.to_string(), json!(count))
-                })
-                .collect();
+        let moved_by: serde_json::Map<String, Value> = Moved::ALL
+            .iter()
+            .map(|&reason| {
+                let count = metrics().standing_moved_count(reason);
+                (reason.as_str().to_string(), json!(count))
+            })
+            .collect();
         let histogram = &metrics().standing_change_to_version_seconds;
         report["standing"] = json!({
             "re_evaluations": evaluations,

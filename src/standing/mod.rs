@@ -51,7 +51,7 @@ use ragstream_core::query::probe::Probe;
 use ragstream_core::query::{Context, Watermark};
 use ragstream_operators::ingest::written::{Changes, DocChange, TenantChange};
 use ragstream_operators::io::query_source::HttpIngress;
-use ragstream_operators::metrics::metrics;
+use ragstream_operators::metrics::{metrics, Moved};
 use ragstream_operators::store::stats::CorpusStats;
 use ragstream_operators::store::Bm25Encoder;
 use ragstream_topologies::config::{StandingConfig, MAX_MIN_INTERVAL_MS};
@@ -791,10 +791,7 @@ impl Standing {
             let moved = match filter {
                 true => self.moved(state, tenant, &ids, docs.get(tenant.as_str())),
                 false => {
-                    metrics()
-                        .standing_moved
-                        .with_label_values(&["unfiltered"])
-                        .inc_by(ids.len() as u64);
+                    metrics().count_moved(Moved::Unfiltered, ids.len());
                     ids.iter().cloned().collect()
                 }
             };
@@ -870,7 +867,7 @@ impl Standing {
             .iter()
             .filter(|id| state.subscriptions.get(*id).is_some_and(|s| !owed(s)))
             .count();
-        moves::count("unfiltered", unfiltered);
+        moves::count(Moved::Unfiltered, unfiltered);
         // Each query's BM25 weights now, and how far they moved its members' scores.
         let weights: Vec<(Vec<f32>, f32)> = probes
             .iter()
@@ -878,10 +875,10 @@ impl Standing {
             .collect();
         for ((id, probe), (_, drift)) in probes.iter().zip(&weights) {
             if docs.iter().any(|doc| probe.cites(&doc.key.doc_id)) {
-                moves::count("cites", 1);
+                moves::count(Moved::Cites, 1);
                 moved.insert((*id).clone());
             } else if *drift > self.config.drift * probe.bm25_top {
-                moves::count("drift", 1);
+                moves::count(Moved::Drift, 1);
                 moved.insert((*id).clone());
             }
         }
@@ -974,7 +971,7 @@ impl Standing {
                     self.weights_now(&tenant, probe).1 > self.config.rest_drift * probe.bm25_top
                 });
                 if drifted {
-                    metrics().standing_moved.with_label_values(&["rest"]).inc();
+                    metrics().count_moved(Moved::Rest, 1);
                     subscription.wanted = Some(newer(subscription.wanted, settling.change));
                     state.active.insert(id);
                 }

@@ -5,18 +5,15 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use ragstream_core::query::probe::{cosine, Probe};
-use ragstream_operators::metrics::metrics;
+use ragstream_operators::metrics::{metrics, Moved};
 use ragstream_operators::store::SparseVector;
 
 /// A written chunk: its dense and BM25 vectors.
 pub(super) type Chunk = (Vec<f32>, SparseVector);
 
 /// Counts `count` subscriptions moved for `reason` (`ragstream_standing_moved_total`).
-pub(super) fn count(reason: &str, count: usize) {
-    metrics()
-        .standing_moved
-        .with_label_values(&[reason])
-        .inc_by(count as u64);
+pub(super) fn count(reason: Moved, count: usize) {
+    metrics().count_moved(reason, count);
 }
 
 /// Dense: every chunk against every query vector not moved yet; a query moves when its best cosine
@@ -35,7 +32,7 @@ pub(super) fn by_dense(
             .map(|(dense, _)| cosine(&probe.dense, dense))
             .try_fold(f32::NEG_INFINITY, |best, score| score.map(|s| best.max(s)));
         if probe.admits_dense(best) {
-            count("dense", 1);
+            count(Moved::Dense, 1);
             moved.insert((*id).clone());
         }
     }
@@ -93,7 +90,7 @@ pub(super) fn by_bm25(
             let (id, probe) = probes[*at];
             let (now, drift) = &weights[*at];
             if probe.admits_bm25_now(*score, now, *drift) && moved.insert(id.clone()) {
-                count("bm25", 1);
+                count(Moved::Bm25, 1);
             }
         }
     }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use super::query_ledger::{Handover, QueryLedger};
 
 use super::query_source::HttpIngress;
-use crate::metrics::metrics;
+use crate::metrics::{metrics, QueryOutcome, Sink};
 use crate::offload::{Ticket, Waker};
 use crate::query::job::Reply;
 use crate::query::publish::{ContextSink, Published};
@@ -122,10 +122,7 @@ impl ContextPublisher {
                 let ours = self.ledger.settle(lease);
                 if !ours {
                     tracing::debug!(query = %context.query_id, "partition revoked: the next owner answers");
-                    metrics()
-                        .queries
-                        .with_label_values(&[context.mode_name(), "handed_over"])
-                        .inc();
+                    metrics().query_ended(context.mode, QueryOutcome::HandedOver);
                 }
                 ours
             })
@@ -158,10 +155,7 @@ impl ContextPublisher {
             for (context, reply) in &published {
                 if let Reply::Http(request) = reply {
                     http.reply(*request, context.clone());
-                    metrics()
-                        .contexts_published
-                        .with_label_values(&["http"])
-                        .inc();
+                    metrics().context_published(Sink::Http);
                 }
             }
         }

@@ -9,7 +9,7 @@ use timely::dataflow::operators::OkErr;
 use timely::dataflow::StreamVec;
 
 use super::job::{QueryJob, Reply};
-use crate::metrics::metrics;
+use crate::metrics::{metrics, CacheResult, QueryOutcome};
 use crate::stage::map_stage;
 use ragstream_core::progress::IngestProgress;
 use ragstream_core::query::cache::LruTtl;
@@ -94,14 +94,11 @@ impl<'scope> CacheLookup<'scope> for StreamVec<'scope, u64, QueryJob> {
             {
                 context.query_id = job.query.query_id.clone();
                 context.latency_ms = BTreeMap::from([("cache".to_string(), 0.0)]);
-                let m = metrics();
-                m.query_cache.with_label_values(&["hit"]).inc();
-                m.queries
-                    .with_label_values(&[job.query.mode.as_str(), "cached"])
-                    .inc();
+                metrics().context_cache(CacheResult::Hit);
+                metrics().query_ended(Some(job.query.mode), QueryOutcome::Cached);
                 return Err((context, job.reply));
             }
-            metrics().query_cache.with_label_values(&["miss"]).inc();
+            metrics().context_cache(CacheResult::Miss);
             Ok(job)
         });
         looked_up.ok_err(|looked_up| looked_up)

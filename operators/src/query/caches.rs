@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::metrics::metrics;
+use crate::metrics::{metrics, CacheResult};
 use ragstream_core::query::cache::{CacheStats, LruTtl};
 use ragstream_core::query::pattern::TextPattern;
 use ragstream_core::query::{Context, Query};
@@ -55,9 +55,8 @@ impl CacheRegistry {
                 .filter(|(_, context)| context.tenant == tenant)
                 .count();
         });
-        let lookups = &metrics().query_cache;
-        stats.process_hits = lookups.with_label_values(&["hit"]).get();
-        stats.process_misses = lookups.with_label_values(&["miss"]).get();
+        stats.process_hits = metrics().context_cache_count(CacheResult::Hit);
+        stats.process_misses = metrics().context_cache_count(CacheResult::Miss);
         let total = stats.process_hits + stats.process_misses;
         if total > 0 {
             stats.process_hit_ratio = stats.process_hits as f64 / total as f64;

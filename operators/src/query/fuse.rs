@@ -5,7 +5,7 @@
 use timely::dataflow::StreamVec;
 
 use super::job::{ranked_step, Working};
-use crate::metrics::metrics;
+use crate::metrics::{metrics, Lane};
 use ragstream_core::query::adapt::adapt;
 use ragstream_core::query::fuse::{attach_evidence, attach_vectors, fuse};
 use ragstream_core::query::{Action, Cause, Decision, Stage};
@@ -70,13 +70,8 @@ impl<'scope> Fuse<'scope> for StreamVec<'scope, u64, Working> {
                 .map(|p| p.weights)
                 .unwrap_or_default();
             // The weights fusion uses, after any adaptation (the intent's preset where none).
-            let m = metrics();
-            m.fusion_weight
-                .with_label_values(&["dense"])
-                .observe(weights.dense as f64);
-            m.fusion_weight
-                .with_label_values(&["bm25"])
-                .observe(weights.bm25 as f64);
+            metrics().observe_fusion_weight(Lane::Dense, weights.dense);
+            metrics().observe_fusion_weight(Lane::Bm25, weights.bm25);
             let (mut candidates, decisions) = fuse(
                 std::mem::take(&mut working.answer.dense),
                 std::mem::take(&mut working.answer.bm25),

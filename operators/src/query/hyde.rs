@@ -11,7 +11,7 @@ use timely::dataflow::StreamVec;
 
 use super::job::{HydePassage, QueryJob};
 use super::remote::{outcome, remote, EndpointCall};
-use crate::metrics::metrics;
+use crate::metrics::{metrics, Endpoint, EndpointOutcome};
 use ragstream_core::query::cache::LruTtl;
 use ragstream_core::query::endpoints::{HydeConfig, HydeStrategy, PassageWriter};
 use ragstream_core::query::{Mode, QueryConfig, Stage};
@@ -143,10 +143,7 @@ impl<'scope> Hyde<'scope> for StreamVec<'scope, u64, QueryJob> {
                     joined: false,
                 });
                 if cached.is_some() {
-                    metrics()
-                        .endpoint_calls
-                        .with_label_values(&["hyde", "cached"])
-                        .inc();
+                    metrics().endpoint_call(Endpoint::Hyde, EndpointOutcome::Cached, None);
                     return None;
                 }
                 let writer = writer.clone();
@@ -157,7 +154,7 @@ impl<'scope> Hyde<'scope> for StreamVec<'scope, u64, QueryJob> {
                 job.record(Stage::Hyde, Instant::now() - took);
                 match result {
                     Ok(passages) => {
-                        outcome("hyde", "ok", took);
+                        outcome(Endpoint::Hyde, EndpointOutcome::Ok, took);
                         let preset = answered.preset(job.query.preset.as_deref());
                         let n = hypotheses(job, &preset.hyde);
                         cache.lock().expect("hyde cache").put(
@@ -170,7 +167,7 @@ impl<'scope> Hyde<'scope> for StreamVec<'scope, u64, QueryJob> {
                         }
                     }
                     Err(error) => {
-                        outcome("hyde", "fallback", took);
+                        outcome(Endpoint::Hyde, EndpointOutcome::Fallback, took);
                         job.hyde = None;
                         job.degraded = true;
                         job.notes.push(format!(

@@ -10,7 +10,7 @@ use timely::dataflow::operators::{Capability, Operator};
 use timely::dataflow::StreamVec;
 
 use super::job::Reply;
-use crate::metrics::metrics;
+use crate::metrics::{metrics, QueryOutcome};
 use crate::offload::{operator_waker, Parked, Ticket, Waker};
 use ragstream_core::query::{Context, Stage};
 
@@ -90,15 +90,12 @@ impl<'scope> Publish<'scope> for StreamVec<'scope, u64, (Context, Reply)> {
                         metrics().observe_stage(Stage::Publish, started.elapsed().as_secs_f64());
                         for (context, _) in &contexts {
                             let outcome = if context.error.is_some() {
-                                "error"
+                                QueryOutcome::Error
                             } else {
-                                "ok"
+                                QueryOutcome::Ok
                             };
-                            if let Some(mode) = context.mode {
-                                metrics()
-                                    .queries
-                                    .with_label_values(&[mode.as_str(), outcome])
-                                    .inc();
+                            if context.mode.is_some() {
+                                metrics().query_ended(context.mode, outcome);
                             }
                             if let Some(total) = context.latency_ms.get("total") {
                                 metrics().query_seconds.observe(total / 1000.0);

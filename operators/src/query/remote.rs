@@ -14,7 +14,7 @@ use timely::dataflow::channels::pact::Pipeline;
 use timely::dataflow::operators::{Capability, Operator};
 use timely::dataflow::StreamVec;
 
-use crate::metrics::metrics;
+use crate::metrics::{metrics, Endpoint, EndpointOutcome};
 use crate::offload::{operator_waker, promise, CallPool, Parked};
 
 /// An endpoint call: its answer, or why there is none.
@@ -85,13 +85,6 @@ pub(crate) fn remote<'scope, T: 'static, R: Send + 'static>(
 
 /// Counts an endpoint call's outcome and time (`ragstream_endpoint_calls_total`,
 /// `ragstream_endpoint_seconds`).
-pub(crate) fn outcome(endpoint: &str, outcome: &str, took: Duration) {
-    metrics()
-        .endpoint_calls
-        .with_label_values(&[endpoint, outcome])
-        .inc();
-    metrics()
-        .endpoint_seconds
-        .with_label_values(&[endpoint])
-        .observe(took.as_secs_f64());
+pub(crate) fn outcome(endpoint: Endpoint, outcome: EndpointOutcome, took: Duration) {
+    metrics().endpoint_call(endpoint, outcome, Some(took));
 }

@@ -9,6 +9,7 @@ use timely::dataflow::StreamVec;
 
 use super::job::Working;
 use super::remote::{outcome, remote, EndpointCall};
+use crate::metrics::{Endpoint, EndpointOutcome};
 use ragstream_core::query::endpoints::{apply_scores, RerankKind, Reranker};
 use ragstream_core::query::{Action, Cause, Decision, Mode, Stage};
 
@@ -86,11 +87,7 @@ impl<'scope> RerankEndpoint<'scope> for StreamVec<'scope, u64, Working> {
         timeout: Duration,
     ) -> StreamVec<'scope, u64, Working> {
         let kind: RerankKind = reranker.kind();
-        let label = match kind {
-            RerankKind::Llm => "rerank_llm",
-            RerankKind::Cohere => "rerank_cohere",
-            _ => "rerank_http",
-        };
+        let endpoint = Endpoint::of_rerank(kind);
         remote(
             self,
             "RerankEndpoint",
@@ -119,12 +116,12 @@ impl<'scope> RerankEndpoint<'scope> for StreamVec<'scope, u64, Working> {
                     .record(Stage::RerankEndpoint, Instant::now() - took);
                 match result {
                     Ok(scores) => {
-                        outcome(label, "ok", took);
+                        outcome(endpoint, EndpointOutcome::Ok, took);
                         apply_scores(&mut working.candidates, window, &scores);
                         working.trace_ranking();
                     }
                     Err(error) => {
-                        outcome(label, "fallback", took);
+                        outcome(endpoint, EndpointOutcome::Fallback, took);
                         working.job.degraded = true;
                         working.trace.decisions.push(Decision::new(
                             "",

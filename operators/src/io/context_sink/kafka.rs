@@ -11,7 +11,7 @@ use rdkafka::{ClientConfig, ClientContext};
 
 use super::HANDOVER_FLUSH;
 use crate::io::kafka_log::{log_client_error, ErrorDedup};
-use crate::metrics::metrics;
+use crate::metrics::{metrics, Sink};
 use crate::offload::{lock, promise, Promise, Ticket, Waker};
 use ragstream_core::query::Context;
 
@@ -78,10 +78,7 @@ impl ContextsTopic {
             if let Err(full) = send(&self.producer, &self.topic, time, key, &payload) {
                 deliveries.retry(full);
             }
-            metrics()
-                .contexts_published
-                .with_label_values(&["kafka"])
-                .inc();
+            metrics().context_published(Sink::Kafka);
         }
         ticket
     }
