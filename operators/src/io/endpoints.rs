@@ -8,7 +8,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use ragstream_core::query::endpoints::{
-    grading_prompt, hyde_prompt, parse_grades, EndpointConfig, PassageWriter, RerankKind, Reranker,
+    grading_prompt, hyde_prompt, parse_grades, EndpointConfig, EndpointError, PassageWriter,
+    RerankKind, Reranker,
 };
 
 /// A JSON POST client of one endpoint.
@@ -49,7 +50,11 @@ impl Client {
         }
     }
 
-    fn post(&self, path: &str, body: &Value) -> Result<Value, String> {
+    fn post(&self, path: &str, body: &Value) -> Result<Value, EndpointError> {
+        let unreachable = |error: ureq::Error| EndpointError::Unreachable {
+            path: path.to_string(),
+            message: error.to_string(),
+        };
         let url = format!("{}{path}", self.base);
         let mut request = self
             .agent
@@ -60,27 +65,28 @@ impl Client {
         }
         let mut response = request
             .send(body.to_string().as_bytes())
-            .map_err(|e| format!("{path}: {e}"))?;
+            .map_err(unreachable)?;
         let status = response.status().as_u16();
-        let text = response
-            .body_mut()
-            .read_to_string()
-            .map_err(|e| format!("{path}: {e}"))?;
+        let text = response.body_mut().read_to_string().map_err(unreachable)?;
         if status >= 400 {
-            return Err(format!(
-                "{path}: status {status}: {}",
-                text.chars().take(200).collect::<String>()
-            ));
+            return Err(EndpointError::Status {
+                path: path.to_string(),
+                status,
+                body: text.chars().take(200).collect(),
+            });
         }
-        serde_json::from_str(&text).map_err(|e| format!("{path}: invalid JSON: {e}"))
+        serde_json::from_str(&text)
+            .map_err(|e| EndpointError::Reply(format!("{path}: invalid JSON: {e}")))
     }
 
     /// One chat completion's text.
-    fn chat(&self, system: &str, user: &str, max_tokens: usize) -> Result<String, String> {
+    fn chat(&self, system: &str, user: &str, max_tokens: usize) -> Result<String, EndpointError> {
         self.chat_n(system, user, max_tokens, 1, 0.0)?
             .into_iter()
             .next()
-            .ok_or_else(|| "chat reply without choices[0].message.content".to_string())
+            .ok_or_else(|| {
+                EndpointError::Reply("chat reply without choices[0].message.content".into())
+            })
     }
 
     /// Up to `n` chat completions of one request (`n` choices at `temperature`; a server that
@@ -92,7 +98,7 @@ impl Client {
         max_tokens: usize,
         n: usize,
         temperature: f32,
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Vec<String>, EndpointError> {
         let mut body = json!({
             "model": self.model,
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
@@ -114,7 +120,9 @@ impl Client {
             })
             .unwrap_or_default();
         if texts.is_empty() {
-            return Err("chat reply without choices[0].message.content".into());
+            return Err(EndpointError::Reply(
+                "chat reply without choices[0].message.content".into(),
+            ));
         }
         Ok(texts)
     }
@@ -136,7 +144,7 @@ impl Reranker for TeiReranker {
         RerankKind::Http
     }
 
-    fn score(&self, query: &str, texts: &[String]) -> Result<Vec<f32>, String> {
+    fn score(&self, query: &str, texts: &[String]) -> Result<Vec<f32>, EndpointError> {
         let reply = self.0.post(
             "/rerank",
             &json!({"query": query, "texts": texts, "raw_scores": false, "truncate": true}),
@@ -161,7 +169,7 @@ impl Reranker for CohereReranker {
         RerankKind::Cohere
     }
 
-    fn score(&self, query: &str, texts: &[String]) -> Result<Vec<f32>, String> {
+    fn score(&self, query: &str, texts: &[String]) -> Result<Vec<f32>, EndpointError> {
         let mut body = json!({"query": query, "documents": texts, "top_n": texts.len(),
                               "return_documents": false});
         if !self.0.model.is_empty() {
@@ -173,32 +181,40 @@ impl Reranker for CohereReranker {
 }
 
 /// The scores of a TEI rerank reply `[{"index": i, "score": s}, …]` (any order), by text index.
-fn parse_rerank(reply: &Value, n: usize) -> Result<Vec<f32>, String> {
+fn parse_rerank(reply: &Value, n: usize) -> Result<Vec<f32>, EndpointError> {
     parse_scores(reply, "score", n)
 }
 
 /// The scores of `[{"index": i, <field>: s}, …]` (any order), by text index; every text needs one.
-fn parse_scores(reply: &Value, field: &str, n: usize) -> Result<Vec<f32>, String> {
-    let items = reply
-        .as_array()
-        .ok_or_else(|| format!("rerank reply is not an array of {{index, {field}}}"))?;
+fn parse_scores(reply: &Value, field: &str, n: usize) -> Result<Vec<f32>, EndpointError> {
+    let bad = EndpointError::Reply;
+    let items = reply.as_array().ok_or_else(|| {
+        bad(format!(
+            "rerank reply is not an array of {{index, {field}}}"
+        ))
+    })?;
     let mut scores = vec![None; n];
     for item in items {
-        let index = item["index"].as_u64().ok_or("rerank item without index")? as usize;
+        let index = item["index"]
+            .as_u64()
+            .ok_or_else(|| bad("rerank item without index".into()))? as usize;
         let score = item[field]
             .as_f64()
-            .ok_or_else(|| format!("rerank item without {field}"))? as f32;
+            .ok_or_else(|| bad(format!("rerank item without {field}")))? as f32;
         if !score.is_finite() {
-            return Err(format!("rerank score {score} for text {}", item["index"]));
+            return Err(bad(format!(
+                "rerank score {score} for text {}",
+                item["index"]
+            )));
         }
         *scores
             .get_mut(index)
-            .ok_or_else(|| format!("rerank index {index} for {n} texts"))? = Some(score);
+            .ok_or_else(|| bad(format!("rerank index {index} for {n} texts")))? = Some(score);
     }
     scores
         .into_iter()
         .enumerate()
-        .map(|(i, s)| s.ok_or_else(|| format!("no rerank score for text {i}")))
+        .map(|(i, s)| s.ok_or_else(|| bad(format!("no rerank score for text {i}"))))
         .collect()
 }
 
@@ -218,7 +234,7 @@ impl Reranker for LlmReranker {
         RerankKind::Llm
     }
 
-    fn score(&self, query: &str, texts: &[String]) -> Result<Vec<f32>, String> {
+    fn score(&self, query: &str, texts: &[String]) -> Result<Vec<f32>, EndpointError> {
         let (system, user) = grading_prompt(query, texts);
         let reply = self.0.chat(&system, &user, 8 * texts.len() + 16)?;
         parse_grades(&reply, texts.len())
@@ -245,7 +261,7 @@ impl ChatPassageWriter {
 impl PassageWriter for ChatPassageWriter {
     /// One passage at temperature 0; more are sampled at 0.7 (one request for all of them, then one
     /// request per passage the server did not return), at most `n` requests in all.
-    fn write(&self, query: &str, n: usize) -> Result<Vec<String>, String> {
+    fn write(&self, query: &str, n: usize) -> Result<Vec<String>, EndpointError> {
         let (system, user) = hyde_prompt(query);
         let n = n.clamp(1, ragstream_core::query::endpoints::MAX_HYPOTHESES);
         let temperature = if n == 1 { 0.0 } else { 0.7 };
@@ -268,7 +284,9 @@ impl PassageWriter for ChatPassageWriter {
         }
         passages.truncate(n);
         if passages.is_empty() {
-            return Err("the model wrote an empty passage".into());
+            return Err(EndpointError::Reply(
+                "the model wrote an empty passage".into(),
+            ));
         }
         Ok(passages)
     }
@@ -284,13 +302,16 @@ mod tests {
         assert_eq!(parse_rerank(&reply, 2).unwrap(), vec![0.1, 0.9]);
         assert!(parse_rerank(&json!([{"index": 0, "score": 1.0}]), 2)
             .unwrap_err()
+            .to_string()
             .contains("no rerank score for text 1"));
         assert!(parse_rerank(&json!([{"index": 5, "score": 1.0}]), 2)
             .unwrap_err()
+            .to_string()
             .contains("index 5"));
         assert!(parse_rerank(&json!({"error": "x"}), 1).is_err());
         assert!(parse_rerank(&json!([{"index": 0, "score": 1e300}]), 1)
             .unwrap_err()
+            .to_string()
             .contains("rerank score inf"));
     }
 
@@ -306,6 +327,7 @@ mod tests {
         assert!(
             parse_scores(&json!([{"index": 0, "score": 0.5}]), "relevance_score", 1)
                 .unwrap_err()
+                .to_string()
                 .contains("without relevance_score")
         );
         assert!(parse_scores(&json!({"results": []})["missing"], "relevance_score", 1).is_err());
@@ -325,6 +347,7 @@ mod tests {
         assert!(TeiReranker(client)
             .score("q", &["a".into()])
             .unwrap_err()
+            .to_string()
             .contains("/rerank"));
     }
 }

@@ -13,7 +13,7 @@ use super::job::{HydePassage, QueryJob};
 use super::remote::{outcome, remote, EndpointCall};
 use crate::metrics::{metrics, Endpoint, EndpointOutcome};
 use ragstream_core::query::cache::LruTtl;
-use ragstream_core::query::endpoints::{HydeConfig, HydeStrategy, PassageWriter};
+use ragstream_core::query::endpoints::{EndpointError, HydeConfig, HydeStrategy, PassageWriter};
 use ragstream_core::query::{Mode, QueryConfig, Stage};
 
 /// Passages a query asks for: its `num_hypotheses`, else its preset's.
@@ -56,7 +56,7 @@ fn wanted(job: &QueryJob, config: &QueryConfig) -> Option<(HydeStrategy, f32, us
 ///
 /// ```
 /// use std::sync::Arc;
-/// use ragstream_core::query::endpoints::PassageWriter;
+/// use ragstream_core::query::endpoints::{EndpointError, PassageWriter};
 /// use ragstream_core::query::QueryConfig;
 /// use ragstream_operators::query::example::job;
 /// use ragstream_operators::query::hyde::Hyde;
@@ -67,7 +67,7 @@ fn wanted(job: &QueryJob, config: &QueryConfig) -> Option<(HydeStrategy, f32, us
 /// struct Restate;
 ///
 /// impl PassageWriter for Restate {
-///     fn write(&self, query: &str, n: usize) -> Result<Vec<String>, String> {
+///     fn write(&self, query: &str, n: usize) -> Result<Vec<String>, EndpointError> {
 ///         Ok((1..=n).map(|i| format!("Passage {i} on {query}.")).collect())
 ///     }
 /// }
@@ -150,7 +150,7 @@ impl<'scope> Hyde<'scope> for StreamVec<'scope, u64, QueryJob> {
                 let text = job.query.text.clone();
                 Some(Box::new(move || writer.write(&text, n)) as EndpointCall<Vec<String>>)
             },
-            move |job: &mut QueryJob, result: Result<Vec<String>, String>, took| {
+            move |job: &mut QueryJob, result: Result<Vec<String>, EndpointError>, took| {
                 job.record(Stage::Hyde, Instant::now() - took);
                 match result {
                     Ok(passages) => {

@@ -16,9 +16,10 @@ use timely::dataflow::StreamVec;
 
 use crate::metrics::{metrics, Endpoint, EndpointOutcome};
 use crate::offload::{operator_waker, promise, CallPool, Parked};
+use ragstream_core::query::endpoints::EndpointError;
 
 /// An endpoint call: its answer, or why there is none.
-pub(crate) type EndpointCall<R> = Box<dyn FnOnce() -> Result<R, String> + Send>;
+pub(crate) type EndpointCall<R> = Box<dyn FnOnce() -> Result<R, EndpointError> + Send>;
 
 /// A stage whose records may wait for an endpoint: `prepare` returns the call a record needs (or
 /// `None`: the record goes on at once); its result is handed to `finish` on the worker. A call
@@ -30,13 +31,13 @@ pub(crate) fn remote<'scope, T: 'static, R: Send + 'static>(
     threads: usize,
     timeout: Duration,
     mut prepare: impl FnMut(&mut T) -> Option<EndpointCall<R>> + 'static,
-    mut finish: impl FnMut(&mut T, Result<R, String>, Duration) + 'static,
+    mut finish: impl FnMut(&mut T, Result<R, EndpointError>, Duration) + 'static,
 ) -> StreamVec<'scope, u64, T> {
     let scope = stream.scope();
     stream.unary::<CapacityContainerBuilder<Vec<T>>, _, _, _>(Pipeline, name, move |_, info| {
         let waker = operator_waker(scope.worker(), &info.address);
         let pool = CallPool::new(&name.to_lowercase(), threads);
-        let mut waiting: Parked<Capability<u64>, (T, Instant), Result<R, String>> =
+        let mut waiting: Parked<Capability<u64>, (T, Instant), Result<R, EndpointError>> =
             Parked::default();
         move |input, output| {
             input.for_each(|cap, data| {
@@ -50,13 +51,15 @@ pub(crate) fn remote<'scope, T: 'static, R: Send + 'static>(
                     let queued = Instant::now();
                     let queued_call = Box::new(move || {
                         answer.keep(if queued.elapsed() >= timeout {
-                            Err(format!(
+                            Err(EndpointError::NotCalled(format!(
                                 "no call slot free within the timeout ({} ms)",
                                 timeout.as_millis()
-                            ))
+                            )))
                         } else {
                             std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
-                                .unwrap_or_else(|_| Err("the endpoint call panicked".into()))
+                                .unwrap_or_else(|_| {
+                                    Err(EndpointError::Reply("the endpoint call panicked".into()))
+                                })
                         });
                     });
                     if pool.run(queued_call) {
@@ -65,7 +68,7 @@ pub(crate) fn remote<'scope, T: 'static, R: Send + 'static>(
                     } else {
                         finish(
                             &mut record,
-                            Err("no endpoint call thread".into()),
+                            Err(EndpointError::NotCalled("no endpoint call thread".into())),
                             Duration::ZERO,
                         );
                         ready.push(record);

@@ -10,7 +10,7 @@ use timely::dataflow::StreamVec;
 use super::job::Working;
 use super::remote::{outcome, remote, EndpointCall};
 use crate::metrics::{Endpoint, EndpointOutcome};
-use ragstream_core::query::endpoints::{apply_scores, RerankKind, Reranker};
+use ragstream_core::query::endpoints::{apply_scores, EndpointError, RerankKind, Reranker};
 use ragstream_core::query::{Action, Cause, Decision, Mode, Stage};
 
 /// Extension trait: the `RerankEndpoint` operator.
@@ -23,7 +23,7 @@ use ragstream_core::query::{Action, Cause, Decision, Mode, Stage};
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use ragstream_core::query::endpoints::{RerankKind, Reranker};
+/// use ragstream_core::query::endpoints::{EndpointError, RerankKind, Reranker};
 /// use ragstream_operators::query::example::{documents, gathered, hit, job};
 /// use ragstream_operators::query::fuse::Fuse;
 /// use ragstream_operators::query::rerank_endpoint::RerankEndpoint;
@@ -37,9 +37,12 @@ use ragstream_core::query::{Action, Cause, Decision, Mode, Stage};
 ///     fn kind(&self) -> RerankKind {
 ///         RerankKind::Http
 ///     }
-///     fn score(&self, _query: &str, texts: &[String]) -> Result<Vec<f32>, String> {
+///     fn score(&self, _query: &str, texts: &[String]) -> Result<Vec<f32>, EndpointError> {
 ///         if !self.0 {
-///             return Err("connection refused".into());
+///             return Err(EndpointError::Unreachable {
+///                 path: "/rerank".into(),
+///                 message: "connection refused".into(),
+///             });
 ///         }
 ///         Ok(texts.iter().map(|t| f32::from(u8::from(t.contains("crab")))).collect())
 ///     }
@@ -110,7 +113,7 @@ impl<'scope> RerankEndpoint<'scope> for StreamVec<'scope, u64, Working> {
                 let reranker = reranker.clone();
                 Some(Box::new(move || reranker.score(&query, &texts)) as EndpointCall<Vec<f32>>)
             },
-            move |working: &mut Working, result: Result<Vec<f32>, String>, took| {
+            move |working: &mut Working, result: Result<Vec<f32>, EndpointError>, took| {
                 working
                     .job
                     .record(Stage::RerankEndpoint, Instant::now() - took);

@@ -161,18 +161,48 @@ impl Default for HydeConfig {
     }
 }
 
+/// Why a model endpoint gave no answer. The query goes on without it either way (the built-in
+/// order, the query's own vector), saying why in its notes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    /// Not reached, or no answer in time.
+    #[error("{path}: {message}")]
+    Unreachable {
+        /// The API path called.
+        path: String,
+        /// What failed.
+        message: String,
+    },
+    /// It answered with an error status.
+    #[error("{path}: status {status}: {body}")]
+    Status {
+        /// The API path called.
+        path: String,
+        /// The HTTP status.
+        status: u16,
+        /// The start of its body (at most 200 characters).
+        body: String,
+    },
+    /// Its answer is not what the API promises.
+    #[error("{0}")]
+    Reply(String),
+    /// The call never started: no call slot was free within the timeout, or none could be made.
+    #[error("{0}")]
+    NotCalled(String),
+}
+
 /// Scores passages for a query (higher is more relevant), one score per text, in order.
 pub trait Reranker: Send + Sync {
     /// Which kind of endpoint this is.
     fn kind(&self) -> RerankKind;
     /// Scores `texts` against `query`.
-    fn score(&self, query: &str, texts: &[String]) -> Result<Vec<f32>, String>;
+    fn score(&self, query: &str, texts: &[String]) -> Result<Vec<f32>, EndpointError>;
 }
 
 /// Writes hypothetical passages answering a query (HyDE).
 pub trait PassageWriter: Send + Sync {
     /// Up to `n` passages (at least one, or an error).
-    fn write(&self, query: &str, n: usize) -> Result<Vec<String>, String>;
+    fn write(&self, query: &str, n: usize) -> Result<Vec<String>, EndpointError>;
 }
 
 /// Characters of a passage shown to a grading model (keeps the prompt bounded).
@@ -203,24 +233,25 @@ pub fn grading_prompt(query: &str, texts: &[String]) -> (String, String) {
 }
 
 /// The grades in a chat model's reply: the first JSON array of `n` numbers in it.
-pub fn parse_grades(reply: &str, n: usize) -> Result<Vec<f32>, String> {
+pub fn parse_grades(reply: &str, n: usize) -> Result<Vec<f32>, EndpointError> {
+    let bad = EndpointError::Reply;
     let start = reply.find('[').ok_or_else(|| {
-        format!(
+        bad(format!(
             "no JSON array in the grader's reply ({} chars)",
             reply.len()
-        )
+        ))
     })?;
     let end = reply[start..]
         .find(']')
         .map(|e| start + e + 1)
-        .ok_or("an unclosed JSON array in the grader's reply")?;
+        .ok_or_else(|| bad("an unclosed JSON array in the grader's reply".into()))?;
     let grades: Vec<f32> = serde_json::from_str(&reply[start..end])
-        .map_err(|e| format!("the grader's array is not numbers: {e}"))?;
+        .map_err(|e| bad(format!("the grader's array is not numbers: {e}")))?;
     if grades.len() != n {
-        return Err(format!("{} grades for {n} passages", grades.len()));
+        return Err(bad(format!("{} grades for {n} passages", grades.len())));
     }
     if grades.iter().any(|g| !g.is_finite()) {
-        return Err("a grade is not a finite number".into());
+        return Err(bad("a grade is not a finite number".into()));
     }
     Ok(grades)
 }
@@ -373,12 +404,15 @@ mod tests {
         assert_eq!(parse_grades("[1.5,2]", 2).unwrap(), vec![1.5, 2.0]);
         assert!(parse_grades("no idea", 2)
             .unwrap_err()
+            .to_string()
             .contains("no JSON array"));
         assert!(parse_grades("[1, 2]", 3)
             .unwrap_err()
+            .to_string()
             .contains("2 grades for 3"));
         assert!(parse_grades("[\"a\"]", 1)
             .unwrap_err()
+            .to_string()
             .contains("not numbers"));
         let (_, user) = grading_prompt("q?", &["é".repeat(GRADED_CHARS), "b".into()]);
         assert!(user.contains("Passage 2:\n<passage>\nb\n</passage>"));
