@@ -44,6 +44,46 @@ pub const OUTCOMES: [&str; 6] = [
     "crashed",
 ];
 
+/// Why the sandbox read no text from a file: the message of the file's refusal (and DLQ record),
+/// and the `outcome` label of `ragstream_sandbox_reads_total` ([`SandboxError::outcome`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SandboxError {
+    /// No child could be started.
+    #[error("the file sandbox cannot start: {0}")]
+    CannotStart(String),
+    /// The child ran out of address space.
+    #[error("memory limit: the parser needed more than {0} MiB")]
+    Memory(u64),
+    /// No answer within the wall-clock limit (seconds).
+    #[error("time limit: not read within {0} s")]
+    Wall(u64),
+    /// The child used its CPU time (seconds).
+    #[error("time limit: the parser used more than {0} s of CPU")]
+    Cpu(u64),
+    /// The child's answer outgrew the text limit (bytes).
+    #[error("output limit: the parser's answer exceeds {0} bytes")]
+    Output(usize),
+    /// The child died or answered nonsense.
+    #[error("crashed: {0}")]
+    Crashed(String),
+    /// The parser read the file and refused it (not a PDF, encrypted, no text…).
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl SandboxError {
+    /// The `outcome` label of this refusal (one of [`OUTCOMES`]).
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            SandboxError::Memory(_) => "memory_limit",
+            SandboxError::Wall(_) | SandboxError::Cpu(_) => "time_limit",
+            SandboxError::Output(_) => "output_limit",
+            SandboxError::Crashed(_) => "crashed",
+            SandboxError::CannotStart(_) | SandboxError::Refused(_) => "refused",
+        }
+    }
+}
+
 /// Limits of one child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SandboxLimits {
@@ -167,13 +207,13 @@ impl Sandbox {
         kind: DocKind,
         bytes: &[u8],
         limits: &ExtractLimits,
-    ) -> Result<Extracted, String> {
+    ) -> Result<Extracted, SandboxError> {
         let _slot = self.acquire();
         let started = Instant::now();
         let mut child = self
             .command()
             .spawn()
-            .map_err(|error| format!("the file sandbox cannot start: {error}"))?;
+            .map_err(|error| SandboxError::CannotStart(error.to_string()))?;
         let header = serde_json::json!({
             "kind": kind.as_str(),
             "max_text_bytes": limits.max_text_bytes,
@@ -222,29 +262,22 @@ impl Sandbox {
         let (status, answer, over, errors) = outcome;
         let status = match status {
             Some(status) => status,
-            None => {
-                return Err(format!(
-                    "time limit: not read within {} s",
-                    self.limits.wall_secs
-                ))
-            }
+            None => return Err(SandboxError::Wall(self.limits.wall_secs)),
         };
         if over {
-            return Err(format!(
-                "output limit: the parser's answer exceeds {most} bytes"
-            ));
+            return Err(SandboxError::Output(most));
         }
         if !status.success() {
             return Err(self.failure(status, &errors));
         }
         let Some(at) = memchr::memmem::find(&answer, ANSWER) else {
-            return Err("crashed: the parser gave no answer".into());
+            return Err(SandboxError::Crashed("the parser gave no answer".into()));
         };
         decode_answer(&answer[at + ANSWER.len()..])
     }
 
     /// Why a child that did not exit 0 failed.
-    fn failure(&self, status: ExitStatus, errors: &[u8]) -> String {
+    fn failure(&self, status: ExitStatus, errors: &[u8]) -> SandboxError {
         let errors = String::from_utf8_lossy(errors);
         let last = errors
             .lines()
@@ -254,25 +287,16 @@ impl Sandbox {
         let last: String = last.chars().take(300).collect();
         let signal = signal_of(&status);
         if errors.contains("memory allocation of") || errors.contains("out of memory") {
-            return format!(
-                "memory limit: the parser needed more than {} MiB",
-                self.limits.memory_mib
-            );
+            return SandboxError::Memory(self.limits.memory_mib);
         }
         if matches!(signal, Some(libc::SIGXCPU) | Some(libc::SIGKILL)) {
-            return format!(
-                "time limit: the parser used more than {} s of CPU",
-                self.limits.cpu_secs
-            );
+            return SandboxError::Cpu(self.limits.cpu_secs);
         }
-        match signal {
-            Some(signal) => format!("crashed: the parser died of signal {signal} {last}")
-                .trim_end()
-                .to_string(),
-            None => format!("crashed: the parser exited with {status} {last}")
-                .trim_end()
-                .to_string(),
-        }
+        let how = match signal {
+            Some(signal) => format!("the parser died of signal {signal} {last}"),
+            None => format!("the parser exited with {status} {last}"),
+        };
+        SandboxError::Crashed(how.trim_end().to_string())
     }
 }
 
@@ -289,16 +313,11 @@ impl FileReader for Sandbox {
         }
         crate::metrics::metrics()
             .sandbox_reads
-            .with_label_values(&[match &outcome {
-                Ok(_) => "read",
-                Err(m) if m.starts_with("memory limit") => "memory_limit",
-                Err(m) if m.starts_with("time limit") => "time_limit",
-                Err(m) if m.starts_with("output limit") => "output_limit",
-                Err(m) if m.starts_with("crashed") => "crashed",
-                Err(_) => "refused",
-            }])
+            .with_label_values(&[outcome
+                .as_ref()
+                .map_or_else(SandboxError::outcome, |_| "read")])
             .inc();
-        outcome.map_err(|message| ExtractError::new(kind, message))
+        outcome.map_err(|error| ExtractError::new(kind, error.to_string()))
     }
 }
 
@@ -380,16 +399,17 @@ fn signal_of(status: &ExitStatus) -> Option<i32> {
     }
 }
 
-fn decode_answer(json: &[u8]) -> Result<Extracted, String> {
-    let answer: serde_json::Value = serde_json::from_slice(json)
-        .map_err(|error| format!("crashed: the parser's answer is not JSON: {error}"))?;
+fn decode_answer(json: &[u8]) -> Result<Extracted, SandboxError> {
+    let answer: serde_json::Value = serde_json::from_slice(json).map_err(|error| {
+        SandboxError::Crashed(format!("the parser's answer is not JSON: {error}"))
+    })?;
     if let Some(error) = answer.get("error").and_then(|e| e.as_str()) {
-        return Err(error.to_string());
+        return Err(SandboxError::Refused(error.to_string()));
     }
     let text = answer
         .get("text")
         .and_then(|t| t.as_str())
-        .ok_or("crashed: the parser's answer has no text")?
+        .ok_or_else(|| SandboxError::Crashed("the parser's answer has no text".into()))?
         .to_string();
     let title = answer
         .get("title")

@@ -223,3 +223,32 @@ fn children_run_at_most_max_parallel_at_once() {
         assert!(pair[0].1 <= pair[1].0, "children overlapped: {spans:?}");
     }
 }
+
+#[test]
+fn each_refusal_names_its_limit_and_counts_under_its_outcome() {
+    for (error, prefix, outcome) in [
+        (SandboxError::Memory(256), "memory limit", "memory_limit"),
+        (SandboxError::Wall(1), "time limit", "time_limit"),
+        (SandboxError::Cpu(1), "time limit", "time_limit"),
+        (SandboxError::Output(10), "output limit", "output_limit"),
+        (
+            SandboxError::Crashed("signal 11".into()),
+            "crashed",
+            "crashed",
+        ),
+        (
+            SandboxError::Refused("encrypted".into()),
+            "encrypted",
+            "refused",
+        ),
+        (
+            SandboxError::CannotStart("no such file".into()),
+            "the file sandbox cannot start",
+            "refused",
+        ),
+    ] {
+        assert!(error.to_string().starts_with(prefix), "{error}");
+        assert_eq!(error.outcome(), outcome, "{error}");
+        assert!(OUTCOMES.contains(&outcome));
+    }
+}
