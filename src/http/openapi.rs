@@ -227,9 +227,17 @@ fn subscription_paths(bearer: &Value, subscribe: Value) -> Value {
     })
 }
 
-/// The OpenAPI 3.1 document of the job's HTTP API.
-pub fn document() -> Value {
-    // Requests are described as the job reads them, responses as it writes them.
+/// The schemas of the document: the components, and the request bodies that refer to them.
+struct Schemas {
+    components: serde_json::Map<String, Value>,
+    query: Value,
+    documents: Value,
+    subscribe: Value,
+}
+
+/// Requests are described as the job reads them, responses as it writes them; a name with two
+/// shapes gives the response's its own name (`…Response`).
+fn schemas() -> Schemas {
     let mut requests = generator(false, COMPONENTS);
     let query = requests.subschema_for::<Query>().to_value();
     let documents = requests.subschema_for::<DocumentsRequest>().to_value();
@@ -267,6 +275,22 @@ pub fn document() -> Value {
             }
         }
     }
+    Schemas {
+        components: schemas,
+        query,
+        documents,
+        subscribe,
+    }
+}
+
+/// The OpenAPI 3.1 document of the job's HTTP API.
+pub fn document() -> Value {
+    let Schemas {
+        components: schemas,
+        query,
+        documents,
+        subscribe,
+    } = schemas();
     let bearer = json!([{ "bearer": [] }]);
     let tenant = |required: bool, description: &str| {
         json!({

@@ -74,7 +74,7 @@ fn assert_same(got: &LaneHits, expected: &LaneHits, dense_query: Option<&[f32]>,
 /// same hits, scores and vectors (units included), filters and thresholds applied, a lane left out
 /// or both.
 pub(super) fn check_search_lanes(store: &dyn VectorStore, points: &Points) {
-    let Points { a1, a2, .. } = points;
+    let Points { a2, .. } = points;
     let tenant_a = SearchFilter {
         tenant: Some("a".into()),
         ..SearchFilter::default()
@@ -155,7 +155,19 @@ pub(super) fn check_search_lanes(store: &dyn VectorStore, points: &Points) {
         let dense_query = query.dense.as_ref().map(|lane| lane.vector.as_slice());
         assert_same(&got, &expected, dense_query, what);
     }
-    let got = store.search_lanes(&both, &tenant_a).expect("both");
+    check_lanes_of_tenant_a(store, points, &both, (&tenant_a, &eng));
+}
+
+/// `search_lanes` over tenant `a` with `both` lanes: the best dense hit, a2's evidence from its
+/// units, a pool of tokens cutting the lanes, and the ACL filter `eng` inside the request.
+fn check_lanes_of_tenant_a(
+    store: &dyn VectorStore,
+    points: &Points,
+    both: &LaneQuery,
+    (tenant_a, eng): (&SearchFilter, &SearchFilter),
+) {
+    let Points { a1, a2, .. } = points;
+    let got = store.search_lanes(both, tenant_a).expect("both");
     assert_eq!(ids(&got.dense).first().map(String::as_str), Some("a/two"));
     assert_eq!(got.vectors.len(), 3, "three chunks of tenant a");
     let a2_vectors = &got
@@ -187,7 +199,7 @@ pub(super) fn check_search_lanes(store: &dyn VectorStore, points: &Points) {
         }),
         ..both.clone()
     };
-    let cut = store.search_lanes(&pooled, &tenant_a).expect("pool");
+    let cut = store.search_lanes(&pooled, tenant_a).expect("pool");
     assert_eq!(
         got.dense.len(),
         3,
@@ -205,7 +217,7 @@ pub(super) fn check_search_lanes(store: &dyn VectorStore, points: &Points) {
         cut.hit_ids().len(),
         "vectors of the hits kept only"
     );
-    let got = store.search_lanes(&both, &eng).expect("acl");
+    let got = store.search_lanes(both, eng).expect("acl");
     assert!(
         got.hit_ids().iter().all(|id| *id == a1.id || *id == a2.id),
         "the ACL inside the request"
