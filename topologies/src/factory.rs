@@ -233,7 +233,7 @@ pub fn query_kafka(config: &Config) -> Option<QueryKafkaConfig> {
         documents_group: config.kafka.group_id.clone(),
         group_id: format!("{}-queries", config.kafka.group_id),
         instance_id: config.kafka.instance_id.clone(),
-        session_timeout: Duration::from_millis(config.kafka.session_timeout_ms),
+        session_timeout: config.kafka.session_timeout_ms,
         standing: None,
     })
 }
@@ -387,7 +387,7 @@ pub fn document_source<'scope>(
                 max_in_flight_bytes: config.kafka.max_in_flight_mib.saturating_mul(1 << 20),
                 prefetch_kbytes: config.kafka.prefetch_kbytes,
                 idle_poll: Duration::from_millis(20),
-                session_timeout: Duration::from_millis(config.kafka.session_timeout_ms),
+                session_timeout: config.kafka.session_timeout_ms,
                 instance_id: config.kafka.instance_id.clone(),
                 checkpoint: parts.checkpoint,
             },

@@ -3,7 +3,6 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use timely::dataflow::operators::{Concat, OkErr, Probe};
 use timely::dataflow::{ProbeHandle, Scope, StreamVec};
@@ -99,7 +98,7 @@ pub fn query<'scope>(
     });
     let cache = Arc::new(Mutex::new(LruTtl::new(
         config.cache_entries,
-        Duration::from_secs(config.cache_ttl_secs),
+        config.cache_ttl_secs,
     )));
     if let Some(front) = &front {
         front.caches.register(cache.clone());
@@ -132,7 +131,7 @@ pub fn query<'scope>(
             reranker.clone(),
             config.rerank.endpoint_window,
             config.rerank.endpoint.concurrency,
-            Duration::from_millis(config.rerank.endpoint.timeout_ms),
+            config.rerank.endpoint.timeout_ms,
         ),
         None => reranked,
     };

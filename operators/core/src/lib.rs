@@ -7,6 +7,7 @@
 //! crate and never the other way round (`deploy/scripts/check/layers.sh` checks it in the test command).
 #![forbid(missing_docs)]
 
+pub mod duration;
 pub mod embed;
 pub mod ingest;
 pub mod metadata;

@@ -38,7 +38,7 @@ impl Client {
             .filter(|key| !key.is_empty());
         let agent = ureq::Agent::new_with_config(
             ureq::Agent::config_builder()
-                .timeout_global(Some(Duration::from_millis(config.timeout_ms.max(1))))
+                .timeout_global(Some(config.timeout_ms.max(Duration::from_millis(1))))
                 .http_status_as_error(false)
                 .build(),
         );

@@ -23,6 +23,7 @@ use ragstream_core::query::{Consistency, Stage};
 /// ```
 /// use std::sync::atomic::Ordering;
 /// use std::sync::Arc;
+/// use std::time::Duration;
 /// use ragstream_operators::query::consistency::AwaitConsistency;
 /// use ragstream_operators::query::example::{job, services};
 /// use timely::dataflow::operators::capture::{Capture, Extract};
@@ -31,7 +32,7 @@ use ragstream_core::query::{Consistency, Stage};
 /// let answered = timely::example(|scope| {
 ///     let mut services = services();
 ///     services.progress.kafka.store(true, Ordering::SeqCst);
-///     Arc::make_mut(&mut services.config).consistency_timeout_ms = 20;
+///     Arc::make_mut(&mut services.config).consistency_timeout_ms = Duration::from_millis(20);
 ///     let eventual = job(r#"{"query_id": "q1", "tenant": "t", "text": "tide pools"}"#);
 ///     let mut waits = job(
 ///         r#"{"query_id": "q2", "tenant": "t", "text": "tide pools", "consistency": "read_your_writes"}"#,
@@ -56,7 +57,7 @@ pub trait AwaitConsistency<'scope> {
 
 impl<'scope> AwaitConsistency<'scope> for StreamVec<'scope, u64, QueryJob> {
     fn await_consistency(self, services: QueryServices) -> StreamVec<'scope, u64, QueryJob> {
-        let timeout = Duration::from_millis(services.config.consistency_timeout_ms);
+        let timeout = services.config.consistency_timeout_ms;
         let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(Pipeline, "AwaitConsistency", move |_, info| {
             let activator = scope.activator_for(info.address.clone());

@@ -124,7 +124,7 @@ fn await_consistency(
     let out = Rc::new(RefCell::new(Vec::new()));
     let seen = out.clone();
     let config = QueryConfig {
-        consistency_timeout_ms: timeout_ms,
+        consistency_timeout_ms: Duration::from_millis(timeout_ms),
         ..QueryConfig::default()
     };
     let services = services(shards(dir, &[vec![]]), 1, acks.clone(), config);

@@ -3,7 +3,7 @@
 //! BM25 lane still answers and the context says the dense lane was out.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::Pipeline;
@@ -151,7 +151,7 @@ impl<'scope> EmbedQuery<'scope> for StreamVec<'scope, u64, QueryJob> {
         // Repeated query texts (other budgets, other modes) are embedded once.
         let cached = services.config.embedding_cache;
         let mut vectors: LruTtl<String, Vec<f32>> =
-            LruTtl::new(cached.entries.max(1), Duration::from_secs(cached.ttl_secs));
+            LruTtl::new(cached.entries.max(1), cached.ttl_secs);
         let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
             Pipeline,

@@ -5,7 +5,7 @@
 //! used and the context says so.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use timely::dataflow::StreamVec;
 
@@ -115,12 +115,12 @@ impl<'scope> Hyde<'scope> for StreamVec<'scope, u64, QueryJob> {
         // Passages by count and query text; cached ones need no call.
         let cache: Arc<Mutex<LruTtl<String, Vec<String>>>> = Arc::new(Mutex::new(LruTtl::new(
             job_level.cache_entries.max(1),
-            Duration::from_secs(job_level.cache_ttl_secs),
+            job_level.cache_ttl_secs,
         )));
         let lookup = cache.clone();
         let (concurrency, timeout) = (
             job_level.endpoint.concurrency,
-            Duration::from_millis(job_level.endpoint.timeout_ms),
+            job_level.endpoint.timeout_ms,
         );
         let answered = config.clone();
         let key = |n: usize, text: &str| format!("{n}\u{0}{text}");

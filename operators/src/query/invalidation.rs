@@ -37,15 +37,18 @@ pub struct Invalidator {
 }
 
 impl Invalidator {
-    /// Citations kept `ttl_secs` and at most `max_citations` at once; invalidations to `sink`.
+    /// Citations kept for `ttl` and at most `max_citations` at once; invalidations to `sink`.
     pub fn new(
-        ttl_secs: u64,
+        ttl: std::time::Duration,
         max_citations: usize,
         sink: Box<dyn InvalidationSink>,
         services: QueryServices,
     ) -> Rc<RefCell<Self>> {
         Rc::new(RefCell::new(Self {
-            citations: Citations::new(ttl_secs.saturating_mul(1000), max_citations),
+            citations: Citations::new(
+                u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+                max_citations,
+            ),
             sink,
             services,
         }))
@@ -128,7 +131,7 @@ fn now_ms() -> u64 {
 /// );
 /// let changed = b.0.stored.id;
 /// timely::example(move |scope| {
-///     let invalidator = Invalidator::new(60, 1000, Box::new(sink), services());
+///     let invalidator = Invalidator::new(Duration::from_secs(60), 1000, Box::new(sink), services());
 ///     let query = job(r#"{"query_id": "q1", "tenant": "t", "text": "tide pools"}"#);
 ///     let cache = Arc::new(Mutex::new(LruTtl::new(16, Duration::from_secs(60))));
 ///     vec![gathered(query, vec![a, b], Vec::new())]

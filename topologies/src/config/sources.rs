@@ -119,7 +119,8 @@ pub struct KafkaConfig {
     /// heartbeats every tenth of it, at most every 3 s). A member whose coordinator has not answered
     /// for this long drops its partitions and rejoins; a killed job's partitions move after it.
     #[serde(default = "default_session_timeout_ms")]
-    pub session_timeout_ms: u64,
+    #[serde(with = "ragstream_core::duration::millis")]
+    pub session_timeout_ms: std::time::Duration,
     /// Whether the job creates the queries, contexts, invalidations and DLQ topics it misses at
     /// start (one partition each). Set `false` where topics are provisioned by their owners: a
     /// missing topic is then an outage, retried until it exists (a document waiting for a missing
@@ -186,8 +187,8 @@ fn default_max_in_flight_mib() -> usize {
 fn default_max_in_flight() -> usize {
     5000
 }
-fn default_session_timeout_ms() -> u64 {
-    10_000
+fn default_session_timeout_ms() -> std::time::Duration {
+    std::time::Duration::from_secs(10)
 }
 
 impl Default for KafkaConfig {

@@ -286,7 +286,10 @@ fn query_endpoint_and_packing_settings_are_checked() {
         "{kafka}[query.rerank]\nkind = \"http\"\n[query.rerank.endpoint]\nurl = \"http://127.0.0.1:8080\"\n[query.pack.surrogates]\npolicy = \"age\"\n"
     ));
     let config = Config::load(&path).expect("valid");
-    assert_eq!(config.query.rerank.endpoint.timeout_ms, 2000);
+    assert_eq!(
+        config.query.rerank.endpoint.timeout_ms,
+        std::time::Duration::from_secs(2)
+    );
     let (_dir, path) = write(&format!(
         "{kafka}[query.intents.procedure]\nweights = {{ dense = 0.9, bm25 = 0.1 }}\ndepth = {{ dense = 40, bm25 = 8 }}\n[query.code_search]\nhead = 5\n"
     ));

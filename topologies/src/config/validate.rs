@@ -170,7 +170,8 @@ impl Config {
         {
             return invalid("index.metadata", &error);
         }
-        if !(3_000..=300_000).contains(&self.kafka.session_timeout_ms) {
+        let session = std::time::Duration::from_secs(3)..=std::time::Duration::from_secs(300);
+        if !session.contains(&self.kafka.session_timeout_ms) {
             return invalid(
                 "kafka.session_timeout_ms",
                 "must be between 3000 and 300000 (3 s to 5 min)",
@@ -368,7 +369,7 @@ fn check_query(query: &ragstream_core::query::QueryConfig) -> Result<(), ConfigE
         ("query.rerank.endpoint", &rerank.endpoint),
         ("query.hyde.endpoint", &query.hyde.endpoint),
     ] {
-        if endpoint.timeout_ms == 0 || endpoint.concurrency == 0 {
+        if endpoint.timeout_ms.is_zero() || endpoint.concurrency == 0 {
             return Err(ConfigError::Invalid {
                 key,
                 message: "timeout_ms and concurrency must be at least 1".into(),

@@ -8,6 +8,8 @@
 //! them off the dataflow worker, with a timeout, and fall back to the built-in order or the plain
 //! query vector when they fail.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use super::Candidate;
@@ -23,8 +25,9 @@ pub struct EndpointConfig {
     pub model: String,
     /// Name of the environment variable holding the bearer token, if the endpoint wants one.
     pub api_key_env: String,
-    /// Whole-call timeout; past it the query goes on without the endpoint.
-    pub timeout_ms: u64,
+    /// Whole-call timeout, in milliseconds; past it the query goes on without the endpoint.
+    #[serde(with = "crate::duration::millis")]
+    pub timeout_ms: Duration,
     /// Calls in flight at once per worker.
     pub concurrency: usize,
 }
@@ -35,7 +38,7 @@ impl Default for EndpointConfig {
             url: String::new(),
             model: String::new(),
             api_key_env: String::new(),
-            timeout_ms: 2000,
+            timeout_ms: Duration::from_secs(2),
             concurrency: 4,
         }
     }
@@ -137,7 +140,8 @@ pub struct HydeConfig {
     /// Hypothetical passages kept, by query text.
     pub cache_entries: usize,
     /// Seconds a cached passage lives.
-    pub cache_ttl_secs: u64,
+    #[serde(with = "crate::duration::secs")]
+    pub cache_ttl_secs: Duration,
     /// The chat endpoint.
     pub endpoint: EndpointConfig,
 }
@@ -152,9 +156,9 @@ impl Default for HydeConfig {
             num_hypotheses: 1,
             max_tokens: 160,
             cache_entries: 4096,
-            cache_ttl_secs: 3600,
+            cache_ttl_secs: Duration::from_secs(3600),
             endpoint: EndpointConfig {
-                timeout_ms: 3000,
+                timeout_ms: Duration::from_secs(3),
                 ..EndpointConfig::default()
             },
         }

@@ -33,6 +33,7 @@ pub use stage::Stage;
 pub use trace::*;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -485,9 +486,11 @@ pub struct QueryConfig {
     /// Contexts cached (0 disables the cache).
     pub cache_entries: usize,
     /// Seconds a cached context lives.
-    pub cache_ttl_secs: u64,
+    #[serde(with = "crate::duration::secs")]
+    pub cache_ttl_secs: Duration,
     /// Longest wait for `read_your_writes`, in milliseconds.
-    pub consistency_timeout_ms: u64,
+    #[serde(with = "crate::duration::millis")]
+    pub consistency_timeout_ms: Duration,
     /// Longest accepted query text, in bytes.
     pub max_query_bytes: usize,
     /// What a query without `acl` sees: `public` (chunks without labels) or `all`.
@@ -519,14 +522,15 @@ pub struct EmbeddingCacheConfig {
     /// Vectors kept (at least 1).
     pub entries: usize,
     /// Seconds a vector lives.
-    pub ttl_secs: u64,
+    #[serde(with = "crate::duration::secs")]
+    pub ttl_secs: Duration,
 }
 
 impl Default for EmbeddingCacheConfig {
     fn default() -> Self {
         Self {
             entries: 16_384,
-            ttl_secs: 3600,
+            ttl_secs: Duration::from_secs(3600),
         }
     }
 }
@@ -539,7 +543,8 @@ pub struct InvalidationConfig {
     /// deleted or changed.
     pub enabled: bool,
     /// Seconds a published context's citations are kept (a context older is never invalidated).
-    pub ttl_secs: u64,
+    #[serde(with = "crate::duration::secs")]
+    pub ttl_secs: Duration,
     /// Most chunk citations kept by one worker (the oldest contexts are forgotten first).
     pub max_citations: usize,
     /// Invalidations kept by a process for `GET /v1/invalidations?since=`.
@@ -550,7 +555,7 @@ impl Default for InvalidationConfig {
     fn default() -> Self {
         Self {
             enabled: true,
-            ttl_secs: 3600,
+            ttl_secs: Duration::from_secs(3600),
             max_citations: 200_000,
             log_entries: 10_000,
         }
@@ -576,8 +581,8 @@ impl Default for QueryConfig {
             embedding_cache: EmbeddingCacheConfig::default(),
             window: modes::WindowConfig::default(),
             cache_entries: 1024,
-            cache_ttl_secs: 60,
-            consistency_timeout_ms: 10_000,
+            cache_ttl_secs: Duration::from_secs(60),
+            consistency_timeout_ms: Duration::from_secs(10),
             max_query_bytes: 8192,
             absent_acl: AbsentAcl::Public,
             intents: intent::IntentPresets::default(),
