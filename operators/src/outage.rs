@@ -137,6 +137,7 @@ pub struct Retry<'a> {
     dependency: Dependency,
     backoff: Backoff,
     tries: Option<u32>,
+    patience: Option<Duration>,
     stop: Option<&'a AtomicBool>,
 }
 
@@ -145,7 +146,7 @@ pub struct Retry<'a> {
 pub enum GaveUp<E> {
     /// The error is not an outage: retrying would not help.
     Refused(E),
-    /// Every try allowed ([`Retry::at_most`]) failed.
+    /// Every try allowed ([`Retry::at_most`], [`Retry::within`]) failed.
     Exhausted(E),
     /// The job is stopping ([`Retry::until`]).
     Stopped(E),
@@ -177,6 +178,7 @@ impl<'a> Retry<'a> {
             dependency,
             backoff: Backoff::default(),
             tries: None,
+            patience: None,
             stop: None,
         }
     }
@@ -190,6 +192,12 @@ impl<'a> Retry<'a> {
     /// At most `tries` tries in all (at least one).
     pub fn at_most(mut self, tries: u32) -> Self {
         self.tries = Some(tries.max(1));
+        self
+    }
+
+    /// No more tries once `patience` has passed since the first.
+    pub fn within(mut self, patience: Duration) -> Self {
+        self.patience = Some(patience);
         self
     }
 
@@ -209,6 +217,7 @@ impl<'a> Retry<'a> {
         // Lives while this call retries: the outage `/readyz` and the `ragstream_outage` gauge show.
         let mut outage: Option<Retrying> = None;
         let mut tried = 0u32;
+        let started = Instant::now();
         loop {
             let error = match attempt() {
                 Ok(value) => return Ok(value),
@@ -216,7 +225,11 @@ impl<'a> Retry<'a> {
                 Err(error) => error,
             };
             tried = tried.saturating_add(1);
-            if self.tries.is_some_and(|tries| tried >= tries) {
+            if self.tries.is_some_and(|tries| tried >= tries)
+                || self
+                    .patience
+                    .is_some_and(|patience| started.elapsed() >= patience)
+            {
                 return Err(GaveUp::Exhausted(error));
             }
             if self.stop.is_some_and(|stop| stop.load(Ordering::SeqCst)) {
@@ -415,6 +428,26 @@ mod tests {
             );
         assert_eq!(stopped, Err(GaveUp::Stopped("down".to_string())));
         assert_eq!(tries, 1, "no try after the job began to stop");
+
+        // Waits of 20 ms against a patience of 50 ms: a few tries, then it gives up.
+        let mut tries = 0;
+        let started = Instant::now();
+        let impatient = Retry::new(Dependency::Dlq)
+            .waits(Backoff::new(
+                Duration::from_millis(20),
+                Duration::from_millis(20),
+            ))
+            .within(Duration::from_millis(50))
+            .run(
+                |_: &String| true,
+                || {
+                    tries += 1;
+                    Err::<(), _>("down".to_string())
+                },
+            );
+        assert_eq!(impatient, Err(GaveUp::Exhausted("down".to_string())));
+        assert!((2..=4).contains(&tries), "{tries} tries");
+        assert!(started.elapsed() >= Duration::from_millis(50));
     }
 
     #[test]

@@ -37,6 +37,7 @@ use super::{
     SPARSE_VECTOR,
 };
 use crate::model::DocKey;
+use crate::outage::{Backoff, Dependency, GaveUp, Retry};
 
 mod convert;
 mod read;
@@ -145,25 +146,20 @@ impl ServerStore {
             declared: Default::default(),
             writes: std::sync::RwLock::new(()),
         };
-        let started = std::time::Instant::now();
-        let mut backoff =
-            crate::outage::Backoff::new(crate::outage::Backoff::FIRST, Duration::from_secs(5));
-        loop {
-            match store.ensure_collection() {
-                Err(StoreError::Unavailable(error)) if started.elapsed() < CONNECT_PATIENCE => {
-                    let wait = backoff.next_delay();
-                    tracing::warn!(
-                        url,
-                        collection,
-                        %error,
-                        wait_ms = wait.as_millis() as u64,
-                        "waiting for the Qdrant server"
-                    );
-                    std::thread::sleep(wait);
+        // Waiting for the server shows as an index outage (`/readyz`, `ragstream_outage`) and logs
+        // each retry.
+        Retry::new(Dependency::Index)
+            .waits(Backoff::new(Backoff::FIRST, Duration::from_secs(5)))
+            .within(CONNECT_PATIENCE)
+            .run(StoreError::is_retryable, || {
+                let result = store.ensure_collection();
+                if let Err(StoreError::Unavailable(error)) = &result {
+                    tracing::warn!(url, collection, %error, "waiting for the Qdrant server");
                 }
-                result => return result.map(|()| store),
-            }
-        }
+                result
+            })
+            .map_err(GaveUp::into_error)?;
+        Ok(store)
     }
 
     /// The collection name.
