@@ -206,9 +206,8 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
     }
     let local_input = Arc::new(Mutex::new(factory::local_input(&config, &shards, &files)?));
     let shards = Arc::new(shards);
-    let _ = ingress
-        .reindex
-        .set(reindexer(&config, &shards, &service, &shutdown));
+    let reindex = reindexer(&config, &shards, &service, &shutdown);
+    let _ = ingress.reindex.set(reindex.clone());
     let checkpoint = factory::index_checkpoint(&config)?;
     let timely_config = timely_config(&config.runtime)?;
     let parts = ProcessParts {
@@ -240,7 +239,7 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         standing_intake,
         config: Arc::new(config),
     };
-    let thread = spawn_workers(timely_config, parts, readiness, standing.clone())?;
+    let thread = spawn_workers(timely_config, parts, readiness, (standing.clone(), reindex))?;
     Ok(Running {
         shards,
         shutdown,
@@ -289,7 +288,7 @@ fn spawn_workers(
     timely_config: timely::Config,
     parts: ProcessParts,
     readiness: Arc<Readiness>,
-    standing: Option<Arc<Standing>>,
+    (standing, reindex): (Option<Arc<Standing>>, Arc<Reindexer>),
 ) -> anyhow::Result<std::thread::JoinHandle<anyhow::Result<()>>> {
     let workers = parts.config.runtime.workers;
     let ready_workers = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -307,6 +306,8 @@ fn spawn_workers(
             if let Some(standing) = &standing {
                 standing.stop();
             }
+            // The HTTP server outlives the job: what it holds must not keep the index open.
+            reindex.release();
             for result in joined {
                 result.map_err(|e| anyhow::anyhow!("worker failed: {e}"))?;
             }

@@ -97,6 +97,7 @@ pub(super) fn start_reindex(shared: &Shared, params: &str, access: &Access) -> R
         }
         Err(Refusal::BadPattern(error)) => problem("bad_request", &error),
         Err(Refusal::Busy(detail)) => problem("reindex_running", &detail),
+        Err(Refusal::Stopping) => problem("stopping", "the job is stopping"),
     }
 }
 

@@ -467,6 +467,11 @@ impl RagTools {
         };
         let mut status = match reindexer.start(&tenant, args.source_pattern.as_deref()) {
             Ok(status) => status,
+            Err(Refusal::Stopping) => {
+                return Ok(CallToolResult::error(vec![Content::text(
+                    "the job is stopping",
+                )]))
+            }
             Err(Refusal::BadPattern(error) | Refusal::Busy(error)) => {
                 return Ok(CallToolResult::error(vec![Content::text(error)]))
             }

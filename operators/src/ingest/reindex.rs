@@ -42,7 +42,8 @@ pub struct Owned {
 
 /// Runs `force_reindex` over this process's shards.
 pub struct Reindexer {
-    shards: Vec<Arc<dyn VectorStore>>,
+    /// Emptied once the job has stopped ([`Reindexer::release`]), so the index closes.
+    shards: Mutex<Vec<Arc<dyn VectorStore>>>,
     service: InferenceService,
     evidence: EvidenceUnits,
     bm25: Bm25Params,
@@ -56,7 +57,7 @@ pub struct Reindexer {
 impl std::fmt::Debug for Reindexer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Reindexer")
-            .field("shards", &self.shards.len())
+            .field("shards", &self.shards.lock().expect("shards").len())
             .field("running", &self.running)
             .finish_non_exhaustive()
     }
@@ -69,6 +70,8 @@ pub enum Refusal {
     BadPattern(String),
     /// A run is going (one per process).
     Busy(String),
+    /// The job has stopped.
+    Stopping,
 }
 
 /// Why a run stopped before its end.
@@ -95,7 +98,7 @@ impl Reindexer {
         shutdown: Arc<AtomicBool>,
     ) -> Self {
         Self {
-            shards,
+            shards: Mutex::new(shards),
             service,
             evidence,
             bm25,
@@ -104,6 +107,12 @@ impl Reindexer {
             runs: Mutex::default(),
             running: AtomicBool::new(false),
         }
+    }
+
+    /// Lets go of the shards once the job has stopped (a later run is refused), so that nothing
+    /// outside the job keeps its index open.
+    pub fn release(&self) {
+        self.shards.lock().expect("shards").clear();
     }
 
     /// The tenant's last run, if any.
@@ -121,6 +130,9 @@ impl Reindexer {
             .map(SourcePattern::parse)
             .transpose()
             .map_err(Refusal::BadPattern)?;
+        if self.shards.lock().expect("shards").is_empty() {
+            return Err(Refusal::Stopping);
+        }
         if self.running.swap(true, Ordering::SeqCst) {
             // Another tenant's run is not named to this caller.
             let own = self
@@ -189,7 +201,8 @@ impl Reindexer {
             ..SearchFilter::default()
         };
         let encoder = Bm25Encoder::with_params(self.bm25);
-        for shard in &self.shards {
+        let shards = self.shards.lock().expect("shards").clone();
+        for shard in &shards {
             let mut ids = Vec::new();
             let mut documents = BTreeSet::new();
             self.index(|| {
@@ -437,5 +450,29 @@ mod tests {
             "{error}"
         );
         assert_eq!(status.rewritten, 0);
+    }
+
+    #[test]
+    fn once_released_the_shards_are_let_go_and_a_run_is_refused() {
+        let store: Arc<dyn VectorStore> = Arc::new(Scripted {
+            gets: Mutex::default(),
+            calls: Default::default(),
+        });
+        let service = InferenceService::start(vec![Box::new(Ones)], ServiceConfig::default())
+            .expect("service");
+        let reindexer = Reindexer::new(
+            vec![store.clone()],
+            service,
+            (EvidenceUnits::Off, Bm25Params::default()),
+            None,
+            Arc::new(AtomicBool::new(false)),
+        );
+        assert_eq!(Arc::strong_count(&store), 2);
+        reindexer.release();
+        assert_eq!(Arc::strong_count(&store), 1, "the index is no longer held");
+        assert_eq!(
+            Arc::new(reindexer).start("t", None).expect_err("stopped"),
+            Refusal::Stopping
+        );
     }
 }
