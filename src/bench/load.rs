@@ -13,6 +13,7 @@
 //!    on until ingest is done (at most `queries` round trips of each kind are kept); the ingest rate of
 //!    the phase is reported with them.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ragstream_operators::metrics::metrics;
@@ -60,11 +61,147 @@ struct Phase {
     job_total: Vec<f64>,
 }
 
+impl Phase {
+    /// The phase's round trips as the report gives them.
+    fn report(&self) -> Value {
+        json!({"with_query_embedding": summary(self.embedded.clone()), "embedding_cached": summary(self.cached.clone()), "job_latency_total": summary(self.job_total.clone())})
+    }
+}
+
 /// Waits until `events` source events since `start` are consumed and nothing is in flight.
 fn wait_ingested(events: u64, start: u64, deadline: Instant) -> bool {
     metrics().source_events.get().saturating_sub(start) >= events
         && metrics().in_flight_messages.get() == 0
         || Instant::now() > deadline
+}
+
+/// Writes, loads and validates the job's configuration (index at `index` or on `index_url`).
+fn job_config(
+    args: &LoadBench,
+    run: &str,
+    index: &Path,
+    index_url: Option<&str>,
+) -> anyhow::Result<Config> {
+    let config_path = std::env::temp_dir().join(format!("ragstream-bench-load-{run}.toml"));
+    let index_section = match index_url {
+        Some(url) => {
+            format!("kind = \"server\"\nurl = {url:?}\ncollection = \"load_{run}\"")
+        }
+        None => format!("path = {:?}", index.display().to_string()),
+    };
+    std::fs::write(
+        &config_path,
+        format!(
+            "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"{}\"\ndocuments_topic = \"load-docs-{run}\"\nqueries_topic = \"load-queries-{run}\"\ncontexts_topic = \"load-contexts-{run}\"\ndlq_topic = \"load-dlq-{run}\"\ngroup_id = \"load-{run}\"\n[index]\n{index_section}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = 1\n{}\n",
+            args.data.brokers,
+            args.config_extra.replace("\\n", "\n"),
+        ),
+    )?;
+    let config = Config::load(&config_path)?;
+    config.validate()?;
+    Ok(config)
+}
+
+/// The embedder's settings, as the report gives them.
+fn embedder_settings(config: &Config) -> Value {
+    json!({"kind": format!("{:?}", config.embedder.kind), "precision": format!("{:?}", config.embedder.precision), "threads": config.embedder.threads, "executors": config.embedder.executors(), "query_executor": config.embedder.query_executor(), "slice_word_pieces": config.embedder.slice_word_pieces})
+}
+
+/// Produces `documents` to `topic` as prose of the tenant `bench`, and waits for delivery.
+fn produce(producer: &BaseProducer, topic: &str, documents: &[Value]) -> anyhow::Result<()> {
+    for document in documents {
+        let doc_id = document["_id"].as_str().unwrap_or_default();
+        let id = format!("bench/{doc_id}");
+        let body = json!({"tenant": "bench", "doc_id": doc_id, "version": 1, "kind": "prose", "title": document["title"], "text": document["text"]}).to_string();
+        crate::bench::send_blocking(producer, BaseRecord::to(topic).key(&id).payload(&body));
+    }
+    producer.flush(Duration::from_secs(60))?;
+    Ok(())
+}
+
+/// The query client: asks pairs of questions over HTTP, each a new question then an earlier one.
+struct Asker<'a> {
+    agent: ureq::Agent,
+    /// The job's `/v1/query`.
+    url: String,
+    questions: &'a [String],
+    /// The next new question.
+    next_question: usize,
+    /// Names the query ids.
+    run: &'a str,
+    /// The new question's budget and the earlier question's.
+    budgets: (usize, usize),
+    /// Every query packed to its budget.
+    fill: bool,
+}
+
+impl Asker<'_> {
+    /// One pair: a new question, then an earlier one at another budget, timed into `phase`.
+    fn pair(&mut self, phase: &mut Phase, serial: usize) -> anyhow::Result<()> {
+        let (new_budget, cached_budget) = self.budgets;
+        let new = &self.questions[self.next_question];
+        let earlier = &self.questions[self.next_question.saturating_sub(1)];
+        self.next_question += 1;
+        for (text, budget, embedded) in [(new, new_budget, true), (earlier, cached_budget, false)] {
+            let body = json!({"query_id": format!("load-{serial}-{budget}-{}", self.run), "tenant": "bench", "text": text, "token_budget": budget, "fill": self.fill});
+            let (context, ms) = crate::bench::round_trip(&self.agent, &self.url, &body)?;
+            if embedded {
+                phase.embedded.push(ms);
+                phase
+                    .job_total
+                    .push(context["latency_ms"]["total"].as_f64().unwrap_or(0.0));
+            } else {
+                phase.cached.push(ms);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the loaded phase measured.
+struct Loaded {
+    /// Round trips while the job ingested.
+    phase: Phase,
+    /// From the first document produced until all were ingested.
+    seconds: f64,
+    /// Chunks indexed meanwhile.
+    chunks: u64,
+}
+
+/// Phase 3: produces `rest` at once and asks pairs (at most `queries`) until the job ingested it.
+fn loaded_phase(
+    asker: &mut Asker<'_>,
+    (producer, topic): (&BaseProducer, &str),
+    rest: &[Value],
+    queries: usize,
+) -> anyhow::Result<Loaded> {
+    let chunks_before = metrics().chunks_upserted.get();
+    let loaded_start = Instant::now();
+    let events_before = metrics().source_events.get();
+    produce(producer, topic, rest)?;
+    let mut loaded = Phase::default();
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    let mut serial = 100_000;
+    while !wait_ingested(rest.len() as u64, events_before, deadline) {
+        if loaded.embedded.len() < queries {
+            asker.pair(&mut loaded, serial)?;
+            serial += 1;
+        } else {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let ingest_seconds = loaded_start.elapsed().as_secs_f64();
+    let chunks = metrics().chunks_upserted.get() - chunks_before;
+    eprintln!(
+        "loaded: {} pairs while {} chunks were ingested in {ingest_seconds:.1} s",
+        loaded.embedded.len(),
+        chunks
+    );
+    Ok(Loaded {
+        phase: loaded,
+        seconds: ingest_seconds,
+        chunks,
+    })
 }
 
 /// Runs the benchmark and returns its report.
@@ -88,25 +225,9 @@ pub fn load(args: LoadBench) -> anyhow::Result<Value> {
         "the corpus has no documents after the seed"
     );
     let index = std::env::temp_dir().join(format!("ragstream-bench-load-{run}"));
-    let config_path = std::env::temp_dir().join(format!("ragstream-bench-load-{run}.toml"));
     let index_url = Some(args.index_url.as_str()).filter(|url| !url.is_empty());
-    let index_section = match index_url {
-        Some(url) => {
-            format!("kind = \"server\"\nurl = {url:?}\ncollection = \"load_{run}\"")
-        }
-        None => format!("path = {:?}", index.display().to_string()),
-    };
-    std::fs::write(
-        &config_path,
-        format!(
-            "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"{}\"\ndocuments_topic = \"load-docs-{run}\"\nqueries_topic = \"load-queries-{run}\"\ncontexts_topic = \"load-contexts-{run}\"\ndlq_topic = \"load-dlq-{run}\"\ngroup_id = \"load-{run}\"\n[index]\n{index_section}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = 1\n{}\n",
-            args.data.brokers,
-            args.config_extra.replace("\\n", "\n"),
-        ),
-    )?;
-    let config = Config::load(&config_path)?;
-    config.validate()?;
-    let embedder = json!({"kind": format!("{:?}", config.embedder.kind), "precision": format!("{:?}", config.embedder.precision), "threads": config.embedder.threads, "executors": config.embedder.executors(), "query_executor": config.embedder.query_executor(), "slice_word_pieces": config.embedder.slice_word_pieces});
+    let config = job_config(&args, &run, &index, index_url)?;
+    let embedder = embedder_settings(&config);
     ragstream_operators::io::kafka_admin::ensure_topics(
         &config.kafka.client_config(),
         &[(format!("load-docs-{run}").as_str(), 1)],
@@ -117,44 +238,21 @@ pub fn load(args: LoadBench) -> anyhow::Result<Value> {
         .set("linger.ms", "5")
         .create()?;
     let topic = format!("load-docs-{run}");
-    let produce = |documents: &[Value]| -> anyhow::Result<()> {
-        for document in documents {
-            let doc_id = document["_id"].as_str().unwrap_or_default();
-            let id = format!("bench/{doc_id}");
-            let body = json!({"tenant": "bench", "doc_id": doc_id, "version": 1, "kind": "prose", "title": document["title"], "text": document["text"]}).to_string();
-            crate::bench::send_blocking(&producer, BaseRecord::to(&topic).key(&id).payload(&body));
-        }
-        producer.flush(Duration::from_secs(60))?;
-        Ok(())
-    };
     let start_events = metrics().source_events.get();
     let running = crate::runtime::start(config)?;
-    let url = format!("http://{}/v1/query", running.address);
-    let agent = ureq::Agent::new_with_defaults();
-    let mut next_question = 0usize;
-    // One pair: a new question, then an earlier one at another budget.
-    let mut pair = |phase: &mut Phase, serial: usize| -> anyhow::Result<()> {
-        let new = &questions[next_question];
-        let earlier = &questions[next_question.saturating_sub(1)];
-        next_question += 1;
-        for (text, budget, embedded) in [(new, new_budget, true), (earlier, cached_budget, false)] {
-            let body = json!({"query_id": format!("load-{serial}-{budget}-{run}"), "tenant": "bench", "text": text, "token_budget": budget, "fill": args.fill});
-            let (context, ms) = crate::bench::round_trip(&agent, &url, &body)?;
-            if embedded {
-                phase.embedded.push(ms);
-                phase
-                    .job_total
-                    .push(context["latency_ms"]["total"].as_f64().unwrap_or(0.0));
-            } else {
-                phase.cached.push(ms);
-            }
-        }
-        Ok(())
+    let mut asker = Asker {
+        agent: ureq::Agent::new_with_defaults(),
+        url: format!("http://{}/v1/query", running.address),
+        questions: &questions,
+        next_question: 0,
+        run: &run,
+        budgets: (new_budget, cached_budget),
+        fill: args.fill,
     };
 
     // 1. Seed.
     let seeded = Instant::now();
-    produce(&documents[..args.seed])?;
+    produce(&producer, &topic, &documents[..args.seed])?;
     let deadline = Instant::now() + Duration::from_secs(3600);
     while !wait_ingested(args.seed as u64, start_events, deadline) {
         std::thread::sleep(Duration::from_millis(100));
@@ -167,38 +265,21 @@ pub fn load(args: LoadBench) -> anyhow::Result<Value> {
     // Warm the query path (first-use costs), then 2. idle.
     let mut warm = Phase::default();
     for i in 0..5 {
-        pair(&mut warm, i)?;
+        asker.pair(&mut warm, i)?;
     }
     let mut idle = Phase::default();
     for i in 0..args.queries {
-        pair(&mut idle, 100 + i)?;
+        asker.pair(&mut idle, 100 + i)?;
     }
     eprintln!("idle: {} pairs", idle.embedded.len());
 
     // 3. Loaded.
     let rest = &documents[args.seed..];
-    let chunks_before = metrics().chunks_upserted.get();
-    let loaded_start = Instant::now();
-    let events_before = metrics().source_events.get();
-    produce(rest)?;
-    let mut loaded = Phase::default();
-    let deadline = Instant::now() + Duration::from_secs(3600);
-    let mut serial = 100_000;
-    while !wait_ingested(rest.len() as u64, events_before, deadline) {
-        if loaded.embedded.len() < args.queries {
-            pair(&mut loaded, serial)?;
-            serial += 1;
-        } else {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    let ingest_seconds = loaded_start.elapsed().as_secs_f64();
-    let chunks = metrics().chunks_upserted.get() - chunks_before;
-    eprintln!(
-        "loaded: {} pairs while {} chunks were ingested in {ingest_seconds:.1} s",
-        loaded.embedded.len(),
-        chunks
-    );
+    let Loaded {
+        phase: loaded,
+        seconds: ingest_seconds,
+        chunks,
+    } = loaded_phase(&mut asker, (&producer, &topic), rest, args.queries)?;
     running
         .shutdown
         .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -210,8 +291,8 @@ pub fn load(args: LoadBench) -> anyhow::Result<Value> {
         "queries": {"budgets": [new_budget, cached_budget], "fill": args.fill},
         "index": if index_url.is_some() { "qdrant server" } else { "embedded" },
         "documents": {"seed": args.seed, "streamed": rest.len()},
-        "idle": {"with_query_embedding": summary(idle.embedded.clone()), "embedding_cached": summary(idle.cached.clone()), "job_latency_total": summary(idle.job_total.clone())},
-        "loaded": {"with_query_embedding": summary(loaded.embedded.clone()), "embedding_cached": summary(loaded.cached.clone()), "job_latency_total": summary(loaded.job_total.clone())},
+        "idle": idle.report(),
+        "loaded": loaded.report(),
         "loaded_over_idle_p50": {"with_query_embedding": p50(&loaded.embedded) / p50(&idle.embedded), "embedding_cached": p50(&loaded.cached) / p50(&idle.cached)},
         "ingest": {"chunks": chunks, "seconds": ingest_seconds, "chunks_per_s": chunks as f64 / ingest_seconds},
     }))

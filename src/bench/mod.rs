@@ -18,20 +18,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use ragstream_operators::embed::service::Priority;
-use ragstream_operators::ingest::chunk::{Chunker, ChunkerConfig};
-use ragstream_operators::ingest::embed::ChunkInputs;
-use ragstream_operators::metrics::metrics;
 use ragstream_operators::model::{DocKey, DocKind, Document};
-use ragstream_operators::store::SearchFilter;
-use ragstream_operators::tokens::{Encoding, TokenCounter};
 use ragstream_topologies::config::Config;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::ClientConfig;
+use rdkafka::producer::{BaseProducer, BaseRecord};
 use serde_json::json;
 
 pub mod edits;
 pub mod embed;
+mod ingest_steps;
 pub mod load;
 pub mod neighbours;
 pub mod pathological;
@@ -151,28 +145,6 @@ pub(crate) fn proc_status_mib(field: &str) -> f64 {
         })
         .map(|kib| kib / 1024.0)
         .unwrap_or(0.0)
-}
-
-/// Embeds `inputs` through an inference service built from `config`, all requests (`max_batch`
-/// chunks each) submitted at once; answers seconds and word pieces.
-fn embed_all(config: &Config, inputs: &ChunkInputs) -> anyhow::Result<(f64, usize)> {
-    let service = ragstream_topologies::factory::inference_service(config)?;
-    let started = Instant::now();
-    let nobody: ragstream_operators::offload::Waker = std::sync::Arc::new(|| {});
-    let batch = config.kafka.max_batch.max(1);
-    let tickets: Vec<_> = inputs
-        .texts
-        .chunks(batch)
-        .zip(inputs.spans.chunks(batch))
-        .map(|(texts, spans)| {
-            service.submit_spans(texts.to_vec(), spans.to_vec(), Priority::Ingest, &nobody)
-        })
-        .collect();
-    let mut word_pieces = 0;
-    for ticket in tickets {
-        word_pieces += ticket.wait()?.word_pieces;
-    }
-    Ok((started.elapsed().as_secs_f64(), word_pieces))
 }
 
 /// CPU seconds (user + system) this process's threads have used, summed by thread name (digits dropped,
@@ -378,157 +350,31 @@ pub fn ingest(args: IngestBench) -> anyhow::Result<serde_json::Value> {
     );
 
     // 1. Token counting.
-    let mut counting = serde_json::Map::new();
-    for encoding in [Encoding::O200kBase, Encoding::Cl100kBase] {
-        let counter = TokenCounter::new(encoding);
-        let mut rates: Vec<f64> = (0..5)
-            .map(|_| {
-                let started = Instant::now();
-                let tokens: usize = documents.iter().map(|d| counter.count(&d.text)).sum();
-                std::hint::black_box(tokens);
-                bytes as f64 / 1e6 / started.elapsed().as_secs_f64()
-            })
-            .collect();
-        counting.insert(encoding.name().to_string(), json!(median(&mut rates)));
-    }
-    eprintln!("token counting MB/s: {counting:?}");
+    let counting = ingest_steps::token_counting(&documents, bytes);
 
-    let config_text = format!(
-        "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"{}\"\ndocuments_topic = \"bench-{}\"\ndlq_topic = \"bench-dlq\"\ngroup_id = \"bench-{}\"\n[index]\npath = \"{}\"\n[http]\nlisten = \"127.0.0.1:0\"\n",
-        args.brokers,
-        std::process::id(),
-        std::process::id(),
-        std::env::temp_dir().join(format!("ragstream-bench-{}", std::process::id())).display()
-    );
-    let config_path =
-        std::env::temp_dir().join(format!("ragstream-bench-{}.toml", std::process::id()));
-    std::fs::write(&config_path, config_text)?;
-    let config = Config::load(&config_path)?;
+    let (config, config_path) = ingest_steps::write_config(&args.brokers)?;
     // 2. Embedding only, on exactly the texts the pipeline will embed (each chunk and its evidence
     // units), in pipeline-sized calls.
-    let chunker = Chunker::new(ChunkerConfig::default());
-    let mut inputs = ChunkInputs::default();
-    let mut chunk_count = 0usize;
-    for chunk in documents.iter().flat_map(|d| chunker.chunk(d)) {
-        inputs.push(&chunk, config.embedder.evidence());
-        chunk_count += 1;
-    }
-    // Every configured ingest executor, each on whole calls of `max_batch` texts (one slice a call).
-    let mut whole_calls = config.clone();
-    whole_calls.embedder.slice_word_pieces = usize::MAX / 2;
-    let (embed_seconds, word_pieces) = embed_all(&whole_calls, &inputs)?;
-    let embed_rate = chunk_count as f64 / embed_seconds;
-    eprintln!(
-        "embedding only: {chunk_count} chunks ({} vectors with their evidence units) in {embed_seconds:.1}s = {embed_rate:.1} chunks/s, {:.0} word pieces/s ({} executor(s) of {} thread(s))",
-        inputs.vectors(),
-        word_pieces as f64 / embed_seconds,
-        config.embedder.executors(),
-        config.embedder.threads
-    );
-    // The same texts cut into the slices a query may wait behind: what the pipeline's model time is
-    // made of.
-    let (sliced_seconds, _) = embed_all(&config, &inputs)?;
-    eprintln!(
-        "embedding only, in the service's slices of {} word pieces: {sliced_seconds:.1}s = {:.1} chunks/s",
-        config.embedder.slice_word_pieces,
-        chunk_count as f64 / sliced_seconds
+    let embedding = ingest_steps::embedding_only(&config, &documents)?;
+    let (chunk_count, embed_seconds, sliced_seconds) = (
+        embedding.chunks,
+        embedding.seconds,
+        embedding.sliced_seconds,
     );
     // The pipeline is measured against the model at its best: the faster of the two.
     let best_rate = chunk_count as f64 / embed_seconds.min(sliced_seconds);
 
     // 3. End to end through Kafka.
-    ragstream_operators::io::kafka_admin::ensure_topics(
-        &config.kafka.client_config(),
-        &[
-            (config.kafka.documents_topic.as_str(), 3),
-            (config.kafka.dlq_topic.as_str(), 1),
-        ],
-    )
-    .map_err(anyhow::Error::msg)?;
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", &args.brokers)
-        .set("enable.idempotence", "true")
-        .create()?;
-    for document in &documents {
-        let body = json!({"tenant": "bench", "doc_id": document.key.doc_id, "version": 1, "kind": "prose", "title": document.title, "text": document.text}).to_string();
-        let key = document.key.to_string();
-        send_blocking(
-            &producer,
-            BaseRecord::to(&config.kafka.documents_topic)
-                .key(&key)
-                .payload(&body),
-        );
-    }
-    producer.flush(Duration::from_secs(60))?;
-    let (embed_before, calls_before) = (
-        metrics().embed_seconds.get_sample_sum(),
-        metrics().embed_seconds.get_sample_count(),
-    );
-    let cpu_before = thread_cpu_seconds();
-    let started = Instant::now();
-    let running = crate::runtime::start(config.clone())?;
-    let events = documents.len() as u64;
-    let mut first_event: Option<f64> = None;
-    while metrics().source_events.get() < events || metrics().in_flight_messages.get() > 0 {
-        if first_event.is_none() && metrics().source_events.get() > 0 {
-            first_event = Some(started.elapsed().as_secs_f64());
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let pipeline_seconds = started.elapsed().as_secs_f64();
-    let pipeline_cpu = cpu_used(&cpu_before, &thread_cpu_seconds());
-    eprintln!("CPU seconds by thread during the pipeline: {pipeline_cpu:?}");
-    let chunks = metrics().chunks_upserted.get();
-    let pipeline_rate = chunks as f64 / pipeline_seconds;
-    let first_event = first_event.unwrap_or(0.0);
-    let consuming_rate = chunks as f64 / (pipeline_seconds - first_event);
-    let embed_in_pipeline = metrics().embed_seconds.get_sample_sum() - embed_before;
-    let embed_calls = metrics().embed_seconds.get_sample_count() - calls_before;
-    let index_seconds = metrics().index_write_seconds.get_sample_sum();
-    let index_batches = metrics().index_write_seconds.get_sample_count();
-    eprintln!(
-        "end to end: {chunks} chunks in {pipeline_seconds:.1}s = {pipeline_rate:.1} chunks/s; first event after {first_event:.1}s; \
-         embedding {embed_in_pipeline:.1}s in {embed_calls} calls; index writes {index_seconds:.1}s in {index_batches} batches"
-    );
+    let producer = ingest_steps::produce_corpus(&config, &args.brokers, &documents)?;
+    let (running, pipeline) = ingest_steps::end_to_end(&config, documents.len() as u64)?;
 
     // 4. Event-to-searchable at low load.
-    let mut latencies = Vec::new();
-    for probe in 0..args.probes {
-        let doc_id = format!("probe-{probe}");
-        let body = json!({"tenant": "bench", "doc_id": doc_id, "version": 1, "kind": "prose", "text": format!("Probe document number {probe}. It checks freshness.")}).to_string();
-        let key = format!("bench/{doc_id}");
-        let sent = Instant::now();
-        producer
-            .send(
-                BaseRecord::to(&config.kafka.documents_topic)
-                    .key(&key)
-                    .payload(&body),
-            )
-            .map_err(|(e, _)| e)?;
-        producer.flush(Duration::from_secs(10))?;
-        let filter = SearchFilter {
-            tenant: Some("bench".into()),
-            doc_ids: vec![doc_id.clone()],
-            ..SearchFilter::default()
-        };
-        loop {
-            let found: usize = running
-                .shards
-                .iter()
-                .map(|s| s.count(&filter).unwrap_or(0))
-                .sum();
-            if found > 0 {
-                break;
-            }
-            anyhow::ensure!(
-                sent.elapsed() < Duration::from_secs(60),
-                "probe {probe} never became searchable"
-            );
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    let latencies = ingest_steps::event_to_searchable(
+        &producer,
+        &config.kafka.documents_topic,
+        &running,
+        args.probes,
+    )?;
     running.shutdown.store(true, Ordering::SeqCst);
     running.join()?;
     let mut sorted = latencies.clone();
@@ -538,17 +384,17 @@ pub fn ingest(args: IngestBench) -> anyhow::Result<serde_json::Value> {
         "documents": documents.len(),
         "corpus_mb": bytes as f64 / 1e6,
         "token_counting_mb_per_s": counting,
-        "embedding_only": {"chunks": chunk_count, "texts": inputs.vectors(), "seconds": embed_seconds, "chunks_per_s": embed_rate, "word_pieces_per_s": word_pieces as f64 / embed_seconds},
+        "embedding_only": {"chunks": chunk_count, "texts": embedding.texts, "seconds": embed_seconds, "chunks_per_s": embedding.rate, "word_pieces_per_s": embedding.word_pieces as f64 / embed_seconds},
         "embedding_only_sliced": {"slice_word_pieces": config.embedder.slice_word_pieces, "seconds": sliced_seconds, "chunks_per_s": chunk_count as f64 / sliced_seconds},
         "end_to_end_kafka": {
-            "chunks": chunks, "seconds": pipeline_seconds, "chunks_per_s": pipeline_rate,
-            "seconds_to_first_event": first_event, "chunks_per_s_from_first_event": consuming_rate,
-            "embedding_seconds": embed_in_pipeline, "embedding_calls": embed_calls,
-            "index_write_seconds": index_seconds, "index_write_batches": index_batches,
-            "cpu_seconds_by_thread": pipeline_cpu,
+            "chunks": pipeline.chunks, "seconds": pipeline.seconds, "chunks_per_s": pipeline.rate,
+            "seconds_to_first_event": pipeline.first_event, "chunks_per_s_from_first_event": pipeline.consuming_rate,
+            "embedding_seconds": pipeline.embedding_seconds, "embedding_calls": pipeline.embedding_calls,
+            "index_write_seconds": pipeline.index_seconds, "index_write_batches": pipeline.index_batches,
+            "cpu_seconds_by_thread": pipeline.cpu,
         },
-        "pipeline_overhead": 1.0 - pipeline_rate / best_rate,
-        "pipeline_overhead_from_first_event": 1.0 - consuming_rate / best_rate,
+        "pipeline_overhead": 1.0 - pipeline.rate / best_rate,
+        "pipeline_overhead_from_first_event": 1.0 - pipeline.consuming_rate / best_rate,
         "event_to_searchable_ms": {"median": freshness_median, "max": freshness_max, "probes": latencies.len()},
         "peak_rss_mib": proc_status_mib("VmHWM:"),
     });

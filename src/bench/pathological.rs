@@ -235,19 +235,13 @@ const QUESTIONS: [&str; 4] = [
     "how is the index kept exact on deletes",
 ];
 
-/// Runs the benchmark and returns its report.
-pub fn pathological(args: PathologicalBench) -> anyhow::Result<Value> {
-    let bytes = (args.size_mib << 20).saturating_sub(64 << 10);
-    let small = (1 << 20) - (64 << 10);
-    let chunker = Chunker::new(ChunkerConfig::default());
+/// Chunking time of each shape at `small` and at `bytes` bytes; one report row a shape.
+fn chunking(chunker: &Chunker, (small, bytes): (usize, usize), size_mib: usize) -> Vec<Value> {
     let mut chunking = Vec::new();
     for ((name, file, one), (_, _, large)) in shapes(small).into_iter().zip(shapes(bytes)) {
-        let (small_s, small_chunks) = chunk_seconds(&chunker, file, &one);
-        let (large_s, large_chunks) = chunk_seconds(&chunker, file, &large);
-        eprintln!(
-            "chunking {name}: 1 MiB {small_s:.3} s, {} MiB {large_s:.3} s",
-            args.size_mib
-        );
+        let (small_s, small_chunks) = chunk_seconds(chunker, file, &one);
+        let (large_s, large_chunks) = chunk_seconds(chunker, file, &large);
+        eprintln!("chunking {name}: 1 MiB {small_s:.3} s, {size_mib} MiB {large_s:.3} s");
         chunking.push(json!({
             "shape": name,
             "small": {"bytes": one.len(), "seconds": small_s, "chunks": small_chunks},
@@ -256,7 +250,11 @@ pub fn pathological(args: PathologicalBench) -> anyhow::Result<Value> {
             "size_ratio": large.len() as f64 / one.len() as f64,
         }));
     }
+    chunking
+}
 
+/// Reading time of each file format at `small` and at `bytes` bytes; one report row a format.
+fn files(chunker: &Chunker, (small, bytes): (usize, usize)) -> anyhow::Result<Vec<Value>> {
     // The job's own limits, but time enough to see how long a large file takes.
     let sandbox = Sandbox::of_this_binary(SandboxLimits {
         cpu_secs: 600,
@@ -265,8 +263,8 @@ pub fn pathological(args: PathologicalBench) -> anyhow::Result<Value> {
     })?;
     let mut files = Vec::new();
     for ((name, kind, one), (_, _, large)) in formats(small).into_iter().zip(formats(bytes)) {
-        let (small_s, small_chunks) = read_seconds(&sandbox, &chunker, (name, kind, &one));
-        let (large_s, large_chunks) = read_seconds(&sandbox, &chunker, (name, kind, &large));
+        let (small_s, small_chunks) = read_seconds(&sandbox, chunker, (name, kind, &one));
+        let (large_s, large_chunks) = read_seconds(&sandbox, chunker, (name, kind, &large));
         eprintln!(
             "reading {name}: {} KiB {small_s:.3} s ({small_chunks:?} chunks), {} KiB {large_s:.3} s ({large_chunks:?} chunks)",
             one.len() >> 10,
@@ -284,6 +282,47 @@ pub fn pathological(args: PathologicalBench) -> anyhow::Result<Value> {
             "size_ratio": large.len() as f64 / one.len() as f64,
         }));
     }
+    Ok(files)
+}
+
+/// Waits up to `limit` until `target` events are indexed; whether they are.
+fn wait_indexed(target: u64, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while !indexed(target) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    indexed(target)
+}
+
+/// The query client: one `POST /v1/query` round trip at a time, each a new question.
+struct Asker {
+    agent: ureq::Agent,
+    /// The job's `/v1/query`.
+    url: String,
+    /// Names the query ids.
+    run: String,
+    /// Questions asked so far.
+    serial: usize,
+}
+
+impl Asker {
+    /// Asks the next question; the round trip's milliseconds.
+    fn ask(&mut self) -> anyhow::Result<f64> {
+        let serial = self.serial;
+        let text = format!("{} {serial}", QUESTIONS[serial % QUESTIONS.len()]);
+        let body = json!({"query_id": format!("p-{serial}-{}", self.run), "tenant": "bench", "text": text, "token_budget": 600});
+        self.serial += 1;
+        Ok(crate::bench::round_trip(&self.agent, &self.url, &body)?.1)
+    }
+}
+
+/// Runs the benchmark and returns its report.
+pub fn pathological(args: PathologicalBench) -> anyhow::Result<Value> {
+    let bytes = (args.size_mib << 20).saturating_sub(64 << 10);
+    let small = (1 << 20) - (64 << 10);
+    let chunker = Chunker::new(ChunkerConfig::default());
+    let chunking = chunking(&chunker, (small, bytes), args.size_mib);
+    let files = files(&chunker, (small, bytes))?;
 
     if args.offline {
         return Ok(json!({"chunking": chunking, "files": files}));
@@ -304,35 +343,25 @@ pub fn pathological(args: PathologicalBench) -> anyhow::Result<Value> {
         "",
     )?;
     let docs = root.join("docs");
-    let url = format!("http://{}/v1/query", running.address);
-    let agent = ureq::Agent::new_with_defaults();
-    let mut serial = 0usize;
-    let mut ask = || -> anyhow::Result<f64> {
-        let text = format!("{} {serial}", QUESTIONS[serial % QUESTIONS.len()]);
-        let body = json!({"query_id": format!("p-{serial}-{run}"), "tenant": "bench", "text": text, "token_budget": 600});
-        serial += 1;
-        Ok(crate::bench::round_trip(&agent, &url, &body)?.1)
-    };
-    let wait = |target: u64, limit: Duration| {
-        let deadline = Instant::now() + limit;
-        while !indexed(target) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        indexed(target)
+    let mut asker = Asker {
+        url: format!("http://{}/v1/query", running.address),
+        agent: ureq::Agent::new_with_defaults(),
+        run,
+        serial: 0,
     };
     // The process's counters start at zero: the seed is the first event.
     anyhow::ensure!(
-        wait(1, Duration::from_secs(600)),
+        wait_indexed(1, Duration::from_secs(600)),
         "the seed document was not indexed"
     );
     for _ in 0..5 {
-        ask()?;
+        asker.ask()?;
     }
     let interval = Duration::from_millis(args.interval_ms);
     let mut idle = Vec::new();
     for _ in 0..args.queries {
         let started = Instant::now();
-        idle.push(ask()?);
+        idle.push(asker.ask()?);
         std::thread::sleep(interval.saturating_sub(started.elapsed()));
     }
     eprintln!("idle: {} round trips", idle.len());
@@ -349,7 +378,7 @@ pub fn pathological(args: PathologicalBench) -> anyhow::Result<Value> {
     let deadline = Instant::now() + Duration::from_secs(args.loaded_seconds);
     while !indexed(target) && Instant::now() < deadline {
         let started = Instant::now();
-        loaded.push(ask()?);
+        loaded.push(asker.ask()?);
         std::thread::sleep(interval.saturating_sub(started.elapsed()));
     }
     let loaded_seconds = loaded_start.elapsed().as_secs_f64();

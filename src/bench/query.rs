@@ -83,106 +83,129 @@ fn summary(mut values: Vec<f64>) -> Value {
     json!({"n": values.len(), "p50_ms": at(50.0), "p95_ms": at(95.0), "p99_ms": at(99.0), "max_ms": values.last().copied().unwrap_or(0.0)})
 }
 
-/// Runs the benchmark and returns its report.
-pub fn query(args: QueryBench) -> anyhow::Result<Value> {
-    let run = format!(
-        "{}-{}",
-        std::process::id(),
-        ragstream_operators::now_millis()
-    );
-    let topic = |name: &str| format!("bench-{name}-{run}");
+/// The name of this run's topic `name`.
+fn topic(name: &str, run: &str) -> String {
+    format!("bench-{name}-{run}")
+}
+
+/// Writes the job's configuration and starts the job; the job and the configuration's path.
+fn start_job(args: &QueryBench, run: &str) -> anyhow::Result<(crate::runtime::Running, PathBuf)> {
     let config_path = std::env::temp_dir().join(format!("ragstream-bench-query-{run}.toml"));
     std::fs::write(
         &config_path,
         format!(
             "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"{}\"\ndocuments_topic = \"{}\"\nqueries_topic = \"{}\"\ncontexts_topic = \"{}\"\ndlq_topic = \"{}\"\ngroup_id = \"bench-{run}\"\n[index]\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = 1\n",
             args.brokers,
-            topic("docs"),
-            topic("queries"),
-            topic("contexts"),
-            topic("dlq"),
+            topic("docs", run),
+            topic("queries", run),
+            topic("contexts", run),
+            topic("dlq", run),
             args.index.display().to_string(),
         ),
     )?;
     let config = Config::load(&config_path)?;
     let client = config.kafka.client_config();
-    ragstream_operators::io::kafka_admin::ensure_topics(&client, &[(&topic("docs"), 1)])
+    ragstream_operators::io::kafka_admin::ensure_topics(&client, &[(&topic("docs", run), 1)])
         .map_err(anyhow::Error::msg)?;
     let running = crate::runtime::start(config)?;
+    Ok((running, config_path))
+}
 
-    // The reader of the contexts topic.
-    let received: Arc<Mutex<HashMap<String, (Instant, Context)>>> = Arc::default();
-    let reader = {
-        let received = received.clone();
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &args.brokers)
-            .set("group.id", format!("bench-reader-{run}"))
-            .set("enable.auto.commit", "false")
-            .create()?;
-        let mut assignment = TopicPartitionList::new();
-        // The runtime created the contexts topic (one partition).
-        assignment.add_partition_offset(&topic("contexts"), 0, Offset::Beginning)?;
-        consumer.assign(&assignment)?;
-        std::thread::spawn(move || loop {
-            if let Some(Ok(message)) = consumer.poll(Duration::from_millis(50)) {
-                let now = Instant::now();
-                if let Some(Ok(context)) = message.payload().map(serde_json::from_slice::<Context>)
-                {
-                    received
-                        .lock()
-                        .expect("received")
-                        .insert(context.query_id.clone(), (now, context));
-                }
-            }
-        })
-    };
-    let _ = reader;
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", &args.brokers)
-        .set("linger.ms", "0")
+/// Contexts read from the contexts topic, by query id: when each arrived, and the context.
+type Received = Arc<Mutex<HashMap<String, (Instant, Context)>>>;
+
+/// Starts a thread that reads the contexts topic from its beginning into `received`, for good.
+fn spawn_reader(brokers: &str, run: &str, received: &Received) -> anyhow::Result<()> {
+    let received = received.clone();
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", format!("bench-reader-{run}"))
+        .set("enable.auto.commit", "false")
         .create()?;
-    let all = texts(&args.data)?;
-    let per_phase = (args.rate * args.seconds).round() as usize;
-    anyhow::ensure!(
-        all.len() >= 2 * per_phase + 20,
-        "not enough query texts for {per_phase} queries"
-    );
-    let queries_topic = topic("queries");
-    let phase = |name: &str,
-                 items: &[(String, String)],
-                 budget: usize,
-                 rate: f64|
-     -> anyhow::Result<Value> {
+    let mut assignment = TopicPartitionList::new();
+    // The runtime created the contexts topic (one partition).
+    assignment.add_partition_offset(&topic("contexts", run), 0, Offset::Beginning)?;
+    consumer.assign(&assignment)?;
+    std::thread::spawn(move || loop {
+        if let Some(Ok(message)) = consumer.poll(Duration::from_millis(50)) {
+            let now = Instant::now();
+            if let Some(Ok(context)) = message.payload().map(serde_json::from_slice::<Context>) {
+                received
+                    .lock()
+                    .expect("received")
+                    .insert(context.query_id.clone(), (now, context));
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Produces queries to the job's queries topic and reads the answers the reader collected.
+struct Phases<'a> {
+    /// Names the query ids.
+    run: &'a str,
+    /// The job's queries topic.
+    queries_topic: String,
+    producer: BaseProducer,
+    received: Received,
+}
+
+impl Phases<'_> {
+    /// Produces `items` as queries at `rate` per second; each query's id and when it was sent.
+    fn offer(
+        &self,
+        name: &str,
+        items: &[(String, String)],
+        (budget, rate): (usize, f64),
+        started: Instant,
+    ) -> Vec<(String, Instant)> {
         let mut sent: Vec<(String, Instant)> = Vec::with_capacity(items.len());
-        let started = Instant::now();
         for (i, (tenant, text)) in items.iter().enumerate() {
             let due = started + Duration::from_secs_f64(i as f64 / rate);
             while Instant::now() < due {
-                producer.poll(Duration::ZERO);
+                self.producer.poll(Duration::ZERO);
                 std::thread::sleep(Duration::from_micros(200));
             }
-            let id = format!("{name}-{i}-{run}");
+            let id = format!("{name}-{i}-{}", self.run);
             let body =
                 json!({"query_id": id, "tenant": tenant, "text": text, "token_budget": budget})
                     .to_string();
             crate::bench::send_blocking(
-                &producer,
-                BaseRecord::to(&queries_topic).key(&id).payload(&body),
+                &self.producer,
+                BaseRecord::to(&self.queries_topic).key(&id).payload(&body),
             );
             sent.push((id, Instant::now()));
         }
-        producer.flush(Duration::from_secs(30))?;
-        let offered_seconds = started.elapsed().as_secs_f64();
+        sent
+    }
+
+    /// Waits up to 5 minutes for the context of every query `sent`.
+    fn wait_answered(&self, sent: &[(String, Instant)]) {
         let deadline = Instant::now() + Duration::from_secs(300);
         while Instant::now() < deadline {
-            let map = received.lock().expect("received");
+            let map = self.received.lock().expect("received");
             if sent.iter().all(|(id, _)| map.contains_key(id)) {
                 break;
             }
             drop(map);
             std::thread::sleep(Duration::from_millis(50));
         }
-        let map = received.lock().expect("received");
+    }
+
+    /// One phase: `items` offered at `rate` with `budget` tokens; its latencies and achieved rate.
+    fn measure(
+        &self,
+        name: &str,
+        items: &[(String, String)],
+        budget: usize,
+        rate: f64,
+    ) -> anyhow::Result<Value> {
+        let started = Instant::now();
+        let sent = self.offer(name, items, (budget, rate), started);
+        self.producer.flush(Duration::from_secs(30))?;
+        let offered_seconds = started.elapsed().as_secs_f64();
+        self.wait_answered(&sent);
+        let map = self.received.lock().expect("received");
         let mut latency = Vec::new();
         let mut without_embed = Vec::new();
         let mut stages: HashMap<String, Vec<f64>> = HashMap::new();
@@ -209,20 +232,50 @@ pub fn query(args: QueryBench) -> anyhow::Result<Value> {
             "latency_minus_embedding": summary(without_embed),
             "stages_ms": stages.into_iter().map(|(k, v)| (k, summary(v))).collect::<serde_json::Map<_, _>>(),
         }))
+    }
+}
+
+/// Runs the benchmark and returns its report.
+pub fn query(args: QueryBench) -> anyhow::Result<Value> {
+    let run = format!(
+        "{}-{}",
+        std::process::id(),
+        ragstream_operators::now_millis()
+    );
+    let (running, config_path) = start_job(&args, &run)?;
+
+    // The reader of the contexts topic.
+    let received: Received = Arc::default();
+    spawn_reader(&args.brokers, &run, &received)?;
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &args.brokers)
+        .set("linger.ms", "0")
+        .create()?;
+    let all = texts(&args.data)?;
+    let per_phase = (args.rate * args.seconds).round() as usize;
+    anyhow::ensure!(
+        all.len() >= 2 * per_phase + 20,
+        "not enough query texts for {per_phase} queries"
+    );
+    let phases = Phases {
+        run: &run,
+        queries_topic: topic("queries", &run),
+        producer,
+        received,
     };
     // Warm up (model, index caches, consumer group join).
     let (texts_a, rest) = all.split_at(per_phase);
     let (texts_b, rest) = rest.split_at(per_phase);
-    let warm = phase("warmup", &rest[..20], 3000, args.rate)?;
+    let warm = phases.measure("warmup", &rest[..20], 3000, args.rate)?;
     eprintln!("warm-up: {}", warm["latency_produce_to_context"]);
-    let unpaced = phase("unpaced", texts_a, 3000, 1e9)?;
+    let unpaced = phases.measure("unpaced", texts_a, 3000, 1e9)?;
     eprintln!(
         "unpaced, with embedding: {} answered/s",
         unpaced["achieved_rate"]
     );
-    let cached = phase("cached", texts_a, 2999, args.rate)?;
+    let cached = phases.measure("cached", texts_a, 2999, args.rate)?;
     eprintln!("embedding cached: {}", cached["latency_produce_to_context"]);
-    let with_embedding = phase("embed", texts_b, 3000, args.rate)?;
+    let with_embedding = phases.measure("embed", texts_b, 3000, args.rate)?;
     eprintln!(
         "with embedding: {}",
         with_embedding["latency_produce_to_context"]

@@ -128,31 +128,21 @@ fn committed(consumer: &BaseConsumer, topic: &str) -> anyhow::Result<Vec<i64>> {
         .collect())
 }
 
-/// Runs the benchmark; returns the JSON report.
-pub fn scale(args: ScaleBench) -> anyhow::Result<Value> {
-    let run = format!(
-        "{}-{}",
-        std::process::id(),
-        ragstream_operators::now_millis()
-    );
-    let topic = format!("bench-scale-docs-{run}");
-    let client = {
-        let mut client = ClientConfig::new();
-        client.set("bootstrap.servers", &args.brokers);
-        client
-    };
-    ragstream_operators::io::kafka_admin::ensure_topics(&client, &[(&topic, PARTITIONS)])
-        .map_err(anyhow::Error::msg)?;
-    let text = std::fs::read_to_string(&args.corpus)
-        .with_context(|| format!("reading {}", args.corpus.display()))?;
-    let documents: Vec<Value> = text
+/// The first `limit` documents of a BEIR corpus, parsed.
+fn read_documents(corpus: &std::path::Path, limit: Option<usize>) -> anyhow::Result<Vec<Value>> {
+    let text =
+        std::fs::read_to_string(corpus).with_context(|| format!("reading {}", corpus.display()))?;
+    Ok(text
         .lines()
         .filter(|l| !l.trim().is_empty())
-        .take(args.limit.unwrap_or(usize::MAX))
+        .take(limit.unwrap_or(usize::MAX))
         .map(serde_json::from_str)
-        .collect::<Result<_, _>>()?;
-    let producer: BaseProducer = client.clone().set("linger.ms", "5").create()?;
-    for document in &documents {
+        .collect::<Result<_, _>>()?)
+}
+
+/// Produces every document to `topic` as an upsert of the tenant `bench`, and waits for delivery.
+fn produce_corpus(producer: &BaseProducer, topic: &str, documents: &[Value]) -> anyhow::Result<()> {
+    for document in documents {
         let id = document["_id"].as_str().unwrap_or_default();
         let event = json!({
             "op": "upsert", "tenant": "bench", "doc_id": id, "version": 1, "source": id,
@@ -160,25 +150,26 @@ pub fn scale(args: ScaleBench) -> anyhow::Result<Value> {
         })
         .to_string();
         let key = format!("bench/{id}");
-        crate::bench::send_blocking(&producer, BaseRecord::to(&topic).key(&key).payload(&event));
+        crate::bench::send_blocking(producer, BaseRecord::to(topic).key(&key).payload(&event));
     }
     producer.flush(Duration::from_secs(60))?;
-    let reader: BaseConsumer = client
-        .clone()
-        .set("group.id", "bench-scale-reader")
-        .create()?;
-    let high: Vec<i64> = (0..PARTITIONS)
-        .map(|p| {
-            Ok(reader
-                .fetch_watermarks(&topic, p, Duration::from_secs(5))?
-                .1)
-        })
-        .collect::<anyhow::Result<_>>()?;
-    let questions: Vec<String> = documents
+    Ok(())
+}
+
+/// The end offset of each partition of `topic`, as `reader` fetches them.
+fn high_watermarks(reader: &BaseConsumer, topic: &str) -> anyhow::Result<Vec<i64>> {
+    (0..PARTITIONS)
+        .map(|p| Ok(reader.fetch_watermarks(topic, p, Duration::from_secs(5))?.1))
+        .collect::<anyhow::Result<_>>()
+}
+
+/// `count` questions of ten words each, from every seventh document (the corpus cycled).
+fn questions_from(documents: &[Value], count: usize) -> Vec<String> {
+    documents
         .iter()
         .cycle()
         .step_by(7)
-        .take(args.queries)
+        .take(count)
         .map(|d| {
             let text = d["text"].as_str().unwrap_or_default();
             text.split_whitespace()
@@ -187,121 +178,204 @@ pub fn scale(args: ScaleBench) -> anyhow::Result<Value> {
                 .collect::<Vec<_>>()
                 .join(" ")
         })
-        .collect();
-    let embedder = instant_embedder()?;
-    let scratch = std::env::temp_dir().join(format!("ragstream-bench-scale-{run}"));
-    std::fs::create_dir_all(&scratch)?;
+        .collect()
+}
 
-    let mut rows = Vec::new();
-    let plan: Vec<(usize, usize)> = (0..args.rounds.max(1))
-        .flat_map(|round| args.workers.iter().map(move |&w| (round, w)))
-        .collect();
-    for (round, workers) in plan {
-        let group = format!("bench-scale-{run}-r{round}-w{workers}");
-        let config_path = scratch.join(format!("w{workers}.toml"));
-        std::fs::write(
-            &config_path,
-            format!(
-                "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"{}\"\ndocuments_topic = \"{topic}\"\nqueries_topic = \"bench-scale-queries-{run}\"\ncontexts_topic = \"bench-scale-contexts-{run}\"\ndlq_topic = \"bench-scale-dlq-{run}\"\ngroup_id = \"{group}\"\n[embedder]\nkind = \"http\"\nurl = \"{embedder}\"\ndimension = {DIMENSION}\nbatch_size = 64\n[index]\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = {workers}\n",
-                args.brokers,
-                scratch.join(format!("index-r{round}-w{workers}")).display().to_string(),
-            ),
-        )?;
-        let config = Config::load(&config_path)?;
-        let chunks_before = ragstream_operators::metrics::metrics()
-            .chunks_upserted
-            .get();
-        let metrics = ragstream_operators::metrics::metrics();
-        let events_before = metrics.source_events.get();
-        let started = Instant::now();
-        let running = crate::runtime::start(config)?;
-        // Throughput is timed from the first event consumed to the last one acknowledged by the index,
-        // so the job's start and the broker's group join (seconds on Tansu) are not in it.
-        let mut first_event: Option<Instant> = None;
-        let mut acknowledged: Option<Instant> = None;
-        // Committed offsets are read per group: a consumer of the job's group (it never subscribes).
-        let watcher: BaseConsumer = client.clone().set("group.id", &group).create()?;
-        loop {
-            let consumed = metrics.source_events.get() - events_before;
-            if first_event.is_none() && consumed > 0 {
-                first_event = Some(Instant::now());
-            }
-            if acknowledged.is_none()
-                && consumed >= documents.len() as u64
-                && metrics.in_flight_messages.get() == 0
-            {
-                acknowledged = Some(Instant::now());
-            }
-            if acknowledged.is_some()
-                && committed(&watcher, &topic)
-                    .map(|c| c == high)
-                    .unwrap_or(false)
-            {
-                break;
-            }
-            anyhow::ensure!(
-                started.elapsed() < Duration::from_secs(1800),
-                "{workers} workers never committed the end of the topic"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let total_seconds = started.elapsed().as_secs_f64();
-        let ingest_seconds = acknowledged
-            .zip(first_event)
-            .map_or(total_seconds, |(done, first)| (done - first).as_secs_f64());
-        let chunks = ragstream_operators::metrics::metrics()
-            .chunks_upserted
-            .get()
-            - chunks_before;
+/// What every round of the benchmark shares.
+struct Shared {
+    /// Names this run's topics, groups and scratch directory.
+    run: String,
+    /// The documents topic, produced once.
+    topic: String,
+    /// The broker connection settings.
+    client: ClientConfig,
+    /// Kafka bootstrap servers.
+    brokers: String,
+    /// The URL of the instant embedder.
+    embedder: String,
+    /// Where each round's configuration and index go.
+    scratch: PathBuf,
+    /// Documents produced to the topic.
+    documents: usize,
+    /// The end offset of each partition of the topic.
+    high: Vec<i64>,
+    /// The questions asked in every round.
+    questions: Vec<String>,
+}
 
-        // Queries through the job's ingress, a fixed number in flight.
-        let mut pending: VecDeque<(Instant, std::sync::mpsc::Receiver<_>)> = VecDeque::new();
-        let mut latencies = Vec::with_capacity(questions.len());
-        let mut errors = 0usize;
-        let queries_started = Instant::now();
-        for (i, question) in questions.iter().enumerate() {
-            if pending.len() >= QUERIES_IN_FLIGHT {
-                let (sent, receiver) = pending.pop_front().expect("in flight");
-                let context: ragstream_core::query::Context =
-                    receiver.recv_timeout(Duration::from_secs(120))?;
-                errors += usize::from(context.error.is_some());
-                latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
-            }
-            let body = json!({"query_id": format!("w{workers}-{i}"), "tenant": "bench",
-                "text": question, "token_budget": 1000})
-            .to_string();
-            let (_, receiver) = running.ingress.submit(body.into_bytes());
-            pending.push_back((Instant::now(), receiver));
+/// How long one round's ingest took.
+struct IngestTimes {
+    /// From the first event consumed to the last acknowledged by the index.
+    seconds: f64,
+    /// From the job's start to the group's commit of every partition.
+    start_to_committed_seconds: f64,
+}
+
+/// The questions of one round, answered.
+struct Answers {
+    /// Round trips, milliseconds, in the order answered.
+    latencies: Vec<f64>,
+    /// Contexts that carried an error.
+    errors: usize,
+    /// From the first question submitted to the last answer.
+    seconds: f64,
+}
+
+/// Writes the job's configuration for one round (its own group and index) and loads it.
+fn round_config(
+    shared: &Shared,
+    round: usize,
+    workers: usize,
+    group: &str,
+) -> anyhow::Result<Config> {
+    let (run, topic, embedder) = (&shared.run, &shared.topic, &shared.embedder);
+    let config_path = shared.scratch.join(format!("w{workers}.toml"));
+    std::fs::write(
+        &config_path,
+        format!(
+            "[source]\nkind = \"kafka\"\n[kafka]\nbrokers = \"{}\"\ndocuments_topic = \"{topic}\"\nqueries_topic = \"bench-scale-queries-{run}\"\ncontexts_topic = \"bench-scale-contexts-{run}\"\ndlq_topic = \"bench-scale-dlq-{run}\"\ngroup_id = \"{group}\"\n[embedder]\nkind = \"http\"\nurl = \"{embedder}\"\ndimension = {DIMENSION}\nbatch_size = 64\n[index]\npath = {:?}\n[http]\nlisten = \"127.0.0.1:0\"\n[runtime]\nworkers = {workers}\n",
+            shared.brokers,
+            shared.scratch.join(format!("index-r{round}-w{workers}")).display().to_string(),
+        ),
+    )?;
+    Ok(Config::load(&config_path)?)
+}
+
+/// Waits until the job has acknowledged the whole topic and its group committed every partition.
+fn wait_committed(
+    shared: &Shared,
+    watcher: &BaseConsumer,
+    workers: usize,
+    events_before: u64,
+    started: Instant,
+) -> anyhow::Result<IngestTimes> {
+    let metrics = ragstream_operators::metrics::metrics();
+    // Throughput is timed from the first event consumed to the last one acknowledged by the index,
+    // so the job's start and the broker's group join (seconds on Tansu) are not in it.
+    let mut first_event: Option<Instant> = None;
+    let mut acknowledged: Option<Instant> = None;
+    loop {
+        let consumed = metrics.source_events.get() - events_before;
+        if first_event.is_none() && consumed > 0 {
+            first_event = Some(Instant::now());
         }
-        for (sent, receiver) in pending {
-            let context = receiver.recv_timeout(Duration::from_secs(120))?;
+        if acknowledged.is_none()
+            && consumed >= shared.documents as u64
+            && metrics.in_flight_messages.get() == 0
+        {
+            acknowledged = Some(Instant::now());
+        }
+        if acknowledged.is_some()
+            && committed(watcher, &shared.topic)
+                .map(|c| c == shared.high)
+                .unwrap_or(false)
+        {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(1800),
+            "{workers} workers never committed the end of the topic"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let total_seconds = started.elapsed().as_secs_f64();
+    let ingest_seconds = acknowledged
+        .zip(first_event)
+        .map_or(total_seconds, |(done, first)| (done - first).as_secs_f64());
+    Ok(IngestTimes {
+        seconds: ingest_seconds,
+        start_to_committed_seconds: total_seconds,
+    })
+}
+
+/// Asks every question through the job's ingress, [`QUERIES_IN_FLIGHT`] at a time.
+fn ask_questions(
+    running: &crate::runtime::Running,
+    questions: &[String],
+    workers: usize,
+) -> anyhow::Result<Answers> {
+    let mut pending: VecDeque<(Instant, std::sync::mpsc::Receiver<_>)> = VecDeque::new();
+    let mut latencies = Vec::with_capacity(questions.len());
+    let mut errors = 0usize;
+    let queries_started = Instant::now();
+    for (i, question) in questions.iter().enumerate() {
+        if pending.len() >= QUERIES_IN_FLIGHT {
+            let (sent, receiver) = pending.pop_front().expect("in flight");
+            let context: ragstream_core::query::Context =
+                receiver.recv_timeout(Duration::from_secs(120))?;
             errors += usize::from(context.error.is_some());
             latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
         }
-        let query_seconds = queries_started.elapsed().as_secs_f64();
-        running.shutdown.store(true, Ordering::SeqCst);
-        running.join()?;
-        latencies.sort_by(f64::total_cmp);
-        let median = latencies.get(latencies.len() / 2).copied().unwrap_or(0.0);
-        eprintln!(
-            "round {round}, {workers} worker(s): ingest {:.0} docs/s, queries {:.0}/s",
-            documents.len() as f64 / ingest_seconds,
-            questions.len() as f64 / query_seconds
-        );
-        rows.push(json!({
-            "round": round,
-            "workers": workers,
-            "ingest_seconds": ingest_seconds,
-            "start_to_committed_seconds": total_seconds,
-            "ingest_docs_per_s": documents.len() as f64 / ingest_seconds,
-            "ingest_chunks_per_s": chunks as f64 / ingest_seconds,
-            "queries_per_s": questions.len() as f64 / query_seconds,
-            "query_median_ms": median,
-            "query_errors": errors,
-        }));
+        let body = json!({"query_id": format!("w{workers}-{i}"), "tenant": "bench",
+            "text": question, "token_budget": 1000})
+        .to_string();
+        let (_, receiver) = running.ingress.submit(body.into_bytes());
+        pending.push_back((Instant::now(), receiver));
     }
-    let _ = std::fs::remove_dir_all(&scratch);
-    // Per worker count, the median of each figure over the rounds; ratios against the first count.
+    for (sent, receiver) in pending {
+        let context = receiver.recv_timeout(Duration::from_secs(120))?;
+        errors += usize::from(context.error.is_some());
+        latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
+    }
+    let query_seconds = queries_started.elapsed().as_secs_f64();
+    Ok(Answers {
+        latencies,
+        errors,
+        seconds: query_seconds,
+    })
+}
+
+/// One round at `workers` workers (ingest into a fresh index, then queries); its report row.
+fn measure_round(shared: &Shared, round: usize, workers: usize) -> anyhow::Result<Value> {
+    let group = format!("bench-scale-{}-r{round}-w{workers}", shared.run);
+    let config = round_config(shared, round, workers, &group)?;
+    let chunks_before = ragstream_operators::metrics::metrics()
+        .chunks_upserted
+        .get();
+    let metrics = ragstream_operators::metrics::metrics();
+    let events_before = metrics.source_events.get();
+    let started = Instant::now();
+    let running = crate::runtime::start(config)?;
+    // Committed offsets are read per group: a consumer of the job's group (it never subscribes).
+    let watcher: BaseConsumer = shared.client.clone().set("group.id", &group).create()?;
+    let ingest = wait_committed(shared, &watcher, workers, events_before, started)?;
+    let ingest_seconds = ingest.seconds;
+    let chunks = ragstream_operators::metrics::metrics()
+        .chunks_upserted
+        .get()
+        - chunks_before;
+
+    // Queries through the job's ingress, a fixed number in flight.
+    let Answers {
+        mut latencies,
+        errors,
+        seconds: query_seconds,
+    } = ask_questions(&running, &shared.questions, workers)?;
+    running.shutdown.store(true, Ordering::SeqCst);
+    running.join()?;
+    latencies.sort_by(f64::total_cmp);
+    let median = latencies.get(latencies.len() / 2).copied().unwrap_or(0.0);
+    let (documents, questions) = (shared.documents, shared.questions.len());
+    eprintln!(
+        "round {round}, {workers} worker(s): ingest {:.0} docs/s, queries {:.0}/s",
+        documents as f64 / ingest_seconds,
+        questions as f64 / query_seconds
+    );
+    Ok(json!({
+        "round": round,
+        "workers": workers,
+        "ingest_seconds": ingest_seconds,
+        "start_to_committed_seconds": ingest.start_to_committed_seconds,
+        "ingest_docs_per_s": documents as f64 / ingest_seconds,
+        "ingest_chunks_per_s": chunks as f64 / ingest_seconds,
+        "queries_per_s": questions as f64 / query_seconds,
+        "query_median_ms": median,
+        "query_errors": errors,
+    }))
+}
+
+/// Per worker count, each figure's median over the rounds and the scaling against the first count.
+fn medians_by_workers(workers: &[usize], rows: &[Value]) -> Vec<Value> {
     let figures = [
         "ingest_docs_per_s",
         "ingest_chunks_per_s",
@@ -309,7 +383,7 @@ pub fn scale(args: ScaleBench) -> anyhow::Result<Value> {
         "query_median_ms",
     ];
     let mut medians: Vec<Value> = Vec::new();
-    for &workers in &args.workers {
+    for &workers in workers {
         let mut summary = json!({"workers": workers});
         for key in figures {
             let mut values: Vec<f64> = rows
@@ -334,10 +408,62 @@ pub fn scale(args: ScaleBench) -> anyhow::Result<Value> {
         row["ingest_scaling"] = json!(ingest);
         row["query_scaling"] = json!(queries);
     }
+    medians
+}
+
+/// Runs the benchmark; returns the JSON report.
+pub fn scale(args: ScaleBench) -> anyhow::Result<Value> {
+    let run = format!(
+        "{}-{}",
+        std::process::id(),
+        ragstream_operators::now_millis()
+    );
+    let topic = format!("bench-scale-docs-{run}");
+    let client = {
+        let mut client = ClientConfig::new();
+        client.set("bootstrap.servers", &args.brokers);
+        client
+    };
+    ragstream_operators::io::kafka_admin::ensure_topics(&client, &[(&topic, PARTITIONS)])
+        .map_err(anyhow::Error::msg)?;
+    let documents = read_documents(&args.corpus, args.limit)?;
+    let producer: BaseProducer = client.clone().set("linger.ms", "5").create()?;
+    produce_corpus(&producer, &topic, &documents)?;
+    let reader: BaseConsumer = client
+        .clone()
+        .set("group.id", "bench-scale-reader")
+        .create()?;
+    let high = high_watermarks(&reader, &topic)?;
+    let questions = questions_from(&documents, args.queries);
+    let embedder = instant_embedder()?;
+    let scratch = std::env::temp_dir().join(format!("ragstream-bench-scale-{run}"));
+    std::fs::create_dir_all(&scratch)?;
+    let shared = Shared {
+        run,
+        topic,
+        client,
+        brokers: args.brokers.clone(),
+        embedder,
+        scratch,
+        documents: documents.len(),
+        high,
+        questions,
+    };
+
+    let mut rows = Vec::new();
+    let plan: Vec<(usize, usize)> = (0..args.rounds.max(1))
+        .flat_map(|round| args.workers.iter().map(move |&w| (round, w)))
+        .collect();
+    for (round, workers) in plan {
+        rows.push(measure_round(&shared, round, workers)?);
+    }
+    let _ = std::fs::remove_dir_all(&shared.scratch);
+    // Per worker count, the median of each figure over the rounds; ratios against the first count.
+    let medians = medians_by_workers(&args.workers, &rows);
     Ok(json!({
         "corpus": args.corpus.display().to_string(),
         "documents": documents.len(),
-        "queries": questions.len(),
+        "queries": shared.questions.len(),
         "partitions": PARTITIONS,
         "embedder": "instant in-process /v1/embeddings (model time excluded)",
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),

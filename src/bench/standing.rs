@@ -142,14 +142,9 @@ fn quiet(agent: &ureq::Agent, base: &str, ids: &[String]) -> anyhow::Result<Dura
     Ok(started.elapsed())
 }
 
-/// Runs the benchmark and returns its report.
-pub fn standing(args: StandingBench) -> anyhow::Result<Value> {
-    let run = format!(
-        "{}-{}",
-        std::process::id(),
-        ragstream_operators::now_millis()
-    );
-    let corpus: Vec<Value> = read_jsonl_lines(&args.corpus)?
+/// The corpus as upserts of the tenant `squad`, each text its title and body.
+fn read_corpus(path: &std::path::Path) -> anyhow::Result<Vec<Value>> {
+    Ok(read_jsonl_lines(path)?
         .into_iter()
         .map(|row| {
             let text = format!(
@@ -159,24 +154,197 @@ pub fn standing(args: StandingBench) -> anyhow::Result<Value> {
             );
             json!({"tenant": "squad", "doc_id": row["_id"], "version": 1, "text": text})
         })
+        .collect())
+}
+
+/// `n` questions spread evenly over `all` (its questions come article by article).
+fn pick(all: &[String], n: usize, offset: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let at = (i * all.len() / n.max(1) + offset) % all.len();
+            match i < all.len() {
+                true => all[at].clone(),
+                false => format!("{} ({i})", all[at]),
+            }
+        })
+        .collect()
+}
+
+/// Posts the corpus from `posters` clients at once; the seconds and each round trip (ms).
+fn post_corpus(
+    agent: &ureq::Agent,
+    base: &str,
+    corpus: &[Value],
+    (batch, posters): (usize, usize),
+) -> (f64, Vec<f64>) {
+    let batches: Vec<&[Value]> = corpus.chunks(batch.max(1)).collect();
+    let next = AtomicUsize::new(0);
+    let round_trips = Mutex::new(Vec::new());
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..posters.max(1) {
+            scope.spawn(|| loop {
+                let at = next.fetch_add(1, Ordering::SeqCst);
+                let Some(batch) = batches.get(at) else {
+                    break;
+                };
+                let posted = Instant::now();
+                let (status, answer) = post(
+                    agent,
+                    &format!("{base}/v1/documents"),
+                    &json!({ "documents": batch }),
+                );
+                if status != 200 {
+                    eprintln!("a batch answered {status}: {answer}");
+                }
+                round_trips
+                    .lock()
+                    .expect("lock")
+                    .push(posted.elapsed().as_secs_f64() * 1000.0);
+            });
+        }
+    });
+    let ingest_seconds = started.elapsed().as_secs_f64();
+    (ingest_seconds, round_trips.into_inner().expect("lock"))
+}
+
+/// Standing-query counters: re-evaluations, versions published, evaluations the filter skipped.
+#[derive(Clone, Copy)]
+struct Churn {
+    evaluations: u64,
+    moved: u64,
+    filtered: u64,
+}
+
+impl Churn {
+    /// The counters now.
+    fn now() -> Self {
+        Self {
+            evaluations: metrics().standing_evaluations.get(),
+            moved: metrics().standing_versions.get(),
+            filtered: metrics().standing_filtered.get(),
+        }
+    }
+
+    /// The counters now, less `self`.
+    fn since(self) -> Self {
+        Self {
+            evaluations: metrics().standing_evaluations.get() - self.evaluations,
+            moved: metrics().standing_versions.get() - self.moved,
+            filtered: metrics().standing_filtered.get() - self.filtered,
+        }
+    }
+}
+
+/// Compares a sample of the subscriptions with one-shot answers; (compared, equal).
+fn compare_at_rest(
+    agent: &ureq::Agent,
+    (base, run): (&str, &str),
+    (ids, questions): (&[String], &[String]),
+    sample: usize,
+) -> (usize, usize) {
+    let step = (ids.len() / sample.max(1)).max(1);
+    let (mut compared, mut equal) = (0, 0);
+    for (at, id) in ids.iter().enumerate().step_by(step) {
+        let (_, status) = get(agent, &format!("{base}/v1/subscriptions/{id}"));
+        let body = json!({"query_id": format!("one-shot-{at}-{run}"), "tenant": "squad", "text": questions[at], "token_budget": 600});
+        let (_, one_shot) = post(agent, &format!("{base}/v1/query"), &body);
+        compared += 1;
+        if items(&status["latest"]["context"]) == items(&one_shot) {
+            equal += 1;
+        }
+    }
+    (compared, equal)
+}
+
+/// The report's `standing` section: what the ingest cost the subscriptions, and how they ended.
+fn standing_section(churn: Churn, settle: Duration, (compared, equal): (usize, usize)) -> Value {
+    let Churn {
+        evaluations,
+        moved,
+        filtered,
+    } = churn;
+    let moved_by: serde_json::Map<String, Value> = Moved::ALL
+        .iter()
+        .map(|&reason| {
+            let count = metrics().standing_moved_count(reason);
+            (reason.as_str().to_string(), json!(count))
+        })
         .collect();
+    let histogram = &metrics().standing_change_to_version_seconds;
+    json!({
+        "re_evaluations": evaluations,
+        "versions_after_the_first": moved,
+        "re_evaluations_per_changed_context": evaluations as f64 / (moved.max(1)) as f64,
+        "skipped_by_the_filter": filtered,
+        "moved_by": moved_by,
+        "change_to_version_ms": {
+            "p50": quantile(histogram, 0.5) * 1000.0,
+            "p99": quantile(histogram, 0.99) * 1000.0,
+            "n": histogram.get_sample_count(),
+        },
+        "seconds_to_quiet_after_ingest": settle.as_secs_f64(),
+        "at_rest_equal_to_one_shot": format!("{equal} of {compared}"),
+    })
+}
+
+/// Holds `idle` more subscriptions and times one unrelated upsert; the report's `idle` section.
+fn idle_subscriptions(
+    agent: &ureq::Agent,
+    (base, run): (&str, &str),
+    (ids, all_questions): (&[String], &[String]),
+    idle: usize,
+) -> anyhow::Result<Value> {
+    let rss = rss_mib();
+    let started = Instant::now();
+    let idle_ids = subscribe_all(agent, base, &pick(all_questions, idle, 1), 4)?;
+    let idle_subscribe = started.elapsed().as_secs_f64();
+    quiet(agent, base, &idle_ids)?;
+    let rss_idle = rss_mib();
+    // One unrelated upsert: a document none of the questions is about.
+    let evaluations = metrics().standing_evaluations.get();
+    let filtered = metrics().standing_filtered.get();
+    let posted = Instant::now();
+    let (status, answer) = post(
+        agent,
+        &format!("{base}/v1/documents"),
+        &json!({"documents": [{"tenant": "squad", "doc_id": format!("unrelated-{run}"), "version": 1, "text": "Sourdough loaves need a night of slow proving; the bakery sells rye bread and seed rolls from six."}]}),
+    );
+    anyhow::ensure!(
+        status == 200,
+        "the unrelated upsert answered {status}: {answer}"
+    );
+    let upsert_ms = posted.elapsed().as_secs_f64() * 1000.0;
+    let mut everyone = ids.to_vec();
+    everyone.extend(idle_ids.iter().cloned());
+    let quiet_after = quiet(agent, base, &everyone)?;
+    Ok(json!({
+        "held": everyone.len(),
+        "subscribe_seconds": idle_subscribe,
+        "rss_mib": rss_idle,
+        "rss_mib_per_1000": (rss_idle - rss) * 1000.0 / idle as f64,
+        "unrelated_upsert": {
+            "round_trip_ms": upsert_ms,
+            "re_evaluations": metrics().standing_evaluations.get() - evaluations,
+            "skipped_by_the_filter": metrics().standing_filtered.get() - filtered,
+            "seconds_until_none_pending": quiet_after.as_secs_f64(),
+        },
+    }))
+}
+
+/// Runs the benchmark and returns its report.
+pub fn standing(args: StandingBench) -> anyhow::Result<Value> {
+    let run = format!(
+        "{}-{}",
+        std::process::id(),
+        ragstream_operators::now_millis()
+    );
+    let corpus = read_corpus(&args.corpus)?;
     let all_questions: Vec<String> = read_jsonl_lines(&args.questions)?
         .into_iter()
         .filter_map(|row| row["text"].as_str().map(str::to_string))
         .collect();
     anyhow::ensure!(!all_questions.is_empty(), "no questions");
-    // Spread evenly over the file (its questions come article by article).
-    let pick = |n: usize, offset: usize| -> Vec<String> {
-        (0..n)
-            .map(|i| {
-                let at = (i * all_questions.len() / n.max(1) + offset) % all_questions.len();
-                match i < all_questions.len() {
-                    true => all_questions[at].clone(),
-                    false => format!("{} ({i})", all_questions[at]),
-                }
-            })
-            .collect()
-    };
 
     let held = args.subscriptions + args.idle + 1;
     let (running, _) = local_job(
@@ -199,60 +367,20 @@ pub fn standing(args: StandingBench) -> anyhow::Result<Value> {
 
     // Subscriptions on the empty tenant.
     let started = Instant::now();
-    let questions = pick(args.subscriptions, 0);
+    let questions = pick(&all_questions, args.subscriptions, 0);
     let ids = subscribe_all(&agent, &base, &questions, 4)?;
     let subscribe_seconds = started.elapsed().as_secs_f64();
 
     // The corpus at full speed.
-    let evaluations_before = metrics().standing_evaluations.get();
-    let versions_before = metrics().standing_versions.get();
-    let filtered_before = metrics().standing_filtered.get();
-    let batches: Vec<&[Value]> = corpus.chunks(args.batch.max(1)).collect();
-    let next = AtomicUsize::new(0);
-    let round_trips = Mutex::new(Vec::new());
-    let started = Instant::now();
-    std::thread::scope(|scope| {
-        for _ in 0..args.posters.max(1) {
-            scope.spawn(|| loop {
-                let at = next.fetch_add(1, Ordering::SeqCst);
-                let Some(batch) = batches.get(at) else {
-                    break;
-                };
-                let posted = Instant::now();
-                let (status, answer) = post(
-                    &agent,
-                    &format!("{base}/v1/documents"),
-                    &json!({ "documents": batch }),
-                );
-                if status != 200 {
-                    eprintln!("a batch answered {status}: {answer}");
-                }
-                round_trips
-                    .lock()
-                    .expect("lock")
-                    .push(posted.elapsed().as_secs_f64() * 1000.0);
-            });
-        }
-    });
-    let ingest_seconds = started.elapsed().as_secs_f64();
+    let churn = Churn::now();
+    let (ingest_seconds, round_trips) =
+        post_corpus(&agent, &base, &corpus, (args.batch, args.posters));
     let settle = quiet(&agent, &base, &ids)?;
     let rss_after_ingest = rss_mib();
-    let evaluations = metrics().standing_evaluations.get() - evaluations_before;
-    let moved = metrics().standing_versions.get() - versions_before;
-    let filtered = metrics().standing_filtered.get() - filtered_before;
+    let churn = churn.since();
 
     // Exact at rest: a sample against one-shot answers.
-    let step = (ids.len() / args.sample.max(1)).max(1);
-    let (mut compared, mut equal) = (0, 0);
-    for (at, id) in ids.iter().enumerate().step_by(step) {
-        let (_, status) = get(&agent, &format!("{base}/v1/subscriptions/{id}"));
-        let body = json!({"query_id": format!("one-shot-{at}-{run}"), "tenant": "squad", "text": questions[at], "token_budget": 600});
-        let (_, one_shot) = post(&agent, &format!("{base}/v1/query"), &body);
-        compared += 1;
-        if items(&status["latest"]["context"]) == items(&one_shot) {
-            equal += 1;
-        }
-    }
+    let at_rest = compare_at_rest(&agent, (&base, &run), (&ids, &questions), args.sample);
 
     let mut report = json!({
         "corpus_documents": corpus.len(),
@@ -261,70 +389,16 @@ pub fn standing(args: StandingBench) -> anyhow::Result<Value> {
         "ingest": {
             "seconds": ingest_seconds,
             "documents_per_second": corpus.len() as f64 / ingest_seconds,
-            "batch_round_trips": latency_summary(round_trips.into_inner().expect("lock")),
+            "batch_round_trips": latency_summary(round_trips),
         },
         "rss_mib_after_ingest": rss_after_ingest,
     });
     if args.subscriptions > 0 {
-        let moved_by: serde_json::Map<String, Value> = Moved::ALL
-            .iter()
-            .map(|&reason| {
-                let count = metrics().standing_moved_count(reason);
-                (reason.as_str().to_string(), json!(count))
-            })
-            .collect();
-        let histogram = &metrics().standing_change_to_version_seconds;
-        report["standing"] = json!({
-            "re_evaluations": evaluations,
-            "versions_after_the_first": moved,
-            "re_evaluations_per_changed_context": evaluations as f64 / (moved.max(1)) as f64,
-            "skipped_by_the_filter": filtered,
-            "moved_by": moved_by,
-            "change_to_version_ms": {
-                "p50": quantile(histogram, 0.5) * 1000.0,
-                "p99": quantile(histogram, 0.99) * 1000.0,
-                "n": histogram.get_sample_count(),
-            },
-            "seconds_to_quiet_after_ingest": settle.as_secs_f64(),
-            "at_rest_equal_to_one_shot": format!("{equal} of {compared}"),
-        });
+        report["standing"] = standing_section(churn, settle, at_rest);
     }
     if args.idle > 0 {
-        let rss = rss_mib();
-        let started = Instant::now();
-        let idle_ids = subscribe_all(&agent, &base, &pick(args.idle, 1), 4)?;
-        let idle_subscribe = started.elapsed().as_secs_f64();
-        quiet(&agent, &base, &idle_ids)?;
-        let rss_idle = rss_mib();
-        // One unrelated upsert: a document none of the questions is about.
-        let evaluations = metrics().standing_evaluations.get();
-        let filtered = metrics().standing_filtered.get();
-        let posted = Instant::now();
-        let (status, answer) = post(
-            &agent,
-            &format!("{base}/v1/documents"),
-            &json!({"documents": [{"tenant": "squad", "doc_id": format!("unrelated-{run}"), "version": 1, "text": "Sourdough loaves need a night of slow proving; the bakery sells rye bread and seed rolls from six."}]}),
-        );
-        anyhow::ensure!(
-            status == 200,
-            "the unrelated upsert answered {status}: {answer}"
-        );
-        let upsert_ms = posted.elapsed().as_secs_f64() * 1000.0;
-        let mut everyone = ids.clone();
-        everyone.extend(idle_ids.iter().cloned());
-        let quiet_after = quiet(&agent, &base, &everyone)?;
-        report["idle"] = json!({
-            "held": everyone.len(),
-            "subscribe_seconds": idle_subscribe,
-            "rss_mib": rss_idle,
-            "rss_mib_per_1000": (rss_idle - rss) * 1000.0 / args.idle as f64,
-            "unrelated_upsert": {
-                "round_trip_ms": upsert_ms,
-                "re_evaluations": metrics().standing_evaluations.get() - evaluations,
-                "skipped_by_the_filter": metrics().standing_filtered.get() - filtered,
-                "seconds_until_none_pending": quiet_after.as_secs_f64(),
-            },
-        });
+        report["idle"] =
+            idle_subscriptions(&agent, (&base, &run), (&ids, &all_questions), args.idle)?;
     }
     // The job is not stopped gracefully: the process ends after the report; the script removes
     // its working directory.

@@ -24,7 +24,6 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use ragstream_operators::io::query_source::HttpIngress;
@@ -33,7 +32,9 @@ use ragstream_topologies::config::Config;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use serde_json::{json, Value};
 
+mod phases;
 mod recall;
+use phases::{grow_phase, loaded_phase, settle, Base};
 use recall::dense_recall;
 
 /// Arguments of `bench volume`.
@@ -339,17 +340,8 @@ fn reaches(
     }
 }
 
-/// Runs the benchmark and returns its report.
-pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
-    let run = format!(
-        "{}-{}",
-        std::process::id(),
-        ragstream_operators::now_millis()
-    );
-    let corpus = Corpus::read(&args.data.corpus)?;
-    let questions = crate::bench::read_questions(&args.data.questions, 2 * args.queries)?;
-    let topic = format!("volume-docs-{run}");
-    let index = std::env::temp_dir().join(format!("ragstream-bench-volume-{run}"));
+/// Starts the instant embedder; writes, loads and validates the job's configuration.
+fn job_config(args: &VolumeBench, run: &str, topic: &str, index: &Path) -> anyhow::Result<Config> {
     let config_path = std::env::temp_dir().join(format!("ragstream-bench-volume-{run}.toml"));
     let embedder = crate::bench::scale::instant_embedder()?;
     std::fs::write(
@@ -364,6 +356,21 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
     )?;
     let config = Config::load(&config_path)?;
     config.validate()?;
+    Ok(config)
+}
+
+/// Runs the benchmark and returns its report.
+pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
+    let run = format!(
+        "{}-{}",
+        std::process::id(),
+        ragstream_operators::now_millis()
+    );
+    let corpus = Corpus::read(&args.data.corpus)?;
+    let questions = crate::bench::read_questions(&args.data.questions, 2 * args.queries)?;
+    let topic = format!("volume-docs-{run}");
+    let index = std::env::temp_dir().join(format!("ragstream-bench-volume-{run}"));
+    let config = job_config(&args, &run, &topic, &index)?;
     let tuning = config.index.tuning;
     let client = config.kafka.client_config();
     ragstream_operators::io::kafka_admin::ensure_topics(&client, &[(&topic, PARTITIONS)])
@@ -375,62 +382,25 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
         next: 0,
         text_bytes: 0,
     };
-    let chunks_base = metrics().chunks_upserted.get();
-    let events_base = metrics().source_events.get();
+    let base = Base {
+        chunks: metrics().chunks_upserted.get(),
+        events: metrics().source_events.get(),
+    };
     let running = crate::runtime::start(config)?;
-    let indexed = || metrics().chunks_upserted.get() - chunks_base;
 
     // 1. Grow to the target while one client queries.
     let stop = AtomicBool::new(false);
-    let bands: Mutex<Vec<Value>> = Mutex::new(Vec::new());
-    let grow_started = Instant::now();
-    let grow_activations = long_activations();
-    let (grow_events, grow) = std::thread::scope(|scope| -> anyhow::Result<_> {
-        let client = scope.spawn(|| {
-            ask_until(
-                &running.ingress,
-                &questions,
-                0,
-                usize::MAX,
-                &stop,
-                chunks_base,
-            )
-        });
-        let band_size = (args.chunks / BANDS).max(1);
-        let mut band_start = (Instant::now(), 0u64);
-        let enough = reaches(
-            args.chunks,
-            chunks_base,
-            events_base,
-            (chunks_base, events_base),
-        );
-        let fed = feeder.feed(events_base, &enough, || {
-            let chunks = indexed();
-            if chunks >= band_start.1 + band_size {
-                let seconds = band_start.0.elapsed().as_secs_f64();
-                let mut bands = bands.lock().expect("bands");
-                bands.push(json!({"chunks": chunks, "chunks_per_s": (chunks - band_start.1) as f64 / seconds,
-                    "at_s": grow_started.elapsed().as_secs_f64(), "memory": memory()}));
-                eprintln!("{}", bands.last().expect("pushed"));
-                band_start = (Instant::now(), chunks);
-            }
-        });
-        stop.store(true, Ordering::SeqCst);
-        let samples = client.join().expect("query client")?;
-        Ok((fed?, samples))
-    })?;
-    let grow_seconds = grow_started.elapsed().as_secs_f64();
-    let grow_activations = long_activations_since(&grow_activations);
-    let grown = indexed();
-    eprintln!("grown to {grown} chunks from {grow_events} events in {grow_seconds:.0} s");
+    let grow = grow_phase(
+        &running.ingress,
+        &questions,
+        &args,
+        &mut feeder,
+        &stop,
+        base,
+    )?;
 
     // 2. Idle at full size: once the writer's optimization on going idle is done.
-    let settle = Instant::now();
-    std::thread::sleep(tuning.optimize_when_idle().unwrap_or_default() + Duration::from_secs(1));
-    while optimizations().0 > 0 {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let settle_seconds = settle.elapsed().as_secs_f64();
+    let settle_seconds = settle(tuning);
     let at_full_size = json!({"memory": memory(), "disk_mib": disk_bytes(&index) as f64 / 1048576.0,
         "text_mib": feeder.text_bytes as f64 / 1048576.0});
     eprintln!("at full size: {at_full_size}");
@@ -442,41 +412,20 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
         questions.len() / 2,
         args.queries,
         &stop,
-        chunks_base,
+        base.chunks,
     )?;
 
     let idle_activations = long_activations_since(&idle_activations);
 
     // 3. Loaded at full size.
-    let loaded_base = indexed();
-    let loaded_events_base = metrics().source_events.get();
-    let loaded_started = Instant::now();
-    let loaded_activations = long_activations();
-    let (loaded_events, loaded) = std::thread::scope(|scope| -> anyhow::Result<_> {
-        let client = scope.spawn(|| {
-            ask_until(
-                &running.ingress,
-                &questions,
-                questions.len() / 2 + args.queries,
-                args.queries,
-                &stop,
-                chunks_base,
-            )
-        });
-        let enough = reaches(
-            args.extra_chunks,
-            loaded_base + chunks_base,
-            loaded_events_base,
-            (chunks_base, events_base),
-        );
-        let fed = feeder.feed(loaded_events_base, &enough, || {});
-        stop.store(true, Ordering::SeqCst);
-        let samples = client.join().expect("query client")?;
-        Ok((fed?, samples))
-    })?;
-    let loaded_seconds = loaded_started.elapsed().as_secs_f64();
-    let loaded_activations = long_activations_since(&loaded_activations);
-    let loaded_chunks = indexed() - loaded_base;
+    let loaded = loaded_phase(
+        &running.ingress,
+        &questions,
+        &args,
+        &mut feeder,
+        &stop,
+        base,
+    )?;
     let end = json!({"memory": memory(), "disk_mib": disk_bytes(&index) as f64 / 1048576.0});
     running.shutdown.store(true, Ordering::SeqCst);
     let _ = running.join();
@@ -485,17 +434,6 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
     let _ = std::fs::remove_dir_all(&index);
     let recall = recall?;
 
-    let grow_by_band: Vec<Value> = (0..BANDS)
-        .map(|band| {
-            let (low, high) = (band * args.chunks / BANDS, (band + 1) * args.chunks / BANDS);
-            let in_band = || {
-                grow.iter()
-                    .filter(move |s| s.chunks >= low && s.chunks < high)
-            };
-            json!({"chunks_from": low, "chunks_to": high, "queries": summary(in_band()),
-                "longest_during_optimization_ms": longest_during_optimization(in_band())})
-        })
-        .collect();
     let optimize = &metrics().index_optimize_seconds;
     Ok(json!({
         "corpus": args.data.corpus.display().to_string(),
@@ -503,28 +441,12 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
         "partitions": PARTITIONS,
         "embedder": "instant in-process /v1/embeddings (model time excluded)",
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-        "grow": {
-            "events": grow_events, "chunks": grown, "seconds": grow_seconds,
-            "chunks_per_s": grown as f64 / grow_seconds,
-            "bands": bands.into_inner().expect("bands"),
-            "queries": summary(grow.iter()),
-            "queries_during_optimization": summary(grow.iter().filter(|s| s.during_optimization)),
-            "longest_round_trip_during_optimization_ms": longest_during_optimization(grow.iter()),
-            "queries_by_band": grow_by_band,
-            "settle_seconds": settle_seconds,
-            "long_activations": grow_activations,
-        },
+        "grow": grow.report(args.chunks, settle_seconds),
         "optimizations": {"count": optimize.get_sample_count(), "seconds": optimize.get_sample_sum()},
         "at_full_size": at_full_size,
         "idle": summary(idle.iter()),
         "idle_long_activations": idle_activations,
-        "loaded": {
-            "events": loaded_events, "chunks": loaded_chunks, "seconds": loaded_seconds,
-            "chunks_per_s": loaded_chunks as f64 / loaded_seconds,
-            "queries": summary(loaded.iter()),
-            "longest_round_trip_during_optimization_ms": longest_during_optimization(loaded.iter()),
-            "long_activations": loaded_activations,
-        },
+        "loaded": loaded.report(),
         "end": end,
         "tuning": format!("{tuning:?}"),
         "dense_recall": recall,
