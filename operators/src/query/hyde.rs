@@ -122,7 +122,6 @@ impl<'scope> Hyde<'scope> for StreamVec<'scope, u64, QueryJob> {
             job_level.endpoint.concurrency,
             job_level.endpoint.timeout_ms,
         );
-        let answered = config.clone();
         let key = |n: usize, text: &str| format!("{n}\u{0}{text}");
         remote(
             self,
@@ -139,6 +138,7 @@ impl<'scope> Hyde<'scope> for StreamVec<'scope, u64, QueryJob> {
                     texts: cached.clone().unwrap_or_default(),
                     cached: cached.is_some(),
                     weight,
+                    asked: n,
                     strategy,
                     joined: false,
                 });
@@ -155,14 +155,12 @@ impl<'scope> Hyde<'scope> for StreamVec<'scope, u64, QueryJob> {
                 match result {
                     Ok(passages) => {
                         outcome(Endpoint::Hyde, EndpointOutcome::Ok, took);
-                        let preset = answered.preset(job.query.preset.as_deref());
-                        let n = hypotheses(job, &preset.hyde);
-                        cache.lock().expect("hyde cache").put(
-                            key(n, &job.query.text),
-                            passages.clone(),
-                            0,
-                        );
                         if let Some(hyde) = &mut job.hyde {
+                            cache.lock().expect("hyde cache").put(
+                                key(hyde.asked, &job.query.text),
+                                passages.clone(),
+                                0,
+                            );
                             hyde.texts = passages;
                         }
                     }

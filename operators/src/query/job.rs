@@ -77,6 +77,9 @@ pub struct HydePassage {
     pub cached: bool,
     /// The passages' share of the dense query (1 under `hyde`).
     pub weight: f32,
+    /// How many passages were asked for (the query's `num_hypotheses`, else its preset's).
+    #[serde(default)]
+    pub asked: usize,
     /// How they shape the dense query.
     pub strategy: ragstream_core::query::endpoints::HydeStrategy,
     /// Whether their vectors joined the dense query (set by EmbedQuery).
