@@ -139,7 +139,7 @@ pub struct Limits {
     /// Requests a second of one credential on the data routes and `/mcp` (0: no limit).
     pub token_requests_per_second: f64,
     /// Requests one credential may send at once after a quiet spell.
-    pub token_burst: u32,
+    pub token_burst: std::num::NonZeroU32,
 }
 
 /// The tenants a token may query (`None`: every tenant).

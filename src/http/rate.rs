@@ -23,10 +23,10 @@ struct Bucket {
 
 impl RateLimits {
     /// `per_second` requests a second, `burst` at once; `per_second` 0: no limit.
-    pub(super) fn new(per_second: f64, burst: u32) -> Self {
+    pub(super) fn new(per_second: f64, burst: std::num::NonZeroU32) -> Self {
         Self {
             per_second,
-            burst: f64::from(burst.max(1)),
+            burst: f64::from(burst.get()),
             buckets: Mutex::default(),
         }
     }
@@ -60,7 +60,7 @@ mod tests {
 
     #[test]
     fn a_credential_gets_its_burst_then_its_rate_and_others_are_not_touched() {
-        let limits = RateLimits::new(10.0, 5);
+        let limits = RateLimits::new(10.0, std::num::NonZeroU32::new(5).expect("not zero"));
         let (flood, other): (Arc<str>, Arc<str>) = (Arc::from("FLOOD"), Arc::from("OTHER"));
         let start = Instant::now();
         for _ in 0..5 {
@@ -85,7 +85,7 @@ mod tests {
             .count();
         assert_eq!(allowed, 5);
         // Rate 0: no limit; no token: no credential to limit.
-        let off = RateLimits::new(0.0, 1);
+        let off = RateLimits::new(0.0, std::num::NonZeroU32::MIN);
         assert!((0..1000).all(|_| off.take(&flood, start).is_ok()));
         let anonymous: Arc<str> = Arc::from(crate::http::access::ANONYMOUS);
         assert!((0..1000).all(|_| limits.take(&anonymous, start).is_ok()));

@@ -130,7 +130,7 @@ pub fn query<'scope>(
         Some(reranker) => reranked.rerank_endpoint(
             reranker.clone(),
             config.rerank.endpoint_window,
-            config.rerank.endpoint.concurrency,
+            config.rerank.endpoint.concurrency.get(),
             config.rerank.endpoint.timeout_ms,
         ),
         None => reranked,

@@ -151,7 +151,7 @@ impl<'scope> EmbedQuery<'scope> for StreamVec<'scope, u64, QueryJob> {
         // Repeated query texts (other budgets, other modes) are embedded once.
         let cached = services.config.embedding_cache;
         let mut vectors: LruTtl<String, Vec<f32>> =
-            LruTtl::new(cached.entries.max(1), cached.ttl_secs);
+            LruTtl::new(cached.entries.get(), cached.ttl_secs);
         let scope = self.scope();
         self.unary::<CapacityContainerBuilder<Vec<_>>, _, _, _>(
             Pipeline,

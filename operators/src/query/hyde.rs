@@ -119,7 +119,7 @@ impl<'scope> Hyde<'scope> for StreamVec<'scope, u64, QueryJob> {
         )));
         let lookup = cache.clone();
         let (concurrency, timeout) = (
-            job_level.endpoint.concurrency,
+            job_level.endpoint.concurrency.get(),
             job_level.endpoint.timeout_ms,
         );
         let key = |n: usize, text: &str| format!("{n}\u{0}{text}");

@@ -109,7 +109,7 @@ pub struct HttpConfig {
     pub token_requests_per_second: f64,
     /// Requests one credential may send at once after a quiet spell (at least 1).
     #[serde(default = "default_token_burst")]
-    pub token_burst: u32,
+    pub token_burst: std::num::NonZeroU32,
     /// `POST /v1/query`, `/v1/sources`, `/v1/chunks` and `/mcp` requests waiting for their contexts at
     /// once (a query whose caller went away counts until the dataflow answers it); beyond, 503 with
     /// `Retry-After`.
@@ -124,8 +124,8 @@ pub struct HttpConfig {
 fn default_token_requests_per_second() -> f64 {
     200.0
 }
-fn default_token_burst() -> u32 {
-    400
+fn default_token_burst() -> std::num::NonZeroU32 {
+    std::num::NonZeroU32::new(400).expect("not zero")
 }
 fn default_max_connections() -> usize {
     1024

@@ -187,9 +187,6 @@ impl Config {
                 "must be a number of requests a second, 0 or more (0: no limit)",
             );
         }
-        if self.http.token_burst == 0 {
-            return invalid("http.token_burst", "must be at least 1");
-        }
         if !(1..=1024).contains(&self.ingest.tenant_in_flight_mib) {
             return invalid("ingest.tenant_in_flight_mib", "must be 1 to 1024 MiB");
         }
@@ -369,10 +366,10 @@ fn check_query(query: &ragstream_core::query::QueryConfig) -> Result<(), ConfigE
         ("query.rerank.endpoint", &rerank.endpoint),
         ("query.hyde.endpoint", &query.hyde.endpoint),
     ] {
-        if endpoint.timeout_ms.is_zero() || endpoint.concurrency == 0 {
+        if endpoint.timeout_ms.is_zero() {
             return Err(ConfigError::Invalid {
                 key,
-                message: "timeout_ms and concurrency must be at least 1".into(),
+                message: "timeout_ms must be at least 1".into(),
             });
         }
     }
@@ -399,9 +396,6 @@ fn check_query(query: &ragstream_core::query::QueryConfig) -> Result<(), ConfigE
     }
     if !(0.0..1.0).contains(&query.window.reserve_ratio) {
         return invalid("query.window.reserve_ratio", "must be in [0, 1)");
-    }
-    if query.embedding_cache.entries == 0 {
-        return invalid("query.embedding_cache.entries", "must be at least 1");
     }
     if let Err(message) = query.intents.validate() {
         return Err(ConfigError::Invalid {

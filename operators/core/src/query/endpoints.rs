@@ -28,8 +28,8 @@ pub struct EndpointConfig {
     /// Whole-call timeout, in milliseconds; past it the query goes on without the endpoint.
     #[serde(with = "crate::duration::millis")]
     pub timeout_ms: Duration,
-    /// Calls in flight at once per worker.
-    pub concurrency: usize,
+    /// Calls in flight at once per worker (at least 1).
+    pub concurrency: std::num::NonZeroUsize,
 }
 
 impl Default for EndpointConfig {
@@ -39,7 +39,7 @@ impl Default for EndpointConfig {
             model: String::new(),
             api_key_env: String::new(),
             timeout_ms: Duration::from_secs(2),
-            concurrency: 4,
+            concurrency: std::num::NonZeroUsize::new(4).expect("not zero"),
         }
     }
 }

@@ -520,7 +520,7 @@ pub struct QueryConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct EmbeddingCacheConfig {
     /// Vectors kept (at least 1).
-    pub entries: usize,
+    pub entries: std::num::NonZeroUsize,
     /// Seconds a vector lives.
     #[serde(with = "crate::duration::secs")]
     pub ttl_secs: Duration,
@@ -529,7 +529,7 @@ pub struct EmbeddingCacheConfig {
 impl Default for EmbeddingCacheConfig {
     fn default() -> Self {
         Self {
-            entries: 16_384,
+            entries: std::num::NonZeroUsize::new(16_384).expect("not zero"),
             ttl_secs: Duration::from_secs(3600),
         }
     }
