@@ -34,7 +34,7 @@ use serde_json::{json, Value};
 
 mod phases;
 mod recall;
-use phases::{grow_phase, loaded_phase, settle, Base};
+use phases::{grow_phase, loaded_phase, settle, Base, Phase};
 use recall::dense_recall;
 
 /// Arguments of `bench volume`.
@@ -390,14 +390,14 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
 
     // 1. Grow to the target while one client queries.
     let stop = AtomicBool::new(false);
-    let grow = grow_phase(
-        &running.ingress,
-        &questions,
-        &args,
-        &mut feeder,
-        &stop,
+    let phase = Phase {
+        ingress: &running.ingress,
+        questions: &questions,
+        args: &args,
+        stop: &stop,
         base,
-    )?;
+    };
+    let grow = grow_phase(phase, &mut feeder)?;
 
     // 2. Idle at full size: once the writer's optimization on going idle is done.
     let settle_seconds = settle(tuning);
@@ -418,14 +418,7 @@ pub fn volume(args: VolumeBench) -> anyhow::Result<Value> {
     let idle_activations = long_activations_since(&idle_activations);
 
     // 3. Loaded at full size.
-    let loaded = loaded_phase(
-        &running.ingress,
-        &questions,
-        &args,
-        &mut feeder,
-        &stop,
-        base,
-    )?;
+    let loaded = loaded_phase(phase, &mut feeder)?;
     let end = json!({"memory": memory(), "disk_mib": disk_bytes(&index) as f64 / 1048576.0});
     running.shutdown.store(true, Ordering::SeqCst);
     let _ = running.join();

@@ -23,6 +23,17 @@ pub(super) struct Base {
     pub(super) events: u64,
 }
 
+/// What the phases with a client asking questions share: the job's ingress, the questions, the
+/// arguments, the client's stop flag and the counters at the job's start.
+#[derive(Clone, Copy)]
+pub(super) struct Phase<'a> {
+    pub(super) ingress: &'a HttpIngress,
+    pub(super) questions: &'a [String],
+    pub(super) args: &'a VolumeBench,
+    pub(super) stop: &'a AtomicBool,
+    pub(super) base: Base,
+}
+
 /// Chunks indexed since the counter stood at `base`.
 fn indexed_since(base: u64) -> u64 {
     metrics().chunks_upserted.get() - base
@@ -74,30 +85,31 @@ impl Grow {
 }
 
 /// Phase 1: feeds documents up to `args.chunks` chunks while one client asks questions.
-pub(super) fn grow_phase(
-    ingress: &HttpIngress,
-    questions: &[String],
-    args: &VolumeBench,
-    feeder: &mut Feeder<'_>,
-    stop: &AtomicBool,
-    base: Base,
-) -> anyhow::Result<Grow> {
+pub(super) fn grow_phase(phase: Phase<'_>, feeder: &mut Feeder<'_>) -> anyhow::Result<Grow> {
     let bands: Mutex<Vec<Value>> = Mutex::new(Vec::new());
     let grow_started = Instant::now();
     let grow_activations = long_activations();
     let (grow_events, grow) = std::thread::scope(|scope| -> anyhow::Result<_> {
-        let client =
-            scope.spawn(|| ask_until(ingress, questions, 0, usize::MAX, stop, base.chunks));
-        let band_size = (args.chunks / BANDS).max(1);
+        let client = scope.spawn(|| {
+            ask_until(
+                phase.ingress,
+                phase.questions,
+                0,
+                usize::MAX,
+                phase.stop,
+                phase.base.chunks,
+            )
+        });
+        let band_size = (phase.args.chunks / BANDS).max(1);
         let mut band_start = (Instant::now(), 0u64);
         let enough = reaches(
-            args.chunks,
-            base.chunks,
-            base.events,
-            (base.chunks, base.events),
+            phase.args.chunks,
+            phase.base.chunks,
+            phase.base.events,
+            (phase.base.chunks, phase.base.events),
         );
-        let fed = feeder.feed(base.events, &enough, || {
-            let chunks = indexed_since(base.chunks);
+        let fed = feeder.feed(phase.base.events, &enough, || {
+            let chunks = indexed_since(phase.base.chunks);
             if chunks >= band_start.1 + band_size {
                 let seconds = band_start.0.elapsed().as_secs_f64();
                 let mut bands = bands.lock().expect("bands");
@@ -107,13 +119,13 @@ pub(super) fn grow_phase(
                 band_start = (Instant::now(), chunks);
             }
         });
-        stop.store(true, Ordering::SeqCst);
+        phase.stop.store(true, Ordering::SeqCst);
         let samples = client.join().expect("query client")?;
         Ok((fed?, samples))
     })?;
     let grow_seconds = grow_started.elapsed().as_secs_f64();
     let grow_activations = long_activations_since(&grow_activations);
-    let grown = indexed_since(base.chunks);
+    let grown = indexed_since(phase.base.chunks);
     eprintln!("grown to {grown} chunks from {grow_events} events in {grow_seconds:.0} s");
     Ok(Grow {
         events: grow_events,
@@ -164,43 +176,36 @@ impl Loaded {
 }
 
 /// Phase 3: feeds `args.extra_chunks` more chunks while one client asks questions.
-pub(super) fn loaded_phase(
-    ingress: &HttpIngress,
-    questions: &[String],
-    args: &VolumeBench,
-    feeder: &mut Feeder<'_>,
-    stop: &AtomicBool,
-    base: Base,
-) -> anyhow::Result<Loaded> {
-    let loaded_base = indexed_since(base.chunks);
+pub(super) fn loaded_phase(phase: Phase<'_>, feeder: &mut Feeder<'_>) -> anyhow::Result<Loaded> {
+    let loaded_base = indexed_since(phase.base.chunks);
     let loaded_events_base = metrics().source_events.get();
     let loaded_started = Instant::now();
     let loaded_activations = long_activations();
     let (loaded_events, loaded) = std::thread::scope(|scope| -> anyhow::Result<_> {
         let client = scope.spawn(|| {
             ask_until(
-                ingress,
-                questions,
-                questions.len() / 2 + args.queries,
-                args.queries,
-                stop,
-                base.chunks,
+                phase.ingress,
+                phase.questions,
+                phase.questions.len() / 2 + phase.args.queries,
+                phase.args.queries,
+                phase.stop,
+                phase.base.chunks,
             )
         });
         let enough = reaches(
-            args.extra_chunks,
-            loaded_base + base.chunks,
+            phase.args.extra_chunks,
+            loaded_base + phase.base.chunks,
             loaded_events_base,
-            (base.chunks, base.events),
+            (phase.base.chunks, phase.base.events),
         );
         let fed = feeder.feed(loaded_events_base, &enough, || {});
-        stop.store(true, Ordering::SeqCst);
+        phase.stop.store(true, Ordering::SeqCst);
         let samples = client.join().expect("query client")?;
         Ok((fed?, samples))
     })?;
     let loaded_seconds = loaded_started.elapsed().as_secs_f64();
     let loaded_activations = long_activations_since(&loaded_activations);
-    let loaded_chunks = indexed_since(base.chunks) - loaded_base;
+    let loaded_chunks = indexed_since(phase.base.chunks) - loaded_base;
     Ok(Loaded {
         events: loaded_events,
         samples: loaded,
