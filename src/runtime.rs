@@ -193,16 +193,9 @@ pub fn start(config: Config) -> anyhow::Result<Running> {
         progress.kafka.store(true, Ordering::SeqCst);
         kafka::connect(&config, &readiness, &shutdown)?;
     }
-    stop_on_signal(
-        shutdown.clone(),
-        &ingress,
-        Duration::from_secs(config.runtime.stop_grace_secs),
-    )?;
-    if config.runtime.exit_when_idle_secs > 0 {
-        spawn_idle_watch(
-            Duration::from_secs(config.runtime.exit_when_idle_secs),
-            shutdown.clone(),
-        );
+    stop_on_signal(shutdown.clone(), &ingress, config.runtime.stop_grace_secs)?;
+    if !config.runtime.exit_when_idle_secs.is_zero() {
+        spawn_idle_watch(config.runtime.exit_when_idle_secs, shutdown.clone());
     }
     let local_input = Arc::new(Mutex::new(factory::local_input(&config, &shards, &files)?));
     let shards = Arc::new(shards);
@@ -421,7 +414,7 @@ fn serve_http(
         Limits {
             max_connections: config.http.max_connections,
             max_queries_in_flight: config.http.max_queries_in_flight,
-            read_timeout: Duration::from_secs(config.http.read_timeout_secs),
+            read_timeout: config.http.read_timeout_secs,
             max_body_bytes: config.query.max_query_bytes.saturating_mul(2),
             max_documents_body_bytes: config.ingest.max_document_bytes.saturating_mul(4),
             token_requests_per_second: config.http.token_requests_per_second,

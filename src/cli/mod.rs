@@ -214,7 +214,7 @@ pub fn run() -> anyhow::Result<()> {
                 config.runtime.hostfile = hostfile;
             }
             if let Some(idle) = exit_when_idle {
-                config.runtime.exit_when_idle_secs = idle;
+                config.runtime.exit_when_idle_secs = std::time::Duration::from_secs(idle);
             }
             config.validate()?;
             crate::runtime::run(config)

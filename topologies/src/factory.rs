@@ -68,7 +68,7 @@ pub fn embedder(config: &Config) -> anyhow::Result<Box<dyn Embedder>> {
             model: config.embedder.model.clone(),
             dimension: config.embedder.dimension,
             api_key: std::env::var(&config.embedder.api_key_env).ok(),
-            timeout: Duration::from_secs(config.embedder.timeout_secs),
+            timeout: config.embedder.timeout_secs,
             batch_size: config.embedder.batch_size,
         })),
     })
@@ -321,7 +321,7 @@ pub fn local_input(
                         .with_preview_window(config.source.preview_window)
                         .with_files(files.clone()),
                 ),
-                rescan: Duration::from_secs(config.source.rescan_secs.max(1)),
+                rescan: config.source.rescan_secs.max(Duration::from_secs(1)),
             })
         }
         SourceKind::Jsonl => {

@@ -230,7 +230,8 @@ pub struct EmbedderConfig {
     pub api_key_env: String,
     /// Request timeout in seconds (http).
     #[serde(default = "default_embed_timeout")]
-    pub timeout_secs: u64,
+    #[serde(with = "ragstream_core::duration::secs")]
+    pub timeout_secs: std::time::Duration,
     /// Allow writing vectors of another embedder into an existing index (re-embed).
     #[serde(default)]
     pub reembed: bool,
@@ -356,8 +357,8 @@ fn default_dimension() -> usize {
 fn default_embedder_key_env() -> String {
     "RAGSTREAM_EMBEDDER_API_KEY".into()
 }
-fn default_embed_timeout() -> u64 {
-    30
+fn default_embed_timeout() -> std::time::Duration {
+    std::time::Duration::from_secs(30)
 }
 
 impl Default for EmbedderConfig {

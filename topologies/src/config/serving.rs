@@ -118,7 +118,8 @@ pub struct HttpConfig {
     /// Seconds a client has to send a request's head, and again its body; a response that the
     /// client reads nothing of for as long is dropped with its connection.
     #[serde(default = "default_read_timeout_secs")]
-    pub read_timeout_secs: u64,
+    #[serde(with = "ragstream_core::duration::secs")]
+    pub read_timeout_secs: std::time::Duration,
 }
 
 fn default_token_requests_per_second() -> f64 {
@@ -135,8 +136,8 @@ fn default_max_queries_in_flight() -> usize {
     256
 }
 
-fn default_read_timeout_secs() -> u64 {
-    10
+fn default_read_timeout_secs() -> std::time::Duration {
+    std::time::Duration::from_secs(10)
 }
 
 fn default_query_token_env() -> String {
@@ -177,7 +178,8 @@ pub struct RuntimeConfig {
     pub dlq_path: PathBuf,
     /// Exit after this many seconds without input and with nothing in flight (0 = never).
     #[serde(default)]
-    pub exit_when_idle_secs: u64,
+    #[serde(with = "ragstream_core::duration::secs")]
+    pub exit_when_idle_secs: std::time::Duration,
     /// Keep answering queries after a finite (JSONL) input is indexed, until stopped.
     #[serde(default)]
     pub serve: bool,
@@ -185,7 +187,8 @@ pub struct RuntimeConfig {
     /// stops it (at once; unacknowledged work is redone on restart, nothing is lost); 0 = wait
     /// until it is done. At most 3600.
     #[serde(default)]
-    pub stop_grace_secs: u64,
+    #[serde(with = "ragstream_core::duration::secs")]
+    pub stop_grace_secs: std::time::Duration,
     /// Processes of a timely cluster (each runs `workers` threads); 1 = a single process.
     #[serde(default = "default_processes")]
     pub processes: usize,

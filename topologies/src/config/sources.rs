@@ -30,7 +30,8 @@ pub struct SourceConfig {
     pub tenant: String,
     /// Seconds between directory rescans.
     #[serde(default = "default_rescan_secs")]
-    pub rescan_secs: u64,
+    #[serde(with = "ragstream_core::duration::secs")]
+    pub rescan_secs: std::time::Duration,
     /// `dir`: read only files with these extensions (`md`, `.rs`, `tar.gz`; case-insensitive);
     /// empty: every file.
     #[serde(default)]
@@ -52,8 +53,8 @@ fn default_preview_window() -> usize {
 fn default_tenant() -> String {
     "local".into()
 }
-fn default_rescan_secs() -> u64 {
-    5
+fn default_rescan_secs() -> std::time::Duration {
+    std::time::Duration::from_secs(5)
 }
 
 /// Kafka connection and topics.

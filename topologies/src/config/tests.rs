@@ -168,7 +168,7 @@ fn index_tuning_defaults_and_overrides() {
             runtime.stop_grace_secs,
             Config::load(&write(dir).1).unwrap().runtime.stop_grace_secs
         ),
-        (5, 0)
+        (std::time::Duration::from_secs(5), std::time::Duration::ZERO)
     );
 }
 

@@ -108,7 +108,7 @@ impl Config {
                 });
             }
         }
-        if tuning.optimize_idle_ms > 3_600_000 {
+        if tuning.optimize_idle_ms > std::time::Duration::from_secs(3_600) {
             return invalid(
                 "index.tuning.optimize_idle_ms",
                 "must be at most 3600000 (an hour; 0 = not on idling)",
@@ -119,7 +119,7 @@ impl Config {
 
     /// The runtime: workers, processes of a cluster, the stop grace.
     fn validate_runtime(&self) -> Result<(), ConfigError> {
-        if self.runtime.stop_grace_secs > 3_600 {
+        if self.runtime.stop_grace_secs > std::time::Duration::from_secs(3_600) {
             return invalid(
                 "runtime.stop_grace_secs",
                 "must be at most 3600 (an hour; 0 = until in-flight work is done)",
@@ -298,7 +298,8 @@ impl Config {
         if !(1..=4096).contains(&http.max_queries_in_flight) {
             return invalid("http.max_queries_in_flight", "must be in 1..=4096");
         }
-        if !(1..=600).contains(&http.read_timeout_secs) {
+        let read = std::time::Duration::from_secs(1)..=std::time::Duration::from_secs(600);
+        if !read.contains(&http.read_timeout_secs) {
             return invalid("http.read_timeout_secs", "must be in 1..=600");
         }
         for (env, tenants) in &self.http.tokens {

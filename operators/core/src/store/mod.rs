@@ -85,7 +85,8 @@ pub struct IndexTuning {
     /// Milliseconds an embedded shard's writer waits, with no new batch, after a write before it
     /// optimizes what was written since its last optimization, so that an index at rest is searched
     /// through indexed segments; 0: only every `optimize_every` points. A Qdrant server ignores it.
-    pub optimize_idle_ms: u64,
+    #[serde(with = "crate::duration::millis")]
+    pub optimize_idle_ms: std::time::Duration,
     /// The dense lane's distance: `cosine`, `dot` or `l2`. Fixed when the index is created (a shard
     /// or collection of another distance is refused). With `dot` and `l2` the job stores and searches
     /// unit-length vectors, so the three rank alike, and scores are reported as cosines whichever it
@@ -158,7 +159,7 @@ impl Default for IndexTuning {
             indexing_threads: 0,
             indexes_on_disk: true,
             optimize_every: 20_000,
-            optimize_idle_ms: 2_000,
+            optimize_idle_ms: std::time::Duration::from_secs(2),
             distance: DenseDistance::Cosine,
         }
     }
@@ -177,7 +178,7 @@ impl IndexTuning {
 
     /// How long an embedded shard's writer waits idle before it optimizes (`None`: it does not).
     pub fn optimize_when_idle(&self) -> Option<std::time::Duration> {
-        (self.optimize_idle_ms > 0).then(|| std::time::Duration::from_millis(self.optimize_idle_ms))
+        (!self.optimize_idle_ms.is_zero()).then_some(self.optimize_idle_ms)
     }
 
     /// Indexing threads with 0 resolved against this machine's cores.
